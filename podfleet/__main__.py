@@ -1,0 +1,3 @@
+from podfleet.cli.main import main
+
+main()

@@ -1,0 +1,64 @@
+"""Benchmark registry: every ``bench/*.py`` in the repository defines one benchmark.
+
+A benchmark module defines ``NAME`` (str), ``DESCRIPTION`` (str) and
+``run(quick: bool = False) -> dict`` returning named figures (JSON-serialisable).
+The runner adds ``benchmark``, ``quick``, ``machine`` and ``date`` so every figure can
+be traced to where and when it was measured.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from podfleet.errors import UnknownNameError
+
+
+def bench_dir() -> Path:
+    env = os.environ.get("PODFLEET_BENCH_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[1] / "bench"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    description: str
+    module: ModuleType
+
+
+def discover() -> dict[str, Benchmark]:
+    out: dict[str, Benchmark] = {}
+    for path in sorted(bench_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        spec = importlib.util.spec_from_file_location(f"podfleet_bench_{path.stem}", path)
+        assert spec and spec.loader
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        out[mod.NAME] = Benchmark(mod.NAME, getattr(mod, "DESCRIPTION", ""), mod)
+    return out
+
+
+def run(name: str, quick: bool = False) -> dict[str, Any]:
+    benches = discover()
+    if name not in benches:
+        raise UnknownNameError("benchmark", name, benches, field="name")
+    t0 = time.perf_counter()
+    figures = benches[name].module.run(quick=quick)
+    return {
+        "benchmark": name,
+        "quick": quick,
+        **figures,
+        "bench_wall_s": round(time.perf_counter() - t0, 3),
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} {platform.python_version()}",
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }

@@ -1,0 +1,1 @@
+"""The ``podfleet`` command line (Typer)."""

@@ -1,0 +1,28 @@
+"""``podfleet bench list`` / ``podfleet bench run NAME [--quick]``."""
+
+from __future__ import annotations
+
+import typer
+
+from podfleet import benchmarks
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+
+app = typer.Typer(help="Benchmarks in bench/.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_(output: OutputFormat = OutputOpt) -> None:
+    """The benchmarks available."""
+    rows = [{"name": b.name, "description": b.description} for b in benchmarks.discover().values()]
+    emit(rows, output, columns=["name", "description"])
+
+
+@app.command("run")
+def run(
+    name: str,
+    quick: bool = typer.Option(False, "--quick", help="a shortened run for smoke checks"),
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Run one benchmark and print its named figures."""
+    with errors():
+        emit(benchmarks.run(name, quick=quick), output, title=name)

@@ -1,0 +1,171 @@
+"""The one timeline every part of podfleet runs on.
+
+Virtual time (``speed=None``): a plain ``simpy.Environment`` runs as fast as possible.
+Paced time (``speed=X``): ``PacedEnvironment`` is a ``simpy.rt.RealtimeEnvironment``
+that only changes how a step waits: instead of sleeping until the next event it waits
+on the command inbox, so a command submitted from an API thread runs within
+milliseconds, at the sim time that corresponds to the wall clock.
+
+Single writer: other threads never touch engine state; they ``submit`` a callable and
+get a ``concurrent.futures.Future`` for its result (``await asyncio.wrap_future(f)``).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Generator
+from concurrent.futures import Future
+from time import monotonic
+from typing import Any, TypeVar
+
+import numpy as np
+import simpy
+import simpy.rt
+
+from podfleet.engine.eventlog import EventLog, Record
+
+T = TypeVar("T")
+
+_Command = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], "Future[Any]"]
+
+
+class Timeline:
+    def __init__(
+        self, seed: int = 0, *, speed: float | None = None, start: float = 0.0, log_keep: int | None = None
+    ) -> None:
+        if speed is not None and speed <= 0:
+            raise ValueError(f"speed must be positive, got {speed}")
+        self.seed = seed
+        self.speed = speed
+        self.rng = np.random.default_rng(seed)
+        self.log = EventLog(keep=log_keep)
+        self._inbox: queue.SimpleQueue[_Command] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.engine_thread: int | None = None
+        self.env: simpy.Environment = (
+            simpy.Environment(start) if speed is None else PacedEnvironment(self, start, 1.0 / speed)
+        )
+
+    # --- time and events -------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return float(self.env.now)
+
+    def emit(self, kind: str, **fields: Any) -> Record:
+        """Append an event to the log at the current sim time."""
+        return self.log.append(self.now, kind, fields)
+
+    def process(self, gen: Generator[simpy.Event, Any, Any]) -> simpy.Process:
+        return self.env.process(gen)
+
+    def every(self, interval_s: float, fn: Callable[[], Any], *, start_delay: float | None = None) -> simpy.Process:
+        """Run ``fn`` every ``interval_s`` of sim time (one SimPy process, not one per item)."""
+
+        def loop() -> Generator[simpy.Event, Any, None]:
+            yield self.env.timeout(interval_s if start_delay is None else start_delay)
+            while True:
+                fn()
+                yield self.env.timeout(interval_s)
+
+        return self.env.process(loop())
+
+    def call_at(self, delay_s: float, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` once after ``delay_s`` of sim time."""
+        ev = self.env.timeout(delay_s)
+        ev.callbacks.append(lambda _e: fn())
+
+    # --- commands from other threads ------------------------------------------------
+    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+        """Thread-safe: run ``fn(*args, **kwargs)`` on the engine thread; returns its Future."""
+        fut: Future[T] = Future()
+        self._inbox.put((fn, args, kwargs, fut))
+        self._wake.set()
+        return fut
+
+    def drain(self) -> int:
+        """Run queued commands now (engine thread only). Returns how many ran."""
+        n = 0
+        while True:
+            try:
+                fn, args, kwargs, fut = self._inbox.get_nowait()
+            except queue.Empty:
+                return n
+            n += 1
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # delivered to the caller, who decides
+                fut.set_exception(exc)
+
+    # --- running -------------------------------------------------------------------
+    def run(self, until: float | None = None) -> None:
+        """Advance until sim time ``until`` (or the schedule empties), running commands between events."""
+        env = self.env
+        self.engine_thread = threading.get_ident()
+        stop_at = float("inf") if until is None else until
+        if until is not None and until > env.now:
+            # A sentinel so time reaches ``until`` even if nothing else is scheduled.
+            env.timeout(until - env.now)
+        wake = self._wake
+        while env.peek() < stop_at:
+            if wake.is_set():
+                wake.clear()
+                self.drain()
+            env.step()
+        if wake.is_set():
+            wake.clear()
+            self.drain()
+        if until is not None and env.now < until:
+            env._now = until  # nothing left before ``until``; move the clock there
+
+    def serve_forever(self) -> None:
+        """Paced mode: step in real time until ``stop()``; commands run promptly."""
+        if not isinstance(self.env, PacedEnvironment):
+            raise RuntimeError("serve_forever needs a paced timeline (speed=...)")
+        self.engine_thread = threading.get_ident()
+        self.env.sync()
+        while not self._stop.is_set():
+            self.env.step()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+
+class PacedEnvironment(simpy.rt.RealtimeEnvironment):
+    """Real time whose wait is interruptible by commands (see module docstring)."""
+
+    def __init__(self, timeline: Timeline, start: float, factor: float) -> None:
+        super().__init__(start, factor=factor, strict=False)
+        self._timeline = timeline
+
+    def wall_now(self) -> float:
+        return self.env_start + (monotonic() - self.real_start) / self.factor
+
+    def step(self) -> None:
+        tl = self._timeline
+        while True:
+            if tl.stopping:
+                return
+            evt_time = self.peek()
+            if tl._wake.is_set():
+                tl._wake.clear()
+                # Commands run at the sim time matching the wall clock; never past the
+                # next scheduled event, so causality holds.
+                self._now = max(self._now, min(self.wall_now(), evt_time))
+                tl.drain()
+                continue
+            delay = 0.5 if evt_time == float("inf") else (
+                self.real_start + (evt_time - self.env_start) * self.factor - monotonic()
+            )
+            if delay <= 0:
+                break
+            tl._wake.wait(min(delay, 0.5))
+        simpy.Environment.step(self)

@@ -1,0 +1,88 @@
+"""One exception hierarchy for podfleet, mapped once to HTTP status and CLI exit codes.
+
+    PodfleetError                       (500, exit 1)  unexpected, a bug
+    ├── InvalidInputError               (400, exit 2)  a value is malformed or out of range
+    │   ├── UnknownNameError            (400, exit 2)  a name not in a registry; lists valid ones
+    │   └── InfeasibleError             (422, exit 2)  well-formed but cannot be satisfied
+    ├── NotFoundError                   (404, exit 3)  a cluster, job, chip or link that does not exist
+    ├── ConflictError                   (409, exit 4)  the current state forbids the operation
+    │   └── InvalidTransitionError      (409, exit 4)  a state machine refused a transition
+    ├── AuthError                       (401, exit 5)  missing or bad credentials
+    │   └── ForbiddenError              (403, exit 5)  the role does not allow the operation
+    └── ChecksumError                   (422, exit 6)  data failed verification (tamper, corruption)
+
+Each error carries a stable ``code`` string used in problem+json bodies and a ``field``
+when the problem is attributable to one input field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class PodfleetError(Exception):
+    code = "internal"
+    http_status = 500
+    exit_code = 1
+
+    def __init__(self, message: str, *, field: str | None = None, **extra: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.extra = extra
+
+
+class InvalidInputError(PodfleetError):
+    code = "invalid-input"
+    http_status = 400
+    exit_code = 2
+
+
+class UnknownNameError(InvalidInputError):
+    code = "unknown-name"
+
+    def __init__(self, kind: str, name: object, valid: Iterable[str], *, field: str | None = None):
+        self.valid = sorted(valid)
+        super().__init__(
+            f"unknown {kind} {name!r}; valid: {', '.join(self.valid)}",
+            field=field or kind.replace(" ", "_"),
+            allowed=self.valid,
+        )
+
+
+class InfeasibleError(InvalidInputError):
+    code = "infeasible"
+    http_status = 422
+
+
+class NotFoundError(PodfleetError):
+    code = "not-found"
+    http_status = 404
+    exit_code = 3
+
+
+class ConflictError(PodfleetError):
+    code = "conflict"
+    http_status = 409
+    exit_code = 4
+
+
+class InvalidTransitionError(ConflictError):
+    code = "invalid-transition"
+
+
+class AuthError(PodfleetError):
+    code = "unauthorized"
+    http_status = 401
+    exit_code = 5
+
+
+class ForbiddenError(AuthError):
+    code = "forbidden"
+    http_status = 403
+
+
+class ChecksumError(PodfleetError):
+    code = "integrity"
+    http_status = 422
+    exit_code = 6

@@ -1,0 +1,1 @@
+"""Fabrics: how chips are found, watched and given work (the I/O boundary)."""

@@ -1,0 +1,19 @@
+"""Enum state machines with enforced transitions (shared helper)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import Enum
+
+from podfleet.errors import InvalidTransitionError
+
+
+def check_transition(
+    kind: str, allowed: Mapping[Enum, frozenset[Enum]], src: Enum, dst: Enum
+) -> None:
+    """Raise InvalidTransitionError with a sentence unless ``src -> dst`` is allowed."""
+    if dst not in allowed.get(src, frozenset()):
+        ok = ", ".join(sorted(s.value for s in allowed.get(src, frozenset()))) or "none"
+        raise InvalidTransitionError(
+            f"{kind} cannot go from {src.value} to {dst.value} (allowed from {src.value}: {ok})"
+        )
