@@ -1,0 +1,1 @@
+"""Identities, roles, tokens and the audit chain's integrity helpers."""

@@ -1,0 +1,114 @@
+"""The audit chain's hash and its verification (pure; shared by store, API and CLI).
+
+Record ``n`` carries ``prev_hash`` = record ``n-1``'s ``hash`` (``GENESIS_HASH`` for the
+first) and ``hash`` = SHA-256 of the canonical JSON of its fields (``canonical_json``:
+sorted keys, no spaces, UTF-8, no NaN). Changing any field of any record, or removing
+one from the middle, breaks the chain at that record or the one after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from podfleet.errors import InvalidInputError
+
+GENESIS_HASH = "0" * 64
+HASHED_FIELDS = ("seq", "time", "actor", "action", "target", "result", "detail", "prev_hash")
+
+
+def canonical_json(value: Any) -> str:
+    """Deterministic JSON: sorted keys, separators (",", ":"), non-ASCII kept, no NaN."""
+    try:
+        return json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"audit detail is not plain JSON: {exc}", field="detail") from None
+
+
+def audit_hash(
+    *,
+    seq: int,
+    time: float,
+    actor: str,
+    action: str,
+    target: str,
+    result: str,
+    detail: dict[str, Any],
+    prev_hash: str,
+) -> str:
+    if not math.isfinite(time):
+        raise InvalidInputError(f"audit time must be finite, got {time}", field="time")
+    payload = {
+        "seq": seq,
+        "time": float(time),
+        "actor": actor,
+        "action": action,
+        "target": target,
+        "result": result,
+        "detail": detail,
+        "prev_hash": prev_hash,
+    }
+    return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    ok: bool
+    first_bad_seq: int | None
+    message: str
+    checked: int
+
+    def as_tuple(self) -> tuple[bool, int | None, str]:
+        return (self.ok, self.first_bad_seq, self.message)
+
+
+def verify_chain(records: Iterable[Any]) -> ChainResult:
+    """Walk records in seq order; name the first one that breaks the chain and why.
+
+    ``records`` are objects with the AuditRecord attributes (duck-typed so the CLI can
+    verify an exported list without the store).
+    """
+    expected_seq = 1
+    prev_hash = GENESIS_HASH
+    checked = 0
+    for rec in records:
+        if rec.seq != expected_seq:
+            why = "missing" if rec.seq > expected_seq else "duplicated or out of order"
+            return ChainResult(
+                False, rec.seq,
+                f"record {rec.seq}: gap in sequence, expected {expected_seq} "
+                f"(record {expected_seq} {why})",
+                checked,
+            )
+        if rec.prev_hash != prev_hash:
+            return ChainResult(
+                False, rec.seq,
+                f"record {rec.seq}: broken link, prev_hash {rec.prev_hash[:12]}... does not "
+                f"match the hash of record {rec.seq - 1} ({prev_hash[:12]}...)",
+                checked,
+            )
+        try:
+            actual = audit_hash(
+                seq=rec.seq, time=rec.time, actor=rec.actor, action=rec.action,
+                target=rec.target, result=rec.result, detail=rec.detail, prev_hash=rec.prev_hash,
+            )
+        except InvalidInputError as exc:
+            return ChainResult(False, rec.seq, f"record {rec.seq}: {exc.message}", checked)
+        if actual != rec.hash:
+            return ChainResult(
+                False, rec.seq,
+                f"record {rec.seq}: hash mismatch, its fields were changed after it was "
+                f"written (stored {rec.hash[:12]}..., computed {actual[:12]}...)",
+                checked,
+            )
+        prev_hash = rec.hash
+        expected_seq += 1
+        checked += 1
+    n = expected_seq - 1
+    return ChainResult(True, None, f"audit chain intact: {n} record{'s' * (n != 1)}", checked)

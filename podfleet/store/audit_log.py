@@ -1,0 +1,110 @@
+"""The audit log half of ``Store``: append-only, hash-chained, gap-free ``seq``.
+
+Appends are serialised: in-process by the store's writer lock, across processes by the
+database (SQLite's write lock taken at BEGIN IMMEDIATE; a PostgreSQL advisory lock held to
+the end of the transaction). ``seq`` is max+1 read under that lock, not a sequence, so a
+rolled-back append leaves no gap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import insert, select, text
+
+from podfleet.security.audit import GENESIS_HASH, audit_hash, canonical_json, verify_chain
+from podfleet.store import convert
+from podfleet.store.convert import check_limit
+from podfleet.store.models import AuditEventRow
+from podfleet.store.records import AuditRecord
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+# PostgreSQL advisory lock key ("pfaudit\0" as int64).
+AUDIT_LOCK_KEY = 0x7066617564697400
+AUDIT_BATCH = 500
+
+
+class _BadAuditRow(Exception):
+    def __init__(self, seq: int, message: str) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
+class AuditLog:
+    """Mixin for ``Store``; relies on its ``dialect``, ``_writing`` and ``_reading``."""
+
+    dialect: str
+    _writing: Callable[..., AbstractContextManager[Session]]
+    _reading: Callable[[], AbstractContextManager[Session]]
+
+    def append_audit(
+        self, *, time: float, actor: str, action: str, target: str, result: str,
+        detail: dict[str, Any],
+    ) -> AuditRecord:
+        detail_text = canonical_json(detail)  # validates before taking any lock
+        stored_detail = json.loads(detail_text)
+        with self._writing() as s:
+            if self.dialect == "postgresql":
+                s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": AUDIT_LOCK_KEY})
+            head = s.execute(
+                select(AuditEventRow.seq, AuditEventRow.hash)
+                .order_by(AuditEventRow.seq.desc()).limit(1)
+            ).first()
+            seq, prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
+            rec = AuditRecord(
+                seq=seq, time=float(time), actor=actor, action=action, target=target,
+                result=result, detail=stored_detail, prev_hash=prev_hash, hash="",
+            )
+            rec.hash = audit_hash(
+                seq=seq, time=rec.time, actor=actor, action=action, target=target,
+                result=result, detail=stored_detail, prev_hash=prev_hash,
+            )
+            s.execute(insert(AuditEventRow.__table__), [convert.audit_row(rec, detail_text)])
+        return rec
+
+    def list_audit(self, *, after_seq: int = 0, limit: int = 100) -> list[AuditRecord]:
+        return [convert.audit_record(r) for r in self._audit_rows(after_seq, limit)]
+
+    def _audit_rows(self, after_seq: int, limit: int) -> list[AuditEventRow]:
+        check_limit(limit)
+        q = select(AuditEventRow).where(AuditEventRow.seq > after_seq)
+        with self._reading() as s:
+            return list(s.execute(q.order_by(AuditEventRow.seq).limit(limit)).scalars())
+
+    def iter_audit(self) -> Iterator[AuditRecord]:
+        """Every record in seq order, read in batches (the chain can be long)."""
+        after = 0
+        while batch := self._audit_rows(after, AUDIT_BATCH):
+            yield from (convert.audit_record(r) for r in batch)
+            after = batch[-1].seq
+
+    def audit_head(self) -> tuple[int, str]:
+        """(seq, hash) of the last record, ``(0, GENESIS_HASH)`` when empty; keep a copy
+        elsewhere to detect truncation of the chain's tail, which the chain cannot."""
+        with self._reading() as s:
+            q = select(AuditEventRow.seq, AuditEventRow.hash)
+            head = s.execute(q.order_by(AuditEventRow.seq.desc()).limit(1)).first()
+        return (head[0], head[1]) if head else (0, GENESIS_HASH)
+
+    def verify_audit(self) -> tuple[bool, int | None, str]:
+        def records() -> Iterator[AuditRecord]:
+            after = 0
+            while batch := self._audit_rows(after, AUDIT_BATCH):
+                for row in batch:
+                    try:
+                        yield convert.audit_record(row)
+                    except ValueError:
+                        raise _BadAuditRow(
+                            row.seq, f"record {row.seq}: detail is not valid JSON"
+                        ) from None
+                after = batch[-1].seq
+
+        try:
+            return verify_chain(records()).as_tuple()
+        except _BadAuditRow as bad:
+            return (False, bad.seq, str(bad))

@@ -1,0 +1,330 @@
+"""``Store``: the durable store (SQLAlchemy 2; SQLite by default, PostgreSQL by URL).
+
+Threads: one writer at a time per process (a lock, plus the database's own write lock
+across processes), any number of readers. Every call uses its own short session; no
+session is shared across threads. ``transaction()`` puts a session in a context variable
+so the calls made inside it (on the same thread or task) join one database transaction;
+each of those calls runs in a savepoint, so a call that fails (e.g. a conflict) writes
+nothing and leaves the enclosing transaction usable. Outside ``transaction()`` every
+write commits on its own, fsynced, before it returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from sqlalchemy import Table, func, insert, select, text
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from podfleet.errors import ConflictError, NotFoundError, PodfleetError
+from podfleet.store import convert
+from podfleet.store.audit_log import AuditLog
+from podfleet.store.convert import check_limit
+from podfleet.store.engine import is_memory, make_engines, resolve_url
+from podfleet.store.migrate import upgrade_to_head
+from podfleet.store.models import (
+    CheckpointRow,
+    ChipHealthRow,
+    ClusterRow,
+    IdempotencyKeyRow,
+    JobRow,
+    TokenRow,
+)
+from podfleet.store.records import (
+    CheckpointRecord,
+    ChipHealthRecord,
+    ClusterRecord,
+    JobRecord,
+    TokenRecord,
+)
+
+
+def _table(model: Any) -> Table:
+    return model.__table__
+
+
+class Store(AuditLog):
+    """Implements ``podfleet.store.protocol.StoreProtocol``; opening it migrates to head."""
+
+    def __init__(self, url: str | URL, *, migrate: bool = True) -> None:
+        self._url = url if isinstance(url, URL) else resolve_url(url)
+        self.url = self._url.render_as_string(hide_password=True)
+        self.dialect = self._url.get_backend_name()
+        self._memory = is_memory(self._url)
+        self._writer, self._reader = make_engines(self._url)
+        self._wsession = sessionmaker(self._writer, expire_on_commit=False)
+        self._rsession = sessionmaker(self._reader, expire_on_commit=False)
+        self._write_lock = threading.RLock()
+        self._current: ContextVar[Session | None] = ContextVar(
+            f"podfleet_store_tx_{id(self)}", default=None
+        )
+        try:
+            if migrate:
+                self._migrate()
+        except OperationalError as exc:
+            self.close()
+            raise PodfleetError(f"cannot open store at {self.url}: {exc.orig}") from exc
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def _migrate(self) -> None:
+        with self._write_lock:
+            upgrade_to_head(self._writer)
+
+    def schema_revision(self) -> str | None:
+        with self._reading() as s:
+            return s.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+    def close(self) -> None:
+        self._writer.dispose()
+        if self._reader is not self._writer:
+            self._reader.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    # ---- sessions --------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group calls into one commit; nested use joins the outer transaction."""
+        if self._current.get() is not None:
+            yield
+            return
+        with self._writing() as s:
+            token = self._current.set(s)
+            try:
+                yield
+            finally:
+                self._current.reset(token)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._current.get() is not None
+
+    @contextmanager
+    def _writing(
+        self, conflict: Callable[[IntegrityError], PodfleetError] | None = None
+    ) -> Iterator[Session]:
+        try:
+            outer = self._current.get()
+            if outer is not None:
+                with outer.begin_nested():
+                    yield outer
+            else:
+                with self._write_lock, self._wsession() as s, s.begin():
+                    yield s
+        except IntegrityError as exc:
+            raise (conflict or _integrity_error)(exc) from exc
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        outer = self._current.get()
+        if outer is not None:
+            yield outer
+        elif self._memory:  # one shared connection: reads queue behind the writer
+            with self._write_lock, self._wsession() as s:
+                yield s
+        else:
+            with self._rsession() as s:
+                yield s
+
+    def _upsert(self, s: Session, model: Any, rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
+        dialect = pg_dialect if self.dialect == "postgresql" else sqlite_dialect
+        stmt = dialect.insert(_table(model))
+        update = {c.name: stmt.excluded[c.name] for c in _table(model).columns if c.name not in keys}
+        s.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update), rows)
+
+    # ---- clusters --------------------------------------------------------------------
+    def save_cluster(self, rec: ClusterRecord) -> None:
+        def conflict(exc: IntegrityError) -> PodfleetError:
+            if "name" in str(exc.orig):
+                return ConflictError(f"a cluster named {rec.name!r} already exists", field="name")
+            return _integrity_error(exc)
+
+        with self._writing(conflict) as s:
+            self._upsert(s, ClusterRow, [convert.cluster_row(rec)], ["id"])
+
+    def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
+        with self._reading() as s:
+            row = s.get(ClusterRow, cluster_id)
+            return convert.cluster_record(row) if row else None
+
+    def find_cluster_by_name(self, name: str) -> ClusterRecord | None:
+        q = select(ClusterRow).where(ClusterRow.name == name, ClusterRow.state != "deleted")
+        with self._reading() as s:
+            row = s.execute(q).scalars().first()
+            return convert.cluster_record(row) if row else None
+
+    def list_clusters(
+        self, *, after: str | None = None, limit: int = 100, include_deleted: bool = False
+    ) -> list[ClusterRecord]:
+        check_limit(limit)
+        q = select(ClusterRow).order_by(ClusterRow.id).limit(limit)
+        if after is not None:
+            q = q.where(ClusterRow.id > after)
+        if not include_deleted:
+            q = q.where(ClusterRow.state != "deleted")
+        with self._reading() as s:
+            return [convert.cluster_record(r) for r in s.execute(q).scalars()]
+
+    # ---- jobs ------------------------------------------------------------------------
+    def save_job(self, rec: JobRecord) -> None:
+        with self._writing() as s:
+            self._upsert(s, JobRow, [convert.job_row(rec)], ["id"])
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self._reading() as s:
+            row = s.get(JobRow, job_id)
+            return convert.job_record(row) if row else None
+
+    def list_jobs(
+        self,
+        *,
+        cluster_id: str | None = None,
+        states: Sequence[str] | None = None,
+        after: str | None = None,
+        limit: int = 100,
+    ) -> list[JobRecord]:
+        check_limit(limit)
+        q = select(JobRow).order_by(JobRow.id).limit(limit)
+        if cluster_id is not None:
+            q = q.where(JobRow.cluster_id == cluster_id)
+        if states is not None:
+            q = q.where(JobRow.state.in_(list(states)))
+        if after is not None:
+            q = q.where(JobRow.id > after)
+        with self._reading() as s:
+            return [convert.job_record(r) for r in s.execute(q).scalars()]
+
+    # ---- chip health -----------------------------------------------------------------
+    def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None:
+        if not records:
+            return
+        with self._writing() as s:
+            rows = [convert.chip_row(r) for r in records]
+            self._upsert(s, ChipHealthRow, rows, ["cluster_id", "chip"])
+
+    def list_chip_health(self, cluster_id: str) -> list[ChipHealthRecord]:
+        q = select(ChipHealthRow).where(ChipHealthRow.cluster_id == cluster_id)
+        with self._reading() as s:
+            return [convert.chip_record(r) for r in s.execute(q.order_by(ChipHealthRow.chip)).scalars()]
+
+    # ---- checkpoints -----------------------------------------------------------------
+    def add_checkpoint(self, rec: CheckpointRecord) -> None:
+        with self._writing() as s:
+            s.execute(insert(_table(CheckpointRow)), [convert.checkpoint_row(rec)])
+
+    def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None:
+        q = (
+            select(CheckpointRow)
+            .where(CheckpointRow.job_id == job_id)
+            .order_by(CheckpointRow.step.desc(), CheckpointRow.created_at.desc())
+            .limit(1)
+        )
+        with self._reading() as s:
+            row = s.execute(q).scalars().first()
+            return convert.checkpoint_record(row) if row else None
+
+    def list_checkpoints(self, job_id: str) -> list[CheckpointRecord]:
+        q = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
+        q = q.order_by(CheckpointRow.step, CheckpointRow.created_at)
+        with self._reading() as s:
+            return [convert.checkpoint_record(r) for r in s.execute(q).scalars()]
+
+    # ---- idempotency -----------------------------------------------------------------
+    def _idem(self, operation: str, client_token: str) -> IdempotencyKeyRow | None:
+        q = select(IdempotencyKeyRow).where(
+            IdempotencyKeyRow.operation == operation,
+            IdempotencyKeyRow.client_token == client_token,
+        )
+        with self._reading() as s:
+            return s.execute(q).scalars().first()
+
+    def get_idempotent(self, operation: str, client_token: str) -> str | None:
+        row = self._idem(operation, client_token)
+        return row.resource_id if row else None
+
+    def idempotent_request_hash(self, operation: str, client_token: str) -> str | None:
+        row = self._idem(operation, client_token)
+        return row.request_hash if row else None
+
+    def put_idempotent(
+        self, operation: str, client_token: str, resource_id: str, request_hash: str,
+        *, created_at: float = 0.0,
+    ) -> None:
+        def conflict(_exc: IntegrityError) -> PodfleetError:
+            return ConflictError(
+                f"clientToken {client_token!r} was already used for {operation}",
+                field="clientToken",
+            )
+
+        row = {
+            "operation": operation, "client_token": client_token, "resource_id": resource_id,
+            "request_hash": request_hash, "created_at": created_at,
+        }
+        with self._writing(conflict) as s:
+            s.execute(insert(_table(IdempotencyKeyRow)), [row])
+
+    # ---- tokens ----------------------------------------------------------------------
+    def add_token(self, rec: TokenRecord) -> None:
+        def conflict(exc: IntegrityError) -> PodfleetError:
+            if "token_hash" in str(exc.orig):
+                return ConflictError("this token is already registered", field="token")
+            return ConflictError(f"token id {rec.id!r} already exists", field="id")
+
+        with self._writing(conflict) as s:
+            s.execute(insert(_table(TokenRow)), [convert.token_row(rec)])
+
+    def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        with self._reading() as s:
+            q = select(TokenRow).where(TokenRow.token_hash == token_hash)
+            row = s.execute(q).scalars().first()
+            return convert.token_record(row) if row else None
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        with self._reading() as s:
+            row = s.get(TokenRow, token_id)
+            return convert.token_record(row) if row else None
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._reading() as s:
+            q = select(TokenRow).order_by(TokenRow.created_at, TokenRow.id)
+            return [convert.token_record(r) for r in s.execute(q).scalars()]
+
+    def count_tokens(self) -> int:
+        with self._reading() as s:
+            return int(s.execute(select(func.count()).select_from(TokenRow)).scalar_one())
+
+    def revoke_token(self, token_id: str) -> None:
+        with self._writing() as s:
+            row = s.get(TokenRow, token_id)
+            if row is None:
+                raise NotFoundError(f"token {token_id!r} does not exist", field="token_id")
+            row.revoked = True
+
+
+def _integrity_error(exc: IntegrityError) -> PodfleetError:
+    orig = exc.orig
+    reason = str(orig).splitlines()[0] if orig is not None else str(exc)
+    if getattr(orig, "sqlstate", None) == "23503" or "FOREIGN KEY" in reason.upper():
+        return NotFoundError(f"refers to a record that does not exist ({reason})")
+    return ConflictError(f"conflicts with an existing record ({reason})")
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (and migrate) the store at ``url``; None means ``$PODFLEET_DB`` or
+    ``~/.podfleet/podfleet.db``."""
+    return Store(resolve_url(url))

@@ -1,0 +1,193 @@
+"""An in-memory ``StoreProtocol`` for fast unit tests (like httpx's ``MockTransport``).
+
+Same semantics as the database store: upserts by id, live-name lookup, idempotency keys,
+hashed tokens and a hash-chained audit trail (``podfleet.security.audit``).
+``transaction()`` rolls every change back if the block raises. Not durable.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from podfleet.security.audit import GENESIS_HASH, audit_hash, verify_chain
+from podfleet.store.records import (
+    AuditRecord,
+    CheckpointRecord,
+    ChipHealthRecord,
+    ClusterRecord,
+    JobRecord,
+    TokenRecord,
+)
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.url = "memory://"
+        self._lock = threading.RLock()
+        self._clusters: dict[str, ClusterRecord] = {}
+        self._jobs: dict[str, JobRecord] = {}
+        self._health: dict[tuple[str, int], ChipHealthRecord] = {}
+        self._checkpoints: dict[str, list[CheckpointRecord]] = {}
+        self._idem: dict[tuple[str, str], tuple[str, str]] = {}
+        self._tokens: dict[str, TokenRecord] = {}
+        self._audit: list[AuditRecord] = []
+        self._depth = 0
+
+    _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit")
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            if self._depth:  # nested: joins the outer transaction
+                yield
+                return
+            saved = {k: copy.deepcopy(getattr(self, k)) for k in self._STATE}
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                for k, v in saved.items():
+                    setattr(self, k, v)
+                raise
+            finally:
+                self._depth -= 1
+
+    def close(self) -> None:
+        pass
+
+    # --- clusters ----------------------------------------------------------------
+    def save_cluster(self, rec: ClusterRecord) -> None:
+        with self._lock:
+            self._clusters[rec.id] = copy.deepcopy(rec)
+
+    def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
+        with self._lock:
+            rec = self._clusters.get(cluster_id)
+            return copy.deepcopy(rec) if rec else None
+
+    def find_cluster_by_name(self, name: str) -> ClusterRecord | None:
+        with self._lock:
+            for rec in self._clusters.values():
+                if rec.name == name and rec.state != "deleted":
+                    return copy.deepcopy(rec)
+            return None
+
+    def list_clusters(self, *, after: str | None = None, limit: int = 100, include_deleted: bool = False) -> list[ClusterRecord]:
+        with self._lock:
+            recs = sorted(self._clusters.values(), key=lambda r: r.id)
+            recs = [r for r in recs if (after is None or r.id > after) and (include_deleted or r.state != "deleted")]
+            return [copy.deepcopy(r) for r in recs[:limit]]
+
+    # --- jobs ------------------------------------------------------------------------
+    def save_job(self, rec: JobRecord) -> None:
+        with self._lock:
+            self._jobs[rec.id] = copy.deepcopy(rec)
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            rec = self._jobs.get(job_id)
+            return copy.deepcopy(rec) if rec else None
+
+    def list_jobs(self, *, cluster_id: str | None = None, states: Sequence[str] | None = None, after: str | None = None, limit: int = 100) -> list[JobRecord]:
+        with self._lock:
+            recs = sorted(self._jobs.values(), key=lambda r: r.id)
+            recs = [
+                r for r in recs
+                if (cluster_id is None or r.cluster_id == cluster_id)
+                and (states is None or r.state in states)
+                and (after is None or r.id > after)
+            ]
+            return [copy.deepcopy(r) for r in recs[:limit]]
+
+    # --- chip health -------------------------------------------------------------------
+    def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None:
+        with self._lock:
+            for r in records:
+                self._health[(r.cluster_id, r.chip)] = copy.deepcopy(r)
+
+    def list_chip_health(self, cluster_id: str) -> list[ChipHealthRecord]:
+        with self._lock:
+            return sorted(
+                (copy.deepcopy(r) for (c, _), r in self._health.items() if c == cluster_id),
+                key=lambda r: r.chip,
+            )
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def add_checkpoint(self, rec: CheckpointRecord) -> None:
+        with self._lock:
+            self._checkpoints.setdefault(rec.job_id, []).append(copy.deepcopy(rec))
+
+    def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None:
+        with self._lock:
+            cps = self._checkpoints.get(job_id)
+            return copy.deepcopy(max(cps, key=lambda c: c.step)) if cps else None
+
+    # --- idempotency ---------------------------------------------------------------------
+    def get_idempotent(self, operation: str, client_token: str) -> str | None:
+        with self._lock:
+            hit = self._idem.get((operation, client_token))
+            return hit[0] if hit else None
+
+    def put_idempotent(self, operation: str, client_token: str, resource_id: str, request_hash: str) -> None:
+        with self._lock:
+            self._idem[(operation, client_token)] = (resource_id, request_hash)
+
+    def idempotent_request_hash(self, operation: str, client_token: str) -> str | None:
+        with self._lock:
+            hit = self._idem.get((operation, client_token))
+            return hit[1] if hit else None
+
+    # --- tokens --------------------------------------------------------------------------
+    def add_token(self, rec: TokenRecord) -> None:
+        with self._lock:
+            self._tokens[rec.id] = copy.deepcopy(rec)
+
+    def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        with self._lock:
+            for t in self._tokens.values():
+                if t.token_hash == token_hash:
+                    return copy.deepcopy(t)
+            return None
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._lock:
+            return [copy.deepcopy(t) for t in self._tokens.values()]
+
+    def count_tokens(self) -> int:
+        with self._lock:
+            return len(self._tokens)
+
+    # --- audit ---------------------------------------------------------------------------
+    def append_audit(self, *, time: float, actor: str, action: str, target: str, result: str, detail: dict[str, Any]) -> AuditRecord:
+        with self._lock:
+            seq = len(self._audit) + 1
+            prev = self._audit[-1].hash if self._audit else GENESIS_HASH
+            fields = {"seq": seq, "time": float(time), "actor": actor, "action": action,
+                      "target": target, "result": result, "detail": copy.deepcopy(detail),
+                      "prev_hash": prev}
+            rec = AuditRecord(**fields, hash=audit_hash(**fields))
+            self._audit.append(rec)
+            return copy.deepcopy(rec)
+
+    def list_audit(self, *, after_seq: int = 0, limit: int = 100) -> list[AuditRecord]:
+        with self._lock:
+            return [copy.deepcopy(r) for r in self._audit if r.seq > after_seq][:limit]
+
+    def iter_audit(self) -> Iterator[AuditRecord]:
+        with self._lock:
+            records = [copy.deepcopy(r) for r in self._audit]
+        return iter(records)
+
+    def verify_audit(self) -> tuple[bool, int | None, str]:
+        return verify_chain(self.iter_audit()).as_tuple()
+
+    def tamper_audit(self, seq: int, **changes: Any) -> None:
+        """Test hook: change a stored audit record in place, as an attacker with DB access would."""
+        with self._lock:
+            rec = self._audit[seq - 1]
+            for k, v in changes.items():
+                setattr(rec, k, v)

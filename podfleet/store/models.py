@@ -1,0 +1,127 @@
+"""SQLAlchemy ORM tables (typed). The migrations in ``migrations/versions`` build exactly
+these; ``tests/store`` checks the two agree.
+
+Columns that are queried or constrained are first-class; what the control plane derives
+lives in JSON (``spec``/``status``/``detail``) so new fields need no migration. Audit
+``detail`` is stored as its canonical JSON text, so what is hashed is exactly what is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Stable constraint names so migrations and error messages can refer to them.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ClusterRow(Base):
+    __tablename__ = "clusters"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[float] = mapped_column(Double)
+
+    __table_args__ = (
+        # A name is unique among live clusters; a deleted one frees its name.
+        Index(
+            "uq_clusters_live_name", "name", unique=True,
+            sqlite_where=text("state != 'deleted'"),
+            postgresql_where=text("state != 'deleted'"),
+        ),
+    )
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(String(64), ForeignKey("clusters.id"), index=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[float] = mapped_column(Double)
+
+
+class ChipHealthRow(Base):
+    __tablename__ = "chip_health"
+    cluster_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("clusters.id"), primary_key=True
+    )
+    chip: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(String(32))
+    spare: Mapped[bool] = mapped_column(Boolean)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class CheckpointRow(Base):
+    __tablename__ = "checkpoints"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64), ForeignKey("jobs.id"))
+    step: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Double)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (Index("ix_checkpoints_job_id_step", "job_id", "step"),)
+
+
+class IdempotencyKeyRow(Base):
+    __tablename__ = "idempotency_keys"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    operation: Mapped[str] = mapped_column(String(64))
+    client_token: Mapped[str] = mapped_column(String(255))
+    resource_id: Mapped[str] = mapped_column(String(64))
+    request_hash: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Double)
+
+    __table_args__ = (UniqueConstraint("operation", "client_token"),)
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(32))
+    token_hash: Mapped[str] = mapped_column(String(128), unique=True)
+    created_at: Mapped[float] = mapped_column(Double)
+    revoked: Mapped[bool] = mapped_column(Boolean)
+
+
+class AuditEventRow(Base):
+    __tablename__ = "audit_events"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    time: Mapped[float] = mapped_column(Double)
+    actor: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(128))
+    target: Mapped[str] = mapped_column(String(255))
+    result: Mapped[str] = mapped_column(String(128))
+    detail: Mapped[str] = mapped_column(Text)  # canonical JSON text
+    prev_hash: Mapped[str] = mapped_column(String(64))
+    hash: Mapped[str] = mapped_column(String(64))

@@ -1,0 +1,76 @@
+"""Plain records the store persists and the control plane uses (no SQLAlchemy here).
+
+``spec`` holds what the operator asked for (immutable after create); ``status`` holds
+what the control plane derived (state, progress, allocation, timestamps...). Both are
+JSON-serialisable dicts so new fields never need a migration; columns that are queried
+or constrained (ids, names, state, cluster_id, created_at) are first-class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ClusterRecord:
+    id: str  # "cl-..."
+    name: str  # unique among live clusters
+    state: str  # ClusterState value (deploying, active, failed, deleting, deleted)
+    spec: dict[str, Any]
+    status: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0  # unix seconds (UTC)
+    updated_at: float = 0.0
+
+
+@dataclass
+class JobRecord:
+    id: str  # "job-..."
+    cluster_id: str
+    state: str  # JobState value
+    spec: dict[str, Any]
+    status: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass
+class ChipHealthRecord:
+    cluster_id: str
+    chip: int
+    state: str  # ChipState value
+    spare: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CheckpointRecord:
+    id: str  # "ckpt-..."
+    job_id: str
+    step: int
+    path: str
+    created_at: float
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TokenRecord:
+    id: str  # "tok-..."
+    name: str
+    role: str  # admin | operator | viewer
+    token_hash: str  # never the token itself
+    created_at: float
+    revoked: bool = False
+
+
+@dataclass
+class AuditRecord:
+    seq: int  # 1, 2, 3 ... gap-free
+    time: float
+    actor: str  # token id/name, or "anonymous"
+    action: str  # operationId, e.g. "CreateTrainiumCluster"
+    target: str  # resource id or ""
+    result: str  # "allowed" / "denied" / "error:<code>" / "ok"
+    detail: dict[str, Any]
+    prev_hash: str  # hash of record seq-1 ("0"*64 for the first)
+    hash: str  # sha256 over (seq, time, actor, action, target, result, detail, prev_hash), canonical JSON
