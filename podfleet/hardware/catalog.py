@@ -94,13 +94,13 @@ def get_topology(name: str) -> Topology:
     """A named topology, or ``NAME:COUNT`` for a fleet of COUNT such groups."""
     if name in _cache:
         return _cache[name]
-    base, _, count_s = name.partition(":")
+    base, sep, count_s = name.partition(":")
     if base not in BUILDERS:
         raise UnknownNameError(
             "topology", name, [*TOPOLOGY_NAMES, "NAME:COUNT (fleet)"], field="topology"
         )
     topo = BUILDERS[base]()
-    if count_s:
+    if sep:
         try:
             count = int(count_s)
         except ValueError:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from podfleet.hardware.specs import get_chip
-
 AXIS_NAMES = ("x", "y", "z", "w", "v", "u")
+# Above this many chips hop counts are computed from coordinates, not an n x n matrix.
+_HOP_MATRIX_MAX_CHIPS = 4096
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,10 @@ class GridTopology(Topology):
         return min(d, self.dims[k] - d) if self.axes[k].wrap else d
 
     def hops(self, a: int, b: int) -> int:
-        return int(self.hop_matrix[a, b])
+        if self.n_chips <= _HOP_MATRIX_MAX_CHIPS:
+            return int(self.hop_matrix[a, b])
+        ca, cb = self._coords[a], self._coords[b]
+        return sum(self.axis_distance(k, int(ca[k]), int(cb[k])) for k in range(len(self.dims)))
 
     def neighbours(self, chip: int) -> list[int]:
         """Neighbours in neuron-ls order: -y (up), -x (left), +y (down), +x (right), then z."""
@@ -206,9 +209,19 @@ class GridTopology(Topology):
 
     @property
     def avg_hops(self) -> float:
-        if self.n_chips < 2:
+        # Per axis: the sum of ring/line distances over all coordinate pairs, counted once
+        # for every pair of positions on the other axes. Exact, and no n x n matrix.
+        n = self.n_chips
+        if n < 2:
             return 0.0
-        return float(self.hop_matrix.sum()) / (self.n_chips * (self.n_chips - 1))
+        total = 0
+        for a in self.axes:
+            pos = np.arange(a.size)
+            d = np.abs(pos[:, None] - pos[None, :])
+            if a.wrap:
+                d = np.minimum(d, a.size - d)
+            total += int(d.sum()) * (n // a.size) ** 2
+        return total / (n * (n - 1))
 
     @property
     def bisection_bw_bytes_per_s(self) -> float:
@@ -223,11 +236,19 @@ class GridTopology(Topology):
     # --- sub-blocks ------------------------------------------------------------
     def shapes(self, size: int) -> list[tuple[int, ...]]:
         """All block shapes of exactly ``size`` chips that fit in this grid."""
-        out = []
-        for shape in itertools.product(*[range(1, d + 1) for d in self.dims]):
-            if math.prod(shape) == size:
-                out.append(tuple(shape))
-        return out
+        # Divisors axis by axis (not the product of all ranges, which is 64^6 on big grids);
+        # same order as itertools.product: lexicographic, x first.
+        def rec(k: int, left: int) -> Iterator[tuple[int, ...]]:
+            if k == len(self.dims):
+                if left == 1:
+                    yield ()
+                return
+            for s in range(1, min(self.dims[k], left) + 1):
+                if left % s == 0:
+                    for rest in rec(k + 1, left // s):
+                        yield (s, *rest)
+
+        return list(rec(0, size)) if size >= 1 else []
 
     def block_table(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(offsets [n, ndim], chips [n, size]) for every placement of ``shape``."""
