@@ -1,0 +1,198 @@
+"""Step time of a plan: compute, tensor-parallel communication, pipeline bubble,
+data-parallel gradient reduction overlapped with backward, and the optimizer step.
+
+Per micro-batch and pipeline stage (L/p layers):
+
+    forward   = L/p * (layer_fwd + 2 tp_all_reduce)     (reduce-scatter + all-gather
+    backward  = L/p * (layer_bwd + 2 tp_all_reduce)      with sequence parallelism:
+    recompute = full: forward again; selective: the      the same volume)
+                attention core; none: 0
+    p2p       = 2 * v sends of s*b*h*2/t bytes to the next stage (scatter-gather)
+
+The last stage also runs the logits and loss. With m micro-batches and v chunks per
+stage the pipeline takes m * t_last + (p-1)/v * t_stage (1F1B: bubble fraction
+(p-1)/m; interleaved: (p-1)/(v*m)). The gradient reduction over the data-parallel
+group overlaps the backward of the last micro-batch and only what sticks out counts;
+ZeRO-1 turns it into reduce-scatter + all-gather of the updated parameters (the
+all-gather hides behind the next forward); ZeRO-2 reduce-scatters every
+micro-batch's gradients; ZeRO-3 gathers parameters for every
+micro-batch. The optimizer step is memory-bound: 28 bytes of HBM traffic per local
+parameter (Adam on fp32 master weights).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from podfleet.hardware.specs import ChipSpec, get_chip
+from podfleet.hardware.topology import Topology
+from podfleet.perf import collectives as col
+from podfleet.perf import flops
+from podfleet.perf.collectives import HEALTHY, LinkHealth
+from podfleet.perf.compute import BYTES, layer_times
+from podfleet.perf.efficiency import Efficiency, efficiency_for
+from podfleet.perf.flops import Recompute
+from podfleet.perf.layout import all_dp_groups, all_tp_groups, dp_group, tp_group
+from podfleet.perf.memory import MIXED, MemoryBreakdown, Precision, memory_per_chip, stage_params
+from podfleet.perf.models import ModelSpec
+from podfleet.perf.plan import Plan
+
+OPTIMIZER_BYTES_PER_PARAM = 28
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    step_time_s: float
+    compute_s: float  # pipeline compute incl. recompute, without the bubble
+    tp_comm_s: float
+    pp_comm_s: float
+    bubble_s: float
+    dp_comm_exposed_s: float
+    optimizer_s: float
+    model_flops: float
+    hardware_flops: float
+    tokens_per_s: float
+    tflops_per_chip: float
+    mfu: float
+    hfu: float
+    memory: MemoryBreakdown
+    hbm_bytes: int
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total_bytes <= self.hbm_bytes
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_chip": self.tflops_per_chip,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory_per_chip_bytes": int(self.memory.total_bytes),
+            "hbm_bytes": self.hbm_bytes,
+            "fits": self.fits,
+            "breakdown_s": {
+                "compute": self.compute_s,
+                "tp_comm": self.tp_comm_s,
+                "pp_comm": self.pp_comm_s,
+                "bubble": self.bubble_s,
+                "dp_comm_exposed": self.dp_comm_exposed_s,
+                "optimizer": self.optimizer_s,
+            },
+            "memory_bytes": self.memory.to_dict(),
+        }
+
+
+_COLLECTIVES = {"ar": col.all_reduce_s, "rs": col.reduce_scatter_s, "ag": col.all_gather_s}
+
+
+@functools.lru_cache(maxsize=16384)
+def _group_cost(kind: str, which: str, topo: Topology, tp: int, dp: int, pp: int, nbytes: float,
+                link_eff: float, health: LinkHealth) -> float:
+    """The slowest group's collective: every group of a kind runs at once and the step
+    waits for the last. Healthy groups of one kind are symmetric, so one stands for all."""
+    if which == "tp":
+        groups = all_tp_groups(tp, tp * dp * pp) if not health.empty else [tp_group(tp)]
+    else:
+        groups = all_dp_groups(tp, dp, pp) if not health.empty else [dp_group(tp, dp)]
+    fn = _COLLECTIVES[kind]
+    return max(fn(col.group_levels(topo, g, health), nbytes, link_eff) for g in groups)
+
+
+def estimate(
+    model: ModelSpec,
+    plan: Plan,
+    topo: Topology,
+    *,
+    chip: ChipSpec | None = None,
+    eff: Efficiency | None = None,
+    precision: Precision = MIXED,
+    health: LinkHealth = HEALTHY,
+    slow_chip_factor: float = 1.0,
+    dtype: str = "bf16",
+    memory: MemoryBreakdown | None = None,
+) -> StepEstimate:
+    """Predict one training step of ``plan`` on ``topo`` (the job's own topology, whose
+    chips 0..n-1 are the ranks). ``memory``: the plan's memory if already computed."""
+    chip = chip or get_chip(topo.chip_type)
+    eff = eff or efficiency_for(chip.name)
+    tp, pp, dp, v, m = plan.tp, plan.pp, plan.dp, plan.interleave, plan.num_micro_batches
+    sp = plan.sequence_parallel and tp > 1
+    lt = layer_times(model, tp, sp, plan.micro_batch, chip, eff, dtype)
+    slow = slow_chip_factor
+    layers = model.layers / pp
+    act_bytes = plan.micro_batch * model.seq_len * model.hidden * BYTES
+
+    tp_ar = 0.0
+    if tp > 1:
+        tp_ar = _group_cost("ar", "tp", topo, tp, dp, pp, act_bytes, eff.link, health)
+    comm_pass = layers * 2 * tp_ar  # two all-reduces per layer per pass
+    fwd = layers * lt.fwd_s * slow
+    bwd = layers * lt.bwd_s * slow
+    if plan.recompute == Recompute.full:
+        rec, rec_comm = fwd, comm_pass
+    elif plan.recompute == Recompute.selective and not model.flash_attention:
+        rec, rec_comm = layers * lt.attn_core_fwd_s * slow, 0.0
+    else:
+        rec, rec_comm = 0.0, 0.0
+    p2p = 0.0
+    if pp > 1:
+        nbytes = act_bytes / (tp if tp > 1 else 1)
+        p2p = 2 * v * col.p2p_s(topo, 0, tp * dp, nbytes, eff.link)
+    stage = fwd + bwd + rec + 2 * comm_pass + rec_comm + p2p
+    last = stage + (lt.logits_fwd_s + lt.logits_bwd_s) * slow
+    bubble = (pp - 1) / v * stage if pp > 1 else 0.0
+    pipeline = m * last + bubble
+
+    # Data-parallel gradient reduction, overlapped with the last micro-batch's backward.
+    dp_exposed = 0.0
+    local_params = stage_params(model, plan)
+    if dp > 1:
+        dims = (topo, tp, dp, pp)
+        grad_bytes = local_params * precision.grad_bytes
+        param_bytes = local_params * precision.param_bytes
+        window_bwd = bwd + rec
+        if plan.zero_stage == 0:
+            dp_exposed = max(0.0, _group_cost("ar", "dp", *dims, grad_bytes, eff.link, health) - window_bwd)
+        elif plan.zero_stage == 1:
+            rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
+            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
+            dp_exposed = max(0.0, rs - window_bwd) + max(0.0, ag - fwd)
+        elif plan.zero_stage == 2:
+            # Sharded gradients cannot accumulate locally: every micro-batch's backward
+            # reduce-scatters its gradients.
+            rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
+            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
+            dp_exposed = m * max(0.0, rs - window_bwd) + max(0.0, ag - fwd)
+        else:
+            rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
+            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
+            dp_exposed = m * max(0.0, 2 * ag + rs - (fwd + bwd + rec))
+    opt_params = local_params / (dp if plan.zero_stage >= 1 else 1)
+    optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / (chip.hbm_bw_bytes_per_s * eff.hbm) * slow
+
+    step = pipeline + dp_exposed + optimizer
+    gb = plan.global_batch
+    mf = flops.model_flops_per_step(model, gb)
+    hf = flops.hardware_flops_per_step(model, gb, plan.recompute)
+    peak = chip.peak_flops(dtype)
+    n = plan.chips
+    return StepEstimate(
+        step_time_s=step,
+        compute_s=m * (fwd + bwd + rec + (lt.logits_fwd_s + lt.logits_bwd_s) * slow),
+        tp_comm_s=m * (2 * comm_pass + rec_comm),
+        pp_comm_s=m * p2p,
+        bubble_s=bubble,
+        dp_comm_exposed_s=dp_exposed,
+        optimizer_s=optimizer,
+        model_flops=mf,
+        hardware_flops=hf,
+        tokens_per_s=gb * model.seq_len / step,
+        tflops_per_chip=mf / step / n / 1e12,
+        mfu=mf / (step * n * peak),
+        hfu=hf / (step * n * peak),
+        memory=memory or memory_per_chip(model, plan, precision),
+        hbm_bytes=chip.hbm_bytes,
+    )
