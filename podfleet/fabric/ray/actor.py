@@ -1,0 +1,110 @@
+"""The Ray actor that runs one rank: ``run_worker`` inside the actor process.
+
+Plain Python here; ``RayFabric`` wraps it with ``ray.remote`` at launch so this module
+imports without Ray. The actor is threaded (``max_concurrency`` > 1): ``run`` trains in
+one thread while ``poll`` answers from another, returning the reports buffered since
+the last poll plus the process's own CPU and memory (psutil), so the driver needs no
+access to the worker's host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from podfleet.training.config import WorkerConfig
+
+
+class _BufferReporter:
+    """The ``Reporter`` a rank sees: appends to a list the driver drains with ``poll``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.msgs: list[dict[str, Any]] = []
+        self.last_beat = time.monotonic()
+
+    def _put(self, msg: dict[str, Any]) -> None:
+        msg["t"] = time.time()
+        with self._lock:
+            self.msgs.append(msg)
+            self.last_beat = time.monotonic()
+
+    def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float) -> None:
+        self._put({"type": "progress", "step": step, "loss": loss, "tokens_per_s": tokens_per_s,
+                   "step_time_s": step_time_s})
+
+    def heartbeat(self) -> None:
+        with self._lock:
+            self.last_beat = time.monotonic()
+
+    def log(self, line: str) -> None:
+        self._put({"type": "log", "line": line})
+
+    def checkpoint(self, step: int, path: str) -> None:
+        self._put({"type": "checkpoint", "step": step, "path": path})
+
+    def drain(self) -> tuple[list[dict[str, Any]], float]:
+        with self._lock:
+            out, self.msgs = self.msgs, []
+            return out, time.monotonic() - self.last_beat
+
+
+class WorkerActor:
+    def __init__(self, job_id: str, rank: int) -> None:
+        self.job_id, self.rank = job_id, rank
+        self.reporter = _BufferReporter()
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # the first call only sets the baseline
+        self.running = False
+
+    def hello(self) -> dict[str, Any]:
+        """Where this rank lives; rank 0's answer gives the job's master address and port."""
+        import ray
+
+        ctx = ray.get_runtime_context()
+        ids = ctx.get_accelerator_ids() if hasattr(ctx, "get_accelerator_ids") else {}
+        return {
+            "pid": os.getpid(),
+            "ip": ray.util.get_node_ip_address(),
+            "node_id": ctx.get_node_id(),
+            "port": _free_port(),
+            "accelerators": {k: [str(v) for v in vs] for k, vs in ids.items() if vs},
+            "neuron_rt_visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
+        }
+
+    def run(self, cfg_json: str) -> dict[str, Any]:
+        from podfleet.training.worker import run_worker
+
+        cfg = WorkerConfig.from_json(cfg_json)
+        self.running = True
+        try:
+            result = run_worker(cfg, self.reporter)
+        finally:
+            self.running = False
+        out = dataclasses.asdict(result)
+        out["extra"] = {k: v for k, v in out.get("extra", {}).items() if isinstance(v, str | int | float | bool)}
+        return out
+
+    def poll(self) -> dict[str, Any]:
+        msgs, beat_age_s = self.reporter.drain()
+        try:
+            cpu = self._proc.cpu_percent(None)
+            rss = float(self._proc.memory_info().rss)
+        except psutil.Error:
+            cpu, rss = 0.0, 0.0
+        return {"msgs": msgs, "cpu_percent": cpu, "mem_bytes": rss, "heartbeat_age_s": beat_age_s,
+                "running": self.running}
+
+
+def _free_port() -> int:
+    # Bind-and-release: the usual way (torchrun, Ray Train) to pick a port for the
+    # rendezvous; the tiny race with other binders on the node is accepted.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])

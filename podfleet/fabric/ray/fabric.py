@@ -1,0 +1,367 @@
+"""``RayFabric``: a job's gang as Ray actors in one placement group, on any Ray cluster.
+
+Chips are units of a Ray resource: ``CPU`` slots, ``GPU`` devices or ``neuron_cores``
+(Trainium; Ray sets ``NEURON_RT_VISIBLE_CORES`` for each actor). A job's gang is one
+placement group with a bundle per rank (PACK or SPREAD; Ray places all bundles or none),
+and one ``WorkerActor`` per bundle runs ``podfleet.training.worker.run_worker``: rank 0's
+actor picks the rendezvous port on its node, every rank joins torch.distributed there
+(gloo on CPU, NCCL on CUDA).
+
+Threads: ``launch``/``stop``/``kill_worker`` run on the caller's (engine) thread and never
+block on Ray; a starter thread per job waits for the placement group and the
+rendezvous, and one poller thread drains every actor's reports, samples its CPU and
+memory and notices deaths and hangs. Events reach subscribers on the timeline's engine
+thread through ``timeline.submit``. Ray is imported lazily so the control plane imports
+this module without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from podfleet.errors import (
+    ConflictError,
+    InfeasibleError,
+    InvalidInputError,
+    NotFoundError,
+    UnknownNameError,
+)
+from podfleet.fabric.base import (
+    ChipState,
+    FabricEvent,
+    LinkState,
+    WorkerGroupSpec,
+    check_chip_transition,
+)
+from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState
+from podfleet.fabric.ray.runner import JobRunner
+from podfleet.hardware.topology import SwitchedTopology, Topology
+from podfleet.training.config import WorkerConfig
+
+RESOURCES = ("CPU", "GPU", "neuron_cores")
+STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
+METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s")  # as fabric/local
+# Options a WorkerGroupSpec may carry that are the fabric's, not the worker's.
+FABRIC_OPTIONS = frozenset({"placement", "max_retries", "recover"})
+# Nominal figures for the pseudo-topology of Ray slots (no physical wiring is known):
+# 25 GB/s per chip (EFA on a trn2 instance, reference/trn2.md) and 15 us latency.
+RAY_SLOT_BW_BYTES_PER_S = 25e9
+RAY_SLOT_LATENCY_S = 15e-6
+
+
+class _Connection:
+    """A process holds one Ray connection; fabrics share it (Ray allows no second one)."""
+
+    started = False  # a RayFabric called ray.init (else the embedding program did)
+    users = 0
+
+
+_connection = _Connection()
+
+
+def _import_ray() -> Any:
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise InfeasibleError(
+            "fabric 'ray' needs the ray package: pip install 'podfleet[ray]'", field="fabric"
+        ) from None
+
+
+class RayFabric:
+    kind = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        timeline: Any = None,
+        n_chips: int | None = None,
+        resource: str = "CPU",
+        spares: Iterable[int] = (),
+        *,
+        topology: Topology | None = None,
+        per_chip: float = 1.0,
+        chip_type: str = "trn2",
+        workdir: str | None = None,
+        placement: str = "pack",
+        placement_timeout_s: float = 60.0,
+        hang_timeout_s: float = 30.0,
+        poll_interval_s: float = 0.2,
+        init_kwargs: Mapping[str, Any] | None = None,
+        runtime_env: Mapping[str, Any] | None = None,
+    ) -> None:
+        if resource not in RESOURCES:
+            raise UnknownNameError("ray resource", resource, RESOURCES, field="resource")
+        if placement.lower() not in STRATEGIES:
+            raise UnknownNameError("placement strategy", placement, STRATEGIES, field="placement")
+        if not per_chip > 0:
+            raise InvalidInputError(f"per_chip must be positive, got {per_chip}", field="per_chip")
+        ray = _import_ray()
+        self._ray = ray
+        self.address = address
+        self.resource = resource
+        self.per_chip = float(per_chip)
+        self.placement = placement.lower()
+        self.placement_timeout_s = placement_timeout_s
+        self.hang_timeout_s = hang_timeout_s
+        self.poll_interval_s = poll_interval_s
+        # e.g. {"env_vars": {"PODFLEET_CHECKPOINT_KEY": ...}, "py_modules": [podfleet]} for
+        # a remote cluster whose nodes lack podfleet or the key.
+        self.runtime_env = dict(runtime_env) if runtime_env else None
+        self._closed = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                      "configure_logging": False}
+            if address is None:
+                # A private local instance (tests, a laptop): as small as Ray allows.
+                kwargs.update(num_cpus=max(2, n_chips or 2) if resource == "CPU" else 2,
+                              object_store_memory=100 * 1024 * 1024)
+            kwargs.update(init_kwargs or {})
+            try:
+                ray.init(address=address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise InfeasibleError(f"cannot connect to Ray at {address!r}: {exc}", field="ray_address") from None
+            _connection.started = True
+        try:
+            self._setup(ray, resource, n_chips, topology, spares, chip_type, workdir)
+        except BaseException:
+            if _connection.started and not _connection.users:
+                ray.shutdown()
+                _connection.started = False
+            raise
+        _connection.users += 1
+        if timeline is not None:
+            self.attach(timeline)
+
+    def _setup(self, ray: Any, resource: str, n_chips: int | None, topology: Topology | None,
+               spares: Iterable[int], chip_type: str, workdir: str | None) -> None:
+        available = ray.cluster_resources().get(resource, 0.0)
+        capacity = math.floor(available / self.per_chip + 1e-9)
+        if topology is not None:
+            n_chips = topology.n_chips
+        if n_chips is None:
+            n_chips = capacity
+        if n_chips < 1:
+            raise InfeasibleError(
+                f"the Ray cluster has {available:g} {resource}; a chip needs {self.per_chip:g}", field="resource"
+            )
+        if n_chips > capacity:
+            raise InfeasibleError(
+                f"n_chips {n_chips} needs {n_chips * self.per_chip:g} {resource}, "
+                f"the Ray cluster has {available:g}", field="n_chips", allowed=f"1-{capacity}",
+            )
+        self.n_chips = n_chips
+        self.topology: Topology = topology or SwitchedTopology(
+            f"ray-{n_chips}", chip_type, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
+        self.spares = tuple(int(s) for s in spares)
+        for s in self.spares:
+            self.topology.check_chip(s)
+        self.workdir = workdir or os.path.join(tempfile.gettempdir(), "podfleet-ray")
+        self._states = [ChipState.HEALTHY] * n_chips
+        self._reasons: dict[int, str] = {}
+        self._chip_job: dict[int, tuple[str, int]] = {}
+        self.jobs: dict[str, RayJob] = {}
+        self._subscribers: list[Callable[[FabricEvent], None]] = []
+        self._lock = threading.RLock()
+        self._t0 = time.monotonic()
+        self.timeline: Any = None
+        self._runner = JobRunner(self)
+
+    # --- Fabric protocol ----------------------------------------------------------------------
+    def attach(self, timeline: Any) -> None:
+        self.timeline = timeline
+        self._runner.start()
+
+    def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
+        self._subscribers.append(callback)
+
+    def chip_states(self) -> list[ChipState]:
+        return list(self._states)
+
+    def set_chip_state(self, chip: int, state: ChipState, reason: str) -> None:
+        self.topology.check_chip(chip)
+        check_chip_transition(self._states[chip], state)
+        self._states[chip] = state
+        self._reasons[chip] = reason
+
+    def link_states(self) -> list[LinkState]:
+        return [LinkState.UP] * len(self.topology.links)
+
+    def chip_metrics(self) -> Mapping[str, np.ndarray]:
+        out = {m: np.zeros(self.n_chips) for m in METRICS}
+        with self._lock:
+            for job in self.jobs.values():
+                if job.state in TERMINAL:
+                    continue
+                for r in job.ranks:
+                    if r.done:
+                        continue
+                    c = r.chip
+                    out["busy"][c] = 1.0
+                    out["cpu_percent"][c] = r.cpu_percent
+                    out["mem_bytes"][c] = r.mem_bytes
+                    out["step_time_s"][c] = r.step_time_s
+                    out["tokens_per_s"][c] = r.tokens_per_s
+                    out["heartbeat_age_s"][c] = r.heartbeat_age_s
+        return out
+
+    def link_metrics(self) -> Mapping[str, np.ndarray]:
+        links = self.topology.links
+        return {
+            "src": np.array([lk.src for lk in links], dtype=np.int64),
+            "dst": np.array([lk.dst for lk in links], dtype=np.int64),
+            "nominal_bandwidth_bytes_per_s": np.array([lk.bw_bytes_per_s for lk in links]),
+        }
+
+    def launch(self, group: WorkerGroupSpec) -> None:
+        """Validate and start a gang; returns at once (placement happens in the background)."""
+        chips = tuple(int(c) for c in group.chips)
+        if not chips:
+            raise InvalidInputError("a job needs at least one chip", field="chips")
+        if len(set(chips)) != len(chips):
+            raise InvalidInputError(f"chips {list(chips)} repeat a chip", field="chips")
+        for c in chips:
+            self.topology.check_chip(c)
+        strategy = str(group.options.get("placement", self.placement)).lower()
+        if strategy not in STRATEGIES:
+            raise UnknownNameError("placement strategy", strategy, STRATEGIES, field="placement")
+        workdir = os.path.join(self.workdir, group.job_id)
+        ckpt_dir = group.options.get("checkpoint_dir") or (
+            os.path.join(workdir, "checkpoints") if group.checkpoint_interval else None)
+        job = RayJob(group, strategy, workdir, ckpt_dir)
+        job.ranks = [RankRecord(r, c) for r, c in enumerate(chips)]
+        self.worker_config(job, 0, "127.0.0.1", 29500)  # bad input is reported before conflicts
+        with self._lock:
+            old = self.jobs.get(group.job_id)
+            if old is not None and old.state not in TERMINAL:
+                raise ConflictError(f"job {group.job_id} is already {old.state.value} on this fabric", field="job_id")
+            busy = [c for c in chips if c in self._chip_job]
+            if busy:
+                raise ConflictError(f"chips {busy} are in use by job {self._chip_job[busy[0]][0]}", field="chips")
+            bad = [c for c in chips if self._states[c] not in (ChipState.HEALTHY, ChipState.DEGRADED)]
+            if bad:
+                raise ConflictError(f"chips {bad} are {self._states[bad[0]].value}", field="chips")
+            self.jobs[group.job_id] = job
+            for r in job.ranks:
+                self._chip_job[r.chip] = (group.job_id, r.rank)
+        self._runner.start()
+        self._runner.start_job(job)
+
+    def stop(self, job_id: str) -> None:
+        job = self._job(job_id)
+        with self._lock:
+            if job.state in TERMINAL or job.state is RayJobState.STOPPING:
+                return
+            job.set_state(RayJobState.STOPPING)
+            for r in job.ranks:
+                if not r.done:
+                    r.killed_by = "stop"
+        self._runner.teardown(job)
+        with self._lock:
+            for r in job.ranks:
+                if not r.done:
+                    r.cause = ExitCause.STOPPED
+            job.set_state(RayJobState.STOPPED)
+            job.reason = "stopped"
+            self._free(job)
+        self.emit("job-stopped", job_id=job_id)
+
+    # --- beyond the protocol ----------------------------------------------------------------
+    def kill_worker(self, job_id: str, rank: int) -> None:
+        """Fault injection: kill one rank's actor (ray.kill); detected like any death."""
+        job = self._job(job_id)
+        if not 0 <= rank < len(job.ranks):
+            raise NotFoundError(f"job {job_id} has ranks 0-{len(job.ranks) - 1}, not {rank}", field="rank")
+        r = job.ranks[rank]
+        if job.state is not RayJobState.RUNNING or r.actor is None or r.done:
+            raise ConflictError(f"rank {rank} of job {job_id} is not running (job {job.state.value})", field="rank")
+        r.killed_by = "fault"
+        self._ray.kill(r.actor, no_restart=True)
+
+    def job_status(self, job_id: str) -> dict[str, Any]:
+        with self._lock:
+            return self._job(job_id).status()
+
+    def close(self) -> None:
+        """Stop every job and the poller; disconnect from Ray when the last fabric that
+        shares this process's connection closes and a fabric opened it."""
+        if self._closed:
+            return
+        self._closed = True
+        for job_id, job in list(self.jobs.items()):
+            if job.state not in TERMINAL:
+                self.stop(job_id)
+        self._runner.close()
+        _connection.users -= 1
+        if _connection.users == 0 and _connection.started and self._ray.is_initialized():
+            self._ray.shutdown()
+            _connection.started = False
+
+    # --- helpers the runner uses ------------------------------------------------------------
+    def _job(self, job_id: str) -> RayJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFoundError(f"job {job_id} is not on this fabric", field="job_id")
+        return job
+
+    def _free(self, job: RayJob) -> None:
+        for r in job.ranks:
+            if self._chip_job.get(r.chip, (None,))[0] == job.job_id:
+                del self._chip_job[r.chip]
+
+    def bundle(self) -> dict[str, float]:
+        return {self.resource: self.per_chip}
+
+    def actor_options(self) -> dict[str, Any]:
+        opts: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
+        if self.resource == "CPU":
+            return {**opts, "num_cpus": self.per_chip}
+        if self.resource == "GPU":
+            return {**opts, "num_cpus": 0, "num_gpus": self.per_chip}
+        return {**opts, "num_cpus": 0, "resources": {"neuron_cores": self.per_chip}}
+
+    def worker_config(self, job: RayJob, rank: int, master_addr: str, master_port: int) -> WorkerConfig:
+        spec = job.spec
+        names = {f.name for f in fields(WorkerConfig)}
+        opts = {k: v for k, v in spec.options.items() if k in names}
+        unknown = sorted(set(spec.options) - names - FABRIC_OPTIONS)
+        if unknown:
+            raise UnknownNameError("job option", unknown[0], sorted(names | FABRIC_OPTIONS), field=unknown[0])
+        if "entrypoint_args" in opts:
+            opts["entrypoint_args"] = tuple(opts["entrypoint_args"])
+        base: dict[str, Any] = {
+            "device": "cuda" if self.resource == "GPU" else "cpu",
+            "checkpoint_dir": job.checkpoint_dir,
+            # No peer replicas: this fabric restarts nothing, so a survivor's replica
+            # would never be read (and writing one would demand a key).
+            "replica_peer": False,
+        }
+        base.update(opts)
+        base.update(job_id=spec.job_id, rank=rank, world_size=len(job.ranks), master_addr=master_addr,
+                    master_port=master_port, model=spec.model, steps=spec.steps,
+                    checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint)
+        base.setdefault("global_batch", max(8, len(job.ranks)) // len(job.ranks) * len(job.ranks))
+        return WorkerConfig(**base)
+
+    def emit(self, kind: str, *, job_id: str | None = None, chip: int | None = None, **detail: Any) -> None:
+        """Publish an event on the engine thread (or inline when no timeline is attached)."""
+        if self.timeline is not None:
+            self.timeline.submit(self._publish, kind, job_id, chip, detail)
+        else:
+            self._publish(kind, job_id, chip, detail)
+
+    def _publish(self, kind: str, job_id: str | None, chip: int | None, detail: dict[str, Any]) -> None:
+        t = float(self.timeline.now) if self.timeline is not None else time.monotonic() - self._t0
+        ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
+        for cb in self._subscribers:
+            cb(ev)

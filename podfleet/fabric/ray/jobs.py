@@ -1,0 +1,125 @@
+"""A Ray job's lifecycle and runtime record (driver side)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from podfleet.states import check_transition
+
+
+class RayJobState(StrEnum):
+    PLACING = "placing"  # waiting for the placement group (all bundles or nothing)
+    STARTING = "starting"  # actors created, rendezvous in progress
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+RAY_JOB_TRANSITIONS: dict[RayJobState, frozenset[RayJobState]] = {
+    RayJobState.PLACING: frozenset({RayJobState.STARTING, RayJobState.STOPPING, RayJobState.FAILED}),
+    RayJobState.STARTING: frozenset({RayJobState.RUNNING, RayJobState.STOPPING, RayJobState.FAILED}),
+    RayJobState.RUNNING: frozenset({RayJobState.STOPPING, RayJobState.FINISHED, RayJobState.FAILED}),
+    RayJobState.STOPPING: frozenset({RayJobState.STOPPED}),
+    RayJobState.FINISHED: frozenset(),
+    RayJobState.FAILED: frozenset(),
+    RayJobState.STOPPED: frozenset(),
+}
+TERMINAL = frozenset({RayJobState.FINISHED, RayJobState.FAILED, RayJobState.STOPPED})
+
+
+class ExitCause(StrEnum):
+    OK = "ok"
+    INFRA = "infra"  # the actor died (killed, node lost, OOM) or hung: not the job's fault
+    USER_CODE = "user-code"  # an exception in the job's code: counts against its retries
+    BAD_INPUT = "bad-input"  # missing entrypoint, wrong key, unwritable dir
+    PEER_LOST = "peer-lost"  # a survivor whose collective broke after a peer died
+    STOPPED = "stopped"  # we stopped it
+
+
+@dataclass
+class RankRecord:
+    rank: int
+    chip: int
+    actor: Any = None  # ray.actor.ActorHandle
+    run_ref: Any = None  # ObjectRef of WorkerActor.run
+    info: dict[str, Any] = field(default_factory=dict)  # hello(): pid, ip, node_id, ...
+    result: dict[str, Any] | None = None
+    cause: ExitCause | None = None
+    killed_by: str | None = None  # "fault", "hang", "stop": why *we* ended it
+    cpu_percent: float = 0.0
+    mem_bytes: float = 0.0
+    heartbeat_age_s: float = 0.0
+    step_time_s: float = 0.0
+    tokens_per_s: float = 0.0
+    armed: bool = False  # hang detection starts after the first step (torch import is slow)
+    last_seen_mono: float = 0.0  # when a poll last answered (a frozen actor stops answering)
+
+    def silent_s(self, now_mono: float) -> float:
+        """How long this rank has given no sign of life: its own heartbeat, or no answer."""
+        return max(self.heartbeat_age_s, now_mono - self.last_seen_mono if self.last_seen_mono else 0.0)
+
+    @property
+    def done(self) -> bool:
+        return self.cause is not None
+
+
+@dataclass
+class RayJob:
+    spec: Any  # WorkerGroupSpec
+    strategy: str
+    workdir: str
+    checkpoint_dir: str | None
+    state: RayJobState = RayJobState.PLACING
+    pg: Any = None  # ray placement group
+    ranks: list[RankRecord] = field(default_factory=list)
+    step: int = 0
+    loss: float | None = None
+    reason: str | None = None
+    pending_ckpt: dict[int, set[int]] = field(default_factory=dict)  # step -> ranks whose shard is durable
+    checkpoint_step: int | None = None
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
+
+    @property
+    def job_id(self) -> str:
+        return str(self.spec.job_id)
+
+    def set_state(self, dst: RayJobState) -> None:
+        check_transition("ray job", RAY_JOB_TRANSITIONS, self.state, dst)
+        self.state = dst
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "chips": list(self.spec.chips),
+            "step": self.step,
+            "loss": self.loss,
+            "reason": self.reason,
+            "checkpoint_step": self.checkpoint_step,
+            "placement": self.strategy,
+            "ranks": [
+                {"rank": r.rank, "chip": r.chip, "node_ip": r.info.get("ip"), "pid": r.info.get("pid"),
+                 "cause": r.cause.value if r.cause else None,
+                 "exit_code": (r.result or {}).get("exit_code")}
+                for r in self.ranks
+            ],
+            "log_tail": list(self.log)[-20:],
+        }
+
+
+def cause_of(result: dict[str, Any]) -> ExitCause:
+    from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST
+
+    code = result.get("exit_code")
+    if code == EXIT_OK:
+        return ExitCause.OK
+    if code == EXIT_BAD_INPUT:
+        return ExitCause.BAD_INPUT
+    if code == EXIT_PEER_LOST:
+        return ExitCause.PEER_LOST
+    return ExitCause.USER_CODE

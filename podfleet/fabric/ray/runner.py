@@ -1,0 +1,296 @@
+"""The Ray fabric's background work: start gangs, poll actors, notice exits and hangs.
+
+Ray calls are made without the fabric's lock held (they can wait on the network); the
+results are applied under the lock, re-checking that the job was not stopped meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from podfleet.fabric.ray.actor import WorkerActor
+from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState, cause_of
+
+if TYPE_CHECKING:
+    from podfleet.fabric.ray.fabric import RayFabric
+
+START_TIMEOUT_S = 120.0  # actor creation + hello on a busy cluster
+POLL_TIMEOUT_S = 2.0
+# A failing job's first cause is the one reported: a survivor's "peer lost" follows it.
+_BLAME = (ExitCause.INFRA, ExitCause.USER_CODE, ExitCause.BAD_INPUT, ExitCause.PEER_LOST, ExitCause.STOPPED)
+
+
+class JobRunner:
+    def __init__(self, fabric: RayFabric) -> None:
+        self.f = fabric
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._actor_cls: Any = None
+
+    # --- threads --------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._poll_loop, name="ray-fabric-poller", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def start_job(self, job: RayJob) -> None:
+        threading.Thread(target=self._start, args=(job,), name=f"ray-start-{job.job_id}", daemon=True).start()
+
+    # --- starting a gang ----------------------------------------------------------------------
+    def _start(self, job: RayJob) -> None:
+        f, ray = self.f, self.f._ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        from podfleet.fabric.ray.fabric import STRATEGIES
+
+        n = len(job.ranks)
+        try:
+            pg = placement_group([f.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
+                                 name=f"podfleet-{job.job_id}")
+            job.pg = pg
+            ready, _ = ray.wait([pg.ready()], timeout=f.placement_timeout_s)
+            if not ready:
+                avail = ray.available_resources().get(f.resource, 0.0)
+                self._fail(job, None, f"placement group of {n} x {f.bundle()} ({job.strategy}) not placed "
+                                      f"within {f.placement_timeout_s:g} s; {avail:g} {f.resource} free")
+                return
+            if self._actor_cls is None:
+                self._actor_cls = ray.remote(WorkerActor)
+            with f._lock:
+                if job.state is not RayJobState.PLACING:
+                    # Stopped while placing: stop() may have run before job.pg was set.
+                    from ray.util.placement_group import remove_placement_group
+
+                    with contextlib.suppress(Exception):
+                        remove_placement_group(pg)
+                    return
+                for r in job.ranks:
+                    r.actor = self._actor_cls.options(
+                        **f.actor_options(), max_concurrency=4, max_restarts=0,
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
+                    ).remote(job.job_id, r.rank)
+                job.set_state(RayJobState.STARTING)
+            infos = ray.get([r.actor.hello.remote() for r in job.ranks], timeout=START_TIMEOUT_S)
+            master = infos[0]
+            with f._lock:
+                if job.state is not RayJobState.STARTING:
+                    return
+                for r, info in zip(job.ranks, infos, strict=True):
+                    r.info = info
+                    cfg = f.worker_config(job, r.rank, master["ip"], int(master["port"]))
+                    r.run_ref = r.actor.run.remote(cfg.to_json())
+                job.set_state(RayJobState.RUNNING)
+            f.emit("job-started", job_id=job.job_id, chip=job.ranks[0].chip,
+                   nodes=sorted({i["ip"] for i in infos}), placement=job.strategy,
+                   master=f"{master['ip']}:{master['port']}")
+        except Exception as exc:  # Ray errors of every kind end the start, never the fabric
+            if job.state not in TERMINAL and job.state is not RayJobState.STOPPING:
+                self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
+
+    # --- polling ---------------------------------------------------------------------------------
+    def _poll_loop(self) -> None:
+        while not self._stop.wait(self.f.poll_interval_s):
+            with self.f._lock:
+                jobs = list(self.f.jobs.values())
+            for job in jobs:
+                if job.state is RayJobState.RUNNING:
+                    try:
+                        self._poll(job)
+                    except Exception as exc:  # keep watching the other jobs
+                        job.log.append(f"[fabric] poll error: {type(exc).__name__}: {exc}")
+
+    def _poll(self, job: RayJob) -> None:
+        f, ray = self.f, self.f._ray
+        live = [r for r in job.ranks if not r.done]
+        if not live:
+            return
+        refs = {r.actor.poll.remote(): r for r in live}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_TIMEOUT_S)
+        polled: list[tuple[RankRecord, dict[str, Any] | None]] = []
+        for ref in ready:
+            try:
+                polled.append((refs[ref], ray.get(ref)))
+            except ray.exceptions.RayActorError:
+                polled.append((refs[ref], None))
+        runs = {r.run_ref: r for r in live}
+        done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
+        finished: list[tuple[RankRecord, dict[str, Any] | None, str | None]] = []
+        for ref in done:
+            r = runs[ref]
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayActorError as exc:
+                finished.append((r, None, f"actor died: {_first_line(exc)}"))
+                continue
+            except ray.exceptions.RayTaskError as exc:
+                finished.append((r, {"exit_code": 1, "error": _first_line(exc)}, None))
+                continue
+            with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                polled.append((r, ray.get(r.actor.poll.remote(), timeout=POLL_TIMEOUT_S)))  # its last words
+            finished.append((r, result, None))
+        with f._lock:
+            if job.state is not RayJobState.RUNNING:
+                return
+            for r, p in polled:
+                if p is None:
+                    if not r.done:
+                        r.cause = ExitCause.STOPPED if r.killed_by == "stop" else ExitCause.INFRA
+                        r.result = {"exit_code": None, "error": "actor died"}
+                    continue
+                self._apply(job, r, p)
+            for r, result, died in finished:
+                if r.done and r.cause is not ExitCause.INFRA:
+                    continue
+                if died is not None:
+                    r.cause = ExitCause.STOPPED if r.killed_by == "stop" else ExitCause.INFRA
+                    r.result = {"exit_code": None, "error": died}
+                else:
+                    assert result is not None
+                    r.result = result
+                    r.cause = cause_of(result)
+            now = time.monotonic()
+            hung = [r for r in job.ranks if not r.done and r.armed and r.silent_s(now) > f.hang_timeout_s]
+            for r in hung:
+                silent = r.silent_s(now)
+                r.killed_by = "hang"
+                r.cause = ExitCause.INFRA
+                r.result = {"exit_code": None, "error": f"no heartbeat for {silent:.1f} s"}
+                f.emit("hang", job_id=job.job_id, chip=r.chip, rank=r.rank, heartbeat_age_s=silent)
+            outcome = self._outcome(job)
+        if outcome is not None:
+            self._finish(job, *outcome)
+
+    def _apply(self, job: RayJob, r: RankRecord, p: dict[str, Any]) -> None:
+        f = self.f
+        r.last_seen_mono = time.monotonic()
+        r.cpu_percent = float(p.get("cpu_percent", 0.0))
+        r.mem_bytes = float(p.get("mem_bytes", 0.0))
+        r.heartbeat_age_s = float(p.get("heartbeat_age_s", 0.0))
+        for m in p.get("msgs", ()):
+            kind = m.get("type")
+            if kind == "progress":
+                r.armed = True
+                r.step_time_s = float(m["step_time_s"])
+                r.tokens_per_s = float(m["tokens_per_s"])
+                if r.rank == 0:
+                    job.step, job.loss = int(m["step"]), float(m["loss"])
+                    f.emit("progress", job_id=job.job_id, chip=r.chip, step=job.step, loss=job.loss,
+                           tokens_per_s=r.tokens_per_s, step_time_s=r.step_time_s)
+            elif kind == "log":
+                job.log.append(f"[rank {r.rank}] {m.get('line', '')}")
+            elif kind == "checkpoint":
+                self._checkpoint(job, r, int(m["step"]), str(m.get("path", "")))
+
+    def _checkpoint(self, job: RayJob, r: RankRecord, step: int, path: str) -> None:
+        """Commit a step once every rank's shard is durable (the worker contract)."""
+        ranks = job.pending_ckpt.setdefault(step, set())
+        ranks.add(r.rank)
+        if len(ranks) < len(job.ranks) or job.checkpoint_dir is None:
+            return
+        del job.pending_ckpt[step]
+        from podfleet.checkpoint import commit
+        from podfleet.errors import PodfleetError
+
+        try:
+            commit(job.checkpoint_dir, job.job_id, step, len(job.ranks))
+        except (OSError, PodfleetError) as exc:
+            # A checkpoint_dir that is not shared storage is not visible here.
+            job.log.append(f"[fabric] cannot commit checkpoint step {step}: {exc}")
+            return
+        job.checkpoint_step = step
+        self.f.emit("checkpoint", job_id=job.job_id, chip=job.ranks[0].chip, step=step, path=job.checkpoint_dir)
+
+    def _outcome(self, job: RayJob) -> tuple[str, RankRecord | None] | None:
+        if all(r.cause is ExitCause.OK for r in job.ranks):
+            return ("finished", None)
+        failed = [r for r in job.ranks if r.done and r.cause is not ExitCause.OK]
+        if not failed:
+            return None
+        return ("failed", min(failed, key=lambda r: (_BLAME.index(r.cause), r.rank)))  # type: ignore[arg-type]
+
+    def _finish(self, job: RayJob, outcome: str, blamed: RankRecord | None) -> None:
+        f = self.f
+        with f._lock:
+            if job.state is not RayJobState.RUNNING:
+                return
+            for r in job.ranks:
+                if not r.done:
+                    r.killed_by = r.killed_by or "stop"
+        self.teardown(job)
+        with f._lock:
+            if job.state is not RayJobState.RUNNING:
+                return
+            for r in job.ranks:
+                if not r.done:
+                    r.cause = ExitCause.STOPPED
+            f._free(job)
+            if outcome == "finished":
+                job.set_state(RayJobState.FINISHED)
+                job.reason = "all steps done"
+            else:
+                assert blamed is not None
+                job.set_state(RayJobState.FAILED)
+                job.reason = _reason(blamed)
+        if outcome == "finished":
+            f.emit("job-finished", job_id=job.job_id, chip=job.ranks[0].chip, step=job.step, loss=job.loss)
+        else:
+            assert blamed is not None
+            res = blamed.result or {}
+            f.emit("worker-exited", job_id=job.job_id, chip=blamed.chip, rank=blamed.rank,
+                   cause=blamed.cause.value if blamed.cause else None, exit_code=res.get("exit_code"),
+                   error=res.get("error"), killed_by=blamed.killed_by, reason=job.reason,
+                   infra=blamed.cause is ExitCause.INFRA)
+
+    def _fail(self, job: RayJob, blamed: RankRecord | None, reason: str) -> None:
+        self.teardown(job)
+        with self.f._lock:
+            if job.state in TERMINAL or job.state is RayJobState.STOPPING:
+                return
+            job.set_state(RayJobState.FAILED)
+            job.reason = reason
+            self.f._free(job)
+        self.f.emit("job-failed", job_id=job.job_id, chip=job.ranks[0].chip, reason=reason, cause="infra")
+
+    def teardown(self, job: RayJob) -> None:
+        """Kill every actor of the gang and release its placement group (idempotent)."""
+        ray = self.f._ray
+        for r in job.ranks:
+            if r.actor is not None:
+                with contextlib.suppress(Exception):  # already gone
+                    ray.kill(r.actor, no_restart=True)
+        if job.pg is not None:
+            from ray.util.placement_group import remove_placement_group
+
+            with contextlib.suppress(Exception):  # already removed
+                remove_placement_group(job.pg)
+            job.pg = None
+
+
+def _reason(r: RankRecord) -> str:
+    err = (r.result or {}).get("error")
+    what = {
+        ExitCause.INFRA: "was killed" if r.killed_by == "fault" else "was lost",
+        ExitCause.USER_CODE: "failed in the job's code",
+        ExitCause.BAD_INPUT: "refused its input",
+        ExitCause.PEER_LOST: "lost a peer",
+        ExitCause.STOPPED: "was stopped",
+    }.get(r.cause, "exited")  # type: ignore[arg-type]
+    if r.killed_by == "hang":
+        what = "hung"
+    return f"rank {r.rank} (chip {r.chip}) {what}" + (f": {err}" if err else "")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
