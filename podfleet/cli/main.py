@@ -6,7 +6,9 @@ import sys
 
 import typer
 
-from podfleet.cli import bench, topology
+from podfleet.cli import alerts, audit, bench, cluster, fault, firmware, hardware, job, topology, up
+from podfleet.cli import plan as plan_cli
+from podfleet.cli import sim as sim_cli
 from podfleet.errors import PodfleetError
 
 app = typer.Typer(
@@ -20,6 +22,16 @@ app = typer.Typer(
 # One line per command group; each module owns its Typer app or commands.
 app.add_typer(topology.app, name="topology")
 app.add_typer(bench.app, name="bench")
+app.command("sim")(sim_cli.sim)
+app.command("plan")(plan_cli.plan)
+app.command("up")(up.up)
+app.add_typer(cluster.app, name="cluster")
+app.add_typer(hardware.app, name="hardware")
+app.add_typer(job.app, name="job")
+app.add_typer(fault.app, name="fault")
+app.add_typer(audit.app, name="audit")
+app.add_typer(alerts.app, name="alerts")
+app.add_typer(firmware.app, name="firmware")
 
 
 def main() -> None:

@@ -44,6 +44,7 @@ class Timeline:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.engine_thread: int | None = None
+        self.events_processed = 0  # SimPy events stepped by run() / serve_forever()
         self.env: simpy.Environment = (
             simpy.Environment(start) if speed is None else PacedEnvironment(self, start, 1.0 / speed)
         )
@@ -110,15 +111,20 @@ class Timeline:
             # A sentinel so time reaches ``until`` even if nothing else is scheduled.
             env.timeout(until - env.now)
         wake = self._wake
-        while env.peek() < stop_at:
-            if wake.is_set():
-                wake.clear()
-                self.drain()
-            env.step()
+        step, peek, n = env.step, env.peek, 0
+        try:
+            while peek() < stop_at and not self._stop.is_set():
+                if wake.is_set():
+                    wake.clear()
+                    self.drain()
+                step()
+                n += 1
+        finally:
+            self.events_processed += n
         if wake.is_set():
             wake.clear()
             self.drain()
-        if until is not None and env.now < until:
+        if until is not None and env.now < until and not self._stop.is_set():
             env._now = until  # nothing left before ``until``; move the clock there
 
     def serve_forever(self) -> None:
@@ -129,6 +135,7 @@ class Timeline:
         self.env.sync()
         while not self._stop.is_set():
             self.env.step()
+            self.events_processed += 1
 
     def stop(self) -> None:
         self._stop.set()

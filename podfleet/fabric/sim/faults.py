@@ -1,0 +1,158 @@
+"""The twin's fault model: kinds, rates per chip-hour and their derivation.
+
+Default rates come from the Llama 3 405B pre-training report (Llama 3 paper,
+arXiv 2407.21783, table of root causes of unexpected interruptions; summarised in
+../shared/reference/trn2.md): 419 unexpected interruptions over 16,384 H100 GPUs x 54
+days = 21,233,664 GPU-hours. Each count below is divided by that exposure:
+
+    kind                 count  source row(s) of the table
+    chip-failure           148  faulty GPU
+    hbm-uncorrectable       72  GPU HBM3 memory
+    link-down               35  network switch/cable
+    sram-uncorrectable      19  GPU SRAM memory
+    firmware-fault          17  GPU system processor (the GSP runs the GPU firmware)
+    link-flap               14  NIC (7) + NCCL watchdog timeouts (7): transient network
+    thermal-runaway          6  GPU thermal interface + sensor
+    hbm-corrected-burst     --  not interrupting, so not in the table: ASSUMED 10x the
+                                uncorrectable HBM rate (a parameter)
+
+Rows not modelled (software bugs, host maintenance, SSD, PSU, ...) are not chip or
+link faults. Trainium2 failure rates are not published; an H100 rate is the closest
+public figure, and every rate is a parameter (``FaultRates``, ``scaled``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+
+from podfleet.errors import InvalidInputError, UnknownNameError
+
+LLAMA3_GPU_HOURS = 16_384 * 54 * 24  # 21,233,664
+LLAMA3_COUNTS: dict[str, int] = {
+    "chip-failure": 148,
+    "hbm-uncorrectable": 72,
+    "link-down": 35,
+    "sram-uncorrectable": 19,
+    "firmware-fault": 17,
+    "link-flap": 7 + 7,
+    "thermal-runaway": 6,
+}
+CORRECTED_BURST_PER_UNCORRECTABLE = 10.0  # assumption, see module docstring
+
+
+class FaultKind(StrEnum):
+    CHIP_FAILURE = "chip-failure"
+    HBM_CORRECTED_BURST = "hbm-corrected-burst"
+    HBM_UNCORRECTABLE = "hbm-uncorrectable"
+    SRAM_UNCORRECTABLE = "sram-uncorrectable"
+    LINK_DOWN = "link-down"
+    LINK_FLAP = "link-flap"
+    THERMAL_RUNAWAY = "thermal-runaway"
+    FIRMWARE_FAULT = "firmware-fault"
+
+
+LINK_KINDS = frozenset({FaultKind.LINK_DOWN, FaultKind.LINK_FLAP})
+CHIP_KINDS = frozenset(set(FaultKind) - LINK_KINDS)
+# What the Neuron runtime recommends for each (neuron-docs nrt-troubleshoot.rst).
+ACTIONS: dict[FaultKind, str] = {
+    FaultKind.CHIP_FAILURE: "replace",
+    FaultKind.HBM_UNCORRECTABLE: "replace",
+    FaultKind.SRAM_UNCORRECTABLE: "replace",
+    FaultKind.FIRMWARE_FAULT: "reset",
+    FaultKind.THERMAL_RUNAWAY: "replace",
+}
+
+
+def _per_chip_hour(kind: str) -> float:
+    return LLAMA3_COUNTS[kind] / LLAMA3_GPU_HOURS
+
+
+def parse_kind(kind: str | FaultKind) -> FaultKind:
+    try:
+        return FaultKind(kind)
+    except ValueError:
+        raise UnknownNameError("fault kind", kind, [k.value for k in FaultKind], field="kind") from None
+
+
+@dataclass(frozen=True)
+class FaultRates:
+    """Arrival rate of each fault kind, per chip-hour (link kinds too: per chip-hour of
+    the whole fabric, spread uniformly over its links)."""
+
+    chip_failure: float = _per_chip_hour("chip-failure")
+    hbm_corrected_burst: float = CORRECTED_BURST_PER_UNCORRECTABLE * _per_chip_hour("hbm-uncorrectable")
+    hbm_uncorrectable: float = _per_chip_hour("hbm-uncorrectable")
+    sram_uncorrectable: float = _per_chip_hour("sram-uncorrectable")
+    link_down: float = _per_chip_hour("link-down")
+    link_flap: float = _per_chip_hour("link-flap")
+    thermal_runaway: float = _per_chip_hour("thermal-runaway")
+    firmware_fault: float = _per_chip_hour("firmware-fault")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int | float) or v < 0 or v != v:
+                raise InvalidInputError(
+                    f"fault rate {f.name.replace('_', '-')} must be a non-negative number, got {v!r}",
+                    field=f"fault_rates.{f.name.replace('_', '-')}",
+                )
+
+    @classmethod
+    def none(cls) -> FaultRates:
+        return cls(**{f.name: 0.0 for f in fields(cls)})
+
+    @classmethod
+    def from_mapping(cls, rates: Mapping[str, float], *, base: FaultRates | None = None) -> FaultRates:
+        """Override some kinds (hyphenated names, per chip-hour) on ``base`` (default: Llama 3)."""
+        out = base or cls()
+        for name, value in rates.items():
+            kind = parse_kind(name)
+            out = replace(out, **{kind.value.replace("-", "_"): value})
+        return out
+
+    def scaled(self, factor: float) -> FaultRates:
+        if factor < 0:
+            raise InvalidInputError(f"fault rate scale must be >= 0, got {factor}", field="fault_rate_scale")
+        return FaultRates(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
+
+    def per_chip_hour(self, kind: FaultKind | str) -> float:
+        return float(getattr(self, parse_kind(kind).value.replace("-", "_")))
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.value: self.per_chip_hour(k) for k in FaultKind}
+
+    def total_per_chip_hour(self) -> float:
+        return sum(self.as_dict().values())
+
+
+@dataclass(frozen=True)
+class PrecursorParams:
+    """Which failures announce themselves, and how (what a predictor can learn).
+
+    Shares and lead times are assumptions (field studies of DRAM, e.g. Sridharan et al.
+    SC'13, report corrected errors preceding most uncorrectable ones; the exact share
+    for HBM3 is not published), so they are parameters.
+    """
+
+    # Share of uncorrectable HBM errors preceded by a rising corrected-ECC rate.
+    hbm_share: float = 0.7
+    hbm_lead_s: tuple[float, float] = (1 * 3600.0, 6 * 3600.0)
+    # Corrected errors per second at the start of the ramp, and its growth factor by the end.
+    hbm_start_rate_per_s: float = 1.0 / 600.0
+    hbm_growth: float = 60.0
+    # Share of chip failures preceded by a temperature trend (thermal resistance drifting up).
+    chip_thermal_share: float = 0.3
+    chip_thermal_lead_s: tuple[float, float] = (1800.0, 7200.0)
+    chip_thermal_r_rise: float = 0.3  # thermal resistance +30% by the end of the ramp
+
+    def __post_init__(self) -> None:
+        for name in ("hbm_share", "chip_thermal_share"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise InvalidInputError(f"{name} must be within 0-1, got {v}", field=name)
+        for name in ("hbm_lead_s", "chip_thermal_lead_s"):
+            lo, hi = getattr(self, name)
+            if not 0 < lo <= hi:
+                raise InvalidInputError(f"{name} must be (min, max) with 0 < min <= max, got {(lo, hi)}", field=name)

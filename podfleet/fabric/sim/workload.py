@@ -1,0 +1,125 @@
+"""Training jobs on the twin: the default step-time model and the loss curve.
+
+Default step time (``default_step_time``), documented in docs/twin.md:
+
+    compute_s = 6 * params * tokens_per_step / (chips * peak_bf16 * mfu) / slowest_clock
+    comm_s    = 2 * (n - 1) / n * grad_bytes / ring_bw        (ring all-reduce of grads)
+    step_s    = compute_s + (1 - overlap) * comm_s
+
+``slowest_clock`` is the lowest clock factor among the job's chips (a throttled chip
+holds back the whole gang). ``ring_bw`` is twice the slowest live link among the
+job's chips (a bidirectional ring), halved again when any of those links is down (the
+detour shares a neighbour's link), and capped by the fleet network's per-chip
+bandwidth when the job spans groups. ``params`` comes from ``options["params"]`` or
+the model name (``llama3-70b`` -> 70e9); ``tokens_per_step`` from
+``options["tokens_per_step"]`` (default 4 Mi tokens). A pluggable
+``step_time_fn(spec, fabric) -> seconds`` replaces this model (the perf model).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from podfleet.fabric.base import WorkerGroupSpec
+
+if TYPE_CHECKING:
+    import simpy
+
+    from podfleet.fabric.sim.fabric import SimFabric
+
+StepTimeFn = Callable[[WorkerGroupSpec, "SimFabric"], float]
+
+DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
+DEFAULT_MFU = 0.45
+DEFAULT_OVERLAP = 0.8
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([bm])\b", re.IGNORECASE)
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+    FINISHED = "finished"
+
+
+def model_params(spec: WorkerGroupSpec) -> float:
+    """Parameter count from options or the model name; ``debug`` models are 100M."""
+    if "params" in spec.options:
+        return float(spec.options["params"])
+    m = _SIZE.search(spec.model.replace("-", " "))
+    if m:
+        return float(m.group(1)) * (1e9 if m.group(2).lower() == "b" else 1e6)
+    return 1e8
+
+
+def step_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float]:
+    """(compute_s, exposed communication s, step_s) of the default model."""
+    n = max(1, len(spec.chips))
+    params = model_params(spec)
+    tokens = float(spec.options.get("tokens_per_step", DEFAULT_TOKENS_PER_STEP))
+    mfu = float(spec.options.get("mfu", DEFAULT_MFU))
+    overlap = float(spec.options.get("overlap", DEFAULT_OVERLAP))
+    peak = fabric.spec.peak_flops("bf16")
+    clock = fabric.gang_clock_factor(spec.chips)
+    compute_s = 6.0 * params * tokens / (n * peak * mfu) / clock
+    if n == 1:
+        return compute_s, 0.0, compute_s
+    ring_bw = 2.0 * fabric.job_link_bw(spec.chips)
+    exposed_s = (1.0 - overlap) * 2.0 * (n - 1) / n * 2.0 * params / ring_bw
+    return compute_s, exposed_s, compute_s + exposed_s
+
+
+def default_step_time(spec: WorkerGroupSpec, fabric: SimFabric) -> float:
+    return step_breakdown(spec, fabric)[2]
+
+
+def loss_at(step: int, noise: float, *, floor: float = 1.7, scale: float = 9.0, alpha: float = 0.32) -> float:
+    """A plausible pre-training curve: power-law decay toward ``floor``, noisy."""
+    return floor + scale * (step + 1) ** (-alpha) * (1.0 + 0.02 * noise)
+
+
+@dataclass
+class JobRun:
+    """Mutable run state of one job on the twin (the fabric's own record)."""
+
+    spec: WorkerGroupSpec
+    state: JobState = JobState.RUNNING
+    step: int = 0
+    loss: float = math.nan
+    step_time_s: float = math.nan
+    tokens_per_s: float = 0.0
+    last_checkpoint: int = 0
+    last_progress_step: int = 0
+    last_progress_t: float = -math.inf
+    pause_reason: str | None = None
+    started_t: float = 0.0
+    process: simpy.Process | None = None
+    resume_evt: simpy.Event | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def chips(self) -> tuple[int, ...]:
+        return self.spec.chips
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "step": self.step,
+            "steps": self.spec.steps,
+            "loss": None if math.isnan(self.loss) else round(self.loss, 5),
+            "step_time_s": None if math.isnan(self.step_time_s) else self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "last_checkpoint": self.last_checkpoint,
+            "chips": list(self.chips),
+            "pause_reason": self.pause_reason,
+        }

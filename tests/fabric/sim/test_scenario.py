@@ -1,0 +1,142 @@
+"""Scenarios: strict validation, determinism of the event log, the ``podfleet sim`` CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from podfleet.cli.main import app
+from podfleet.errors import InvalidInputError, UnknownNameError
+from podfleet.fabric.sim.scenario import load_scenario, parse_scenario, run_scenario
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+BASE = {"duration": "2h", "fault_rates": "default", "fault_rate_scale": 3000.0,
+        "jobs": [{"id": "j", "model": "llama3-8b", "chips": 32, "steps": 50, "checkpoint_interval": 10}]}
+
+
+def _log(seed: int, tmp_path: Path) -> bytes:
+    out = tmp_path / f"events-{seed}-{len(list(tmp_path.iterdir()))}.jsonl"
+    run_scenario(parse_scenario({**BASE, "seed": seed}), events_path=out)
+    return out.read_bytes()
+
+
+def test_same_seed_gives_byte_identical_event_log(tmp_path: Path) -> None:
+    a, b = _log(11, tmp_path), _log(11, tmp_path)
+    assert a == b
+    assert len(a.splitlines()) > 20
+    assert a != _log(12, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"duration": "1h", "colour": "red"}, "colour", ["unknown field", "pod_type", "duration"]),
+        ({"duration": "1h", "faults": [{"at": 1, "kind": "chip-failure", "chp": 1}]}, "faults.0.chp", ["chip", "kind"]),
+        ({"duration": "1h", "faults": [{"at": 1, "kind": "gremlin"}]}, "faults.0.kind", ["chip-failure", "link-flap"]),
+        ({"duration": "forever"}, "duration", ["24h"]),
+        ({}, "duration", ["missing"]),
+        ({"duration": "1h", "pods": 0}, "pods", ["greater than or equal to 1"]),
+        ({"duration": "1h", "fault_rates": {"gremlin": 1.0}}, "fault_rates", ["chip-failure"]),
+        ({"duration": "1h", "fault_rates": "lots"}, "fault_rates", ["default", "none"]),
+        ({"duration": "1h", "telemetry_interval_s": 0}, "telemetry_interval_s", ["greater than 0"]),
+    ],
+)
+def test_validation_names_field_and_choices(data: dict, field: str, words: list[str]) -> None:
+    with pytest.raises(InvalidInputError) as ei:
+        parse_scenario(data)
+    assert ei.value.field is not None and ei.value.field.startswith(field)
+    for w in words:
+        assert w in ei.value.message
+    assert "\n" not in ei.value.message
+
+
+def test_unknown_pod_type_lists_valid() -> None:
+    with pytest.raises(UnknownNameError) as ei:
+        parse_scenario({"duration": "1h", "pod_type": "trn9-mega"})
+    assert ei.value.field == "pod_type" and "trn2-ultraserver" in ei.value.message
+
+
+def test_job_and_fault_targets_are_checked() -> None:
+    from podfleet.fabric.sim.scenario import build
+
+    with pytest.raises(InvalidInputError, match=r"faults\.0\.chip"):
+        build(parse_scenario({"duration": "1h", "faults": [{"at": 1, "kind": "chip-failure", "chip": 64}]}))
+    with pytest.raises(InvalidInputError, match=r"jobs\.0\.chips"):
+        build(parse_scenario({"duration": "1h", "jobs": [{"id": "j", "chips": 65, "steps": 1}]}))
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_examples_validate(path: Path) -> None:
+    sc = load_scenario(path)
+    assert sc.duration > 0
+
+
+def test_cli_sim_json_and_events(tmp_path: Path) -> None:
+    events = tmp_path / "ev.jsonl"
+    r = CliRunner().invoke(app, ["sim", str(EXAMPLES / "scripted-faults.yaml"), "--output", "json",
+                                 "--events", str(events)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["faults_total"] == 7 and rep["faults_by_kind"]["link-flap"] == 1
+    assert rep["chip_hours_lost"] > 0 and rep["events_processed"] > 0 and rep["speedup_x"] > 0
+    job = rep["jobs"][0]
+    assert job["step"] > 0
+    lines = events.read_text().splitlines()
+    assert len(lines) == rep["log_records"]
+    kinds = {json.loads(x)["kind"] for x in lines}
+    assert {"fault", "precursor-start", "chip-failed", "job-paused", "rank-moved", "job-resumed"} <= kinds
+
+
+def test_cli_sim_table(tmp_path: Path) -> None:
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "tiny", "pod_type": "trn2-node", "duration": "10m",
+                                 "jobs": [{"id": "j1", "chips": 4, "steps": 5, "model": "debug"}]}))
+    r = CliRunner().invoke(app, ["sim", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "faults_by_kind" in r.stdout and "j1" in r.stdout and "finished" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ({"duration": "1h", "bogus": 1}, "bogus"),
+        ({"duration": "1h", "pod_type": "nope"}, "trn2-ultraserver"),
+        ("duration: [unclosed", "not valid YAML"),
+    ],
+)
+def test_cli_sim_bad_input_exit_2_one_line(tmp_path: Path, content, needle: str) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    r = CliRunner().invoke(app, ["sim", str(p)])
+    assert r.exit_code == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_sim_missing_file(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["sim", str(tmp_path / "nope.yaml")])
+    assert r.exit_code == 2 and "does not exist" in r.stderr
+
+
+def test_progress_reporting_does_not_change_the_log(tmp_path: Path) -> None:
+    sc = parse_scenario({**BASE, "seed": 5})
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    run_scenario(sc, events_path=a)
+    seen: list[float] = []
+    run_scenario(sc, events_path=b, progress=seen.append)
+    assert a.read_bytes() == b.read_bytes()
+    assert seen[0] == 0.01 and seen[-1] == 1.0 and len(seen) == 100
+
+
+@pytest.mark.parametrize("name", ["pod-24h.yaml", "small-fleet.yaml"])
+def test_cli_runs_the_other_examples(name: str) -> None:
+    r = CliRunner().invoke(app, ["sim", str(EXAMPLES / name), "--output", "json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["telemetry_samples"] == int(rep["sim_s"] // load_scenario(EXAMPLES / name).telemetry_interval_s) - 1
+    assert all(j["step"] > 0 for j in rep["jobs"])
+    assert sum(rep["final_chip_states"].values()) == rep["chips"]
