@@ -315,6 +315,13 @@ class SimFabric(FaultsMixin, JobsMixin):
             return 1.0
         return float(t.clock_factor[self._gang(chips)[0]].min())
 
+    def job_nominal_link_bw(self, chips: Sequence[int]) -> float:
+        """``job_link_bw`` as it would be with every link up (the healthy reference)."""
+        _, idx, spans = self._gang(chips)
+        lt = self.links
+        bw = self.spec.link_bw_bytes_per_s if idx.size == 0 else float(lt.bw_bytes_per_s[idx].min())
+        return min(bw, lt.net_bw_per_chip) if spans else bw
+
     def job_link_bw(self, chips: Sequence[int]) -> float:
         """Per-direction bandwidth of the slowest live link among ``chips`` (see workload)."""
         _, idx, spans = self._gang(chips)

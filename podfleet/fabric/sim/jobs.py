@@ -19,18 +19,19 @@ import simpy
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState, WorkerGroupSpec
 from podfleet.fabric.sim.workload import (
-    DEFAULT_TOKENS_PER_STEP,
     JobRun,
     JobState,
     default_step_time,
     loss_at,
     step_breakdown,
+    tokens_per_step,
 )
 
 if TYPE_CHECKING:
     from podfleet.fabric.sim.fabric import SimFabric
 
 _UTIL = 0.95  # busy share of a compute phase, as neuron-monitor would show it
+MIN_COMM_SHARE = 0.1  # overlapped gradient traffic: links busy even when comm is hidden
 DEFAULT_COMPUTE_SHARE = 0.8  # share of a step spent computing when the model does not say
 _STOP = "stop"
 
@@ -184,7 +185,7 @@ class JobsMixin:
         assert self.tl is not None
         env, rng, spec0 = self.tl.env, self.tl.rng, run.spec
         hbm = float(spec0.options.get("hbm_fraction", 0.85))
-        tokens = float(spec0.options.get("tokens_per_step", DEFAULT_TOKENS_PER_STEP))
+        tokens = tokens_per_step(spec0, self)
         window = self.telemetry_interval_s
         while run.step < run.spec.steps:
             if run.state == JobState.PAUSED:
@@ -208,7 +209,8 @@ class JobsMixin:
             if ci:
                 left = min(left, ci - run.step % ci)
             k = max(1, min(left, int(window // st)))
-            self._set_load(run, _UTIL * compute_frac, 1.0 - compute_frac, hbm)
+            # Communication hidden behind compute still moves bytes: keep the links loaded.
+            self._set_load(run, _UTIL * compute_frac, max(1.0 - compute_frac, MIN_COMM_SHARE), hbm)
             start = env.now
             try:
                 yield env.timeout(k * st)

@@ -1,6 +1,9 @@
 """Training jobs on the twin: the default step-time model and the loss curve.
 
-Default step time (``default_step_time``), documented in docs/twin.md:
+Default step time (``default_step_time``): the performance model (``podfleet.perf``,
+see ``perfstep``) for any model it knows, with throttling and link health applied.
+For a model it cannot describe (or when ``options["params"]`` forces it), the simple
+model documented in docs/twin.md:
 
     compute_s = 6 * params * tokens_per_step / (chips * peak_bf16 * mfu) / slowest_clock
     comm_s    = 2 * (n - 1) / n * grad_bytes / ring_bw        (ring all-reduce of grads)
@@ -58,7 +61,31 @@ def model_params(spec: WorkerGroupSpec) -> float:
 
 
 def step_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float]:
-    """(compute_s, exposed communication s, step_s) of the default model."""
+    """(compute_s, exposed communication s, step_s): the performance model (``perfstep``)
+    for models it knows, else the simple model below."""
+    from podfleet.fabric.sim.perfstep import (
+        perf_breakdown,  # perf imports stay off the hot import path
+    )
+
+    if "params" not in spec.options:
+        got = perf_breakdown(spec, fabric)
+        if got is not None:
+            return got
+    return simple_breakdown(spec, fabric)
+
+
+def tokens_per_step(spec: WorkerGroupSpec, fabric: SimFabric) -> float:
+    """Global batch x sequence length of the performance model's plan, else the option."""
+    from podfleet.fabric.sim.perfstep import healthy_step
+
+    if "tokens_per_step" in spec.options or "params" in spec.options:
+        return float(spec.options.get("tokens_per_step", DEFAULT_TOKENS_PER_STEP))
+    h = healthy_step(spec, fabric)
+    return h.tokens_per_step if h is not None else float(DEFAULT_TOKENS_PER_STEP)
+
+
+def simple_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float]:
+    """(compute_s, exposed communication s, step_s) of the simple model."""
     n = max(1, len(spec.chips))
     params = model_params(spec)
     tokens = float(spec.options.get("tokens_per_step", DEFAULT_TOKENS_PER_STEP))

@@ -1,0 +1,102 @@
+"""The twin's step time from the performance model (``podfleet.perf``).
+
+The healthy estimate of a job (its model, plan and chips on this topology) is computed
+once and cached; each step then applies what the twin knows and the pure model does
+not: thermal throttling (the slowest clock in the gang stretches compute, bubble and
+optimizer) and link health (the slowest live link stretches the communication that is
+not hidden behind compute). Per-step noise is applied by the job loop.
+
+The plan comes from the job's options, as the control plane resolved it: ``plan``
+(a dict of ``perf.Plan`` fields) or ``parallelism`` ({tp, pp, dp}); without one, perf's
+greedy default plan. A model perf does not know (and no ``model_dims``) returns None,
+and the caller falls back to the simple model in ``workload``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from podfleet.errors import PodfleetError
+from podfleet.fabric.base import WorkerGroupSpec
+from podfleet.perf import Plan, default_global_batch, default_plan, estimate_step
+from podfleet.perf.layout import job_topology, resolve_topology
+from podfleet.perf.models import MODELS, ModelSpec, custom_model
+
+if TYPE_CHECKING:
+    from podfleet.fabric.sim.fabric import SimFabric
+
+_PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute",
+                "zero_stage", "interleave", "sequence_parallel")
+
+
+@dataclass(frozen=True)
+class HealthyStep:
+    compute_s: float  # compute + bubble + optimizer: scales with the slowest clock
+    comm_s: float  # exposed communication: scales with the slowest link
+    tokens_per_step: float
+
+    @property
+    def step_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+
+def model_of(spec: WorkerGroupSpec) -> ModelSpec | None:
+    dims = spec.options.get("model_dims")
+    if isinstance(dims, Mapping) and dims:
+        try:
+            return custom_model(int(dims["layers"]), int(dims["hidden"]), int(dims["heads"]),
+                                int(dims.get("vocab", 32000)), seq_len=int(dims.get("seq_len", 2048)))
+        except (KeyError, TypeError, ValueError, PodfleetError):
+            return None
+    return MODELS.get(spec.model)
+
+
+def _plan_of(spec: WorkerGroupSpec, model: ModelSpec, fabric: SimFabric) -> Plan:
+    n = len(spec.chips)
+    given: Any = spec.options.get("plan") or spec.options.get("parallelism")
+    if isinstance(given, Mapping) and {"tp", "pp", "dp"} <= set(given):
+        fields = {k: given[k] for k in _PLAN_FIELDS if given.get(k) is not None}
+        if "micro_batch" not in fields or "num_micro_batches" not in fields:
+            gb = default_global_batch(model, n)
+            fields.setdefault("micro_batch", 1)
+            fields.setdefault("num_micro_batches", max(1, gb // (int(fields["dp"]) * fields["micro_batch"])))
+        return Plan(**fields)
+    topo = job_topology(resolve_topology(fabric.topology, n), n, None)
+    return default_plan(model, n, default_global_batch(model, n), topo)
+
+
+@functools.lru_cache(maxsize=1024)
+def _healthy(model: ModelSpec, n: int, topology: Any, plan: Plan) -> HealthyStep:
+    est = estimate_step(model, n, topology, plan=plan)
+    compute = est.compute_s + est.bubble_s + est.optimizer_s
+    comm = est.tp_comm_s + est.pp_comm_s + est.dp_comm_exposed_s
+    return HealthyStep(compute, comm, est.tokens_per_s * est.step_time_s)
+
+
+def healthy_step(spec: WorkerGroupSpec, fabric: SimFabric) -> HealthyStep | None:
+    """The cached healthy estimate of ``spec`` on ``fabric`` (None: perf cannot model it)."""
+    model = model_of(spec)
+    if model is None:
+        return None
+    try:
+        plan = _plan_of(spec, model, fabric)
+        return _healthy(model, len(spec.chips), fabric.topology, plan)
+    except PodfleetError:
+        # The plan does not fit or does not divide the chips: the control plane validates
+        # real submissions; the twin keeps running on the simple model.
+        return None
+
+
+def perf_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float] | None:
+    """(compute_s, exposed comm s, step_s) with throttling and link health applied."""
+    h = healthy_step(spec, fabric)
+    if h is None:
+        return None
+    clock = fabric.gang_clock_factor(spec.chips)
+    link_ratio = min(1.0, fabric.job_link_bw(spec.chips) / fabric.job_nominal_link_bw(spec.chips))
+    compute = h.compute_s / clock
+    comm = h.comm_s / max(link_ratio, 1e-3)
+    return compute, comm, compute + comm
