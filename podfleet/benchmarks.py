@@ -12,6 +12,7 @@ import datetime as dt
 import importlib.util
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ def discover() -> dict[str, Benchmark]:
         spec = importlib.util.spec_from_file_location(f"podfleet_bench_{path.stem}", path)
         assert spec and spec.loader
         mod = importlib.util.module_from_spec(spec)
+        # Registered before executing so dataclasses and pickling inside a bench module work.
+        sys.modules[spec.name] = mod
         spec.loader.exec_module(mod)
         out[mod.NAME] = Benchmark(mod.NAME, getattr(mod, "DESCRIPTION", ""), mod)
     return out

@@ -1,0 +1,114 @@
+"""One small Protocol per extension point (as in the Kubernetes scheduling framework).
+
+A plugin implements only the points it needs; the ``Framework`` owns their order and
+short-circuiting, and plugins never call each other. Every hook returns a ``Status``.
+
+Order of one scheduling cycle for one job::
+
+    PreFilter -> Filter (chip masks) -> [blocks all of whose chips pass]
+      -> Score (weighted sum over candidate blocks) -> Reserve -> Permit -> Bind
+    If no block passes: PostFilter (preemption) may nominate victims.
+    If Reserve, Permit or Bind fails: Unreserve runs (idempotent) on every Reserve plugin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from podfleet.scheduler.state import ClusterState, PodState
+from podfleet.scheduler.status import Status
+from podfleet.scheduler.types import JobRequest, Placement
+
+CycleState = dict[str, Any]  # scratch shared by one job's hooks within one cycle
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Candidate blocks for one job, possibly on several pods; all of size ``job.chips``."""
+
+    pod: np.ndarray  # [n] pod index
+    block: np.ndarray  # [n] block id in the shared BlockIndex
+    shape_id: np.ndarray  # [n]
+    chips: np.ndarray  # [n, size] local chips in ring order
+    pods: np.ndarray  # [k] the distinct pods considered, best fit first
+    pod_pos: np.ndarray  # [n] row of each candidate's pod in ``pods`` / ``free``
+    free: np.ndarray  # [k, n_blocks] blocks free (for this job) before placement
+    cluster: ClusterState
+
+    def __len__(self) -> int:
+        return len(self.block)
+
+
+@runtime_checkable
+class PreFilterPlugin(Protocol):
+    name: str
+
+    def pre_filter(self, state: CycleState, job: JobRequest) -> Status: ...
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    """Returns the chips of ``pod`` this job may use (bool mask).
+
+    ``job_dependent = False`` filters are evaluated once per pod change with ``job=None``
+    and cached in the pod's block summary; job-dependent ones run per job per pod.
+    """
+
+    name: str
+    job_dependent: bool
+
+    def filter(self, state: CycleState, job: JobRequest | None, pod: PodState) -> tuple[Status, np.ndarray]: ...
+
+
+@runtime_checkable
+class PostFilterPlugin(Protocol):
+    name: str
+
+    def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Any]: ...
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    """Scores in [0, 100] per candidate; the framework multiplies by the configured weight."""
+
+    name: str
+
+    def score(self, state: CycleState, job: JobRequest, cands: Candidates) -> tuple[Status, np.ndarray]: ...
+
+
+@runtime_checkable
+class ReservePlugin(Protocol):
+    name: str
+
+    def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status: ...
+
+    def unreserve(self, state: CycleState, job: JobRequest, placement: Placement) -> None:
+        """Undo ``reserve``; must be idempotent (safe to call twice or without reserve)."""
+
+
+@runtime_checkable
+class PermitPlugin(Protocol):
+    name: str
+
+    def permit(self, state: CycleState, job: JobRequest, placement: Placement) -> Status: ...
+
+
+@runtime_checkable
+class BindPlugin(Protocol):
+    name: str
+
+    def bind(self, state: CycleState, job: JobRequest, placement: Placement) -> Status: ...
+
+
+POINTS: dict[str, type] = {
+    "pre_filter": PreFilterPlugin,
+    "filter": FilterPlugin,
+    "post_filter": PostFilterPlugin,
+    "score": ScorePlugin,
+    "reserve": ReservePlugin,
+    "permit": PermitPlugin,
+    "bind": BindPlugin,
+}

@@ -1,0 +1,63 @@
+"""The scheduler's record of each job and its phase machine (enforced transitions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from podfleet.scheduler.types import JobRequest, Placement
+from podfleet.states import check_transition
+
+
+class JobPhase(StrEnum):
+    PENDING = "pending"  # queued; ``reason`` says why it is not running
+    NOMINATED = "nominated"  # chips chosen, waiting for victims to checkpoint
+    RUNNING = "running"
+    CHECKPOINTING = "checkpointing"  # a preemption victim saving its state
+    FINISHED = "finished"
+    REJECTED = "rejected"  # UnschedulableAndUnresolvable
+
+
+PHASE_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
+    JobPhase.PENDING: frozenset({JobPhase.NOMINATED, JobPhase.RUNNING, JobPhase.REJECTED, JobPhase.FINISHED}),
+    JobPhase.NOMINATED: frozenset({JobPhase.RUNNING, JobPhase.PENDING, JobPhase.FINISHED}),
+    JobPhase.RUNNING: frozenset({JobPhase.CHECKPOINTING, JobPhase.FINISHED, JobPhase.PENDING}),
+    # A victim goes back to the queue only with its checkpoint (victims_checkpointed).
+    JobPhase.CHECKPOINTING: frozenset({JobPhase.PENDING, JobPhase.FINISHED}),
+    JobPhase.FINISHED: frozenset(),
+    JobPhase.REJECTED: frozenset(),
+}
+
+
+@dataclass
+class JobRecord:
+    request: JobRequest
+    slot: int  # small integer stored in the owner arrays
+    submitted_s: float
+    enqueued_s: float  # when it last entered the queue (aging counts from here)
+    phase: JobPhase = JobPhase.PENDING
+    reason: str = ""
+    placement: Placement | None = None
+    resume_step: int = 0  # the checkpoint step it resumes from
+    last_checkpoint_step: int = 0
+    victims: tuple[str, ...] = ()  # while NOMINATED
+    nomination: Any = None  # preemption.Nomination while NOMINATED
+    preempted_by: str | None = None  # while CHECKPOINTING
+    started_s: float | None = None
+    finished_s: float | None = None
+    wait_s: float = 0.0  # total time queued so far
+    preemptions: int = 0
+    history: list[tuple[float, str]] = field(default_factory=list)
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+    def to(self, phase: JobPhase, now_s: float) -> None:
+        check_transition("job", PHASE_TRANSITIONS, self.phase, phase)
+        if self.phase in (JobPhase.PENDING, JobPhase.NOMINATED):
+            self.wait_s += now_s - self.enqueued_s  # waiting for victims is queue wait too
+        self.enqueued_s = now_s
+        self.phase = phase
+        self.history.append((now_s, phase.value))

@@ -1,0 +1,1 @@
+"""One module per plugin, each with a ``NAME`` and a ``factory(handle, args)``."""

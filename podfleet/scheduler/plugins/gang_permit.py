@@ -1,0 +1,39 @@
+"""Permit: the gang is complete, and any preemption victims have checkpointed.
+
+Returns ``Wait`` while a preemptor's victims are still saving their state; the
+scheduler completes the placement in ``victims_checkpointed``.
+"""
+
+from __future__ import annotations
+
+from podfleet.scheduler import status as st
+from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.status import Status
+from podfleet.scheduler.types import JobRequest, Placement
+
+NAME = "gang_permit"
+
+
+def gang_complete(job: JobRequest, placement: Placement) -> bool:
+    """The rule: all of the job's ranks have a distinct chip."""
+    return len(placement.chips) == job.chips == len(set(placement.chips))
+
+
+class GangPermit:
+    name = NAME
+
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+
+    def permit(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
+        if not gang_complete(job, placement):
+            return st.unschedulable(f"gang incomplete: {len(placement.chips)} of {job.chips} chips")
+        rec = self.handle.jobs[job.job_id]  # type: ignore[attr-defined]
+        pending = [v for v in rec.victims if self.handle.jobs[v].phase.value == "checkpointing"]  # type: ignore[attr-defined]
+        if pending:
+            return st.wait(f"waiting for {len(pending)} victim(s) to checkpoint: {', '.join(pending)}")
+        return st.SUCCESS
+
+
+def factory(handle: object, args: dict) -> GangPermit:
+    return GangPermit(handle)

@@ -1,0 +1,49 @@
+"""PreFilter + Filter: each rank's memory must fit its chip's usable HBM.
+
+PreFilter rejects (UnschedulableAndUnresolvable) a job that needs more HBM per chip
+than the chip type has at all; Filter drops chips whose usable HBM is reduced (for
+example HBM rows retired by the health monitor) below the job's need.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from podfleet.hardware.specs import GiB, get_chip
+from podfleet.scheduler import status as st
+from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.state import ClusterState, PodState
+from podfleet.scheduler.status import Status
+from podfleet.scheduler.types import JobRequest
+
+NAME = "hbm_fit"
+
+
+def fits(job: JobRequest, block_hbm_bytes: np.ndarray) -> bool:
+    """The rule: every chip of the block has at least the job's per-rank HBM."""
+    return bool((np.asarray(block_hbm_bytes) >= job.hbm_bytes_per_chip).all())
+
+
+class HbmFit:
+    name = NAME
+    job_dependent = True
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.chip = get_chip(cluster.pods[0].grid.chip_type)
+
+    def pre_filter(self, state: CycleState, job: JobRequest) -> Status:
+        if job.hbm_bytes_per_chip > self.chip.hbm_bytes:
+            return st.unresolvable(
+                f"job needs {job.hbm_bytes_per_chip / GiB:.1f} GiB HBM per chip; "
+                f"a {self.chip.name} chip has {self.chip.hbm_bytes / GiB:.0f} GiB"
+            )
+        return st.SUCCESS
+
+    def filter(self, state: CycleState, job: JobRequest | None, pod: PodState) -> tuple[Status, np.ndarray]:
+        if job is None or job.hbm_bytes_per_chip == 0:
+            return st.SKIP, pod.hbm_bytes >= 0
+        return st.SUCCESS, pod.hbm_bytes >= job.hbm_bytes_per_chip
+
+
+def factory(handle: object, args: dict) -> HbmFit:
+    return HbmFit(handle.cluster)  # type: ignore[attr-defined]

@@ -1,0 +1,31 @@
+"""Filter: only healthy chips take new work (degraded, failed, isolated, updating do not)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from podfleet.fabric.base import ChipState
+from podfleet.scheduler import status as st
+from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.state import PodState
+from podfleet.scheduler.status import Status
+from podfleet.scheduler.types import JobRequest
+
+NAME = "health_gate"
+
+
+def chip_usable(state: ChipState) -> bool:
+    """The rule: a chip may be given to a new job only when HEALTHY."""
+    return ChipState(state) is ChipState.HEALTHY
+
+
+class HealthGate:
+    name = NAME
+    job_dependent = False
+
+    def filter(self, state: CycleState, job: JobRequest | None, pod: PodState) -> tuple[Status, np.ndarray]:
+        return st.SUCCESS, pod.healthy.copy()
+
+
+def factory(handle: object, args: dict) -> HealthGate:
+    return HealthGate()

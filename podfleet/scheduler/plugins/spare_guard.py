@@ -1,0 +1,32 @@
+"""Filter: spare chips are held back for failover and never used for normal placement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from podfleet.scheduler import status as st
+from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.state import PodState
+from podfleet.scheduler.status import Status
+from podfleet.scheduler.types import JobRequest
+
+NAME = "spare_guard"
+
+
+def avoids_spares(chips: Sequence[int], spare: np.ndarray) -> bool:
+    """The rule: a normal placement holds no spare chip."""
+    return not bool(np.asarray(spare, bool)[list(chips)].any())
+
+
+class SpareGuard:
+    name = NAME
+    job_dependent = False
+
+    def filter(self, state: CycleState, job: JobRequest | None, pod: PodState) -> tuple[Status, np.ndarray]:
+        return st.SUCCESS, ~pod.spare
+
+
+def factory(handle: object, args: dict) -> SpareGuard:
+    return SpareGuard()

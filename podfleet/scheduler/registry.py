@@ -1,0 +1,49 @@
+"""Plugin registry: name -> factory(handle, args). Which run, with which weights, is config."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from podfleet.errors import UnknownNameError
+from podfleet.scheduler.plugins import (
+    default_binder,
+    fragmentation,
+    gang_permit,
+    hbm_fit,
+    health_gate,
+    preemption,
+    reservation,
+    spare_guard,
+    thermal_headroom,
+    topology_block,
+)
+
+Factory = Callable[[Any, dict[str, Any]], Any]
+
+REGISTRY: dict[str, Factory] = {
+    m.NAME: m.factory
+    for m in (
+        health_gate,
+        spare_guard,
+        hbm_fit,
+        topology_block,
+        fragmentation,
+        thermal_headroom,
+        preemption,
+        reservation,
+        gang_permit,
+        default_binder,
+    )
+}
+
+
+def register(name: str, factory: Factory) -> None:
+    """Add an out-of-tree plugin."""
+    REGISTRY[name] = factory
+
+
+def build_plugin(name: str, handle: Any, args: dict[str, Any]) -> Any:
+    if name not in REGISTRY:
+        raise UnknownNameError("scheduler plugin", name, REGISTRY, field="plugins")
+    return REGISTRY[name](handle, dict(args))

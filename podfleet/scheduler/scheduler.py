@@ -1,0 +1,360 @@
+"""The scheduler: a queue, the framework, and the preemption contract, behind one class.
+
+Every method runs on the engine thread (single writer). Times are passed in (``now_s``)
+or read from ``clock`` so the same code runs in virtual or paced time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from podfleet.errors import ConflictError, NotFoundError
+from podfleet.fabric.base import ChipState
+from podfleet.hardware.topology import Topology
+from podfleet.scheduler import starvation
+from podfleet.scheduler import status as st
+from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
+from podfleet.scheduler.jobs import JobPhase, JobRecord
+from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
+from podfleet.scheduler.spares import choose_spares
+from podfleet.scheduler.state import FREE, ClusterState
+from podfleet.scheduler.status import Code, Status
+from podfleet.scheduler.types import Decision, DecisionKind, JobRequest, Placement
+
+HOLDING = (JobPhase.RUNNING, JobPhase.NOMINATED, JobPhase.CHECKPOINTING)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        spares: int | Sequence[int] | None = None,
+        config: FrameworkConfig | Mapping[str, Any] | None = None,
+        quotas: Mapping[str, int] | None = None,
+        policy: QueuePolicy | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.cluster = ClusterState(topology)
+        self.clock = clock or (lambda: 0.0)
+        self.policy = policy or QueuePolicy()
+        self.quotas = check_quotas(quotas or {})
+        self.jobs: dict[str, JobRecord] = {}
+        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock)
+        cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
+        self.framework = Framework(self.handle, cfg)
+        self.pending: dict[str, None] = {}  # insertion-ordered set
+        self.team_chips: dict[str, int] = {}
+        self._next_slot = 0
+        self._holder: tuple[int, int] | None = None  # (slot, pod) of the starving job's hold
+        self.set_spares(spares or 0)
+
+    # --- operator inputs -------------------------------------------------------------
+    def set_spares(self, spares: int | Sequence[int]) -> tuple[int, ...]:
+        chips = choose_spares(self.topology, spares) if isinstance(spares, int) else tuple(int(c) for c in spares)
+        self.cluster.set_spares(chips)
+        idx = self.cluster.blocks
+        never = np.stack([~p.spare for p in self.cluster.pods])
+        self._ever_shapes = idx.shape_free(idx.free_many(never)).any(axis=0)
+        self.spares = chips
+        return chips
+
+    def set_chip_state(self, chip: int, state: ChipState) -> None:
+        self.cluster.set_chip_state(chip, state)
+
+    def set_telemetry(self, **arrays: np.ndarray) -> None:
+        self.cluster.set_telemetry(**arrays)
+
+    # --- job lifecycle -----------------------------------------------------------------
+    def _now(self, now_s: float | None) -> float:
+        return self.clock() if now_s is None else now_s
+
+    def check(self, job: JobRequest) -> Status:
+        """Could this job ever run here? ``UnschedulableAndUnresolvable`` with the reason if not."""
+        s = self.framework.pre_filter({}, job)
+        if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return s
+        idx = self.cluster.blocks
+        if not self._ever_shapes[idx.shape_ids_for(job.chips, job.shape)].any():
+            want = "x".join(map(str, job.shape)) if job.shape else f"{job.chips}-chip"
+            return st.unresolvable(
+                f"no {want} block avoids the {len(self.spares)} spare chips; spares are never used for jobs"
+            )
+        quota = self.quotas.get(job.team)
+        if quota is not None and job.chips > quota:
+            return st.unresolvable(f"job asks {job.chips} chips; team {job.team!r} quota is {quota}")
+        return st.SUCCESS
+
+    def submit(self, job: JobRequest, now_s: float | None = None) -> Decision:
+        if job.job_id in self.jobs:
+            raise ConflictError(f"job {job.job_id} was already submitted", field="job_id")
+        now = self._now(now_s)
+        rec = JobRecord(job, self._next_slot, now, now)
+        self._next_slot += 1
+        self.jobs[job.job_id] = rec
+        self.handle.slots[rec.slot] = job.job_id
+        s = self.check(job)
+        if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            rec.to(JobPhase.REJECTED, now)
+            rec.reason = str(s)
+            return Decision(job.job_id, DecisionKind.REJECTED, s)
+        rec.reason = "Pending: waiting for the next scheduling cycle"
+        self.pending[job.job_id] = None
+        return Decision(job.job_id, DecisionKind.PENDING, st.SUCCESS)
+
+    def schedule(self, now_s: float | None = None, max_jobs: int | None = None) -> list[Decision]:
+        """One cycle over the queue; returns the BIND / PREEMPT / REJECTED decisions made."""
+        now = self._now(now_s)
+        out: list[Decision] = []
+        holder_seen = False
+        queue = order((self.jobs[j] for j in self.pending), now, self.policy)
+        for n, rec in enumerate(queue):
+            if max_jobs is not None and n >= max_jobs:
+                break
+            if rec.phase is not JobPhase.PENDING:
+                continue
+            # Total time queued (all stints: a preempted job keeps what it already waited).
+            starving = rec.wait_s + now - rec.enqueued_s >= self.policy.starvation_s and not holder_seen
+            if self._holder is not None and rec.slot == self._holder[0]:
+                starvation.release(self.cluster, rec.slot, [self._holder[1]])  # its own hold is free to it
+                self._holder = None
+            d = self._schedule_one(rec, now)
+            if d is not None:
+                out.append(d)
+            elif starving and self._holder is None:
+                holder_seen = True
+                held = starvation.hold_block(self.cluster, rec.slot, rec.request.chips, rec.request.shape)
+                if held is not None:
+                    self._holder = (rec.slot, held[1])
+                    rec.reason += f"; starving for {rec.wait_s + now - rec.enqueued_s:.0f} s: {held[0]}"
+        return out
+
+    def _schedule_one(self, rec: JobRecord, now: float) -> Decision | None:
+        job, fw = rec.request, self.framework
+        used = self.team_chips.get(job.team, 0)
+        if not within_quota(used, job.chips, self.quotas.get(job.team)):
+            rec.reason = f"Unschedulable: team {job.team!r} over quota: {used} of {self.quotas[job.team]} chips in use, job asks {job.chips}"
+            return None
+        state: dict[str, Any] = {"now_s": now}
+        s, cands = fw.find(state, job)
+        if cands is None:
+            if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                return self._reject(rec, s, now)
+            if s.code is Code.UNSCHEDULABLE:
+                ps, nom = fw.post_filter(state, job, s.reason)
+                if ps.ok and nom is not None:
+                    return self._nominate(rec, nom, now)
+                s = ps
+            rec.reason = str(s)
+            return None
+        s, scores = fw.score(state, job, cands)
+        if not s.ok:
+            rec.reason = str(s)
+            return None
+        placement = fw.select(state, job, cands, scores)
+        return self._complete(rec, state, placement, now)
+
+    def _complete(self, rec: JobRecord, state: dict[str, Any], placement: Placement, now: float) -> Decision | None:
+        job, fw = rec.request, self.framework
+        s = fw.reserve(state, job, placement)
+        if s.ok:
+            s = fw.permit(state, job, placement)
+        if s.code is Code.WAIT:
+            rec.reason = str(s)
+            return None
+        if s.ok:
+            s = fw.bind(state, job, placement)
+        if not s.ok:
+            fw.unreserve(state, job, placement)
+            rec.reason = str(s)
+            return None
+        self._to(rec, JobPhase.RUNNING, now)
+        rec.placement, rec.started_s, rec.reason = placement, now, ""
+        rec.victims = ()
+        self.pending.pop(job.job_id, None)
+        return Decision(job.job_id, DecisionKind.BIND, st.SUCCESS, placement, resume_step=rec.resume_step)
+
+    def _to(self, rec: JobRecord, phase: JobPhase, now: float) -> None:
+        """Phase change plus team quota accounting (chips count while held or nominated)."""
+        before, after = rec.phase in HOLDING, phase in HOLDING
+        rec.to(phase, now)
+        if phase is JobPhase.RUNNING:
+            self.handle.running[rec.job_id] = rec
+        else:
+            self.handle.running.pop(rec.job_id, None)
+        team = rec.request.team
+        if after and not before:
+            self.team_chips[team] = self.team_chips.get(team, 0) + rec.request.chips
+        elif before and not after:
+            self.team_chips[team] -= rec.request.chips
+
+    def _reject(self, rec: JobRecord, s: Status, now: float) -> Decision:
+        rec.to(JobPhase.REJECTED, now)
+        rec.reason = str(s)
+        self.pending.pop(rec.job_id, None)
+        return Decision(rec.job_id, DecisionKind.REJECTED, s)
+
+    def _nominate(self, rec: JobRecord, nom: Any, now: float) -> Decision:
+        pod = self.cluster.pods[nom.pod]
+        pod.nominated[list(nom.local_chips)] = rec.slot
+        self.cluster.touch(pod)
+        for v in nom.victims:
+            vr = self.jobs[v]
+            self._to(vr, JobPhase.CHECKPOINTING, now)
+            vr.preempted_by = rec.job_id
+        self._to(rec, JobPhase.NOMINATED, now)
+        rec.victims = nom.victims
+        rec.nomination = nom
+        status = st.wait(f"preempting {', '.join(nom.victims)} (checkpoint and requeue)")
+        rec.reason = str(status)
+        return Decision(rec.job_id, DecisionKind.PREEMPT, status, victims=nom.victims)
+
+    # --- the preemption contract -----------------------------------------------------
+    def victims_checkpointed(self, job_id: str, steps: Mapping[str, int], now_s: float | None = None) -> Decision:
+        """The control plane saved these victims' checkpoints (victim -> step).
+
+        Each victim named is released and requeued to resume from its step. Once every
+        victim of ``job_id`` has checkpointed, the preemptor is bound on the nominated
+        block (BIND); until then the answer is PREEMPT (still waiting). Naming a job
+        that is not one of the preemptor's checkpointing victims is a ConflictError.
+        """
+        now = self._now(now_s)
+        rec = self._get(job_id)
+        if rec.phase is not JobPhase.NOMINATED:
+            raise ConflictError(f"job {job_id} is {rec.phase.value}, not waiting for victims", field="job_id")
+        for victim, step in steps.items():
+            vr = self.jobs.get(victim)
+            if vr is None or victim not in rec.victims:
+                raise ConflictError(f"{victim} is not a victim of {job_id} (victims: {', '.join(rec.victims)})", field="steps")
+            if vr.phase is JobPhase.CHECKPOINTING:
+                self._release_victim(vr, int(step), now)
+        waiting = [v for v in rec.victims if self.jobs[v].phase is JobPhase.CHECKPOINTING]
+        if waiting:
+            return Decision(job_id, DecisionKind.PREEMPT, st.wait(f"waiting for {', '.join(waiting)} to checkpoint"), victims=tuple(waiting))
+        nom = rec.nomination
+        pod = self.cluster.pods[nom.pod]
+        local = tuple(nom.local_chips)
+        # The nominated block may have lost a chip meanwhile: then the job goes back to the queue.
+        if not (pod.healthy[list(local)].all() and (pod.owner[list(local)] == FREE).all()):
+            pod.nominated[pod.nominated == rec.slot] = FREE
+            self.cluster.touch(pod)
+            self._to(rec, JobPhase.PENDING, now)
+            rec.reason = "Unschedulable: the nominated block changed while victims checkpointed; requeued"
+            return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
+        idx = self.cluster.blocks
+        shape = idx.shapes[int(idx.block_shape[nom.block])].shape
+        from podfleet.scheduler.cores import cores_per_chip
+
+        chips = self.cluster.global_chips(nom.pod, local)
+        placement = Placement(
+            job_id, nom.pod, chips, local, shape,
+            tuple(int(v) for v in idx.block_offset[nom.block]),
+            cores_per_chip(pod.grid.chip_type), reason=f"block {'x'.join(map(str, shape))} on pod {nom.pod} (after preemption)",
+        )
+        # NOMINATED -> RUNNING keeps the quota count; _complete moves the phase.
+        d = self._complete(rec, {}, placement, now)
+        if d is None:
+            pod.nominated[pod.nominated == rec.slot] = FREE
+            self.cluster.touch(pod)
+            self._to(rec, JobPhase.PENDING, now)
+            self.pending[job_id] = None
+            return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
+        return d
+
+    def _release_victim(self, vr: JobRecord, step: int, now: float) -> None:
+        if step < vr.last_checkpoint_step:
+            raise ConflictError(
+                f"checkpoint step {step} of {vr.job_id} is older than its last ({vr.last_checkpoint_step})", field="steps"
+            )
+        self._free_chips(vr)
+        vr.last_checkpoint_step = vr.resume_step = step
+        vr.preemptions += 1
+        vr.preempted_by = None
+        self._to(vr, JobPhase.PENDING, now)
+        vr.reason = f"Pending: preempted, resumes from checkpoint step {step}"
+        self.pending[vr.job_id] = None
+
+    def _free_chips(self, rec: JobRecord) -> None:
+        if rec.placement is None:
+            return
+        pod = self.cluster.pods[rec.placement.pod]
+        mine = pod.owner == rec.slot
+        pod.owner[mine] = FREE
+        self.cluster.touch(pod)
+        rec.placement = None
+
+    def report_checkpoint(self, job_id: str, step: int) -> None:
+        """A running job saved a checkpoint (used if it must later be requeued)."""
+        rec = self._get(job_id)
+        rec.last_checkpoint_step = max(rec.last_checkpoint_step, int(step))
+
+    def finish(self, job_id: str, now_s: float | None = None) -> None:
+        """The job completed, failed for good, or was cancelled: release everything it holds.
+
+        Stopping a preemption victim for good is the caller's decision; preemption itself
+        never releases a victim without its checkpoint (``victims_checkpointed``).
+        """
+        now = self._now(now_s)
+        rec = self._get(job_id)
+        if rec.phase in (JobPhase.FINISHED, JobPhase.REJECTED):
+            return
+        # A victim that completes while checkpointing simply finishes (nothing is lost);
+        # its preemptor binds once the remaining victims report (victims_checkpointed).
+        self._free_chips(rec)
+        if rec.phase is JobPhase.NOMINATED:
+            starvation.release(self.cluster, rec.slot, [rec.nomination.pod])
+        if self._holder is not None and self._holder[0] == rec.slot:
+            starvation.release(self.cluster, rec.slot, [self._holder[1]])
+            self._holder = None
+        self.pending.pop(job_id, None)
+        self._to(rec, JobPhase.FINISHED, now)
+        rec.finished_s = now
+
+    def requeue(self, job_id: str, resume_step: int | None = None, now_s: float | None = None) -> None:
+        """A running job lost a chip (recovery): back to the queue from its last checkpoint."""
+        now = self._now(now_s)
+        rec = self._get(job_id)
+        if rec.phase is not JobPhase.RUNNING:
+            raise ConflictError(f"job {job_id} is {rec.phase.value}, not running", field="job_id")
+        self._free_chips(rec)
+        rec.resume_step = rec.last_checkpoint_step if resume_step is None else int(resume_step)
+        self._to(rec, JobPhase.PENDING, now)
+        rec.reason = f"Pending: requeued, resumes from checkpoint step {rec.resume_step}"
+        self.pending[job_id] = None
+
+    # --- read side ---------------------------------------------------------------------
+    def _get(self, job_id: str) -> JobRecord:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise NotFoundError(f"job {job_id} is not known to the scheduler", field="job_id")
+        return rec
+
+    def describe(self, job_id: str, now_s: float | None = None) -> dict[str, Any]:
+        """For DescribeTrainingJob: phase, allocation (chips, shape; reason while pending)."""
+        rec = self._get(job_id)
+        now = self._now(now_s)
+        queued = rec.phase in (JobPhase.PENDING, JobPhase.NOMINATED)
+        alloc: dict[str, Any] = {"chips": [], "shape": [], "reason": rec.reason}
+        if rec.placement is not None:
+            alloc = {**rec.placement.to_dict(), "reason": rec.reason or rec.placement.reason}
+        return {
+            "job_id": job_id,
+            "phase": rec.phase.value,
+            "allocation": alloc,
+            "priority": rec.request.priority,
+            "team": rec.request.team,
+            "queue_wait_s": round(rec.wait_s + (now - rec.enqueued_s if queued else 0.0), 6),
+            "resume_step": rec.resume_step,
+            "preemptions": rec.preemptions,
+            "victims": list(rec.victims),
+        }
+
+    def reason(self, job_id: str) -> str:
+        return self._get(job_id).reason
+
+    def allocations(self) -> dict[str, Placement]:
+        return {j: r.placement for j, r in self.jobs.items() if r.placement is not None}

@@ -1,0 +1,133 @@
+"""The scheduler's view of the hardware: per-pod numpy arrays, one writer.
+
+``owner[chip]`` is the slot of the job holding the chip (-1 free); ``nominated[chip]`` is
+the slot of a preemptor waiting for that chip's victim to checkpoint. Every change bumps
+the pod's ``version`` and marks it dirty so the framework refreshes only that pod's
+block summary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from podfleet.errors import InvalidInputError, NotFoundError
+from podfleet.fabric.base import ChipState
+from podfleet.hardware.catalog import custom_grid
+from podfleet.hardware.specs import get_chip
+from podfleet.hardware.topology import FleetTopology, GridTopology, Topology
+from podfleet.scheduler.blocks import BlockIndex, block_index
+
+FREE = -1
+AMBIENT_C = 35.0
+THROTTLE_C = 95.0  # thermal limit used for headroom; a parameter (not published for trn2)
+
+
+def pod_grid(group: Topology) -> GridTopology:
+    """The grid the scheduler indexes blocks on; a switched node is a 1-D line of chips."""
+    if isinstance(group, GridTopology):
+        return group
+    return custom_grid([group.n_chips], group.chip_type, wrap=False, name=f"{group.name}-line")
+
+
+class PodState:
+    def __init__(self, index: int, grid: GridTopology, blocks: BlockIndex, *, uniform_hops: bool = False) -> None:
+        n = grid.n_chips
+        self.index = index
+        self.grid = grid
+        self.blocks = blocks
+        self.uniform_hops = uniform_hops  # switched: every pair one hop apart
+        self.n_chips = n
+        self.owner = np.full(n, FREE, dtype=np.int64)
+        self.nominated = np.full(n, FREE, dtype=np.int64)
+        self.spare = np.zeros(n, dtype=bool)
+        self.chip_state = [ChipState.HEALTHY] * n
+        self.healthy = np.ones(n, dtype=bool)
+        spec = get_chip(grid.chip_type)
+        self.hbm_bytes = np.full(n, spec.hbm_bytes, dtype=np.int64)
+        self.temperature_c = np.full(n, AMBIENT_C)
+        self.power_w = np.zeros(n)
+        self.forecast_power_w = np.zeros(n)  # predicted demand of the jobs on each chip
+        self.tdp_w = spec.tdp_w
+        self.version = 0
+        self.telemetry_version = 0  # bumped when temperature / power arrays change
+        self.cache: dict[str, object] = {}  # per-pod derived arrays keyed by plugin
+
+    def free_mask(self) -> np.ndarray:
+        return (self.owner == FREE) & (self.nominated == FREE)
+
+
+class ClusterState:
+    """All pods of one cluster (one pod for a grid topology, ``count`` for a fleet)."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        group = topology.group if isinstance(topology, FleetTopology) else topology
+        count = topology.count if isinstance(topology, FleetTopology) else 1
+        grid = pod_grid(group)
+        self.blocks = block_index(grid)
+        self.chips_per_pod = grid.n_chips
+        self.pods = [
+            PodState(p, grid, self.blocks, uniform_hops=not isinstance(group, GridTopology))
+            for p in range(count)
+        ]
+        self.dirty: set[int] = set(range(count))
+
+    @property
+    def n_chips(self) -> int:
+        return self.chips_per_pod * len(self.pods)
+
+    def locate(self, chip: int) -> tuple[PodState, int]:
+        if not 0 <= chip < self.n_chips:
+            raise NotFoundError(
+                f"chip {chip} does not exist; valid chips are 0-{self.n_chips - 1}", field="chip"
+            )
+        p, local = divmod(chip, self.chips_per_pod)
+        return self.pods[p], local
+
+    def global_chips(self, pod: int, local: np.ndarray | tuple[int, ...]) -> tuple[int, ...]:
+        return tuple((np.asarray(local, dtype=np.int64) + pod * self.chips_per_pod).tolist())
+
+    def touch(self, pod: PodState) -> None:
+        pod.version += 1
+        self.dirty.add(pod.index)
+
+    # --- operator / telemetry inputs ----------------------------------------------
+    def set_spares(self, chips: tuple[int, ...]) -> None:
+        for pod in self.pods:
+            pod.spare[:] = False
+            self.touch(pod)
+        for c in chips:
+            pod, local = self.locate(c)
+            if pod.owner[local] != FREE:
+                raise InvalidInputError(f"chip {c} is allocated and cannot be a spare", field="spares")
+            pod.spare[local] = True
+
+    def set_chip_state(self, chip: int, state: ChipState) -> None:
+        pod, local = self.locate(chip)
+        pod.chip_state[local] = ChipState(state)
+        pod.healthy[local] = state is ChipState.HEALTHY
+        self.touch(pod)
+
+    def set_telemetry(
+        self,
+        temperature_c: np.ndarray | None = None,
+        power_w: np.ndarray | None = None,
+        forecast_power_w: np.ndarray | None = None,
+    ) -> None:
+        """Arrays over all chips of the cluster (scores only; no summary refresh needed)."""
+        per = self.chips_per_pod
+        for name, arr in (
+            ("temperature_c", temperature_c),
+            ("power_w", power_w),
+            ("forecast_power_w", forecast_power_w),
+        ):
+            if arr is None:
+                continue
+            arr = np.asarray(arr, dtype=float)
+            if arr.shape != (self.n_chips,):
+                raise InvalidInputError(
+                    f"{name} needs {self.n_chips} values, got {arr.shape}", field=name
+                )
+            for pod in self.pods:
+                getattr(pod, name)[:] = arr[pod.index * per : (pod.index + 1) * per]
+                pod.telemetry_version += 1

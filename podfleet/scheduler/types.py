@@ -1,0 +1,125 @@
+"""Values the scheduler takes and gives: job requests, placements, decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from podfleet.errors import InvalidInputError
+from podfleet.scheduler.status import Status
+
+COMM_PATTERNS = ("ring", "all-to-all")
+PARALLELISM = ("manual", "auto")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What a job asks of the scheduler. Validated here so every surface gets one message."""
+
+    job_id: str
+    chips: int
+    team: str = "default"
+    priority: int = 0
+    tp: int = 1  # tensor-parallel degree: consecutive ranks form a TP group
+    comm: str = "ring"  # dominant collective pattern across the data-parallel dimension
+    shape: tuple[int, ...] | None = None  # an exact block shape, or None for any
+    hbm_bytes_per_chip: int = 0  # memory each rank needs (0 = not stated)
+    parallelism: str = "manual"  # "auto": block shape and plan chosen together
+    model: str | None = None  # for parallelism="auto" (the planner's model preset)
+    preemptible: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chips, int) or self.chips < 1:
+            raise InvalidInputError(f"chips must be a positive integer, got {self.chips!r}", field="chips")
+        if self.tp < 1 or self.chips % self.tp:
+            raise InvalidInputError(
+                f"tp ({self.tp}) must be a positive divisor of chips ({self.chips})", field="tp"
+            )
+        if self.comm not in COMM_PATTERNS:
+            raise InvalidInputError(
+                f"comm {self.comm!r} is not one of {', '.join(COMM_PATTERNS)}", field="comm"
+            )
+        if self.parallelism not in PARALLELISM:
+            raise InvalidInputError(
+                f"parallelism {self.parallelism!r} is not one of {', '.join(PARALLELISM)}",
+                field="parallelism",
+            )
+        if self.parallelism == "auto" and not self.model:
+            raise InvalidInputError("parallelism 'auto' needs a model", field="model")
+        if self.shape is not None:
+            prod = 1
+            for s in self.shape:
+                prod *= s
+            if prod != self.chips or any(s < 1 for s in self.shape):
+                raise InvalidInputError(
+                    f"shape {'x'.join(map(str, self.shape))} holds {prod} chips, not chips ({self.chips})",
+                    field="shape",
+                )
+        if self.hbm_bytes_per_chip < 0:
+            raise InvalidInputError("hbm_bytes_per_chip must be >= 0", field="hbm_bytes_per_chip")
+
+
+def fmt_shape(shape: tuple[int, ...] | None) -> str:
+    return "x".join(map(str, shape)) if shape else "none"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a gang runs: fleet -> pod -> chips (rank order) -> NeuronCores."""
+
+    job_id: str
+    pod: int
+    chips: tuple[int, ...]  # global chip indices; rank r runs on chips[r] (ring order)
+    local_chips: tuple[int, ...]  # the same chips numbered inside the pod
+    shape: tuple[int, ...]
+    offset: tuple[int, ...]
+    cores_per_chip: int = 1  # logical NeuronCores per chip (trn2 at LNC=2: 4)
+    score: float = 0.0
+    plan: Any = None  # the planner's plan when parallelism="auto"
+    reason: str = ""
+
+    @property
+    def cores(self) -> tuple[tuple[int, ...], ...]:
+        """Logical NeuronCores each rank's worker gets (chip c owns c*k .. c*k+k-1)."""
+        k = self.cores_per_chip
+        return tuple(tuple(range(c * k, c * k + k)) for c in self.chips)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "chips": list(self.chips),
+            "shape": list(self.shape),
+            "offset": list(self.offset),
+            "cores": [list(c) for c in self.cores],
+            "score": round(self.score, 3),
+            "reason": self.reason,
+        }
+
+
+class DecisionKind(StrEnum):
+    BIND = "bind"  # launch the gang on placement.chips now
+    PREEMPT = "preempt"  # checkpoint the victims, then call victims_checkpointed()
+    PENDING = "pending"  # stays queued; status.reason says why
+    REJECTED = "rejected"  # can never run here (UnschedulableAndUnresolvable)
+
+
+@dataclass(frozen=True)
+class Decision:
+    job_id: str
+    kind: DecisionKind
+    status: Status
+    placement: Placement | None = None
+    victims: tuple[str, ...] = ()
+    resume_step: int = 0  # the checkpoint step the job resumes from (0 = fresh start)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "kind": self.kind.value,
+            "status": str(self.status),
+            "placement": self.placement.to_dict() if self.placement else None,
+            "victims": list(self.victims),
+            "resume_step": self.resume_step,
+        }

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+
+from podfleet.hardware.catalog import get_topology
+from podfleet.scheduler import DecisionKind, JobRequest, PluginConfig, Scheduler
+from podfleet.scheduler.framework import DEFAULT_PLUGINS, FrameworkConfig
+
+POD = get_topology("trn2-ultraserver")
+
+
+def _with_fake_planner() -> FrameworkConfig:
+    plugins = tuple(
+        PluginConfig(p.name, p.weight, {"planner_module": "tests.scheduler.fake_planner"})
+        if p.name == "topology_block" else p
+        for p in DEFAULT_PLUGINS
+    )
+    return FrameworkConfig(plugins)
+
+
+def test_auto_parallelism_picks_block_and_plan_together() -> None:
+    s = Scheduler(POD, config=_with_fake_planner())
+    s.submit(JobRequest("auto", 16, parallelism="auto", model="m"))
+    [d] = s.schedule()
+    assert d.kind is DecisionKind.BIND
+    assert d.placement.shape == (2, 2, 4)  # the planner's fastest shape, not the comm-cost one
+    assert d.placement.plan == {"step_time_s": 1.0, "shape": (2, 2, 4)}
+
+
+def test_auto_without_a_feasible_plan_falls_back_to_comm_cost() -> None:
+    s = Scheduler(POD, config=_with_fake_planner())
+    s.submit(JobRequest("auto", 16, parallelism="auto", model="too-big"))
+    [d] = s.schedule()
+    assert d.placement.shape == (4, 4, 1) and d.placement.plan is None
+
+
+def test_real_planner_when_present() -> None:
+    pytest.importorskip("podfleet.planner")
+    s = Scheduler(POD)
+    s.submit(JobRequest("auto", 16, parallelism="auto", model="llama3-8b"))
+    [d] = s.schedule()
+    assert d.placement.plan is not None
+    assert d.placement.plan.step_time_s > 0
