@@ -20,6 +20,7 @@ from podfleet.store.records import (
     ChipHealthRecord,
     ClusterRecord,
     JobRecord,
+    RollupRecord,
     TokenRecord,
 )
 
@@ -35,9 +36,10 @@ class MemoryStore:
         self._idem: dict[tuple[str, str], tuple[str, str]] = {}
         self._tokens: dict[str, TokenRecord] = {}
         self._audit: list[AuditRecord] = []
+        self._rollups: dict[tuple[str, str, str, float, float], RollupRecord] = {}
         self._depth = 0
 
-    _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit")
+    _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit", "_rollups")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -115,6 +117,27 @@ class MemoryStore:
                 (copy.deepcopy(r) for (c, _), r in self._health.items() if c == cluster_id),
                 key=lambda r: r.chip,
             )
+
+    # --- telemetry rollups ----------------------------------------------------------------
+    def save_rollups(self, records: Sequence[RollupRecord]) -> None:
+        with self._lock:
+            for r in records:
+                self._rollups[(r.cluster_id, r.scope, r.metric, float(r.resolution_s), float(r.t_start))] = copy.deepcopy(r)
+
+    def list_rollups(self, cluster_id: str, *, resolution_s: float, since: float = 0.0, scope: str | None = None,
+                     metric: str | None = None, limit: int = 100_000) -> list[RollupRecord]:
+        with self._lock:
+            out = [copy.deepcopy(r) for (c, sc, m, res, t), r in self._rollups.items()
+                   if c == cluster_id and res == float(resolution_s) and t >= since
+                   and scope in (None, sc) and metric in (None, m)]
+        return sorted(out, key=lambda r: r.t_start)[:limit]
+
+    def prune_rollups(self, *, resolution_s: float, before: float) -> int:
+        with self._lock:
+            old = [k for k in self._rollups if k[3] == float(resolution_s) and k[4] < before]
+            for k in old:
+                del self._rollups[k]
+            return len(old)
 
     # --- checkpoints ---------------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:

@@ -1,0 +1,128 @@
+"""RFC 9457 problem+json: every error, mapped once from ``podfleet.errors``.
+
+Body: ``type``, ``title``, ``status``, ``detail``, ``code`` (stable), and where known
+``field`` and ``allowed``. FastAPI's validation errors and unknown routes are mapped
+here too, so bad input is always a 4xx problem, never a 500 or a bare ``{"detail"}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from podfleet.errors import PodfleetError
+
+log = logging.getLogger("podfleet.api")
+MEDIA_TYPE = "application/problem+json"
+TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+          405: "Method Not Allowed", 409: "Conflict", 415: "Unsupported Media Type",
+          422: "Unprocessable Content", 500: "Internal Server Error"}
+_HTTP_CODES = {404: "not-found", 405: "method-not-allowed", 401: "unauthorized", 403: "forbidden",
+               415: "unsupported-media-type"}
+
+
+def problem(status: int, code: str, detail: str, *, field: str | None = None,
+            allowed: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"type": f"urn:podfleet:problem:{code}", "title": TITLES.get(status, "Error"),
+                            "status": status, "detail": detail, "code": code}
+    if field is not None:
+        body["field"] = field
+    if allowed is not None:
+        body["allowed"] = allowed
+    return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
+
+
+def from_error(exc: PodfleetError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    return problem(exc.http_status, exc.code, exc.message, field=exc.field,
+                   allowed=exc.extra.get("allowed"), headers=headers)
+
+
+def _validation_field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    # Union members show up as their type name in the location: not part of the field.
+    parts = [p for p in parts if not p.startswith(("function-", "literal[", "Parallelism", "ModelDims"))
+             and p not in ("int", "str", "float", "bool", "list[int]")]
+    return ".".join(parts) or "body"
+
+
+def _allowed(err: dict[str, Any]) -> Any:
+    ctx = err.get("ctx") or {}
+    if "expected" in ctx:
+        return [s.strip().strip("'") for s in str(ctx["expected"]).replace(" or ", ", ").split(",")]
+    lo = ctx.get("ge", ctx.get("gt"))
+    hi = ctx.get("le", ctx.get("lt"))
+    if lo is not None or hi is not None:
+        left = "" if lo is None else (f"{lo}" if "ge" in ctx else f">{lo}")
+        right = "" if hi is None else (f"{hi}" if "le" in ctx else f"<{hi}")
+        return f"{left}-{right}" if left and right else (f">= {left}" if left else f"<= {right}")
+    if "pattern" in ctx:
+        return f"pattern {ctx['pattern']}"
+    return None
+
+
+def _allowed_from_schema(req: Request, field: str) -> Any:
+    """Allowed values of a body field from its JSON schema: enum, or min-max range."""
+    route = req.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    for param in [*getattr(dependant, "query_params", []), *getattr(dependant, "path_params", [])]:
+        if param.alias == field:
+            meta = param.field_info.metadata
+            lo = next((m.ge for m in meta if hasattr(m, "ge")), None)
+            hi = next((m.le for m in meta if hasattr(m, "le")), None)
+            if lo is not None and hi is not None:
+                return f"{lo}-{hi}"
+    body = getattr(route, "body_field", None)
+    model = getattr(getattr(body, "field_info", None), "annotation", None)
+    if model is None or not hasattr(model, "model_json_schema") or "." in field:
+        return None
+    prop = model.model_json_schema().get("properties", {}).get(field, {})
+    options = prop.get("anyOf", [prop])
+    for o in options:
+        if "enum" in o:
+            return list(o["enum"])
+        if "const" in o and len(options) == 1:
+            return [o["const"]]
+        lo, hi = o.get("minimum"), o.get("maximum")
+        if lo is not None and hi is not None:
+            return f"{lo}-{hi}"
+    return None
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(PodfleetError)
+    async def _podfleet(_req: Request, exc: PodfleetError) -> JSONResponse:
+        if exc.http_status >= 500:
+            log.error("internal error: %s", exc.message)
+        return from_error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+        field = _validation_field(tuple(first.get("loc", ())))
+        msg = str(first.get("msg", "invalid"))
+        detail = f"{field}: {msg}" + (f" ({len(errs) - 1} more)" if len(errs) > 1 else "")
+        hook = getattr(req.app.state, "on_invalid", None)
+        if hook is not None:
+            await hook(req, detail)
+        allowed = _allowed_from_schema(req, field) or _allowed(first)
+        return problem(400, "invalid-input", detail, field=field, allowed=allowed)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, "http-error")
+        detail = str(exc.detail)
+        if exc.status_code == 404 and detail == "Not Found":
+            detail = "no such route; see /openapi.json"
+        return problem(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _bug(_req: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return problem(500, "internal", f"internal error ({type(exc).__name__}); see the server log")

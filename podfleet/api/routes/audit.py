@@ -1,0 +1,29 @@
+"""The audit trail: list and verify the hash chain."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from podfleet.api.deps import MaxResults, Plane
+from podfleet.api.schemas import AuditList, AuditVerify
+from podfleet.control.logbuf import rfc3339
+
+router = APIRouter(prefix="/v1/audit", tags=["audit"])
+
+
+@router.get("", operation_id="ListAuditEvents", response_model=AuditList)
+def list_audit(plane: Plane, next_token: Annotated[str | None, Query(alias="nextToken", pattern=r"^\d{1,12}$")] = None,
+                     max_results: MaxResults = 100) -> dict[str, Any]:
+    after = int(next_token) if next_token else 0
+    recs = plane.store.list_audit(after_seq=after, limit=max_results + 1)
+    page = recs[:max_results]
+    events = [{**r.__dict__, "time": rfc3339(r.time)} for r in page]
+    return {"events": events, "nextToken": str(page[-1].seq) if len(recs) > max_results else None}
+
+
+@router.get("/verify", operation_id="VerifyAuditChain", response_model=AuditVerify)
+def verify_audit(plane: Plane) -> dict[str, Any]:
+    ok, bad, message = plane.store.verify_audit()
+    return {"ok": ok, "first_bad_seq": bad, "message": message}

@@ -1,0 +1,84 @@
+"""Clusters: create, list, describe, delete, hardware, logs (SSE), faults."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response, status
+
+from podfleet.api.auth import CurrentPrincipal
+from podfleet.api.deps import MaxResults, NextToken, Plane
+from podfleet.api.schemas import (
+    Cluster,
+    ClusterList,
+    CreateClusterRequest,
+    FaultOut,
+    Hardware,
+    InjectFaultRequest,
+    Logs,
+)
+from podfleet.api.sse import stream
+
+router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+ClusterRef = Annotated[str, "cluster id (cl-...) or name"]
+
+
+@router.post("", operation_id="CreateTrainiumCluster", response_model=Cluster,
+             status_code=status.HTTP_201_CREATED)
+async def create_cluster(body: CreateClusterRequest, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    """Create a cluster; its deployment runs as steps (follow them with GetClusterLogs?follow=true)."""
+    data = body.model_dump(exclude={"clientToken"}, exclude_none=True)
+    return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
+
+
+@router.get("", operation_id="ListClusters", response_model=ClusterList)
+async def list_clusters(plane: Plane, next_token: NextToken = None, max_results: MaxResults = 100) -> dict[str, Any]:
+    views, nxt = plane.list_clusters(next_token=next_token, max_results=max_results)
+    return {"clusters": views, "nextToken": nxt}
+
+
+@router.get("/{cluster}", operation_id="DescribeCluster", response_model=Cluster)
+async def describe_cluster(cluster: ClusterRef, plane: Plane) -> dict[str, Any]:
+    return plane.describe_cluster(cluster)
+
+
+@router.delete("/{cluster}", operation_id="DeleteCluster", response_model=Cluster)
+async def delete_cluster(cluster: ClusterRef, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    """Stop the cluster's jobs and delete it."""
+    return await plane.call(plane.delete_cluster, cluster, actor=who.actor)
+
+
+@router.get("/{cluster}/hardware", operation_id="DescribeClusterHardware",
+            responses={200: {"model": Hardware}}, response_class=Response)
+async def describe_hardware(request: Request, cluster: ClusterRef, plane: Plane,
+                            chip: Annotated[int | None, Query(ge=0, le=65535)] = None) -> Response:
+    """Chips (index, coords, state, spare, metrics) and links (src, dst, axis, state, metrics),
+    from the snapshot rendered once per telemetry tick."""
+    if plane.snapshot_stale(cluster):
+        await plane.call(plane.refresh_hardware, cluster)
+    if chip is None and "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(plane.hardware_gzip(cluster), media_type="application/json",
+                        headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+    return Response(plane.hardware(cluster, chip), media_type="application/json",
+                    headers={"Vary": "Accept-Encoding"})
+
+
+@router.get("/{cluster}/logs", operation_id="GetClusterLogs", response_model=Logs,
+            responses={200: {"content": {"text/event-stream": {}}}})
+async def cluster_logs(request: Request, cluster: ClusterRef, plane: Plane,
+                       follow: bool = False, since: Annotated[int, Query(ge=0)] = 0) -> Any:
+    """Deployment and fabric log; ``follow=true`` streams server-sent events until the
+    deployment ends (``log`` and ``progress`` events, then ``end``)."""
+    rt = plane.resolve(cluster)
+    if follow:
+        return stream(request, rt.logs, since, progress=lambda: rt.deployment)
+    return {"lines": rt.logs.since(since), "next": rt.logs.end}
+
+
+@router.post("/{cluster}/faults", operation_id="InjectFault", response_model=FaultOut,
+             status_code=status.HTTP_202_ACCEPTED)
+async def inject_fault(cluster: ClusterRef, body: InjectFaultRequest, plane: Plane,
+                       who: CurrentPrincipal) -> dict[str, Any]:
+    """Inject a fault (the twin): --chip N for chip faults, --link A-B for link faults."""
+    return await plane.call(plane.inject_fault, cluster, body.kind, chip=body.chip, link=body.link,
+                            actor=who.actor)

@@ -1,0 +1,213 @@
+"""Wire payloads of the REST API (pydantic, at the edge only). New fields always have
+defaults. Types and ranges are checked here; meaning is checked again by the engine."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
+FabricKind = Literal["sim", "local", "ray"]
+FaultKindName = Literal[
+    "chip-failure", "hbm-corrected-burst", "hbm-uncorrectable", "sram-uncorrectable",
+    "link-down", "link-flap", "thermal-runaway", "firmware-fault",
+]
+JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
+                       "SUCCEEDED", "FAILED", "STOPPED"]
+ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
+                    description="idempotency key: a retry with the same token returns the same object")
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateClusterRequest(_In):
+    name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
+    type: ClusterType = "trn2-ultraserver"
+    dims: list[int] | None = Field(None, min_length=1, max_length=6, description="custom only")
+    chip_type: Literal["trn2", "trn1"] | None = Field(None, description="custom only")
+    chips: int | None = Field(None, ge=1, le=4096)
+    hbm_gib: float | None = Field(None, gt=0, le=1024, description="per-chip memory")
+    link_bw_gbps: float | None = Field(None, gt=0, le=10000, description="per link, GB/s")
+    storage_nodes: int = Field(1, ge=0, le=16)
+    spares: int = Field(0, ge=0, le=4, description="chips held out of placement for failover")
+    encryption: bool = True
+    network_isolation: bool = True
+    fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")
+    clientToken: str | None = ClientToken
+
+
+class Parallelism(_In):
+    tp: int = Field(..., ge=1, le=4096)
+    pp: int = Field(..., ge=1, le=4096)
+    dp: int = Field(..., ge=1, le=65536)
+
+
+class ModelDims(_In):
+    layers: int = Field(..., ge=1, le=1000)
+    hidden: int = Field(..., ge=1, le=1_000_000)
+    heads: int = Field(..., ge=1, le=10_000)
+    vocab: int = Field(..., ge=1, le=10_000_000)
+    seq_len: int = Field(4096, ge=1, le=10_000_000)
+
+
+class SubmitJobRequest(_In):
+    model: str | None = Field(None, min_length=1, max_length=64, description="preset name")
+    model_dims: ModelDims | None = None
+    chips: int = Field(..., ge=1, le=65536)
+    parallelism: Literal["auto"] | Parallelism = "auto"
+    steps: int = Field(1000, ge=1, le=10**9)
+    checkpoint_interval: int = Field(100, ge=0, le=10**9, description="steps; 0 = never")
+    priority: int = Field(50, ge=0, le=100)
+    entrypoint: str | None = Field(None, min_length=1, max_length=1024)
+    name: str | None = Field(None, min_length=1, max_length=63)
+    clientToken: str | None = ClientToken
+
+
+class InjectFaultRequest(_In):
+    kind: FaultKindName
+    chip: int | None = Field(None, ge=0, le=65535)
+    link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")
+
+
+class PlanRequest(_In):
+    model: str = Field(..., min_length=1, max_length=64, description="preset name")
+    chips: int = Field(..., ge=1, le=65536)
+    chip_type: Literal["trn2", "trn1", "a100", "h100", "h200"] = "trn2"
+    topology: str | None = Field(None, max_length=64, description="e.g. trn2-ultraserver, trn2-ultraserver:4")
+    tp: int | None = Field(None, ge=1, le=4096, description="fix the tensor-parallel degree")
+    pp: int | None = Field(None, ge=1, le=4096)
+    dp: int | None = Field(None, ge=1, le=65536)
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class DeploymentStep(_Out):
+    name: str
+    state: str
+
+
+class Deployment(_Out):
+    state: str
+    percent: int
+    steps: list[DeploymentStep]
+
+
+class Cluster(_Out):
+    id: str
+    name: str
+    state: str
+    type: str | None = None
+    chips: int | None = None
+    spares: list[int] = []
+    deployment: Deployment | None = None
+
+
+class ClusterList(BaseModel):
+    clusters: list[Cluster]
+    nextToken: str | None = None
+
+
+class Progress(_Out):
+    step: int
+    steps: int
+    loss: float | None = None
+    tokens_per_s: float | None = None
+
+
+class AllocationOut(_Out):
+    chips: list[int]
+    shape: list[int]
+    reason: str
+
+
+class Job(_Out):
+    id: str
+    cluster_id: str
+    state: JobStateName
+    model: str
+    chips: int
+    progress: Progress
+    allocation: AllocationOut | None = None
+    reason: str = ""
+    timestamps: dict[str, str] = {}
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+    nextToken: str | None = None
+
+
+class ChipOut(_Out):
+    index: int
+    coords: list[int]
+    state: str
+    spare: bool
+    metrics: dict[str, Any]
+
+
+class LinkOut(_Out):
+    src: int
+    dst: int
+    axis: str
+    state: str
+    metrics: dict[str, Any]
+
+
+class Hardware(_Out):
+    cluster_id: str
+    chips: list[ChipOut]
+    links: list[LinkOut]
+
+
+class LogLine(_Out):
+    offset: int
+    time: str
+    message: str
+
+
+class Logs(BaseModel):
+    lines: list[LogLine]
+    next: int
+
+
+class FaultOut(_Out):
+    cluster_id: str
+    kind: str
+
+
+class AuditEvent(BaseModel):
+    seq: int
+    time: str
+    actor: str
+    action: str
+    target: str
+    result: str
+    detail: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class AuditList(BaseModel):
+    events: list[AuditEvent]
+    nextToken: str | None = None
+
+
+class AuditVerify(BaseModel):
+    ok: bool
+    first_bad_seq: int | None = None
+    message: str
+
+
+class Problem(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    field: str | None = None
+    allowed: Any = None

@@ -1,0 +1,96 @@
+"""``podfleet cluster create|list|describe|delete``."""
+
+from __future__ import annotations
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.errors import InvalidInputError, PodfleetError
+from podfleet.sdk import PodfleetClient
+
+app = typer.Typer(help="Cluster lifecycle.", no_args_is_help=True)
+COLUMNS = ["id", "name", "state", "type", "fabric", "chips", "spares", "jobs_running"]
+
+
+def _dims(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace("x", ",").split(",") if x.strip()]
+    except ValueError:
+        raise InvalidInputError(f"--dims must look like 4,4 or 4x4x4, got {text!r}", field="dims") from None
+
+
+@app.command("create")
+def create(
+    name: str = typer.Argument(..., help="cluster name (a-z, 0-9, -)"),
+    type: str = typer.Option("trn2-ultraserver", "--type", help="trn2-ultraserver | trn2-node | trn1-node | custom"),
+    spares: int = typer.Option(0, "--spares", help="spare chips held out of placement (0-4)"),
+    chips: int = typer.Option(None, "--chips", help="chip count (must match the type; custom: a ring)"),
+    dims: str = typer.Option(None, "--dims", help="custom only: e.g. 4,4 or 4x4x4"),
+    chip_type: str = typer.Option(None, "--chip-type", help="custom only: trn2 | trn1"),
+    hbm_gib: float = typer.Option(None, "--hbm-gib", help="per-chip memory, GiB"),
+    link_bw_gbps: float = typer.Option(None, "--link-bw-gbps", help="interconnect bandwidth per link, GB/s"),
+    storage_nodes: int = typer.Option(1, "--storage-nodes", help="storage nodes to mount (0-16)"),
+    encryption: bool = typer.Option(True, "--encryption/--no-encryption"),
+    network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation"),
+    fabric: str = typer.Option(None, "--fabric", help="sim | local | ray (default: the server's)"),
+    client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
+    wait: bool = typer.Option(True, "--wait/--no-wait", help="follow the deployment until it ends"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Create a cluster and follow its deployment (a progress bar in table mode)."""
+    with errors():
+        c = client(url, token)
+        out = c.create_cluster(
+            name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
+            hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
+            encryption=encryption, network_isolation=network_isolation, fabric=fabric,
+            client_token=client_token,
+        )
+        if wait and out["state"] == "deploying":
+            _follow(c, out["id"], show=output == OutputFormat.table)
+            out = c.describe_cluster(out["id"])
+        emit(out, output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
+        if out["state"] == "failed":
+            raise PodfleetError(f"cluster {name} deployment failed: {out.get('reason', '')}")
+
+
+def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeElapsedColumn(), console=stderr, disable=not show, transient=False) as bar:
+        task = bar.add_task("deploying", total=100)
+        for event, data in c.follow_cluster_logs(cluster_id):
+            if event == "progress" and isinstance(data, dict):
+                running = [s["name"] for s in data.get("steps", []) if s.get("state") == "running"]
+                bar.update(task, completed=data.get("percent", 0),
+                           description=running[0] if running else str(data.get("state", "")))
+            elif event == "log" and show:
+                bar.console.print(f"  {data['message']}", highlight=False)
+
+
+@app.command("list")
+def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """All live clusters (every page)."""
+    with errors():
+        emit(list(client(url, token).iter_clusters()), output, columns=COLUMNS)
+
+
+@app.command("describe")
+def describe(cluster: str = typer.Argument(..., help="id or name"), url: str = UrlOpt,
+             token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """One cluster: spec, state, deployment steps."""
+    with errors():
+        emit(client(url, token).describe_cluster(cluster), output, title=cluster)
+
+
+@app.command("delete")
+def delete(cluster: str = typer.Argument(..., help="id or name"), url: str = UrlOpt,
+           token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Stop the cluster's jobs and delete it."""
+    with errors():
+        emit(client(url, token).delete_cluster(cluster), output, columns=["id", "name", "state"], title=cluster)

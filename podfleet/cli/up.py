@@ -1,0 +1,46 @@
+"""``podfleet up``: serve the control plane (API) with embedded defaults."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import typer
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.settings import get_settings
+
+
+def up(
+    fabric: str = typer.Option(None, "--fabric", help="default fabric for clusters: sim|local|ray"),
+    db: str = typer.Option(None, "--db", help="store URL (default ~/.podfleet/podfleet.db)"),
+    host: str = typer.Option(None, "--host", help="listen address (127.0.0.1)"),
+    port: int = typer.Option(None, "--port", help="listen port (8470)"),
+    speed: float = typer.Option(None, "--speed", help="timeline pace: 1 = wall clock"),
+    seed: int = typer.Option(None, "--seed", help="seed of the timeline's RNG"),
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Serve the control plane: embedded SQLite and a simulated pod by default."""
+    from podfleet.api.server import build_server, run
+
+    with errors():
+        settings = get_settings(fabric=fabric, db=db, host=host, port=port, speed=speed, seed=seed)
+        server = build_server(settings)
+        url = f"http://{settings.host}:{settings.port}"
+        info = {"url": url, "store": _redact(str(server.store.url)), "fabric": settings.fabric, "speed": settings.speed,
+                "admin_token": server.admin_token if server.admin_token and not server.admin_from_env else None}
+        if output == OutputFormat.json:
+            emit(info, output)
+        else:
+            stderr.print(f"podfleet serving at [bold]{url}[/bold] (store {info['store']}, fabric {settings.fabric})")
+            if server.admin_token and not server.admin_from_env:
+                stderr.print("admin token (shown once; export it as PODFLEET_TOKEN):")
+                print(server.admin_token)
+            elif server.admin_from_env:
+                stderr.print("admin token: the one in PODFLEET_ADMIN_TOKEN")
+        sys.stdout.flush()
+        run(server, settings.host, settings.port)
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)

@@ -1,0 +1,96 @@
+"""Cluster deployment as visible steps on the timeline: chip initialisation, interconnect
+configuration, storage mounts, self-test. Each step logs, reports progress and persists
+its outcome; on the twin the whole deployment takes a few seconds of timeline time."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+from podfleet.control.lifecycle import ClusterState
+from podfleet.control.logbuf import rfc3339
+from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
+from podfleet.fabric.base import ChipState
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+
+_TICKS_PER_STEP = 5
+
+
+def step_durations_s(rt: ClusterRuntime) -> dict[str, float]:
+    """Twin timings: scale with what each step touches (chips, links, mounts)."""
+    n = rt.topology.n_chips
+    return {
+        "chip-initialisation": 0.5 + 0.02 * n,
+        "interconnect-configuration": 0.3 + 0.003 * len(rt.topology.links),
+        "storage-mounts": 0.2 + 0.3 * rt.spec.storage_nodes,
+        "self-test": 1.0,
+    }
+
+
+def start_deployment(plane: ControlPlane, rt: ClusterRuntime) -> None:
+    plane.tl.process(_deploy(plane, rt))
+
+
+def _deploy(plane: ControlPlane, rt: ClusterRuntime) -> Generator[Any, Any, None]:
+    durations = step_durations_s(rt)
+    total = sum(durations.values())
+    done_s = 0.0
+    rt.deployment = {"state": "running", "percent": 0,
+                     "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS]}
+    rt.logs.append(plane.now(), f"deploying {rt.spec.type} ({rt.topology.n_chips} chips, "
+                                f"{len(rt.topology.links)} links, {rt.spec.storage_nodes} storage nodes, "
+                                f"{rt.spec.spares} spares) on fabric {rt.spec.fabric}")
+    for k, name in enumerate(DEPLOY_STEPS):
+        if rt.state != ClusterState.DEPLOYING:
+            return  # deleted while deploying
+        step = {"name": name, "state": "running", "started_at": rfc3339(plane.now())}
+        _set_step(rt, k, step)
+        rt.logs.append(plane.now(), f"step {k + 1}/{len(DEPLOY_STEPS)}: {name} started", step=name)
+        for _ in range(_TICKS_PER_STEP):
+            yield plane.tl.env.timeout(durations[name] / _TICKS_PER_STEP)
+            done_s += durations[name] / _TICKS_PER_STEP
+            rt.deployment = {**rt.deployment, "percent": round(100 * done_s / total)}
+        if rt.state != ClusterState.DEPLOYING:
+            return
+        detail = _step_detail(rt, name)
+        failed = name == "self-test" and detail.startswith("no healthy")
+        _set_step(rt, k, {**step, "state": "failed" if failed else "succeeded",
+                          "finished_at": rfc3339(plane.now()), "detail": detail})
+        rt.logs.append(plane.now(), f"step {k + 1}/{len(DEPLOY_STEPS)}: {name} {'failed' if failed else 'done'}: {detail}", step=name)
+        if failed:
+            rt.deployment = {**rt.deployment, "state": "failed"}
+            plane.set_cluster_state(rt, ClusterState.FAILED, detail)
+            rt.logs.closed = True
+            return
+        plane.store.save_cluster(rt.rec)  # progress survives a restart (the step reruns)
+    rt.deployment = {**rt.deployment, "state": "succeeded", "percent": 100}
+    plane.set_cluster_state(rt, ClusterState.ACTIVE, "deployment succeeded")
+    plane.save_health(rt)
+    plane.render(rt)
+    rt.logs.closed = True
+    plane.jobs.schedule(rt)
+
+
+def _set_step(rt: ClusterRuntime, k: int, step: dict[str, Any]) -> None:
+    steps = list(rt.deployment["steps"])
+    steps[k] = step
+    rt.deployment = {**rt.deployment, "steps": steps}
+    rt.rec.status["deployment"] = rt.deployment
+
+
+def _step_detail(rt: ClusterRuntime, name: str) -> str:
+    if name == "chip-initialisation":
+        return f"{rt.topology.n_chips} {rt.topology.chip_type} chips initialised"
+    if name == "interconnect-configuration":
+        return f"{len(rt.topology.links)} links configured, dims {'x'.join(map(str, rt.topology.dims))}" + (
+            ", network isolated" if rt.spec.network_isolation else "")
+    if name == "storage-mounts":
+        enc = "encrypted" if rt.spec.encryption else "unencrypted"
+        return f"{rt.spec.storage_nodes} storage node(s) mounted, {enc}"
+    states = rt.chip_states()
+    healthy = sum(s == ChipState.HEALTHY for s in states)
+    if healthy == 0:
+        return "no healthy chip passed the self-test"
+    return f"{healthy}/{len(states)} chips healthy"

@@ -1,0 +1,62 @@
+"""Cluster and job lifecycles: enums with enforced transitions (``podfleet.states``)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from podfleet.states import check_transition
+
+
+class ClusterState(StrEnum):
+    DEPLOYING = "deploying"
+    ACTIVE = "active"
+    FAILED = "failed"
+    DELETING = "deleting"
+    DELETED = "deleted"
+
+
+CLUSTER_TRANSITIONS: dict[ClusterState, frozenset[ClusterState]] = {
+    ClusterState.DEPLOYING: frozenset({ClusterState.ACTIVE, ClusterState.FAILED, ClusterState.DELETING}),
+    ClusterState.ACTIVE: frozenset({ClusterState.DELETING}),
+    ClusterState.FAILED: frozenset({ClusterState.DELETING}),
+    ClusterState.DELETING: frozenset({ClusterState.DELETED}),
+    ClusterState.DELETED: frozenset(),
+}
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    PLACING = "PLACING"
+    RUNNING = "RUNNING"
+    CHECKPOINTING = "CHECKPOINTING"
+    RECOVERING = "RECOVERING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
+_END = frozenset({JobState.FAILED, JobState.STOPPED})
+
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.PLACING}) | _END,
+    # PLACING -> PENDING: the launch was undone (e.g. a chip failed before it started).
+    JobState.PLACING: frozenset({JobState.RUNNING, JobState.PENDING}) | _END,
+    JobState.RUNNING: frozenset({JobState.CHECKPOINTING, JobState.RECOVERING, JobState.SUCCEEDED}) | _END,
+    JobState.CHECKPOINTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.SUCCEEDED}) | _END,
+    JobState.RECOVERING: frozenset({JobState.RUNNING}) | _END,
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.STOPPED: frozenset(),
+}
+
+# Jobs that hold chips (an allocation) on their cluster.
+HOLDS_CHIPS = frozenset({JobState.PLACING, JobState.RUNNING, JobState.CHECKPOINTING, JobState.RECOVERING})
+
+
+def check_cluster_transition(src: ClusterState, dst: ClusterState) -> None:
+    check_transition("cluster", CLUSTER_TRANSITIONS, src, dst)
+
+
+def check_job_transition(src: JobState, dst: JobState) -> None:
+    check_transition("job", JOB_TRANSITIONS, src, dst)

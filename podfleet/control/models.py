@@ -1,0 +1,39 @@
+"""Model presets the control plane accepts: the perf model's registry (``podfleet.perf.models``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podfleet.errors import InvalidInputError, PodfleetError, UnknownNameError
+from podfleet.perf.models import MODELS, ModelSpec, custom_model, get_model
+
+MODEL_DIM_FIELDS = ("layers", "hidden", "heads", "vocab", "seq_len")
+
+
+def model_names() -> list[str]:
+    return sorted(MODELS)
+
+
+def resolve_model(name: str, dims: dict[str, Any] | None) -> ModelSpec:
+    """The model a job trains: a preset, or ``custom`` with ``model_dims``."""
+    if name == "custom" or (dims and name not in MODELS):
+        if not dims:
+            raise InvalidInputError("model 'custom' needs model_dims", field="model_dims")
+        missing = [f for f in MODEL_DIM_FIELDS[:4] if f not in dims]
+        if missing:
+            raise InvalidInputError(f"model_dims is missing {', '.join(missing)}", field="model_dims",
+                                    allowed=list(MODEL_DIM_FIELDS))
+        try:
+            return custom_model(int(dims["layers"]), int(dims["hidden"]), int(dims["heads"]),
+                                int(dims["vocab"]), seq_len=int(dims.get("seq_len", 2048)))
+        except PodfleetError as exc:
+            raise InvalidInputError(f"model_dims: {exc.message}", field="model_dims") from None
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(f"model_dims: {exc}", field="model_dims") from None
+    if name not in MODELS:
+        raise UnknownNameError("model", name, [*model_names(), "custom"], field="model")
+    return get_model(name)
+
+
+def check_model(name: str, dims: dict[str, Any] | None) -> ModelSpec:
+    return resolve_model(name, dims)

@@ -1,0 +1,372 @@
+"""The control plane: one writer on the engine thread; commands in, read models out.
+
+See ``podfleet.control`` for the public API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from podfleet.control.deploy import start_deployment
+from podfleet.control.fabrics import FabricFactory, close_fabric, make_fabric
+from podfleet.control.ids import new_id
+from podfleet.control.jobs import JobManager
+from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.control.specs import ClusterSpec
+from podfleet.engine.timeline import Timeline
+from podfleet.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PodfleetError,
+    UnknownNameError,
+)
+from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.store.protocol import StoreProtocol
+from podfleet.store.records import ChipHealthRecord, ClusterRecord
+
+T = TypeVar("T")
+
+FAULT_KINDS = (
+    "chip-failure", "hbm-corrected-burst", "hbm-uncorrectable", "sram-uncorrectable",
+    "link-down", "link-flap", "thermal-runaway", "firmware-fault",
+)
+LINK_FAULTS = ("link-down", "link-flap")
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class ControlPlane:
+    def __init__(
+        self,
+        store: StoreProtocol,
+        timeline: Timeline,
+        *,
+        fabric_factory: FabricFactory | None = None,
+        telemetry_interval_s: float = 1.0,
+        default_fabric: str = "sim",
+    ) -> None:
+        self.store = store
+        self.tl = timeline
+        self.fabric_factory = fabric_factory or make_fabric
+        self.telemetry_interval_s = telemetry_interval_s
+        self.default_fabric = default_fabric
+        self.epoch = time.time() - timeline.now  # timestamps = epoch + timeline time
+        self.clusters: dict[str, ClusterRuntime] = {}  # live clusters by id
+        self.names: dict[str, str] = {}  # live cluster name -> id
+        self.jobs = JobManager(self)
+        self._thread: threading.Thread | None = None
+        self._hooks: list[Callable[[ClusterRuntime, FabricEvent], None]] = []
+
+    # --- time, threads ---------------------------------------------------------------
+    def now(self) -> float:
+        """Unix seconds on the timeline (tracks the wall clock when paced at speed 1)."""
+        return self.epoch + self.tl.now
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """From any thread's event loop: run a command on the engine thread and await it."""
+        return await asyncio.wrap_future(self.tl.submit(fn, *args, **kwargs))
+
+    def call_sync(self, fn: Callable[..., T], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> T:
+        return self.tl.submit(fn, *args, **kwargs).result(timeout=timeout_s)
+
+    def start(self) -> None:
+        """Paced serving: reload from the store, then run the timeline on its own thread."""
+        self.load()
+        self._thread = threading.Thread(target=self.tl.serve_forever, name="podfleet-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.tl.stop()
+        if self._thread:
+            self._thread.join(timeout=10)
+        for rt in list(self.clusters.values()):
+            close_fabric(rt.fabric)
+
+    def on_fabric_event(self, hook: Callable[[ClusterRuntime, FabricEvent], None]) -> None:
+        """Extension point (health, recovery): called on the engine thread for every fabric event."""
+        self._hooks.append(hook)
+
+    # --- the write path ---------------------------------------------------------------------
+    def mutation(
+        self, op: str, actor: str, target: str, fn: Callable[[], tuple[dict[str, Any], str]],
+        *, body: dict[str, Any] | None = None, client_token: str | None = None,
+        replay: Callable[[str], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Run ``fn`` (which persists its records) in one transaction with its idempotency
+        key and audit record; audit failures too. Returns ``fn``'s result."""
+        store = self.store
+        h = request_hash(body or {})
+        if client_token:
+            existing = store.get_idempotent(op, client_token)
+            if existing is not None:
+                if store.idempotent_request_hash(op, client_token) != h:
+                    exc = ConflictError(
+                        f"clientToken {client_token!r} was already used for a different {op} request",
+                        field="clientToken",
+                    )
+                    store.append_audit(time=self.now(), actor=actor, action=op, target=existing,
+                                       result=f"error:{exc.code}", detail={"clientToken": client_token})
+                    raise exc
+                assert replay is not None
+                return replay(existing)
+        try:
+            with store.transaction():
+                result, target = fn()
+                if client_token:
+                    store.put_idempotent(op, client_token, target, h)
+                store.append_audit(time=self.now(), actor=actor, action=op, target=target,
+                                   result="ok", detail=_audit_detail(body))
+        except PodfleetError as exc:
+            store.append_audit(time=self.now(), actor=actor, action=op, target=target,
+                               result=f"error:{exc.code}", detail={"message": exc.message})
+            raise
+        return result
+
+    def audit(self, actor: str, action: str, target: str, result: str, detail: dict[str, Any] | None = None) -> None:
+        """Engine-thread audit append for calls that never reached a command (denied, invalid)."""
+        self.store.append_audit(time=self.now(), actor=actor, action=action, target=target,
+                                result=result, detail=detail or {})
+
+    # --- clusters -------------------------------------------------------------------------
+    def create_cluster(self, body: dict[str, Any], *, actor: str = "system", client_token: str | None = None) -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            spec = ClusterSpec.parse({"fabric": self.default_fabric, **body})
+            if spec.name in self.names:
+                raise ConflictError(f"a cluster named {spec.name!r} already exists", field="name")
+            topology = spec.topology()
+            now = self.now()
+            rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
+                                {"deployment": None}, now, now)
+            # Build the fabric before persisting: a fabric that is not available fails here.
+            spares = tuple(range(topology.n_chips - spec.spares, topology.n_chips))
+            fabric = self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed)
+            rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric)
+            rec.status["deployment"] = rt.deployment
+            self.store.save_cluster(rec)
+            created.append(rt)
+            return rt.view(), rec.id
+
+        created: list[ClusterRuntime] = []
+        out = self.mutation("CreateTrainiumCluster", actor, str(body.get("name", "")), do, body=body,
+                            client_token=client_token, replay=self.describe_cluster)
+        for rt in created:  # only after the commit: nothing runs for an unpersisted cluster
+            self._install(rt)
+            out = rt.view()
+        return out
+
+    def _install(self, rt: ClusterRuntime) -> None:
+        self.clusters[rt.id] = rt
+        self.names[rt.rec.name] = rt.id
+        rt.fabric.subscribe(lambda ev, rt=rt: self._fabric_event(rt, ev))
+        self.render(rt)
+        self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
+        if rt.state == ClusterState.DEPLOYING:
+            start_deployment(self, rt)
+
+    def _tick(self, rt: ClusterRuntime) -> None:
+        if rt.id in self.clusters and rt.wanted:
+            self.render(rt)
+
+    def render(self, rt: ClusterRuntime) -> None:
+        """Re-render a cluster's hardware snapshot now (engine thread)."""
+        rt.render_hardware(self.now(), self.tl.now)
+
+    def snapshot_stale(self, ref: str) -> bool:
+        """True when the snapshot is older than two ticks (nobody read it lately): the
+        reader should ask the engine for a fresh one (``refresh_hardware``) first."""
+        rt = self.resolve(ref)
+        rt.wanted = True
+        return self.tl.now - rt.rendered_at > 2 * self.telemetry_interval_s
+
+    def refresh_hardware(self, ref: str) -> None:
+        self.render(self.resolve(ref))
+
+    def set_cluster_state(self, rt: ClusterRuntime, dst: ClusterState, reason: str = "") -> None:
+        check_cluster_transition(rt.state, dst)
+        rt.rec.state = dst.value
+        rt.rec.updated_at = self.now()
+        rt.rec.status["reason"] = reason
+        rt.rec.status["deployment"] = rt.deployment
+        self.store.save_cluster(rt.rec)
+        rt.logs.append(self.now(), f"cluster {dst.value}" + (f": {reason}" if reason else ""))
+
+    def resolve(self, ref: str) -> ClusterRuntime:
+        """A live cluster by id or name."""
+        cid = self.names.get(ref, ref)
+        rt = self.clusters.get(cid)
+        if rt is None:
+            raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
+        return rt
+
+    def delete_cluster(self, ref: str, *, actor: str = "system") -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            rt = self.resolve(ref)
+            self.set_cluster_state(rt, ClusterState.DELETING, "delete requested")
+            self.jobs.stop_all(rt, reason="cluster deleted")
+            self.set_cluster_state(rt, ClusterState.DELETED, "deleted")
+            rt.logs.closed = True
+            del self.clusters[rt.id]
+            del self.names[rt.rec.name]
+            close_fabric(rt.fabric)
+            return rt.view(), rt.id
+
+        return self.mutation("DeleteCluster", actor, ref, do)
+
+    def describe_cluster(self, ref: str) -> dict[str, Any]:
+        cid = self.names.get(ref, ref)
+        rt = self.clusters.get(cid)
+        if rt is not None:
+            return rt.view()
+        rec = self.store.get_cluster(cid)
+        if rec is None:
+            raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
+        return {"id": rec.id, "name": rec.name, "state": rec.state, "spec": rec.spec,
+                "reason": rec.status.get("reason", "")}
+
+    def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+        ids = sorted(i for i in list(self.clusters) if next_token is None or i > next_token)
+        page = ids[:max_results]
+        views = [self.clusters[i].view() for i in page if i in self.clusters]
+        return views, (page[-1] if len(ids) > max_results else None)
+
+    def hardware_gzip(self, ref: str) -> bytes:
+        """The whole-pod snapshot, gzip-compressed once per render."""
+        return self.resolve(ref).hardware_gzip
+
+    def hardware(self, ref: str, chip: int | None = None) -> bytes:
+        """The pre-rendered snapshot (see ``snapshot_stale``); engine-thread callers get a
+        fresh one."""
+        rt = self.resolve(ref)
+        rt.wanted = True
+        on_engine = threading.get_ident() == self.tl.engine_thread or self._thread is None
+        if on_engine and self.tl.now - rt.rendered_at > self.telemetry_interval_s:
+            self.render(rt)
+        if chip is None:
+            return rt.hardware_bytes
+        rt.topology.check_chip(chip)
+        return rt.chip_bytes[chip]
+
+    # --- faults ---------------------------------------------------------------------------
+    def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None, actor: str = "system") -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            rt = self.resolve(ref)
+            if kind not in FAULT_KINDS:
+                raise UnknownNameError("fault kind", kind, FAULT_KINDS, field="kind")
+            if rt.state != ClusterState.ACTIVE:
+                raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; faults need an active cluster")
+            link_index = None
+            if kind in LINK_FAULTS:
+                if link is None or chip is not None:
+                    raise InvalidInputError(f"{kind} needs --link A-B (and no chip)", field="link")
+                link_index = self._find_link(rt, link)
+            else:
+                if chip is None or link is not None:
+                    raise InvalidInputError(f"{kind} needs --chip N (and no link)", field="chip")
+                rt.topology.check_chip(chip)
+            target = f"{rt.id}/link/{link}" if link_index is not None else f"{rt.id}/chip/{chip}"
+            rt.fabric.inject_fault(kind, chip=chip, link=link_index)  # type: ignore[attr-defined]
+            rt.logs.append(self.now(), f"fault injected: {kind} at {target.split('/', 1)[1]}")
+            self.render(rt)
+            return {"cluster_id": rt.id, "kind": kind, "chip": chip, "link": link,
+                    "link_index": link_index, "injected_at": self.now()}, target
+
+        return self.mutation("InjectFault", actor, ref, do, body={"kind": kind, "chip": chip, "link": link})
+
+    def _find_link(self, rt: ClusterRuntime, link: str) -> int:
+        try:
+            a_s, b_s = link.split("-")
+            a, b = int(a_s), int(b_s)
+        except ValueError:
+            raise InvalidInputError(f"link must look like A-B (two chip indices), got {link!r}", field="link") from None
+        for lk in rt.topology.links:
+            if {lk.src, lk.dst} == {a, b}:
+                return lk.index
+        raise NotFoundError(
+            f"no link between chips {a} and {b}; neighbours of {a}: "
+            f"{rt.topology.neighbours(a) if 0 <= a < rt.topology.n_chips else 'none'}", field="link",
+        )
+
+    # --- fabric events ----------------------------------------------------------------------
+    def _fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        # Handled just after the fabric finishes its own reaction (a zero-delay event):
+        # the fabric calls us from inside its state change, and our reaction (isolate,
+        # move a rank, resume) must not interleave with the rest of that change.
+        self.tl.call_at(0, lambda: self._handle_fabric_event(rt, ev))
+
+    def _handle_fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        if rt.id not in self.clusters:
+            return
+        if ev.kind not in ("progress", "checkpoint", "thermal-throttle") and not ev.kind.startswith("job-"):
+            rt.logs.append(self.now(), f"fabric: {ev.kind}", chip=ev.chip, link=ev.link)
+        if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
+            self.jobs.on_event(rt, ev)
+            for hook in self._hooks:
+                hook(rt, ev)
+            return
+        # One commit per event: a checkpoint's two transitions and its record go together.
+        with self.store.transaction():
+            if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
+                self.save_health(rt)
+            self.jobs.on_event(rt, ev)
+        for hook in self._hooks:
+            hook(rt, ev)
+
+    def save_health(self, rt: ClusterRuntime) -> None:
+        states = rt.chip_states()
+        self.store.save_chip_health([
+            ChipHealthRecord(rt.id, i, s.value, bool(rt.spare_mask[i])) for i, s in enumerate(states)
+        ])
+
+    # --- restart ---------------------------------------------------------------------------
+    def load(self) -> None:
+        """Rebuild the read models from the store and reconcile with fresh fabrics."""
+        after = None
+        while True:
+            page = self.store.list_clusters(after=after, limit=200)
+            if not page:
+                break
+            after = page[-1].id
+            for rec in page:
+                self._restore_cluster(rec)
+        self.jobs.restore_all()
+
+    def _restore_cluster(self, rec: ClusterRecord) -> None:
+        spec = ClusterSpec.parse(rec.spec)
+        topology = spec.topology()
+        spares = tuple(range(topology.n_chips - spec.spares, topology.n_chips))
+        if rec.state == ClusterState.DELETING:
+            rec.state = ClusterState.DELETED.value
+            self.store.save_cluster(rec)
+            return
+        try:
+            fabric = self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed)
+        except PodfleetError as exc:
+            rec.state = ClusterState.FAILED.value if rec.state == "deploying" else rec.state
+            rec.status["reason"] = f"fabric unavailable after restart: {exc.message}"
+            self.store.save_cluster(rec)
+            return
+        rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric)
+        for h in self.store.list_chip_health(rec.id):
+            if h.state in (ChipState.FAILED, ChipState.ISOLATED) and h.chip < topology.n_chips:
+                fabric.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
+        if rec.state == ClusterState.DEPLOYING:
+            rt.deployment = {**rt.deployment, "state": "pending"}
+        rt.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
+        # A follow of the log ends with the deployment; a deployed cluster has none running.
+        rt.logs.closed = rec.state != ClusterState.DEPLOYING
+        self._install(rt)
+
+
+def _audit_detail(body: dict[str, Any] | None) -> dict[str, Any]:
+    # Keep audit rows small and JSON-plain: the request fields, never secrets.
+    return json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))

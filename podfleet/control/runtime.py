@@ -1,0 +1,171 @@
+"""One cluster's live state on the engine thread, and its hardware snapshot.
+
+``DescribeClusterHardware`` is served from ``hardware_bytes``: the whole pod rendered
+to JSON once per telemetry tick (and after a state change), never per request. Readers
+on API threads only ever see a complete snapshot: the engine swaps the reference.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import numpy as np
+
+from podfleet.control.lifecycle import ClusterState
+from podfleet.control.logbuf import LogBuffer, rfc3339
+from podfleet.control.specs import ClusterSpec
+from podfleet.fabric.base import ChipState, Fabric
+from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
+from podfleet.store.records import ClusterRecord
+
+DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mounts", "self-test")
+
+
+class ClusterRuntime:
+    def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric) -> None:
+        self.rec = rec
+        self.spec = spec
+        self.topology = topology
+        self.fabric = fabric
+        n = topology.n_chips
+        # Spares are the highest-numbered chips: one end of the last node, so the rest
+        # of the grid stays one block.
+        self.spares: tuple[int, ...] = tuple(range(n - spec.spares, n))
+        self.spare_mask = np.zeros(n, dtype=bool)
+        self.spare_mask[list(self.spares)] = True
+        self.owner: dict[int, str] = {}  # chip -> job id holding it
+        self.logs = LogBuffer()
+        self.deployment: dict[str, Any] = rec.status.get("deployment") or {
+            "state": "pending",
+            "percent": 0,
+            "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS],
+        }
+        if isinstance(topology, GridTopology):
+            self._coords = [list(topology.coords(i)) for i in range(n)]
+            axis_names = [a.name for a in topology.axes]
+        else:
+            self._coords = [[i] for i in range(n)]
+            axis_names = list(AXIS_NAMES)
+        self._links = [
+            {"index": lk.index, "src": lk.src, "dst": lk.dst, "axis": axis_names[lk.axis],
+             "bw_gbps": round(lk.bw_bytes_per_s / 1e9, 3)}
+            for lk in topology.links
+        ]
+        self.hardware: dict[str, Any] = {}
+        self.hardware_bytes = b"{}"
+        self.hardware_gzip = gzip.compress(b"{}", mtime=0)
+        self.chip_bytes: list[bytes] = []
+        # Set by podfleet.health.service: chip_health() / link_health() -> ok|warning|critical.
+        self.health: Any = None
+        self.rendered_at = -float("inf")  # timeline time of the snapshot
+        # Set by readers, cleared by a render: ticks render only a snapshot someone reads,
+        # so a simulated day without readers costs no JSON.
+        self.wanted = False
+
+    @property
+    def id(self) -> str:
+        return self.rec.id
+
+    @property
+    def state(self) -> ClusterState:
+        return ClusterState(self.rec.state)
+
+    def chip_states(self) -> list[ChipState]:
+        return [ChipState(s) for s in self.fabric.chip_states()]
+
+    def usable(self) -> np.ndarray:
+        """Chips normal placement may use: healthy, not a spare, not held by a job."""
+        ok = np.array([s == ChipState.HEALTHY for s in self.chip_states()], dtype=bool)
+        ok &= ~self.spare_mask
+        if self.owner:
+            ok[list(self.owner)] = False
+        return ok
+
+    def replacement_chips(self) -> list[int]:
+        """Chips a recovering rank may move to: free healthy spares first, then any free chip."""
+        states = self.chip_states()
+        free = [i for i, s in enumerate(states) if s == ChipState.HEALTHY and i not in self.owner]
+        return sorted(free, key=lambda i: (not self.spare_mask[i], i))
+
+    def view(self) -> dict[str, Any]:
+        rec = self.rec
+        return {
+            "id": rec.id,
+            "name": rec.name,
+            "state": rec.state,
+            "type": self.spec.type,
+            "fabric": self.spec.fabric,
+            "chips": self.topology.n_chips,
+            "dims": list(self.topology.dims),
+            "chip_type": self.topology.chip_type,
+            "spares": list(self.spares),
+            "spec": self.spec.to_dict(),
+            "deployment": self.deployment,
+            "jobs_running": len(set(self.owner.values())),
+            "reason": rec.status.get("reason", ""),
+            "created_at": rfc3339(rec.created_at),
+            "updated_at": rfc3339(rec.updated_at),
+        }
+
+    # --- the snapshot -------------------------------------------------------------
+    def render_hardware(self, now: float, t: float | None = None) -> None:
+        """Render the snapshot (engine thread). ``now``: unix time shown; ``t``: timeline time."""
+        self.wanted = False
+        if t is not None:
+            self.rendered_at = t
+        fab = self.fabric
+        states = [str(s) for s in fab.chip_states()]
+        metrics = {k: _tolist(v) for k, v in fab.chip_metrics().items()}
+        link_states = [str(s) for s in fab.link_states()]
+        link_metrics = {k: _tolist(v) for k, v in fab.link_metrics().items() if k not in _LINK_SKIP}
+        chip_health = self.health.chip_health() if self.health is not None else None
+        link_health = self.health.link_health() if self.health is not None else None
+        chips = []
+        for i in range(self.topology.n_chips):
+            chips.append({
+                "index": i,
+                "coords": self._coords[i],
+                "state": states[i],
+                "spare": bool(self.spare_mask[i]),
+                "health": chip_health[i] if chip_health else None,
+                "job": self.owner.get(i),
+                "metrics": {k: v[i] for k, v in metrics.items()},
+            })
+        links = [
+            {**lk, "state": link_states[j] if j < len(link_states) else "up",
+             "health": link_health[j] if link_health and j < len(link_health) else None,
+             "metrics": {k: v[j] for k, v in link_metrics.items() if j < len(v)}}
+            for j, lk in enumerate(self._links)
+        ]
+        data = {
+            "cluster_id": self.rec.id,
+            "name": self.rec.name,
+            "state": self.rec.state,
+            "type": self.spec.type,
+            "dims": list(self.topology.dims),
+            "time": rfc3339(now),
+            "chips": chips,
+            "links": links,
+        }
+        self.chip_bytes = [json.dumps(c, separators=(",", ":")).encode() for c in chips]
+        self.hardware = data
+        self.hardware_bytes = json.dumps(data, separators=(",", ":")).encode()
+        # Compressed once per tick too: most clients accept gzip, and 6x fewer bytes per
+        # response is less work for both ends of every read.
+        self.hardware_gzip = gzip.compress(self.hardware_bytes, compresslevel=5, mtime=0)
+
+
+# Link metrics that are already fields of the link (or static) are not repeated per tick.
+_LINK_SKIP = frozenset({"src", "dst", "state", "nominal_bandwidth_bytes_per_s", "latency_s"})
+
+
+def _tolist(arr: Any) -> list[Any]:
+    a = np.asarray(arr)
+    if a.dtype.kind == "f":
+        # float64 first: a rounded float32 still prints 17 digits.
+        a = np.round(a.astype(np.float64), 3)
+        if not np.isfinite(a).all():  # JSON has no NaN/inf: send null
+            return [None if v is None else v for v in np.where(np.isfinite(a), a, None).tolist()]
+    return a.tolist()

@@ -1,0 +1,224 @@
+"""What an operator asks for: cluster and job specs, validated with messages that name
+the field and the allowed values. Pure: no I/O, no clock. The API's pydantic schemas
+check types; these check meaning, so the engine never trusts its caller."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
+from podfleet.hardware.catalog import custom_grid, get_topology
+from podfleet.hardware.specs import GB, GiB, get_chip
+from podfleet.hardware.topology import GridTopology, Topology
+
+CLUSTER_TYPES = ("trn2-ultraserver", "trn2-node", "trn1-node", "custom")
+FABRICS = ("sim", "local", "ray")
+MAX_SPARES = 4
+MAX_STORAGE_NODES = 16
+_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    type: str = "trn2-ultraserver"
+    dims: tuple[int, ...] | None = None  # custom only
+    chip_type: str | None = None  # custom only (default trn2)
+    chips: int | None = None  # must match the type; for custom, a 1-D ring when no dims
+    hbm_gib: float | None = None  # per-chip memory; default the chip's
+    link_bw_gbps: float | None = None  # per link, GB/s; default the type's
+    storage_nodes: int = 1
+    spares: int = 0
+    encryption: bool = True
+    network_isolation: bool = True
+    fabric: str = "sim"
+
+    @classmethod
+    def parse(cls, d: dict[str, Any]) -> ClusterSpec:
+        known = set(cls.__dataclass_fields__)
+        extra = sorted(set(d) - known)
+        if extra:
+            raise UnknownNameError("cluster field", extra[0], known, field=extra[0])
+        spec = cls(**{k: v for k, v in d.items() if v is not None or k in ("dims",)})
+        if spec.dims is not None:
+            spec = cls(**{**asdict(spec), "dims": tuple(spec.dims)})
+        spec.validate()
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dims"] = list(self.dims) if self.dims else None
+        return d
+
+    def validate(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise InvalidInputError(
+                f"name {self.name!r} must be 1-63 chars of a-z, 0-9 and '-', starting with a letter",
+                field="name",
+            )
+        if self.type not in CLUSTER_TYPES:
+            raise UnknownNameError("cluster type", self.type, CLUSTER_TYPES, field="type")
+        if self.fabric not in FABRICS:
+            raise UnknownNameError("fabric", self.fabric, FABRICS, field="fabric")
+        if not 0 <= self.spares <= MAX_SPARES:
+            raise InvalidInputError(
+                f"spares must be 0-{MAX_SPARES}, got {self.spares}", field="spares",
+                allowed=f"0-{MAX_SPARES}",
+            )
+        if not 0 <= self.storage_nodes <= MAX_STORAGE_NODES:
+            raise InvalidInputError(
+                f"storage_nodes must be 0-{MAX_STORAGE_NODES}, got {self.storage_nodes}",
+                field="storage_nodes", allowed=f"0-{MAX_STORAGE_NODES}",
+            )
+        if self.type != "custom" and (self.dims is not None or self.chip_type is not None):
+            raise InvalidInputError(
+                f"dims and chip_type apply only to type 'custom', not {self.type!r}", field="dims"
+            )
+        if self.type == "custom" and self.dims is None and self.chips is None:
+            raise InvalidInputError("type 'custom' needs dims (e.g. [4, 4]) or chips", field="dims")
+        chip = get_chip(self.chip_type or default_chip_type(self.type))
+        max_gib = chip.hbm_bytes / GiB
+        if self.hbm_gib is not None and not 0 < self.hbm_gib <= max_gib:
+            raise InvalidInputError(
+                f"hbm_gib must be > 0 and <= {max_gib:g} for {chip.name}, got {self.hbm_gib}",
+                field="hbm_gib", allowed=f"(0, {max_gib:g}]",
+            )
+        if self.link_bw_gbps is not None and not 0 < self.link_bw_gbps <= 10_000:
+            raise InvalidInputError(
+                f"link_bw_gbps must be > 0 and <= 10000, got {self.link_bw_gbps}",
+                field="link_bw_gbps", allowed="(0, 10000]",
+            )
+        topo = self.topology()
+        if self.chips is not None and self.chips != topo.n_chips:
+            raise InvalidInputError(
+                f"chips {self.chips} does not match type {self.type!r} ({topo.n_chips} chips)",
+                field="chips", allowed=[topo.n_chips],
+            )
+        if self.spares >= topo.n_chips:
+            raise InfeasibleError(
+                f"spares ({self.spares}) must leave at least one chip of {topo.n_chips}",
+                field="spares", allowed=f"0-{min(MAX_SPARES, topo.n_chips - 1)}",
+            )
+
+    def topology(self) -> Topology:
+        if self.type == "custom":
+            dims = list(self.dims) if self.dims is not None else [int(self.chips or 0)]
+            if any(not isinstance(d, int) or isinstance(d, bool) for d in dims):
+                raise InvalidInputError(f"dims must be integers, got {dims}", field="dims")
+            if len(dims) == 0 or any(d < 1 for d in dims) or prod(dims) > 4096:
+                raise InvalidInputError(
+                    f"dims must be 1-6 positive integers with at most 4096 chips, got {dims}",
+                    field="dims",
+                )
+            bw = (self.link_bw_gbps or 256) * GB
+            return custom_grid(dims, self.chip_type or "trn2", link_bw_bytes_per_s=bw, name="custom")
+        base = get_topology(self.type)
+        if self.link_bw_gbps is None:
+            return base
+        assert isinstance(base, GridTopology)
+        return custom_grid(
+            base.dims, base.chip_type, link_bw_bytes_per_s=self.link_bw_gbps * GB, name=self.type
+        )
+
+    def usable_hbm_bytes(self) -> int:
+        chip = get_chip(self.chip_type or default_chip_type(self.type))
+        return int(self.hbm_gib * GiB) if self.hbm_gib else chip.hbm_bytes
+
+
+def default_chip_type(cluster_type: str) -> str:
+    return "trn1" if cluster_type == "trn1-node" else "trn2"
+
+
+def prod(xs: list[int]) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+MAX_PRIORITY = 100
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    model: str  # preset name, or "custom" with model_dims
+    chips: int
+    steps: int = 1000
+    checkpoint_interval: int = 100  # steps; 0 = never
+    priority: int = 50
+    parallelism: str | tuple[int, int, int] = "auto"  # "auto" or (tp, pp, dp)
+    model_dims: dict[str, int] | None = None
+    entrypoint: str | None = None
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if isinstance(self.parallelism, tuple):
+            tp, pp, dp = self.parallelism
+            d["parallelism"] = {"tp": tp, "pp": pp, "dp": dp}
+        return d
+
+    @classmethod
+    def parse(cls, d: dict[str, Any]) -> JobSpec:
+        known = set(cls.__dataclass_fields__)
+        extra = sorted(set(d) - known)
+        if extra:
+            raise UnknownNameError("job field", extra[0], known, field=extra[0])
+        vals = {k: v for k, v in d.items() if v is not None}
+        par = vals.get("parallelism", "auto")
+        if isinstance(par, dict):
+            try:
+                par = (int(par["tp"]), int(par["pp"]), int(par["dp"]))
+            except (KeyError, TypeError, ValueError):
+                raise InvalidInputError(
+                    f"parallelism must be 'auto' or {{tp, pp, dp}} integers, got {par}",
+                    field="parallelism", allowed=["auto", "{tp, pp, dp}"],
+                ) from None
+        elif isinstance(par, list | tuple):
+            par = tuple(int(x) for x in par)
+        vals["parallelism"] = par
+        if "model" not in vals and "model_dims" in vals:
+            vals["model"] = "custom"
+        if "model" not in vals:
+            raise InvalidInputError("model is required (a preset name, or model_dims)", field="model")
+        if "chips" not in vals:
+            raise InvalidInputError("chips is required", field="chips")
+        spec = cls(**vals)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if not isinstance(self.chips, int) or self.chips < 1:
+            raise InvalidInputError(f"chips must be a positive integer, got {self.chips}", field="chips")
+        if not 1 <= self.steps <= 10**9:
+            raise InvalidInputError(f"steps must be 1-1e9, got {self.steps}", field="steps")
+        if not 0 <= self.checkpoint_interval <= 10**9:
+            raise InvalidInputError(
+                f"checkpoint_interval must be >= 0 (0 = never), got {self.checkpoint_interval}",
+                field="checkpoint_interval",
+            )
+        if not 0 <= self.priority <= MAX_PRIORITY:
+            raise InvalidInputError(
+                f"priority must be 0-{MAX_PRIORITY}, got {self.priority}", field="priority",
+                allowed=f"0-{MAX_PRIORITY}",
+            )
+        if isinstance(self.parallelism, str):
+            if self.parallelism != "auto":
+                raise InvalidInputError(
+                    f"parallelism must be 'auto' or TP,PP,DP, got {self.parallelism!r}",
+                    field="parallelism", allowed=["auto", "TP,PP,DP"],
+                )
+        else:
+            if len(self.parallelism) != 3 or any(x < 1 for x in self.parallelism):
+                raise InvalidInputError(
+                    f"parallelism needs three positive degrees TP,PP,DP, got {list(self.parallelism)}",
+                    field="parallelism",
+                )
+            tp, pp, dp = self.parallelism
+            if tp * pp * dp != self.chips:
+                raise InvalidInputError(
+                    f"tp*pp*dp ({tp}*{pp}*{dp} = {tp * pp * dp}) != chips ({self.chips})",
+                    field="parallelism",
+                )

@@ -1,0 +1,31 @@
+"""A control plane on a virtual-time timeline with the in-memory store."""
+
+from __future__ import annotations
+
+import pytest
+
+from podfleet.control import ControlPlane
+from podfleet.engine.timeline import Timeline
+from podfleet.store.memory import MemoryStore
+from podfleet.store.protocol import StoreProtocol
+
+
+def make_plane(store: StoreProtocol | None = None, seed: int = 0) -> ControlPlane:
+    return ControlPlane(store or MemoryStore(), Timeline(seed=seed))
+
+
+@pytest.fixture
+def plane() -> ControlPlane:
+    return make_plane()
+
+
+def active_cluster(plane: ControlPlane, name: str = "pod", **spec: object) -> dict:
+    view = plane.create_cluster({"name": name, "type": "trn2-ultraserver", **spec}, actor="test")
+    plane.tl.run(plane.tl.now + 30)
+    out = plane.describe_cluster(view["id"])
+    assert out["state"] == "active", out
+    return out
+
+
+def advance(plane: ControlPlane, seconds: float) -> None:
+    plane.tl.run(plane.tl.now + seconds)
