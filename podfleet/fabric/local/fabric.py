@@ -1,0 +1,402 @@
+"""``LocalFabric``: each chip is a worker slot on this host (a CPU process, or a CUDA device).
+
+Threads: one reader per worker process (its report pipe), one monitor (telemetry and
+hang detection). Those threads never change fabric or job state themselves: they hand
+a callable to ``timeline.submit`` (or, with no timeline attached, to a dispatcher
+thread), so state changes and ``FabricEvent`` callbacks happen on one thread, the
+engine's. An RLock guards the state too, for callers on other threads (tests, the CLI).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from podfleet.checkpoint import keys
+from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.fabric.base import (
+    ChipState,
+    FabricEvent,
+    LinkState,
+    WorkerGroupSpec,
+    check_chip_transition,
+)
+from podfleet.fabric.local import monitor, reports, telemetry
+from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
+from podfleet.fabric.local.process import Message, WorkerProcess
+from podfleet.fabric.local.recovery import handle_exit
+from podfleet.hardware.topology import SwitchedTopology
+from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
+
+log = logging.getLogger("podfleet.fabric.local")
+
+# Options a WorkerGroupSpec may carry for this fabric (anything else is a typo).
+OPTIONS = (
+    "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover",
+    "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
+    "key_file", "resume",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LocalFabric:
+    kind = "local"
+
+    def __init__(
+        self,
+        n_slots: int,
+        timeline: Any = None,
+        *,
+        spares: tuple[int, ...] = (),
+        workdir: str | Path | None = None,
+        key_file: str | None = None,
+        hang_timeout_s: float = 1.0,
+        startup_timeout_s: float = 180.0,
+        replica_grace_s: float = 3.0,
+        sample_interval_s: float = 0.5,
+        warm_workers: int = 0,
+        refill_delay_s: float = 5.0,
+    ) -> None:
+        if n_slots < 1:
+            raise InvalidInputError(f"n_slots must be >= 1, got {n_slots}", field="chips")
+        bad = [c for c in spares if not 0 <= c < n_slots]
+        if bad:
+            raise InvalidInputError(f"spares {bad} not in [0, {n_slots})", field="spares")
+        self.n_slots, self.spares = n_slots, tuple(spares)
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
+        self.replica_grace_s, self.sample_interval_s = replica_grace_s, sample_interval_s
+        # Warm standbys (torch already imported) make a recovered gang start in ~1 s, not ~5-10 s.
+        self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
+        self._pool: list[WorkerProcess] = []
+        self._standbys_made = 0
+        self._nvml = telemetry.Nvml.open()
+        self.n_gpus = self._nvml.count if self._nvml else 0
+        # Loopback / shared memory between slots: nominal figures for a single host.
+        self.topology = SwitchedTopology(f"local-{n_slots}", "cuda" if self.n_gpus else "cpu", n_slots, 10e9, 20e-6)
+        if key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
+            # One KEK per workdir, kept across restarts so old checkpoints stay readable.
+            kek_path = self.workdir / "keys" / "checkpoint.kek"
+            key_file = str(kek_path if kek_path.exists() else keys.new_key_file(kek_path))
+        self.key_file = key_file
+        self._chips = [ChipState.HEALTHY] * n_slots
+        self._busy: dict[int, str] = {}
+        self._jobs: dict[str, LocalJob] = {}
+        self._subs: list[Callable[[FabricEvent], None]] = []
+        self.events: deque[FabricEvent] = deque(maxlen=2000)
+        self._metrics = telemetry.empty(n_slots, bool(self.n_gpus))
+        self._sampler = telemetry.ProcessSampler()
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._timeline: Any = None
+        self._inbox: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="local-fabric-dispatch", daemon=True)
+        self._dispatcher.start()
+        self._monitor = threading.Thread(target=monitor.watch, args=(self,), name="local-fabric-monitor", daemon=True)
+        self._monitor.start()
+        if timeline is not None:
+            self.attach(timeline)
+        with self._lock:
+            self._refill()
+
+    # --- Fabric protocol --------------------------------------------------------------
+    def attach(self, timeline: Any) -> None:
+        self._timeline = timeline
+
+    def chip_states(self) -> list[ChipState]:
+        with self._lock:
+            return list(self._chips)
+
+    def set_chip_state(self, chip: int, state: ChipState, reason: str) -> None:
+        with self._lock:
+            self.topology.check_chip(chip)
+            check_chip_transition(self._chips[chip], state)
+            self._chips[chip] = state
+            self._emit("chip-state", chip=chip, state=state.value, reason=reason)
+            job_id = self._busy.get(chip)
+            if job_id and state in (ChipState.FAILED, ChipState.ISOLATED):
+                # Taking a slot away from a running job evicts its worker; recovery moves the rank.
+                for wp in self._jobs[job_id].workers.values():
+                    if wp.chip == chip and wp.alive:
+                        wp.kill("fault")
+
+    def link_states(self) -> list[LinkState]:
+        return [LinkState.UP] * len(self.topology.links)
+
+    def chip_metrics(self) -> Mapping[str, np.ndarray]:
+        with self._lock:
+            return {k: v.copy() for k, v in self._metrics.items()}
+
+    def link_metrics(self) -> Mapping[str, np.ndarray]:
+        return {"up": np.ones(len(self.topology.links))}
+
+    def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
+        with self._lock:
+            self._subs.append(callback)
+
+    def launch(self, group: WorkerGroupSpec) -> None:
+        with self._lock:
+            if group.job_id in self._jobs and self._jobs[group.job_id].state not in TERMINAL:
+                raise ConflictError(f"job {group.job_id} is already running on this fabric")
+            if not group.chips:
+                raise InvalidInputError("a worker group needs at least one chip", field="chips")
+            for c in group.chips:
+                self.topology.check_chip(c)
+                if self._chips[c] is not ChipState.HEALTHY:
+                    raise ConflictError(f"chip {c} is {self._chips[c].value}, not healthy")
+                if c in self._busy:
+                    raise ConflictError(f"chip {c} is busy with job {self._busy[c]}")
+            if len(set(group.chips)) != len(group.chips):
+                raise InvalidInputError(f"chips repeat: {list(group.chips)}", field="chips")
+            opts = dict(group.options)
+            unknown = sorted(set(opts) - set(OPTIONS))
+            if unknown:
+                raise UnknownNameError("job option", unknown[0], OPTIONS, field="options")
+            if group.entrypoint is None and group.model not in PRESET_NAMES:
+                raise UnknownNameError("model preset", group.model, PRESET_NAMES, field="model")
+            jobdir = self.workdir / "jobs" / group.job_id
+            base = WorkerConfig(
+                job_id=group.job_id, rank=0, world_size=len(group.chips), model=group.model,
+                steps=group.steps, checkpoint_interval=group.checkpoint_interval, entrypoint=group.entrypoint,
+                checkpoint_dir=str(opts.get("checkpoint_dir") or jobdir / "checkpoints"),
+                key_file=opts.get("key_file", self.key_file),
+                resume=bool(opts.get("resume", False)),
+                entrypoint_args=tuple(opts.get("entrypoint_args", ())),
+                **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
+                                        "encrypt_checkpoints", "replica_peer") if k in opts},
+            )
+            job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
+                           bool(opts.get("recover", True)))
+            self._jobs[group.job_id] = job
+            for c in job.chips:
+                self._busy[c] = group.job_id
+            self.start_attempt(job, resume=base.resume)
+            self._emit("job-started", job_id=group.job_id, chips=list(job.chips), attempt=job.attempt)
+
+    def stop(self, job_id: str) -> None:
+        with self._lock:
+            job = self._job(job_id)
+            if job.state in TERMINAL or job.state is JobState.STOPPING:
+                return
+            job.set_state(JobState.STOPPING)
+            live = [wp for wp in job.workers.values() if wp.alive]
+            for wp in live:
+                wp.kill("stop", signal.SIGTERM)
+            if not live:
+                self.finish(job, JobState.STOPPED, "stopped")
+                return
+            attempt = job.attempt
+            threading.Timer(2.0, lambda: self._deliver(self._force_stop, job, attempt)).start()
+
+    # --- beyond the protocol -------------------------------------------------------------
+    def kill_worker(self, job_id: str, rank: int, sig: int = signal.SIGKILL) -> int:
+        """Fault injection: kill one rank's process (an infrastructure failure). Returns its pid."""
+        with self._lock:
+            job = self._job(job_id)
+            if rank not in job.workers:
+                raise InvalidInputError(f"rank {rank} not in [0, {len(job.workers)})", field="rank")
+            wp = job.workers[rank]
+            if not wp.alive:
+                raise ConflictError(f"rank {rank} of job {job_id} is not running")
+            wp.kill("fault", sig)
+            return wp.pid
+
+    def job_status(self, job_id: str) -> JobStatus:
+        with self._lock:
+            j = self._job(job_id)
+            tail = [ln for wp in j.workers.values() for ln in wp.log_tail(10)]
+            return JobStatus(
+                j.spec.job_id, j.state, tuple(j.chips), j.step, j.loss, j.attempt, j.infra_failures,
+                j.user_failures, j.max_retries, j.reason, j.checkpoint_step, dict(j.losses),
+                tuple(dict(r) for r in j.recoveries), tuple(list(j.log)[-40:] + tail),
+            )
+
+    def job_logs(self, job_id: str) -> list[str]:
+        with self._lock:
+            return list(self._job(job_id).log)
+
+    def pids(self, job_id: str) -> dict[int, int]:
+        with self._lock:
+            return {r: wp.pid for r, wp in self._job(job_id).workers.items() if wp.alive}
+
+    def wait(self, job_id: str, timeout_s: float = 120.0, until: Callable[[JobStatus], bool] | None = None) -> JobStatus:
+        """Poll until ``until(status)`` holds or the job is terminal; raises TimeoutError."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            st = self.job_status(job_id)
+            if st.state in TERMINAL or (until is not None and until(st)):
+                return st
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {st.state.value} at step {st.step} after {timeout_s} s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            for job in self._jobs.values():
+                for wp in job.workers.values():
+                    if wp.alive:
+                        wp.kill("stop")
+            for wp in self._pool:
+                wp.kill("stop")
+            self._pool.clear()
+        self._inbox.put((lambda: None, ()))
+
+    def __enter__(self) -> LocalFabric:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals used by recovery.py ------------------------------------------------------
+    def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None:
+        job.attempt += 1
+        job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
+        port = free_port()
+        jobdir = self.workdir / "jobs" / job.spec.job_id
+        replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"
+        took = False
+        for rank, chip in enumerate(job.chips):
+            cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
+                                       replica_dir=str(replica_dir))
+            log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}.log"
+
+            def on_msg(wp: WorkerProcess, msg: Message) -> None:
+                self._deliver(reports.handle_message, self, wp, msg)
+
+            def on_exit(wp: WorkerProcess, code: int) -> None:
+                self._deliver(handle_exit, self, wp, code, time.monotonic())
+
+            standby = self._take_standby()
+            if standby is not None:
+                standby.assign(cfg, chip, job.attempt, log_path, self._chip_env(chip), on_msg, on_exit)
+                job.workers[rank] = standby
+                took = True
+            else:
+                env = {**os.environ, **self._chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads)}
+                job.workers[rank] = WorkerProcess(cfg=cfg, chip=chip, attempt=job.attempt, log_path=log_path,
+                                                  env=env, on_message=on_msg, on_exit=on_exit)
+        if took:
+            # Refill later: a standby importing torch now would slow the gang that just started.
+            threading.Timer(self.refill_delay_s, lambda: self._deliver(self._refill)).start()
+
+    def _take_standby(self) -> WorkerProcess | None:
+        live = [wp for wp in self._pool if wp.alive and wp.killed_by is None]
+        if not live:
+            return None
+        wp = max(live, key=lambda w: w.ready)  # a ready one first
+        self._pool.remove(wp)
+        return wp
+
+    def _refill(self) -> None:
+        self._pool = [wp for wp in self._pool if wp.alive]
+        while not self._closed.is_set() and len(self._pool) < self.warm_workers:
+            self._standbys_made += 1
+            self._pool.append(WorkerProcess(
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                log_path=self.workdir / "standby" / f"standby-{self._standbys_made}.log",
+                on_message=lambda wp, msg: None,
+                on_exit=lambda wp, code: None,  # a dead standby is dropped at the next take/refill
+            ))
+
+    def warm_ready(self) -> int:
+        """How many warm standbys have finished preloading."""
+        with self._lock:
+            return sum(1 for wp in self._pool if wp.alive and wp.ready)
+
+    def finish(self, job: LocalJob, state: JobState, reason: str | None) -> None:
+        job.set_state(state)
+        job.reason = reason
+        for c in job.chips:
+            if self._busy.get(c) == job.spec.job_id:
+                del self._busy[c]
+        kind = {JobState.FINISHED: "job-finished", JobState.FAILED: "job-failed"}.get(state, "job-stopped")
+        self._emit(kind, job_id=job.spec.job_id, reason=reason, step=job.step, loss=job.loss)
+
+    def pick_spare(self) -> int | None:
+        """A healthy idle spare first, else any healthy idle slot."""
+        idle = [c for c in range(self.n_slots) if c not in self._busy and self._chips[c] is ChipState.HEALTHY]
+        spares = [c for c in idle if c in self.spares]
+        return (spares or idle or [None])[0]
+
+    def retire_chip(self, chip: int, reason: str) -> None:
+        if self._chips[chip] in (ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING):
+            self._chips[chip] = ChipState.FAILED
+            self._emit("chip-failed", chip=chip, reason=reason)
+        if self._chips[chip] is ChipState.FAILED:
+            self._chips[chip] = ChipState.ISOLATED
+            self._emit("chip-state", chip=chip, state="isolated", reason=reason)
+        self._busy.pop(chip, None)
+
+    def claim(self, chip: int, job_id: str) -> None:
+        self._busy[chip] = job_id
+
+    def emit(self, kind: str, **kw: Any) -> None:
+        self._emit(kind, **kw)
+
+    def deliver(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._deliver(fn, *args)
+
+    # --- private ----------------------------------------------------------------------------
+    def _job(self, job_id: str) -> LocalJob:
+        if job_id not in self._jobs:
+            raise NotFoundError(f"job {job_id} is not on this local fabric")
+        return self._jobs[job_id]
+
+    def _chip_env(self, chip: int) -> dict[str, str]:
+        return {"CUDA_VISIBLE_DEVICES": str(chip % self.n_gpus) if self.n_gpus else "", "PODFLEET_CHIP": str(chip)}
+
+    def _emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None:
+        t = float(self._timeline.now) if self._timeline is not None else time.time()
+        ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
+        self.events.append(ev)
+        for cb in list(self._subs):
+            try:
+                cb(ev)
+            except Exception:  # a subscriber's bug must not stop event delivery
+                log.exception("fabric event subscriber failed on %s", kind)
+
+    def _deliver(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._timeline is not None and not self._timeline.stopping:
+            self._timeline.submit(self._run_locked, fn, *args)
+        else:
+            self._inbox.put((fn, args))
+
+    def _run_locked(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            try:
+                fn(*args)
+            except Exception:  # nobody awaits these futures: log rather than lose the error
+                log.exception("local fabric handler %s failed", getattr(fn, "__name__", fn))
+
+    def _dispatch(self) -> None:
+        while True:
+            fn, args = self._inbox.get()
+            self._run_locked(fn, *args)
+            if self._closed.is_set() and self._inbox.empty():
+                return
+
+    def _force_stop(self, job: LocalJob, attempt: int) -> None:
+        if job.attempt == attempt and job.state is JobState.STOPPING:
+            for wp in job.workers.values():
+                if wp.alive:
+                    wp.kill("stop")
+

@@ -1,0 +1,118 @@
+"""A local job's lifecycle, its runtime record and how a worker exit is classified."""
+
+from __future__ import annotations
+
+import signal
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from podfleet.states import check_transition
+from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST, EXIT_USER_ERROR
+
+
+class JobState(StrEnum):
+    RUNNING = "running"
+    RECOVERING = "recovering"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING, JobState.FINISHED, JobState.FAILED}),
+    JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.STOPPING, JobState.FAILED}),
+    JobState.STOPPING: frozenset({JobState.STOPPED}),
+    JobState.FINISHED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.STOPPED: frozenset(),
+}
+
+TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
+
+
+class Cause(StrEnum):
+    OK = "ok"
+    INFRA = "infra"  # killed, hung, lost: not the job's fault, does not use its retry budget
+    USER_CODE = "user-code"  # an exception or crash in the job's code: uses the retry budget
+    BAD_INPUT = "bad-input"  # missing entrypoint, wrong key, unwritable dir: retrying won't help
+    PEER_LOST = "peer-lost"  # a survivor that saved its replica after a peer died
+    STOPPED = "stopped"  # we stopped it (job stop, or the rest of a gang being recovered)
+
+
+# Signals the host or an operator sends (OOM killer, kill -9, node drain) vs. those a
+# process raises on itself (segfault, abort), which point at the job's own code.
+_INFRA_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGBUS, signal.SIGINT}
+
+
+def classify_exit(code: int, killed_by: str | None) -> Cause:
+    if killed_by in ("fault", "hang"):
+        return Cause.INFRA
+    if killed_by in ("stop", "recovery"):
+        return Cause.STOPPED
+    if code == EXIT_OK:
+        return Cause.OK
+    if code == EXIT_PEER_LOST:
+        return Cause.PEER_LOST
+    if code == EXIT_BAD_INPUT:
+        return Cause.BAD_INPUT
+    if code < 0:
+        return Cause.INFRA if -code in _INFRA_SIGNALS else Cause.USER_CODE
+    if code == EXIT_USER_ERROR:
+        return Cause.USER_CODE
+    return Cause.USER_CODE
+
+
+def check_job_transition(src: JobState, dst: JobState) -> None:
+    check_transition("job", JOB_TRANSITIONS, src, dst)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: JobState
+    chips: tuple[int, ...]
+    step: int  # last step every rank completed
+    loss: float | None
+    attempt: int
+    infra_failures: int
+    user_failures: int
+    max_retries: int
+    reason: str | None
+    checkpoint_step: int | None
+    losses: dict[int, float]
+    recoveries: tuple[dict[str, Any], ...]
+    log_tail: tuple[str, ...]
+
+
+@dataclass
+class LocalJob:
+    spec: Any  # WorkerGroupSpec
+    chips: list[int]
+    base_cfg: Any  # WorkerConfig for rank 0 of the first attempt
+    max_retries: int
+    recover: bool
+    state: JobState = JobState.RUNNING
+    attempt: int = 0
+    workers: dict[int, Any] = field(default_factory=dict)  # rank -> WorkerProcess (current attempt)
+    step: int = 0
+    loss: float | None = None
+    losses: dict[int, float] = field(default_factory=dict)
+    infra_failures: int = 0
+    user_failures: int = 0
+    reason: str | None = None
+    checkpoint_step: int | None = None
+    pending_ckpt: dict[int, set[int]] = field(default_factory=dict)
+    pending_loss: dict[int, dict[int, float]] = field(default_factory=dict)  # step -> rank -> local loss
+    replica: tuple[int, str] | None = None  # (step, dir) saved by a survivor this attempt
+    failed_ranks: dict[int, Any] = field(default_factory=dict)  # rank -> Cause this attempt
+    recovery: dict[str, Any] | None = None  # the recovery in progress
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
+    resume_next: dict[str, Any] = field(default_factory=dict)
+
+    def set_state(self, dst: JobState) -> None:
+        check_job_transition(self.state, dst)
+        self.state = dst

@@ -1,0 +1,133 @@
+"""One worker subprocess: spawn (or keep warm), read its JSON-line report channel, kill.
+
+The report channel is a pipe on its own file descriptor (not stdout), so a user
+script's prints cannot corrupt it; stdout and stderr go to the rank's log file.
+EOF on the pipe means the process is gone (or closing), which is how an exit is
+noticed within milliseconds; the reader thread then reaps it and reports the code.
+
+A *standby* (``cfg=None``) is a warm process that has already imported torch and waits
+for an assignment on stdin; ``assign`` hands it a rank. Recovery takes standbys so a
+replacement gang skips the multi-second torch import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from podfleet.training.config import WorkerConfig
+
+Message = dict[str, Any]
+OnMessage = Callable[["WorkerProcess", Message], None]
+OnExit = Callable[["WorkerProcess", int], None]
+
+
+class WorkerProcess:
+    def __init__(
+        self,
+        *,
+        env: dict[str, str],
+        log_path: Path,
+        on_message: OnMessage,
+        on_exit: OnExit,
+        cfg: WorkerConfig | None = None,
+        chip: int = -1,
+        attempt: int = 0,
+    ) -> None:
+        self.cfg: WorkerConfig | None = cfg
+        self.chip, self.attempt, self.log_path = chip, attempt, log_path
+        self.started_mono = time.monotonic()
+        self.last_beat_mono = self.started_mono
+        self.armed = False  # hang detection starts once torch is imported (the import can starve heartbeats)
+        self.ready = False  # a standby that finished preloading
+        self.exit_code: int | None = None
+        self.killed_by: str | None = None  # "fault", "hang", "stop", "recovery": why *we* killed it
+        self.kill_mono: float | None = None
+        self.error: Message | None = None  # the worker's last "error" report, if any
+        self.hang_reported = False
+        self._on_message, self._on_exit = on_message, on_exit
+        r_fd, w_fd = os.pipe()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        args = ["--standby"] if cfg is None else ["--config", cfg.to_json()]
+        with open(log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "podfleet.training.worker", *args, "--report-fd", str(w_fd)],
+                stdin=subprocess.PIPE if cfg is None else subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=env, start_new_session=True,
+            )
+        os.close(w_fd)
+        self.pid = self.popen.pid
+        self._reader = threading.Thread(target=self._read, args=(r_fd,), name=f"worker-{self.pid}", daemon=True)
+        self._reader.start()
+
+    @property
+    def rank(self) -> int:
+        return self.cfg.rank if self.cfg else -1
+
+    @property
+    def alive(self) -> bool:
+        return self.exit_code is None
+
+    def assign(self, cfg: WorkerConfig, chip: int, attempt: int, log_path: Path, env: dict[str, str],
+               on_message: OnMessage, on_exit: OnExit) -> None:
+        """Give a standby its rank; its output moves to ``log_path``."""
+        self.cfg, self.chip, self.attempt, self.log_path = cfg, chip, attempt, log_path
+        self._on_message, self._on_exit = on_message, on_exit
+        self.started_mono = self.last_beat_mono = time.monotonic()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        assert self.popen.stdin is not None
+        line = json.dumps({"config": cfg.to_json(), "env": env, "log": str(log_path)}) + "\n"
+        try:
+            self.popen.stdin.write(line.encode())
+            self.popen.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # it died meanwhile; the reader reports the exit
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                now = time.monotonic()
+                self.last_beat_mono = now
+                try:
+                    msg = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                kind = msg.get("type")
+                if kind == "heartbeat":
+                    continue
+                if kind == "ready":
+                    self.ready = True
+                    continue
+                if kind in ("running", "progress"):
+                    self.armed = True
+                msg["recv_mono"] = now
+                self._on_message(self, msg)
+        code = self.popen.wait()
+        self.exit_code = code
+        self._on_exit(self, code)
+
+    def kill(self, why: str, sig: int = signal.SIGKILL) -> None:
+        if self.exit_code is None and self.killed_by is None:
+            self.killed_by = why
+            self.kill_mono = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def heartbeat_age_s(self) -> float:
+        return time.monotonic() - self.last_beat_mono
+
+    def log_tail(self, n: int = 20) -> list[str]:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return lines[-n:]

@@ -1,0 +1,132 @@
+"""What the local fabric does when a worker exits: finish, fail, or recover the gang.
+
+Recovery design (data parallelism): every rank holds an identical replica of the
+model and optimizer. When one rank dies, its peers' next collective fails within
+milliseconds (gloo sees the closed connection); because the loop runs every
+collective of a step before ``optimizer.step``, each survivor still holds exactly the
+last completed step, saves it (one encrypted shard, ``kind: replica``) and exits 75.
+Once the whole gang is down (survivors that do not exit within ``replica_grace_s``
+are killed), the failed rank's slot is retired (FAILED -> ISOLATED) and replaced by a
+spare, and a new gang starts from the newest of {survivor replica, last committed
+checkpoint}, on a fresh rendezvous port. Restarting every rank costs a torch import
+per process but keeps the process-group logic trivial and correct.
+
+Budget: infrastructure failures (kill -9 from outside, ``kill_worker``, a hang, a
+retired slot) never count against ``max_retries``; an exception or crash in the job's
+own code does; bad input (missing entrypoint, wrong key, unwritable checkpoint dir)
+fails the job at once, since a retry would fail the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from podfleet.checkpoint import manifest
+from podfleet.fabric.local.jobs import TERMINAL, Cause, JobState, LocalJob, classify_exit
+from podfleet.fabric.local.process import WorkerProcess
+
+if TYPE_CHECKING:
+    from podfleet.fabric.local.fabric import LocalFabric
+
+
+def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
+    if wp.error and wp.error.get("message"):
+        return f"rank {wp.rank}: {wp.error.get('kind')}: {wp.error['message']}"
+    if wp.killed_by:
+        return f"rank {wp.rank} on chip {wp.chip}: killed ({wp.killed_by})"
+    if code < 0:
+        return f"rank {wp.rank} on chip {wp.chip}: killed by signal {-code}"
+    tail = wp.log_tail(3)
+    return f"rank {wp.rank}: exit code {code} ({cause.value})" + (f": {tail[-1]}" if tail else "")
+
+
+def handle_exit(fab: LocalFabric, wp: WorkerProcess, code: int, detected_mono: float) -> None:
+    job = fab._jobs.get(wp.cfg.job_id)
+    cause = classify_exit(code, wp.killed_by)
+    msg = _message(wp, code, cause)
+    fab.emit("worker-exited", chip=wp.chip, job_id=wp.cfg.job_id, rank=wp.rank, exit_code=code,
+             cause=cause.value, infra=cause is Cause.INFRA, message=msg, attempt=wp.attempt)
+    if job is None or wp.attempt != job.attempt or job.state in TERMINAL:
+        return
+    job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] exited {code} ({cause.value}): {msg}")
+    gang_down = all(not w.alive for w in job.workers.values())
+    if job.state is JobState.STOPPING:
+        if gang_down:
+            fab.finish(job, JobState.STOPPED, "stopped")
+        return
+    if cause is Cause.OK:
+        if gang_down and all(w.exit_code == 0 for w in job.workers.values()):
+            fab.finish(job, JobState.FINISHED, None)
+        return
+    if cause in (Cause.INFRA, Cause.USER_CODE, Cause.BAD_INPUT):
+        job.failed_ranks[wp.rank] = (cause, msg)
+    if job.recovery is None:
+        job.recovery = {"detect_mono": detected_mono, "attempt": job.attempt, "last_step": job.step,
+                        "kill_mono": wp.kill_mono}
+    if cause in (Cause.INFRA, Cause.USER_CODE, Cause.BAD_INPUT) and "rank" not in job.recovery:
+        job.recovery.update(rank=wp.rank, chip=wp.chip, cause=cause.value, message=msg)
+    if job.state is JobState.RUNNING:
+        job.set_state(JobState.RECOVERING)
+        fab.emit("job-recovering", job_id=job.spec.job_id, rank=wp.rank, cause=cause.value, message=msg)
+        attempt = job.attempt
+        threading.Timer(fab.replica_grace_s, lambda: fab.deliver(_reap, job, attempt)).start()
+    if gang_down:
+        _relaunch_or_fail(fab, job)
+
+
+def _reap(job: LocalJob, attempt: int) -> None:
+    if job.attempt == attempt and job.state is JobState.RECOVERING:
+        for w in job.workers.values():
+            if w.alive:
+                w.kill("recovery")
+
+
+def _relaunch_or_fail(fab: LocalFabric, job: LocalJob) -> None:
+    failed = job.failed_ranks
+    bad = [m for c, m in failed.values() if c is Cause.BAD_INPUT]
+    if bad:
+        fab.finish(job, JobState.FAILED, f"bad input: {bad[0]}")
+        return
+    user = [m for c, m in failed.values() if c is Cause.USER_CODE]
+    if user:
+        job.user_failures += 1
+        if job.user_failures > job.max_retries:
+            fab.finish(job, JobState.FAILED,
+                       f"user code failed ({job.user_failures} failures, max_retries={job.max_retries}): {user[0]}")
+            return
+    infra = sorted(r for r, (c, _m) in failed.items() if c is Cause.INFRA)
+    job.infra_failures += len(infra) if infra else (0 if user else 1)
+    if not job.recover:
+        fab.finish(job, JobState.FAILED, f"worker lost and recovery is off: {next(iter(failed.values()), (0, '?'))[1]}")
+        return
+    moves = {}
+    for r in infra:
+        old = job.chips[r]
+        fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost")
+        new = fab.pick_spare()
+        if new is None:
+            fab.finish(job, JobState.FAILED, f"rank {r} lost on chip {old} and no healthy spare slot is left")
+            return
+        job.chips[r] = new
+        fab.claim(new, job.spec.job_id)
+        moves[r] = (old, new)
+    ckpt = manifest.latest(job.base_cfg.checkpoint_dir)
+    ckpt_step = manifest.read(ckpt).step if ckpt else None
+    rec = job.recovery if job.recovery is not None else {"detect_mono": 0.0, "last_step": job.step}
+    if job.replica and (ckpt_step is None or job.replica[0] >= ckpt_step) and job.spec.entrypoint is None:
+        source, restored, resume_from = "replica", job.replica[0], job.replica[1]
+    elif ckpt is not None:
+        source, restored, resume_from = "checkpoint", ckpt_step or 0, str(ckpt)
+    else:
+        source, restored, resume_from = "scratch", 0, None
+    rec.update(source=source, restored_step=restored, steps_lost=max(0, rec["last_step"] - restored),
+               moves={str(r): list(m) for r, m in moves.items()}, relaunch_mono=time.monotonic())
+    job.recovery = rec
+    job.set_state(JobState.RUNNING)
+    # User scripts restore through pf.load_state(), which reads the latest checkpoint.
+    fab.start_attempt(job, resume_from=resume_from if job.spec.entrypoint is None else None,
+                      resume=job.spec.entrypoint is not None)
+    fab.emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source=source, restored_step=restored,
+             chips=list(job.chips))

@@ -1,0 +1,85 @@
+"""Turning a worker's reports (progress, checkpoint shards, replicas, logs) into job state.
+
+Runs on the engine thread (delivered by ``LocalFabric._deliver``), never on a reader.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from podfleet.checkpoint import manifest
+from podfleet.fabric.local.jobs import LocalJob
+from podfleet.fabric.local.process import Message, WorkerProcess
+
+if TYPE_CHECKING:
+    from podfleet.fabric.local.fabric import LocalFabric
+
+
+def handle_message(fab: LocalFabric, wp: WorkerProcess, msg: Message) -> None:
+    job = fab._jobs.get(wp.cfg.job_id)
+    if job is None:
+        return
+    kind = msg.get("type")
+    if kind == "log":
+        job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] {msg.get('line', '')}")
+    elif kind == "error":
+        wp.error = msg
+        job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] error [{msg.get('kind')}]: {msg.get('message')}")
+    elif wp.attempt != job.attempt:
+        return  # a straggler from a replaced gang
+    elif kind == "progress":
+        _on_progress(fab, job, wp, msg)
+    elif kind == "checkpoint":
+        _on_checkpoint(fab, job, wp, int(msg["step"]))
+    elif kind == "replica":
+        step = int(msg["step"])
+        if job.replica is None or step > job.replica[0]:
+            job.replica = (step, str(msg["path"]))
+
+
+def _on_progress(fab: LocalFabric, job: LocalJob, wp: WorkerProcess, msg: Message) -> None:
+    step = int(msg["step"])
+    fab._metrics["step_time_s"][wp.chip] = msg["step_time_s"]
+    fab._metrics["tokens_per_s"][wp.chip] = msg["tokens_per_s"]
+    if job.spec.entrypoint is not None:
+        # A user script reports what it likes, often from rank 0 only: take rank 0's word.
+        if wp.rank != 0:
+            return
+        loss = float(msg["loss"])
+    else:
+        # Built-in loop: each rank reports its local mean loss over an equal share of the
+        # global batch, so the job's loss is their mean, once every rank has the step.
+        got = job.pending_loss.setdefault(step, {})
+        got[wp.rank] = float(msg["loss"])
+        if len(got) < len(job.chips):
+            return
+        del job.pending_loss[step]
+        loss = sum(got[r] for r in sorted(got)) / len(got)
+    job.step, job.loss = step, loss
+    job.losses[step] = loss
+    rec = job.recovery
+    if rec is not None and "relaunch_mono" in rec and step > rec["restored_step"]:
+        rec["first_step_mono"] = msg["recv_mono"]
+        rec["resume_s"] = msg["recv_mono"] - rec["detect_mono"]
+        job.recoveries.append(rec)
+        job.recovery = None
+        fab._emit("recovered", job_id=job.spec.job_id, **{k: v for k, v in rec.items() if not k.endswith("_mono")})
+    fab._emit("progress", chip=wp.chip, job_id=job.spec.job_id, step=step, loss=loss,
+              tokens_per_s=msg["tokens_per_s"], step_time_s=msg["step_time_s"], worker_t=msg.get("t"))
+
+
+def _on_checkpoint(fab: LocalFabric, job: LocalJob, wp: WorkerProcess, step: int) -> None:
+    ranks = job.pending_ckpt.setdefault(step, set())
+    ranks.add(wp.rank)
+    if len(ranks) < len(job.chips):
+        return
+    del job.pending_ckpt[step]
+    root = job.base_cfg.checkpoint_dir
+    try:
+        if not (manifest.step_dir(root, step) / manifest.MANIFEST).exists():
+            manifest.commit(root, job.spec.job_id, step, len(job.chips))
+    except Exception as exc:
+        job.log.append(f"checkpoint step {step} not committed: {exc}")
+        return
+    job.checkpoint_step = step
+    fab._emit("checkpoint", job_id=job.spec.job_id, step=step, path=str(manifest.step_dir(root, step)))

@@ -1,0 +1,297 @@
+"""One rank of a real training job: the entry point every fabric launches.
+
+Contract (shared by fabric/local and fabric/ray):
+
+* ``WorkerConfig`` (frozen dataclass, in ``podfleet.training.config``, torch-free):
+  job_id, rank, world_size, master_addr/port, model preset, steps, seed,
+  global_batch, seq_len, lr, checkpoint_dir/interval, key_file / key_env,
+  resume / resume_from, entrypoint (+ args), replica_peer / replica_dir, device.
+* ``run_worker(cfg, reporter) -> WorkerResult``: runs in the calling process (a Ray
+  actor calls it directly with its own ``Reporter``). It imports torch lazily, so
+  importing this module costs nothing on the control plane.
+* ``Reporter`` protocol: ``progress(step, loss, tokens_per_s, step_time_s)``,
+  ``heartbeat()``, ``log(line)``, ``checkpoint(step, path)`` (this rank's shard of
+  ``step`` is durable; the driver calls ``podfleet.checkpoint.commit`` once every
+  rank's shard is in). ``tokens_per_s`` is the global batch's tokens over step time;
+  ``loss`` is this rank's local mean (the job's loss is the mean over ranks). A reporter
+  may also have ``send(type, **fields)``: it then gets ``running`` (imports done) and
+  ``replica`` messages too. Without it, a survivor's replica path is in
+  ``WorkerResult.extra["replica"]`` (exit code 75).
+* ``main()``: ``python -m podfleet.training.worker --config JSON [--report-fd N]``.
+  Reports go to fd N (default: the original stdout, with the user's prints moved
+  to stderr) as JSON lines (see ``JsonLineReporter``): hello, progress, heartbeat
+  (every ``heartbeat_interval_s`` from a thread), log, checkpoint, replica, error,
+  done. Exit codes: 0 done, 1 user/loop error (counts against retries), 2 bad input
+  (missing entrypoint, unwritable checkpoint dir, wrong or missing key, bad shard),
+  75 peer lost (infrastructure; this rank saved its replica, reported as ``replica``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from podfleet.errors import InvalidInputError, PodfleetError
+from podfleet.training.config import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    EXIT_PEER_LOST,
+    EXIT_USER_ERROR,
+    JsonLineReporter,
+    NullReporter,
+    Reporter,
+    WorkerConfig,
+    WorkerResult,
+)
+
+__all__ = ["JsonLineReporter", "NullReporter", "Reporter", "WorkerConfig", "WorkerResult", "main", "run_worker"]
+
+
+class BadInput(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _check_inputs(cfg: WorkerConfig) -> None:
+    if cfg.entrypoint is not None and not Path(cfg.entrypoint).is_file():
+        raise BadInput("missing-entrypoint", f"entrypoint {cfg.entrypoint} does not exist or is not a file")
+    if cfg.checkpoint_dir:
+        probe = Path(cfg.checkpoint_dir) / f".probe-{cfg.rank}-{os.getpid()}"
+        try:
+            probe.parent.mkdir(parents=True, exist_ok=True)
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise BadInput(
+                "checkpoint-dir", f"checkpoint_dir {cfg.checkpoint_dir} is not writable: {exc.strerror or exc}"
+            ) from exc
+
+
+def _heartbeats(reporter: Reporter, interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s):
+        reporter.heartbeat()
+
+
+def run_worker(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeats, args=(reporter, cfg.heartbeat_interval_s, stop), daemon=True)
+    beat.start()
+    try:
+        return _run(cfg, reporter)
+    except BadInput as exc:
+        reporter.log(f"error [{exc.kind}]: {exc}")
+        return WorkerResult(cfg.rank, 0, None, exit_code=EXIT_BAD_INPUT, error=str(exc), extra={"kind": exc.kind})
+    except (InvalidInputError, PodfleetError) as exc:
+        # Wrong key, tampered checkpoint, unknown preset: the job's inputs are bad.
+        kind = "checkpoint-integrity" if exc.code == "integrity" else exc.code
+        reporter.log(f"error [{kind}]: {exc.message}")
+        return WorkerResult(cfg.rank, 0, None, exit_code=EXIT_BAD_INPUT, error=exc.message, extra={"kind": kind})
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            return WorkerResult(cfg.rank, 0, None)
+        reporter.log(f"error [user-code]: the script called sys.exit({exc.code!r})")
+        return WorkerResult(cfg.rank, 0, None, exit_code=EXIT_USER_ERROR, error=f"sys.exit({exc.code!r})",
+                            extra={"kind": "user-code"})
+    except Exception as exc:
+        tb = traceback.format_exc()
+        lines = tb.rstrip().splitlines()
+        for line in lines[:1] + lines[1:][-30:]:  # the header, then the innermost frames
+            reporter.log(line)
+        return WorkerResult(cfg.rank, 0, None, exit_code=EXIT_USER_ERROR, error=f"{type(exc).__name__}: {exc}",
+                            extra={"kind": "user-code", "traceback": tb})
+    finally:
+        stop.set()
+
+
+def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
+    _check_inputs(cfg)
+    t0 = time.perf_counter()
+    import torch
+    import torch.distributed as dist
+
+    from podfleet.training import helpers
+
+    reporter.log(f"startup: torch ready {time.perf_counter() - t0:.2f} s")
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
+    needs_key = cfg.encrypt_checkpoints and bool(cfg.checkpoint_dir or cfg.resume_from or cfg.replica_dir)
+    kek = helpers.kek_for(cfg) if needs_key else None
+    if cfg.world_size > 1:
+        from datetime import timedelta
+
+        dist.init_process_group(
+            "nccl" if use_cuda else "gloo",
+            init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}",
+            rank=cfg.rank,
+            world_size=cfg.world_size,
+            timeout=timedelta(seconds=60),
+        )
+        reporter.log(f"startup: process group ready {time.perf_counter() - t0:.2f} s")
+    send = getattr(reporter, "send", None)
+    if send is not None:
+        send("running")  # the slow imports are done: the fabric may now expect steady heartbeats
+    if cfg.entrypoint is not None:
+        result = _run_entrypoint(cfg, reporter, kek, device)
+    else:
+        result = _run_builtin(cfg, reporter, kek, device)
+    # Only a clean run tears the group down: after a peer died the group is broken and
+    # destroying it can block; the process exits right after anyway.
+    if result.exit_code == EXIT_OK and cfg.world_size > 1 and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+    return result
+
+
+def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: object) -> WorkerResult:
+    import runpy
+
+    from podfleet.training import helpers
+
+    os.environ.update({"RANK": str(cfg.rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": "0",
+                       "PODFLEET_JOB_ID": cfg.job_id, "PODFLEET_CHECKPOINT_DIR": cfg.checkpoint_dir or ""})
+    helpers._set_context(helpers._Context(cfg, reporter, kek, device))  # type: ignore[arg-type]
+    argv = sys.argv
+    sys.argv = [cfg.entrypoint or "", *cfg.entrypoint_args]
+    try:
+        runpy.run_path(cfg.entrypoint or "", run_name="__main__")
+    finally:
+        sys.argv = argv
+        helpers._set_context(None)
+    return WorkerResult(cfg.rank, cfg.steps, None)
+
+
+def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: object) -> WorkerResult:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from podfleet.checkpoint import manifest
+    from podfleet.checkpoint.torch_state import AsyncCheckpointer, load, snapshot, write_shard
+    from podfleet.training.loop import LoopState, PeerLost, train
+    from podfleet.training.model import build_model
+
+    model = build_model(cfg.model, cfg.seed).to(device)  # type: ignore[arg-type]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    state = LoopState()
+    source = cfg.resume_from or (manifest.latest(cfg.checkpoint_dir) if cfg.resume else None)
+    if source:
+        restored = load(source, cfg.job_id, kek)
+        model.load_state_dict(restored.model)
+        if restored.optimizer is not None:
+            optimizer.load_state_dict(restored.optimizer)
+        state.step = restored.step
+        reporter.log(f"restored step {restored.step} from {source}")
+    start_step = state.step
+    ddp = DistributedDataParallel(model) if cfg.world_size > 1 else model
+
+    def durable(step: int, path: str) -> None:
+        if cfg.world_size == 1:
+            manifest.commit(cfg.checkpoint_dir or "", cfg.job_id, step, 1)
+        reporter.checkpoint(step, path)
+
+    ckpt = (AsyncCheckpointer(cfg.checkpoint_dir, cfg.job_id, cfg.rank, cfg.world_size, kek, durable)
+            if cfg.checkpoint_dir and cfg.checkpoint_interval else None)
+    try:
+        train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)  # type: ignore[arg-type]
+    except PeerLost as lost:
+        if ckpt is not None:
+            ckpt.flush()
+        if not (cfg.replica_peer and cfg.replica_dir):
+            reporter.log(f"{lost}; replicas are off, the gang restarts from the last checkpoint")
+            return WorkerResult(cfg.rank, lost.step, None, tuple(state.losses), start_step, EXIT_PEER_LOST,
+                                str(lost), {"kind": "peer-lost"})
+        # DP replicas are identical, so this rank's whole (unsharded) state is the replica.
+        path = write_shard(cfg.replica_dir, cfg.job_id, lost.step, 0, snapshot(model, optimizer, 0, 1), kek)
+        manifest.commit(cfg.replica_dir, cfg.job_id, lost.step, 1, kind="replica")
+        if isinstance(reporter, JsonLineReporter):
+            reporter.send("replica", step=lost.step, path=str(path.parent))
+        reporter.log(f"{lost}; replica of step {lost.step} saved to {path.parent}")
+        return WorkerResult(cfg.rank, lost.step, state.losses[-1] if state.losses else None, tuple(state.losses),
+                            start_step, EXIT_PEER_LOST, str(lost), {"kind": "peer-lost", "replica": str(path.parent)})
+    if ckpt is not None:
+        ckpt.close()
+    final = state.losses[-1] if state.losses else None
+    return WorkerResult(cfg.rank, state.step, final, tuple(state.losses), start_step, EXIT_OK)
+
+
+def _preload() -> None:
+    """What a warm standby does before it has a job: the slow imports and the corpus."""
+    import torch
+    import torch.distributed
+    from torch.nn.parallel import DistributedDataParallel  # noqa: F401
+
+    import podfleet.checkpoint.torch_state  # noqa: F401
+    from podfleet.training import helpers, loop, model  # noqa: F401
+    from podfleet.training.data import batch
+
+    # First use of an optimizer and of autograd pulls in more lazy modules (AdamW's
+    # first construction imports torch._dynamo: seconds), so touch them here once.
+    net = model.build_model("debug", 0)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3)
+    x, y = batch(0, 1, 2, 16)
+    model.loss_fn(net(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+    opt.step()
+
+
+def _await_assignment(fd: int) -> WorkerConfig:
+    """Standby: preload, say ready, then take one job assignment from stdin."""
+    t0 = time.perf_counter()
+    _preload()
+    JsonLineReporter(fd, -1).send("ready", pid=os.getpid(), preload_s=time.perf_counter() - t0)
+    line = sys.stdin.readline()
+    if not line:
+        os._exit(EXIT_OK)  # the fabric closed the pool
+    msg = json.loads(line)
+    os.environ.update(msg.get("env", {}))
+    if msg.get("log"):
+        log_fd = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+    return WorkerConfig.from_json(msg["config"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m podfleet.training.worker")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="WorkerConfig as JSON")
+    src.add_argument("--config-file", help="a file holding WorkerConfig JSON")
+    src.add_argument("--standby", action="store_true",
+                     help="warm standby: preload torch, report ready, read {config, env, log} JSON from stdin")
+    ap.add_argument("--report-fd", type=int, default=1, help="fd for JSON-line reports (default: stdout)")
+    args = ap.parse_args(argv)
+    fd = args.report_fd
+    if fd == 1:
+        # Keep the report channel clean: the user's prints go to stderr.
+        fd = os.dup(1)
+        os.dup2(2, 1)
+    if args.standby:
+        cfg = _await_assignment(fd)
+    else:
+        cfg = WorkerConfig.from_json(args.config if args.config is not None else Path(args.config_file).read_text())
+    reporter = JsonLineReporter(fd, cfg.rank)
+    reporter.send("hello", pid=os.getpid(), job_id=cfg.job_id, world_size=cfg.world_size)
+    t0 = time.perf_counter()
+    result = run_worker(cfg, reporter)
+    if result.exit_code == EXIT_OK:
+        reporter.send("done", step=result.steps_done, final_loss=result.final_loss, wall_s=time.perf_counter() - t0)
+    else:
+        reporter.send("error", code=result.exit_code, kind=result.extra.get("kind"), message=result.error,
+                      step=result.steps_done)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: a broken gloo group can stall it, and nothing is left to flush.
+    os._exit(result.exit_code)
+
+
+if __name__ == "__main__":
+    main()

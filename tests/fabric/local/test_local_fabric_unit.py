@@ -1,0 +1,104 @@
+"""LocalFabric without workers: protocol, validation, exit classification, no torch on import."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from podfleet.errors import (
+    ConflictError,
+    InvalidInputError,
+    InvalidTransitionError,
+    NotFoundError,
+    UnknownNameError,
+)
+from podfleet.fabric.base import ChipState, Fabric, WorkerGroupSpec
+from podfleet.fabric.local import Cause, LocalFabric
+from podfleet.fabric.local.jobs import JobState, check_job_transition, classify_exit
+from podfleet.training.config import EXIT_BAD_INPUT, EXIT_PEER_LOST, EXIT_USER_ERROR, WorkerConfig
+
+
+@pytest.fixture
+def fab(tmp_path: Path):
+    f = LocalFabric(4, spares=(3,), workdir=tmp_path)
+    yield f
+    f.close()
+
+
+def test_importing_the_local_fabric_does_not_import_torch() -> None:
+    code = "import sys, podfleet.fabric.local, podfleet.training.worker; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_is_a_fabric(fab: LocalFabric) -> None:
+    assert isinstance(fab, Fabric)
+    assert fab.kind == "local" and fab.topology.n_chips == 4
+    assert fab.chip_states() == [ChipState.HEALTHY] * 4
+    m = fab.chip_metrics()
+    assert {"cpu_percent", "mem_bytes", "step_time_s", "heartbeat_age_s"} <= set(m)
+    assert all(v.shape == (4,) for v in m.values())
+    assert (fab.workdir / "keys" / "checkpoint.kek").exists()
+
+
+@pytest.mark.parametrize(
+    ("code", "killed_by", "cause"),
+    [
+        (0, None, Cause.OK),
+        (-signal.SIGKILL, None, Cause.INFRA),  # kill -9 from outside, OOM killer
+        (-signal.SIGTERM, None, Cause.INFRA),
+        (-signal.SIGSEGV, None, Cause.USER_CODE),  # the job's own native code crashed
+        (EXIT_USER_ERROR, None, Cause.USER_CODE),
+        (EXIT_BAD_INPUT, None, Cause.BAD_INPUT),
+        (EXIT_PEER_LOST, None, Cause.PEER_LOST),
+        (-signal.SIGKILL, "fault", Cause.INFRA),
+        (-signal.SIGKILL, "hang", Cause.INFRA),
+        (-signal.SIGTERM, "stop", Cause.STOPPED),
+        (-signal.SIGKILL, "recovery", Cause.STOPPED),
+        (3, None, Cause.USER_CODE),
+    ],
+)
+def test_classify_exit(code: int, killed_by: str | None, cause: Cause) -> None:
+    assert classify_exit(code, killed_by) is cause
+
+
+def test_job_transitions_are_enforced() -> None:
+    check_job_transition(JobState.RUNNING, JobState.RECOVERING)
+    with pytest.raises(InvalidTransitionError, match="job cannot go from finished to running"):
+        check_job_transition(JobState.FINISHED, JobState.RUNNING)
+
+
+def test_launch_validates_before_starting_anything(fab: LocalFabric) -> None:
+    with pytest.raises(UnknownNameError, match="valid: debug, small, tiny"):
+        fab.launch(WorkerGroupSpec("job-x", (0,), "gpt-huge", 2))
+    with pytest.raises(UnknownNameError, match="unknown job option 'sede'"):
+        fab.launch(WorkerGroupSpec("job-x", (0,), "debug", 2, options={"sede": 1}))
+    with pytest.raises(InvalidInputError, match=r"global_batch \(5\) is not divisible by world_size \(2\)"):
+        fab.launch(WorkerGroupSpec("job-x", (0, 1), "debug", 2, options={"global_batch": 5}))
+    with pytest.raises(NotFoundError, match="9"):
+        fab.launch(WorkerGroupSpec("job-x", (9,), "debug", 2))
+    with pytest.raises(InvalidInputError, match="repeat"):
+        fab.launch(WorkerGroupSpec("job-x", (1, 1), "debug", 2))
+    fab.set_chip_state(2, ChipState.ISOLATED, "test")
+    with pytest.raises(ConflictError, match="chip 2 is isolated"):
+        fab.launch(WorkerGroupSpec("job-x", (2,), "debug", 2))
+    with pytest.raises(InvalidTransitionError):
+        fab.set_chip_state(2, ChipState.FAILED, "test")
+    with pytest.raises(NotFoundError):
+        fab.job_status("job-none")
+    with pytest.raises(NotFoundError):
+        fab.kill_worker("job-none", 0)
+
+
+def test_worker_config_round_trips_and_validates() -> None:
+    cfg = WorkerConfig(job_id="job-1", rank=1, world_size=2, entrypoint_args=("a", "b"))
+    assert WorkerConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(InvalidInputError, match="rank 2 not in"):
+        WorkerConfig(job_id="j", rank=2, world_size=2)
+    with pytest.raises(InvalidInputError, match="unknown WorkerConfig fields"):
+        WorkerConfig.from_json('{"job_id": "j", "rank": 0, "world_size": 1, "bogus": 1}')
+    with pytest.raises(InvalidInputError, match="checkpoint_interval needs a checkpoint_dir"):
+        WorkerConfig(job_id="j", rank=0, world_size=1, checkpoint_interval=5)
