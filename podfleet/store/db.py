@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from sqlalchemy import Table, func, insert, select, text
+from sqlalchemy import Table, delete, func, insert, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL
@@ -36,6 +36,7 @@ from podfleet.store.models import (
     ClusterRow,
     IdempotencyKeyRow,
     JobRow,
+    TelemetryRollupRow,
     TokenRow,
 )
 from podfleet.store.records import (
@@ -43,6 +44,7 @@ from podfleet.store.records import (
     ChipHealthRecord,
     ClusterRecord,
     JobRecord,
+    RollupRecord,
     TokenRecord,
 )
 
@@ -243,6 +245,42 @@ class Store(AuditLog):
         q = q.order_by(CheckpointRow.step, CheckpointRow.created_at)
         with self._reading() as s:
             return [convert.checkpoint_record(r) for r in s.execute(q).scalars()]
+
+    # ---- telemetry rollups -------------------------------------------------------------
+    def save_rollups(self, records: Sequence[RollupRecord]) -> None:
+        """Upsert rollup buckets (a bucket re-sent after a restart replaces itself)."""
+        if not records:
+            return
+        rows = [{"cluster_id": r.cluster_id, "scope": r.scope, "metric": r.metric,
+                 "resolution_s": float(r.resolution_s), "t_start": float(r.t_start),
+                 "data": {"avg": list(r.avg), "min": list(r.min), "max": list(r.max), "count": int(r.count)}}
+                for r in records]
+        with self._writing() as s:
+            self._upsert(s, TelemetryRollupRow, rows, ["cluster_id", "scope", "metric", "resolution_s", "t_start"])
+
+    def list_rollups(self, cluster_id: str, *, resolution_s: float, since: float = 0.0,
+                     scope: str | None = None, metric: str | None = None, limit: int = 100_000) -> list[RollupRecord]:
+        q = select(TelemetryRollupRow).where(
+            TelemetryRollupRow.cluster_id == cluster_id,
+            TelemetryRollupRow.resolution_s == float(resolution_s),
+            TelemetryRollupRow.t_start >= since,
+        )
+        if scope is not None:
+            q = q.where(TelemetryRollupRow.scope == scope)
+        if metric is not None:
+            q = q.where(TelemetryRollupRow.metric == metric)
+        q = q.order_by(TelemetryRollupRow.t_start, TelemetryRollupRow.id).limit(limit)
+        with self._reading() as s:
+            return [RollupRecord(r.cluster_id, r.scope, r.metric, r.resolution_s, r.t_start, list(r.data["avg"]),
+                                 list(r.data["min"]), list(r.data["max"]), int(r.data["count"]))
+                    for r in s.execute(q).scalars()]
+
+    def prune_rollups(self, *, resolution_s: float, before: float) -> int:
+        """Delete buckets of this resolution older than ``before`` (retention); returns how many."""
+        with self._writing() as s:
+            res = s.execute(delete(TelemetryRollupRow).where(
+                TelemetryRollupRow.resolution_s == float(resolution_s), TelemetryRollupRow.t_start < before))
+            return int(res.rowcount or 0)
 
     # ---- idempotency -----------------------------------------------------------------
     def _idem(self, operation: str, client_token: str) -> IdempotencyKeyRow | None:

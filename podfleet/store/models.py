@@ -125,3 +125,19 @@ class AuditEventRow(Base):
     detail: Mapped[str] = mapped_column(Text)  # canonical JSON text
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
+
+
+class TelemetryRollupRow(Base):
+    __tablename__ = "telemetry_rollups"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    scope: Mapped[str] = mapped_column(String(16))  # chip | link
+    metric: Mapped[str] = mapped_column(String(64))
+    resolution_s: Mapped[float] = mapped_column(Double)
+    t_start: Mapped[float] = mapped_column(Double)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"avg": [...], "min": [...], "max": [...], "count": n}
+
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "scope", "metric", "resolution_s", "t_start", name="uq_telemetry_rollups_bucket"),
+        Index("ix_telemetry_rollups_resolution_s_t_start", "resolution_s", "t_start"),
+    )

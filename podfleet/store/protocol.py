@@ -18,6 +18,7 @@ from podfleet.store.records import (
     ChipHealthRecord,
     ClusterRecord,
     JobRecord,
+    RollupRecord,
     TokenRecord,
 )
 
@@ -42,6 +43,11 @@ class StoreProtocol(Protocol):
     # chip health (one row per cluster chip)
     def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None: ...
     def list_chip_health(self, cluster_id: str) -> list[ChipHealthRecord]: ...
+
+    # telemetry rollups (1-minute and 1-hour buckets; retention by prune_rollups)
+    def save_rollups(self, records: Sequence[RollupRecord]) -> None: ...
+    def list_rollups(self, cluster_id: str, *, resolution_s: float, since: float = 0.0, scope: str | None = None, metric: str | None = None, limit: int = 100_000) -> list[RollupRecord]: ...
+    def prune_rollups(self, *, resolution_s: float, before: float) -> int: ...
 
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...

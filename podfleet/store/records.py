@@ -74,3 +74,18 @@ class AuditRecord:
     detail: dict[str, Any]
     prev_hash: str  # hash of record seq-1 ("0"*64 for the first)
     hash: str  # sha256 over (seq, time, actor, action, target, result, detail, prev_hash), canonical JSON
+
+
+@dataclass
+class RollupRecord:
+    """One telemetry rollup bucket of one metric over a cluster's chips or links."""
+
+    cluster_id: str
+    scope: str  # "chip" | "link"
+    metric: str
+    resolution_s: float  # 60 or 3600
+    t_start: float  # unix seconds (UTC) of the bucket's start
+    avg: list[float]
+    min: list[float]
+    max: list[float]
+    count: int

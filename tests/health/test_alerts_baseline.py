@@ -78,3 +78,18 @@ def test_small_deviation_never_alerts(level: float, frac: float) -> None:
         tr.observe(np.array([level]), float(i))
     alerting, _ = tr.observe(np.array([level * (1 + frac)]), 11.0)
     assert not alerting[0]
+
+
+@given(st.lists(st.lists(st.one_of(st.none(), st.floats(-1e6, 1e6)), min_size=3, max_size=3), min_size=1, max_size=12))
+def test_nanmedian_matches_numpy(rows: list[list[float | None]]) -> None:
+    import warnings
+
+    from podfleet.health.baseline import _nanmedian0
+
+    a = np.array([[np.nan if v is None else v for v in r] for r in rows])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = np.nanmedian(a, axis=0)
+    got = _nanmedian0(a)
+    assert np.array_equal(np.isnan(ref), np.isnan(got))
+    assert np.allclose(ref[~np.isnan(ref)], got[~np.isnan(got)])

@@ -148,3 +148,19 @@ def test_tokens_by_hash(store: Store) -> None:
     assert got is not None and got.revoked
     with pytest.raises(NotFoundError):
         store.revoke_token("tok-missing")
+
+
+def test_telemetry_rollups_upsert_query_and_prune(store) -> None:
+    from podfleet.store.records import RollupRecord
+
+    def row(t: float, metric: str = "temperature_c", res: float = 60.0, v: float = 1.0) -> RollupRecord:
+        return RollupRecord("cl-r", "chip", metric, res, t, [v, v], [v, v], [v, v], 30)
+
+    store.save_rollups([row(0.0), row(60.0), row(120.0), row(0.0, "power_w"), row(0.0, res=3600.0)])
+    store.save_rollups([row(60.0, v=2.0)])  # re-sent bucket replaces itself
+    got = store.list_rollups("cl-r", resolution_s=60.0, metric="temperature_c", since=30.0)
+    assert [r.t_start for r in got] == [60.0, 120.0] and got[0].avg == [2.0, 2.0] and got[0].count == 30
+    assert len(store.list_rollups("cl-r", resolution_s=60.0)) == 4
+    assert store.prune_rollups(resolution_s=60.0, before=100.0) == 3
+    assert [r.t_start for r in store.list_rollups("cl-r", resolution_s=60.0)] == [120.0]
+    assert len(store.list_rollups("cl-r", resolution_s=3600.0)) == 1

@@ -1,0 +1,62 @@
+"""``podfleet alerts list CLUSTER [--state S]`` / ``podfleet alerts ack ALERT_ID`` /
+``podfleet alerts recoveries CLUSTER``."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import typer
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.errors import InvalidInputError
+
+app = typer.Typer(help="Health alerts and recovery flows.", no_args_is_help=True)
+STATES = ("firing", "acknowledged", "resolved")
+
+
+@app.command("list")
+def list_alerts(
+    cluster: str = typer.Argument(..., help="id or name"),
+    state: str = typer.Option(None, "--state", help="firing, acknowledged or resolved"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Alerts of a cluster (resolved ones are kept)."""
+    with errors():
+        if state is not None and state not in STATES:
+            raise InvalidInputError(f"--state must be one of {', '.join(STATES)}, got {state!r}", field="state",
+                                    allowed=list(STATES))
+        out = client(url, token)._request("GET", f"/v1/clusters/{quote(cluster)}/alerts", params={"state": state})
+        emit(out["alerts"], output, title="alerts",
+             columns=["id", "state", "severity", "target", "rule", "message", "count"])
+
+
+@app.command("ack")
+def ack(
+    alert_id: str = typer.Argument(..., help="al-..."),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Acknowledge a firing alert."""
+    with errors():
+        emit(client(url, token)._request("POST", f"/v1/alerts/{quote(alert_id)}/acknowledge"), output, title="alert")
+
+
+@app.command("recoveries")
+def recoveries(
+    cluster: str = typer.Argument(..., help="id or name"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Recovery flows and their steps."""
+    with errors():
+        out = client(url, token)._request("GET", f"/v1/clusters/{quote(cluster)}/recoveries")["recoveries"]
+        if output == OutputFormat.json:
+            emit(out, output)
+            return
+        rows = [{**r, "steps": " > ".join(s["name"] for s in r["steps"])} for r in out]
+        emit(rows, output, title="recoveries", columns=["id", "kind", "target", "job_id", "state", "restored_from", "steps"])

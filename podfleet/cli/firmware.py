@@ -1,0 +1,73 @@
+"""``podfleet firmware update CLUSTER --version V [--unit chip|node] [--chip N ...] [--wait]``
+and ``podfleet firmware status CLUSTER [ROLLOUT]``."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import quote
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.errors import InvalidInputError
+
+app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)
+UNITS = ("chip", "node")
+
+
+@app.command("update")
+def update(
+    cluster: str = typer.Argument(..., help="id or name"),
+    version: str = typer.Option(..., "--version", help="firmware version to roll out"),
+    unit: str = typer.Option("chip", "--unit", help="chip or node (16 chips) at a time"),
+    chip: list[int] = typer.Option(None, "--chip", help="only these chips (repeat); default: all"),
+    wait: bool = typer.Option(False, "--wait", help="follow the rollout to its end"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Start a rolling update: one chip (or node) at a time, work moved to a spare first,
+    a health check after each, automatic rollback on failure."""
+    with errors():
+        if unit not in UNITS:
+            raise InvalidInputError(f"--unit must be chip or node, got {unit!r}", field="unit", allowed=list(UNITS))
+        c = client(url, token)
+        r = c._request("POST", f"/v1/clusters/{quote(cluster)}/firmware",
+                       json={"version": version, "unit": unit, "chips": chip or None})
+        if wait:
+            r = _follow(c, cluster, r["id"], show=output == OutputFormat.table)
+        emit(r, output, title="firmware rollout")
+
+
+def _follow(c, cluster: str, rollout: str, *, show: bool) -> dict:  # type: ignore[no-untyped-def]
+    path = f"/v1/clusters/{quote(cluster)}/firmware/{quote(rollout)}"
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  disable=not show, transient=True) as bar:
+        task = bar.add_task(f"firmware {rollout}", total=1.0)
+        while True:
+            r = c._request("GET", path)
+            bar.update(task, completed=r["progress"])
+            if r["state"] != "running":
+                return r
+            time.sleep(0.5)
+
+
+@app.command("status")
+def status(
+    cluster: str = typer.Argument(..., help="id or name"),
+    rollout: str = typer.Argument(None, help="fw-...; default: all rollouts"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Progress of firmware rollouts."""
+    with errors():
+        c = client(url, token)
+        if rollout:
+            emit(c._request("GET", f"/v1/clusters/{quote(cluster)}/firmware/{quote(rollout)}"), output,
+                 title="firmware rollout")
+        else:
+            emit(c._request("GET", f"/v1/clusters/{quote(cluster)}/firmware")["rollouts"], output,
+                 title="firmware rollouts", columns=["id", "version", "unit", "state", "progress", "chips", "reason"])

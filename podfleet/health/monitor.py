@@ -1,0 +1,92 @@
+"""One cluster's health on the timeline: every ``interval_s`` (2 s) it samples the fabric,
+feeds the telemetry history, runs the vectorized scan and the failure predictor, and
+asks the recovery orchestrator to drain a chip when a failure is predicted.
+
+    mon = HealthMonitor(cluster_id, fabric, timeline, book=AlertBook(), config=HealthConfig(),
+                        drain=orchestrator.drain | None, sink=store_rollup_sink | None,
+                        mounts=lambda: [...], jobs=lambda: {...})
+    mon.start()                       # tl.every(interval_s, mon.tick)
+    mon.chip_health() / mon.link_health()   -> ["ok" | "warning" | "critical", ...]
+    mon.history.query(scope, metric, range, now, target)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from podfleet.engine.timeline import Timeline
+from podfleet.health.alerts import AlertBook
+from podfleet.health.predict import DEFAULT_MODEL, Alarm, LogisticModel, Predictor
+from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult
+from podfleet.health.telemetry import RollupRow, TelemetryHistory, chip_sample, link_sample
+
+
+class HealthMonitor:
+    def __init__(self, cluster_id: str, fabric: Any, timeline: Timeline, *, book: AlertBook | None = None,
+                 config: HealthConfig | None = None, model: LogisticModel = DEFAULT_MODEL,
+                 drain: Callable[[int, str], Any] | None = None,
+                 sink: Callable[[list[RollupRow]], None] | None = None,
+                 mounts: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+                 jobs: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None) -> None:
+        self.cluster_id = cluster_id
+        self.fab = fabric
+        self.tl = timeline
+        self.cfg = cfg = config or HealthConfig()
+        self.book = book or AlertBook()
+        n = fabric.topology.n_chips
+        nl = len(fabric.link_states())
+        self.scanner = HealthScanner(cluster_id, n, nl, self.book, cfg)
+        self.history = TelemetryHistory(cluster_id, n, nl, cfg.interval_s, sink=sink)
+        self.predictor = Predictor(n, model, ambient_c=cfg.ambient_c)
+        self.drain = drain
+        self.mounts = mounts
+        self.jobs = jobs
+        self.alarms: list[Alarm] = []
+        self.last: ScanResult | None = None
+        self._prev_states: np.ndarray | None = None
+        self._proc = None
+
+    def start(self) -> None:
+        if self._proc is None:
+            self._proc = self.tl.every(self.cfg.interval_s, self.tick)
+
+    def tick(self) -> ScanResult:
+        fab, now = self.fab, self.tl.now
+        metrics = fab.chip_metrics()
+        states = np.asarray(fab.chip_state_codes()) if hasattr(fab, "chip_state_codes") else \
+            np.array([("healthy", "degraded", "failed", "isolated", "updating").index(str(s)) for s in fab.chip_states()])
+        lm = fab.link_metrics()
+        lstates = np.asarray(lm["state"]) if "state" in lm else \
+            np.array([("up", "degraded", "down").index(str(s)) for s in fab.link_states()])
+        self.history.add(now, chip_sample(metrics), link_sample(lm))
+        res = self.scanner.scan(now, metrics, states, lm, lstates,
+                                mounts=self.mounts() if self.mounts else (),
+                                jobs=self.jobs() if self.jobs else None)
+        # A chip back from isolation is a repaired or replaced one: no history.
+        if self._prev_states is not None:
+            back = (self._prev_states == 3) & (states <= 1)
+            if back.any():
+                self.predictor.reset(back)
+        self._prev_states = states
+        for alarm in self.predictor.observe(now, metrics, states <= 1):
+            if states[alarm.chip] > 1:
+                continue
+            self.alarms.append(alarm)
+            _a, _ = self.book.fire(cluster_id=self.cluster_id, target=f"chip:{alarm.chip}", rule="predicted-failure",
+                                  severity="critical", message=f"failure predicted (p={alarm.probability:.2f})",
+                                  now=now, value=alarm.probability, detail=alarm.features)
+            self.tl.emit("failure-predicted", cluster_id=self.cluster_id, chip=alarm.chip,
+                         probability=round(alarm.probability, 4))
+            if self.drain is not None:
+                self.drain(alarm.chip, f"failure predicted (p={alarm.probability:.2f})")
+        self.last = res
+        return res
+
+    def chip_health(self) -> list[str]:
+        return self.scanner.chip_health_names()
+
+    def link_health(self) -> list[str]:
+        return self.scanner.link_health_names()

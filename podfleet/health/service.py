@@ -1,0 +1,177 @@
+"""Health, recovery and firmware wired into a ``ControlPlane``.
+
+    svc = HealthService.install(plane)       # once, before plane.start() / plane.load()
+
+Installs ``plane.health = svc`` and ``plane.jobs.recovery`` (chip faults go to the
+per-cluster recovery orchestrators), and one timeline process that every
+``interval_s`` (2 s) runs each live cluster's ``HealthMonitor`` (telemetry history,
+vectorized scan, failure prediction -> proactive drain), saves closed rollup buckets to
+the store (with retention) and renders chip/link health into the hardware snapshot.
+
+Commands (engine thread; the API calls them through ``plane.call``):
+    svc.list_alerts(cluster, state=None) / svc.acknowledge(alert_id, actor=)
+    svc.telemetry(cluster, scope=, metric=, range_=, target=)
+    svc.recoveries(cluster)
+    svc.start_firmware(cluster, version, unit=, chips=, actor=) / svc.firmware(cluster, rollout_id)
+    svc.health_view(cluster) -> {"chips": [...], "links": [...]}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from podfleet.control.lifecycle import TERMINAL, ClusterState, JobState
+from podfleet.errors import InvalidInputError
+from podfleet.health.alerts import AlertBook, AlertState
+from podfleet.health.monitor import HealthMonitor
+from podfleet.health.scan import HealthConfig
+from podfleet.health.telemetry import HOUR_S, MINUTE_S, RETENTION_S, RollupRow
+from podfleet.recovery.firmware import FirmwareRollouts
+from podfleet.recovery.plane import PlaneRecovery
+from podfleet.store.records import RollupRecord
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+    from podfleet.control.runtime import ClusterRuntime
+
+
+class HealthService:
+    def __init__(self, plane: ControlPlane, config: HealthConfig | None = None) -> None:
+        self.plane = plane
+        self.cfg = config or HealthConfig()
+        self.book = AlertBook()
+        self.recovery = PlaneRecovery(plane)
+        self.monitors: dict[str, HealthMonitor] = {}
+        self.firmware_by_cluster: dict[str, FirmwareRollouts] = {}
+        self.scan_s: list[float] = []
+        self._last_prune = -HOUR_S
+
+    @classmethod
+    def install(cls, plane: ControlPlane, config: HealthConfig | None = None) -> HealthService:
+        svc = cls(plane, config)
+        plane.health = svc  # type: ignore[attr-defined]
+        plane.jobs.recovery = svc.recovery  # type: ignore[attr-defined]
+        plane.tl.every(svc.cfg.interval_s, svc.tick)
+        return svc
+
+    # --- the loop ------------------------------------------------------------------------
+    def tick(self) -> None:
+        plane = self.plane
+        for cid in [c for c in self.monitors if c not in plane.clusters]:
+            del self.monitors[cid]
+        for rt in list(plane.clusters.values()):
+            if rt.state != ClusterState.ACTIVE:
+                continue
+            mon = self.monitors.get(rt.id) or self._monitor(rt)
+            mon.tick()
+            rt.health = mon  # type: ignore[attr-defined]  # read by render_hardware
+        self.recovery.close_stale()
+        now = plane.now()
+        if now - self._last_prune >= HOUR_S and hasattr(plane.store, "prune_rollups"):
+            self._last_prune = now
+            for res, keep in RETENTION_S.items():
+                plane.store.prune_rollups(resolution_s=res, before=now - keep)
+
+    def _monitor(self, rt: ClusterRuntime) -> HealthMonitor:
+        orch = self.recovery.for_cluster(rt)
+        epoch = self.plane.epoch
+
+        def sink(rows: list[RollupRow]) -> None:
+            if hasattr(self.plane.store, "save_rollups"):
+                self.plane.store.save_rollups([RollupRecord(r.cluster_id, r.scope, r.metric, r.resolution_s,
+                                                            epoch + r.t_start, list(r.avg), list(r.min), list(r.max),
+                                                            r.count) for r in rows])
+
+        def jobs() -> dict[str, dict[str, Any]]:
+            return {jid: {"state": v["state"], "step": v["progress"].get("step", 0),
+                          "tokens_per_s": v["progress"].get("tokens_per_s")}
+                    for jid, v in list(self.plane.jobs.views.items())
+                    if v["cluster_id"] == rt.id and JobState(v["state"]) not in TERMINAL}
+
+        def drain(chip: int, reason: str) -> Any:
+            self.recovery.manage_running(rt)
+            return orch.drain(chip, reason)
+
+        mon = HealthMonitor(rt.id, rt.fabric, self.plane.tl, book=self.book, config=self.cfg, drain=drain,
+                            sink=sink, jobs=jobs, mounts=lambda: self._mounts(rt))
+        # Rollups kept in the store survive a restart: reload them into memory.
+        if hasattr(self.plane.store, "list_rollups"):
+            for res in (MINUTE_S, HOUR_S):
+                rows = self.plane.store.list_rollups(rt.id, resolution_s=res, since=self.plane.now() - RETENTION_S[res])
+                mon.history.load([RollupRow(r.cluster_id, r.scope, r.metric, r.resolution_s, r.t_start - epoch,
+                                            tuple(r.avg), tuple(r.min), tuple(r.max), r.count) for r in rows],
+                                 now=self.plane.tl.now)
+        self.monitors[rt.id] = mon
+        return mon
+
+    @staticmethod
+    def _mounts(rt: ClusterRuntime) -> list[dict[str, Any]]:
+        """The cluster's storage mounts as the deployment left them (the twin models no
+        capacity, so only their state is scanned)."""
+        steps = {s["name"]: s["state"] for s in rt.deployment.get("steps", [])}
+        state = "ok" if steps.get("storage-mounts", "done") in ("done", "succeeded", "ok") else "unavailable"
+        return [{"name": f"storage-{i}", "state": state} for i in range(int(getattr(rt.spec, "storage_nodes", 0)))]
+
+    # --- reads and commands -----------------------------------------------------------
+    def _mon(self, ref: str) -> tuple[ClusterRuntime, HealthMonitor]:
+        rt = self.plane.resolve(ref)
+        mon = self.monitors.get(rt.id) or self._monitor(rt)
+        return rt, mon
+
+    def list_alerts(self, ref: str, state: str | None = None) -> list[dict[str, Any]]:
+        rt = self.plane.resolve(ref)
+        if state is not None and state not in tuple(AlertState):
+            raise InvalidInputError(f"state must be one of {', '.join(AlertState)}, got {state!r}", field="state")
+        return [a.to_dict() for a in self.book.all(rt.id) if state is None or a.state == state]
+
+    def acknowledge(self, alert_id: str, *, actor: str = "system") -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            return self.book.acknowledge(alert_id, actor).to_dict(), alert_id
+
+        return self.plane.mutation("AcknowledgeAlert", actor, alert_id, do)
+
+    def telemetry(self, ref: str, *, scope: str = "chip", metric: str = "temperature_c", range_: str = "realtime",
+                  target: int | None = None) -> dict[str, Any]:
+        rt, mon = self._mon(ref)
+        out = mon.history.query(scope, metric, range_, self.plane.tl.now, target)
+        out["t"] = [self.plane.epoch + t for t in out["t"]]
+        return {"cluster_id": rt.id, "scope": scope, "metric": metric, "target": target, **out}
+
+    def health_view(self, ref: str) -> dict[str, Any]:
+        _rt, mon = self._mon(ref)
+        return {"chips": mon.chip_health(), "links": mon.link_health()}
+
+    def recoveries(self, ref: str) -> list[dict[str, Any]]:
+        rt = self.plane.resolve(ref)
+        o = self.recovery.for_cluster(rt)
+        recs = [*o.done, *o.active.values(), *o.link_active.values()]
+        return [r.to_dict() for r in sorted(recs, key=lambda r: r.t_start)]
+
+    def _fw(self, rt: ClusterRuntime) -> FirmwareRollouts:
+        fw = self.firmware_by_cluster.get(rt.id)
+        if fw is None:
+            fw = self.firmware_by_cluster[rt.id] = FirmwareRollouts(
+                rt.fabric, self.plane.tl, self.recovery.for_cluster(rt),
+                before_batch=lambda: self.recovery.manage_running(rt))
+        return fw
+
+    def start_firmware(self, ref: str, version: str, *, unit: str = "chip", chips: list[int] | None = None,
+                       actor: str = "system") -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            rt = self.plane.resolve(ref)
+            if not hasattr(rt.fabric, "update_firmware"):
+                raise InvalidInputError(f"fabric {rt.spec.fabric!r} cannot update firmware", field="cluster")
+            self.recovery.manage_running(rt)
+            r = self._fw(rt).start(version, unit=unit, chips=chips)
+            rt.logs.append(self.plane.now(), f"firmware rollout {r.id} to {version} started ({r.total} chips)")
+            return {"cluster_id": rt.id, **r.to_dict()}, rt.id
+
+        return self.plane.mutation("StartFirmwareUpdate", actor, ref, do,
+                                   body={"version": version, "unit": unit, "chips": chips})
+
+    def firmware(self, ref: str, rollout_id: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+        rt = self.plane.resolve(ref)
+        fw = self._fw(rt)
+        if rollout_id is None:
+            return [{"cluster_id": rt.id, **r.to_dict()} for r in fw.rollouts.values()]
+        return {"cluster_id": rt.id, **fw.get(rollout_id).to_dict()}

@@ -1,0 +1,179 @@
+"""Rolling firmware updates: one chip (or one 16-chip node) at a time, a spare taking
+over its work first, a health check after each, automatic rollback on a failed one.
+
+    fw = FirmwareRollouts(fabric, timeline, orchestrator)
+    r = fw.start("2.22.0", unit="chip" | "node", chips=None)   # UnknownNameError / ConflictError
+    fw.get(r.id).to_dict()   # state, progress, done, current, failed_chip, interruptions
+
+Validation happens before anything changes: an unknown version or a rollout already
+running raises and leaves every chip as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import simpy
+
+from podfleet.engine.timeline import Timeline
+from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.recovery.orchestrator import RecoveryOrchestrator
+from podfleet.states import check_transition
+
+KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
+UNITS = ("chip", "node")
+NODE_CHIPS = 16
+
+
+class RolloutState(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    ROLLED_BACK = "rolled-back"
+
+
+ROLLOUT_TRANSITIONS = {
+    RolloutState.RUNNING: frozenset({RolloutState.SUCCEEDED, RolloutState.ROLLED_BACK}),
+    RolloutState.SUCCEEDED: frozenset(),
+    RolloutState.ROLLED_BACK: frozenset(),
+}
+
+
+@dataclass
+class Rollout:
+    id: str
+    version: str
+    unit: str
+    batches: list[list[int]]
+    t_start: float
+    state: RolloutState = RolloutState.RUNNING
+    done: list[int] = field(default_factory=list)
+    current: list[int] = field(default_factory=list)
+    previous: dict[int, str] = field(default_factory=dict)
+    failed_chip: int | None = None
+    reason: str = ""
+    t_end: float | None = None
+    interruptions_s: list[float] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["state"] = self.state.value
+        d["progress"] = round(len(self.done) / self.total, 4) if self.total else 1.0
+        d["previous"] = {str(k): v for k, v in self.previous.items()}
+        d.pop("batches")
+        d["chips"] = self.total
+        return d
+
+
+class FirmwareRollouts:
+    def __init__(self, fabric: Any, timeline: Timeline, orchestrator: RecoveryOrchestrator, *,
+                 versions: tuple[str, ...] = KNOWN_VERSIONS, update_s: float = 60.0, failure_p: float = 0.0,
+                 settle_s: float = 5.0, before_batch: Callable[[], object] | None = None) -> None:
+        self.fab, self.tl, self.orch = fabric, timeline, orchestrator
+        self.versions = versions
+        self.update_s, self.failure_p, self.settle_s = update_s, failure_p, settle_s
+        self.before_batch = before_batch  # e.g. put jobs started meanwhile under the orchestrator
+        self.rollouts: dict[str, Rollout] = {}
+        self._paused_at: dict[str, float] = {}
+        self._current: Rollout | None = None
+        fabric.subscribe(self._on_event)
+
+    def start(self, version: str, *, unit: str = "chip", chips: list[int] | None = None) -> Rollout:
+        if version not in self.versions:
+            raise UnknownNameError("firmware version", version, self.versions, field="version")
+        if unit not in UNITS:
+            raise UnknownNameError("rollout unit", unit, UNITS, field="unit")
+        running = [r for r in self.rollouts.values() if r.state == RolloutState.RUNNING]
+        if running:
+            raise ConflictError(f"firmware rollout {running[0].id} to {running[0].version} is still running "
+                                f"({len(running[0].done)}/{running[0].total} chips)", field="version")
+        n = self.fab.n_chips
+        targets = list(range(n)) if chips is None else [self.fab.check_chip(c) for c in chips]
+        if not targets:
+            raise InvalidInputError("no chips to update", field="chips")
+        versions = self.fab.chip_metrics()["firmware_version"]
+        todo = [c for c in targets if str(versions[c]) != version]
+        size = 1 if unit == "chip" else NODE_CHIPS
+        batches: list[list[int]] = []
+        for c in todo:
+            if batches and len(batches[-1]) < size and batches[-1][0] // size == c // size:
+                batches[-1].append(c)
+            else:
+                batches.append([c])
+        r = Rollout(f"fw-{len(self.rollouts) + 1:04d}", version, unit, batches, self.tl.now)
+        self.rollouts[r.id] = r
+        self.tl.emit("firmware-rollout-start", rollout=r.id, version=version, unit=unit, chips=r.total)
+        self._current = r
+        self.tl.process(self._run(r))
+        return r
+
+    def get(self, rollout_id: str) -> Rollout:
+        if rollout_id not in self.rollouts:
+            raise NotFoundError(f"firmware rollout {rollout_id!r} not found", field="rollout")
+        return self.rollouts[rollout_id]
+
+    def _on_event(self, ev: FabricEvent) -> None:
+        r = self._current
+        if r is None or r.state != RolloutState.RUNNING or ev.job_id is None:
+            return
+        if ev.kind == "job-paused":
+            self._paused_at[ev.job_id] = ev.t
+        elif ev.kind == "job-resumed" and ev.job_id in self._paused_at:
+            r.interruptions_s.append(ev.t - self._paused_at.pop(ev.job_id))
+
+    def _run(self, r: Rollout) -> Generator[simpy.Event, Any, None]:
+        env = self.tl.env
+        versions = self.fab.chip_metrics()["firmware_version"]
+        for batch in r.batches:
+            r.current = list(batch)
+            self.orch.reserved = set(batch)
+            if self.before_batch is not None:
+                self.before_batch()
+            for c in batch:
+                r.previous[c] = str(versions[c])
+                # Work first: a spare takes the chip's rank (a live move, ~tens of ms).
+                if c in self.orch.owner:
+                    rec = self.orch.chip_fault(c, "firmware-update")
+                    while rec is not None and rec.state.value in ("running", "waiting") and c in self.orch.owner:
+                        yield env.timeout(0.005)
+            for c in batch:
+                if c in self.orch.owner or self.fab.chip_state(c) not in (ChipState.HEALTHY, ChipState.DEGRADED):
+                    self._finish(r, RolloutState.ROLLED_BACK, f"chip {c} could not be freed for the update", c)
+                    return
+                self.fab.update_firmware(c, r.version, duration_s=self.update_s, failure_p=self.failure_p)
+            yield env.timeout(self.update_s + self.settle_s)
+            for c in batch:  # health check: healthy and on the new version
+                ok = self.fab.chip_state(c) == ChipState.HEALTHY and \
+                    str(self.fab.chip_metrics()["firmware_version"][c]) == r.version
+                if not ok:
+                    yield from self._rollback(r, c)
+                    return
+                r.done.append(c)
+            self.tl.emit("firmware-progress", rollout=r.id, done=len(r.done), total=r.total)
+        r.current = []
+        self.orch.reserved = set()
+        self._finish(r, RolloutState.SUCCEEDED, f"{len(r.done)} chips on {r.version}")
+
+    def _rollback(self, r: Rollout, bad: int) -> Generator[simpy.Event, Any, None]:
+        """The updated chip failed its check: put every updated chip back on its old version."""
+        if self.fab.chip_state(bad) == ChipState.FAILED:
+            self.fab.set_chip_state(bad, ChipState.ISOLATED, "failed firmware update")
+        for c in [*r.done, *r.current]:
+            if self.fab.chip_state(c) in (ChipState.HEALTHY, ChipState.ISOLATED) and c not in self.orch.owner:
+                self.fab.update_firmware(c, r.previous[c], duration_s=self.update_s)
+        yield self.tl.env.timeout(self.update_s)
+        self._finish(r, RolloutState.ROLLED_BACK, f"chip {bad} failed its health check after the update; "
+                     "rolled back", bad)
+
+    def _finish(self, r: Rollout, state: RolloutState, reason: str, bad: int | None = None) -> None:
+        self.orch.reserved = set()
+        check_transition("firmware rollout", ROLLOUT_TRANSITIONS, r.state, state)
+        r.state, r.reason, r.failed_chip, r.t_end = state, reason, bad, self.tl.now
+        self.tl.emit("firmware-rollout-end", rollout=r.id, state=state.value, reason=reason)

@@ -1,0 +1,408 @@
+"""The recovery flows, run as SimPy processes on the timeline.
+
+Flows (each step a ``recovery-step`` timeline event with its reason, and a ``Step`` in
+the job's ``Recovery`` journal, which the listener persists and shows on the job):
+
+* chip failure: isolate -> select a spare (closest to the rank's ring neighbours) ->
+  move the rank -> restore (peer replica if its holder is alive, else checkpoint) ->
+  resume;
+* uncorrectable ECC (HBM / SRAM): isolate -> fence the bad partition -> the chip comes
+  back degraded with less memory -> if the rank still fits it restores in place, else
+  it migrates as above;
+* thermal runaway: throttle -> migrate the rank while the chip still works (a live copy)
+  -> isolate the chip for service;
+* predicted failure (``drain``): migrate the rank while the chip works -> isolate;
+* link down / flap: reroute around the link (``hardware.routing.Router``) -> mark it
+  degraded -> tell the scheduler (listener ``link_changed``); jobs keep running;
+* no free chip: ``shrink`` drops the failed rank's data-parallel replica and goes on
+  with the rest, or ``wait`` parks the flow until a chip is repaired (per job policy).
+
+A second failure in a job already recovering joins its flow (``pending``). Every step
+is idempotent against the fabric's state, so an orchestrator rebuilt from the journal
+after a control-plane restart (``adopt``) finishes what the old one started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from podfleet.engine.timeline import Timeline
+from podfleet.errors import ConflictError, PodfleetError
+from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.recovery.journal import MemoryJournal, RecoveryListener
+from podfleet.recovery.links import LinkFlows
+from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step, Timings
+from podfleet.recovery.spares import choose_spare, free_chips
+
+ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
+LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update")
+
+
+class RecoveryOrchestrator(LinkFlows):
+    def __init__(self, fabric: Any, timeline: Timeline, *, owner: dict[int, str] | None = None,
+                 timings: Timings | None = None, listener: RecoveryListener | None = None,
+                 subscribe: bool = True, spares: tuple[int, ...] | None = None) -> None:
+        self.fab = fabric
+        self.tl = timeline
+        self.owner: dict[int, str] = owner if owner is not None else {}
+        self.timings = timings or Timings()
+        self.listener: RecoveryListener = listener or MemoryJournal()
+        self.spares = frozenset(spares if spares is not None else getattr(fabric, "spares", ()))
+        self.policies: dict[str, JobPolicy] = {}
+        self.active: dict[str, Recovery] = {}  # job id -> its open recovery
+        self.link_active: dict[int, Recovery] = {}
+        self.done: list[Recovery] = []
+        self.lost_jobs: dict[str, str] = {}
+        self.fenced: dict[int, float] = {}  # chip -> share of HBM fenced
+        self.reserved: set[int] = set()  # chips no rank may move to (e.g. being updated)
+        self._procs: list[simpy.Process] = []
+        self._wake: simpy.Event = timeline.env.event()
+        self._seq = 0
+        self._routers: dict[int, Any] = {}  # torus index -> hardware.routing.Router
+        self._unsub: Callable[[], None] | None = None
+        if subscribe:
+            self._unsub = fabric.subscribe(lambda ev: timeline.call_at(0, lambda: self.handle(ev)))
+
+    # --- jobs ----------------------------------------------------------------------------
+    def manage(self, job_id: str, policy: JobPolicy | None = None) -> None:
+        """Recover this fabric job from now on; claims its chips."""
+        run = self.fab.job(job_id)
+        for c in run.chips:
+            other = self.owner.get(c)
+            if other not in (None, job_id):
+                raise ConflictError(f"chip {c} already belongs to job {other}", field="chips")
+            self.owner[c] = job_id
+        self.policies[job_id] = policy or JobPolicy()
+
+    def release(self, job_id: str) -> None:
+        for c in [c for c, j in self.owner.items() if j == job_id]:
+            del self.owner[c]
+        self.policies.pop(job_id, None)
+        self._notify_free()
+
+    def close(self) -> None:
+        """Stop this orchestrator's processes (a control-plane crash, in tests)."""
+        if self._unsub:
+            self._unsub()
+        for p in self._procs:
+            if p.is_alive:
+                p.interrupt("shutdown")
+        self._procs.clear()
+
+    # --- events ----------------------------------------------------------------------
+    def handle(self, ev: FabricEvent) -> None:
+        d = dict(ev.detail)
+        if ev.kind == "chip-failed" and ev.chip is not None:
+            self.chip_fault(ev.chip, str(d.get("cause") or d.get("reason") or "chip-failure"))
+        elif ev.kind == "chip-degraded" and ev.chip is not None and str(d.get("reason", "")).startswith("thermal-runaway"):
+            self.chip_fault(ev.chip, "thermal-runaway")
+        elif ev.kind in ("link-down", "link-degraded") and ev.link is not None:
+            self.link_fault(ev.link, ev.kind.removeprefix("link-"), str(d.get("reason", "")))
+        elif ev.kind == "link-up" and ev.link is not None and self.router(ev.link) is not None:
+            r, local, _ = self.router(ev.link)  # type: ignore[misc]
+            r.restore_link(local)
+            self.listener.link_changed(ev.link, "up", Recovery("-", "link", f"link:{ev.link}", "repaired", self.tl.now))
+        elif ev.kind == "chip-healthy" or ev.kind in ("job-finished", "job-stopped"):
+            if ev.kind == "job-finished" and ev.job_id in self.policies:
+                self.release(ev.job_id)  # type: ignore[arg-type]
+            self._notify_free()
+
+    def chip_fault(self, chip: int, cause: str) -> Recovery | None:
+        job_id = self.owner.get(chip)
+        if job_id is None:
+            return self._standalone_chip(chip, cause)
+        if job_id not in self.policies:
+            return None  # a job this orchestrator does not manage: its owner handles it
+        rec = self.active.get(job_id)
+        if rec is not None:  # a second fault during a recovery joins the running flow
+            if [chip, cause] not in rec.pending:
+                rec.pending.append([chip, cause])
+                self._step(rec, "fault-joined", f"chip {chip} {cause} while recovering", chip=chip)
+            return rec
+        rec = self._new(cause_kind(cause), f"chip:{chip}", f"chip {chip}: {cause}", job_id)
+        rec.pending.append([chip, cause])
+        self._start(rec)
+        return rec
+
+    def drain(self, chip: int, reason: str) -> Recovery | None:
+        """Move work off a chip that still works (predicted failure), then isolate it."""
+        if self.fab.chip_state(chip) not in (ChipState.HEALTHY, ChipState.DEGRADED):
+            return None
+        self.tl.emit("drain", chip=chip, reason=reason)
+        return self.chip_fault(chip, "predicted-failure")
+
+    def _standalone_chip(self, chip: int, cause: str) -> Recovery | None:
+        """A fault on a chip no managed job holds: take it out of service until repaired."""
+        if self.fab.chip_state(chip) != ChipState.ISOLATED:
+            self.fab.set_chip_state(chip, ChipState.ISOLATED, f"isolated: {cause}")
+            self._schedule_repair(chip)
+        return None
+
+    # --- the job flow ----------------------------------------------------------------
+    def _new(self, kind: str, target: str, reason: str, job_id: str | None) -> Recovery:
+        self._seq += 1
+        rec = Recovery(f"rc-{self.tl.seed}-{self._seq:06d}", kind, target, reason, self.tl.now, job_id=job_id,
+                       detected_t=self.tl.now)
+        self.tl.emit("recovery-start", recovery=rec.id, recovery_kind=kind, target=target, reason=reason, job_id=job_id)
+        return rec
+
+    def _start(self, rec: Recovery) -> None:
+        assert rec.job_id is not None
+        self.active[rec.job_id] = rec
+        self.listener.recovery_changed(rec)
+        self._procs.append(self.tl.process(self._job_flow(rec)))
+
+    def adopt(self, journal: dict[str, Any], policy: JobPolicy | None = None) -> Recovery:
+        """Continue a recovery journaled by a previous control plane."""
+        rec = Recovery.from_dict(journal)
+        assert rec.job_id is not None
+        if rec.job_id not in self.policies:
+            self.manage(rec.job_id, policy)
+        if rec.state == RecoveryState.WAITING:
+            rec.set_state(RecoveryState.RUNNING)
+        self._step(rec, "adopted", "control plane restarted; finishing the recovery from its journal")
+        self._start(rec)
+        return rec
+
+    def _step(self, rec: Recovery, name: str, reason: str, **detail: Any) -> Step:
+        now = self.tl.now
+        if rec.steps and rec.steps[-1].t_end is None:
+            rec.steps[-1].t_end = now
+        st = Step(name, reason, now, detail={k: v for k, v in detail.items() if v is not None})
+        rec.steps.append(st)
+        self.tl.emit("recovery-step", recovery=rec.id, job_id=rec.job_id, step=name, reason=reason, **st.detail)
+        self.listener.recovery_changed(rec)
+        return st
+
+    def _job_flow(self, rec: Recovery) -> Generator[simpy.Event, Any, None]:
+        job_id = rec.job_id
+        assert job_id is not None
+        source: str | None = None
+        try:
+            while True:
+                while rec.pending:
+                    got = yield from self._handle_one(rec, job_id)
+                    if got is not None:
+                        source = self._better(source, got)
+                run = self.fab.job(job_id)
+                if str(run.state) != "paused":
+                    break  # finished, stopped, or a live move that never paused it
+                yield from self._restore(rec, source or "replica")
+                if rec.pending:
+                    continue  # a fault landed during the restore: go round again
+                bad = [c for c in run.chips if self.fab.chip_state(c) not in (ChipState.HEALTHY, ChipState.DEGRADED)]
+                if bad:
+                    rec.pending.extend([c, "chip-failure"] for c in bad)
+                    continue
+                self._step(rec, "resume", "all ranks on working chips",
+                           from_step=run.last_checkpoint if rec.restored_from == "checkpoint" else None)
+                yield self.tl.env.timeout(self.timings.resume_s)
+                if rec.pending:
+                    continue
+                self.fab.resume(job_id, from_step=run.last_checkpoint if rec.restored_from == "checkpoint" else None)
+                break
+            self._finish(rec, RecoveryState.DONE)
+        except simpy.Interrupt:
+            return  # control plane going away: the journal has what is needed
+        except PodfleetError as exc:
+            # The fabric refused a step (e.g. the job was stopped under us): the flow ends
+            # with the reason; it must never take the engine down.
+            self._step(rec, "failed", exc.message)
+            self._finish(rec, RecoveryState.FAILED)
+
+    def _handle_one(self, rec: Recovery, job_id: str) -> Generator[simpy.Event, Any, str | None]:
+        """Deal with ``rec.pending[0]``; returns where the rank's state must come from."""
+        env, tm = self.tl.env, self.timings
+        chip, cause = rec.pending[0]
+        run = self.fab.job(job_id)
+        if str(run.state) in ("stopped", "finished") or chip not in run.chips:
+            rec.pending.pop(0)  # done before a restart, or the job is gone
+            return None
+        rank = run.chips.index(chip)
+        live = cause in LIVE_CAUSES and self.fab.chip_state(chip) in (ChipState.HEALTHY, ChipState.DEGRADED)
+        if str(run.state) == "running":
+            self.fab.pause(job_id, f"recovery {rec.id}: {cause} on chip {chip}")
+        if cause not in LIVE_CAUSES and self.fab.chip_state(chip) == ChipState.HEALTHY:
+            # Failed chips are never healthy again without a repair: this one was replaced
+            # in place while the job waited for a chip.
+            self._step(rec, "replaced-in-place", f"chip {chip} was repaired; rank {rank} stays", chip=chip)
+            rec.pending.pop(0)
+            return "checkpoint"
+        if cause == "thermal-runaway" and live:
+            self._step(rec, "throttle", f"chip {chip} cooling failed: hold its clock down", chip=chip)
+            yield env.timeout(tm.throttle_s)
+        if not live:
+            self._step(rec, "isolate", f"chip {chip} {cause}: fence it out of the group", chip=chip)
+            yield env.timeout(tm.isolate_s)
+            self._isolate(chip, cause)
+        if cause in ECC_CAUSES:
+            stays = yield from self._fence(rec, chip, cause)
+            if stays:
+                rec.pending.pop(0)
+                return self._restore_source(job_id, rank, chip)
+        self._step(rec, "select-spare", f"rank {rank} needs a chip near its ring neighbours", rank=rank)
+        yield env.timeout(tm.select_s)
+        spare = self._pick(job_id, rank)
+        if spare is None:
+            shrunk = yield from self._no_spare(rec, chip, rank)
+            return "replica" if shrunk else None
+        src = "replica" if live else self._restore_source(job_id, rank, chip)
+        self._step(rec, "move-rank", f"rank {rank}: chip {chip} -> {spare}", rank=rank, from_chip=chip, to_chip=spare)
+        yield env.timeout(tm.move_s)
+        try:
+            self.fab.move_rank(job_id, rank, spare)
+        except PodfleetError as exc:  # the spare failed in the meantime: pick again
+            self._step(rec, "retry", f"move to {spare} refused: {exc.message}")
+            return None
+        self.owner.pop(chip, None)
+        self.owner[spare] = job_id
+        if live and cause != "firmware-update":  # an update needs the chip free, not isolated
+            self._isolate(chip, cause)
+        rec.pending.pop(0)
+        return src
+
+    def _restore(self, rec: Recovery, source: str) -> Generator[simpy.Event, Any, None]:
+        job_id = rec.job_id
+        assert job_id is not None
+        tm, nbytes = self.timings, self.policies[job_id].state_bytes_per_rank
+        if source == "checkpoint":
+            self._step(rec, "restore", "no live peer replica: load the latest checkpoint", source=source, nbytes=nbytes)
+            yield self.tl.env.timeout(tm.checkpoint_restore_s(nbytes))
+        else:
+            self._step(rec, "restore", "copy the rank's state from a live peer", source=source, nbytes=nbytes)
+            yield self.tl.env.timeout(tm.replica_restore_s(nbytes))
+        rec.restored_from = source
+
+    def _finish(self, rec: Recovery, state: RecoveryState) -> None:
+        if rec.state in (RecoveryState.DONE, RecoveryState.FAILED):
+            return
+        if rec.steps and rec.steps[-1].t_end is None:
+            rec.steps[-1].t_end = self.tl.now
+        rec.set_state(state)
+        rec.t_end = self.tl.now
+        if rec.job_id is not None:
+            self.active.pop(rec.job_id, None)
+            if state == RecoveryState.DONE:
+                self.listener.job_recovered(rec.job_id, tuple(self.fab.job(rec.job_id).chips), rec)
+        self.listener.recovery_changed(rec)
+        self.done.append(rec)
+        self.tl.emit("recovery-end", recovery=rec.id, job_id=rec.job_id, state=state.value,
+                     duration_s=rec.t_end - rec.t_start, restored_from=rec.restored_from)
+
+    # --- pieces --------------------------------------------------------------------
+    def _isolate(self, chip: int, cause: str) -> None:
+        if self.fab.chip_state(chip) != ChipState.ISOLATED:
+            self.fab.set_chip_state(chip, ChipState.ISOLATED, f"isolated by recovery: {cause}")
+        # A firmware fault clears with a reset (the Neuron runtime's action); the rest
+        # need a technician.
+        self._schedule_repair(chip, self.timings.reset_s if cause == "firmware-fault" else None)
+
+    def _schedule_repair(self, chip: int, after_s: float | None = None) -> None:
+        after_s = after_s if after_s is not None else self.timings.repair_s
+        if after_s is None:
+            return
+
+        def repair() -> None:
+            if self.fab.chip_state(chip) == ChipState.ISOLATED:
+                self.fenced.pop(chip, None)
+                self.fab.repair_chip(chip, "replaced by a technician")
+
+        self.tl.call_at(after_s, repair)
+
+    def _fence(self, rec: Recovery, chip: int, cause: str) -> Generator[simpy.Event, Any, bool]:
+        """Fence the bad partition; the chip returns degraded. True if the rank still fits."""
+        tm = self.timings
+        part = "HBM stack" if cause == "hbm-uncorrectable" else "SRAM bank (its NeuronCore)"
+        self._step(rec, "fence", f"retire the {part} that had the uncorrectable error", chip=chip)
+        yield self.tl.env.timeout(tm.fence_s)
+        self.fenced[chip] = self.fenced.get(chip, 0.0) + tm.hbm_fence_ratio
+        left = 1.0 - self.fenced[chip]
+        if self.fab.chip_state(chip) == ChipState.ISOLATED:
+            self.fab.set_chip_state(chip, ChipState.HEALTHY, "fenced partition; back in service")
+        if self.fab.chip_state(chip) == ChipState.HEALTHY:
+            self.fab.set_chip_state(chip, ChipState.DEGRADED, f"degraded: {left:.0%} of HBM usable after fencing")
+        assert rec.job_id is not None
+        need = self.policies[rec.job_id].hbm_need_ratio
+        # SRAM: the fenced core leaves the rank short of compute: it always moves.
+        fits = cause == "hbm-uncorrectable" and need <= left
+        self._step(rec, "degrade", f"chip {chip} degraded, {left:.0%} HBM left; the rank needs {need:.0%}: "
+                   + ("stays" if fits else "migrates"), chip=chip, hbm_left_ratio=round(left, 3))
+        if not fits:
+            self.fab.set_chip_state(chip, ChipState.ISOLATED, "fenced chip too small for its rank")
+            self._schedule_repair(chip)
+        return fits
+
+    def _pick(self, job_id: str, rank: int) -> int | None:
+        run = self.fab.job(job_id)
+        states = [str(s) for s in self.fab.chip_states()]
+        cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved))
+        return choose_spare(self.fab.topology, run.chips, rank, cand, self.spares)
+
+    def _restore_source(self, job_id: str, rank: int, chip: int) -> str:
+        """The peer that holds this rank's replica: same rank in the next DP group."""
+        pol = self.policies[job_id]
+        run = self.fab.job(job_id)
+        n = len(run.chips)
+        if not pol.peer_replica or n < 2:
+            return "checkpoint"
+        holder = run.chips[(rank + max(n // max(pol.dp, 2), 1)) % n]
+        rec = self.active.get(job_id)
+        pending = {c for c, _ in rec.pending[1:]} if rec else set()
+        ok = holder != chip and holder not in pending and \
+            self.fab.chip_state(holder) in (ChipState.HEALTHY, ChipState.DEGRADED)
+        return "replica" if ok else "checkpoint"
+
+    @staticmethod
+    def _better(a: str | None, b: str) -> str:
+        return "checkpoint" if "checkpoint" in (a, b) else b
+
+    def _no_spare(self, rec: Recovery, chip: int, rank: int) -> Generator[simpy.Event, Any, bool]:
+        job_id = rec.job_id
+        assert job_id is not None
+        pol = self.policies[job_id]
+        run = self.fab.job(job_id)
+        n = len(run.chips)
+        if pol.on_no_spare == "shrink" and pol.dp > pol.min_dp and n % pol.dp == 0:
+            g = n // pol.dp
+            grp = rank // g
+            keep = tuple(c for i, c in enumerate(run.chips) if i // g != grp)
+            self._step(rec, "shrink", f"no free chip: drop data-parallel replica {grp} "
+                       f"({pol.dp} -> {pol.dp - 1} replicas, {n} -> {len(keep)} chips)", dp=pol.dp - 1)
+            yield self.tl.env.timeout(self.timings.move_s)
+            step = run.step
+            self.fab.stop(job_id)
+            spec = dataclasses.replace(run.spec, chips=keep)
+            new = self.fab.launch(spec)
+            new.step = step
+            self.fab.pause(job_id, f"recovery {rec.id}: shrinking")
+            for c in run.chips:
+                if c not in keep and self.owner.get(c) == job_id:
+                    del self.owner[c]
+            self.policies[job_id] = dataclasses.replace(pol, dp=pol.dp - 1)
+            rec.pending = [p for p in rec.pending if p[0] in keep]
+            return True
+        if rec.state != RecoveryState.WAITING:
+            rec.set_state(RecoveryState.WAITING)
+            self._step(rec, "wait", "no free chip and the job's policy is to wait (or it cannot shrink)")
+        self._wake = self._wake if not self._wake.triggered else self.tl.env.event()
+        yield self._wake
+        rec.set_state(RecoveryState.RUNNING)
+        return False
+
+    def _notify_free(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+        self._wake = self.tl.env.event()
+
+def cause_kind(cause: str) -> str:
+    if cause in ECC_CAUSES:
+        return "ecc"
+    if cause == "thermal-runaway":
+        return "thermal"
+    if cause == "predicted-failure":
+        return "drain"
+    return "chip-failure"

@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from podfleet.engine.timeline import Timeline
+from podfleet.errors import UnknownNameError
+from podfleet.fabric.sim import SimFabric
+from podfleet.health.alerts import AlertState
+from podfleet.health.monitor import HealthMonitor
+from podfleet.health.scan import HealthConfig
+from podfleet.health.telemetry import TelemetryHistory
+
+
+def monitor(hold_s: float = 10.0, **kw):
+    tl = Timeline(4)
+    fab = SimFabric("trn2-ultraserver", tl)
+    fab.telemetry.load[:] = 0.7
+    fab.telemetry.dirty = True
+    mon = HealthMonitor("cl-t", fab, tl, config=HealthConfig(hold_s=hold_s), **kw)
+    mon.start()
+    return tl, fab, mon
+
+
+def rules(mon, state=None) -> set[tuple[str, str]]:
+    return {(a.target, a.rule) for a in mon.book.all() if state is None or a.state == state}
+
+
+def test_quiet_pod_raises_no_alerts() -> None:
+    tl, _fab, mon = monitor()
+    tl.run(until=1200.0)
+    assert mon.book.all() == []
+    assert set(mon.chip_health()) == {"ok"} and set(mon.link_health()) == {"ok"}
+
+
+def test_thermal_drift_fires_deviation_after_hold_and_resolves() -> None:
+    tl, fab, mon = monitor(hold_s=20.0)
+    tl.run(until=600.0)
+    fab.telemetry.r_scale[9] = 1.3  # cooling degrades: +30% thermal resistance
+    fab.telemetry.dirty = True
+    tl.run(until=615.0)
+    assert ("chip:9", "deviation:thermal_resistance") not in rules(mon)  # not yet: hold
+    tl.run(until=720.0)
+    assert ("chip:9", "deviation:thermal_resistance") in rules(mon, AlertState.FIRING)
+    assert {t for t, _ in rules(mon)} == {"chip:9"}  # no other chip
+    assert mon.chip_health()[9] == "warning"
+    fab.telemetry.r_scale[9] = 1.0
+    fab.telemetry.dirty = True
+    tl.run(until=900.0)
+    assert ("chip:9", "deviation:thermal_resistance") in rules(mon, AlertState.RESOLVED)
+
+
+def test_job_start_is_not_an_anomaly() -> None:
+    tl, fab, mon = monitor()
+    tl.run(until=600.0)
+    fab.telemetry.load[:32] = 0.05  # half the pod goes idle
+    fab.telemetry.dirty = True
+    tl.run(until=1200.0)
+    assert not [a for a in mon.book.all() if a.rule.startswith("deviation:")]
+
+
+def test_fault_rules_and_dedup() -> None:
+    tl, fab, mon = monitor()
+    tl.run(until=100.0)
+    fab.inject_fault("hbm-corrected-burst", chip=3)
+    fab.inject_fault("link-down", link=5)
+    fab.inject_fault("hbm-uncorrectable", chip=8)
+    tl.run(until=110.0)
+    got = rules(mon)
+    assert ("chip:3", "ecc-corrected-rate") in got
+    assert ("link:5", "link-down") in got and ("link:5", "link-errors") in got
+    assert ("chip:8", "ecc-uncorrected") in got and ("chip:8", "chip-down") in got
+    assert mon.chip_health()[8] == "critical" and mon.link_health()[5] == "critical"
+    n = len(mon.book.all())
+    tl.run(until=130.0)
+    assert len([a for a in mon.book.all() if a.target == "chip:8" and a.rule == "chip-down"]) == 1
+    assert len(mon.book.all()) >= n
+    fab.repair_link(5)
+    tl.run(until=200.0)
+    assert ("link:5", "link-down") in rules(mon, AlertState.RESOLVED)
+
+
+def test_mounts_and_jobs() -> None:
+    mounts = [{"name": "/fsx", "state": "ok", "used_bytes": 95, "capacity_bytes": 100},
+              {"name": "/ckpt", "state": "unavailable", "used_bytes": 1, "capacity_bytes": 100}]
+    jobs = {"job-1": {"state": "RUNNING", "step": 5, "tokens_per_s": 100.0}}
+    tl, _fab, mon = monitor(mounts=lambda: mounts, jobs=lambda: jobs)
+    tl.run(until=300.0)
+    got = rules(mon)
+    assert ("mount:/fsx", "mount-full") in got and ("mount:/ckpt", "mount-unavailable") in got
+    assert ("job:job-1", "job-stalled") in got  # no step for 120 s
+
+
+def test_history_windows_and_rollups() -> None:
+    sunk = []
+    tl, _fab, mon = monitor(sink=sunk.extend)
+    tl.run(until=2 * 3600.0 + 10)
+    h = mon.history
+    rt = h.query("chip", "temperature_c", "realtime", tl.now)
+    assert 440 <= len(rt["t"]) <= 452 and rt["resolution_s"] is None  # 15 min at 2 s
+    hr = h.query("chip", "temperature_c", "hour", tl.now, target=3)
+    assert 59 <= len(hr["t"]) <= 61 and all(lo <= a <= hi for lo, a, hi in zip(hr["min"], hr["avg"], hr["max"], strict=False))
+    day = h.query("link", "utilization_ratio", "week", tl.now)
+    assert len(day["t"]) == 2 and day["resolution_s"] == 3600.0
+    assert {r.resolution_s for r in sunk} == {60.0, 3600.0}
+    with pytest.raises(UnknownNameError, match="realtime"):
+        h.query("chip", "temperature_c", "fortnight", tl.now)
+    with pytest.raises(UnknownNameError, match="temperature_c"):
+        h.query("chip", "nope", "hour", tl.now)
+
+
+def test_minute_rollups_expire_after_a_day() -> None:
+    h = TelemetryHistory("cl", 2, 1, 60.0)
+    for i in range((26 * 60) + 2):
+        h.add(i * 60.0, {m: np.ones(2) for m in h.raw["chip"].buf}, {m: np.ones(1) for m in h.raw["link"].buf})
+    rows = h.rows[("chip", "temperature_c", 60.0)]
+    assert rows[0].t_start >= 26 * 3600 - 86400 - 60
+    assert len(h.rows[("chip", "temperature_c", 3600.0)]) == 26

@@ -1,0 +1,109 @@
+"""Health, recovery and firmware inside the control plane (virtual time, in-memory store)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from podfleet.control import ControlPlane
+from podfleet.engine.timeline import Timeline
+from podfleet.errors import ConflictError, NotFoundError, UnknownNameError
+from podfleet.health.service import HealthService
+from podfleet.store.memory import MemoryStore
+
+
+def plane_with_health(store: MemoryStore | None = None, seed: int = 0) -> tuple[ControlPlane, HealthService]:
+    plane = ControlPlane(store or MemoryStore(), Timeline(seed=seed))
+    return plane, HealthService.install(plane)
+
+
+def setup(store: MemoryStore | None = None, seed: int = 0, **job):
+    plane, svc = plane_with_health(store, seed)
+    plane.create_cluster({"name": "pod", "type": "trn2-ultraserver", "spares": 4}, actor="t")
+    plane.tl.run(plane.tl.now + 30)
+    body = {"model": "debug", "chips": 32, "steps": 10**6, "checkpoint_interval": 500,
+            "parallelism": {"tp": 16, "pp": 1, "dp": 2}, **job}
+    view = plane.jobs.submit("pod", body, actor="t")
+    plane.tl.run(plane.tl.now + 60)
+    assert plane.jobs.describe(view["id"])["state"] == "RUNNING"
+    return plane, svc, view["id"]
+
+
+def test_chip_failure_is_recovered_by_the_orchestrator_with_visible_sub_steps() -> None:
+    plane, svc, job = setup()
+    chip = plane.jobs.describe(job)["allocation"]["chips"][3]
+    plane.inject_fault("pod", "chip-failure", chip=chip, actor="t")
+    plane.tl.run(plane.tl.now + 0.004)
+    mid = plane.jobs.describe(job)
+    assert mid["state"] == "RECOVERING" and mid["recovery"]["steps"]
+    assert mid["reason"].startswith("recovering (chip-failure):")
+    plane.tl.run(plane.tl.now + 5)
+    v = plane.jobs.describe(job)
+    assert v["state"] == "RUNNING" and chip not in v["allocation"]["chips"]
+    assert [s["name"] for s in v["recovery"]["steps"]] == ["isolate", "select-spare", "move-rank", "restore", "resume"]
+    assert v["recovery"]["restored_from"] == "replica"
+    assert svc.recoveries("pod")[-1]["job_id"] == job
+    owner = plane.clusters[plane.names["pod"]].owner
+    assert sorted(c for c, j in owner.items() if j == job) == sorted(v["allocation"]["chips"])
+
+
+def test_hardware_snapshot_shows_health_and_alerts_fire() -> None:
+    plane, svc, _job = setup()
+    plane.inject_fault("pod", "link-down", link="0-1", actor="t")
+    plane.tl.run(plane.tl.now + 10)
+    hw = json.loads(plane.hardware("pod"))
+    assert {c["health"] for c in hw["chips"]} <= {"ok", "warning", "critical"}
+    down = [lk for lk in hw["links"] if lk["state"] == "down"]
+    assert down and down[0]["health"] == "critical"
+    alerts = svc.list_alerts("pod", state="firing")
+    assert any(a["rule"] == "link-down" for a in alerts)
+    a = svc.acknowledge(alerts[0]["id"], actor="alice")
+    assert a["state"] == "acknowledged" and a["acknowledged_by"] == "alice"
+    with pytest.raises(NotFoundError):
+        svc.acknowledge("al-nope", actor="alice")
+    assert svc.recovery.listeners[plane.names["pod"]].degraded_links
+
+
+def test_telemetry_ranges_and_rollups_in_the_store() -> None:
+    store = MemoryStore()
+    plane, svc, _job = setup(store)
+    plane.tl.run(plane.tl.now + 3 * 60)
+    rt = svc.telemetry("pod", scope="chip", metric="temperature_c", range_="realtime", target=0)
+    assert len(rt["t"]) > 50
+    hour = svc.telemetry("pod", scope="chip", metric="power_w", range_="hour")
+    assert hour["resolution_s"] == 60.0 and len(hour["t"]) >= 2
+    assert store.list_rollups(plane.names["pod"], resolution_s=60.0, metric="power_w")
+    with pytest.raises(UnknownNameError):
+        svc.telemetry("pod", range_="year")
+
+
+def test_firmware_rollout_through_the_plane_and_bad_input_changes_nothing() -> None:
+    plane, svc, job = setup()
+    with pytest.raises(UnknownNameError):
+        svc.start_firmware("pod", "9.9", actor="t")
+    r = svc.start_firmware("pod", "2.22.0", chips=[0, 1], actor="t")
+    with pytest.raises(ConflictError):
+        svc.start_firmware("pod", "2.23.0", actor="t")
+    plane.tl.run(plane.tl.now + 400)
+    done = svc.firmware("pod", r["id"])
+    assert done["state"] == "succeeded" and done["progress"] == 1.0
+    assert plane.jobs.describe(job)["state"] == "RUNNING"
+    actions = [a.action for a in plane.store.list_audit(limit=1000)]
+    assert actions.count("StartFirmwareUpdate") == 3  # two errors audited too
+
+
+def test_restart_during_recovery_finishes_after_restart() -> None:
+    store = MemoryStore()
+    plane, _svc, job = setup(store)
+    chip = plane.jobs.describe(job)["allocation"]["chips"][5]
+    plane.inject_fault("pod", "chip-failure", chip=chip, actor="t")
+    plane.tl.run(plane.tl.now + 0.004)  # mid recovery: the journal is in the store
+    assert store.get_job(job).status["recovery"]["state"] == "running"
+    p2, _svc2 = plane_with_health(store, seed=1)
+    p2.load()
+    p2.tl.run(p2.tl.now + 60)
+    v = p2.jobs.describe(job)
+    assert v["state"] == "RUNNING" and chip not in v["allocation"]["chips"]
+    assert v["recovery"]["state"] == "done"
+    assert v["recovery"]["steps"][-1]["name"] == "finished-after-restart"

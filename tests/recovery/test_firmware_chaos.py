@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import pytest
+
+from podfleet.errors import ConflictError, UnknownNameError
+from podfleet.recovery.chaos import ChaosRun
+from podfleet.recovery.firmware import FirmwareRollouts
+from podfleet.recovery.harness import make_pod
+
+
+def rollout_pod(**kw):
+    pod = make_pod(2, jobs=(64,))
+    fw = FirmwareRollouts(pod.fab, pod.tl, pod.orch, **kw)
+    pod.tl.run(until=200.0)
+    return pod, fw
+
+
+def versions(pod) -> list[str]:
+    return [str(v) for v in pod.fab.chip_metrics()["firmware_version"]]
+
+
+def test_rolling_update_moves_work_first_and_finishes() -> None:
+    pod, fw = rollout_pod()
+    r = fw.start("2.22.0", chips=[0, 1, 2, 3])
+    pod.tl.run(until=pod.tl.now + 600.0)
+    assert r.state.value == "succeeded" and r.done == [0, 1, 2, 3]
+    assert all(versions(pod)[c] == "2.22.0" for c in range(4)) and versions(pod)[4] == "2.21.0"
+    assert r.interruptions_s and max(r.interruptions_s) < 1.0
+    assert str(pod.fab.job("job-0").state) == "running"
+    assert r.to_dict()["progress"] == 1.0
+
+
+def test_failed_update_rolls_back() -> None:
+    pod, fw = rollout_pod(failure_p=1.0)
+    r = fw.start("2.22.0", chips=[0, 1])
+    pod.tl.run(until=pod.tl.now + 600.0)
+    assert r.state.value == "rolled-back" and r.failed_chip == 0
+    assert versions(pod)[1] == "2.21.0"  # never touched
+    assert str(pod.fab.job("job-0").state) == "running"
+
+
+def test_bad_requests_change_nothing() -> None:
+    pod, fw = rollout_pod()
+    before = versions(pod)
+    with pytest.raises(UnknownNameError, match=r"2\.21\.0"):
+        fw.start("9.9.9")
+    assert versions(pod) == before and not fw.rollouts
+    r = fw.start("2.22.0", chips=[0])
+    with pytest.raises(ConflictError, match=r.id):
+        fw.start("2.23.0")
+    assert len(fw.rollouts) == 1
+
+
+def test_node_unit_updates_sixteen_chips_per_batch() -> None:
+    pod, fw = rollout_pod()
+    r = fw.start("2.22.0", unit="node", chips=list(range(16, 32)))
+    assert len(r.batches) == 1
+    pod.tl.run(until=pod.tl.now + 600.0)
+    assert r.state.value == "succeeded" and len(r.done) == 16
+
+
+def test_chaos_run_keeps_every_invariant(tmp_path) -> None:
+    seed = 11
+    r = ChaosRun(seed, faults=24, db_url=f"sqlite:///{tmp_path / 'c.db'}").run()
+    assert r["invariant_violations"] == 0, f"seed {seed}: {r['first_violation']}"
+    assert r["recovered"] == r["faults"] == 24, f"seed {seed}"
+    assert r["jobs_lost"] == r["double_allocations"] == r["acked_writes_lost"] == 0
+    assert r["restarts"] == 1 and all(v == 3 for v in r["by_kind"].values())
