@@ -3,6 +3,15 @@
     podfleet_api_requests_total{operation,status}
     podfleet_api_request_duration_seconds{operation}   (histogram)
     podfleet_clusters{state} / podfleet_jobs{state} / podfleet_chips{state}  (gauges, read at scrape)
+    podfleet_pod_utilization_ratio{cluster,pod}      chips held by jobs / non-spare chips
+    podfleet_fragmentation_ratio{cluster,pod}        1 - largest free block / free chips
+    podfleet_free_chips{cluster,pod} / podfleet_largest_free_block_chips{cluster,pod}
+    podfleet_scheduler_jobs{cluster,phase}           pending / running in the scheduler
+    podfleet_job_balance_degree_ratio{cluster,job}   mean / max chip utilization over a job's chips
+    podfleet_queue_wait_seconds{cluster}             (histogram) total time each job spent queued
+
+The scheduler figures are the ones DescribeCluster shows (``ClusterRuntime.sched_metrics``,
+re-computed on the engine thread): a scrape never touches the scheduler itself.
 """
 
 from __future__ import annotations
@@ -13,12 +22,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from podfleet.control.plane import ControlPlane
 
 BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+QUEUE_WAIT_BUCKETS_S = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 
 
 class PlaneCollector(Collector):
@@ -41,6 +52,43 @@ class PlaneCollector(Collector):
         for state, n in sorted(tally.items()):
             chips.add_metric([state], n)
         yield chips
+        yield from self._scheduler()
+
+    def _scheduler(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
+        util = GaugeMetricFamily("podfleet_pod_utilization_ratio", "Chips held by jobs / non-spare chips",
+                                 labels=["cluster", "pod"])
+        frag = GaugeMetricFamily("podfleet_fragmentation_ratio", "1 - largest free block / free chips",
+                                 labels=["cluster", "pod"])
+        free = GaugeMetricFamily("podfleet_free_chips", "Free non-spare healthy chips", labels=["cluster", "pod"])
+        largest = GaugeMetricFamily("podfleet_largest_free_block_chips", "Chips in the largest free block",
+                                    labels=["cluster", "pod"])
+        phases = GaugeMetricFamily("podfleet_scheduler_jobs", "Jobs in the scheduler by phase",
+                                   labels=["cluster", "phase"])
+        balance = GaugeMetricFamily("podfleet_job_balance_degree_ratio",
+                                    "Mean / max chip utilization over a running job's chips", labels=["cluster", "job"])
+        waits = HistogramMetricFamily("podfleet_queue_wait_seconds", "Total time each job spent queued",
+                                      labels=["cluster"])
+        for rt in list(self.plane.clusters.values()):
+            m, name = rt.sched_metrics, rt.rec.name
+            for p in m.get("pods", []):
+                pod = str(p["pod"])
+                util.add_metric([name, pod], p["utilization"])
+                frag.add_metric([name, pod], p["fragmentation"])
+                free.add_metric([name, pod], p["free_chips"])
+                n = 1
+                for d in p.get("largest_free_block") or [0]:
+                    n *= d
+                largest.add_metric([name, pod], n)
+            if m:
+                phases.add_metric([name, "pending"], m.get("pending_jobs", 0))
+                phases.add_metric([name, "running"], m.get("running_jobs", 0))
+            for job, degree in sorted((m.get("balance_degree") or {}).items()):
+                balance.add_metric([name, job], degree)
+            values = list(rt.queue_waits.values())
+            counts = [sum(v <= b for v in values) for b in QUEUE_WAIT_BUCKETS_S]
+            buckets = [(floatToGoString(b), c) for b, c in zip(QUEUE_WAIT_BUCKETS_S, counts, strict=True)]
+            waits.add_metric([name], [*buckets, ("+Inf", len(values))], sum(values))
+        yield from (util, frag, free, largest, phases, balance, waits)
 
 
 class ApiMetrics:

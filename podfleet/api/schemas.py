@@ -25,17 +25,24 @@ class _In(BaseModel):
 
 class CreateClusterRequest(_In):
     name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
-    type: ClusterType = "trn2-ultraserver"
+    type: ClusterType | None = Field(None, description="default trn2-ultraserver; custom (chips worker slots) "
+                                                        "for fabric local or ray")
     dims: list[int] | None = Field(None, min_length=1, max_length=6, description="custom only")
     chip_type: Literal["trn2", "trn1"] | None = Field(None, description="custom only")
     chips: int | None = Field(None, ge=1, le=4096)
     hbm_gib: float | None = Field(None, gt=0, le=1024, description="per-chip memory")
     link_bw_gbps: float | None = Field(None, gt=0, le=10000, description="per link, GB/s")
     storage_nodes: int = Field(1, ge=0, le=16)
-    spares: int = Field(0, ge=0, le=4, description="chips held out of placement for failover")
+    spares: int = Field(0, ge=0, le=4, description="chips held out of placement for failover; "
+                        "chosen where they keep the largest blocks free unless spare_chips names them")
+    spare_chips: list[int] | None = Field(None, max_length=4, description="the spare chips, by index")
+    quotas: dict[str, int] | None = Field(None, description="team -> most chips its jobs may hold at once")
     encryption: bool = True
     network_isolation: bool = True
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")
+    rayAddress: str | None = Field(None, min_length=1, max_length=512,
+                                   description="fabric ray: HOST:6379, ray://HOST:10001 or auto; "
+                                               "default PODFLEET_RAY_ADDRESS, else a private local instance")
     clientToken: str | None = ClientToken
 
 
@@ -63,13 +70,23 @@ class SubmitJobRequest(_In):
     priority: int = Field(50, ge=0, le=100)
     entrypoint: str | None = Field(None, min_length=1, max_length=1024)
     name: str | None = Field(None, min_length=1, max_length=63)
+    team: str | None = Field(None, min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$",
+                             description="quota owner (the cluster's quotas); default 'default'")
+    max_retries: int = Field(0, ge=0, le=100, description="local/ray: crashes in the job's own code allowed "
+                                                          "(infrastructure failures never count)")
+    options: dict[str, Any] | None = Field(None, description="local/ray worker options: seed, global_batch, "
+                                           "seq_len, lr, step_delay_s, threads, entrypoint_args, "
+                                           "encrypt_checkpoints, key_file, checkpoint_dir, replica_peer")
     clientToken: str | None = ClientToken
 
 
 class InjectFaultRequest(_In):
-    kind: FaultKindName
+    kind: FaultKindName | Literal["kill-worker"]
     chip: int | None = Field(None, ge=0, le=65535)
     link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")
+    rank: int | None = Field(None, ge=0, le=65535, description="kill-worker: the rank whose worker is killed")
+    jobId: str | None = Field(None, min_length=1, max_length=64,
+                              description="kill-worker: the job (optional when one job runs on the cluster)")
 
 
 class PlanRequest(_In):
@@ -105,6 +122,9 @@ class Cluster(_Out):
     chips: int | None = None
     spares: list[int] = []
     deployment: Deployment | None = None
+    scheduler: dict[str, Any] = Field({}, description="pods (utilization, free_chips, largest_free_block, "
+                                      "fragmentation), utilization, fragmentation, pending_jobs, running_jobs, "
+                                      "queue_wait_p50_s, queue_wait_p95_s, balance_degree (per job)")
 
 
 class ClusterList(BaseModel):
@@ -134,6 +154,7 @@ class Job(_Out):
     progress: Progress
     allocation: AllocationOut | None = None
     reason: str = ""
+    scheduling: dict[str, Any] = Field({}, description="queue_wait_s, balance_degree, preemptions, rebalances")
     timestamps: dict[str, str] = {}
 
 

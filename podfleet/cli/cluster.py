@@ -23,11 +23,35 @@ def _dims(text: str | None) -> list[int] | None:
         raise InvalidInputError(f"--dims must look like 4,4 or 4x4x4, got {text!r}", field="dims") from None
 
 
+def _ints(text: str | None, flag: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise InvalidInputError(f"--{flag} must be chip indices like 60,61,62,63, got {text!r}",
+                                field=flag.replace("-", "_")) from None
+
+
+def _quotas(items: list[str]) -> dict[str, int] | None:
+    out: dict[str, int] = {}
+    for item in items:
+        team, _, n = item.partition("=")
+        if not team or not n.isdigit():
+            raise InvalidInputError(f"--quota must be TEAM=CHIPS, got {item!r}", field="quotas")
+        out[team] = int(n)
+    return out or None
+
+
 @app.command("create")
 def create(
     name: str = typer.Argument(..., help="cluster name (a-z, 0-9, -)"),
-    type: str = typer.Option("trn2-ultraserver", "--type", help="trn2-ultraserver | trn2-node | trn1-node | custom"),
-    spares: int = typer.Option(0, "--spares", help="spare chips held out of placement (0-4)"),
+    type: str = typer.Option(None, "--type", help="trn2-ultraserver (default) | trn2-node | trn1-node | custom; "
+                             "fabric local/ray: custom (--chips worker slots)"),
+    spares: int = typer.Option(0, "--spares", help="spare chips held out of placement (0-4), chosen where "
+                               "they keep the largest blocks free"),
+    spare_chips: str = typer.Option(None, "--spare-chips", help="name the spare chips instead: e.g. 60,61,62,63"),
+    quota: list[str] = typer.Option(None, "--quota", help="TEAM=CHIPS: most chips a team's jobs hold (repeatable)"),
     chips: int = typer.Option(None, "--chips", help="chip count (must match the type; custom: a ring)"),
     dims: str = typer.Option(None, "--dims", help="custom only: e.g. 4,4 or 4x4x4"),
     chip_type: str = typer.Option(None, "--chip-type", help="custom only: trn2 | trn1"),
@@ -37,6 +61,8 @@ def create(
     encryption: bool = typer.Option(True, "--encryption/--no-encryption"),
     network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation"),
     fabric: str = typer.Option(None, "--fabric", help="sim | local | ray (default: the server's)"),
+    ray_address: str = typer.Option(None, "--ray-address", help="fabric ray: HOST:6379, ray://HOST:10001 or auto "
+                                    "(default PODFLEET_RAY_ADDRESS, else a private local Ray)"),
     client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="follow the deployment until it ends"),
     url: str = UrlOpt,
@@ -50,7 +76,8 @@ def create(
             name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
             hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
             encryption=encryption, network_isolation=network_isolation, fabric=fabric,
-            client_token=client_token,
+            rayAddress=ray_address, client_token=client_token,
+            spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
         )
         if wait and out["state"] == "deploying":
             _follow(c, out["id"], show=output == OutputFormat.table)

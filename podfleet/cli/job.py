@@ -26,17 +26,38 @@ def parse_parallelism(text: str) -> str | dict[str, int]:
     return {"tp": tp, "pp": pp, "dp": dp}
 
 
+def parse_options(items: list[str]) -> dict[str, Any] | None:
+    """``KEY=VALUE`` pairs; values are JSON where they parse (numbers, true, lists), else text."""
+    import json
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise InvalidInputError(f"--option must look like KEY=VALUE, got {item!r}", field="option")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out or None
+
+
 @app.command("submit")
 def submit(
     cluster: str = typer.Argument(..., help="cluster id or name"),
-    model: str = typer.Option(..., "--model", help="preset: debug, llama3-8b, llama3-70b, ..."),
+    model: str = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
+                              "local/ray clusters debug, tiny, small (optional with --entrypoint)"),
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
     steps: int = typer.Option(1000, "--steps"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
     priority: int = typer.Option(50, "--priority", help="0-100, higher first"),
+    team: str = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
     parallelism: str = typer.Option("auto", "--parallelism", help="auto or TP,PP,DP"),
     entrypoint: Path = typer.Option(None, "--entrypoint", help="training script (real fabrics)"),
     name: str = typer.Option(None, "--name"),
+    max_retries: int = typer.Option(None, "--max-retries", help="local/ray: crashes in the job's code allowed"),
+    option: list[str] = typer.Option(None, "--option", help="local/ray worker option KEY=VALUE (repeatable): "
+                                     "seed, global_batch, seq_len, lr, step_delay_s, threads, checkpoint_dir, ..."),
     client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
     url: str = UrlOpt,
     token: str = TokenOpt,
@@ -44,6 +65,8 @@ def submit(
 ) -> None:
     """Submit a training job."""
     with errors():
+        if model is None and entrypoint is None:
+            raise InvalidInputError("give --model PRESET or --entrypoint FILE", field="model")
         entry = None
         if entrypoint is not None:
             if not entrypoint.is_file():
@@ -51,8 +74,8 @@ def submit(
             entry = str(entrypoint.resolve())
         out = client(url, token).submit_training_job(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
-            priority=priority, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
-            client_token=client_token,
+            priority=priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
+            max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
         )
         emit(out, output, columns=[*COLUMNS, "allocation"], title="job")
 

@@ -1,6 +1,7 @@
 """The control plane: one writer on the engine thread, commands in, read models out.
 
-``ControlPlane(store, timeline, fabric_factory=None, telemetry_interval_s=1.0)``
+``ControlPlane(store, timeline, fabric_factory=None, telemetry_interval_s=1.0,
+balance_interval_s=None, schedule_interval_s=10.0)``
 
 Commands (engine thread only; from other threads use ``await plane.call(fn, ...)`` or
 ``plane.call_sync(fn, ...)``, which go through ``Timeline.submit``). Each validates,
@@ -24,9 +25,13 @@ Reads (any thread; views are replaced whole, never mutated in place):
 Hooks for health / recovery / scheduler:
 
     plane.on_fabric_event(fn(rt: ClusterRuntime, ev: FabricEvent))  every fabric event
-    plane.clusters: dict[id, ClusterRuntime] (topology, fabric, spares, owner chip->job,
-        usable() mask for placement, replacement_chips() for recovery)
-    plane.jobs.schedule(rt)           place waiting jobs (first-fit: ``placement.place``)
+    plane.clusters: dict[id, ClusterRuntime] (topology, fabric, spares (chosen by
+        scheduler.choose_spares unless named; persisted), owner chip->job, scheduler,
+        sched_metrics, usable() mask, replacement_chips() for recovery)
+    plane.jobs.schedule(rt)           one queue pass: recovering jobs, then the cluster's
+        scheduler (rt.scheduler, podfleet.scheduler) via ``dispatch``: bind, preempt by
+        checkpoint and requeue, pending reasons; ``scheduling`` is the pure glue and
+        ``balancing`` the load monitor + rebalancer on fabrics with telemetry
     plane.set_cluster_state(rt, ClusterState.X, reason)
 
 Lifecycles live in ``lifecycle`` (ClusterState, JobState and their transitions).

@@ -19,7 +19,10 @@ _TICKS_PER_STEP = 5
 
 
 def step_durations_s(rt: ClusterRuntime) -> dict[str, float]:
-    """Twin timings: scale with what each step touches (chips, links, mounts)."""
+    """Twin timings: scale with what each step touches (chips, links, mounts). A real
+    fabric's slots exist already (its workers start per job): its steps only check them."""
+    if rt.spec.fabric != "sim":
+        return dict.fromkeys(DEPLOY_STEPS, 0.1)
     n = rt.topology.n_chips
     return {
         "chip-initialisation": 0.5 + 0.02 * n,
@@ -81,6 +84,9 @@ def _set_step(rt: ClusterRuntime, k: int, step: dict[str, Any]) -> None:
 
 
 def _step_detail(rt: ClusterRuntime, name: str) -> str:
+    if name == "chip-initialisation" and rt.spec.fabric != "sim":
+        where = "on this host" if rt.spec.fabric == "local" else f"on Ray at {rt.spec.ray_address or 'a local instance'}"
+        return f"{rt.topology.n_chips} {rt.topology.chip_type} worker slots {where}"
     if name == "chip-initialisation":
         return f"{rt.topology.n_chips} {rt.topology.chip_type} chips initialised"
     if name == "interconnect-configuration":

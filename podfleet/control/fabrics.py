@@ -4,14 +4,21 @@ host, ``podfleet.fabric.local``) or ``ray`` (Ray actors, ``podfleet.fabric.ray``
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from podfleet.errors import InfeasibleError
 from podfleet.fabric.base import Fabric
 from podfleet.hardware.topology import Topology
 
-FabricFactory = Callable[[str, Topology, Any, tuple[int, ...], int], Fabric]
+# (kind, topology, timeline, spares, seed, *, options) -> Fabric. ``options``: ``workdir``
+# (the cluster's own directory, stable across restarts) and ``ray_address``.
+FabricFactory = Callable[..., Fabric]
+# Heartbeat silence that counts as a hang for control-plane local workers: more than the
+# fabric's 1 s default, because the control plane shares its host's cores with them.
+LOCAL_HANG_TIMEOUT_S = 3.0
 
 
 def available_fabrics() -> list[str]:
@@ -23,9 +30,11 @@ def available_fabrics() -> list[str]:
     return out
 
 
-def make_fabric(kind: str, topology: Topology, timeline: Any, spares: tuple[int, ...], seed: int) -> Fabric:
+def make_fabric(kind: str, topology: Topology, timeline: Any, spares: tuple[int, ...], seed: int,
+                *, options: Mapping[str, Any] | None = None) -> Fabric:
     """A fresh fabric for one cluster, attached to the timeline. A non-twin fabric may
     bring its own topology (``fabric.topology``), which the cluster then uses."""
+    opts = dict(options or {})
     if kind not in available_fabrics():
         raise InfeasibleError(
             f"fabric {kind!r} not available on this control plane; available: {', '.join(available_fabrics())}",
@@ -38,10 +47,21 @@ def make_fabric(kind: str, topology: Topology, timeline: Any, spares: tuple[int,
     if kind == "local":
         from podfleet.fabric.local import LocalFabric
 
-        return LocalFabric(topology.n_chips, timeline, spares=spares)  # type: ignore[return-value]
+        return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),  # type: ignore[return-value]
+                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S)
+    from podfleet.checkpoint import keys
     from podfleet.fabric.ray import make_ray_fabric
 
-    return make_ray_fabric(topology, timeline, spares)  # type: ignore[return-value]
+    fabric = make_ray_fabric(topology, timeline, spares, address=opts.get("ray_address"))
+    workdir = opts.get("workdir")
+    if workdir:
+        fabric.workdir = str(workdir)
+        if not os.environ.get("PODFLEET_CHECKPOINT_KEY"):
+            # One KEK per cluster, kept across restarts (as LocalFabric does); with a
+            # multi-machine Ray cluster the workdir must be shared storage.
+            kek = Path(workdir) / "keys" / "checkpoint.kek"
+            fabric.key_file = str(kek if kek.exists() else keys.new_key_file(kek))  # type: ignore[attr-defined]
+    return fabric  # type: ignore[return-value]
 
 
 def close_fabric(fabric: Fabric) -> None:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from podfleet.control import fabric_ops
+from podfleet.control import dispatch, fabric_ops, scheduling
 from podfleet.control.ids import new_id
 from podfleet.control.lifecycle import TERMINAL, ClusterState, JobState, check_job_transition
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.models import check_model
-from podfleet.control.placement import Allocation, place
+from podfleet.control.placement import Allocation
 from podfleet.control.planning import plan_for_job
+from podfleet.control.realjobs import RealJobs, check_sim_submit, check_submit, is_real
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
 from podfleet.errors import ConflictError, InfeasibleError, NotFoundError, PodfleetError
 from podfleet.fabric.base import ChipState, FabricEvent, WorkerGroupSpec
+from podfleet.scheduler import DecisionKind
 from podfleet.store.records import CheckpointRecord, JobRecord
 
 if TYPE_CHECKING:
@@ -40,6 +42,7 @@ class JobManager:
         # Set by podfleet.health.service: the recovery orchestrators (they take over chip
         # faults of running jobs and own the jobs they are recovering).
         self.recovery: Any = None
+        self.real = RealJobs(self)  # jobs on local / ray fabrics (podfleet.control.realjobs)
 
     # --- commands ------------------------------------------------------------------------
     def submit(self, cluster_ref: str, body: dict[str, Any], *, actor: str = "system",
@@ -50,7 +53,12 @@ class JobManager:
         def do() -> tuple[dict[str, Any], str]:
             rt = plane.resolve(cluster_ref)
             spec = JobSpec.parse(dict(body))
-            model = check_model(spec.model, spec.model_dims)
+            real = is_real(rt)
+            if real:
+                layout, params = check_submit(rt, spec), None
+            else:
+                check_sim_submit(spec)
+                model = check_model(spec.model, spec.model_dims)
             if rt.state not in (ClusterState.ACTIVE, ClusterState.DEPLOYING):
                 raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; jobs need an active cluster",
                                     field="cluster")
@@ -61,12 +69,19 @@ class JobManager:
                     f"({rt.topology.n_chips} chips - {len(rt.spares)} spares = {capacity})",
                     field="chips", allowed=f"1-{capacity}",
                 )
-            layout = plan_for_job(rt.topology, model, spec.chips, spec.parallelism)
+            if not real:
+                layout, params = plan_for_job(rt.topology, model, spec.chips, spec.parallelism), model.params
+            # A request no pod can ever satisfy is refused here, with the scheduler's reason.
+            job_id = new_id("job")
+            verdict = rt.scheduler.check(scheduling.job_request(job_id, spec.to_dict(), layout, preemptible=not real))
+            if verdict.rejected:
+                raise InfeasibleError(f"no pod of cluster {rt.rec.name} can ever run this job: {verdict.reason}",
+                                      field="chips")
             now = plane.now()
-            rec = JobRecord(new_id("job"), rt.id, JobState.PENDING.value, spec.to_dict(), {
+            rec = JobRecord(job_id, rt.id, JobState.PENDING.value, spec.to_dict(), {
                 "progress": {"step": 0, "steps": spec.steps, "loss": None, "tokens_per_s": 0.0},
                 "allocation": None, "reason": "waiting for placement", "checkpoint_step": 0,
-                "params": model.params, "plan": layout,
+                "params": params, "plan": layout,
                 "timestamps": {JobState.PENDING.value: rfc3339(now)},
             }, now, now)
             plane.store.save_job(rec)
@@ -77,13 +92,12 @@ class JobManager:
                              client_token=client_token, replay=self.describe)
         for rec in created:  # after the commit
             self._add(rec)
-            self._log(rec, f"submitted: {rec.spec['model']} on {rec.spec['chips']} chips, {rec.spec['steps']} steps")
+            self._log(rec, f"submitted: {rec.spec['model']} on {rec.spec['chips']} chips, {rec.spec['steps']} steps"
+                      f", priority {rec.spec.get('priority')}" + (f", team {rec.spec['team']}" if rec.spec.get("team") else ""))
             rt = plane.clusters[rec.cluster_id]
+            self._enqueue(rt, rec)
             if rt.state == ClusterState.ACTIVE:
                 self.schedule(rt)
-            if rec.state == JobState.PENDING and rt.state == ClusterState.ACTIVE:
-                rec.status["reason"] = "waiting for free chips"
-                self._refresh(rec)
             out = self.views[rec.id]
         return out
 
@@ -130,52 +144,52 @@ class JobManager:
 
     # --- placement --------------------------------------------------------------------------
     def schedule(self, rt: ClusterRuntime) -> None:
-        """Give free chips to waiting jobs: recovering ones first, then pending by priority."""
+        """Give free chips to waiting jobs: recovering ones first (back onto healthy chips),
+        then one cycle of the cluster's scheduler (``dispatch``: bind, preempt, reasons)."""
         if rt.state != ClusterState.ACTIVE:
             return
         ids = self.waiting.get(rt.id)
-        if not ids:
+        if not ids and not rt.scheduler.pending and not rt.preempting:
+            rt.refresh_metrics()
             return
-        waiting = [self.records[i] for i in ids]
-        waiting.sort(key=lambda r: (r.state != JobState.RECOVERING, -int(r.spec.get("priority", 0)), r.id))
-        usable = rt.usable()
-        # One commit for every placement of this pass (each job's PLACING and RUNNING too).
+        recovering = sorted((self.records[i] for i in ids or () if self.records[i].state == JobState.RECOVERING),
+                            key=lambda r: (-int(r.spec.get("priority", 0)), r.id))
+        # One commit for every transition of this pass (each job's PLACING and RUNNING too).
         with self.plane.store.transaction():
-            self._schedule(rt, waiting, usable)
-
-    def _schedule(self, rt: ClusterRuntime, waiting: list[JobRecord], usable: Any) -> None:
-        for rec in waiting:
-            if not usable.any() and rec.state == JobState.PENDING:
-                break  # a full cluster: the rest of the queue keeps its reason
-            if rec.state == JobState.RECOVERING:
-                if self.recovery is None or not self.recovery.owns(rec.id):
+            for rec in recovering:
+                if (self.recovery is None or not self.recovery.owns(rec.id)) and not self.real.owns(rec.id):
                     self._try_recover(rt, rec)
-                usable = rt.usable()
-                continue
-            need = int(rec.spec["chips"])
-            # Cheap count check first: a long queue must not cost a block search per job.
-            alloc = place(rt.topology, usable, need) if need <= int(usable.sum()) else None
-            if alloc is None:
-                if rec.status.get("reason") != "waiting for free chips":
-                    rec.status["reason"] = "waiting for free chips"
-                    self._refresh(rec)
-                continue
-            self._set_state(rec, JobState.PLACING, alloc.reason, allocation=alloc)
-            self._launch(rt, rec, alloc)
-            usable = rt.usable()
+            dispatch.cycle(self, rt)
+        rt.refresh_metrics()
+
+    def _enqueue(self, rt: ClusterRuntime, rec: JobRecord) -> None:
+        """Hand a (new or reloaded) job to the cluster's scheduler."""
+        real = is_real(rt)
+        req = scheduling.job_request(rec.id, rec.spec, rec.status.get("plan"), preemptible=not real)
+        d = rt.scheduler.submit(req)
+        if d.kind is DecisionKind.REJECTED:  # the cluster changed since the submit check
+            self._end(rec, JobState.FAILED, f"unschedulable: {d.status}")
+            return
+        if rec.state == JobState.PENDING:
+            reason = "waiting for placement" if rt.state != ClusterState.ACTIVE else rt.scheduler.reason(rec.id)
+            rec.status["reason"] = reason
+            rec.status["allocation"] = scheduling.pending_allocation(reason)
+            self._refresh(rec)
 
     def _launch(self, rt: ClusterRuntime, rec: JobRecord, alloc: Allocation) -> None:
         for c in alloc.chips:
             rt.owner[c] = rec.id
         spec = rec.spec
         start = int(rec.status.get("checkpoint_step", 0))
+        options = self.real.launch_options(rt, rec, start) if is_real(rt) else {
+            "start_step": start, **scheduling.worker_options(spec, rec.status.get("plan")),
+            **({"params": rec.status["params"]} if rec.status.get("params") else {}),
+            "model_dims": spec.get("model_dims")}
         try:
             fabric_ops.start(rt.fabric, WorkerGroupSpec(
                 job_id=rec.id, chips=alloc.chips, model=spec["model"], steps=int(spec["steps"]),
                 checkpoint_interval=int(spec["checkpoint_interval"]), entrypoint=spec.get("entrypoint"),
-                options={"start_step": start, "parallelism": spec.get("parallelism"),
-                         **({"params": rec.status["params"]} if rec.status.get("params") else {}),
-                         "model_dims": spec.get("model_dims")},
+                options=options,
             ), start)
         except PodfleetError as exc:  # the fabric refused: the job cannot run as placed
             self._end(rec, JobState.FAILED, f"fabric refused the launch: {exc.message}")
@@ -196,6 +210,9 @@ class JobManager:
     def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
         if self.recovery is not None and self.recovery.on_event(rt, ev):
             return  # a recovery orchestrator took the fault over
+        if is_real(rt):
+            self.real.on_event(rt, ev)  # real fabrics recover (local) or end gangs (ray) themselves
+            return
         if ev.kind in _FAILED_CHIP_EVENTS and ev.chip is not None:
             self._chip_failed(rt, ev.chip, ev.kind)
             return
@@ -216,6 +233,8 @@ class JobManager:
                 new_id("ckpt"), rec.id, step, str(d.get("path", f"twin://{rec.id}/step-{step}")),
                 self.plane.now(), {k: v for k, v in d.items() if isinstance(v, int | float | str)}))
             rec.status["checkpoint_step"] = step
+            if rec.id in rt.scheduler.jobs:  # a later preemption never goes back before it
+                rt.scheduler.report_checkpoint(rec.id, step)
             self._set_state(rec, JobState.RUNNING, f"checkpoint at step {step} saved")
         elif ev.kind in _FINISHED:
             rec.status["progress"] = {**rec.status["progress"], "step": int(rec.spec["steps"])}
@@ -237,6 +256,8 @@ class JobManager:
             return
         if rec.state == JobState.PLACING:
             self._release(rec)
+            if rec.id in rt.scheduler.jobs:
+                rt.scheduler.requeue(rec.id)
             self._set_state(rec, JobState.PENDING, f"chip {chip} failed before launch", allocation=None)
         else:
             rec.status["failed_chip"] = chip
@@ -272,6 +293,8 @@ class JobManager:
         if rt is not None and rec.state in (JobState.RUNNING, JobState.CHECKPOINTING, JobState.RECOVERING):
             fabric_ops.stop(rt.fabric, rec.id)
         self._release(rec)
+        if rt is not None and rec.id in rt.scheduler.jobs:
+            rt.scheduler.finish(rec.id)  # its chips (or its place in the queue) go back
         self._set_state(rec, dst, reason)
         self.logs[rec.id].closed = True
 
@@ -323,6 +346,9 @@ class JobManager:
             "reason": st.get("reason", ""), "checkpoint_step": st.get("checkpoint_step", 0),
             "plan": st.get("plan"),
             "recovery": st.get("recovery"),
+            "runtime": st.get("runtime"),
+            # queue_wait_s, balance_degree, preemptions, rebalances (control.dispatch, .balancing)
+            "scheduling": dict(st.get("scheduling") or {}),
             "timestamps": dict(st.get("timestamps", {})),
             "created_at": rfc3339(rec.created_at), "updated_at": rfc3339(rec.updated_at),
         }
@@ -367,3 +393,7 @@ class JobManager:
             for c in rec.status["allocation"]["chips"]:
                 if healthy[c] == ChipState.HEALTHY and c not in rt.owner:
                     rt.owner[c] = rec.id
+        self._enqueue(rt, rec)
+        if rec.state == JobState.RECOVERING and rec.id in rt.scheduler.pending:
+            # It still holds its healthy chips: the scheduler must not give them away.
+            rt.scheduler.adopt(rec.id, [c for c, j in rt.owner.items() if j == rec.id and not rt.spare_mask[c]])

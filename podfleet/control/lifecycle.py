@@ -43,7 +43,10 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # PLACING -> PENDING: the launch was undone (e.g. a chip failed before it started).
     JobState.PLACING: frozenset({JobState.RUNNING, JobState.PENDING}) | _END,
     JobState.RUNNING: frozenset({JobState.CHECKPOINTING, JobState.RECOVERING, JobState.SUCCEEDED}) | _END,
-    JobState.CHECKPOINTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.SUCCEEDED}) | _END,
+    # CHECKPOINTING -> PENDING: preempted. Only ``control.dispatch`` takes it, after the
+    # victim's checkpoint is persisted and its workers are stopped (checkpoint and requeue).
+    JobState.CHECKPOINTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.SUCCEEDED,
+                                       JobState.PENDING}) | _END,
     JobState.RECOVERING: frozenset({JobState.RUNNING}) | _END,
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),

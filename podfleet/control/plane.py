@@ -13,12 +13,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.deploy import start_deployment
 from podfleet.control.fabrics import FabricFactory, close_fabric, make_fabric
 from podfleet.control.ids import new_id
 from podfleet.control.jobs import JobManager
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.realjobs import cluster_workdir
 from podfleet.control.runtime import ClusterRuntime
+from podfleet.control.scheduling import cluster_spares
 from podfleet.control.specs import ClusterSpec
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import (
@@ -39,6 +42,7 @@ FAULT_KINDS = (
     "link-down", "link-flap", "thermal-runaway", "firmware-fault",
 )
 LINK_FAULTS = ("link-down", "link-flap")
+KILL_WORKER = "kill-worker"  # local and ray clusters (podfleet.control.realjobs)
 
 
 def request_hash(body: dict[str, Any]) -> str:
@@ -54,11 +58,21 @@ class ControlPlane:
         fabric_factory: FabricFactory | None = None,
         telemetry_interval_s: float = 1.0,
         default_fabric: str = "sim",
+        workdir: str | None = None,
+        balance_interval_s: float | None = None,
+        schedule_interval_s: float = 10.0,
     ) -> None:
         self.store = store
+        # Real fabrics keep checkpoints, worker logs and keys under <workdir>/clusters/<id>
+        # (default $PODFLEET_WORKDIR or ~/.podfleet/work).
+        self.workdir = workdir
         self.tl = timeline
         self.fabric_factory = fabric_factory or make_fabric
         self.telemetry_interval_s = telemetry_interval_s
+        # Load monitor sampling (None: the telemetry interval; see control.balancing) and
+        # the periodic queue pass for aging (submits, finishes and faults run one at once).
+        self.balance_interval_s = balance_interval_s
+        self.schedule_interval_s = schedule_interval_s
         self.default_fabric = default_fabric
         self.epoch = time.time() - timeline.now  # timestamps = epoch + timeline time
         self.clusters: dict[str, ClusterRuntime] = {}  # live clusters by id
@@ -148,9 +162,13 @@ class ControlPlane:
             rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
                                 {"deployment": None}, now, now)
             # Build the fabric before persisting: a fabric that is not available fails here.
-            spares = tuple(range(topology.n_chips - spec.spares, topology.n_chips))
-            fabric = self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed)
-            rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric)
+            # Spares where they keep the largest blocks free (or as named), persisted with
+            # the cluster and given to the fabric, so twin, recovery and scheduler agree.
+            spares = cluster_spares(spec, topology)
+            rec.status["spares"] = list(spares)
+            fabric = self._make_fabric(spec, topology, spares, rec.id)
+            rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric, spares=spares,
+                                clock=self._clock)
             rec.status["deployment"] = rt.deployment
             self.store.save_cluster(rec)
             created.append(rt)
@@ -164,14 +182,31 @@ class ControlPlane:
             out = rt.view()
         return out
 
+    def _make_fabric(self, spec: ClusterSpec, topology: Any, spares: tuple[int, ...], cluster_id: str) -> Any:
+        if spec.fabric == "sim":
+            return self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed)
+        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), "ray_address": spec.ray_address}
+        return self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed, options=opts)
+
     def _install(self, rt: ClusterRuntime) -> None:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
         rt.fabric.subscribe(lambda ev, rt=rt: self._fabric_event(rt, ev))
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
+        # Aging and starvation holds move with time: re-run the queue while jobs wait.
+        self.tl.every(self.schedule_interval_s, lambda: self._schedule_tick(rt))
+        if ClusterBalancer.supported(rt.fabric):
+            rt.balancer = ClusterBalancer(self, rt, self.balance_interval_s or self.telemetry_interval_s)
         if rt.state == ClusterState.DEPLOYING:
             start_deployment(self, rt)
+
+    def _clock(self) -> float:
+        return self.tl.now
+
+    def _schedule_tick(self, rt: ClusterRuntime) -> None:
+        if rt.id in self.clusters and (rt.scheduler.pending or rt.preempting):
+            self.jobs.schedule(rt)
 
     def _tick(self, rt: ClusterRuntime) -> None:
         if rt.id in self.clusters and rt.wanted:
@@ -226,6 +261,7 @@ class ControlPlane:
         cid = self.names.get(ref, ref)
         rt = self.clusters.get(cid)
         if rt is not None:
+            rt.wanted = True  # the next tick refreshes its scheduler figures
             return rt.view()
         rec = self.store.get_cluster(cid)
         if rec is None:
@@ -257,11 +293,20 @@ class ControlPlane:
         return rt.chip_bytes[chip]
 
     # --- faults ---------------------------------------------------------------------------
-    def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None, actor: str = "system") -> dict[str, Any]:
+    def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
+                     rank: int | None = None, job: str | None = None, actor: str = "system") -> dict[str, Any]:
+        if kind == KILL_WORKER:  # real fabrics: kill one rank's worker process
+            return self.mutation("InjectFault", actor, ref, lambda: self.jobs.real.kill_worker(self.resolve(ref), rank, job),
+                                 body={"kind": kind, "rank": rank, "jobId": job})
+
         def do() -> tuple[dict[str, Any], str]:
             rt = self.resolve(ref)
             if kind not in FAULT_KINDS:
-                raise UnknownNameError("fault kind", kind, FAULT_KINDS, field="kind")
+                raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, KILL_WORKER), field="kind")
+            if not hasattr(rt.fabric, "inject_fault"):
+                raise InvalidInputError(f"fault {kind} needs the twin (fabric sim); cluster {rt.rec.name} runs on "
+                                        f"fabric {rt.spec.fabric}: use kill-worker", field="kind",
+                                        allowed=[KILL_WORKER])
             if rt.state != ClusterState.ACTIVE:
                 raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; faults need an active cluster")
             link_index = None
@@ -343,19 +388,23 @@ class ControlPlane:
     def _restore_cluster(self, rec: ClusterRecord) -> None:
         spec = ClusterSpec.parse(rec.spec)
         topology = spec.topology()
-        spares = tuple(range(topology.n_chips - spec.spares, topology.n_chips))
+        # Clusters persisted before spares were chosen by the scheduler had the last N chips.
+        stored = rec.status.get("spares")
+        spares = cluster_spares(spec, topology, stored if stored is not None else
+                                range(topology.n_chips - spec.spares, topology.n_chips))
         if rec.state == ClusterState.DELETING:
             rec.state = ClusterState.DELETED.value
             self.store.save_cluster(rec)
             return
         try:
-            fabric = self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed)
+            fabric = self._make_fabric(spec, topology, spares, rec.id)
         except PodfleetError as exc:
             rec.state = ClusterState.FAILED.value if rec.state == "deploying" else rec.state
             rec.status["reason"] = f"fabric unavailable after restart: {exc.message}"
             self.store.save_cluster(rec)
             return
-        rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric)
+        rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric, spares=spares,
+                            clock=self._clock)
         for h in self.store.list_chip_health(rec.id):
             if h.state in (ChipState.FAILED, ChipState.ISOLATED) and h.chip < topology.n_chips:
                 fabric.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
+from podfleet.control.scheduling import new_scheduler, queue_waits, scheduler_metrics
 from podfleet.control.specs import ClusterSpec
 from podfleet.fabric.base import ChipState, Fabric
 from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
@@ -24,18 +26,27 @@ DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mo
 
 
 class ClusterRuntime:
-    def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric) -> None:
+    def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric, *,
+                 spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None) -> None:
         self.rec = rec
         self.spec = spec
         self.topology = topology
         self.fabric = fabric
         n = topology.n_chips
-        # Spares are the highest-numbered chips: one end of the last node, so the rest
-        # of the grid stays one block.
-        self.spares: tuple[int, ...] = tuple(range(n - spec.spares, n))
+        # Spares as chosen at create (``scheduling.cluster_spares``: named by the operator,
+        # or where they keep the largest blocks free) and persisted with the cluster.
+        self.spares: tuple[int, ...] = tuple(spares) if spares is not None else tuple(range(n - spec.spares, n))
         self.spare_mask = np.zeros(n, dtype=bool)
         self.spare_mask[list(self.spares)] = True
         self.owner: dict[int, str] = {}  # chip -> job id holding it
+        # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
+        self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0))
+        self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
+        # DescribeCluster's ``scheduler`` object, re-computed on the engine thread after each
+        # scheduling cycle and render (readers on API threads only see whole dicts).
+        self.sched_metrics: dict[str, Any] = {}
+        self.queue_waits: dict[str, float] = {}
+        self.balancer: Any = None  # control.balancing.ClusterBalancer on fabrics with telemetry
         self.logs = LogBuffer()
         self.deployment: dict[str, Any] = rec.status.get("deployment") or {
             "state": "pending",
@@ -104,15 +115,22 @@ class ClusterRuntime:
             "spec": self.spec.to_dict(),
             "deployment": self.deployment,
             "jobs_running": len(set(self.owner.values())),
+            "scheduler": self.sched_metrics,
             "reason": rec.status.get("reason", ""),
             "created_at": rfc3339(rec.created_at),
             "updated_at": rfc3339(rec.updated_at),
         }
 
     # --- the snapshot -------------------------------------------------------------
+    def refresh_metrics(self) -> None:
+        """Re-compute the scheduler figures (engine thread)."""
+        self.sched_metrics = scheduler_metrics(self)
+        self.queue_waits = queue_waits(self.scheduler)
+
     def render_hardware(self, now: float, t: float | None = None) -> None:
         """Render the snapshot (engine thread). ``now``: unix time shown; ``t``: timeline time."""
         self.wanted = False
+        self.refresh_metrics()
         if t is not None:
             self.rendered_at = t
         fab = self.fabric

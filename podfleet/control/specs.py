@@ -15,9 +15,11 @@ from podfleet.hardware.topology import GridTopology, Topology
 
 CLUSTER_TYPES = ("trn2-ultraserver", "trn2-node", "trn1-node", "custom")
 FABRICS = ("sim", "local", "ray")
+REAL_FABRICS = ("local", "ray")
 MAX_SPARES = 4
 MAX_STORAGE_NODES = 16
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+_TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -31,9 +33,14 @@ class ClusterSpec:
     link_bw_gbps: float | None = None  # per link, GB/s; default the type's
     storage_nodes: int = 1
     spares: int = 0
+    # Chips the operator names as spares; None: ``choose_spares`` picks ``spares`` chips
+    # where they keep the largest blocks free (the choice is persisted with the cluster).
+    spare_chips: tuple[int, ...] | None = None
+    quotas: dict[str, int] | None = None  # team -> most chips its jobs may hold at once
     encryption: bool = True
     network_isolation: bool = True
     fabric: str = "sim"
+    ray_address: str | None = None  # fabric ray only: the Ray cluster (HOST:6379, ray://HOST:10001, auto)
 
     @classmethod
     def parse(cls, d: dict[str, Any]) -> ClusterSpec:
@@ -41,15 +48,26 @@ class ClusterSpec:
         extra = sorted(set(d) - known)
         if extra:
             raise UnknownNameError("cluster field", extra[0], known, field=extra[0])
+        if d.get("type") is None and d.get("fabric") in REAL_FABRICS and d.get("chips") is not None:
+            # A real cluster of --chips N worker slots, not a Trainium shape.
+            d = {**d, "type": "custom"}
         spec = cls(**{k: v for k, v in d.items() if v is not None or k in ("dims",)})
         if spec.dims is not None:
             spec = cls(**{**asdict(spec), "dims": tuple(spec.dims)})
+        if spec.spare_chips is not None:
+            named = spec.spare_chips
+            if not isinstance(named, list | tuple) or any(not isinstance(c, int) or isinstance(c, bool) for c in named):
+                raise InvalidInputError(f"spare_chips must be a list of chip indices, got {named!r}",
+                                        field="spare_chips")
+            spec = cls(**{**asdict(spec), "spare_chips": tuple(sorted(set(named))),
+                          "spares": len(set(named)) if spec.spares in (0, len(set(named))) else spec.spares})
         spec.validate()
         return spec
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["dims"] = list(self.dims) if self.dims else None
+        d["spare_chips"] = list(self.spare_chips) if self.spare_chips is not None else None
         return d
 
     def validate(self) -> None:
@@ -62,6 +80,8 @@ class ClusterSpec:
             raise UnknownNameError("cluster type", self.type, CLUSTER_TYPES, field="type")
         if self.fabric not in FABRICS:
             raise UnknownNameError("fabric", self.fabric, FABRICS, field="fabric")
+        if self.ray_address is not None and self.fabric != "ray":
+            raise InvalidInputError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="rayAddress")
         if not 0 <= self.spares <= MAX_SPARES:
             raise InvalidInputError(
                 f"spares must be 0-{MAX_SPARES}, got {self.spares}", field="spares",
@@ -101,6 +121,24 @@ class ClusterSpec:
                 f"spares ({self.spares}) must leave at least one chip of {topo.n_chips}",
                 field="spares", allowed=f"0-{min(MAX_SPARES, topo.n_chips - 1)}",
             )
+        if self.spare_chips is not None:
+            if len(self.spare_chips) != self.spares:
+                raise InvalidInputError(
+                    f"spares ({self.spares}) != number of spare_chips ({len(self.spare_chips)})",
+                    field="spare_chips",
+                )
+            bad = [c for c in self.spare_chips if not 0 <= c < topo.n_chips]
+            if bad:
+                raise InvalidInputError(f"spare_chips: chip {bad[0]} does not exist; valid chips are "
+                                        f"0-{topo.n_chips - 1}", field="spare_chips",
+                                        allowed=f"0-{topo.n_chips - 1}")
+        for team, chips in (self.quotas or {}).items():
+            if not isinstance(team, str) or not _TEAM_RE.match(team):
+                raise InvalidInputError(f"quotas: team {team!r} must be 1-63 chars of a-z, 0-9, '-' and '_'",
+                                        field="quotas")
+            if not isinstance(chips, int) or isinstance(chips, bool) or chips < 0:
+                raise InvalidInputError(f"quotas: team {team!r} needs a chip count >= 0, got {chips!r}",
+                                        field="quotas")
 
     def topology(self) -> Topology:
         if self.type == "custom":
@@ -152,6 +190,9 @@ class JobSpec:
     model_dims: dict[str, int] | None = None
     entrypoint: str | None = None
     name: str | None = None
+    team: str | None = None  # quota owner (the cluster's ``quotas``); None: "default"
+    max_retries: int = 0  # real fabrics: crashes in the job's own code allowed before it fails
+    options: dict[str, Any] | None = None  # real fabrics: worker options (seed, global_batch, ...)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -181,6 +222,8 @@ class JobSpec:
         vals["parallelism"] = par
         if "model" not in vals and "model_dims" in vals:
             vals["model"] = "custom"
+        if "model" not in vals and "entrypoint" in vals:
+            vals["model"] = "script"  # a label: the script defines its own model
         if "model" not in vals:
             raise InvalidInputError("model is required (a preset name, or model_dims)", field="model")
         if "chips" not in vals:
@@ -199,6 +242,15 @@ class JobSpec:
                 f"checkpoint_interval must be >= 0 (0 = never), got {self.checkpoint_interval}",
                 field="checkpoint_interval",
             )
+        if self.team is not None and (not isinstance(self.team, str) or not _TEAM_RE.match(self.team)):
+            raise InvalidInputError(
+                f"team {self.team!r} must be 1-63 chars of a-z, 0-9, '-' and '_'", field="team"
+            )
+        if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
+            raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
+                                    allowed="0-100")
+        if self.options is not None and not isinstance(self.options, dict):
+            raise InvalidInputError("options must be an object of worker options", field="options")
         if not 0 <= self.priority <= MAX_PRIORITY:
             raise InvalidInputError(
                 f"priority must be 0-{MAX_PRIORITY}, got {self.priority}", field="priority",

@@ -25,8 +25,9 @@ Dropping it into the control plane (engine thread only; one ``Scheduler`` per cl
     sched.describe(job_id)                    # {"phase", "allocation": {"chips", "shape", "reason"}, ...}
     cluster_metrics(sched)                    # pod utilization, fragmentation, queue wait
 
-``place(topology, usable, chips)`` has the signature of the temporary
-``podfleet.control.placement.place`` for a one-line swap before the full queue is wired.
+``place(topology, usable, chips)`` places one gang without a queue (the signature of the
+first-fit placer the control plane used before it drove a ``Scheduler`` per cluster; see
+``podfleet.control.dispatch`` and docs/scheduler.md "In the control plane").
 Balancing (``balance.py``) and forecasting (``forecast.py``) are pure numpy modules the
 control plane drives from telemetry.
 """

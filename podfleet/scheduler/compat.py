@@ -1,4 +1,5 @@
-"""A drop-in for the temporary ``podfleet.control.placement.place`` (same signature).
+"""One placement without a queue (the signature of the first-fit placer the control plane
+used before it drove a ``Scheduler`` per cluster).
 
 Runs the default framework once on a throwaway cluster state in which the chips that are
 not ``usable`` are held, so callers get topology-aware placement before they adopt the

@@ -326,6 +326,42 @@ class Scheduler:
         rec.reason = f"Pending: requeued, resumes from checkpoint step {rec.resume_step}"
         self.pending[job_id] = None
 
+    # --- the control plane's own moves ---------------------------------------------
+    def adopt(self, job_id: str, chips: Sequence[int], now_s: float | None = None) -> None:
+        """A submitted job already runs on ``chips`` (reloaded after a control-plane
+        restart): bind it there without a cycle, so no other job is given those chips."""
+        now = self._now(now_s)
+        rec = self._get(job_id)
+        if rec.phase is not JobPhase.PENDING:
+            raise ConflictError(f"job {job_id} is {rec.phase.value}, not pending", field="job_id")
+        self.hold(job_id, chips, _rec=rec)
+        self._to(rec, JobPhase.RUNNING, now)
+        if chips:  # none: every chip it had is gone; it holds nothing until recovered
+            pod, _ = self.cluster.locate(int(chips[0]))
+            local = tuple(int(c) - pod.index * self.cluster.chips_per_pod for c in chips)
+            rec.placement = Placement(job_id, pod.index, tuple(int(c) for c in chips), local, (len(chips),),
+                                      (0,), reason="adopted after a control-plane restart")
+        rec.started_s, rec.reason = now, ""
+        self.pending.pop(job_id, None)
+
+    def hold(self, job_id: str, chips: Sequence[int], *, _rec: JobRecord | None = None) -> None:
+        """The job now holds exactly ``chips`` (a rank moved to another chip, or the job
+        shrank): the owner arrays follow. A chip held by another job is a ConflictError."""
+        rec = _rec or self._get(job_id)
+        where = [self.cluster.locate(int(c)) for c in chips]
+        for c, (pod, local) in zip(chips, where, strict=True):  # check all before changing any
+            other = int(pod.owner[local])
+            if other not in (FREE, rec.slot):
+                raise ConflictError(f"chip {c} is held by {self.handle.slots.get(other, other)}", field="chips")
+        for pod in self.cluster.pods:
+            mine = pod.owner == rec.slot
+            if mine.any():
+                pod.owner[mine] = FREE
+                self.cluster.touch(pod)
+        for pod, local in where:
+            pod.owner[local] = rec.slot
+            self.cluster.touch(pod)
+
     # --- read side ---------------------------------------------------------------------
     def _get(self, job_id: str) -> JobRecord:
         rec = self.jobs.get(job_id)

@@ -13,7 +13,7 @@ import numpy as np
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState
 from podfleet.hardware.catalog import custom_grid
-from podfleet.hardware.specs import get_chip
+from podfleet.hardware.specs import CHIPS, get_chip
 from podfleet.hardware.topology import FleetTopology, GridTopology, Topology
 from podfleet.scheduler.blocks import BlockIndex, block_index
 
@@ -26,7 +26,10 @@ def pod_grid(group: Topology) -> GridTopology:
     """The grid the scheduler indexes blocks on; a switched node is a 1-D line of chips."""
     if isinstance(group, GridTopology):
         return group
-    return custom_grid([group.n_chips], group.chip_type, wrap=False, name=f"{group.name}-line")
+    # Worker slots of a real fabric (chip type "cpu"/"cuda") have no chip spec; the line grid
+    # only shapes block search, so it borrows trn2's.
+    chip_type = group.chip_type if group.chip_type in CHIPS else "trn2"
+    return custom_grid([group.n_chips], chip_type, wrap=False, name=f"{group.name}-line")
 
 
 class PodState:

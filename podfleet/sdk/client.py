@@ -97,10 +97,11 @@ class PodfleetClient:
             raise PodfleetError(f"lost the event stream from {self.url}: {exc}") from None
 
     # --- clusters -------------------------------------------------------------------------
-    def create_cluster(self, name: str, *, type: str = "trn2-ultraserver", client_token: str | None = None,
+    def create_cluster(self, name: str, *, type: str | None = None, client_token: str | None = None,
                        **fields: Any) -> dict[str, Any]:
-        """CreateTrainiumCluster. ``fields``: dims, chip_type, chips, hbm_gib, link_bw_gbps,
-        storage_nodes, spares, encryption, network_isolation, fabric."""
+        """CreateTrainiumCluster. ``type``: default trn2-ultraserver (custom for fabric local/ray).
+        ``fields``: dims, chip_type, chips, hbm_gib, link_bw_gbps, storage_nodes, spares,
+        encryption, network_isolation, fabric, rayAddress."""
         return self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
                                                            "clientToken": client_token})
 
@@ -132,14 +133,17 @@ class PodfleetClient:
         """GetClusterLogs?follow=true: ('log', line) / ('progress', deployment) / ('end', {...})."""
         return self._sse(f"/v1/clusters/{cluster}/logs", {"follow": "true", "since": since})
 
-    def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None) -> dict[str, Any]:
-        return self._request("POST", f"/v1/clusters/{cluster}/faults", json={"kind": kind, "chip": chip, "link": link})
+    def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
+                     rank: int | None = None, job: str | None = None) -> dict[str, Any]:
+        """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) on local/ray."""
+        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job}
+        return self._request("POST", f"/v1/clusters/{cluster}/faults", json={k: v for k, v in body.items() if v is not None})
 
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
                             client_token: str | None = None, **fields: Any) -> dict[str, Any]:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
-        steps, checkpoint_interval, priority, entrypoint, name."""
+        steps, checkpoint_interval, priority, team, entrypoint, name."""
         return self._request("POST", f"/v1/clusters/{cluster}/jobs",
                              json={"model": model, "chips": chips, **fields, "clientToken": client_token})
 

@@ -70,10 +70,11 @@ def test_job_runs_checkpoints_and_succeeds(plane: ControlPlane) -> None:
 
 def test_pending_job_placed_when_chips_free(plane: ControlPlane) -> None:
     active_cluster(plane, spares=4)
-    big = [plane.jobs.submit("pod", {"model": "debug", "chips": 30, "steps": 10**6}, actor="t") for _ in range(2)]
+    big = [plane.jobs.submit("pod", {"model": "debug", "chips": 24, "steps": 10**6}, actor="t") for _ in range(2)]
     waiting = plane.jobs.submit("pod", {"model": "debug", "chips": 16, "steps": 10**6}, actor="t")
     assert [j["state"] for j in big] == ["RUNNING", "RUNNING"]
-    assert waiting["state"] == "PENDING" and waiting["reason"] == "waiting for free chips"
+    assert waiting["state"] == "PENDING" and waiting["reason"].startswith("Unschedulable: no free ")
+    assert waiting["allocation"] == {"chips": [], "shape": [], "reason": waiting["reason"]}
     spares = set(plane.clusters[waiting["cluster_id"]].spares)
     for j in big:
         assert not spares & set(j["allocation"]["chips"])  # never on spares

@@ -1,45 +1,54 @@
-"""First-fit gang placement: all chips or none, only usable chips."""
+"""The control plane's allocation record, and the scheduler calls only the control plane
+makes: ``adopt`` (a job reloaded on its chips after a restart) and ``hold`` (a rank moved)."""
 
 from __future__ import annotations
 
-import numpy as np
-from hypothesis import given
-from hypothesis import strategies as st
+import pytest
 
-from podfleet.control.placement import place
+from podfleet.control.placement import Allocation
+from podfleet.errors import ConflictError
 from podfleet.hardware.catalog import get_topology
+from podfleet.scheduler import DecisionKind, JobRequest, Scheduler
 
 POD = get_topology("trn2-ultraserver")
 
 
-def test_contiguous_block_preferred() -> None:
-    alloc = place(POD, np.ones(64, bool), 16)
-    assert alloc is not None and len(alloc.chips) == 16
-    assert "contiguous" in alloc.reason
-    assert sorted(alloc.shape) == [2, 2, 4] or sorted(alloc.shape) == [1, 4, 4]
+def test_allocation_round_trip() -> None:
+    a = Allocation((3, 1, 2), (3,), "why")
+    assert Allocation.from_dict({**a.to_dict(), "cores": [[0]], "pod": 0}) == a
 
 
-def test_scattered_when_no_block_fits() -> None:
-    usable = np.ones(64, bool)
-    usable[60:] = False  # four spares: 60 chips have no block shape in 4x4x4
-    alloc = place(POD, usable, 60)
-    assert alloc is not None and "scattered" in alloc.reason
-    assert set(alloc.chips) == set(range(60))
+def test_adopted_chips_are_never_given_away() -> None:
+    s = Scheduler(POD)
+    s.submit(JobRequest("old", 32))
+    s.adopt("old", list(range(32)))
+    assert s.describe("old")["phase"] == "running"
+    s.submit(JobRequest("new", 48))
+    assert s.schedule() == [] and "no free" in s.reason("new")
+    s.submit(JobRequest("fits", 32))
+    (d,) = s.schedule()
+    assert d.kind is DecisionKind.BIND and not set(d.placement.chips) & set(range(32))
+    with pytest.raises(ConflictError):
+        s.adopt("old", [0])  # already running
 
 
-def test_none_when_too_few() -> None:
-    usable = np.zeros(64, bool)
-    usable[:7] = True
-    assert place(POD, usable, 8) is None
-
-
-@given(mask=st.lists(st.booleans(), min_size=64, max_size=64), n=st.integers(1, 64))
-def test_gang_property(mask: list[bool], n: int) -> None:
-    usable = np.array(mask)
-    alloc = place(POD, usable, n)
-    if usable.sum() < n:
-        assert alloc is None
+@pytest.mark.parametrize("chips,ok", [
+    ((0, 1, 2, 63), True),  # a rank moved to a free chip
+    ((0, 1, 2, 40), False),  # chip 40 belongs to another job
+])
+def test_hold_follows_rank_moves(chips: tuple[int, ...], ok: bool) -> None:
+    s = Scheduler(POD)
+    s.submit(JobRequest("a", 4))
+    s.adopt("a", [0, 1, 2, 3])
+    s.submit(JobRequest("b", 1))
+    s.adopt("b", [40])
+    if not ok:
+        with pytest.raises(ConflictError):
+            s.hold("a", chips)
         return
-    assert alloc is not None
-    assert len(alloc.chips) == n == len(set(alloc.chips))
-    assert usable[list(alloc.chips)].all()
+    s.hold("a", chips)
+    pod = s.cluster.pods[0]
+    slot = s.jobs["a"].slot
+    assert sorted(int(c) for c in (pod.owner == slot).nonzero()[0]) == sorted(chips)
+    s.finish("a")
+    assert not (pod.owner == slot).any()

@@ -28,7 +28,7 @@ def test_restart_resumes_running_jobs_from_checkpoint(store: StoreProtocol) -> N
     active_cluster(p1, spares=1)
     running = p1.jobs.submit("pod", {"model": "debug", "chips": 32, "steps": 60_000,
                                      "checkpoint_interval": 1000}, actor="t")
-    pending = p1.jobs.submit("pod", {"model": "debug", "chips": 40, "steps": 10}, actor="t")
+    pending = p1.jobs.submit("pod", {"model": "debug", "chips": 48, "steps": 10}, actor="t")
     advance(p1, 120)
     ckpt = p1.jobs.describe(running["id"])["checkpoint_step"]
     assert ckpt >= 1000
@@ -40,6 +40,8 @@ def test_restart_resumes_running_jobs_from_checkpoint(store: StoreProtocol) -> N
     p2 = make_plane(store, seed=1)
     p2.load()
     assert set(p2.names) == {"pod", "late"}
+    # The spares chosen at create are persisted: the same chips after the restart.
+    assert p2.clusters[p2.names["pod"]].spares == p1.clusters[p1.names["pod"]].spares
     after = p2.jobs.describe(running["id"])
     assert after["state"] == "RUNNING"
     assert "RECOVERING" in after["timestamps"]

@@ -27,7 +27,9 @@ ClusterRef = Annotated[str, "cluster id (cl-...) or name"]
              status_code=status.HTTP_201_CREATED)
 async def create_cluster(body: CreateClusterRequest, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Create a cluster; its deployment runs as steps (follow them with GetClusterLogs?follow=true)."""
-    data = body.model_dump(exclude={"clientToken"}, exclude_none=True)
+    data = body.model_dump(exclude={"clientToken", "rayAddress"}, exclude_none=True)
+    if body.rayAddress is not None:
+        data["ray_address"] = body.rayAddress
     return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
 
 
@@ -79,6 +81,8 @@ async def cluster_logs(request: Request, cluster: ClusterRef, plane: Plane,
              status_code=status.HTTP_202_ACCEPTED)
 async def inject_fault(cluster: ClusterRef, body: InjectFaultRequest, plane: Plane,
                        who: CurrentPrincipal) -> dict[str, Any]:
-    """Inject a fault (the twin): --chip N for chip faults, --link A-B for link faults."""
+    """Inject a fault. The twin: chip faults need ``chip``, link faults ``link`` (A-B). Local
+    and ray clusters: ``kill-worker`` kills one rank's worker (``rank``; ``jobId`` unless one
+    job runs there), an infrastructure failure the fabric recovers from."""
     return await plane.call(plane.inject_fault, cluster, body.kind, chip=body.chip, link=body.link,
-                            actor=who.actor)
+                            rank=body.rank, job=body.jobId, actor=who.actor)

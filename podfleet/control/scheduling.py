@@ -1,0 +1,179 @@
+"""The scheduler (``podfleet.scheduler``) inside the control plane: the pure glue.
+
+Each ``ClusterRuntime`` owns one ``Scheduler`` built from its topology and spares. The
+control plane's owner map (chip -> job, shared with recovery) and the fabric's chip
+states stay the truth; ``sync`` folds them into the scheduler before every cycle, so a
+rank that recovery moved, or a chip that failed or was repaired, is seen by placement.
+
+Nothing here mutates a job record: ``dispatch`` applies the scheduler's decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from podfleet.control.models import resolve_model
+from podfleet.control.specs import ClusterSpec
+from podfleet.errors import PodfleetError
+from podfleet.fabric.base import ChipState
+from podfleet.hardware.topology import Topology
+from podfleet.perf.models import MODELS
+from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, cluster_metrics
+from podfleet.scheduler.jobs import JobPhase
+from podfleet.scheduler.state import FREE
+
+if TYPE_CHECKING:
+    from podfleet.control.runtime import ClusterRuntime
+
+# perf.Plan's fields: what the twin's perf-based step time reads from options["plan"].
+PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute", "zero_stage",
+               "interleave", "sequence_parallel")
+_HOLDING = (JobPhase.RUNNING, JobPhase.CHECKPOINTING)
+
+
+def cluster_spares(spec: ClusterSpec, topology: Topology, stored: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The cluster's spare chips: as persisted, as the operator named them, or chosen
+    by ``choose_spares`` where they keep the largest blocks free."""
+    if stored is not None:
+        return tuple(int(c) for c in stored)
+    if spec.spare_chips is not None:
+        return tuple(spec.spare_chips)
+    return choose_spares(topology, spec.spares)
+
+
+def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str, int] | None,
+                  clock: Callable[[], float]) -> Scheduler:
+    return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock)
+
+
+def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | None, *,
+                preemptible: bool = True) -> JobRequest:
+    """What the scheduler needs of a job: gang size, team, priority, TP degree, and for
+    ``parallelism: auto`` the model, so block shape and plan are chosen together."""
+    chips = int(spec["chips"])
+    par = spec.get("parallelism")
+    tp = int(par["tp"]) if isinstance(par, Mapping) else int((plan or {}).get("tp", 1) or 1)
+    if tp < 1 or chips % tp:
+        tp = 1
+    model: Any = None
+    if par == "auto" and preemptible:  # the twin's jobs: the planner knows their models
+        try:
+            # A preset by name (the planner caches it); a custom model as its spec.
+            model = spec["model"] if spec["model"] in MODELS else resolve_model(spec["model"], spec.get("model_dims"))
+        except PodfleetError:
+            model = None
+    return JobRequest(
+        job_id, chips, team=spec.get("team") or "default", priority=int(spec.get("priority", 0)), tp=tp,
+        parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
+    )
+
+
+def plan_fields(plan: Any) -> dict[str, Any] | None:
+    """The planner's best plan (a ``PlanResult``, or a dict from ``plan_for_job``) as
+    JSON-plain perf.Plan fields plus its predicted figures; None without one."""
+    if plan is None:
+        return None
+    if isinstance(plan, Mapping):
+        return dict(plan) if {"tp", "pp", "dp"} <= set(plan) else None
+    best = getattr(plan, "best", None)
+    if best is None:
+        return None
+    d = {k: _plain(v) for k, v in asdict(best.plan).items() if k in PLAN_FIELDS}
+    est = best.estimate
+    d.update(step_time_s=float(est.step_time_s), tokens_per_s=float(est.tokens_per_s), mfu=float(est.mfu),
+             memory_per_chip_bytes=int(est.memory.total_bytes), fits=bool(est.fits))
+    return d
+
+
+def worker_options(spec: Mapping[str, Any], plan: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``WorkerGroupSpec.options`` for the layout: ``parallelism`` {tp, pp, dp} when the job
+    gave it, ``plan`` (perf.Plan fields) when a plan is known."""
+    out: dict[str, Any] = {}
+    par = spec.get("parallelism")
+    if isinstance(par, Mapping):
+        out["parallelism"] = {k: int(par[k]) for k in ("tp", "pp", "dp")}
+    else:
+        out["parallelism"] = par
+    if plan and {"tp", "pp", "dp"} <= set(plan) and "note" not in plan:
+        out["plan"] = {k: plan[k] for k in PLAN_FIELDS if plan.get(k) is not None}
+    return out
+
+
+def allocation_view(p: Placement) -> dict[str, Any]:
+    return {**p.to_dict(), "reason": p.reason}
+
+
+def pending_allocation(reason: str) -> dict[str, Any]:
+    return {"chips": [], "shape": [], "reason": reason}
+
+
+def sync(rt: ClusterRuntime) -> None:
+    """Fold the fabric's chip states and the owner map into the scheduler (engine thread).
+
+    Spares are left out of the owner arrays: a rank recovery moved onto a spare does not
+    make the spare look allocated, and the scheduler never places on spares anyway.
+    """
+    sched: Scheduler = rt.scheduler
+    cl = sched.cluster
+    states = rt.chip_states()
+    healthy = np.array([s == ChipState.HEALTHY for s in states], dtype=bool)
+    per = cl.chips_per_pod
+    for pod in cl.pods:
+        lo = pod.index * per
+        diff = np.flatnonzero(pod.healthy != healthy[lo:lo + per])
+        for local in diff:
+            sched.set_chip_state(lo + int(local), states[lo + int(local)])
+    want = np.full(cl.n_chips, FREE, dtype=np.int64)
+    for chip, job_id in list(rt.owner.items()):
+        r = sched.jobs.get(job_id)
+        if r is not None and r.phase in _HOLDING and not rt.spare_mask[chip]:
+            want[chip] = r.slot
+    for pod in cl.pods:
+        target = want[pod.index * per:(pod.index + 1) * per]
+        if not np.array_equal(pod.owner, target):
+            pod.owner[:] = target
+            cl.touch(pod)
+
+
+def chip_utilization(rt: ClusterRuntime) -> np.ndarray | None:
+    """Per-chip busy share 0-1 from the fabric's telemetry (None when it has none)."""
+    try:
+        m = rt.fabric.chip_metrics()
+    except (AttributeError, NotImplementedError):  # a fabric without telemetry: no figures
+        return None
+    u = m.get("neuroncore_utilization") if isinstance(m, Mapping) else None
+    if u is None:
+        return None
+    a = np.asarray(u, dtype=float)
+    a = a.mean(axis=1) if a.ndim == 2 else a
+    return np.nan_to_num(a / 100.0)
+
+
+def scheduler_metrics(rt: ClusterRuntime) -> dict[str, Any]:
+    """DescribeCluster's ``scheduler`` object: pods, utilization, fragmentation, waits,
+    per-job load-balance degree. Engine thread (the framework refreshes summaries)."""
+    util = chip_utilization(rt)
+    m = cluster_metrics(rt.scheduler, utilization=util)
+    m["utilization"] = round(float(m["utilization"]), 4)
+    m["fragmentation"] = round(float(m["fragmentation"]), 4)
+    m["queue_wait_p50_s"] = round(float(m["queue_wait_p50_s"]), 3)
+    m["queue_wait_p95_s"] = round(float(m["queue_wait_p95_s"]), 3)
+    for p in m["pods"]:
+        p["utilization"] = round(float(p["utilization"]), 4)
+    m["spares"] = list(rt.spares)
+    return m
+
+
+def queue_waits(sched: Scheduler) -> dict[str, float]:
+    """Total time queued per job (all stints), for the queue-wait histogram."""
+    now = sched.clock()
+    return {j: r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)
+            for j, r in sched.jobs.items() if r.phase is not JobPhase.REJECTED}
+
+
+def _plain(v: Any) -> Any:
+    return v.value if hasattr(v, "value") else v
