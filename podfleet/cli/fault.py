@@ -1,4 +1,4 @@
-"""``podfleet fault inject CLUSTER --kind KIND (--chip N | --link A-B)``."""
+"""``podfleet fault inject CLUSTER (--kind KIND (--chip N | --link A-B) | --kill-worker R [--job JOB])``."""
 
 from __future__ import annotations
 
@@ -8,22 +8,36 @@ from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 
-app = typer.Typer(help="Fault injection (the twin).", no_args_is_help=True)
+app = typer.Typer(help="Fault injection: twin faults, or killing a worker on local/ray clusters.",
+                  no_args_is_help=True)
 
 
 @app.command("inject")
 def inject(
     cluster: str = typer.Argument(..., help="id or name"),
-    kind: str = typer.Option(..., "--kind", help="chip-failure, hbm-corrected-burst, hbm-uncorrectable, "
+    kind: str = typer.Option(None, "--kind", help="twin: chip-failure, hbm-corrected-burst, hbm-uncorrectable, "
                              "sram-uncorrectable, link-down, link-flap, thermal-runaway, firmware-fault"),
     chip: int = typer.Option(None, "--chip", help="chip index (chip faults)"),
     link: str = typer.Option(None, "--link", help="A-B: the link between chips A and B (link faults)"),
+    kill_worker: int = typer.Option(None, "--kill-worker", help="local/ray: kill rank R's worker process (SIGKILL)"),
+    job: str = typer.Option(None, "--job", help="with --kill-worker: the job (optional when only one runs)"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
-    """Inject a fault at one chip or link."""
+    """Inject a fault at one chip or link (the twin), or kill one rank's worker (local, ray)."""
     with errors():
+        if kill_worker is not None:
+            if kind not in (None, "kill-worker") or chip is not None or link is not None:
+                raise InvalidInputError("--kill-worker takes no --kind, --chip or --link", field="kill_worker")
+            emit(client(url, token).inject_fault(cluster, "kill-worker", rank=kill_worker, job=job), output,
+                 title="fault")
+            return
+        if kind is None:
+            raise InvalidInputError("give --kind KIND (the twin) or --kill-worker R (local/ray)", field="kind",
+                                    allowed=["--kind KIND", "--kill-worker R"])
+        if job is not None:
+            raise InvalidInputError("--job goes with --kill-worker", field="job")
         if (chip is None) == (link is None):
             raise InvalidInputError("give exactly one of --chip N or --link A-B", field="chip",
                                     allowed=["--chip N", "--link A-B"])

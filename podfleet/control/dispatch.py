@@ -27,6 +27,8 @@ from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.types import fmt_shape
 from podfleet.store.records import CheckpointRecord
 
+WAIT_REFRESH_S = 5.0  # how stale a pending job's shown queue wait may get
+
 if TYPE_CHECKING:
     from podfleet.control.jobs import JobManager
     from podfleet.control.runtime import ClusterRuntime
@@ -41,15 +43,19 @@ def cycle(jm: JobManager, rt: ClusterRuntime) -> None:
     if sched.pending:
         for d in sched.schedule():
             apply(jm, rt, d)
-    waits = scheduling.queue_waits(sched)
+    now = sched.clock()
     for jid in list(sched.pending):
         rec = jm.records.get(jid)
-        if rec is None or rec.state != JobState.PENDING:
+        srec = sched.jobs.get(jid)
+        if rec is None or srec is None or rec.state != JobState.PENDING:
             continue
         reason = sched.reason(jid)
         st = rec.status.setdefault("scheduling", {})
-        wait = round(waits.get(jid, 0.0), 1)
-        if rec.status.get("reason") != reason or st.get("queue_wait_s") != wait:
+        wait = round(scheduling.queue_wait(sched, jid, now), 1)
+        # Re-render a pending job's view when its reason changes or its wait moved by
+        # 5 s: re-rendering every pending job on every cycle made a cycle O(queue) in
+        # dict copies, which dominated submit latency with a long queue.
+        if rec.status.get("reason") != reason or abs(wait - float(st.get("queue_wait_s") or 0.0)) >= WAIT_REFRESH_S:
             # Memory only: a reason or a wait is not a transition (persisted with the next one).
             rec.status["reason"] = reason
             rec.status["allocation"] = scheduling.pending_allocation(reason)
@@ -84,7 +90,7 @@ def bind(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
     resume = max(int(rec.status.get("checkpoint_step", 0)), d.resume_step)
     rec.status["checkpoint_step"] = resume
     st = rec.status.setdefault("scheduling", {})
-    st["queue_wait_s"] = round(scheduling.queue_waits(rt.scheduler).get(rec.id, 0.0), 3)
+    st["queue_wait_s"] = round(scheduling.queue_wait(rt.scheduler, rec.id), 3)
     st["team"] = rec.spec.get("team") or "default"
     jm._set_state(rec, JobState.PLACING,
                   f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",

@@ -150,7 +150,6 @@ class JobManager:
             return
         ids = self.waiting.get(rt.id)
         if not ids and not rt.scheduler.pending and not rt.preempting:
-            rt.refresh_metrics()
             return
         recovering = sorted((self.records[i] for i in ids or () if self.records[i].state == JobState.RECOVERING),
                             key=lambda r: (-int(r.spec.get("priority", 0)), r.id))
@@ -160,7 +159,7 @@ class JobManager:
                 if (self.recovery is None or not self.recovery.owns(rec.id)) and not self.real.owns(rec.id):
                     self._try_recover(rt, rec)
             dispatch.cycle(self, rt)
-        rt.refresh_metrics()
+        # Scheduler figures (DescribeCluster, /metrics) refresh once per telemetry tick.
 
     def _enqueue(self, rt: ClusterRuntime, rec: JobRecord) -> None:
         """Hand a (new or reloaded) job to the cluster's scheduler."""

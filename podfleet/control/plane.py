@@ -209,8 +209,14 @@ class ControlPlane:
             self.jobs.schedule(rt)
 
     def _tick(self, rt: ClusterRuntime) -> None:
-        if rt.id in self.clusters and rt.wanted:
-            self.render(rt)
+        if rt.id not in self.clusters:
+            return
+        if rt.wanted:
+            self.render(rt)  # refreshes the scheduler figures too
+        else:
+            # Once per tick, not per command: with a long queue these figures cost
+            # O(jobs), which per submit dominated the engine thread under load.
+            rt.refresh_metrics()
 
     def render(self, rt: ClusterRuntime) -> None:
         """Re-render a cluster's hardware snapshot now (engine thread)."""

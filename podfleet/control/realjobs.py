@@ -203,6 +203,8 @@ class RealJobs:
             self.fabric_recovering.discard(rec.id)
             jm._end(rec, JobState.STOPPED, "stopped by the fabric")
             jm.schedule(rt)
+        if JobState(rec.state) in TERMINAL:
+            self._seen.pop(rec.id, None)
 
     def _checkpoint(self, rt: ClusterRuntime, rec: JobRecord, d: dict[str, Any]) -> None:
         from podfleet.control.ids import new_id

@@ -168,6 +168,15 @@ def scheduler_metrics(rt: ClusterRuntime) -> dict[str, Any]:
     return m
 
 
+def queue_wait(sched: Scheduler, job_id: str, now: float | None = None) -> float:
+    """Total time ``job_id`` has queued (all stints), without walking every job."""
+    r = sched.jobs.get(job_id)
+    if r is None or r.phase is JobPhase.REJECTED:
+        return 0.0
+    now = sched.clock() if now is None else now
+    return r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)
+
+
 def queue_waits(sched: Scheduler) -> dict[str, float]:
     """Total time queued per job (all stints), for the queue-wait histogram."""
     now = sched.clock()

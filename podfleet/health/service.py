@@ -60,7 +60,9 @@ class HealthService:
         for cid in [c for c in self.monitors if c not in plane.clusters]:
             del self.monitors[cid]
         for rt in list(plane.clusters.values()):
-            if rt.state != ClusterState.ACTIVE:
+            if rt.state != ClusterState.ACTIVE or rt.spec.fabric != "sim":
+                # The monitor reads the twin's telemetry (temperature, ECC, NeuronCore use);
+                # local/ray slots report process metrics only and recover on their own.
                 continue
             mon = self.monitors.get(rt.id) or self._monitor(rt)
             mon.tick()

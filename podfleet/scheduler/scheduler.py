@@ -51,6 +51,7 @@ class Scheduler:
         self.team_chips: dict[str, int] = {}
         self._next_slot = 0
         self._holder: tuple[int, int] | None = None  # (slot, pod) of the starving job's hold
+        self._capacity_failure = False  # set by _schedule_one when no block exists even with preemption
         self.set_spares(spares or 0)
 
     # --- operator inputs -------------------------------------------------------------
@@ -111,6 +112,12 @@ class Scheduler:
         now = self._now(now_s)
         out: list[Decision] = []
         holder_seen = False
+        # Capacity failures seen this cycle: (chips, hbm per chip, priority, reason). A later
+        # job that asks at least as much, at no higher priority, cannot fit either (the
+        # cluster does not change within a cycle unless something binds, which clears
+        # this), so it gets the same reason without another block search. This keeps a
+        # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
+        failed: list[tuple[int, int, int, str]] = []
         queue = order((self.jobs[j] for j in self.pending), now, self.policy)
         for n, rec in enumerate(queue):
             if max_jobs is not None and n >= max_jobs:
@@ -122,7 +129,21 @@ class Scheduler:
             if self._holder is not None and rec.slot == self._holder[0]:
                 starvation.release(self.cluster, rec.slot, [self._holder[1]])  # its own hold is free to it
                 self._holder = None
-            d = self._schedule_one(rec, now)
+            req = rec.request
+            hit = None
+            if req.shape is None and not starving:
+                hit = next((r for c, h, p, r in failed
+                            if req.chips >= c and req.hbm_bytes_per_chip >= h and req.priority <= p), None)
+            if hit is not None:
+                rec.reason = hit
+                d = None
+            else:
+                self._capacity_failure = False
+                d = self._schedule_one(rec, now)
+                if d is not None:
+                    failed.clear()
+                elif self._capacity_failure and req.shape is None:
+                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, rec.reason))
             if d is not None:
                 out.append(d)
             elif starving and self._holder is None:
@@ -149,6 +170,7 @@ class Scheduler:
                 if ps.ok and nom is not None:
                     return self._nominate(rec, nom, now)
                 s = ps
+                self._capacity_failure = True  # no block, and preemption could not make one
             rec.reason = str(s)
             return None
         s, scores = fw.score(state, job, cands)

@@ -139,6 +139,10 @@ class PodfleetClient:
         body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job}
         return self._request("POST", f"/v1/clusters/{cluster}/faults", json={k: v for k, v in body.items() if v is not None})
 
+    def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
+        """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
+        return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
+
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
                             client_token: str | None = None, **fields: Any) -> dict[str, Any]:

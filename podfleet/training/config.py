@@ -143,8 +143,13 @@ class JsonLineReporter:
             try:
                 self._f.write(line + "\n")
                 self._f.flush()
-            except (BrokenPipeError, ValueError, OSError):
-                pass  # the parent is gone; nothing to report to
+            except BrokenPipeError:
+                # The driver (control plane, fabric) is gone, e.g. killed with SIGKILL: nobody
+                # can stop or use this worker any more, so it ends itself within a heartbeat
+                # instead of training on as an orphan.
+                os._exit(EXIT_PEER_LOST)
+            except (ValueError, OSError):
+                pass  # closed at interpreter exit: nothing to report to
 
     def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float) -> None:
         self.send("progress", step=step, loss=loss, tokens_per_s=tokens_per_s, step_time_s=step_time_s)

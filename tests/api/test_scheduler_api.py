@@ -52,7 +52,8 @@ def test_allocation_reason_metrics(live: Live, admin: httpx.Client, spod: dict) 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the balance degree needs a telemetry sample of the job
         c = admin.get("/v1/clusters/spod").json()
-        if c["scheduler"].get("balance_degree"):
+        # Scheduler figures refresh once per telemetry tick: wait for the one after the submit.
+        if c["scheduler"].get("balance_degree") and c["scheduler"].get("pending_jobs") == 1:
             break
         time.sleep(0.1)
     m = c["scheduler"]

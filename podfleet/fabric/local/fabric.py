@@ -197,6 +197,11 @@ class LocalFabric:
             if job.state in TERMINAL or job.state is JobState.STOPPING:
                 return
             job.set_state(JobState.STOPPING)
+            # The slots are free at once: the control plane may place the next job on them
+            # while these workers exit (SIGTERM now, SIGKILL after 2 s).
+            for c in job.chips:
+                if self._busy.get(c) == job_id:
+                    del self._busy[c]
             live = [wp for wp in job.workers.values() if wp.alive]
             for wp in live:
                 wp.kill("stop", signal.SIGTERM)

@@ -37,4 +37,5 @@ def make_ray_fabric(
             raise InvalidInputError(
                 f"PODFLEET_RAY_PER_CHIP must be a number, got {raw!r}", field="ray_per_chip"
             ) from None
-    return RayFabric(address, timeline, resource=resource, spares=spares, topology=topology, per_chip=per_chip)
+    return RayFabric(address, timeline, topology.n_chips, resource=resource, spares=spares, topology=topology,
+                     per_chip=per_chip)

@@ -1,0 +1,68 @@
+"""The CLI driving a ``local`` cluster end to end: create, submit, kill a worker, recover,
+logs, delete; and the CLI's refusals for kill-worker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.api.conftest import Live
+from tests.cli.test_cli import run
+
+
+def _describe(live: Live, job_id: str) -> dict:
+    code, out, err = run(live, "job", "describe", job_id, "-o", "json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _until(cond, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s"
+        time.sleep(0.2)
+
+
+@pytest.mark.realproc
+def test_local_cluster_end_to_end(live: Live) -> None:
+    code, out, err = run(live, "cluster", "create", "cli-local", "--fabric", "local", "--chips", "3",
+                         "--spares", "1", "-o", "json")
+    assert code == 0, err
+    cl = json.loads(out)
+    assert cl["state"] == "active" and cl["chips"] == 3 and cl["fabric"] == "local"
+    code, out, err = run(live, "job", "submit", "cli-local", "--model", "debug", "--chips", "2", "--steps", "40",
+                         "--checkpoint-interval", "10", "--option", "step_delay_s=0.05", "--option",
+                         "global_batch=4", "--option", "seq_len=32", "-o", "json")
+    assert code == 0, err
+    jid = json.loads(out)["id"]
+    _until(lambda: _describe(live, jid)["progress"]["step"] >= 3)
+    code, out, err = run(live, "fault", "inject", "cli-local", "--kill-worker", "5", "-o", "json")
+    assert code == 2 and "0-1" in err
+    code, out, err = run(live, "fault", "inject", "cli-local", "--kill-worker", "1", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["job_id"] == jid  # the only running job: --job not needed
+    _until(lambda: _describe(live, jid)["state"] in ("SUCCEEDED", "FAILED"))
+    done = _describe(live, jid)
+    assert done["state"] == "SUCCEEDED", done["reason"]
+    assert done["progress"]["loss"] is not None and done["runtime"]["infra_failures"] == 1
+    code, out, _ = run(live, "job", "logs", jid)
+    assert code == 0 and "kill-worker" in out and "RECOVERING" in out and "torch ready" in out
+    code, out, err = run(live, "cluster", "delete", "cli-local", "-o", "json")
+    assert code == 0, err
+
+
+def test_kill_worker_refusals(live: Live) -> None:
+    code, _, err = run(live, "cluster", "create", "cli-twin", "--type", "custom", "--chips", "4", "--fabric", "sim")
+    assert code == 0, err
+    code, _, err = run(live, "fault", "inject", "cli-twin", "--kill-worker", "0")
+    assert code == 2 and "needs a local or ray cluster" in err
+    code, _, err = run(live, "fault", "inject", "cli-twin", "--kill-worker", "0", "--chip", "1")
+    assert code == 2 and "--kill-worker takes no" in err
+    code, _, err = run(live, "fault", "inject", "cli-twin")
+    assert code == 2 and "--kill-worker R" in err
+    code, _, err = run(live, "job", "submit", "cli-twin", "--chips", "1")
+    assert code == 2 and "--model" in err
+    code, _, err = run(live, "job", "submit", "cli-twin", "--model", "tiny", "--chips", "1")
+    assert code == 2 and "llama3-8b" in err  # the twin's presets are listed
