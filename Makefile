@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/podfleet up
+	$(BIN)/podfleet up --default-cluster pod-0
 
 lint: $(STAMP)
 	$(BIN)/ruff check podfleet tests bench

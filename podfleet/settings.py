@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     url: str = "http://127.0.0.1:8470"
     token: SecretStr | None = None
     request_timeout_s: float = Field(30.0, gt=0)
+    # ``podfleet up`` creates this simulated trn2-ultraserver cluster on start when no
+    # live cluster has the name (``make run`` uses "pod-0"); None: start empty.
+    default_cluster: str | None = None
 
 
 def get_settings(**overrides: object) -> Settings:

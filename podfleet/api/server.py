@@ -68,9 +68,20 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     return Server(create_app(plane), plane, store, token, from_env)
 
 
-def run(server: Server, host: str, port: int) -> None:
+def ensure_default_cluster(plane: ControlPlane, name: str | None) -> str | None:
+    """Create the simulated 64-chip pod ``name`` unless a live cluster has that name.
+    Returns the id of the cluster created, else None (engine thread via call_sync)."""
+    if not name or plane.store.find_cluster_by_name(name) is not None:
+        return None
+    view = plane.call_sync(plane.create_cluster, {"name": name, "type": "trn2-ultraserver", "spares": 2},
+                           actor="system")
+    return str(view["id"])
+
+
+def run(server: Server, host: str, port: int, default_cluster: str | None = None) -> None:
     """Reload + reconcile, then serve until interrupted."""
     server.plane.start()
+    ensure_default_cluster(server.plane, default_cluster)
     try:
         uvicorn.run(server.app, host=host, port=port, log_level="warning", access_log=False)
     finally:

@@ -18,13 +18,16 @@ def up(
     port: int = typer.Option(None, "--port", help="listen port (8470)"),
     speed: float = typer.Option(None, "--speed", help="timeline pace: 1 = wall clock"),
     seed: int = typer.Option(None, "--seed", help="seed of the timeline's RNG"),
+    default_cluster: str = typer.Option(
+        None, "--default-cluster", help="create this simulated 64-chip trn2-ultraserver cluster on start if missing"),
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Serve the control plane: embedded SQLite and a simulated pod by default."""
     from podfleet.api.server import build_server, run
 
     with errors():
-        settings = get_settings(fabric=fabric, db=db, host=host, port=port, speed=speed, seed=seed)
+        settings = get_settings(fabric=fabric, db=db, host=host, port=port, speed=speed, seed=seed,
+                                    default_cluster=default_cluster)
         server = build_server(settings)
         url = f"http://{settings.host}:{settings.port}"
         info = {"url": url, "store": _redact(str(server.store.url)), "fabric": settings.fabric, "speed": settings.speed,
@@ -39,7 +42,9 @@ def up(
             elif server.admin_from_env:
                 stderr.print("admin token: the one in PODFLEET_ADMIN_TOKEN")
         sys.stdout.flush()
-        run(server, settings.host, settings.port)
+        if settings.default_cluster:
+            stderr.print(f"simulated pod: {settings.default_cluster} (trn2-ultraserver, 64 chips, 2 spares)")
+        run(server, settings.host, settings.port, settings.default_cluster)
 
 
 def _redact(url: str) -> str:

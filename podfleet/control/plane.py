@@ -63,6 +63,9 @@ class ControlPlane:
         schedule_interval_s: float = 10.0,
     ) -> None:
         self.store = store
+        # Group commit: commands queued together commit in one store transaction and are
+        # acknowledged after it (Timeline.drain).
+        timeline.batch = store.transaction
         # Real fabrics keep checkpoints, worker logs and keys under <workdir>/clusters/<id>
         # (default $PODFLEET_WORKDIR or ~/.podfleet/work).
         self.workdir = workdir

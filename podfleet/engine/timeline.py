@@ -16,6 +16,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from time import monotonic
 from typing import Any, TypeVar
 
@@ -44,6 +45,8 @@ class Timeline:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.engine_thread: int | None = None
+        # Optional group-commit context for ``drain`` (see there); None: no batching.
+        self.batch: Callable[[], AbstractContextManager[Any]] | None = None
         self.events_processed = 0  # SimPy events stepped by run() / serve_forever()
         self.env: simpy.Environment = (
             simpy.Environment(start) if speed is None else PacedEnvironment(self, start, 1.0 / speed)
@@ -86,20 +89,62 @@ class Timeline:
         return fut
 
     def drain(self) -> int:
-        """Run queued commands now (engine thread only). Returns how many ran."""
-        n = 0
+        """Run queued commands now (engine thread only). Returns how many ran.
+
+        Group commit: with a ``batch`` context set (the control plane sets its store's
+        ``transaction``), every command queued at this moment runs inside one
+        transaction, and their futures resolve only after it commits, so nothing is
+        acknowledged before it is durable while N concurrent writes cost one fsync, not
+        N. Each command's own ``transaction()`` is a savepoint, so a failing command rolls
+        back alone. If the commit itself fails, no command of the batch is acknowledged
+        and the engine stops (fail-stop: memory may be ahead of the store, and a restart
+        reloads the truth from the store).
+        """
+        cmds: list[_Command] = []
         while True:
             try:
-                fn, args, kwargs, fut = self._inbox.get_nowait()
+                cmds.append(self._inbox.get_nowait())
             except queue.Empty:
-                return n
-            n += 1
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn(*args, **kwargs))
-            except BaseException as exc:  # delivered to the caller, who decides
+                break
+        if not cmds:
+            return 0
+        done: list[tuple[Future[Any], bool, Any]] = []
+        if self.batch is None:
+            for cmd in cmds:
+                self._run(cmd, done)
+                self._resolve(done)
+            return len(cmds)
+        try:
+            with self.batch():
+                for cmd in cmds:
+                    self._run(cmd, done)
+        except BaseException as exc:
+            for fut, _, _ in done:
                 fut.set_exception(exc)
+            self.emit("engine-fatal", reason=f"batch commit failed: {exc!r}")
+            self.stop()
+            raise
+        self._resolve(done)
+        return len(cmds)
+
+    @staticmethod
+    def _run(cmd: _Command, done: list[tuple[Future[Any], bool, Any]]) -> None:
+        fn, args, kwargs, fut = cmd
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            done.append((fut, True, fn(*args, **kwargs)))
+        except BaseException as exc:  # delivered to the caller, who decides
+            done.append((fut, False, exc))
+
+    @staticmethod
+    def _resolve(done: list[tuple[Future[Any], bool, Any]]) -> None:
+        for fut, ok, value in done:
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+        done.clear()
 
     # --- running -------------------------------------------------------------------
     def run(self, until: float | None = None) -> None:

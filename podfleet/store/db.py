@@ -101,9 +101,14 @@ class Store(AuditLog):
     # ---- sessions --------------------------------------------------------------------
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """Group calls into one commit; nested use joins the outer transaction."""
-        if self._current.get() is not None:
-            yield
+        """Group calls into one commit. Nested use is a savepoint inside the outer
+        transaction: if its block raises, only its own writes roll back (the engine
+        batches several commands into one commit, and one failing command must not
+        leave half its writes in the others' commit)."""
+        outer = self._current.get()
+        if outer is not None:
+            with outer.begin_nested():
+                yield
             return
         with self._writing() as s:
             token = self._current.set(s)

@@ -44,10 +44,9 @@ class MemoryStore:
     @contextmanager
     def transaction(self) -> Iterator[None]:
         with self._lock:
-            if self._depth:  # nested: joins the outer transaction
-                yield
-                return
-            saved = {k: copy.deepcopy(getattr(self, k)) for k in self._STATE}
+            # Nested use is a savepoint, as in the SQL store: a failing inner block rolls
+            # back its own writes only.
+            saved = {k: _snapshot(getattr(self, k)) for k in self._STATE}
             self._depth += 1
             try:
                 yield
@@ -214,3 +213,13 @@ class MemoryStore:
             rec = self._audit[seq - 1]
             for k, v in changes.items():
                 setattr(rec, k, v)
+
+
+def _snapshot(container: Any) -> Any:
+    """A rollback copy. Stored records are private deep copies that are replaced, never
+    changed in place, so copying the containers (and the per-job checkpoint lists that
+    are appended to) is enough; deep-copying the whole store per transaction made a
+    long test run quadratic."""
+    if isinstance(container, dict):
+        return {k: list(v) if isinstance(v, list) else v for k, v in container.items()}
+    return list(container)

@@ -3,7 +3,8 @@
 Every method is synchronous and is called from the engine thread (single writer) or, for
 reads, from API threads. ``transaction()`` groups writes so that e.g. a job, its
 idempotency key and its audit record commit together or not at all; a method called
-inside it joins that transaction, outside it commits on its own.
+inside it joins that transaction, outside it commits on its own. A nested
+``transaction()`` is a savepoint: its writes roll back alone if its block raises.
 """
 
 from __future__ import annotations
