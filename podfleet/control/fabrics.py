@@ -43,7 +43,9 @@ def make_fabric(kind: str, topology: Topology, timeline: Any, spares: tuple[int,
     if kind == "sim":
         from podfleet.fabric.sim import SimFabric
 
-        return SimFabric(topology, timeline, spares=spares)
+        # Progress at most once per telemetry tick but after every step: an operator
+        # watching a job whose steps take seconds should not wait for ten of them.
+        return SimFabric(topology, timeline, spares=spares, progress_every_steps=1)
     if kind == "local":
         from podfleet.fabric.local import LocalFabric
 
