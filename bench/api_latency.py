@@ -8,11 +8,9 @@ up as latency instead of silently lowering the offered load."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,21 +34,9 @@ def _free_port() -> int:
 
 
 def _start_server(db: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": TOKEN}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podfleet", "up", "--db", f"sqlite:///{db}", "--port", str(port),
-         "--speed", "1", "--output", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("podfleet up did not start within 60 s")
+    from podfleet.api.testing import spawn_server
+
+    return spawn_server(db, port, TOKEN, "--speed", "1")
 
 
 async def _load(url: str, duration_s: float) -> dict[str, Any]:

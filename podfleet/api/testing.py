@@ -5,12 +5,17 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import httpx
 import uvicorn
 
 from podfleet.api.main import create_app
@@ -42,3 +47,31 @@ def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True) -> Iterato
         thread.join(timeout=10)
         if start_plane:
             plane.stop()
+
+
+def spawn_server(db: Path, port: int, token: str, *args: str, log: Path | None = None,
+                 timeout_s: float = 60.0) -> subprocess.Popen[bytes]:
+    """Start a real ``podfleet up`` process (SQLite at ``db``, admin token ``token``) and
+    return once ``/healthz`` answers. Extra CLI ``args`` are appended; stderr goes to
+    ``log`` when given. Raises AssertionError (with the log's tail) if it exits or does
+    not come up in time. For tests and benchmarks that need a separate server process."""
+    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": token}
+    err = log.open("ab") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podfleet", "up", "--db", f"sqlite:///{db}", "--port", str(port),
+         "--output", "json", *args],
+        env=env, stdout=subprocess.DEVNULL, stderr=err,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            tail = log.read_text()[-2000:] if log is not None else ""
+            raise AssertionError(f"podfleet up exited with {proc.returncode}: {tail}")
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"podfleet up did not answer /healthz within {timeout_s:.0f} s")

@@ -39,6 +39,9 @@ class HealthMonitor:
         n = fabric.topology.n_chips
         nl = len(fabric.link_states())
         self.scanner = HealthScanner(cluster_id, n, nl, self.book, cfg)
+        links = fabric.topology.links
+        if len(links) == nl:  # name link alerts "link:A-B" as the API and CLI do
+            self.scanner.link_names = [f"{min(k.src, k.dst)}-{max(k.src, k.dst)}" for k in links]
         self.history = TelemetryHistory(cluster_id, n, nl, cfg.interval_s, sink=sink)
         self.predictor = Predictor(n, model, ambient_c=cfg.ambient_c)
         self.drain = drain

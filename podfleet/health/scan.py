@@ -100,6 +100,7 @@ class HealthScanner:
                  config: HealthConfig | None = None) -> None:
         self.cluster_id = cluster_id
         self.n_chips, self.n_links = n_chips, n_links
+        self.link_names: list[str] | None = None  # "A-B" per link index; None: indices
         self.book = book
         self.cfg = cfg = config or HealthConfig()
         self.trackers = {
@@ -224,10 +225,11 @@ class HealthScanner:
         self._prev_link_err = err
         # A burst keeps its alert for a minute of quiet (flaps come in clusters).
         self._burst_t[burst] = now
-        self._rules["link-errors"].apply(book, cid, now - self._burst_t < 60.0, now, res, values=err,
+        names = self.link_names
+        self._rules["link-errors"].apply(book, cid, now - self._burst_t < 60.0, now, res, values=err, names=names,
                                          message=lambda i, v: f"link error burst (total {v:.0f})")
-        self._rules["link-down"].apply(book, cid, st == 2, now, res, message=lambda i, v: "link down")
-        self._rules["link-degraded"].apply(book, cid, st == 1, now, res,
+        self._rules["link-down"].apply(book, cid, st == 2, now, res, names=names, message=lambda i, v: "link down")
+        self._rules["link-degraded"].apply(book, cid, st == 1, now, res, names=names,
                                            message=lambda i, v: "link degraded (reduced width)")
 
     def _scan_mounts(self, now: float, mounts: Sequence[Mapping[str, Any]], res: ScanResult) -> None:

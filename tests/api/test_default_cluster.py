@@ -3,40 +3,21 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from podfleet.api.testing import free_port
+from podfleet.api.testing import free_port, spawn_server
 
 TOKEN = "pf_default-cluster-test-token-0123456789"
 pytestmark = pytest.mark.realproc
 
 
 def _serve(db: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": TOKEN}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podfleet", "up", "--db", f"sqlite:///{db}", "--port", str(port),
-         "--default-cluster", "pod-0", "--output", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, "podfleet up exited"
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("podfleet up did not start")
+    return spawn_server(db, port, TOKEN, "--default-cluster", "pod-0")
 
 
 def _clusters(port: int) -> list[dict]:

@@ -16,32 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from podfleet.api.testing import free_port
+from podfleet.api.testing import free_port, spawn_server
 
 TOKEN = "pf_durability-test-token-0123456789"
 pytestmark = pytest.mark.realproc
 
 
 def start(db: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": TOKEN}
-    log = (db.parent / "server.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podfleet", "up", "--db", f"sqlite:///{db}", "--port", str(port),
-         "--speed", "20", "--output", "json"],
-        env=env, stdout=subprocess.DEVNULL, stderr=log,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {(db.parent / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("server did not start")
+    return spawn_server(db, port, TOKEN, "--speed", "20", log=db.parent / "server.log", timeout_s=30)
 
 
 def test_kill9_loses_nothing_acknowledged(tmp_path: Path) -> None:
