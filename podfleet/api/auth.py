@@ -42,6 +42,9 @@ RULES: dict[str, Role] = {
     "StartFirmwareUpdate": Role.OPERATOR,
     "ListAuditEvents": Role.ADMIN,
     "VerifyAuditChain": Role.ADMIN,
+    "CreateAccessToken": Role.ADMIN,
+    "ListAccessTokens": Role.ADMIN,
+    "RevokeAccessToken": Role.ADMIN,
 }
 
 
@@ -77,6 +80,13 @@ class TokenCache:
             self._hits.clear()
         self._hits[h] = (p, now + self.ttl_s)
         return p
+
+    def forget(self, token_id: str) -> None:
+        """Drop a revoked token from this process's cache at once (other processes
+        sharing the store still honour it for up to ``ttl_s``)."""
+        for h, (p, _) in list(self._hits.items()):
+            if p is not None and p.id == token_id:
+                del self._hits[h]
 
 
 async def authorize(request: Request) -> Principal:

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from podfleet.api import problems
 from podfleet.api.auth import TokenCache, authorize
 from podfleet.api.metrics import ApiMetrics, MetricsMiddleware
-from podfleet.api.routes import audit, clusters, health, jobs, plan, system
+from podfleet.api.routes import audit, clusters, health, jobs, plan, system, tokens
 from podfleet.api.schemas import Problem
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
@@ -38,7 +38,7 @@ def create_app(plane: ControlPlane) -> FastAPI:
     app.state.on_invalid = on_invalid
     problems.install(app)
     v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
-    for module in (clusters, jobs, plan, audit, health):
+    for module in (clusters, jobs, plan, audit, health, tokens):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(system.router)

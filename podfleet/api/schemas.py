@@ -232,3 +232,21 @@ class Problem(BaseModel):
     code: str
     field: str | None = None
     allowed: Any = None
+
+
+class CreateAccessTokenRequest(_In):
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    role: Literal["admin", "operator", "viewer"]
+
+
+class AccessToken(_Out):
+    id: str
+    name: str
+    role: str
+    revoked: bool = False
+    created_at: str
+    token: str | None = Field(None, description="only in the CreateAccessToken response")
+
+
+class AccessTokenList(BaseModel):
+    tokens: list[AccessToken]

@@ -6,7 +6,19 @@ import sys
 
 import typer
 
-from podfleet.cli import alerts, audit, bench, cluster, fault, firmware, hardware, job, topology, up
+from podfleet.cli import (
+    alerts,
+    audit,
+    bench,
+    cluster,
+    fault,
+    firmware,
+    hardware,
+    job,
+    token,
+    topology,
+    up,
+)
 from podfleet.cli import plan as plan_cli
 from podfleet.cli import sim as sim_cli
 from podfleet.errors import PodfleetError
@@ -32,6 +44,7 @@ app.add_typer(fault.app, name="fault")
 app.add_typer(audit.app, name="audit")
 app.add_typer(alerts.app, name="alerts")
 app.add_typer(firmware.app, name="firmware")
+app.add_typer(token.app, name="token")
 
 
 def main() -> None:

@@ -180,6 +180,15 @@ class PodfleetClient:
     def verify_audit_chain(self) -> dict[str, Any]:
         return self._request("GET", "/v1/audit/verify")
 
+    def create_access_token(self, name: str, role: str) -> dict[str, Any]:
+        return self._request("POST", "/v1/tokens", json={"name": name, "role": role})
+
+    def list_access_tokens(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/tokens")
+
+    def revoke_access_token(self, token_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/tokens/{token_id}")
+
     def healthz(self) -> dict[str, Any]:
         return self._request("GET", "/healthz")
 

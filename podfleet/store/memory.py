@@ -8,11 +8,13 @@ hashed tokens and a hash-chained audit trail (``podfleet.security.audit``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from podfleet.errors import NotFoundError
 from podfleet.security.audit import GENESIS_HASH, audit_hash, verify_chain
 from podfleet.store.records import (
     AuditRecord,
@@ -182,6 +184,18 @@ class MemoryStore:
     def count_tokens(self) -> int:
         with self._lock:
             return len(self._tokens)
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        with self._lock:
+            t = self._tokens.get(token_id)
+            return copy.deepcopy(t) if t else None
+
+    def revoke_token(self, token_id: str) -> None:
+        with self._lock:
+            t = self._tokens.get(token_id)
+            if t is None:
+                raise NotFoundError(f"token {token_id!r} does not exist", field="token_id")
+            self._tokens[token_id] = dataclasses.replace(t, revoked=True)
 
     # --- audit ---------------------------------------------------------------------------
     def append_audit(self, *, time: float, actor: str, action: str, target: str, result: str, detail: dict[str, Any]) -> AuditRecord:

@@ -122,3 +122,16 @@ def test_audit_list_and_verify(live: Live, pod: dict) -> None:
     finally:
         rec.target = saved
     assert run(live, "audit", "verify")[0] == 0
+
+
+def test_token_create_list_revoke(live: Live) -> None:
+    code, out, _ = run(live, "token", "create", "grafana", "--role", "viewer", "-o", "json")
+    assert code == 0
+    issued = json.loads(out)
+    assert issued["role"] == "viewer" and issued["token"].startswith("pf_")
+    code, out, _ = run(live, "token", "list", "-o", "json")
+    assert code == 0 and any(t["id"] == issued["id"] and t.get("token") is None for t in json.loads(out))
+    code, _, err = run(live, "token", "create", "x", "--role", "root")
+    assert code == 2 and "role" in err and "Traceback" not in err
+    code, out, _ = run(live, "token", "revoke", issued["id"], "-o", "json")
+    assert code == 0 and json.loads(out)["revoked"] is True
