@@ -282,3 +282,11 @@ def run_scenario(sc: Scenario, *, events_path: str | Path | None = None, read_me
         "links_not_up": int((fab.link_metrics()["state"] != 0).sum()),
         "jobs": [{k: v for k, v in r.summary().items() if k != "chips"} for r in fab.jobs.values()],
     }
+
+
+def benchmark_figures(read: dict[str, Any], bare: dict[str, Any]) -> dict[str, Any]:
+    """The twin benchmarks' figures from two runs of one scenario: ``read`` with every
+    sample read (as a health monitor would), ``bare`` with nobody reading."""
+    keys = ("wall_s", "speedup_x", "sim_s", "chips", "telemetry_samples", "events_processed",
+            "log_records", "faults_total")
+    return {**{k: read[k] for k in keys}, "wall_s_unread": bare["wall_s"], "speedup_x_unread": bare["speedup_x"]}
