@@ -55,10 +55,7 @@ class ClusterBalancer:
     @staticmethod
     def supported(fabric: Any) -> bool:
         """The fabric reports the telemetry the monitor samples (the twin, neuron)."""
-        try:
-            m, lm = fabric.chip_metrics(), fabric.link_metrics()
-        except (AttributeError, NotImplementedError):
-            return False
+        m, lm = fabric.chip_metrics(), fabric.link_metrics()  # every Fabric has both
         return isinstance(m, Mapping) and all(k in m for k in _NEEDS) and isinstance(lm, Mapping) \
             and "bandwidth_bytes_per_s" in lm and "src" in lm
 

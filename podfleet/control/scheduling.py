@@ -141,10 +141,7 @@ def sync(rt: ClusterRuntime) -> None:
 
 def chip_utilization(rt: ClusterRuntime) -> np.ndarray | None:
     """Per-chip busy share 0-1 from the fabric's telemetry (None when it has none)."""
-    try:
-        m = rt.fabric.chip_metrics()
-    except (AttributeError, NotImplementedError):  # a fabric without telemetry: no figures
-        return None
+    m = rt.fabric.chip_metrics()
     u = m.get("neuroncore_utilization") if isinstance(m, Mapping) else None
     if u is None:
         return None

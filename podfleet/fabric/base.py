@@ -52,6 +52,18 @@ def check_link_transition(src: LinkState, dst: LinkState) -> None:
     check_transition("link", LINK_TRANSITIONS, src, dst)
 
 
+class ExitCause(StrEnum):
+    """Why a real worker exited, as every real fabric classifies it. The control plane
+    charges only USER_CODE against a job's retry budget."""
+
+    OK = "ok"
+    INFRA = "infra"  # killed, hung, node or actor lost: not the job's fault
+    USER_CODE = "user-code"  # an exception or crash in the job's code: uses the retry budget
+    BAD_INPUT = "bad-input"  # missing entrypoint, wrong key, unwritable dir: retrying won't help
+    PEER_LOST = "peer-lost"  # a survivor whose collective broke after a peer died
+    STOPPED = "stopped"  # we stopped it (job stop, or the rest of a gang being recovered)
+
+
 @dataclass(frozen=True)
 class WorkerGroupSpec:
     """What a fabric needs to launch one job's gang of workers."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from podfleet.fabric.base import ExitCause
 from podfleet.states import check_transition
 from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST, EXIT_USER_ERROR
 
@@ -33,13 +34,8 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
 
 
-class Cause(StrEnum):
-    OK = "ok"
-    INFRA = "infra"  # killed, hung, lost: not the job's fault, does not use its retry budget
-    USER_CODE = "user-code"  # an exception or crash in the job's code: uses the retry budget
-    BAD_INPUT = "bad-input"  # missing entrypoint, wrong key, unwritable dir: retrying won't help
-    PEER_LOST = "peer-lost"  # a survivor that saved its replica after a peer died
-    STOPPED = "stopped"  # we stopped it (job stop, or the rest of a gang being recovered)
+# The exit classification is shared by every real fabric (fabric.base.ExitCause).
+Cause = ExitCause
 
 
 # Signals the host or an operator sends (OOM killer, kill -9, node drain) vs. those a

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from podfleet.fabric.base import ExitCause
 from podfleet.states import check_transition
 
 
@@ -30,15 +31,6 @@ RAY_JOB_TRANSITIONS: dict[RayJobState, frozenset[RayJobState]] = {
     RayJobState.STOPPED: frozenset(),
 }
 TERMINAL = frozenset({RayJobState.FINISHED, RayJobState.FAILED, RayJobState.STOPPED})
-
-
-class ExitCause(StrEnum):
-    OK = "ok"
-    INFRA = "infra"  # the actor died (killed, node lost, OOM) or hung: not the job's fault
-    USER_CODE = "user-code"  # an exception in the job's code: counts against its retries
-    BAD_INPUT = "bad-input"  # missing entrypoint, wrong key, unwritable dir
-    PEER_LOST = "peer-lost"  # a survivor whose collective broke after a peer died
-    STOPPED = "stopped"  # we stopped it
 
 
 @dataclass
