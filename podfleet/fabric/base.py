@@ -91,7 +91,10 @@ class FabricEvent:
 
 @runtime_checkable
 class Fabric(Protocol):
-    kind: str  # "sim", "local", "ray"
+    """What every fabric does. What only some do is a capability below: the control
+    plane asks ``isinstance(fabric, Capability)``, never the fabric's name or ``getattr``."""
+
+    kind: str  # "sim", "local", "ray", "neuron": for display and the factory only
     topology: Topology
 
     def attach(self, timeline: Any) -> None:
@@ -114,3 +117,115 @@ class Fabric(Protocol):
     def stop(self, job_id: str) -> None: ...
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> None: ...
+
+
+# --- the shared run-state type -------------------------------------------------------------
+
+
+class RunState(StrEnum):
+    """A job's gang as its fabric sees it (not the control plane's ``JobState``)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"  # the twin: stopped between steps, state kept on the chips
+    RECOVERING = "recovering"  # a process fabric is relaunching a lost rank itself
+    STOPPING = "stopping"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+LIVE_RUN_STATES = frozenset({RunState.RUNNING, RunState.PAUSED, RunState.RECOVERING})
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One job's run on a fabric: what ``Introspection.run_status`` returns."""
+
+    job_id: str
+    state: RunState
+    chips: tuple[int, ...]  # rank r on chips[r]
+    step: int  # last step every rank completed
+    loss: float | None = None
+    attempt: int = 0
+    infra_failures: int = 0
+    user_failures: int = 0
+    max_retries: int = 0
+    reason: str | None = None
+    checkpoint_step: int | None = None
+    log_tail: tuple[str, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_RUN_STATES
+
+
+# --- capabilities: what a fabric declares it can do ----------------------------------------
+
+
+@runtime_checkable
+class Introspection(Protocol):
+    """The fabric can say how a job's run stands and what its workers logged."""
+
+    def run_status(self, job_id: str) -> RunStatus | None:
+        """None when the fabric does not know the job (never launched, or forgotten)."""
+
+    def run_logs(self, job_id: str) -> list[str]:
+        """The fabric's log lines for the job (bounded; oldest first); [] if unknown."""
+
+
+@runtime_checkable
+class ResumableRuns(Protocol):
+    """The twin: a job's state lives on its chips, so a run can be paused, have one
+    rank moved to another chip and resume from a step, and be checkpointed on demand.
+    ``launch`` honours ``WorkerGroupSpec.options["start_step"]``."""
+
+    def pause(self, job_id: str, reason: str = ...) -> None: ...
+
+    def resume(self, job_id: str, *, from_step: int | None = None) -> None: ...
+
+    def move_rank(self, job_id: str, rank: int, new_chip: int) -> None: ...
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        """Save the job's state now; its step, or None when it does not run here."""
+
+
+@runtime_checkable
+class FaultInjection(Protocol):
+    """Faults on demand, and repair (the twin)."""
+
+    def inject_fault(self, kind: str, chip: int | None = None, link: int | None = None,
+                     **kw: Any) -> Any: ...
+
+    def repair_chip(self, chip: int, reason: str = ...) -> None: ...
+
+    def repair_link(self, link: int, reason: str = ...) -> None: ...
+
+
+@runtime_checkable
+class WorkerKill(Protocol):
+    """Kill one rank's worker process (real fabrics): returns its pid when known."""
+
+    def kill_worker(self, job_id: str, rank: int) -> int | None: ...
+
+
+@runtime_checkable
+class FirmwareUpdate(Protocol):
+    """Take one chip offline, update its firmware, bring it back."""
+
+    def update_firmware(self, chip: int, version: str, *, duration_s: float = ...,
+                        failure_p: float = ...) -> None: ...
+
+
+@runtime_checkable
+class TelemetrySource(Protocol):
+    """Per-chip telemetry rich enough for health scans (temperatures, ECC, utilization);
+    ``telemetry_metrics`` names the ``chip_metrics`` keys it reports."""
+
+    def telemetry_metrics(self) -> frozenset[str]: ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """Holds processes, threads or connections that must be released."""
+
+    def close(self) -> None: ...
