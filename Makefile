@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint venv clean
+.PHONY: run test lint typecheck venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check podfleet tests bench
+
+# Strict on the models and the engine, default mode elsewhere (pyproject [tool.mypy]).
+typecheck: $(STAMP)
+	$(BIN)/mypy podfleet
 
 test: $(STAMP)
 	$(BIN)/ruff check podfleet tests bench

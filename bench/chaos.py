@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from podfleet.fabric.sim import FaultKind
-from podfleet.recovery.chaos import ChaosRun
+from podfleet.hardware.faults import FaultKind
+from podfleet.twin.chaos import ChaosRun
 
 NAME = "chaos"
 DESCRIPTION = "1,000 injected faults of every kind on twin pods: recovered, jobs lost, double allocations, acked writes lost"

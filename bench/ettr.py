@@ -20,8 +20,8 @@ from typing import Any
 
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates
-from podfleet.recovery.harness import make_pod
 from podfleet.recovery.model import JobPolicy
+from podfleet.twin.harness import make_pod
 
 NAME = "ettr"
 DESCRIPTION = "ETTR of a 64-chip job, simulated week, faults at a 16,384-chip job's rate (goal >= 0.99)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from podfleet.recovery.firmware import FirmwareRollouts
-from podfleet.recovery.harness import make_pod
+from podfleet.twin.harness import make_pod
 
 NAME = "firmware"
 DESCRIPTION = "rolling firmware update of 64 chips: max_interruption_s (<= 1), compute_lost_ratio (<= 0.02)"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from podfleet.health.evaluate import fit_model, run_seed, score
+from podfleet.twin.evaluate import fit_model, run_seed, score
 
 NAME = "prediction"
 DESCRIPTION = "failure prediction on held-out seeds: recall (>= 0.95 of precursor failures), false_alarm_ratio (<= 0.05), median_lead_s"

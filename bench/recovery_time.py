@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from podfleet.fabric.base import ChipState
-from podfleet.recovery.harness import make_pod
 from podfleet.recovery.model import JobPolicy, Timings
+from podfleet.twin.harness import make_pod
 
 NAME = "recovery-time"
 DESCRIPTION = "recovery time detection -> running, twin time: replica_p99_ms (<= 100), checkpoint_p99_s (<= 180)"

@@ -7,7 +7,7 @@ takes every chip and link metric at every sample (as a health monitor would). Fi
 
 from __future__ import annotations
 
-from podfleet.fabric.sim.scenario import benchmark_figures, parse_scenario, run_scenario
+from podfleet.twin.scenario import benchmark_figures, parse_scenario, run_scenario
 
 NAME = "twin-pod"
 DESCRIPTION = "64-chip pod, 24 h simulated, telemetry every 2 s; figure speedup_x (goal >= 10,000)"

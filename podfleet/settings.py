@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -37,4 +39,7 @@ class Settings(BaseSettings):
 
 def get_settings(**overrides: object) -> Settings:
     """Environment, then non-None ``overrides`` (CLI flags) on top."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    # Unvalidated input on its way into the validator: pydantic checks and coerces each
+    # value against its field, so the mapping is typed as what the validator accepts.
+    given: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+    return Settings(**given)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, FastAPI, Request
 
 from podfleet.api import problems
@@ -11,20 +13,23 @@ from podfleet.api.routes import audit, clusters, health, jobs, plan, system, tok
 from podfleet.api.schemas import Problem
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
+from podfleet.health.service import HealthService
 
-ERRORS = {code: {"model": Problem, "content": {"application/problem+json": {}}}
-          for code in (400, 401, 403, 404, 409, 422)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": Problem, "content": {"application/problem+json": {}}} for code in (400, 401, 403, 404, 409, 422)
+}
 
 
-def create_app(plane: ControlPlane) -> FastAPI:
+def create_app(plane: ControlPlane, health_service: HealthService | None = None) -> FastAPI:
     app = FastAPI(
         title="podfleet", version="0.1.0",
         description="Control plane for AI-training pods. Every /v1 call needs `Authorization: Bearer <token>`.",
     )
     app.state.plane = plane
+    app.state.health = health_service  # alerts, telemetry, recoveries, firmware (None: answered with 409)
     app.state.tokens = TokenCache(plane.store)
     app.state.metrics = metrics = ApiMetrics(plane)
-    metrics.registry.register(HealthCollector(plane))
+    metrics.registry.register(HealthCollector(plane, health_service))
 
     async def on_invalid(request: Request, detail: str) -> None:
         # Rejected writes are audited too (reads are not: they change nothing).

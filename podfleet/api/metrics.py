@@ -19,12 +19,13 @@ from __future__ import annotations
 import time
 from collections import Counter as Tally
 from collections.abc import Iterator
-from typing import Any
 
+from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from podfleet.control.plane import ControlPlane
 
@@ -36,7 +37,7 @@ class PlaneCollector(Collector):
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         clusters = GaugeMetricFamily("podfleet_clusters", "Live clusters by state", labels=["state"])
         for state, n in sorted(Tally(rt.rec.state for rt in list(self.plane.clusters.values())).items()):
             clusters.add_metric([state], n)
@@ -54,7 +55,7 @@ class PlaneCollector(Collector):
         yield chips
         yield from self._scheduler()
 
-    def _scheduler(self) -> Iterator[GaugeMetricFamily | HistogramMetricFamily]:
+    def _scheduler(self) -> Iterator[Metric]:
         util = GaugeMetricFamily("podfleet_pod_utilization_ratio", "Chips held by jobs / non-spare chips",
                                  labels=["cluster", "pod"])
         frag = GaugeMetricFamily("podfleet_fragmentation_ratio", "1 - largest free block / free chips",
@@ -104,18 +105,18 @@ class ApiMetrics:
 class MetricsMiddleware:
     """Pure ASGI (no BaseHTTPMiddleware overhead); labels by operationId after routing."""
 
-    def __init__(self, app: Any, metrics: ApiMetrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
         status = {"code": 500}
 
-        async def send_wrapper(message: dict[str, Any]) -> None:
+        async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)
@@ -124,6 +125,6 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            op = getattr(route, "operation_id", None) or ("other" if route else "unmatched")
+            op = (route.operation_id if isinstance(route, APIRoute) else None) or ("other" if route else "unmatched")
             self.metrics.requests.labels(op, str(status["code"])).inc()
             self.metrics.latency.labels(op).observe(time.perf_counter() - t0)

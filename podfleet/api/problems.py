@@ -8,6 +8,7 @@ here too, so bad input is always a 4xx problem, never a 500 or a bare ``{"detail
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,7 +28,7 @@ _HTTP_CODES = {404: "not-found", 405: "method-not-allowed", 401: "unauthorized",
 
 
 def problem(status: int, code: str, detail: str, *, field: str | None = None,
-            allowed: Any = None, headers: dict[str, str] | None = None) -> JSONResponse:
+            allowed: object = None, headers: dict[str, str] | None = None) -> JSONResponse:
     body: dict[str, Any] = {"type": f"urn:podfleet:problem:{code}", "title": TITLES.get(status, "Error"),
                             "status": status, "detail": detail, "code": code}
     if field is not None:
@@ -51,7 +52,7 @@ def _validation_field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-def _allowed(err: dict[str, Any]) -> Any:
+def _allowed(err: Mapping[str, Any]) -> list[str] | str | None:
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
         return [s.strip().strip("'") for s in str(ctx["expected"]).replace(" or ", ", ").split(",")]

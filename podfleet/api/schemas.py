@@ -7,12 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from podfleet.hardware.faults import FAULT_KINDS
+
 ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
-FabricKind = Literal["sim", "local", "ray"]
-FaultKindName = Literal[
-    "chip-failure", "hbm-corrected-burst", "hbm-uncorrectable", "sram-uncorrectable",
-    "link-down", "link-flap", "thermal-runaway", "firmware-fault",
-]
+FabricKind = Literal["sim", "local", "ray", "neuron"]
+FaultKindName = Literal[FAULT_KINDS]  # type: ignore[valid-type]
 JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
                        "SUCCEEDED", "FAILED", "STOPPED"]
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
@@ -43,6 +42,12 @@ class CreateClusterRequest(_In):
     rayAddress: str | None = Field(None, min_length=1, max_length=512,
                                    description="fabric ray: HOST:6379, ray://HOST:10001 or auto; "
                                                "default PODFLEET_RAY_ADDRESS, else a private local instance")
+    neuronLs: str | None = Field(None, min_length=1, max_length=1024,
+                                 description="fabric neuron: the command that prints neuron-ls JSON, run once at "
+                                             "create (default 'neuron-ls --json-output'; no shell)")
+    neuronMonitor: str | None = Field(None, min_length=1, max_length=1024,
+                                      description="fabric neuron: the command that streams neuron-monitor reports, "
+                                                  "kept running (default 'neuron-monitor'; no shell)")
     clientToken: str | None = ClientToken
 
 

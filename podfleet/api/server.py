@@ -8,11 +8,11 @@ import uvicorn
 from fastapi import FastAPI
 
 from podfleet.api.main import create_app
+from podfleet.compose import build
 from podfleet.control.fabrics import available_fabrics
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
-from podfleet.health.service import HealthService
 from podfleet.security.tokens import (
     Role,
     generate_token,
@@ -60,12 +60,12 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             f"fabric {settings.fabric!r} not available; available: {', '.join(available_fabrics())}",
             field="fabric", allowed=available_fabrics(),
         )
-    plane = ControlPlane(store, tl, telemetry_interval_s=settings.telemetry_interval_s,
-                         default_fabric=settings.fabric)
-    HealthService.install(plane)  # health scans, alerts, recovery flows, firmware rollouts
+    # Plane, health scans and alerts, recovery flows, firmware rollouts (podfleet.compose).
+    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric)
+    plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied)
-    return Server(create_app(plane), plane, store, token, from_env)
+    return Server(create_app(plane, parts.health), plane, store, token, from_env)
 
 
 def ensure_default_cluster(plane: ControlPlane, name: str | None) -> str | None:

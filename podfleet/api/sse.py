@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -17,15 +16,15 @@ POLL_S = 0.1
 HEARTBEAT_S = 10.0
 
 
-def _event(kind: str, data: Any, event_id: int | None = None) -> str:
+def _event(kind: str, data: object, event_id: int | None = None) -> str:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"
 
 
 async def _stream(request: Request, buf: LogBuffer, since: int,
-                  progress: Callable[[], Any] | None, max_s: float) -> AsyncIterator[str]:
+                  progress: Callable[[], object] | None, max_s: float) -> AsyncIterator[str]:
     offset = since
-    last_progress: Any = None
+    last_progress: object = None
     idle = 0.0
     waited = 0.0
     while True:
@@ -54,7 +53,7 @@ async def _stream(request: Request, buf: LogBuffer, since: int,
 
 
 def stream(request: Request, buf: LogBuffer, since: int = 0,
-           progress: Callable[[], Any] | None = None, max_s: float = 3600.0) -> StreamingResponse:
+           progress: Callable[[], object] | None = None, max_s: float = 3600.0) -> StreamingResponse:
     return StreamingResponse(
         _stream(request, buf, since, progress, max_s), media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

@@ -20,6 +20,7 @@ import uvicorn
 
 from podfleet.api.main import create_app
 from podfleet.control.plane import ControlPlane
+from podfleet.health.service import HealthService
 
 
 def free_port() -> int:
@@ -29,9 +30,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True) -> Iterator[str]:
+def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True,
+                    health: HealthService | None = None) -> Iterator[str]:
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(plane), host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(create_app(plane, health), host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False, lifespan="off"))
     if start_plane:
         plane.start()

@@ -18,7 +18,7 @@ STATES = ("firing", "acknowledged", "resolved")
 @app.command("list")
 def list_alerts(
     cluster: str = typer.Argument(..., help="id or name"),
-    state: str = typer.Option(None, "--state", help="firing, acknowledged or resolved"),
+    state: str | None = typer.Option(None, "--state", help="firing, acknowledged or resolved"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,

@@ -47,7 +47,7 @@ def _quotas(items: list[str]) -> dict[str, int] | None:
 def create(
     name: str = typer.Argument(..., help="cluster name (a-z, 0-9, -)"),
     type: str = typer.Option(None, "--type", help="trn2-ultraserver (default) | trn2-node | trn1-node | custom; "
-                             "fabric local/ray: custom (--chips worker slots)"),
+                             "fabric local/ray: custom (--chips worker slots); neuron: from neuron-ls"),
     spares: int = typer.Option(0, "--spares", help="spare chips held out of placement (0-4), chosen where "
                                "they keep the largest blocks free"),
     spare_chips: str = typer.Option(None, "--spare-chips", help="name the spare chips instead: e.g. 60,61,62,63"),
@@ -60,9 +60,13 @@ def create(
     storage_nodes: int = typer.Option(1, "--storage-nodes", help="storage nodes to mount (0-16)"),
     encryption: bool = typer.Option(True, "--encryption/--no-encryption"),
     network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation"),
-    fabric: str = typer.Option(None, "--fabric", help="sim | local | ray (default: the server's)"),
+    fabric: str = typer.Option(None, "--fabric", help="sim | local | ray | neuron (default: the server's)"),
     ray_address: str = typer.Option(None, "--ray-address", help="fabric ray: HOST:6379, ray://HOST:10001 or auto "
                                     "(default PODFLEET_RAY_ADDRESS, else a private local Ray)"),
+    neuron_ls: str = typer.Option(None, "--neuron-ls", help="fabric neuron: command printing neuron-ls JSON "
+                                  "(default 'neuron-ls --json-output'; run without a shell)"),
+    neuron_monitor: str = typer.Option(None, "--neuron-monitor", help="fabric neuron: command streaming "
+                                       "neuron-monitor reports (default 'neuron-monitor'; run without a shell)"),
     client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="follow the deployment until it ends"),
     url: str = UrlOpt,
@@ -76,7 +80,7 @@ def create(
             name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
             hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
             encryption=encryption, network_isolation=network_isolation, fabric=fabric,
-            rayAddress=ray_address, client_token=client_token,
+            rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
             spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
         )
         if wait and out["state"] == "deploying":

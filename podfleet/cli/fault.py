@@ -7,6 +7,7 @@ import typer
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
+from podfleet.hardware.faults import FAULT_KINDS
 
 app = typer.Typer(help="Fault injection: twin faults, or killing a worker on local/ray clusters.",
                   no_args_is_help=True)
@@ -15,12 +16,11 @@ app = typer.Typer(help="Fault injection: twin faults, or killing a worker on loc
 @app.command("inject")
 def inject(
     cluster: str = typer.Argument(..., help="id or name"),
-    kind: str = typer.Option(None, "--kind", help="twin: chip-failure, hbm-corrected-burst, hbm-uncorrectable, "
-                             "sram-uncorrectable, link-down, link-flap, thermal-runaway, firmware-fault"),
-    chip: int = typer.Option(None, "--chip", help="chip index (chip faults)"),
-    link: str = typer.Option(None, "--link", help="A-B: the link between chips A and B (link faults)"),
-    kill_worker: int = typer.Option(None, "--kill-worker", help="local/ray: kill rank R's worker process (SIGKILL)"),
-    job: str = typer.Option(None, "--job", help="with --kill-worker: the job (optional when only one runs)"),
+    kind: str | None = typer.Option(None, "--kind", help=f"twin: {', '.join(FAULT_KINDS)}"),
+    chip: int | None = typer.Option(None, "--chip", help="chip index (chip faults)"),
+    link: str | None = typer.Option(None, "--link", help="A-B: the link between chips A and B (link faults)"),
+    kill_worker: int | None = typer.Option(None, "--kill-worker", help="local/ray: kill rank R's worker process (SIGKILL)"),
+    job: str | None = typer.Option(None, "--job", help="with --kill-worker: the job (optional when only one runs)"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,

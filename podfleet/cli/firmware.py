@@ -57,7 +57,7 @@ def _follow(c, cluster: str, rollout: str, *, show: bool) -> dict:  # type: igno
 @app.command("status")
 def status(
     cluster: str = typer.Argument(..., help="id or name"),
-    rollout: str = typer.Argument(None, help="fw-...; default: all rollouts"),
+    rollout: str | None = typer.Argument(None, help="fw-...; default: all rollouts"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,

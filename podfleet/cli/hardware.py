@@ -16,7 +16,7 @@ _CHIP_METRICS = ("temperature_c", "power_w", "hbm_used_bytes", "clock_mhz", "mem
 @app.command("describe")
 def describe(
     cluster: str = typer.Argument(..., help="id or name"),
-    chip: int = typer.Option(None, "--chip", help="one chip only"),
+    chip: int | None = typer.Option(None, "--chip", help="one chip only"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,

@@ -45,20 +45,20 @@ def parse_options(items: list[str]) -> dict[str, Any] | None:
 @app.command("submit")
 def submit(
     cluster: str = typer.Argument(..., help="cluster id or name"),
-    model: str = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
+    model: str | None = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
                               "local/ray clusters debug, tiny, small (optional with --entrypoint)"),
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
     steps: int = typer.Option(1000, "--steps"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
     priority: int = typer.Option(50, "--priority", help="0-100, higher first"),
-    team: str = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
+    team: str | None = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
     parallelism: str = typer.Option("auto", "--parallelism", help="auto or TP,PP,DP"),
-    entrypoint: Path = typer.Option(None, "--entrypoint", help="training script (real fabrics)"),
-    name: str = typer.Option(None, "--name"),
-    max_retries: int = typer.Option(None, "--max-retries", help="local/ray: crashes in the job's code allowed"),
+    entrypoint: Path | None = typer.Option(None, "--entrypoint", help="training script (real fabrics)"),
+    name: str | None = typer.Option(None, "--name"),
+    max_retries: int | None = typer.Option(None, "--max-retries", help="local/ray: crashes in the job's code allowed"),
     option: list[str] = typer.Option(None, "--option", help="local/ray worker option KEY=VALUE (repeatable): "
                                      "seed, global_batch, seq_len, lr, step_delay_s, threads, checkpoint_dir, ..."),
-    client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
+    client_token: str | None = typer.Option(None, "--client-token", help="idempotency key for retries"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
@@ -82,8 +82,8 @@ def submit(
 
 @app.command("list")
 def list_(
-    cluster: str = typer.Option(None, "--cluster", help="only this cluster's jobs"),
-    state: str = typer.Option(None, "--state", help="only jobs in this state"),
+    cluster: str | None = typer.Option(None, "--cluster", help="only this cluster's jobs"),
+    state: str | None = typer.Option(None, "--state", help="only jobs in this state"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,

@@ -17,7 +17,7 @@ def sim(
 ) -> None:
     """Run a scenario on the digital twin; report faults by kind, chip-hours lost, speed."""
     with errors():
-        from podfleet.fabric.sim.scenario import load_scenario, run_scenario
+        from podfleet.twin.scenario import load_scenario, run_scenario
 
         sc = load_scenario(scenario)
         with Progress(TextColumn("simulating {task.description}"), BarColumn(), TimeElapsedColumn(),

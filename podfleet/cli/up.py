@@ -12,13 +12,13 @@ from podfleet.settings import get_settings
 
 
 def up(
-    fabric: str = typer.Option(None, "--fabric", help="default fabric for clusters: sim|local|ray"),
-    db: str = typer.Option(None, "--db", help="store URL (default ~/.podfleet/podfleet.db)"),
-    host: str = typer.Option(None, "--host", help="listen address (127.0.0.1)"),
-    port: int = typer.Option(None, "--port", help="listen port (8470)"),
-    speed: float = typer.Option(None, "--speed", help="timeline pace: 1 = wall clock"),
-    seed: int = typer.Option(None, "--seed", help="seed of the timeline's RNG"),
-    default_cluster: str = typer.Option(
+    fabric: str | None = typer.Option(None, "--fabric", help="default fabric for clusters: sim|local|ray"),
+    db: str | None = typer.Option(None, "--db", help="store URL (default ~/.podfleet/podfleet.db)"),
+    host: str | None = typer.Option(None, "--host", help="listen address (127.0.0.1)"),
+    port: int | None = typer.Option(None, "--port", help="listen port (8470)"),
+    speed: float | None = typer.Option(None, "--speed", help="timeline pace: 1 = wall clock"),
+    seed: int | None = typer.Option(None, "--seed", help="seed of the timeline's RNG"),
+    default_cluster: str | None = typer.Option(
         None, "--default-cluster", help="create this simulated 64-chip trn2-ultraserver cluster on start if missing"),
     output: OutputFormat = OutputOpt,
 ) -> None:

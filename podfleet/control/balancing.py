@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
+from podfleet.fabric.base import Fabric, TelemetrySource
 from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
 from podfleet.scheduler.metrics import balance_degree
@@ -53,52 +55,50 @@ class ClusterBalancer:
         plane.tl.every(interval_s, self.step)
 
     @staticmethod
-    def supported(fabric: Any) -> bool:
-        """The fabric reports the telemetry the monitor samples (the twin, neuron)."""
-        m, lm = fabric.chip_metrics(), fabric.link_metrics()  # every Fabric has both
-        return isinstance(m, Mapping) and all(k in m for k in _NEEDS) and isinstance(lm, Mapping) \
-            and "bandwidth_bytes_per_s" in lm and "src" in lm
+    def supported(fabric: Fabric) -> bool:
+        """The fabric declares the telemetry the monitor samples (the twin, neuron)."""
+        if not isinstance(fabric, TelemetrySource) or not set(_NEEDS) <= fabric.telemetry_metrics():
+            return False
+        lm = fabric.link_metrics()
+        return isinstance(lm, Mapping) and "bandwidth_bytes_per_s" in lm and "src" in lm
 
     def _emit(self, kind: str, **fields: Any) -> None:
         self.plane.tl.emit(kind, cluster_id=self.rt.id, **fields)
 
     def step(self) -> None:
-        rt, jm = self.rt, self.plane.jobs
+        rt, table = self.rt, self.plane.jobs.table
         if rt.id not in self.plane.clusters or self.monitor.n == 0:
             return
-        running: dict[str, list[int]] = {}
-        for chip, job_id in list(rt.owner.items()):
-            running.setdefault(job_id, []).append(chip)
+        running = rt.owners.jobs()
         for gone in set(self.jobs) - set(running):
             del self.jobs[gone]
         rows = slice(0, min(self.monitor.n, self.monitor.window))
         util = self.monitor.util[rows].mean(axis=0)
         for job_id in running:
-            rec = jm.records.get(job_id)
+            rec = table.find(job_id)
             if rec is None or rec.state != JobState.RUNNING:
                 continue
-            chips = tuple(int(c) for c in (rec.status.get("allocation") or {}).get("chips", ()))
+            chips = rec.chips
             if not chips or set(chips) != set(running[job_id]):
                 continue  # being moved by recovery: wait for its new allocation
             job = self.jobs.get(job_id)
             if job is None or set(job.chips) != set(chips):
                 job = self.jobs[job_id] = self._track(rec, chips)
+            st = rec.status.scheduling
             for a in self.rebalancer.step(job):
-                st = rec.status.setdefault("scheduling", {})
-                st["rebalances"] = int(st.get("rebalances", 0)) + 1
-                st["last_rebalance"] = {"action": a.kind, "reason": a.reason}
-                jm._log(rec, f"rebalance ({a.kind}): {a.reason}")
-                jm._refresh(rec)
+                st.rebalances += 1
+                st.last_rebalance = {"action": a.kind, "reason": a.reason}
+                table.log(rec, f"rebalance ({a.kind}): {a.reason}")
+                table.refresh(rec)
             degree = round(balance_degree(util[list(chips)]), 4)
-            st = rec.status.setdefault("scheduling", {})
-            if st.get("balance_degree") != degree:
-                st["balance_degree"] = degree
-                jm._refresh(rec)
+            if st.balance_degree != degree:
+                st.balance_degree = degree
+                table.refresh(rec)
 
-    def _track(self, rec: Any, chips: tuple[int, ...]) -> DPJob:
-        plan = rec.status.get("plan") or {}
+    def _track(self, rec: Job, chips: tuple[int, ...]) -> DPJob:
+        plan = rec.status.plan or {}
         per_rank = max(1, int(plan.get("num_micro_batches") or 8))
-        alloc = rec.status.get("allocation") or {}
+        alloc = rec.status.allocation or {}
         shape, offset = tuple(alloc.get("shape") or ()), tuple(alloc.get("offset") or ())
         block = None
         if self.block_ok and len(shape) == len(self.rebalancer.dims) and len(offset) == len(shape) \

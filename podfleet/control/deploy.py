@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
-from podfleet.fabric.base import ChipState
+from podfleet.fabric.base import ChipState, ResumableRuns
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
@@ -19,9 +19,10 @@ _TICKS_PER_STEP = 5
 
 
 def step_durations_s(rt: ClusterRuntime) -> dict[str, float]:
-    """Twin timings: scale with what each step touches (chips, links, mounts). A real
-    fabric's slots exist already (its workers start per job): its steps only check them."""
-    if rt.spec.fabric != "sim":
+    """Twin timings: scale with what each step touches (chips, links, mounts). A fabric of
+    worker processes has its slots already (its workers start per job): its steps only
+    check them."""
+    if not isinstance(rt.fabric, ResumableRuns):
         return dict.fromkeys(DEPLOY_STEPS, 0.1)
     n = rt.topology.n_chips
     return {
@@ -84,9 +85,9 @@ def _set_step(rt: ClusterRuntime, k: int, step: dict[str, Any]) -> None:
 
 
 def _step_detail(rt: ClusterRuntime, name: str) -> str:
-    if name == "chip-initialisation" and rt.spec.fabric != "sim":
-        where = "on this host" if rt.spec.fabric == "local" else f"on Ray at {rt.spec.ray_address or 'a local instance'}"
-        return f"{rt.topology.n_chips} {rt.topology.chip_type} worker slots {where}"
+    if name == "chip-initialisation" and not isinstance(rt.fabric, ResumableRuns):
+        where = f" at {rt.spec.ray_address}" if rt.spec.ray_address else ""
+        return f"{rt.topology.n_chips} {rt.topology.chip_type} worker slots on fabric {rt.fabric.kind}{where}"
     if name == "chip-initialisation":
         return f"{rt.topology.n_chips} {rt.topology.chip_type} chips initialised"
     if name == "interconnect-configuration":

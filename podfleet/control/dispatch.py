@@ -18,14 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from podfleet.control import fabric_ops, scheduling
-from podfleet.control.ids import new_id
-from podfleet.control.lifecycle import TERMINAL, JobState
+from podfleet.control import scheduling
+from podfleet.control.lifecycle import JobState
 from podfleet.control.placement import Allocation
 from podfleet.scheduler import Decision, DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.types import fmt_shape
-from podfleet.store.records import CheckpointRecord
 
 WAIT_REFRESH_S = 5.0  # how stale a pending job's shown queue wait may get
 
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
 def cycle(jm: JobManager, rt: ClusterRuntime) -> None:
     """One scheduling cycle for a cluster: settle preemptions, place, show reasons."""
     sched = rt.scheduler
+    table = jm.table
     scheduling.sync(rt)
     for pid in list(rt.preempting):
         settle(jm, rt, pid)
@@ -45,57 +44,56 @@ def cycle(jm: JobManager, rt: ClusterRuntime) -> None:
             apply(jm, rt, d)
     now = sched.clock()
     for jid in list(sched.pending):
-        rec = jm.records.get(jid)
-        srec = sched.jobs.get(jid)
-        if rec is None or srec is None or rec.state != JobState.PENDING:
+        job = table.find(jid)
+        if job is None or jid not in sched.jobs or job.state != JobState.PENDING:
             continue
         reason = sched.reason(jid)
-        st = rec.status.setdefault("scheduling", {})
+        st = job.status.scheduling
         wait = round(scheduling.queue_wait(sched, jid, now), 1)
         # Re-render a pending job's view when its reason changes or its wait moved by
         # 5 s: re-rendering every pending job on every cycle made a cycle O(queue) in
         # dict copies, which dominated submit latency with a long queue.
-        if rec.status.get("reason") != reason or abs(wait - float(st.get("queue_wait_s") or 0.0)) >= WAIT_REFRESH_S:
+        if job.status.reason != reason or abs(wait - float(st.queue_wait_s or 0.0)) >= WAIT_REFRESH_S:
             # Memory only: a reason or a wait is not a transition (persisted with the next one).
-            rec.status["reason"] = reason
-            rec.status["allocation"] = scheduling.pending_allocation(reason)
-            st["queue_wait_s"] = wait
-            jm._refresh(rec)
+            job.status.allocation = scheduling.pending_allocation(reason)
+            st.queue_wait_s = wait
+            job.status.reason = reason
+            table.refresh(job)
 
 
 def apply(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
+    table = jm.table
     if d.kind is DecisionKind.BIND:
         bind(jm, rt, d)
     elif d.kind is DecisionKind.PREEMPT:
-        rec = jm.records.get(d.job_id)
-        if rec is not None:
-            jm._log(rec, f"preempting {', '.join(d.victims)}: {d.status}")
+        job = table.find(d.job_id)
+        if job is not None:
+            table.log(job, f"preempting {', '.join(d.victims)}: {d.status}")
         rt.preempting[d.job_id] = None
         settle(jm, rt, d.job_id)
     elif d.kind is DecisionKind.REJECTED:
-        rec = jm.records.get(d.job_id)
-        if rec is not None and JobState(rec.state) not in TERMINAL:
-            jm._end(rec, JobState.FAILED, f"unschedulable: {d.status}")
+        job = table.find(d.job_id)
+        if job is not None and not job.ended:
+            table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
 
 
 def bind(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
-    rec = jm.records.get(d.job_id)
+    job = jm.table.find(d.job_id)
     p = d.placement
-    if rec is None or rec.state != JobState.PENDING or p is None:
+    if job is None or job.state != JobState.PENDING or p is None:
         rt.scheduler.finish(d.job_id)  # nothing to run any more: give the chips back
         return
+    st = job.status
     plan = scheduling.plan_fields(p.plan)
     if plan is not None:  # parallelism auto: the plan chosen together with the shape
-        rec.status["plan"] = {**plan, "block_shape": list(p.shape)}
-    resume = max(int(rec.status.get("checkpoint_step", 0)), d.resume_step)
-    rec.status["checkpoint_step"] = resume
-    st = rec.status.setdefault("scheduling", {})
-    st["queue_wait_s"] = round(scheduling.queue_wait(rt.scheduler, rec.id), 3)
-    st["team"] = rec.spec.get("team") or "default"
-    jm._set_state(rec, JobState.PLACING,
-                  f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
-                  allocation=scheduling.allocation_view(p))
-    jm._launch(rt, rec, Allocation(p.chips, p.shape, p.reason))
+        st.plan = {**plan, "block_shape": list(p.shape)}
+    st.checkpoint_step = max(st.checkpoint_step, d.resume_step)
+    st.scheduling.queue_wait_s = round(scheduling.queue_wait(rt.scheduler, job.id), 3)
+    st.scheduling.team = job.spec.get("team") or "default"
+    jm.table.transition(job, JobState.PLACING,
+                        f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
+                        allocation=scheduling.allocation_view(p))
+    jm.launch(rt, job, Allocation(p.chips, p.shape, p.reason))
 
 
 def settle(jm: JobManager, rt: ClusterRuntime, preemptor: str) -> None:
@@ -121,37 +119,29 @@ def settle(jm: JobManager, rt: ClusterRuntime, preemptor: str) -> None:
 
 
 def _checkpoint_victim(jm: JobManager, rt: ClusterRuntime, job_id: str, by: str) -> int | None:
-    rec = jm.records.get(job_id)
-    if rec is None or JobState(rec.state) in TERMINAL:
+    table = jm.table
+    job = table.find(job_id)
+    if job is None or job.ended:
         return None  # it ended: ``finish`` already released it
-    if rec.state != JobState.RUNNING or (jm.recovery is not None and jm.recovery.owns(job_id)):
+    drv = jm.driver(rt)
+    if job.state != JobState.RUNNING or drv.owns(job_id):
         return None  # recovering or being placed: its state is not on chips now
-    if fabric_ops.can_checkpoint_now(rt.fabric):
-        step = fabric_ops.checkpoint_now(rt.fabric, job_id)
-        if step is None:
+    if drv.on_demand_checkpoints:
+        saved = drv.checkpoint_now(job_id)
+        if saved is None:
             return None  # finished on the fabric: its own event will release it
         how = "saved now"
     else:  # no on-demand checkpoint: the last saved one (work since it is redone)
-        step = int(rec.status.get("checkpoint_step", 0))
-        how = "its last checkpoint"
-    step = max(step, int(rec.status.get("checkpoint_step", 0)))
-    plane = jm.plane
-    prio = f"priority {jm.records[by].spec.get('priority')} > {rec.spec.get('priority')}" if by in jm.records else ""
-    jm._set_state(rec, JobState.CHECKPOINTING, f"preempted by {by} ({prio}): checkpoint at step {step} ({how})")
-    plane.store.add_checkpoint(CheckpointRecord(
-        new_id("ckpt"), rec.id, step, f"{_scheme(rt)}://{rec.id}/step-{step}",
-        plane.now(), {"reason": "preemption", "preempted_by": by}))
-    rec.status["checkpoint_step"] = step
-    rt.scheduler.report_checkpoint(job_id, step)
-    fabric_ops.stop(rt.fabric, rec.id)
-    jm._release(rec)
-    st = rec.status.setdefault("scheduling", {})
-    st["preemptions"] = int(st.get("preemptions", 0)) + 1
+        saved, how = 0, "its last checkpoint"
+    step = max(saved, job.status.checkpoint_step)
+    pre = table.find(by)
+    prio = f"priority {pre.spec.get('priority')} > {job.spec.get('priority')}" if pre is not None else ""
+    table.transition(job, JobState.CHECKPOINTING, f"preempted by {by} ({prio}): checkpoint at step {step} ({how})")
+    table.record_checkpoint(job, step, f"{drv.checkpoint_scheme}://{job.id}/step-{step}",
+                            {"reason": "preemption", "preempted_by": by})
+    drv.stop(job.id)
+    rt.owners.release(job.id)
+    job.status.scheduling.preemptions += 1
     reason = f"preempted by {by}; requeued, resumes from checkpoint step {step}"
-    jm._set_state(rec, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
+    table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
     return step
-
-
-def _scheme(rt: ClusterRuntime) -> str:
-    kind = str(getattr(rt.fabric, "kind", "fabric"))
-    return "twin" if kind == "sim" else kind

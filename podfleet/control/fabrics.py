@@ -1,20 +1,21 @@
 """Which fabric drives a cluster: ``sim`` (the twin), ``local`` (worker processes on this
-host, ``podfleet.fabric.local``) or ``ray`` (Ray actors, ``podfleet.fabric.ray``)."""
+host, ``podfleet.fabric.local``), ``ray`` (Ray actors, ``podfleet.fabric.ray``) or ``neuron``
+(a real Trainium host: neuron-ls and neuron-monitor, ``podfleet.fabric.neuron``)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from podfleet.errors import InfeasibleError
-from podfleet.fabric.base import Fabric
+from podfleet.fabric.base import Closeable, Fabric
+from podfleet.fabric.neuron.command import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
 
 # (kind, topology, timeline, spares, seed, *, options) -> Fabric. ``options``: ``workdir``
-# (the cluster's own directory, stable across restarts) and ``ray_address``.
+# (the cluster's own directory, stable across restarts), ``ray_address``, and
+# ``neuron_ls`` / ``neuron_monitor`` (fabric neuron's commands).
 FabricFactory = Callable[..., Fabric]
 # Heartbeat silence that counts as a hang for control-plane local workers: more than the
 # fabric's 1 s default, because the control plane shares its host's cores with them.
@@ -27,6 +28,8 @@ def available_fabrics() -> list[str]:
         out.append("local")
     if importlib.util.find_spec("podfleet.fabric.ray") is not None and importlib.util.find_spec("ray") is not None:
         out.append("ray")
+    if "local" in out:  # a neuron host runs its workers as local processes
+        out.append("neuron")
     return out
 
 
@@ -49,25 +52,24 @@ def make_fabric(kind: str, topology: Topology, timeline: Any, spares: tuple[int,
     if kind == "local":
         from podfleet.fabric.local import LocalFabric
 
-        return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),  # type: ignore[return-value]
+        return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),
                            hang_timeout_s=LOCAL_HANG_TIMEOUT_S)
-    from podfleet.checkpoint import keys
+    if kind == "neuron":
+        from podfleet.fabric.neuron.fabric import NeuronFabric
+
+        # The topology is neuron-ls's (the cluster takes ``fabric.topology``), not ``topology``.
+        return NeuronFabric(timeline, neuron_ls=opts.get("neuron_ls") or DEFAULT_NEURON_LS,
+                            neuron_monitor=opts.get("neuron_monitor") or DEFAULT_NEURON_MONITOR,
+                            spares=spares, workdir=opts.get("workdir"), hang_timeout_s=LOCAL_HANG_TIMEOUT_S)
     from podfleet.fabric.ray import make_ray_fabric
 
-    fabric = make_ray_fabric(topology, timeline, spares, address=opts.get("ray_address"))
-    workdir = opts.get("workdir")
-    if workdir:
-        fabric.workdir = str(workdir)
-        if not os.environ.get("PODFLEET_CHECKPOINT_KEY"):
-            # One KEK per cluster, kept across restarts (as LocalFabric does); with a
-            # multi-machine Ray cluster the workdir must be shared storage.
-            kek = Path(workdir) / "keys" / "checkpoint.kek"
-            fabric.key_file = str(kek if kek.exists() else keys.new_key_file(kek))  # type: ignore[attr-defined]
-    return fabric  # type: ignore[return-value]
+    # The cluster's workdir also keeps its checkpoint KEK (make_ray_fabric), which the
+    # fabric hands to its workers itself.
+    return make_ray_fabric(topology, timeline, spares, address=opts.get("ray_address"),
+                           workdir=opts.get("workdir") or None)
 
 
 def close_fabric(fabric: Fabric) -> None:
     """Release what a fabric holds (worker processes, a Ray instance); the twin holds nothing."""
-    close = getattr(fabric, "close", None)
-    if callable(close):
-        close()
+    if isinstance(fabric, Closeable):
+        fabric.close()

@@ -11,18 +11,19 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.deploy import start_deployment
 from podfleet.control.fabrics import FabricFactory, close_fabric, make_fabric
 from podfleet.control.ids import new_id
 from podfleet.control.jobs import JobManager
+from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
-from podfleet.control.realjobs import cluster_workdir
-from podfleet.control.runtime import ClusterRuntime
+from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
 from podfleet.control.specs import ClusterSpec
+from podfleet.control.workdir import cluster_workdir
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import (
     ConflictError,
@@ -31,18 +32,22 @@ from podfleet.errors import (
     PodfleetError,
     UnknownNameError,
 )
-from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.fabric.base import ChipState, Fabric, FabricEvent, FaultInjection
+from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
+from podfleet.hardware.topology import Topology
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord, ClusterRecord
 
 T = TypeVar("T")
 
-FAULT_KINDS = (
-    "chip-failure", "hbm-corrected-burst", "hbm-uncorrectable", "sram-uncorrectable",
-    "link-down", "link-flap", "thermal-runaway", "firmware-fault",
-)
-LINK_FAULTS = ("link-down", "link-flap")
-KILL_WORKER = "kill-worker"  # local and ray clusters (podfleet.control.realjobs)
+KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
+
+
+class HealthPort(Protocol):
+    """What the plane reads of the health service (``podfleet.health.service``)."""
+
+    def source(self, cluster_id: str) -> HealthSource | None:
+        """The cluster's chip/link health for its hardware snapshot, once scanned."""
 
 
 def request_hash(body: dict[str, Any]) -> str:
@@ -80,9 +85,14 @@ class ControlPlane:
         self.epoch = time.time() - timeline.now  # timestamps = epoch + timeline time
         self.clusters: dict[str, ClusterRuntime] = {}  # live clusters by id
         self.names: dict[str, str] = {}  # live cluster name -> id
-        self.jobs = JobManager(self)
+        self.table = JobTable(store, self.now)  # the one writer of job records
+        self.jobs = JobManager(self, self.table)
+        self.health: HealthPort | None = None
         self._thread: threading.Thread | None = None
-        self._hooks: list[Callable[[ClusterRuntime, FabricEvent], None]] = []
+
+    def use_health(self, health: HealthPort) -> None:
+        """Show ``health``'s chip and link health in hardware snapshots (composition root)."""
+        self.health = health
 
     # --- time, threads ---------------------------------------------------------------
     def now(self) -> float:
@@ -108,10 +118,6 @@ class ControlPlane:
             self._thread.join(timeout=10)
         for rt in list(self.clusters.values()):
             close_fabric(rt.fabric)
-
-    def on_fabric_event(self, hook: Callable[[ClusterRuntime, FabricEvent], None]) -> None:
-        """Extension point (health, recovery): called on the engine thread for every fabric event."""
-        self._hooks.append(hook)
 
     # --- the write path ---------------------------------------------------------------------
     def mutation(
@@ -170,8 +176,7 @@ class ControlPlane:
             spares = cluster_spares(spec, topology)
             rec.status["spares"] = list(spares)
             fabric = self._make_fabric(spec, topology, spares, rec.id)
-            rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric, spares=spares,
-                                clock=self._clock)
+            rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock)
             rec.status["deployment"] = rt.deployment
             self.store.save_cluster(rec)
             created.append(rt)
@@ -185,15 +190,17 @@ class ControlPlane:
             out = rt.view()
         return out
 
-    def _make_fabric(self, spec: ClusterSpec, topology: Any, spares: tuple[int, ...], cluster_id: str) -> Any:
-        if spec.fabric == "sim":
-            return self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed)
-        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), "ray_address": spec.ray_address}
+    def _make_fabric(self, spec: ClusterSpec, topology: Topology, spares: tuple[int, ...],
+                     cluster_id: str) -> Fabric:
+        # A fabric of worker processes keeps checkpoints, logs and its key in the
+        # cluster's own directory; the twin ignores options.
+        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), **spec.fabric_options()}
         return self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed, options=opts)
 
     def _install(self, rt: ClusterRuntime) -> None:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
+        self.jobs.attach(rt)  # its job driver, from what its fabric declares
         rt.fabric.subscribe(lambda ev, rt=rt: self._fabric_event(rt, ev))
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
@@ -223,7 +230,7 @@ class ControlPlane:
 
     def render(self, rt: ClusterRuntime) -> None:
         """Re-render a cluster's hardware snapshot now (engine thread)."""
-        rt.render_hardware(self.now(), self.tl.now)
+        rt.render_hardware(self.now(), self.tl.now, self.health.source(rt.id) if self.health else None)
 
     def snapshot_stale(self, ref: str) -> bool:
         """True when the snapshot is older than two ticks (nobody read it lately): the
@@ -261,6 +268,7 @@ class ControlPlane:
             rt.logs.closed = True
             del self.clusters[rt.id]
             del self.names[rt.rec.name]
+            self.jobs.detach(rt)
             close_fabric(rt.fabric)
             return rt.view(), rt.id
 
@@ -305,14 +313,15 @@ class ControlPlane:
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, actor: str = "system") -> dict[str, Any]:
         if kind == KILL_WORKER:  # real fabrics: kill one rank's worker process
-            return self.mutation("InjectFault", actor, ref, lambda: self.jobs.real.kill_worker(self.resolve(ref), rank, job),
+            return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
                                  body={"kind": kind, "rank": rank, "jobId": job})
 
         def do() -> tuple[dict[str, Any], str]:
             rt = self.resolve(ref)
             if kind not in FAULT_KINDS:
                 raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, KILL_WORKER), field="kind")
-            if not hasattr(rt.fabric, "inject_fault"):
+            fabric = rt.fabric
+            if not isinstance(fabric, FaultInjection):
                 raise InvalidInputError(f"fault {kind} needs the twin (fabric sim); cluster {rt.rec.name} runs on "
                                         f"fabric {rt.spec.fabric}: use kill-worker", field="kind",
                                         allowed=[KILL_WORKER])
@@ -328,7 +337,7 @@ class ControlPlane:
                     raise InvalidInputError(f"{kind} needs --chip N (and no link)", field="chip")
                 rt.topology.check_chip(chip)
             target = f"{rt.id}/link/{link}" if link_index is not None else f"{rt.id}/chip/{chip}"
-            rt.fabric.inject_fault(kind, chip=chip, link=link_index)  # type: ignore[attr-defined]
+            fabric.inject_fault(kind, chip=chip, link=link_index)
             rt.logs.append(self.now(), f"fault injected: {kind} at {target.split('/', 1)[1]}")
             self.render(rt)
             return {"cluster_id": rt.id, "kind": kind, "chip": chip, "link": link,
@@ -364,16 +373,12 @@ class ControlPlane:
             rt.logs.append(self.now(), f"fabric: {ev.kind}", chip=ev.chip, link=ev.link)
         if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
             self.jobs.on_event(rt, ev)
-            for hook in self._hooks:
-                hook(rt, ev)
             return
         # One commit per event: a checkpoint's two transitions and its record go together.
         with self.store.transaction():
             if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
                 self.save_health(rt)
             self.jobs.on_event(rt, ev)
-        for hook in self._hooks:
-            hook(rt, ev)
 
     def save_health(self, rt: ClusterRuntime) -> None:
         states = rt.chip_states()
@@ -412,8 +417,7 @@ class ControlPlane:
             rec.status["reason"] = f"fabric unavailable after restart: {exc.message}"
             self.store.save_cluster(rec)
             return
-        rt = ClusterRuntime(rec, spec, getattr(fabric, "topology", topology), fabric, spares=spares,
-                            clock=self._clock)
+        rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock)
         for h in self.store.list_chip_health(rec.id):
             if h.state in (ChipState.FAILED, ChipState.ISOLATED) and h.chip < topology.n_chips:
                 fabric.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")

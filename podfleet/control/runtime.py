@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
+from podfleet.control.owners import ChipOwners
 from podfleet.control.scheduling import new_scheduler, queue_waits, scheduler_metrics
 from podfleet.control.specs import ClusterSpec
 from podfleet.fabric.base import ChipState, Fabric
 from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
 from podfleet.store.records import ClusterRecord
+
+if TYPE_CHECKING:
+    from podfleet.control.balancing import ClusterBalancer
+
+
+class HealthSource(Protocol):
+    """Per-chip and per-link health for the snapshot: "ok" | "warning" | "critical"."""
+
+    def chip_health(self) -> list[str]: ...
+
+    def link_health(self) -> list[str]: ...
+
 
 DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mounts", "self-test")
 
@@ -38,7 +51,7 @@ class ClusterRuntime:
         self.spares: tuple[int, ...] = tuple(spares) if spares is not None else tuple(range(n - spec.spares, n))
         self.spare_mask = np.zeros(n, dtype=bool)
         self.spare_mask[list(self.spares)] = True
-        self.owner: dict[int, str] = {}  # chip -> job id holding it
+        self.owners = ChipOwners()  # chip -> job id holding it (written only through its methods)
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0))
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
@@ -46,7 +59,7 @@ class ClusterRuntime:
         # scheduling cycle and render (readers on API threads only see whole dicts).
         self.sched_metrics: dict[str, Any] = {}
         self.queue_waits: dict[str, float] = {}
-        self.balancer: Any = None  # control.balancing.ClusterBalancer on fabrics with telemetry
+        self.balancer: ClusterBalancer | None = None  # on fabrics that declare the telemetry it samples
         self.logs = LogBuffer()
         self.deployment: dict[str, Any] = rec.status.get("deployment") or {
             "state": "pending",
@@ -68,8 +81,6 @@ class ClusterRuntime:
         self.hardware_bytes = b"{}"
         self.hardware_gzip = gzip.compress(b"{}", mtime=0)
         self.chip_bytes: list[bytes] = []
-        # Set by podfleet.health.service: chip_health() / link_health() -> ok|warning|critical.
-        self.health: Any = None
         self.rendered_at = -float("inf")  # timeline time of the snapshot
         # Set by readers, cleared by a render: ticks render only a snapshot someone reads,
         # so a simulated day without readers costs no JSON.
@@ -78,6 +89,11 @@ class ClusterRuntime:
     @property
     def id(self) -> str:
         return self.rec.id
+
+    @property
+    def owner(self) -> Mapping[int, str]:
+        """chip -> job id (read only; ``owners`` writes)."""
+        return self.owners
 
     @property
     def state(self) -> ClusterState:
@@ -90,14 +106,14 @@ class ClusterRuntime:
         """Chips normal placement may use: healthy, not a spare, not held by a job."""
         ok = np.array([s == ChipState.HEALTHY for s in self.chip_states()], dtype=bool)
         ok &= ~self.spare_mask
-        if self.owner:
-            ok[list(self.owner)] = False
+        if self.owners:
+            ok[list(self.owners)] = False
         return ok
 
     def replacement_chips(self) -> list[int]:
         """Chips a recovering rank may move to: free healthy spares first, then any free chip."""
         states = self.chip_states()
-        free = [i for i, s in enumerate(states) if s == ChipState.HEALTHY and i not in self.owner]
+        free = [i for i, s in enumerate(states) if s == ChipState.HEALTHY and i not in self.owners]
         return sorted(free, key=lambda i: (not self.spare_mask[i], i))
 
     def view(self) -> dict[str, Any]:
@@ -114,7 +130,7 @@ class ClusterRuntime:
             "spares": list(self.spares),
             "spec": self.spec.to_dict(),
             "deployment": self.deployment,
-            "jobs_running": len(set(self.owner.values())),
+            "jobs_running": len(set(self.owners.values())),
             "scheduler": self.sched_metrics,
             "reason": rec.status.get("reason", ""),
             "created_at": rfc3339(rec.created_at),
@@ -127,8 +143,9 @@ class ClusterRuntime:
         self.sched_metrics = scheduler_metrics(self)
         self.queue_waits = queue_waits(self.scheduler)
 
-    def render_hardware(self, now: float, t: float | None = None) -> None:
-        """Render the snapshot (engine thread). ``now``: unix time shown; ``t``: timeline time."""
+    def render_hardware(self, now: float, t: float | None = None, health: HealthSource | None = None) -> None:
+        """Render the snapshot (engine thread). ``now``: unix time shown; ``t``: timeline
+        time; ``health``: the cluster's health monitor, when one scans it."""
         self.wanted = False
         self.refresh_metrics()
         if t is not None:
@@ -138,8 +155,8 @@ class ClusterRuntime:
         metrics = {k: _tolist(v) for k, v in fab.chip_metrics().items()}
         link_states = [str(s) for s in fab.link_states()]
         link_metrics = {k: _tolist(v) for k, v in fab.link_metrics().items() if k not in _LINK_SKIP}
-        chip_health = self.health.chip_health() if self.health is not None else None
-        link_health = self.health.link_health() if self.health is not None else None
+        chip_health = health.chip_health() if health is not None else None
+        link_health = health.link_health() if health is not None else None
         chips = []
         for i in range(self.topology.n_chips):
             chips.append({
@@ -148,7 +165,7 @@ class ClusterRuntime:
                 "state": states[i],
                 "spare": bool(self.spare_mask[i]),
                 "health": chip_health[i] if chip_health else None,
-                "job": self.owner.get(i),
+                "job": self.owners.get(i),
                 "metrics": {k: v[i] for k, v in metrics.items()},
             })
         links = [

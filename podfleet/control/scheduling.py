@@ -2,8 +2,9 @@
 
 Each ``ClusterRuntime`` owns one ``Scheduler`` built from its topology and spares. The
 control plane's owner map (chip -> job, shared with recovery) and the fabric's chip
-states stay the truth; ``sync`` folds them into the scheduler before every cycle, so a
-rank that recovery moved, or a chip that failed or was repaired, is seen by placement.
+and link states stay the truth; ``sync`` folds them into the scheduler before every
+cycle, so a rank that recovery moved, a chip that failed or was repaired, or a link
+that went down, is seen by placement.
 
 Nothing here mutates a job record: ``dispatch`` applies the scheduler's decisions.
 """
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from podfleet.control.models import resolve_model
+from podfleet.control.presets import resolve_model
 from podfleet.control.specs import ClusterSpec
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState
@@ -112,7 +113,8 @@ def pending_allocation(reason: str) -> dict[str, Any]:
 
 
 def sync(rt: ClusterRuntime) -> None:
-    """Fold the fabric's chip states and the owner map into the scheduler (engine thread).
+    """Fold the fabric's chip states, link states and the owner map into the scheduler
+    (engine thread). Links that are down or degraded keep new placements off them.
 
     Spares are left out of the owner arrays: a rank recovery moved onto a spare does not
     make the spare look allocated, and the scheduler never places on spares anyway.
@@ -127,6 +129,9 @@ def sync(rt: ClusterRuntime) -> None:
         diff = np.flatnonzero(pod.healthy != healthy[lo:lo + per])
         for local in diff:
             sched.set_chip_state(lo + int(local), states[lo + int(local)])
+    links = rt.fabric.link_states()
+    if cl.links_per_pod and len(links) == cl.links_per_pod * len(cl.pods):
+        sched.set_link_states(links)
     want = np.full(cl.n_chips, FREE, dtype=np.int64)
     for chip, job_id in list(rt.owner.items()):
         r = sched.jobs.get(job_id)

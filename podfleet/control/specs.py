@@ -5,17 +5,24 @@ check types; these check meaning, so the engine never trusts its caller."""
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
+from podfleet.fabric.neuron.command import (
+    DEFAULT_NEURON_LS,
+    DEFAULT_NEURON_MONITOR,
+    MAX_COMMAND_CHARS,
+)
 from podfleet.hardware.catalog import custom_grid, get_topology
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import GridTopology, Topology
 
 CLUSTER_TYPES = ("trn2-ultraserver", "trn2-node", "trn1-node", "custom")
-FABRICS = ("sim", "local", "ray")
-REAL_FABRICS = ("local", "ray")
+FABRICS = ("sim", "local", "ray", "neuron")
+# Fabrics whose clusters may be given as N worker slots (``--chips N``) rather than a shape.
+SLOT_FABRICS = ("local", "ray")
 MAX_SPARES = 4
 MAX_STORAGE_NODES = 16
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
@@ -41,6 +48,9 @@ class ClusterSpec:
     network_isolation: bool = True
     fabric: str = "sim"
     ray_address: str | None = None  # fabric ray only: the Ray cluster (HOST:6379, ray://HOST:10001, auto)
+    # fabric neuron only: the commands that list the host's devices and stream their telemetry
+    neuron_ls: str | None = None  # default DEFAULT_NEURON_LS
+    neuron_monitor: str | None = None  # default DEFAULT_NEURON_MONITOR
 
     @classmethod
     def parse(cls, d: dict[str, Any]) -> ClusterSpec:
@@ -48,9 +58,15 @@ class ClusterSpec:
         extra = sorted(set(d) - known)
         if extra:
             raise UnknownNameError("cluster field", extra[0], known, field=extra[0])
-        if d.get("type") is None and d.get("fabric") in REAL_FABRICS and d.get("chips") is not None:
+        if d.get("type") is None and d.get("fabric") in SLOT_FABRICS and d.get("chips") is not None:
             # A real cluster of --chips N worker slots, not a Trainium shape.
             d = {**d, "type": "custom"}
+        if d.get("fabric") == "neuron":
+            # A Trainium host: neuron-ls gives the real shape; trn2-node (a trn2.48xlarge)
+            # is the expected one until it has run.
+            d = {"type": "trn2-node", **{k: v for k, v in d.items() if v is not None},
+                 "neuron_ls": DEFAULT_NEURON_LS if d.get("neuron_ls") is None else d["neuron_ls"],
+                 "neuron_monitor": DEFAULT_NEURON_MONITOR if d.get("neuron_monitor") is None else d["neuron_monitor"]}
         spec = cls(**{k: v for k, v in d.items() if v is not None or k in ("dims",)})
         if spec.dims is not None:
             spec = cls(**{**asdict(spec), "dims": tuple(spec.dims)})
@@ -63,6 +79,10 @@ class ClusterSpec:
                           "spares": len(set(named)) if spec.spares in (0, len(set(named))) else spec.spares})
         spec.validate()
         return spec
+
+    def fabric_options(self) -> dict[str, Any]:
+        """What the fabric factory needs beyond the topology (``make_fabric(options=)``)."""
+        return {"ray_address": self.ray_address, "neuron_ls": self.neuron_ls, "neuron_monitor": self.neuron_monitor}
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -82,6 +102,21 @@ class ClusterSpec:
             raise UnknownNameError("fabric", self.fabric, FABRICS, field="fabric")
         if self.ray_address is not None and self.fabric != "ray":
             raise InvalidInputError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="rayAddress")
+        for name, flag, value in (("neuron_ls", "neuronLs", self.neuron_ls),
+                                  ("neuron_monitor", "neuronMonitor", self.neuron_monitor)):
+            if value is None:
+                continue
+            if self.fabric != "neuron":
+                raise InvalidInputError(f"{name} applies to fabric neuron, not {self.fabric!r}", field=flag)
+            if not isinstance(value, str) or not value.strip() or len(value) > MAX_COMMAND_CHARS or "\x00" in value:
+                raise InvalidInputError(f"{name} must be a command line of 1-{MAX_COMMAND_CHARS} characters, "
+                                        f"got {value!r}", field=flag)
+            try:
+                ok = bool(shlex.split(value))
+            except ValueError as exc:
+                raise InvalidInputError(f"{name} command {value!r} cannot be split: {exc}", field=flag) from None
+            if not ok:
+                raise InvalidInputError(f"{name} must be a command line, got {value!r}", field=flag)
         if not 0 <= self.spares <= MAX_SPARES:
             raise InvalidInputError(
                 f"spares must be 0-{MAX_SPARES}, got {self.spares}", field="spares",

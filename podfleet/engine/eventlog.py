@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+# A record is a JSON object: its fields are whatever the emitter gave, read back by name.
 Record = dict[str, Any]
 
 
@@ -22,7 +23,7 @@ class EventLog:
         self._seq = 0
         self._subscribers: list[Callable[[Record], None]] = []
 
-    def append(self, t: float, kind: str, fields: dict[str, Any]) -> Record:
+    def append(self, t: float, kind: str, fields: Mapping[str, object]) -> Record:
         self._seq += 1
         rec: Record = {"seq": self._seq, "t": t, "kind": kind, **fields}
         self._records.append(rec)
@@ -41,7 +42,7 @@ class EventLog:
     def __iter__(self) -> Iterator[Record]:
         return iter(list(self._records))
 
-    def filter(self, kind: str | None = None, **match: Any) -> list[Record]:
+    def filter(self, kind: str | None = None, **match: object) -> list[Record]:
         return [
             r
             for r in self._records

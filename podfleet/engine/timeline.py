@@ -12,13 +12,14 @@ get a ``concurrent.futures.Future`` for its result (``await asyncio.wrap_future(
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from time import monotonic
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import simpy
@@ -27,8 +28,11 @@ import simpy.rt
 from podfleet.engine.eventlog import EventLog, Record
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
-_Command = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], "Future[Any]"]
+# The inbox holds commands of every result type, so it erases them: a command is a
+# zero-argument call and the future its result goes to.
+_Command = tuple[Callable[[], Any], "Future[Any]"]
 
 
 class Timeline:
@@ -46,7 +50,7 @@ class Timeline:
         self._stop = threading.Event()
         self.engine_thread: int | None = None
         # Optional group-commit context for ``drain`` (see there); None: no batching.
-        self.batch: Callable[[], AbstractContextManager[Any]] | None = None
+        self.batch: Callable[[], AbstractContextManager[object]] | None = None
         self.events_processed = 0  # SimPy events stepped by run() / serve_forever()
         self.env: simpy.Environment = (
             simpy.Environment(start) if speed is None else PacedEnvironment(self, start, 1.0 / speed)
@@ -57,14 +61,14 @@ class Timeline:
     def now(self) -> float:
         return float(self.env.now)
 
-    def emit(self, kind: str, **fields: Any) -> Record:
+    def emit(self, kind: str, **fields: object) -> Record:
         """Append an event to the log at the current sim time."""
         return self.log.append(self.now, kind, fields)
 
     def process(self, gen: Generator[simpy.Event, Any, Any]) -> simpy.Process:
         return self.env.process(gen)
 
-    def every(self, interval_s: float, fn: Callable[[], Any], *, start_delay: float | None = None) -> simpy.Process:
+    def every(self, interval_s: float, fn: Callable[[], object], *, start_delay: float | None = None) -> simpy.Process:
         """Run ``fn`` every ``interval_s`` of sim time (one SimPy process, not one per item)."""
 
         def loop() -> Generator[simpy.Event, Any, None]:
@@ -75,16 +79,18 @@ class Timeline:
 
         return self.env.process(loop())
 
-    def call_at(self, delay_s: float, fn: Callable[[], Any]) -> None:
+    def call_at(self, delay_s: float, fn: Callable[[], object]) -> None:
         """Run ``fn`` once after ``delay_s`` of sim time."""
-        ev = self.env.timeout(delay_s)
-        ev.callbacks.append(lambda _e: fn())
+        def fire(_event: simpy.Event) -> None:
+            fn()
+
+        self.env.timeout(delay_s).callbacks.append(fire)
 
     # --- commands from other threads ------------------------------------------------
-    def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> Future[T]:
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         """Thread-safe: run ``fn(*args, **kwargs)`` on the engine thread; returns its Future."""
         fut: Future[T] = Future()
-        self._inbox.put((fn, args, kwargs, fut))
+        self._inbox.put((functools.partial(fn, *args, **kwargs), fut))
         self._wake.set()
         return fut
 
@@ -129,11 +135,11 @@ class Timeline:
 
     @staticmethod
     def _run(cmd: _Command, done: list[tuple[Future[Any], bool, Any]]) -> None:
-        fn, args, kwargs, fut = cmd
+        call, fut = cmd
         if not fut.set_running_or_notify_cancel():
             return
         try:
-            done.append((fut, True, fn(*args, **kwargs)))
+            done.append((fut, True, call()))
         except BaseException as exc:  # delivered to the caller, who decides
             done.append((fut, False, exc))
 

@@ -79,7 +79,15 @@ class WorkerGroupSpec:
 
 @dataclass(frozen=True)
 class FabricEvent:
-    """Something a fabric reports upward: a fault, a worker exit, progress."""
+    """Something a fabric reports upward: a fault, a worker exit, progress.
+
+    Job events the control plane's drivers read: ``job-started``, ``progress`` (step,
+    loss, tokens_per_s, step_time_s), ``checkpoint`` (step, path), ``job-finished``,
+    ``job-failed`` (reason, cause), ``job-stopped``; a fabric that recovers a lost rank
+    itself sends ``job-recovering`` then ``job-resumed`` (chips, source, restored_step);
+    ``worker-exited`` (rank, cause: an ``ExitCause``) carries ``gang_ended=True`` when the
+    whole gang ended with that rank and its launcher must relaunch it.
+    """
 
     kind: str  # e.g. "chip-failed", "link-down", "worker-exited", "progress", "hang"
     t: float
@@ -94,8 +102,13 @@ class Fabric(Protocol):
     """What every fabric does. What only some do is a capability below: the control
     plane asks ``isinstance(fabric, Capability)``, never the fabric's name or ``getattr``."""
 
-    kind: str  # "sim", "local", "ray", "neuron": for display and the factory only
-    topology: Topology
+    @property
+    def kind(self) -> str:
+        """"sim", "local", "ray", "neuron": for display and the factory only."""
+
+    @property
+    def topology(self) -> Topology:
+        """The chips and links this fabric drives (a fabric may discover its own)."""
 
     def attach(self, timeline: Any) -> None:
         """Register this fabric's processes (telemetry sampling, faults) on the timeline."""
@@ -112,11 +125,13 @@ class Fabric(Protocol):
     def link_metrics(self) -> Mapping[str, np.ndarray]:
         """Latest link telemetry: metric name -> array over links."""
 
-    def launch(self, group: WorkerGroupSpec) -> None: ...
+    def launch(self, group: WorkerGroupSpec) -> object:
+        """Start the gang (what it returns is the fabric's own; callers ignore it)."""
 
     def stop(self, job_id: str) -> None: ...
 
-    def subscribe(self, callback: Callable[[FabricEvent], None]) -> None: ...
+    def subscribe(self, callback: Callable[[FabricEvent], None]) -> object:
+        """Deliver every event to ``callback`` (a fabric may return an unsubscribe handle)."""
 
 
 # --- the shared run-state type -------------------------------------------------------------

@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -62,9 +61,6 @@ class Route:
 
     def uses_any(self, links: Iterable[int]) -> bool:
         return not set(self.links).isdisjoint(links)
-
-
-_MISSING: Any = object()
 
 
 def _route(chips: list[int], links: list[int]) -> Route:
@@ -195,7 +191,7 @@ class Router:
         self._bypasses: tuple[tuple[Route, ...], ...] = tuple(
             tuple(self._make_bypasses(i)) for i in range(len(topo.links))
         )
-        self._graph = nx.Graph()
+        self._graph: nx.Graph[int] = nx.Graph()
         self._graph.add_nodes_from(range(topo.n_chips))
         for ln in topo.links:
             self._graph.add_edge(ln.src, ln.dst, index=ln.index)
@@ -315,13 +311,13 @@ class Router:
         base route with detours spliced in, or the global route if a detour is broken.
         Raises :class:`NoRouteError` when the surviving links do not join them."""
         key = (src, dst)
-        r = self._routes.get(key, _MISSING)
-        if r is _MISSING:
+        if key not in self._routes:
             n = self.topo.n_chips
             if not (0 <= src < n and 0 <= dst < n):
                 self.topo.check_chip(src)
                 self.topo.check_chip(dst)
-            r = self._routes[key] = self._compute(src, dst)
+            self._routes[key] = self._compute(src, dst)
+        r = self._routes[key]
         if r is None:
             raise NoRouteError(
                 f"no route from chip {src} to chip {dst}: failed links "

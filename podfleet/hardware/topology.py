@@ -140,6 +140,11 @@ class GridTopology(Topology):
         )
         self.links = tuple(self._build_links())
 
+    @property
+    def coords_array(self) -> np.ndarray:
+        """[n_chips, n_axes] coordinates of every chip (read only)."""
+        return self._coords
+
     def _build_links(self) -> Iterator[Link]:
         idx = 0
         for k, axis in enumerate(self.axes):
@@ -369,6 +374,11 @@ class FleetTopology(Topology):
         # modelled as bandwidth per chip, not as links.
         self.links = ()
         self._n_group_links = len(group.links)
+
+    @property
+    def n_group_links(self) -> int:
+        """Links inside one group (every group has the same shape)."""
+        return self._n_group_links
 
     def split(self, chip: int) -> tuple[int, int]:
         return divmod(chip, self.group.n_chips)

@@ -2,12 +2,12 @@
 failure prediction. Pure numpy over metric arrays; the control plane drives it on the
 timeline.
 
-    from podfleet.health.service import HealthService
-    svc = HealthService.install(plane)  # scans every 2 s, alerts, drains, recovery, firmware
+    parts = podfleet.compose.build(store, timeline)  # plane + HealthService + RecoveryService
+    parts.health  # scans every 2 s (fabrics with TelemetrySource), alerts, drains, firmware
 
     HealthMonitor(cluster_id, fabric, timeline, book=, config=HealthConfig(), drain=, sink=)
     HealthScanner(cluster_id, n_chips, n_links, AlertBook()).scan(now, chip_metrics, states, ...)
     TelemetryHistory(cluster_id, n_chips, n_links, interval_s).query(scope, metric, range, now, target)
     Predictor(n, DEFAULT_MODEL).observe(now, chip_metrics, usable) -> [Alarm]
-    evaluate.run_seed / fit_model / score: train and measure prediction on twin seeds
+    podfleet.twin.evaluate.run_seed / fit_model / score: train and measure prediction on twin seeds
 """

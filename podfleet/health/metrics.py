@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+    from podfleet.health.service import HealthService
 
 CHIP_GAUGES = (
     ("temperature_c", "podfleet_chip_temperature_celsius", "Chip temperature", 1.0),
@@ -31,8 +35,9 @@ CHIP_COUNTERS = (
 
 
 class HealthCollector(Collector):
-    def __init__(self, plane: Any) -> None:
+    def __init__(self, plane: ControlPlane, health: HealthService | None = None) -> None:
         self.plane = plane
+        self.health = health
 
     def collect(self) -> Iterator[Metric]:
         plane = self.plane
@@ -65,7 +70,7 @@ class HealthCollector(Collector):
                 if key in m:
                     for c, v in zip(chips, np.asarray(m[key], np.float64).tolist(), strict=True):
                         counters[name].add_metric([cid, c], v)
-            mon = getattr(rt, "health", None)
+            mon = self.health.monitors.get(cid) if self.health is not None else None
             if mon is not None:
                 for c, v in zip(chips, mon.scanner.chip_health.tolist(), strict=True):
                     health.add_metric([cid, c], v)
@@ -94,7 +99,7 @@ class HealthCollector(Collector):
         yield step
 
     def _service(self) -> Iterator[Metric]:
-        svc = getattr(self.plane, "health", None)
+        svc = self.health
         alerts = GaugeMetricFamily("podfleet_alerts", "Alerts by state and severity", labels=["state", "severity"])
         rec = CounterMetricFamily("podfleet_recoveries", "Recovery flows finished", labels=["kind", "state"])
         scans = CounterMetricFamily("podfleet_health_scans", "Health scans run", labels=["cluster"])

@@ -183,9 +183,13 @@ class HealthScanner:
                 message=lambda i, v, m=m, base=base: f"{m} {v:.4g} is more than {cfg.rel:.0%} off its "
                 f"baseline {base[i]:.4g} for {cfg.hold_s:.0f} s")
         # ECC: uncorrected errors are critical until the chip is repaired (state change).
-        unc = np.asarray(chip["mem_ecc_uncorrected"]) + np.asarray(chip["sram_ecc_uncorrected"])
-        if self._prev_unc is not None:
-            self._unc_seen_t[unc > self._prev_unc] = now
+        # Counters a fabric has not reported yet are NaN (a real host before its first
+        # report): as zero, so the first report that shows an error raises the alert.
+        unc = np.nan_to_num(np.asarray(chip["mem_ecc_uncorrected"], np.float64)) + \
+            np.nan_to_num(np.asarray(chip["sram_ecc_uncorrected"], np.float64))
+        # Errors a chip already had at the first scan are news too (a real host's counters
+        # predate the control plane).
+        self._unc_seen_t[unc > (0.0 if self._prev_unc is None else self._prev_unc)] = now
         self._prev_unc = unc
         self._rules["ecc-uncorrected"].apply(
             book, cid, (now - self._unc_seen_t < 600.0) & (states != 3), now, res, values=unc,
@@ -219,7 +223,8 @@ class HealthScanner:
 
     def _scan_links(self, now: float, link: Mapping[str, np.ndarray], st: np.ndarray, res: ScanResult) -> None:
         book, cid = self.book, self.cluster_id
-        err = np.asarray(link["errors"], np.int64)
+        # A fabric that does not measure link errors reports NaN: no errors seen.
+        err = np.nan_to_num(np.asarray(link["errors"], np.float64)).astype(np.int64)
         burst = np.zeros(self.n_links, bool) if self._prev_link_err is None else \
             (err - self._prev_link_err) >= self.cfg.link_error_burst
         self._prev_link_err = err

@@ -1,12 +1,12 @@
-"""Health, recovery and firmware wired into a ``ControlPlane``.
+"""Health, recovery and firmware for a ``ControlPlane``; built by the composition root
+(``podfleet.compose``), which also hands the plane its health view and the job manager
+the recovery service.
 
-    svc = HealthService.install(plane)       # once, before plane.start() / plane.load()
-
-Installs ``plane.health = svc`` and ``plane.jobs.recovery`` (chip faults go to the
-per-cluster recovery orchestrators), and one timeline process that every
-``interval_s`` (2 s) runs each live cluster's ``HealthMonitor`` (telemetry history,
-vectorized scan, failure prediction -> proactive drain), saves closed rollup buckets to
-the store (with retention) and renders chip/link health into the hardware snapshot.
+One timeline process every ``interval_s`` (2 s) runs the ``HealthMonitor`` of each
+active cluster whose fabric declares ``TelemetrySource`` (telemetry history, vectorized
+scan, failure prediction -> proactive drain where recovery can move ranks), saves closed
+rollup buckets to the store (with retention) and gives chip/link health to the hardware
+snapshot (``source``).
 
 Commands (engine thread; the API calls them through ``plane.call``):
     svc.list_alerts(cluster, state=None) / svc.acknowledge(alert_id, actor=)
@@ -21,13 +21,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from podfleet.control.lifecycle import TERMINAL, ClusterState, JobState
+from podfleet.control.runtime import HealthSource
 from podfleet.errors import InvalidInputError
+from podfleet.fabric.base import FirmwareUpdate, TelemetrySource
 from podfleet.health.alerts import AlertBook, AlertState
 from podfleet.health.monitor import HealthMonitor
 from podfleet.health.scan import HealthConfig
 from podfleet.health.telemetry import HOUR_S, MINUTE_S, RETENTION_S, RollupRow
 from podfleet.recovery.firmware import FirmwareRollouts
-from podfleet.recovery.plane import PlaneRecovery
+from podfleet.recovery.orchestrator import RecoveryOrchestrator
+from podfleet.recovery.service import RecoveryService
 from podfleet.store.records import RollupRecord
 
 if TYPE_CHECKING:
@@ -36,53 +39,51 @@ if TYPE_CHECKING:
 
 
 class HealthService:
-    def __init__(self, plane: ControlPlane, config: HealthConfig | None = None) -> None:
+    def __init__(self, plane: ControlPlane, recovery: RecoveryService, config: HealthConfig | None = None) -> None:
         self.plane = plane
         self.cfg = config or HealthConfig()
         self.book = AlertBook()
-        self.recovery = PlaneRecovery(plane)
+        self.recovery = recovery
         self.monitors: dict[str, HealthMonitor] = {}
         self.firmware_by_cluster: dict[str, FirmwareRollouts] = {}
         self.scan_s: list[float] = []
         self._last_prune = -HOUR_S
 
-    @classmethod
-    def install(cls, plane: ControlPlane, config: HealthConfig | None = None) -> HealthService:
-        svc = cls(plane, config)
-        plane.health = svc  # type: ignore[attr-defined]
-        plane.jobs.recovery = svc.recovery  # type: ignore[attr-defined]
-        plane.tl.every(svc.cfg.interval_s, svc.tick)
-        return svc
+    def start(self) -> None:
+        """Scan on the plane's timeline every ``interval_s``."""
+        self.plane.tl.every(self.cfg.interval_s, self.tick)
+
+    def source(self, cluster_id: str) -> HealthSource | None:
+        """The cluster's chip/link health for its hardware snapshot (``HealthPort``)."""
+        return self.monitors.get(cluster_id)
 
     # --- the loop ------------------------------------------------------------------------
     def tick(self) -> None:
         plane = self.plane
         for cid in [c for c in self.monitors if c not in plane.clusters]:
             del self.monitors[cid]
+            self.recovery.forget(cid)
         for rt in list(plane.clusters.values()):
-            if rt.state != ClusterState.ACTIVE or rt.spec.fabric != "sim":
-                # The monitor reads the twin's telemetry (temperature, ECC, NeuronCore use);
-                # local/ray slots report process metrics only and recover on their own.
+            if rt.state != ClusterState.ACTIVE or not isinstance(rt.fabric, TelemetrySource):
+                # The monitor reads chip telemetry (temperature, ECC, NeuronCore use); worker
+                # slots of a local or Ray cluster report process metrics only.
                 continue
             mon = self.monitors.get(rt.id) or self._monitor(rt)
             mon.tick()
-            rt.health = mon  # type: ignore[attr-defined]  # read by render_hardware
         self.recovery.close_stale()
         now = plane.now()
-        if now - self._last_prune >= HOUR_S and hasattr(plane.store, "prune_rollups"):
+        if now - self._last_prune >= HOUR_S:
             self._last_prune = now
             for res, keep in RETENTION_S.items():
                 plane.store.prune_rollups(resolution_s=res, before=now - keep)
 
     def _monitor(self, rt: ClusterRuntime) -> HealthMonitor:
-        orch = self.recovery.for_cluster(rt)
         epoch = self.plane.epoch
 
         def sink(rows: list[RollupRow]) -> None:
-            if hasattr(self.plane.store, "save_rollups"):
-                self.plane.store.save_rollups([RollupRecord(r.cluster_id, r.scope, r.metric, r.resolution_s,
-                                                            epoch + r.t_start, list(r.avg), list(r.min), list(r.max),
-                                                            r.count) for r in rows])
+            self.plane.store.save_rollups([RollupRecord(r.cluster_id, r.scope, r.metric, r.resolution_s,
+                                                        epoch + r.t_start, list(r.avg), list(r.min), list(r.max),
+                                                        r.count) for r in rows])
 
         def jobs() -> dict[str, dict[str, Any]]:
             return {jid: {"state": v["state"], "step": v["progress"].get("step", 0),
@@ -91,18 +92,18 @@ class HealthService:
                     if v["cluster_id"] == rt.id and JobState(v["state"]) not in TERMINAL}
 
         def drain(chip: int, reason: str) -> Any:
-            self.recovery.manage_running(rt)
-            return orch.drain(chip, reason)
+            # Only where recovery can move a rank off a chip that still works (the twin).
+            orch = self.recovery.manage_running(rt)
+            return orch.drain(chip, reason) if orch is not None else None
 
         mon = HealthMonitor(rt.id, rt.fabric, self.plane.tl, book=self.book, config=self.cfg, drain=drain,
                             sink=sink, jobs=jobs, mounts=lambda: self._mounts(rt))
         # Rollups kept in the store survive a restart: reload them into memory.
-        if hasattr(self.plane.store, "list_rollups"):
-            for res in (MINUTE_S, HOUR_S):
-                rows = self.plane.store.list_rollups(rt.id, resolution_s=res, since=self.plane.now() - RETENTION_S[res])
-                mon.history.load([RollupRow(r.cluster_id, r.scope, r.metric, r.resolution_s, r.t_start - epoch,
-                                            tuple(r.avg), tuple(r.min), tuple(r.max), r.count) for r in rows],
-                                 now=self.plane.tl.now)
+        for res in (MINUTE_S, HOUR_S):
+            rows = self.plane.store.list_rollups(rt.id, resolution_s=res, since=self.plane.now() - RETENTION_S[res])
+            mon.history.load([RollupRow(r.cluster_id, r.scope, r.metric, r.resolution_s, r.t_start - epoch,
+                                        tuple(r.avg), tuple(r.min), tuple(r.max), r.count) for r in rows],
+                             now=self.plane.tl.now)
         self.monitors[rt.id] = mon
         return mon
 
@@ -112,7 +113,7 @@ class HealthService:
         capacity, so only their state is scanned)."""
         steps = {s["name"]: s["state"] for s in rt.deployment.get("steps", [])}
         state = "ok" if steps.get("storage-mounts", "done") in ("done", "succeeded", "ok") else "unavailable"
-        return [{"name": f"storage-{i}", "state": state} for i in range(int(getattr(rt.spec, "storage_nodes", 0)))]
+        return [{"name": f"storage-{i}", "state": state} for i in range(rt.spec.storage_nodes)]
 
     # --- reads and commands -----------------------------------------------------------
     def _mon(self, ref: str) -> tuple[ClusterRuntime, HealthMonitor]:
@@ -146,25 +147,32 @@ class HealthService:
     def recoveries(self, ref: str) -> list[dict[str, Any]]:
         rt = self.plane.resolve(ref)
         o = self.recovery.for_cluster(rt)
+        if o is None:
+            return []
         recs = [*o.done, *o.active.values(), *o.link_active.values()]
         return [r.to_dict() for r in sorted(recs, key=lambda r: r.t_start)]
 
     def _fw(self, rt: ClusterRuntime) -> FirmwareRollouts:
         fw = self.firmware_by_cluster.get(rt.id)
         if fw is None:
+            orch = self.recovery.for_cluster(rt)
+            if not isinstance(rt.fabric, FirmwareUpdate) or orch is None:
+                raise InvalidInputError(f"fabric {rt.spec.fabric!r} of cluster {rt.rec.name} cannot update "
+                                        "firmware online", field="cluster")
             fw = self.firmware_by_cluster[rt.id] = FirmwareRollouts(
-                rt.fabric, self.plane.tl, self.recovery.for_cluster(rt),
-                before_batch=lambda: self.recovery.manage_running(rt))
+                rt.fabric, self.plane.tl, orch, before_batch=lambda: self._manage(rt))
         return fw
+
+    def _manage(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:
+        return self.recovery.manage_running(rt)
 
     def start_firmware(self, ref: str, version: str, *, unit: str = "chip", chips: list[int] | None = None,
                        actor: str = "system") -> dict[str, Any]:
         def do() -> tuple[dict[str, Any], str]:
             rt = self.plane.resolve(ref)
-            if not hasattr(rt.fabric, "update_firmware"):
-                raise InvalidInputError(f"fabric {rt.spec.fabric!r} cannot update firmware", field="cluster")
+            fw = self._fw(rt)
             self.recovery.manage_running(rt)
-            r = self._fw(rt).start(version, unit=unit, chips=chips)
+            r = fw.start(version, unit=unit, chips=chips)
             rt.logs.append(self.plane.now(), f"firmware rollout {r.id} to {version} started ({r.total} chips)")
             return {"cluster_id": rt.id, **r.to_dict()}, rt.id
 

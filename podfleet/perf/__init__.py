@@ -15,6 +15,7 @@ Public entry points:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TypedDict, Unpack
 
 from podfleet.errors import InfeasibleError
 from podfleet.hardware.topology import Topology
@@ -26,7 +27,7 @@ from podfleet.perf.plan import Plan
 from podfleet.perf.step import StepEstimate, estimate
 
 __all__ = [
-    "MODELS", "LinkHealth", "ModelSpec", "Plan", "Recompute", "StepEstimate",
+    "MODELS", "LinkHealth", "ModelSpec", "Plan", "Recompute", "StepEstimate", "StepOptions",
     "custom_model", "default_global_batch", "default_plan", "estimate", "estimate_step",
     "get_model", "step_time_s",
 ]
@@ -100,11 +101,23 @@ def estimate_step(
                     slow_chip_factor=slow_chip_factor)
 
 
+class StepOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`estimate_step`."""
+
+    plan: Plan | None
+    seq_len: int | None
+    global_batch: int | None
+    slow_chip_factor: float
+    down_links: Iterable[int]
+    degraded_links: Mapping[int, float] | None
+    block_shape: tuple[int, ...] | None
+
+
 def step_time_s(
     model: str | ModelSpec,
     chips: int,
     topology: str | Topology = "trn2-ultraserver",
-    **kwargs: object,
+    **kwargs: Unpack[StepOptions],
 ) -> float:
     """Seconds per training step; see ``estimate_step`` for the keyword arguments."""
-    return estimate_step(model, chips, topology, **kwargs).step_time_s  # type: ignore[arg-type]
+    return estimate_step(model, chips, topology, **kwargs).step_time_s

@@ -21,9 +21,11 @@ A group whose members sit s apart on an axis shares each link with s-1 other gro
 (all groups of a kind run at once), so it gets B/s and s hops per step.
 
 Link state: a down link's traffic is rerouted around it through a neighbouring ring,
-a detour of three hops whose links it shares, so the ring through it runs at
-``DETOUR_FACTOR`` of its bandwidth and each step pays two more hops. A degraded link
-runs at its factor. A ring is as fast as its slowest link.
+a detour whose links it shares, so the ring through it runs at ``DETOUR_FACTOR`` of
+its bandwidth and each step pays the detour's extra hops: its stretch (detour hops /
+direct hops, ``LinkHealth.stretch``; 3 for the square detour of a torus link, the
+default) minus one. A degraded link runs at its factor. A ring is as fast as its
+slowest link.
 """
 
 from __future__ import annotations
@@ -57,15 +59,24 @@ class Level:
 
 @dataclass(frozen=True)
 class LinkHealth:
-    """Links that are down, and degraded links with their bandwidth factor (0-1]."""
+    """Links that are down, and degraded links with their bandwidth factor (0-1].
+
+    ``stretch``: per down link, the hops of its detour over its direct hops (a router's
+    ``detour(link).hops``); a down link not named uses ``1 + DETOUR_EXTRA_HOPS``.
+    """
 
     down: frozenset[int] = frozenset()
     degraded: Mapping[int, float] = field(default_factory=dict, hash=False, compare=False)
+    stretch: Mapping[int, float] = field(default_factory=dict, hash=False, compare=False)
     _key: tuple = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "down", frozenset(self.down))
-        key = (tuple(sorted(self.down)), tuple(sorted(dict(self.degraded).items())))
+        for link, s in dict(self.stretch).items():
+            if not s >= 1.0:
+                raise ValueError(f"stretch of link {link} must be >= 1, got {s}")
+        key = (tuple(sorted(self.down)), tuple(sorted(dict(self.degraded).items())),
+               tuple(sorted((k, float(v)) for k, v in dict(self.stretch).items() if k in self.down)))
         object.__setattr__(self, "_key", key)
 
     def __hash__(self) -> int:
@@ -83,11 +94,18 @@ class LinkHealth:
             return DETOUR_FACTOR
         return float(self.degraded.get(link, 1.0))
 
+    def extra_hops(self, link: int) -> float:
+        """Hops a step over ``link`` pays beyond the direct one (its detour's, when down)."""
+        if link not in self.down:
+            return 0.0
+        return float(self.stretch.get(link, 1.0 + DETOUR_EXTRA_HOPS)) - 1.0
+
     def shifted(self, offset: int, count: int) -> LinkHealth:
         """The health of links [offset, offset+count) renumbered from 0 (one fleet group)."""
         down = frozenset(i - offset for i in self.down if offset <= i < offset + count)
         deg = {i - offset: f for i, f in self.degraded.items() if offset <= i < offset + count}
-        return LinkHealth(down, deg)
+        st = {i - offset: f for i, f in self.stretch.items() if offset <= i < offset + count}
+        return LinkHealth(down, deg, st)
 
 
 HEALTHY = LinkHealth()
@@ -153,7 +171,7 @@ def _grid_link_index(topo: GridTopology) -> dict[tuple[int, int], int]:
 
 
 def _grid_levels(topo: GridTopology, chips: tuple[int, ...], health: LinkHealth) -> list[Level]:
-    coords = topo._coords[list(chips)]
+    coords = topo.coords_array[list(chips)]
     sets = [sorted({int(v) for v in coords[:, k]}) for k in range(len(topo.dims))]
     if math.prod(len(s) for s in sets) != len(chips):
         return [_fallback_level(topo, chips)]
@@ -168,8 +186,8 @@ def _grid_levels(topo: GridTopology, chips: tuple[int, ...], health: LinkHealth)
         full_ring = axis.wrap and axis.size > 2 and len(set(gaps)) == 1 and n * stride == axis.size
         kind = LevelKind.bidir_ring if full_ring else LevelKind.line
         span = range(axis.size) if full_ring else range(vals[0], vals[-1])
-        factor = 1.0 if health.empty else _axis_factor(topo, k, sets, span, health)
-        hops = stride + (DETOUR_EXTRA_HOPS if factor <= DETOUR_FACTOR else 0)
+        factor, extra = (1.0, 0.0) if health.empty else _axis_factor(topo, k, sets, span, health)
+        hops = stride + extra
         levels.append(
             Level(kind, n, axis.link_bw_bytes_per_s / stride * factor, axis.hop_latency_s * hops)
         )
@@ -178,10 +196,11 @@ def _grid_levels(topo: GridTopology, chips: tuple[int, ...], health: LinkHealth)
 
 def _axis_factor(
     topo: GridTopology, k: int, sets: list[list[int]], span: range, health: LinkHealth
-) -> float:
+) -> tuple[float, float]:
+    """(bandwidth factor of the slowest link, largest extra hops of a step) on axis k."""
     index = _grid_link_index(topo)
     others = [s if j != k else [0] for j, s in enumerate(sets)]
-    worst = 1.0
+    worst, extra = 1.0, 0.0
     for base in _product(others):
         for x in span:
             c = list(base)
@@ -189,7 +208,8 @@ def _axis_factor(
             link = index.get((topo.index(c), k))
             if link is not None:
                 worst = min(worst, health.factor(link))
-    return worst
+                extra = max(extra, health.extra_hops(link))
+    return worst, extra
 
 
 def _product(lists: list[list[int]]) -> list[tuple[int, ...]]:
@@ -242,7 +262,7 @@ def _fleet_levels(topo: FleetTopology, chips: tuple[int, ...], health: LinkHealt
     if len(local_sets) != 1:
         return (Level(LevelKind.switch, len(chips), net.bw_bytes_per_s, net.step_latency_s),)
     local = next(iter(local_sets))
-    n_links = topo._n_group_links
+    n_links = topo.n_group_links
     worst: list[Level] | None = None
     for g in by_group if not health.empty else [next(iter(by_group))]:
         lv = list(_group_levels(topo.group, local, health.shifted(g * n_links, n_links)))

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable, Mapping
 
 from podfleet.errors import InvalidInputError
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.topology import Axis, FleetTopology, GridTopology, SwitchedTopology, Topology
+from podfleet.perf.collectives import HEALTHY, LinkHealth
 
 
 @functools.lru_cache(maxsize=256)
@@ -124,20 +126,48 @@ def resolve_topology(topology: str | Topology, chips: int) -> Topology:
     return topo
 
 
-def block_link_map(parent: Topology, job: Topology) -> dict[int, int]:
-    """Parent link index -> job-topology link index, for a job on a block at the origin."""
+def block_link_map(parent: Topology, job: Topology, offset: tuple[int, ...] | None = None) -> dict[int, int]:
+    """Parent link index -> job-topology link index, for a job on a block at ``offset``
+    (the origin when None; a block wraps round a torus like the scheduler's blocks)."""
     if parent is job or not isinstance(parent, GridTopology) or not isinstance(job, GridTopology):
         return {}
     if len(parent.dims) != len(job.dims):
         return {}
+    off = tuple(offset) if offset is not None else (0,) * len(parent.dims)
     sub = {(lk.src, lk.axis): lk.index for lk in job.links}
+
+    def local(chip: int) -> tuple[int, ...] | None:
+        c = tuple((x - o) % d for x, o, d in zip(parent.coords(chip), off, parent.dims, strict=True))
+        return c if all(x < s for x, s in zip(c, job.dims, strict=True)) else None
+
     out = {}
     for lk in parent.links:
-        a, b = parent.coords(lk.src), parent.coords(lk.dst)
-        if all(x < s for x, s in zip(a, job.dims, strict=True)) and all(
-            x < s for x, s in zip(b, job.dims, strict=True)
-        ):
+        a, b = local(lk.src), local(lk.dst)
+        if a is not None and b is not None:
             idx = sub.get((job.index(a), lk.axis))
             if idx is not None:
                 out[lk.index] = idx
     return out
+
+
+def block_health(
+    parent: Topology,
+    job: Topology,
+    offset: tuple[int, ...] | None,
+    down: Iterable[int] = (),
+    degraded: Mapping[int, float] | None = None,
+    stretch: Mapping[int, float] | None = None,
+) -> LinkHealth:
+    """The health of a job's own topology on a block at ``offset`` of ``parent``, from
+    the parent's down links, degraded links (bandwidth factor) and detour stretches.
+    Links outside the block are left out: its collectives do not cross them."""
+    degraded, stretch = degraded or {}, stretch or {}
+    if parent is job:  # the job fills its topology: link indices are its own
+        return LinkHealth(frozenset(down), dict(degraded), dict(stretch))
+    m = block_link_map(parent, job, offset)
+    if not m:
+        return HEALTHY
+    dn = frozenset(m[i] for i in down if i in m)
+    deg = {m[i]: float(f) for i, f in degraded.items() if i in m}
+    st = {m[i]: float(s) for i, s in stretch.items() if i in m}
+    return LinkHealth(dn, deg, st)

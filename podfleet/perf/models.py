@@ -1,10 +1,15 @@
 """Transformer model descriptions and the one registry of presets.
 
 A ``ModelSpec`` holds the dimensions the cost models need. Presets cover the models
-operators ask about (``debug``, ``llama3-*``, ``gpt3-175b``) and every model of the
-published validation runs (``megatron-*``, reference/validation.md), which are
-GPT-style: learned position embeddings, biases, GeLU MLP with ffn = 4h, tied
-embeddings and eager (non-fused) attention as trained in 2021-22.
+operators ask about (``llama3-*``, ``gpt3-175b``), every model of the published
+validation runs (``megatron-*``, reference/validation.md), which are GPT-style: learned
+position embeddings, biases, GeLU MLP with ffn = 4h, tied embeddings and eager
+(non-fused) attention as trained in 2021-22; and the built-in trainer's small models
+(``debug``, ``tiny``, ``small``, ``TRAINER_PRESETS``).
+
+A name means one model everywhere: the planner, the twin's step times and the real
+PyTorch trainer (``podfleet.training.model`` builds its ``GPTConfig`` from the preset
+of the same name, so ``ModelSpec.params`` equals the torch model's parameter count).
 """
 
 from __future__ import annotations
@@ -108,11 +113,22 @@ def _llama(name: str, layers: int, hidden: int, heads: int, ffn: int) -> ModelSp
     )
 
 
+def _byte_gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
+    # The built-in trainer's GPT: byte-level (no tokenizer to ship), 256-token context,
+    # fused attention (torch scaled_dot_product_attention).
+    return ModelSpec(name, layers, hidden, heads, vocab=256, seq_len=256, flash_attention=True)
+
+
+# Presets the built-in PyTorch trainer (podfleet.training) runs for real, sized for CPUs
+# in CI; every preset, these included, is also a model for the planner and the twin.
+TRAINER_PRESETS: tuple[str, ...] = ("debug", "tiny", "small")
+
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in (
-        # Tiny flavour that runs anywhere (tests, CI, the CPU training worker).
-        ModelSpec("debug", 2, 256, 4, vocab=1024, seq_len=256, flash_attention=True),
+        _byte_gpt("debug", 2, 64, 4),  # ~0.13M params: tests
+        _byte_gpt("tiny", 4, 128, 4),  # ~0.86M params: benchmarks
+        _byte_gpt("small", 6, 384, 6),  # ~10.8M params
         # Llama 3 (arXiv 2407.21783, Table 3): GQA with 8 KV heads, SwiGLU, RoPE.
         _llama("llama3-8b", 32, 4096, 32, 14336),
         _llama("llama3-70b", 80, 8192, 64, 28672),
@@ -136,6 +152,13 @@ def get_model(name: str) -> ModelSpec:
         return MODELS[name]
     except KeyError:
         raise UnknownNameError("model", name, MODELS, field="model") from None
+
+
+def get_trainer_preset(name: str) -> ModelSpec:
+    """A preset the built-in trainer can run (the others are for the twin and the planner)."""
+    if name not in TRAINER_PRESETS:
+        raise UnknownNameError("model preset", name, TRAINER_PRESETS, field="model")
+    return MODELS[name]
 
 
 def custom_model(

@@ -12,7 +12,9 @@ and interleaving (a divisor of the layers per stage) whose memory fits.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from podfleet.hardware.catalog import get_topology
 from podfleet.perf.efficiency import Efficiency, efficiency_for
@@ -96,8 +98,26 @@ def predict(row: Row, eff: Efficiency | None = None) -> tuple[Plan, StepEstimate
     return best
 
 
-def table(eff: Efficiency | None = None) -> list[dict[str, object]]:
-    out = []
+class TableRow(TypedDict):
+    """One row of :func:`table`: a published run beside its prediction."""
+
+    row: str
+    recompute: str
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    interleave: int
+    measured_s: float
+    predicted_s: float
+    error: float  # (predicted - measured) / measured
+    mfu: float
+    fits: bool
+    source: str
+
+
+def table(eff: Efficiency | None = None) -> list[TableRow]:
+    out: list[TableRow] = []
     for row in ROWS:
         plan, est = predict(row, eff)
         err = (est.step_time_s - row.measured_s) / row.measured_s
@@ -116,6 +136,6 @@ def table(eff: Efficiency | None = None) -> list[dict[str, object]]:
     return out
 
 
-def summary(rows: list[dict[str, object]]) -> dict[str, float]:
-    errs = [abs(float(r["error"])) for r in rows]  # type: ignore[arg-type]
+def summary(rows: Sequence[TableRow]) -> dict[str, float]:
+    errs = [abs(r["error"]) for r in rows]
     return {"median_abs_err": statistics.median(errs), "max_abs_err": max(errs)}

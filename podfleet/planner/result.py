@@ -21,7 +21,7 @@ class Candidate:
     def fits(self) -> bool:
         return self.estimate.fits
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[float, float, int, int, int, int, str, int]:
         p = self.plan
         return (
             round(self.step_time_s, 12), self.estimate.memory.total_bytes,
@@ -34,12 +34,12 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Rejected:
-    plan: dict[str, object]
+    plan: dict[str, int]  # the degrees it was rejected at: tp, pp, dp
     reason: str
     memory_per_chip_bytes: float | None = None  # least memory any variant needed
 
     def to_dict(self) -> dict[str, object]:
-        out = {**self.plan, "reason": self.reason}
+        out: dict[str, object] = {**self.plan, "reason": self.reason}
         if self.memory_per_chip_bytes is not None:
             out["memory_per_chip_bytes"] = int(self.memory_per_chip_bytes)
         return out

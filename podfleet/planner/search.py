@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
-from podfleet.hardware.specs import GiB, get_chip
+from podfleet.hardware.specs import ChipSpec, GiB, get_chip
 from podfleet.hardware.topology import Topology
 from podfleet.perf import default_global_batch
 from podfleet.perf.compute import layer_times
@@ -63,14 +63,14 @@ def _check_explicit(chips: int, fx: _Fixed) -> None:
     for name, v in given.items():
         if not isinstance(v, int) or v < 1:
             raise InvalidInputError(f"{name} must be a positive integer, got {v!r}", field=name)
-    if len(given) == 3 and fx.tp * fx.pp * fx.dp != chips:  # type: ignore[operator]
-        raise InvalidInputError(
-            f"tp*pp*dp ({fx.tp}*{fx.pp}*{fx.dp} = {fx.tp * fx.pp * fx.dp}) != chips ({chips})",  # type: ignore[operator]
-            field="chips",
-        )
     prod = 1
     for v in given.values():
         prod *= v
+    if len(given) == 3 and prod != chips:
+        raise InvalidInputError(
+            f"tp*pp*dp ({fx.tp}*{fx.pp}*{fx.dp} = {prod}) != chips ({chips})",
+            field="chips",
+        )
     if chips % prod:
         names = "*".join(given)
         raise InvalidInputError(f"{names} ({prod}) does not divide chips ({chips})", field="chips")
@@ -173,7 +173,7 @@ def plan(
 
 
 def _search_tpd(
-    spec: ModelSpec, topo: Topology, chip, t: int, p: int, d: int, gb: int, fx: _Fixed,
+    spec: ModelSpec, topo: Topology, chip: ChipSpec, t: int, p: int, d: int, gb: int, fx: _Fixed,
     dtype: str, exhaustive: bool, incumbent: list[float],
 ) -> tuple[list[Candidate], int, str, float | None]:
     per_replica = gb // d
@@ -243,7 +243,7 @@ def _search_tpd(
     return [], n_eval, why, mem
 
 
-def _lower_bound_s(spec: ModelSpec, plan: Plan, chip, dtype: str) -> float:
+def _lower_bound_s(spec: ModelSpec, plan: Plan, chip: ChipSpec, dtype: str) -> float:
     """Compute time alone (no communication, bubble or logits): a floor on the step."""
     sp = plan.sequence_parallel and plan.tp > 1
     lt = layer_times(spec, plan.tp, sp, plan.micro_batch, chip, efficiency_for(chip.name), dtype)

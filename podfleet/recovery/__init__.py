@@ -1,8 +1,8 @@
 """Recovery: keep jobs running through chip, memory, link, thermal and firmware faults.
 
     from podfleet.recovery.orchestrator import RecoveryOrchestrator
-    orch = RecoveryOrchestrator(fabric, timeline, owner={} | rt.owner, timings=Timings(),  # journal.py: listeners
-                                listener=MemoryJournal() | PlaneListener, subscribe=True, spares=None)
+    orch = RecoveryOrchestrator(fabric, timeline, owner=ChipOwners() | rt.owners, timings=Timings(),
+                                listener=MemoryJournal() | JobListener, subscribe=True, spares=None)
     orch.manage(job_id, JobPolicy(dp=2, peer_replica=True, on_no_spare="shrink" | "wait"))
     orch.handle(FabricEvent)          # chip-failed, chip-degraded (thermal), link-down/degraded/up, ...
     orch.chip_fault(chip, cause) / orch.drain(chip, reason) / orch.link_fault(link, state, reason)
@@ -12,7 +12,9 @@
     from podfleet.recovery.firmware import FirmwareRollouts
     fw = FirmwareRollouts(fabric, timeline, orch); fw.start(version, unit="chip" | "node", chips=None)
 
-Inside the control plane, ``podfleet.health.service.HealthService.install(plane)`` wires
-one orchestrator per cluster (``recovery.plane.PlaneRecovery``) into the JobManager.
-Benchmarks and tests use ``recovery.harness.make_pod`` and ``recovery.chaos.ChaosRun``.
+Inside the control plane, the composition root (``podfleet.compose``) builds one
+``recovery.service.RecoveryService`` (an orchestrator per twin cluster, its journal shown
+on the jobs through the job table) and hands it to the job manager.
+Benchmarks and tests build a twin pod with ``twin.harness.make_pod`` and run chaos with
+``twin.chaos.ChaosRun`` (rehearsal code lives in ``podfleet.twin``).
 """

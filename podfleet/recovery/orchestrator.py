@@ -30,8 +30,9 @@ from typing import Any
 
 import simpy
 
+from podfleet.control.owners import ChipOwners
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import ConflictError, PodfleetError
+from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.recovery.journal import MemoryJournal, RecoveryListener
 from podfleet.recovery.links import LinkFlows
@@ -43,12 +44,13 @@ LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update")
 
 
 class RecoveryOrchestrator(LinkFlows):
-    def __init__(self, fabric: Any, timeline: Timeline, *, owner: dict[int, str] | None = None,
+    def __init__(self, fabric: Any, timeline: Timeline, *, owner: ChipOwners | None = None,
                  timings: Timings | None = None, listener: RecoveryListener | None = None,
                  subscribe: bool = True, spares: tuple[int, ...] | None = None) -> None:
         self.fab = fabric
         self.tl = timeline
-        self.owner: dict[int, str] = owner if owner is not None else {}
+        # The cluster's chip owners (shared with the job manager; written through its methods).
+        self.owner: ChipOwners = owner if owner is not None else ChipOwners()
         self.timings = timings or Timings()
         self.listener: RecoveryListener = listener or MemoryJournal()
         self.spares = frozenset(spares if spares is not None else getattr(fabric, "spares", ()))
@@ -71,16 +73,11 @@ class RecoveryOrchestrator(LinkFlows):
     def manage(self, job_id: str, policy: JobPolicy | None = None) -> None:
         """Recover this fabric job from now on; claims its chips."""
         run = self.fab.job(job_id)
-        for c in run.chips:
-            other = self.owner.get(c)
-            if other not in (None, job_id):
-                raise ConflictError(f"chip {c} already belongs to job {other}", field="chips")
-            self.owner[c] = job_id
+        self.owner.assign(job_id, run.chips)
         self.policies[job_id] = policy or JobPolicy()
 
     def release(self, job_id: str) -> None:
-        for c in [c for c, j in self.owner.items() if j == job_id]:
-            del self.owner[c]
+        self.owner.release(job_id)
         self.policies.pop(job_id, None)
         self._notify_free()
 
@@ -258,8 +255,7 @@ class RecoveryOrchestrator(LinkFlows):
         except PodfleetError as exc:  # the spare failed in the meantime: pick again
             self._step(rec, "retry", f"move to {spare} refused: {exc.message}")
             return None
-        self.owner.pop(chip, None)
-        self.owner[spare] = job_id
+        self.owner.move(job_id, chip, spare)
         if live and cause != "firmware-update":  # an update needs the chip free, not isolated
             self._isolate(chip, cause)
         rec.pending.pop(0)
@@ -380,8 +376,8 @@ class RecoveryOrchestrator(LinkFlows):
             new.step = step
             self.fab.pause(job_id, f"recovery {rec.id}: shrinking")
             for c in run.chips:
-                if c not in keep and self.owner.get(c) == job_id:
-                    del self.owner[c]
+                if c not in keep:
+                    self.owner.release_chip(c, job_id)
             self.policies[job_id] = dataclasses.replace(pol, dp=pol.dp - 1)
             rec.pending = [p for p in rec.pending if p[0] in keep]
             return True

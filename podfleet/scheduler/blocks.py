@@ -63,7 +63,8 @@ def ring_orders(shape: tuple[int, ...]) -> list[np.ndarray]:
 def hop_weights(grid: GridTopology) -> np.ndarray:
     """Cost of one hop per axis: fastest link = 1 (trn2: x, y = 1; z = 2)."""
     bws = np.array([a.link_bw_bytes_per_s for a in grid.axes])
-    return bws.max() / bws
+    fastest = float(bws.max())
+    return fastest / bws
 
 
 def local_distance(grid: GridTopology, local: np.ndarray) -> np.ndarray:
@@ -72,7 +73,8 @@ def local_distance(grid: GridTopology, local: np.ndarray) -> np.ndarray:
     dims = np.array(grid.dims)
     wrap = np.array([a.wrap for a in grid.axes])
     diff = np.where(wrap, np.minimum(diff, dims - diff), diff)
-    return (diff * hop_weights(grid)).sum(axis=2)
+    dist: np.ndarray = (diff * hop_weights(grid)).sum(axis=2)
+    return dist
 
 
 def ring_cost(d: np.ndarray, ranks: np.ndarray) -> float:
@@ -158,7 +160,8 @@ class BlockIndex:
         local = ring_walk(self.topology, shape)
         coords = (offsets[:, None, :] + local[None, :, :]) % np.array(self.dims)
         mult = np.cumprod((1, *self.dims[:-1]))
-        return (coords * mult).sum(axis=2)
+        chips: np.ndarray = (coords * mult).sum(axis=2)
+        return chips
 
     # --- queries -------------------------------------------------------------------
     def chips(self, block: int) -> np.ndarray:
@@ -192,7 +195,8 @@ class BlockIndex:
     def pack(self, mask: np.ndarray) -> np.ndarray:
         """Chip masks [..., n_chips] as uint64 bit sets [...] (pods of <= 64 chips)."""
         m = np.asarray(mask, bool)
-        return np.bitwise_or.reduce(np.where(m, self._weights, np.uint64(0)), axis=-1)
+        bits: np.ndarray = np.bitwise_or.reduce(np.where(m, self._weights, np.uint64(0)), axis=-1)
+        return bits
 
     @functools.cached_property
     def _weights(self) -> np.ndarray:
@@ -200,17 +204,22 @@ class BlockIndex:
 
     def free(self, usable: np.ndarray) -> np.ndarray:
         """bool [n_blocks]: blocks all of whose chips are usable."""
+        free: np.ndarray
         if self.bits is not None:
-            return (self.bits & self.pack(~np.asarray(usable, bool))) == 0
-        return (self.member @ (~np.asarray(usable, bool)).astype(np.float32)) == 0
+            free = (self.bits & self.pack(~np.asarray(usable, bool))) == 0
+        else:
+            free = (self.member @ (~np.asarray(usable, bool)).astype(np.float32)) == 0
+        return free
 
     def free_many(self, usable: np.ndarray) -> np.ndarray:
         """bool [pods, n_blocks] for usable [pods, n_chips] (one AND, or one matrix product)."""
+        free: np.ndarray
         if self.bits is not None:
             blocked = self.pack(~np.asarray(usable, bool))
-            return (self.bits[None, :] & blocked[:, None]) == 0
-        blocked = (~np.asarray(usable, bool)).astype(np.float32) @ self.member_t
-        return blocked == 0
+            free = (self.bits[None, :] & blocked[:, None]) == 0
+        else:
+            free = ((~np.asarray(usable, bool)).astype(np.float32) @ self.member_t) == 0
+        return free
 
     def shape_free(self, free: np.ndarray) -> np.ndarray:
         """bool [..., n_shapes]: any free block of each shape (``free`` is [..., n_blocks])."""
@@ -223,6 +232,17 @@ class BlockIndex:
     def largest_free_shape(self, free: np.ndarray) -> tuple[int, ...] | None:
         hit = np.flatnonzero(free)
         return self.shapes[int(self.block_shape[hit[0]])].shape if len(hit) else None
+
+    def holding(self, a: int, b: int) -> np.ndarray:
+        """bool [n_blocks]: blocks holding both chips ``a`` and ``b`` (for the two ends of a
+        link: the blocks whose collectives run over it)."""
+        held: np.ndarray
+        if self.bits is not None:
+            both = np.uint64((1 << a) | (1 << b))
+            held = (self.bits & both) == both
+        else:
+            held = (self.member_t[a] > 0) & (self.member_t[b] > 0)
+        return held
 
     @functools.cached_property
     def overlap(self) -> np.ndarray:

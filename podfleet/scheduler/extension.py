@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from podfleet.scheduler.state import ClusterState, PodState
+from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement
 
@@ -36,7 +36,7 @@ class Candidates:
     pods: np.ndarray  # [k] the distinct pods considered, best fit first
     pod_pos: np.ndarray  # [n] row of each candidate's pod in ``pods`` / ``free``
     free: np.ndarray  # [k, n_blocks] blocks free (for this job) before placement
-    cluster: ClusterState
+    cluster: SchedulerView
 
     def __len__(self) -> int:
         return len(self.block)

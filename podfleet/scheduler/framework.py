@@ -30,7 +30,7 @@ from podfleet.scheduler.extension import (
     ReservePlugin,
     ScorePlugin,
 )
-from podfleet.scheduler.state import ClusterState
+from podfleet.scheduler.state import SchedulerView
 from podfleet.scheduler.status import Code, Status
 from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
 
@@ -39,10 +39,10 @@ from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
 class Handle:
     """What plugins may see (given at construction): the cluster, the job records, the clock."""
 
-    cluster: ClusterState
-    jobs: dict[str, Any] = field(default_factory=dict)  # job_id -> JobRecord
+    cluster: SchedulerView
+    jobs: dict[str, Any] = field(default_factory=dict)  # job_id -> SchedulerJob
     slots: dict[int, str] = field(default_factory=dict)  # owner slot -> job_id
-    running: dict[str, Any] = field(default_factory=dict)  # job_id -> JobRecord, RUNNING only
+    running: dict[str, Any] = field(default_factory=dict)  # job_id -> SchedulerJob, RUNNING only
     now_s: Callable[[], float] = lambda: 0.0
 
 
@@ -245,13 +245,21 @@ class Framework:
         local = tuple(int(c) for c in cands.chips[i])
         shape = idx.shapes[int(cands.shape_id[i])].shape
         plan = state.get("plans", {}).get(shape)
+        offset = tuple(int(v) for v in idx.block_offset[int(cands.block[i])])
+        if plan is not None and cl.bad_link_pods:
+            # The block holds a bad link: its plan pays the detour (or the narrower link).
+            from podfleet.scheduler.links import block_links, plan_on_block
+
+            bad = block_links(cl.pods[pod], int(cands.block[i]))
+            if bad:
+                plan = plan_on_block(plan, job.model, cl.pods[pod].grid, shape, offset, bad)
         return Placement(
             job_id=job.job_id,
             pod=pod,
             chips=cl.global_chips(pod, local),
             local_chips=local,
             shape=shape,
-            offset=tuple(int(v) for v in idx.block_offset[int(cands.block[i])]),
+            offset=offset,
             cores_per_chip=cores_per_chip(cl.pods[pod].grid.chip_type),
             score=float(scores[i]),
             plan=plan,

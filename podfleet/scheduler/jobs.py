@@ -31,7 +31,10 @@ PHASE_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
 
 
 @dataclass
-class JobRecord:
+class SchedulerJob:
+    """The scheduler's record of one job: its request, phase and placement (not the
+    control plane's job record, ``store.records.JobRecord``)."""
+
     request: JobRequest
     slot: int  # small integer stored in the owner arrays
     submitted_s: float

@@ -56,7 +56,7 @@ def pod_metrics(sched: Scheduler) -> list[dict[str, Any]]:
 
 def cluster_metrics(sched: Scheduler, now_s: float | None = None, utilization: np.ndarray | None = None) -> dict[str, Any]:
     """For DescribeCluster and /metrics. ``utilization`` (per chip, 0-1) adds balance degrees."""
-    now = sched._now(now_s)
+    now = sched.time(now_s)
     pods = pod_metrics(sched)
     waits = [
         r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)

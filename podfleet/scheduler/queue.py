@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from podfleet.errors import InvalidInputError
-from podfleet.scheduler.jobs import JobRecord
+from podfleet.scheduler.jobs import SchedulerJob
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def effective_priority(priority: int, queued_s: float, aging_interval_s: float) 
     return priority + max(queued_s, 0.0) / aging_interval_s
 
 
-def order(records: Iterable[JobRecord], now_s: float, policy: QueuePolicy) -> list[JobRecord]:
+def order(records: Iterable[SchedulerJob], now_s: float, policy: QueuePolicy) -> list[SchedulerJob]:
     return sorted(
         records,
         key=lambda r: (

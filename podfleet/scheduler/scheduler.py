@@ -17,10 +17,10 @@ from podfleet.hardware.topology import Topology
 from podfleet.scheduler import starvation
 from podfleet.scheduler import status as st
 from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
-from podfleet.scheduler.jobs import JobPhase, JobRecord
+from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
 from podfleet.scheduler.spares import choose_spares
-from podfleet.scheduler.state import FREE, ClusterState
+from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.status import Code, Status
 from podfleet.scheduler.types import Decision, DecisionKind, JobRequest, Placement
 
@@ -39,11 +39,11 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.topology = topology
-        self.cluster = ClusterState(topology)
+        self.cluster = SchedulerView(topology)
         self.clock = clock or (lambda: 0.0)
         self.policy = policy or QueuePolicy()
         self.quotas = check_quotas(quotas or {})
-        self.jobs: dict[str, JobRecord] = {}
+        self.jobs: dict[str, SchedulerJob] = {}
         self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock)
         cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
         self.framework = Framework(self.handle, cfg)
@@ -67,11 +67,19 @@ class Scheduler:
     def set_chip_state(self, chip: int, state: ChipState) -> None:
         self.cluster.set_chip_state(chip, state)
 
+    def set_link_states(self, states: Sequence[str]) -> bool:
+        """The fabric's link states, one per ``topology.links`` index ("up", "degraded",
+        "down"; a fleet's links pod by pod). New placements avoid blocks over links that
+        are not up when an equal block without them exists, and a plan placed on such a
+        block pays its detour. True when anything changed."""
+        return self.cluster.set_link_states(states)
+
     def set_telemetry(self, **arrays: np.ndarray) -> None:
         self.cluster.set_telemetry(**arrays)
 
     # --- job lifecycle -----------------------------------------------------------------
-    def _now(self, now_s: float | None) -> float:
+    def time(self, now_s: float | None = None) -> float:
+        """``now_s``, or the scheduler clock's time when None."""
         return self.clock() if now_s is None else now_s
 
     def check(self, job: JobRequest) -> Status:
@@ -93,8 +101,8 @@ class Scheduler:
     def submit(self, job: JobRequest, now_s: float | None = None) -> Decision:
         if job.job_id in self.jobs:
             raise ConflictError(f"job {job.job_id} was already submitted", field="job_id")
-        now = self._now(now_s)
-        rec = JobRecord(job, self._next_slot, now, now)
+        now = self.time(now_s)
+        rec = SchedulerJob(job, self._next_slot, now, now)
         self._next_slot += 1
         self.jobs[job.job_id] = rec
         self.handle.slots[rec.slot] = job.job_id
@@ -109,7 +117,7 @@ class Scheduler:
 
     def schedule(self, now_s: float | None = None, max_jobs: int | None = None) -> list[Decision]:
         """One cycle over the queue; returns the BIND / PREEMPT / REJECTED decisions made."""
-        now = self._now(now_s)
+        now = self.time(now_s)
         out: list[Decision] = []
         holder_seen = False
         # Capacity failures seen this cycle: (chips, hbm per chip, priority, reason). A later
@@ -154,7 +162,7 @@ class Scheduler:
                     rec.reason += f"; starving for {rec.wait_s + now - rec.enqueued_s:.0f} s: {held[0]}"
         return out
 
-    def _schedule_one(self, rec: JobRecord, now: float) -> Decision | None:
+    def _schedule_one(self, rec: SchedulerJob, now: float) -> Decision | None:
         job, fw = rec.request, self.framework
         used = self.team_chips.get(job.team, 0)
         if not within_quota(used, job.chips, self.quotas.get(job.team)):
@@ -180,7 +188,7 @@ class Scheduler:
         placement = fw.select(state, job, cands, scores)
         return self._complete(rec, state, placement, now)
 
-    def _complete(self, rec: JobRecord, state: dict[str, Any], placement: Placement, now: float) -> Decision | None:
+    def _complete(self, rec: SchedulerJob, state: dict[str, Any], placement: Placement, now: float) -> Decision | None:
         job, fw = rec.request, self.framework
         s = fw.reserve(state, job, placement)
         if s.ok:
@@ -200,7 +208,7 @@ class Scheduler:
         self.pending.pop(job.job_id, None)
         return Decision(job.job_id, DecisionKind.BIND, st.SUCCESS, placement, resume_step=rec.resume_step)
 
-    def _to(self, rec: JobRecord, phase: JobPhase, now: float) -> None:
+    def _to(self, rec: SchedulerJob, phase: JobPhase, now: float) -> None:
         """Phase change plus team quota accounting (chips count while held or nominated)."""
         before, after = rec.phase in HOLDING, phase in HOLDING
         rec.to(phase, now)
@@ -214,13 +222,13 @@ class Scheduler:
         elif before and not after:
             self.team_chips[team] -= rec.request.chips
 
-    def _reject(self, rec: JobRecord, s: Status, now: float) -> Decision:
+    def _reject(self, rec: SchedulerJob, s: Status, now: float) -> Decision:
         rec.to(JobPhase.REJECTED, now)
         rec.reason = str(s)
         self.pending.pop(rec.job_id, None)
         return Decision(rec.job_id, DecisionKind.REJECTED, s)
 
-    def _nominate(self, rec: JobRecord, nom: Any, now: float) -> Decision:
+    def _nominate(self, rec: SchedulerJob, nom: Any, now: float) -> Decision:
         pod = self.cluster.pods[nom.pod]
         pod.nominated[list(nom.local_chips)] = rec.slot
         self.cluster.touch(pod)
@@ -244,7 +252,7 @@ class Scheduler:
         block (BIND); until then the answer is PREEMPT (still waiting). Naming a job
         that is not one of the preemptor's checkpointing victims is a ConflictError.
         """
-        now = self._now(now_s)
+        now = self.time(now_s)
         rec = self._get(job_id)
         if rec.phase is not JobPhase.NOMINATED:
             raise ConflictError(f"job {job_id} is {rec.phase.value}, not waiting for victims", field="job_id")
@@ -287,7 +295,7 @@ class Scheduler:
             return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
         return d
 
-    def _release_victim(self, vr: JobRecord, step: int, now: float) -> None:
+    def _release_victim(self, vr: SchedulerJob, step: int, now: float) -> None:
         if step < vr.last_checkpoint_step:
             raise ConflictError(
                 f"checkpoint step {step} of {vr.job_id} is older than its last ({vr.last_checkpoint_step})", field="steps"
@@ -300,7 +308,7 @@ class Scheduler:
         vr.reason = f"Pending: preempted, resumes from checkpoint step {step}"
         self.pending[vr.job_id] = None
 
-    def _free_chips(self, rec: JobRecord) -> None:
+    def _free_chips(self, rec: SchedulerJob) -> None:
         if rec.placement is None:
             return
         pod = self.cluster.pods[rec.placement.pod]
@@ -320,7 +328,7 @@ class Scheduler:
         Stopping a preemption victim for good is the caller's decision; preemption itself
         never releases a victim without its checkpoint (``victims_checkpointed``).
         """
-        now = self._now(now_s)
+        now = self.time(now_s)
         rec = self._get(job_id)
         if rec.phase in (JobPhase.FINISHED, JobPhase.REJECTED):
             return
@@ -338,7 +346,7 @@ class Scheduler:
 
     def requeue(self, job_id: str, resume_step: int | None = None, now_s: float | None = None) -> None:
         """A running job lost a chip (recovery): back to the queue from its last checkpoint."""
-        now = self._now(now_s)
+        now = self.time(now_s)
         rec = self._get(job_id)
         if rec.phase is not JobPhase.RUNNING:
             raise ConflictError(f"job {job_id} is {rec.phase.value}, not running", field="job_id")
@@ -352,7 +360,7 @@ class Scheduler:
     def adopt(self, job_id: str, chips: Sequence[int], now_s: float | None = None) -> None:
         """A submitted job already runs on ``chips`` (reloaded after a control-plane
         restart): bind it there without a cycle, so no other job is given those chips."""
-        now = self._now(now_s)
+        now = self.time(now_s)
         rec = self._get(job_id)
         if rec.phase is not JobPhase.PENDING:
             raise ConflictError(f"job {job_id} is {rec.phase.value}, not pending", field="job_id")
@@ -366,7 +374,7 @@ class Scheduler:
         rec.started_s, rec.reason = now, ""
         self.pending.pop(job_id, None)
 
-    def hold(self, job_id: str, chips: Sequence[int], *, _rec: JobRecord | None = None) -> None:
+    def hold(self, job_id: str, chips: Sequence[int], *, _rec: SchedulerJob | None = None) -> None:
         """The job now holds exactly ``chips`` (a rank moved to another chip, or the job
         shrank): the owner arrays follow. A chip held by another job is a ConflictError."""
         rec = _rec or self._get(job_id)
@@ -385,7 +393,7 @@ class Scheduler:
             self.cluster.touch(pod)
 
     # --- read side ---------------------------------------------------------------------
-    def _get(self, job_id: str) -> JobRecord:
+    def _get(self, job_id: str) -> SchedulerJob:
         rec = self.jobs.get(job_id)
         if rec is None:
             raise NotFoundError(f"job {job_id} is not known to the scheduler", field="job_id")
@@ -394,7 +402,7 @@ class Scheduler:
     def describe(self, job_id: str, now_s: float | None = None) -> dict[str, Any]:
         """For DescribeTrainingJob: phase, allocation (chips, shape; reason while pending)."""
         rec = self._get(job_id)
-        now = self._now(now_s)
+        now = self.time(now_s)
         queued = rec.phase in (JobPhase.PENDING, JobPhase.NOMINATED)
         alloc: dict[str, Any] = {"chips": [], "shape": [], "reason": rec.reason}
         if rec.placement is not None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from podfleet.scheduler.state import FREE, ClusterState
+from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.types import fmt_shape
 
 
-def release(cluster: ClusterState, slot: int, pods: list[int] | None = None) -> None:
+def release(cluster: SchedulerView, slot: int, pods: list[int] | None = None) -> None:
     """Clear ``slot``'s nominations on ``pods`` (all pods when None)."""
     for pod in cluster.pods if pods is None else [cluster.pods[p] for p in pods]:
         held = pod.nominated == slot
@@ -26,7 +26,7 @@ def release(cluster: ClusterState, slot: int, pods: list[int] | None = None) -> 
             cluster.touch(pod)
 
 
-def hold_block(cluster: ClusterState, slot: int, size: int, shape: tuple[int, ...] | None) -> tuple[str, int] | None:
+def hold_block(cluster: SchedulerView, slot: int, size: int, shape: tuple[int, ...] | None) -> tuple[str, int] | None:
     """Nominate the free chips of the most-free usable block for ``slot``; (reason, pod)."""
     idx = cluster.blocks
     ids, chips = idx.blocks_for(size, shape)

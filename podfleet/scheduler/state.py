@@ -8,6 +8,8 @@ block summary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from podfleet.errors import InvalidInputError, NotFoundError
@@ -54,13 +56,18 @@ class PodState:
         self.version = 0
         self.telemetry_version = 0  # bumped when temperature / power arrays change
         self.cache: dict[str, object] = {}  # per-pod derived arrays keyed by plugin
+        # Links of this pod's grid (local link index) that are not up: "degraded" / "down".
+        # Kept apart from ``version``: link states change scores, not which blocks are free.
+        self.bad_links: dict[int, str] = {}
+        self.link_version = 0
 
     def free_mask(self) -> np.ndarray:
         return (self.owner == FREE) & (self.nominated == FREE)
 
 
-class ClusterState:
-    """All pods of one cluster (one pod for a grid topology, ``count`` for a fleet)."""
+class SchedulerView:
+    """The scheduler's view of one cluster: every pod's arrays (one pod for a grid topology,
+    ``count`` for a fleet), the block index and which pods changed."""
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -74,6 +81,10 @@ class ClusterState:
             for p in range(count)
         ]
         self.dirty: set[int] = set(range(count))
+        # Link indices run pod by pod (a fleet numbers pod p's links from p * links_per_pod),
+        # as the fabrics number them. A switched node has no torus links to avoid.
+        self.links_per_pod = 0 if self.pods[0].uniform_hops else len(grid.links)
+        self.bad_link_pods: set[int] = set()  # pods with a link not up: the only ones scored for it
 
     @property
     def n_chips(self) -> int:
@@ -110,6 +121,33 @@ class ClusterState:
         pod.chip_state[local] = ChipState(state)
         pod.healthy[local] = state is ChipState.HEALTHY
         self.touch(pod)
+
+    def set_link_states(self, states: Sequence[str]) -> bool:
+        """One state per link ("up", "degraded", "down"), indexed as ``topology.links``
+        (pod by pod in a fleet). True when any pod's bad links changed."""
+        per = self.links_per_pod
+        if not per:
+            return False  # switched: every pair one hop apart, nothing to avoid
+        if len(states) != per * len(self.pods):
+            raise InvalidInputError(
+                f"link states need {per * len(self.pods)} values, got {len(states)}", field="links"
+            )
+        bad: dict[int, dict[int, str]] = {}
+        for i in [i for i, s in enumerate(states) if s != "up"]:  # usually none: one fast pass
+            v = str(states[i])
+            if v not in ("degraded", "down"):
+                raise InvalidInputError(f"link {i} state must be up, degraded or down; got {v!r}", field="links")
+            p, local = divmod(i, per)
+            bad.setdefault(p, {})[local] = v
+        changed = False
+        for p in self.bad_link_pods | set(bad):
+            pod, now = self.pods[p], bad.get(p, {})
+            if pod.bad_links != now:
+                pod.bad_links = now
+                pod.link_version += 1
+                changed = True
+        self.bad_link_pods = set(bad)
+        return changed
 
     def set_telemetry(
         self,

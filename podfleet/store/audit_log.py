@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, text
 from podfleet.security.audit import GENESIS_HASH, audit_hash, canonical_json, verify_chain
 from podfleet.store import convert
 from podfleet.store.convert import check_limit
-from podfleet.store.models import AuditEventRow
+from podfleet.store.models import AuditEventRow, table_of
 from podfleet.store.records import AuditRecord
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class AuditLog:
                 seq=seq, time=rec.time, actor=actor, action=action, target=target,
                 result=result, detail=stored_detail, prev_hash=prev_hash,
             )
-            s.execute(insert(AuditEventRow.__table__), [convert.audit_row(rec, detail_text)])
+            s.execute(insert(table_of(AuditEventRow)), [convert.audit_row(rec, detail_text)])
         return rec
 
     def list_audit(self, *, after_seq: int = 0, limit: int = 100) -> list[AuditRecord]:

@@ -15,12 +15,12 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Table, delete, func, insert, select, text
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, CursorResult
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -31,6 +31,7 @@ from podfleet.store.convert import check_limit
 from podfleet.store.engine import is_memory, make_engines, resolve_url
 from podfleet.store.migrate import upgrade_to_head
 from podfleet.store.models import (
+    Base,
     CheckpointRow,
     ChipHealthRow,
     ClusterRow,
@@ -38,6 +39,7 @@ from podfleet.store.models import (
     JobRow,
     TelemetryRollupRow,
     TokenRow,
+    table_of,
 )
 from podfleet.store.records import (
     CheckpointRecord,
@@ -47,10 +49,6 @@ from podfleet.store.records import (
     RollupRecord,
     TokenRecord,
 )
-
-
-def _table(model: Any) -> Table:
-    return model.__table__
 
 
 class Store(AuditLog):
@@ -148,10 +146,10 @@ class Store(AuditLog):
             with self._rsession() as s:
                 yield s
 
-    def _upsert(self, s: Session, model: Any, rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
+    def _upsert(self, s: Session, model: type[Base], rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
         dialect = pg_dialect if self.dialect == "postgresql" else sqlite_dialect
-        stmt = dialect.insert(_table(model))
-        update = {c.name: stmt.excluded[c.name] for c in _table(model).columns if c.name not in keys}
+        stmt = dialect.insert(table_of(model))
+        update = {c.name: stmt.excluded[c.name] for c in table_of(model).columns if c.name not in keys}
         s.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update), rows)
 
     # ---- clusters --------------------------------------------------------------------
@@ -232,7 +230,7 @@ class Store(AuditLog):
     # ---- checkpoints -----------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:
         with self._writing() as s:
-            s.execute(insert(_table(CheckpointRow)), [convert.checkpoint_row(rec)])
+            s.execute(insert(table_of(CheckpointRow)), [convert.checkpoint_row(rec)])
 
     def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None:
         q = (
@@ -283,8 +281,10 @@ class Store(AuditLog):
     def prune_rollups(self, *, resolution_s: float, before: float) -> int:
         """Delete buckets of this resolution older than ``before`` (retention); returns how many."""
         with self._writing() as s:
-            res = s.execute(delete(TelemetryRollupRow).where(
-                TelemetryRollupRow.resolution_s == float(resolution_s), TelemetryRollupRow.t_start < before))
+            # A DELETE without RETURNING gives a CursorResult; Session.execute is typed
+            # with the wider Result (SQLAlchemy's documented remedy is this cast).
+            res = cast("CursorResult[Any]", s.execute(delete(TelemetryRollupRow).where(
+                TelemetryRollupRow.resolution_s == float(resolution_s), TelemetryRollupRow.t_start < before)))
             return int(res.rowcount or 0)
 
     # ---- idempotency -----------------------------------------------------------------
@@ -319,7 +319,7 @@ class Store(AuditLog):
             "request_hash": request_hash, "created_at": created_at,
         }
         with self._writing(conflict) as s:
-            s.execute(insert(_table(IdempotencyKeyRow)), [row])
+            s.execute(insert(table_of(IdempotencyKeyRow)), [row])
 
     # ---- tokens ----------------------------------------------------------------------
     def add_token(self, rec: TokenRecord) -> None:
@@ -329,7 +329,7 @@ class Store(AuditLog):
             return ConflictError(f"token id {rec.id!r} already exists", field="id")
 
         with self._writing(conflict) as s:
-            s.execute(insert(_table(TokenRow)), [convert.token_row(rec)])
+            s.execute(insert(table_of(TokenRow)), [convert.token_row(rec)])
 
     def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
         with self._reading() as s:

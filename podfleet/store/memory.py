@@ -202,10 +202,10 @@ class MemoryStore:
         with self._lock:
             seq = len(self._audit) + 1
             prev = self._audit[-1].hash if self._audit else GENESIS_HASH
-            fields = {"seq": seq, "time": float(time), "actor": actor, "action": action,
-                      "target": target, "result": result, "detail": copy.deepcopy(detail),
-                      "prev_hash": prev}
-            rec = AuditRecord(**fields, hash=audit_hash(**fields))
+            rec = AuditRecord(seq=seq, time=float(time), actor=actor, action=action, target=target,
+                              result=result, detail=copy.deepcopy(detail), prev_hash=prev, hash="")
+            rec.hash = audit_hash(seq=seq, time=rec.time, actor=actor, action=action, target=target,
+                                  result=result, detail=rec.detail, prev_hash=prev)
             self._audit.append(rec)
             return copy.deepcopy(rec)
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -36,6 +37,15 @@ NAMING = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+
+
+def table_of(model: type[Base]) -> Table:
+    """The Core table a mapped class maps (declarative types ``__table__`` as the wider
+    ``FromClause``; every class here maps one ``Table``)."""
+    table = model.__table__
+    if not isinstance(table, Table):
+        raise TypeError(f"{model.__name__} does not map a Table")
+    return table
 
 
 class ClusterRow(Base):

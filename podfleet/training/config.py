@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from podfleet.errors import InvalidInputError
+from podfleet.perf.models import TRAINER_PRESETS
 
 # Worker exit codes; the fabric classifies a failure from them (see fabric/local/classify.py).
 EXIT_OK = 0
@@ -24,9 +25,9 @@ EXIT_BAD_INPUT = 2  # missing entrypoint, unwritable checkpoint dir, wrong key: 
 EXIT_PEER_LOST = 75  # a peer died mid-collective; this rank saved its replica (infrastructure)
 
 KEY_ENV_DEFAULT = "PODFLEET_CHECKPOINT_KEY"
-# Built-in model presets (podfleet.training.model.PRESETS); listed here so launch can
-# validate a name without importing torch.
-PRESET_NAMES = ("debug", "tiny", "small")
+# The presets the built-in trainer runs (one registry: podfleet.perf.models); imported
+# here, torch-free, so launch can validate a name without importing torch.
+PRESET_NAMES = TRAINER_PRESETS
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class WorkerConfig:
     world_size: int
     master_addr: str = "127.0.0.1"
     master_port: int = 29500
-    model: str = "debug"  # preset name in podfleet.training.model.PRESETS
+    model: str = "debug"  # a preset in podfleet.perf.models.TRAINER_PRESETS
     steps: int = 20
     seed: int = 0
     global_batch: int = 8  # sequences per step across all ranks
@@ -124,6 +125,13 @@ class Reporter(Protocol):
     def checkpoint(self, step: int, path: str) -> None: ...
 
 
+@runtime_checkable
+class MessageReporter(Reporter, Protocol):
+    """A reporter that also takes typed messages: it gets ``running`` and ``replica`` too."""
+
+    def send(self, type_: str, **fields: object) -> None: ...
+
+
 class JsonLineReporter:
     """Writes one JSON object per line to a file descriptor; thread-safe.
 
@@ -137,7 +145,7 @@ class JsonLineReporter:
         self._lock = threading.Lock()
         self.rank = rank
 
-    def send(self, type_: str, **fields: Any) -> None:
+    def send(self, type_: str, **fields: object) -> None:
         line = json.dumps({"type": type_, "rank": self.rank, "t": time.time(), **fields})
         with self._lock:
             try:

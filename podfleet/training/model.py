@@ -1,4 +1,4 @@
-"""A small GPT-style decoder (torch.nn) with presets sized for CPUs in CI."""
+"""A small GPT-style decoder (torch.nn); its presets are ``podfleet.perf.models.TRAINER_PRESETS``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from podfleet.errors import UnknownNameError
-from podfleet.training.config import PRESET_NAMES
+from podfleet.perf.models import get_trainer_preset
 
 
 @dataclass(frozen=True)
@@ -21,18 +20,12 @@ class GPTConfig:
     max_seq_len: int = 256
 
 
-PRESETS: dict[str, GPTConfig] = {
-    "debug": GPTConfig(d_model=64, n_layer=2, n_head=4),  # ~0.12M params: tests
-    "tiny": GPTConfig(d_model=128, n_layer=4, n_head=4),  # ~0.83M params: benchmarks
-    "small": GPTConfig(d_model=384, n_layer=6, n_head=6),  # ~10.8M params
-}
-assert tuple(PRESETS) == PRESET_NAMES, "keep config.PRESET_NAMES in step with PRESETS"
-
-
 def get_preset(name: str) -> GPTConfig:
-    if name not in PRESETS:
-        raise UnknownNameError("model preset", name, PRESETS, field="model")
-    return PRESETS[name]
+    """The torch config of a trainer preset: the shape ``podfleet.perf.models`` registers
+    under the same name (one registry, so the planner and the twin model this same net)."""
+    m = get_trainer_preset(name)
+    return GPTConfig(vocab_size=m.vocab, d_model=m.hidden, n_layer=m.layers, n_head=m.heads,
+                     max_seq_len=m.seq_len)
 
 
 class Block(nn.Module):

@@ -14,8 +14,8 @@ Contract (shared by fabric/local and fabric/ray):
   ``step`` is durable; the driver calls ``podfleet.checkpoint.commit`` once every
   rank's shard is in). ``tokens_per_s`` is the global batch's tokens over step time;
   ``loss`` is this rank's local mean (the job's loss is the mean over ranks). A reporter
-  may also have ``send(type, **fields)``: it then gets ``running`` (imports done) and
-  ``replica`` messages too. Without it, a survivor's replica path is in
+  may also have ``send(type, **fields)`` (a ``MessageReporter``): it then gets
+  ``running`` (imports done) and ``replica`` messages too. Without it, a survivor's replica path is in
   ``WorkerResult.extra["replica"]`` (exit code 75).
 * ``main()``: ``python -m podfleet.training.worker --config JSON [--report-fd N]``.
   Reports go to fd N (default: the original stdout, with the user's prints moved
@@ -37,6 +37,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.training.config import (
@@ -45,13 +46,17 @@ from podfleet.training.config import (
     EXIT_PEER_LOST,
     EXIT_USER_ERROR,
     JsonLineReporter,
+    MessageReporter,
     NullReporter,
     Reporter,
     WorkerConfig,
     WorkerResult,
 )
 
-__all__ = ["JsonLineReporter", "NullReporter", "Reporter", "WorkerConfig", "WorkerResult", "main", "run_worker"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["JsonLineReporter", "MessageReporter", "NullReporter", "Reporter", "WorkerConfig", "WorkerResult", "main", "run_worker"]
 
 
 class BadInput(Exception):
@@ -137,9 +142,8 @@ def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
             timeout=timedelta(seconds=60),
         )
         reporter.log(f"startup: process group ready {time.perf_counter() - t0:.2f} s")
-    send = getattr(reporter, "send", None)
-    if send is not None:
-        send("running")  # the slow imports are done: the fabric may now expect steady heartbeats
+    if isinstance(reporter, MessageReporter):
+        reporter.send("running")  # the slow imports are done: the fabric may now expect steady heartbeats
     if cfg.entrypoint is not None:
         result = _run_entrypoint(cfg, reporter, kek, device)
     else:
@@ -152,14 +156,14 @@ def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
     return result
 
 
-def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: object) -> WorkerResult:
+def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: torch.device) -> WorkerResult:
     import runpy
 
     from podfleet.training import helpers
 
     os.environ.update({"RANK": str(cfg.rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": "0",
                        "PODFLEET_JOB_ID": cfg.job_id, "PODFLEET_CHECKPOINT_DIR": cfg.checkpoint_dir or ""})
-    helpers._set_context(helpers._Context(cfg, reporter, kek, device))  # type: ignore[arg-type]
+    helpers._set_context(helpers._Context(cfg, reporter, kek, device))
     argv = sys.argv
     sys.argv = [cfg.entrypoint or "", *cfg.entrypoint_args]
     try:
@@ -170,7 +174,7 @@ def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, de
     return WorkerResult(cfg.rank, cfg.steps, None)
 
 
-def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: object) -> WorkerResult:
+def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: torch.device) -> WorkerResult:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
@@ -179,7 +183,7 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
     from podfleet.training.loop import LoopState, PeerLost, train
     from podfleet.training.model import build_model
 
-    model = build_model(cfg.model, cfg.seed).to(device)  # type: ignore[arg-type]
+    model = build_model(cfg.model, cfg.seed).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     state = LoopState()
     source = cfg.resume_from or (manifest.latest(cfg.checkpoint_dir) if cfg.resume else None)
@@ -201,7 +205,7 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
     ckpt = (AsyncCheckpointer(cfg.checkpoint_dir, cfg.job_id, cfg.rank, cfg.world_size, kek, durable)
             if cfg.checkpoint_dir and cfg.checkpoint_interval else None)
     try:
-        train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)  # type: ignore[arg-type]
+        train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)
     except PeerLost as lost:
         if ckpt is not None:
             ckpt.flush()
@@ -212,7 +216,7 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
         # DP replicas are identical, so this rank's whole (unsharded) state is the replica.
         path = write_shard(cfg.replica_dir, cfg.job_id, lost.step, 0, snapshot(model, optimizer, 0, 1), kek)
         manifest.commit(cfg.replica_dir, cfg.job_id, lost.step, 1, kind="replica")
-        if isinstance(reporter, JsonLineReporter):
+        if isinstance(reporter, MessageReporter):
             reporter.send("replica", step=lost.step, path=str(path.parent))
         reporter.log(f"{lost}; replica of step {lost.step} saved to {path.parent}")
         return WorkerResult(cfg.rank, lost.step, state.losses[-1] if state.losses else None, tuple(state.losses),

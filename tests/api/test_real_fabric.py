@@ -18,9 +18,9 @@ import pytest
 
 from podfleet.api.server import bootstrap_admin
 from podfleet.api.testing import serve_in_thread
+from podfleet.compose import build
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
-from podfleet.health.service import HealthService
 from podfleet.store.memory import MemoryStore
 
 pytestmark = pytest.mark.realproc
@@ -40,11 +40,12 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     store = MemoryStore()
-    plane = ControlPlane(store, Timeline(seed=1, speed=1.0), telemetry_interval_s=0.5,
-                         workdir=str(tmp_path_factory.mktemp("work")))
-    HealthService.install(plane)  # as `podfleet up` does: health must coexist with real fabrics
+    # As `podfleet up` builds it: health must coexist with real fabrics.
+    parts = build(store, Timeline(seed=1, speed=1.0), telemetry_interval_s=0.5,
+                  workdir=str(tmp_path_factory.mktemp("work")))
+    plane = parts.plane
     bootstrap_admin(plane, TOKEN)
-    with serve_in_thread(plane) as url:
+    with serve_in_thread(plane, health=parts.health) as url:
         e = Env(url, plane, store)
         r = e.c.post("/v1/clusters", json={"name": "loc", "fabric": "local", "chips": 8, "spares": 2})
         assert r.status_code == 201, r.text
@@ -84,7 +85,7 @@ def submit(e: Env, **body) -> str:
 def test_deployment_steps_are_visible(env: Env) -> None:
     out = env.c.get("/v1/clusters/loc").json()
     assert [s["state"] for s in out["deployment"]["steps"]] == ["succeeded"] * 4
-    assert "worker slots on this host" in out["deployment"]["steps"][0]["detail"]
+    assert "worker slots on fabric local" in out["deployment"]["steps"][0]["detail"]
 
 
 def test_bad_submissions_are_4xx_listing_valid_names(env: Env) -> None:

@@ -87,7 +87,7 @@ def test_pending_job_placed_when_chips_free(plane: ControlPlane) -> None:
 
 def test_chip_failure_moves_rank_to_spare_and_resumes(plane: ControlPlane) -> None:
     active_cluster(plane, spares=2)
-    job = plane.jobs.submit("pod", {"model": "debug", "chips": 16, "steps": 20_000,
+    job = plane.jobs.submit("pod", {"model": "tiny", "chips": 16, "steps": 20_000,
                                     "checkpoint_interval": 1000}, actor="t")
     advance(plane, 60)
     before = plane.jobs.describe(job["id"])

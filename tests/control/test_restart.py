@@ -26,7 +26,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreProto
 def test_restart_resumes_running_jobs_from_checkpoint(store: StoreProtocol) -> None:
     p1 = make_plane(store)
     active_cluster(p1, spares=1)
-    running = p1.jobs.submit("pod", {"model": "debug", "chips": 32, "steps": 60_000,
+    running = p1.jobs.submit("pod", {"model": "tiny", "chips": 32, "steps": 60_000,
                                      "checkpoint_interval": 1000}, actor="t")
     pending = p1.jobs.submit("pod", {"model": "debug", "chips": 48, "steps": 10}, actor="t")
     advance(p1, 120)

@@ -16,7 +16,8 @@ from podfleet.hardware.catalog import get_topology
 from podfleet.scheduler import choose_spares
 from tests.control.conftest import active_cluster, advance
 
-DEBUG = {"model": "debug", "steps": 10**6}
+# "tiny": steps slow enough (ms) that long jobs are still running when the test looks.
+DEBUG = {"model": "tiny", "steps": 10**6}
 
 
 @pytest.mark.parametrize("chips,spares,why", [
@@ -79,7 +80,7 @@ def test_named_spare_chips(plane: ControlPlane) -> None:
 
 def test_priority_preemption_checkpoint_requeue_resume(plane: ControlPlane) -> None:
     active_cluster(plane)
-    low = plane.jobs.submit("pod", {"model": "debug", "chips": 64, "steps": 1_000_000, "priority": 10,
+    low = plane.jobs.submit("pod", {"model": "tiny", "chips": 64, "steps": 2_000_000, "priority": 10,
                                     "checkpoint_interval": 200_000}, actor="t")
     advance(plane, 1000)  # past the scheduler's minimum run time before preemption
     before = plane.jobs.describe(low["id"])
@@ -102,9 +103,9 @@ def test_priority_preemption_checkpoint_requeue_resume(plane: ControlPlane) -> N
     assert resumed["state"] == "RUNNING" and resumed["progress"]["step"] >= saved
     assert any(m == f"RUNNING: running on 64 chips from step {saved}" for m in
                (ln["message"] for ln in plane.jobs.job_logs(low["id"]).since(0)))
-    advance(plane, 4000)
+    advance(plane, 10_000)
     done = plane.jobs.describe(low["id"])
-    assert done["state"] == "SUCCEEDED" and done["progress"]["step"] == 1_000_000
+    assert done["state"] == "SUCCEEDED" and done["progress"]["step"] == 2_000_000
 
 
 def test_preemption_transition_is_enforced() -> None:

@@ -11,9 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from podfleet.api.server import bootstrap_admin
 from podfleet.api.testing import serve_in_thread
-from podfleet.control import ControlPlane
+from podfleet.compose import build
 from podfleet.engine.timeline import Timeline
-from podfleet.health.service import HealthService
 from podfleet.store.memory import MemoryStore
 
 TOKEN = "pf_test-admin-token-health-0123456789"
@@ -21,10 +20,10 @@ TOKEN = "pf_test-admin-token-health-0123456789"
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[httpx.Client]:
-    plane = ControlPlane(MemoryStore(), Timeline(seed=5, speed=50.0), telemetry_interval_s=1.0)
-    HealthService.install(plane)
+    parts = build(MemoryStore(), Timeline(seed=5, speed=50.0), telemetry_interval_s=1.0)
+    plane = parts.plane
     bootstrap_admin(plane, TOKEN)
-    with serve_in_thread(plane) as url, httpx.Client(base_url=url, timeout=30,
+    with serve_in_thread(plane, health=parts.health) as url, httpx.Client(base_url=url, timeout=30,
                                                      headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         r = c.post("/v1/clusters", json={"name": "hpod", "type": "trn2-ultraserver", "spares": 4})
         assert r.status_code == 201, r.text

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from podfleet.compose import build
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, NotFoundError, UnknownNameError
@@ -14,15 +15,15 @@ from podfleet.store.memory import MemoryStore
 
 
 def plane_with_health(store: MemoryStore | None = None, seed: int = 0) -> tuple[ControlPlane, HealthService]:
-    plane = ControlPlane(store or MemoryStore(), Timeline(seed=seed))
-    return plane, HealthService.install(plane)
+    parts = build(store or MemoryStore(), Timeline(seed=seed))
+    return parts.plane, parts.health
 
 
 def setup(store: MemoryStore | None = None, seed: int = 0, **job):
     plane, svc = plane_with_health(store, seed)
     plane.create_cluster({"name": "pod", "type": "trn2-ultraserver", "spares": 4}, actor="t")
     plane.tl.run(plane.tl.now + 30)
-    body = {"model": "debug", "chips": 32, "steps": 10**6, "checkpoint_interval": 500,
+    body = {"model": "tiny", "chips": 32, "steps": 10**6, "checkpoint_interval": 500,
             "parallelism": {"tp": 16, "pp": 1, "dp": 2}, **job}
     view = plane.jobs.submit("pod", body, actor="t")
     plane.tl.run(plane.tl.now + 60)
@@ -62,7 +63,9 @@ def test_hardware_snapshot_shows_health_and_alerts_fire() -> None:
     assert a["state"] == "acknowledged" and a["acknowledged_by"] == "alice"
     with pytest.raises(NotFoundError):
         svc.acknowledge("al-nope", actor="alice")
-    assert svc.recovery.listeners[plane.names["pod"]].degraded_links
+    # Placement reads the degraded link from the fabric (control.scheduling.sync).
+    rt = plane.clusters[plane.names["pod"]]
+    assert any(str(s) != "up" for s in rt.fabric.link_states())
 
 
 def test_telemetry_ranges_and_rollups_in_the_store() -> None:

@@ -27,9 +27,9 @@ ClusterRef = Annotated[str, "cluster id (cl-...) or name"]
              status_code=status.HTTP_201_CREATED)
 async def create_cluster(body: CreateClusterRequest, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Create a cluster; its deployment runs as steps (follow them with GetClusterLogs?follow=true)."""
-    data = body.model_dump(exclude={"clientToken", "rayAddress"}, exclude_none=True)
-    if body.rayAddress is not None:
-        data["ray_address"] = body.rayAddress
+    data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor"}, exclude_none=True)
+    named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor}
+    data.update({k: v for k, v in named.items() if v is not None})
     return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
 
 

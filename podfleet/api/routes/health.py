@@ -1,7 +1,7 @@
 """Health, recovery and firmware: alerts, telemetry ranges, recoveries, rolling updates.
 
-Served by ``plane.health`` (``podfleet.health.service.HealthService``); a plane without
-it answers 409 with a sentence, never a 500.
+Served by the ``HealthService`` the composition root built (``podfleet.compose``); an app
+without one answers 409 with a sentence, never a 500.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import CurrentPrincipal
-from podfleet.api.deps import Plane
-from podfleet.control.plane import ControlPlane
-from podfleet.errors import ConflictError
+from podfleet.api.deps import Health, Plane
 
 router = APIRouter(prefix="/v1", tags=["health"])
 
@@ -65,30 +63,21 @@ class FirmwareRolloutList(BaseModel):
     rollouts: list[FirmwareRollout]
 
 
-def _svc(plane: ControlPlane) -> Any:
-    svc = getattr(plane, "health", None)
-    if svc is None:
-        raise ConflictError("health monitoring is not running on this control plane")
-    return svc
-
-
 @router.get("/clusters/{cluster}/alerts", operation_id="ListAlerts", response_model=AlertList)
-async def list_alerts(cluster: str, plane: Plane, state: AlertStateName | None = None) -> dict[str, Any]:
+async def list_alerts(cluster: str, plane: Plane, svc: Health, state: AlertStateName | None = None) -> dict[str, Any]:
     """Alerts of a cluster (kept after they resolve), oldest first."""
-    svc = _svc(plane)
     return {"alerts": await plane.call(svc.list_alerts, cluster, state)}
 
 
 @router.post("/alerts/{alert_id}/acknowledge", operation_id="AcknowledgeAlert")
-async def acknowledge_alert(alert_id: Annotated[str, Field(max_length=64)], plane: Plane,
+async def acknowledge_alert(alert_id: Annotated[str, Field(max_length=64)], plane: Plane, svc: Health,
                             who: CurrentPrincipal) -> dict[str, Any]:
-    svc = _svc(plane)
     return await plane.call(svc.acknowledge, alert_id, actor=who.actor)
 
 
 @router.get("/clusters/{cluster}/telemetry", operation_id="GetTelemetry", response_model=Telemetry)
 async def get_telemetry(
-    cluster: str, plane: Plane,
+    cluster: str, plane: Plane, svc: Health,
     metric: Annotated[str, Query(min_length=1, max_length=64)] = "temperature_c",
     scope: ScopeName = "chip",
     range_: Annotated[RangeName, Query(alias="range")] = "realtime",
@@ -96,37 +85,32 @@ async def get_telemetry(
 ) -> dict[str, Any]:
     """One metric over a range: ``realtime`` (raw 15-minute window), ``hour``/``day``
     (1-minute rollups), ``week``/``quarter`` (1-hour rollups)."""
-    svc = _svc(plane)
     return await plane.call(svc.telemetry, cluster, scope=scope, metric=metric, range_=range_, target=target)
 
 
 @router.get("/clusters/{cluster}/recoveries", operation_id="ListRecoveries", response_model=RecoveryList)
-async def list_recoveries(cluster: str, plane: Plane) -> dict[str, Any]:
+async def list_recoveries(cluster: str, plane: Plane, svc: Health) -> dict[str, Any]:
     """Recovery flows with their steps (each with its reason and times)."""
-    svc = _svc(plane)
     return {"recoveries": await plane.call(svc.recoveries, cluster)}
 
 
 @router.post("/clusters/{cluster}/firmware", operation_id="StartFirmwareUpdate", response_model=FirmwareRollout,
              status_code=status.HTTP_202_ACCEPTED)
-async def start_firmware(cluster: str, body: FirmwareUpdateRequest, plane: Plane,
+async def start_firmware(cluster: str, body: FirmwareUpdateRequest, plane: Plane, svc: Health,
                          who: CurrentPrincipal) -> dict[str, Any]:
     """Rolling update: one chip (or node) at a time, a spare taking over its work, a health
     check after each, rollback on failure. 4xx and no change for an unknown version or
     while another rollout runs."""
-    svc = _svc(plane)
     return await plane.call(svc.start_firmware, cluster, body.version, unit=body.unit, chips=body.chips,
                             actor=who.actor)
 
 
 @router.get("/clusters/{cluster}/firmware", operation_id="ListFirmwareUpdates", response_model=FirmwareRolloutList)
-async def list_firmware(cluster: str, plane: Plane) -> dict[str, Any]:
-    svc = _svc(plane)
+async def list_firmware(cluster: str, plane: Plane, svc: Health) -> dict[str, Any]:
     return {"rollouts": await plane.call(svc.firmware, cluster)}
 
 
 @router.get("/clusters/{cluster}/firmware/{rollout}", operation_id="DescribeFirmwareUpdate",
             response_model=FirmwareRollout)
-async def describe_firmware(cluster: str, rollout: Annotated[str, Field(max_length=64)], plane: Plane) -> dict[str, Any]:
-    svc = _svc(plane)
+async def describe_firmware(cluster: str, rollout: Annotated[str, Field(max_length=64)], plane: Plane, svc: Health) -> dict[str, Any]:
     return await plane.call(svc.firmware, cluster, rollout)

@@ -30,13 +30,18 @@ from podfleet.fabric.base import (
     ChipState,
     FabricEvent,
     LinkState,
+    RunState,
+    RunStatus,
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.local import monitor, reports, telemetry
+from podfleet.fabric.local import reports, telemetry
 from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
+from podfleet.fabric.local.monitor import Monitor
+from podfleet.fabric.local.pool import WorkerPool
 from podfleet.fabric.local.process import Message, WorkerProcess
 from podfleet.fabric.local.recovery import handle_exit
+from podfleet.fabric.local.state import LocalState
 from podfleet.hardware.topology import SwitchedTopology
 from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
 
@@ -57,6 +62,8 @@ def free_port() -> int:
 
 
 class LocalFabric:
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``."""
+
     kind = "local"
 
     def __init__(
@@ -73,6 +80,7 @@ class LocalFabric:
         sample_interval_s: float = 0.5,
         warm_workers: int = 0,
         refill_delay_s: float = 5.0,
+        chip_env: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
         if n_slots < 1:
             raise InvalidInputError(f"n_slots must be >= 1, got {n_slots}", field="chips")
@@ -84,10 +92,9 @@ class LocalFabric:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
         self.replica_grace_s, self.sample_interval_s = replica_grace_s, sample_interval_s
-        # Warm standbys (torch already imported) make a recovered gang start in ~1 s, not ~5-10 s.
         self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
-        self._pool: list[WorkerProcess] = []
-        self._standbys_made = 0
+        # Extra environment per slot (e.g. the Neuron fabric's NEURON_RT_VISIBLE_CORES).
+        self.chip_env = chip_env
         self._nvml = telemetry.Nvml.open()
         self.n_gpus = self._nvml.count if self._nvml else 0
         # Loopback / shared memory between slots: nominal figures for a single host.
@@ -99,42 +106,45 @@ class LocalFabric:
         self.key_file = key_file
         self._chips = [ChipState.HEALTHY] * n_slots
         self._busy: dict[int, str] = {}
-        self._jobs: dict[str, LocalJob] = {}
         self._subs: list[Callable[[FabricEvent], None]] = []
         self.events: deque[FabricEvent] = deque(maxlen=2000)
-        self._metrics = telemetry.empty(n_slots, bool(self.n_gpus))
-        self._sampler = telemetry.ProcessSampler()
-        self._lock = threading.RLock()
-        self._closed = threading.Event()
+        self.state = LocalState(n_slots, telemetry.empty(n_slots, bool(self.n_gpus)))
         self._timeline: Any = None
         self._inbox: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
         self._dispatcher = threading.Thread(target=self._dispatch, name="local-fabric-dispatch", daemon=True)
         self._dispatcher.start()
-        self._monitor = threading.Thread(target=monitor.watch, args=(self,), name="local-fabric-monitor", daemon=True)
-        self._monitor.start()
+        self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
+                                refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
+                                extra_env=chip_env)
+        self._monitor = Monitor(self.state, sampler=telemetry.ProcessSampler(), nvml=self._nvml, n_gpus=self.n_gpus,
+                                hang_timeout_s=hang_timeout_s, startup_timeout_s=startup_timeout_s,
+                                sample_interval_s=sample_interval_s, deliver=self.deliver, emit=self.emit)
+        self._monitor_thread = threading.Thread(target=self._monitor.watch, name="local-fabric-monitor",
+                                                daemon=True)
+        self._monitor_thread.start()
         if timeline is not None:
             self.attach(timeline)
-        with self._lock:
-            self._refill()
+        with self.state.lock:
+            self._pool.refill()
 
     # --- Fabric protocol --------------------------------------------------------------
     def attach(self, timeline: Any) -> None:
         self._timeline = timeline
 
     def chip_states(self) -> list[ChipState]:
-        with self._lock:
+        with self.state.lock:
             return list(self._chips)
 
     def set_chip_state(self, chip: int, state: ChipState, reason: str) -> None:
-        with self._lock:
+        with self.state.lock:
             self.topology.check_chip(chip)
             check_chip_transition(self._chips[chip], state)
             self._chips[chip] = state
-            self._emit("chip-state", chip=chip, state=state.value, reason=reason)
+            self.emit("chip-state", chip=chip, state=state.value, reason=reason)
             job_id = self._busy.get(chip)
             if job_id and state in (ChipState.FAILED, ChipState.ISOLATED):
                 # Taking a slot away from a running job evicts its worker; recovery moves the rank.
-                for wp in self._jobs[job_id].workers.values():
+                for wp in self.state.jobs[job_id].workers.values():
                     if wp.chip == chip and wp.alive:
                         wp.kill("fault")
 
@@ -142,19 +152,19 @@ class LocalFabric:
         return [LinkState.UP] * len(self.topology.links)
 
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
-        with self._lock:
-            return {k: v.copy() for k, v in self._metrics.items()}
+        with self.state.lock:
+            return {k: v.copy() for k, v in self.state.metrics.items()}
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
         return {"up": np.ones(len(self.topology.links))}
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
-        with self._lock:
+        with self.state.lock:
             self._subs.append(callback)
 
     def launch(self, group: WorkerGroupSpec) -> None:
-        with self._lock:
-            if group.job_id in self._jobs and self._jobs[group.job_id].state not in TERMINAL:
+        with self.state.lock:
+            if group.job_id in self.state.jobs and self.state.jobs[group.job_id].state not in TERMINAL:
                 raise ConflictError(f"job {group.job_id} is already running on this fabric")
             if not group.chips:
                 raise InvalidInputError("a worker group needs at least one chip", field="chips")
@@ -185,14 +195,14 @@ class LocalFabric:
             )
             job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
                            bool(opts.get("recover", True)))
-            self._jobs[group.job_id] = job
+            self.state.jobs[group.job_id] = job
             for c in job.chips:
                 self._busy[c] = group.job_id
             self.start_attempt(job, resume=base.resume)
-            self._emit("job-started", job_id=group.job_id, chips=list(job.chips), attempt=job.attempt)
+            self.emit("job-started", job_id=group.job_id, chips=list(job.chips), attempt=job.attempt)
 
     def stop(self, job_id: str) -> None:
-        with self._lock:
+        with self.state.lock:
             job = self._job(job_id)
             if job.state in TERMINAL or job.state is JobState.STOPPING:
                 return
@@ -209,12 +219,12 @@ class LocalFabric:
                 self.finish(job, JobState.STOPPED, "stopped")
                 return
             attempt = job.attempt
-            threading.Timer(2.0, lambda: self._deliver(self._force_stop, job, attempt)).start()
+            threading.Timer(2.0, lambda: self.deliver(self._force_stop, job, attempt)).start()
 
-    # --- beyond the protocol -------------------------------------------------------------
-    def kill_worker(self, job_id: str, rank: int, sig: int = signal.SIGKILL) -> int:
+    # --- capabilities: WorkerKill, Introspection, Closeable ---------------------------------
+    def kill_worker(self, job_id: str, rank: int, sig: int = signal.SIGKILL) -> int | None:
         """Fault injection: kill one rank's process (an infrastructure failure). Returns its pid."""
-        with self._lock:
+        with self.state.lock:
             job = self._job(job_id)
             if rank not in job.workers:
                 raise InvalidInputError(f"rank {rank} not in [0, {len(job.workers)})", field="rank")
@@ -224,8 +234,23 @@ class LocalFabric:
             wp.kill("fault", sig)
             return wp.pid
 
+    def run_status(self, job_id: str) -> RunStatus | None:
+        with self.state.lock:
+            if job_id not in self.state.jobs:
+                return None
+            st = self.job_status(job_id)
+        return RunStatus(st.job_id, RunState(st.state.value), st.chips, st.step, st.loss, st.attempt,
+                         st.infra_failures, st.user_failures, st.max_retries, st.reason, st.checkpoint_step,
+                         st.log_tail)
+
+    def run_logs(self, job_id: str) -> list[str]:
+        with self.state.lock:
+            job = self.state.jobs.get(job_id)
+            return list(job.log) if job is not None else []
+
     def job_status(self, job_id: str) -> JobStatus:
-        with self._lock:
+        """The fabric's own, richer record (losses, recoveries); NotFoundError if unknown."""
+        with self.state.lock:
             j = self._job(job_id)
             tail = [ln for wp in j.workers.values() for ln in wp.log_tail(10)]
             return JobStatus(
@@ -235,11 +260,11 @@ class LocalFabric:
             )
 
     def job_logs(self, job_id: str) -> list[str]:
-        with self._lock:
+        with self.state.lock:
             return list(self._job(job_id).log)
 
     def pids(self, job_id: str) -> dict[int, int]:
-        with self._lock:
+        with self.state.lock:
             return {r: wp.pid for r, wp in self._job(job_id).workers.items() if wp.alive}
 
     def wait(self, job_id: str, timeout_s: float = 120.0, until: Callable[[JobStatus], bool] | None = None) -> JobStatus:
@@ -254,15 +279,13 @@ class LocalFabric:
             time.sleep(0.05)
 
     def close(self) -> None:
-        self._closed.set()
-        with self._lock:
-            for job in self._jobs.values():
+        self.state.closed.set()
+        with self.state.lock:
+            for job in self.state.jobs.values():
                 for wp in job.workers.values():
                     if wp.alive:
                         wp.kill("stop")
-            for wp in self._pool:
-                wp.kill("stop")
-            self._pool.clear()
+            self._pool.close()
         self._inbox.put((lambda: None, ()))
 
     def __enter__(self) -> LocalFabric:
@@ -278,54 +301,24 @@ class LocalFabric:
         port = free_port()
         jobdir = self.workdir / "jobs" / job.spec.job_id
         replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"
-        took = False
         for rank, chip in enumerate(job.chips):
             cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
                                        replica_dir=str(replica_dir))
             log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}.log"
 
             def on_msg(wp: WorkerProcess, msg: Message) -> None:
-                self._deliver(reports.handle_message, self, wp, msg)
+                self.deliver(reports.handle_message, self.state, self.emit, wp, msg)
 
             def on_exit(wp: WorkerProcess, code: int) -> None:
-                self._deliver(handle_exit, self, wp, code, time.monotonic())
+                self.deliver(handle_exit, self, wp, code, time.monotonic())
 
-            standby = self._take_standby()
-            if standby is not None:
-                standby.assign(cfg, chip, job.attempt, log_path, self._chip_env(chip), on_msg, on_exit)
-                job.workers[rank] = standby
-                took = True
-            else:
-                env = {**os.environ, **self._chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads)}
-                job.workers[rank] = WorkerProcess(cfg=cfg, chip=chip, attempt=job.attempt, log_path=log_path,
-                                                  env=env, on_message=on_msg, on_exit=on_exit)
-        if took:
-            # Refill later: a standby importing torch now would slow the gang that just started.
-            threading.Timer(self.refill_delay_s, lambda: self._deliver(self._refill)).start()
-
-    def _take_standby(self) -> WorkerProcess | None:
-        live = [wp for wp in self._pool if wp.alive and wp.killed_by is None]
-        if not live:
-            return None
-        wp = max(live, key=lambda w: w.ready)  # a ready one first
-        self._pool.remove(wp)
-        return wp
-
-    def _refill(self) -> None:
-        self._pool = [wp for wp in self._pool if wp.alive]
-        while not self._closed.is_set() and len(self._pool) < self.warm_workers:
-            self._standbys_made += 1
-            self._pool.append(WorkerProcess(
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
-                log_path=self.workdir / "standby" / f"standby-{self._standbys_made}.log",
-                on_message=lambda wp, msg: None,
-                on_exit=lambda wp, code: None,  # a dead standby is dropped at the next take/refill
-            ))
+            job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, on_msg, on_exit)
+        self._pool.gang_started()
 
     def warm_ready(self) -> int:
         """How many warm standbys have finished preloading."""
-        with self._lock:
-            return sum(1 for wp in self._pool if wp.alive and wp.ready)
+        with self.state.lock:
+            return self._pool.ready()
 
     def finish(self, job: LocalJob, state: JobState, reason: str | None) -> None:
         job.set_state(state)
@@ -334,42 +327,34 @@ class LocalFabric:
             if self._busy.get(c) == job.spec.job_id:
                 del self._busy[c]
         kind = {JobState.FINISHED: "job-finished", JobState.FAILED: "job-failed"}.get(state, "job-stopped")
-        self._emit(kind, job_id=job.spec.job_id, reason=reason, step=job.step, loss=job.loss)
+        self.emit(kind, job_id=job.spec.job_id, reason=reason, step=job.step, loss=job.loss)
 
     def pick_spare(self) -> int | None:
         """A healthy idle spare first, else any healthy idle slot."""
         idle = [c for c in range(self.n_slots) if c not in self._busy and self._chips[c] is ChipState.HEALTHY]
         spares = [c for c in idle if c in self.spares]
-        return (spares or idle or [None])[0]
+        pick = spares or idle
+        return pick[0] if pick else None
 
     def retire_chip(self, chip: int, reason: str) -> None:
         if self._chips[chip] in (ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING):
             self._chips[chip] = ChipState.FAILED
-            self._emit("chip-failed", chip=chip, reason=reason)
+            self.emit("chip-failed", chip=chip, reason=reason)
         if self._chips[chip] is ChipState.FAILED:
             self._chips[chip] = ChipState.ISOLATED
-            self._emit("chip-state", chip=chip, state="isolated", reason=reason)
+            self.emit("chip-state", chip=chip, state="isolated", reason=reason)
         self._busy.pop(chip, None)
 
     def claim(self, chip: int, job_id: str) -> None:
         self._busy[chip] = job_id
 
-    def emit(self, kind: str, **kw: Any) -> None:
-        self._emit(kind, **kw)
-
-    def deliver(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._deliver(fn, *args)
-
     # --- private ----------------------------------------------------------------------------
     def _job(self, job_id: str) -> LocalJob:
-        if job_id not in self._jobs:
+        if job_id not in self.state.jobs:
             raise NotFoundError(f"job {job_id} is not on this local fabric")
-        return self._jobs[job_id]
+        return self.state.jobs[job_id]
 
-    def _chip_env(self, chip: int) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": str(chip % self.n_gpus) if self.n_gpus else "", "PODFLEET_CHIP": str(chip)}
-
-    def _emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None:
+    def emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None:
         t = float(self._timeline.now) if self._timeline is not None else time.time()
         ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
         self.events.append(ev)
@@ -379,14 +364,14 @@ class LocalFabric:
             except Exception:  # a subscriber's bug must not stop event delivery
                 log.exception("fabric event subscriber failed on %s", kind)
 
-    def _deliver(self, fn: Callable[..., Any], *args: Any) -> None:
+    def deliver(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._timeline is not None and not self._timeline.stopping:
             self._timeline.submit(self._run_locked, fn, *args)
         else:
             self._inbox.put((fn, args))
 
     def _run_locked(self, fn: Callable[..., Any], *args: Any) -> None:
-        with self._lock:
+        with self.state.lock:
             try:
                 fn(*args)
             except Exception:  # nobody awaits these futures: log rather than lose the error
@@ -396,7 +381,7 @@ class LocalFabric:
         while True:
             fn, args = self._inbox.get()
             self._run_locked(fn, *args)
-            if self._closed.is_set() and self._inbox.empty():
+            if self.state.closed.is_set() and self._inbox.empty():
                 return
 
     def _force_stop(self, job: LocalJob, attempt: int) -> None:

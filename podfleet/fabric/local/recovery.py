@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from podfleet.checkpoint import manifest
 from podfleet.fabric.local.jobs import TERMINAL, Cause, JobState, LocalJob, classify_exit
@@ -43,7 +43,8 @@ def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
 
 
 def handle_exit(fab: LocalFabric, wp: WorkerProcess, code: int, detected_mono: float) -> None:
-    job = fab._jobs.get(wp.cfg.job_id)
+    assert wp.cfg is not None  # a standby's exits are not reported here
+    job = fab.state.jobs.get(wp.cfg.job_id)
     cause = classify_exit(code, wp.killed_by)
     msg = _message(wp, code, cause)
     fab.emit("worker-exited", chip=wp.chip, job_id=wp.cfg.job_id, rank=wp.rank, exit_code=code,
@@ -114,7 +115,7 @@ def _relaunch_or_fail(fab: LocalFabric, job: LocalJob) -> None:
         moves[r] = (old, new)
     ckpt = manifest.latest(job.base_cfg.checkpoint_dir)
     ckpt_step = manifest.read(ckpt).step if ckpt else None
-    rec = job.recovery if job.recovery is not None else {"detect_mono": 0.0, "last_step": job.step}
+    rec: dict[str, Any] = job.recovery if job.recovery is not None else {"detect_mono": 0.0, "last_step": job.step}
     if job.replica and (ckpt_step is None or job.replica[0] >= ckpt_step) and job.spec.entrypoint is None:
         source, restored, resume_from = "replica", job.replica[0], job.replica[1]
     elif ckpt is not None:

@@ -1,22 +1,25 @@
 """Turning a worker's reports (progress, checkpoint shards, replicas, logs) into job state.
 
-Runs on the engine thread (delivered by ``LocalFabric._deliver``), never on a reader.
+Runs on the engine thread (delivered by ``LocalFabric.deliver``), never on a reader, with
+the fabric's shared ``LocalState`` and its ``emit``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from podfleet.checkpoint import manifest
 from podfleet.fabric.local.jobs import LocalJob
 from podfleet.fabric.local.process import Message, WorkerProcess
+from podfleet.fabric.local.state import LocalState
 
-if TYPE_CHECKING:
-    from podfleet.fabric.local.fabric import LocalFabric
+Emit = Callable[..., None]  # emit(kind, chip=, job_id=, **detail)
 
 
-def handle_message(fab: LocalFabric, wp: WorkerProcess, msg: Message) -> None:
-    job = fab._jobs.get(wp.cfg.job_id)
+def handle_message(state: LocalState, emit: Emit, wp: WorkerProcess, msg: Message) -> None:
+    if wp.cfg is None:
+        return
+    job = state.jobs.get(wp.cfg.job_id)
     if job is None:
         return
     kind = msg.get("type")
@@ -28,19 +31,19 @@ def handle_message(fab: LocalFabric, wp: WorkerProcess, msg: Message) -> None:
     elif wp.attempt != job.attempt:
         return  # a straggler from a replaced gang
     elif kind == "progress":
-        _on_progress(fab, job, wp, msg)
+        _on_progress(state, emit, job, wp, msg)
     elif kind == "checkpoint":
-        _on_checkpoint(fab, job, wp, int(msg["step"]))
+        _on_checkpoint(emit, job, wp, int(msg["step"]))
     elif kind == "replica":
         step = int(msg["step"])
         if job.replica is None or step > job.replica[0]:
             job.replica = (step, str(msg["path"]))
 
 
-def _on_progress(fab: LocalFabric, job: LocalJob, wp: WorkerProcess, msg: Message) -> None:
+def _on_progress(state: LocalState, emit: Emit, job: LocalJob, wp: WorkerProcess, msg: Message) -> None:
     step = int(msg["step"])
-    fab._metrics["step_time_s"][wp.chip] = msg["step_time_s"]
-    fab._metrics["tokens_per_s"][wp.chip] = msg["tokens_per_s"]
+    state.metrics["step_time_s"][wp.chip] = msg["step_time_s"]
+    state.metrics["tokens_per_s"][wp.chip] = msg["tokens_per_s"]
     if job.spec.entrypoint is not None:
         # A user script reports what it likes, often from rank 0 only: take rank 0's word.
         if wp.rank != 0:
@@ -63,12 +66,12 @@ def _on_progress(fab: LocalFabric, job: LocalJob, wp: WorkerProcess, msg: Messag
         rec["resume_s"] = msg["recv_mono"] - rec["detect_mono"]
         job.recoveries.append(rec)
         job.recovery = None
-        fab._emit("recovered", job_id=job.spec.job_id, **{k: v for k, v in rec.items() if not k.endswith("_mono")})
-    fab._emit("progress", chip=wp.chip, job_id=job.spec.job_id, step=step, loss=loss,
+        emit("recovered", job_id=job.spec.job_id, **{k: v for k, v in rec.items() if not k.endswith("_mono")})
+    emit("progress", chip=wp.chip, job_id=job.spec.job_id, step=step, loss=loss,
               tokens_per_s=msg["tokens_per_s"], step_time_s=msg["step_time_s"], worker_t=msg.get("t"))
 
 
-def _on_checkpoint(fab: LocalFabric, job: LocalJob, wp: WorkerProcess, step: int) -> None:
+def _on_checkpoint(emit: Emit, job: LocalJob, wp: WorkerProcess, step: int) -> None:
     ranks = job.pending_ckpt.setdefault(step, set())
     ranks.add(wp.rank)
     if len(ranks) < len(job.chips):
@@ -82,4 +85,4 @@ def _on_checkpoint(fab: LocalFabric, job: LocalJob, wp: WorkerProcess, step: int
         job.log.append(f"checkpoint step {step} not committed: {exc}")
         return
     job.checkpoint_step = step
-    fab._emit("checkpoint", job_id=job.spec.job_id, step=step, path=str(manifest.step_dir(root, step)))
+    emit("checkpoint", job_id=job.spec.job_id, step=step, path=str(manifest.step_dir(root, step)))

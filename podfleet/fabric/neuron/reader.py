@@ -41,9 +41,13 @@ DEFAULT_CONFIG: dict[str, Any] = {
 class NeuronMonitorReader:
     """Iterate over ``MonitorReport``s from a text stream (a file or a process's stdout)."""
 
-    def __init__(self, stream: IO[str] | IO[bytes], *, strict: bool = False, keep_errors: int = 100) -> None:
+    def __init__(self, stream: IO[str] | IO[bytes], *, strict: bool = False, keep_errors: int = 100,
+                 on_error: Callable[[str], Any] | None = None) -> None:
         self._stream = stream
         self.strict = strict
+        # Called (on the reading thread) with each malformed-document message as it is
+        # skipped, so a supervisor notices garbage even when no report follows it.
+        self.on_error = on_error
         self.errors: list[str] = []  # the most recent malformed-document messages
         self.skipped = 0
         self.count = 0
@@ -106,6 +110,8 @@ class NeuronMonitorReader:
         self.skipped += 1
         self.errors.append(message)
         del self.errors[: -self._keep]
+        if self.on_error is not None:
+            self.on_error(message)
 
     def follow(self, on_report: Callable[[MonitorReport], Any]) -> threading.Thread:
         """Read in a daemon thread, calling ``on_report`` for each report (from that thread)."""

@@ -21,7 +21,6 @@ import importlib
 import math
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
@@ -40,10 +39,11 @@ from podfleet.fabric.base import (
     ChipState,
     FabricEvent,
     LinkState,
+    RunStatus,
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState
+from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState, RayState
 from podfleet.fabric.ray.runner import JobRunner
 from podfleet.hardware.topology import SwitchedTopology, Topology
 from podfleet.training.config import WorkerConfig
@@ -79,6 +79,12 @@ def _import_ray() -> Any:
 
 
 class RayFabric:
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``.
+
+    ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
+    checkpoint KEK every worker gets unless the job names its own (with a multi-machine
+    Ray cluster both must be on shared storage)."""
+
     kind = "ray"
 
     def __init__(
@@ -93,6 +99,7 @@ class RayFabric:
         per_chip: float = 1.0,
         chip_type: str = "trn2",
         workdir: str | None = None,
+        key_file: str | None = None,
         placement: str = "pack",
         placement_timeout_s: float = 60.0,
         hang_timeout_s: float = 30.0,
@@ -107,7 +114,7 @@ class RayFabric:
         if not per_chip > 0:
             raise InvalidInputError(f"per_chip must be positive, got {per_chip}", field="per_chip")
         ray = _import_ray()
-        self._ray = ray
+        self.key_file = key_file
         self.address = address
         self.resource = resource
         self.per_chip = float(per_chip)
@@ -169,13 +176,11 @@ class RayFabric:
         self.workdir = workdir or os.path.join(tempfile.gettempdir(), "podfleet-ray")
         self._states = [ChipState.HEALTHY] * n_chips
         self._reasons: dict[int, str] = {}
-        self._chip_job: dict[int, tuple[str, int]] = {}
-        self.jobs: dict[str, RayJob] = {}
+        self.state = RayState(ray)
         self._subscribers: list[Callable[[FabricEvent], None]] = []
-        self._lock = threading.RLock()
         self._t0 = time.monotonic()
         self.timeline: Any = None
-        self._runner = JobRunner(self)
+        self._runner = JobRunner(self.state, self)
 
     # --- Fabric protocol ----------------------------------------------------------------------
     def attach(self, timeline: Any) -> None:
@@ -199,8 +204,8 @@ class RayFabric:
 
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         out = {m: np.zeros(self.n_chips) for m in METRICS}
-        with self._lock:
-            for job in self.jobs.values():
+        with self.state.lock:
+            for job in self.state.jobs.values():
                 if job.state in TERMINAL:
                     continue
                 for r in job.ranks:
@@ -241,25 +246,25 @@ class RayFabric:
         job = RayJob(group, strategy, workdir, ckpt_dir)
         job.ranks = [RankRecord(r, c) for r, c in enumerate(chips)]
         self.worker_config(job, 0, "127.0.0.1", 29500)  # bad input is reported before conflicts
-        with self._lock:
-            old = self.jobs.get(group.job_id)
+        with self.state.lock:
+            old = self.state.jobs.get(group.job_id)
             if old is not None and old.state not in TERMINAL:
                 raise ConflictError(f"job {group.job_id} is already {old.state.value} on this fabric", field="job_id")
-            busy = [c for c in chips if c in self._chip_job]
+            busy = [c for c in chips if c in self.state.chip_job]
             if busy:
-                raise ConflictError(f"chips {busy} are in use by job {self._chip_job[busy[0]][0]}", field="chips")
+                raise ConflictError(f"chips {busy} are in use by job {self.state.chip_job[busy[0]][0]}", field="chips")
             bad = [c for c in chips if self._states[c] not in (ChipState.HEALTHY, ChipState.DEGRADED)]
             if bad:
                 raise ConflictError(f"chips {bad} are {self._states[bad[0]].value}", field="chips")
-            self.jobs[group.job_id] = job
+            self.state.jobs[group.job_id] = job
             for r in job.ranks:
-                self._chip_job[r.chip] = (group.job_id, r.rank)
+                self.state.chip_job[r.chip] = (group.job_id, r.rank)
         self._runner.start()
         self._runner.start_job(job)
 
     def stop(self, job_id: str) -> None:
         job = self._job(job_id)
-        with self._lock:
+        with self.state.lock:
             if job.state in TERMINAL or job.state is RayJobState.STOPPING:
                 return
             job.set_state(RayJobState.STOPPING)
@@ -267,18 +272,23 @@ class RayFabric:
                 if not r.done:
                     r.killed_by = "stop"
         self._runner.teardown(job)
-        with self._lock:
+        with self.state.lock:
             for r in job.ranks:
                 if not r.done:
                     r.cause = ExitCause.STOPPED
             job.set_state(RayJobState.STOPPED)
             job.reason = "stopped"
-            self._free(job)
+            self.state.free(job)
         self.emit("job-stopped", job_id=job_id)
 
-    # --- beyond the protocol ----------------------------------------------------------------
-    def kill_worker(self, job_id: str, rank: int) -> None:
-        """Fault injection: kill one rank's actor (ray.kill); detected like any death."""
+    # --- capabilities: WorkerKill, Introspection, Closeable ------------------------------------
+    @property
+    def jobs(self) -> dict[str, RayJob]:
+        return self.state.jobs
+
+    def kill_worker(self, job_id: str, rank: int) -> int | None:
+        """Fault injection: kill one rank's actor (ray.kill); detected like any death.
+        Returns the actor process's pid when its node reported it."""
         job = self._job(job_id)
         if not 0 <= rank < len(job.ranks):
             raise NotFoundError(f"job {job_id} has ranks 0-{len(job.ranks) - 1}, not {rank}", field="rank")
@@ -286,10 +296,22 @@ class RayFabric:
         if job.state is not RayJobState.RUNNING or r.actor is None or r.done:
             raise ConflictError(f"rank {rank} of job {job_id} is not running (job {job.state.value})", field="rank")
         r.killed_by = "fault"
-        self._ray.kill(r.actor, no_restart=True)
+        self.state.ray.kill(r.actor, no_restart=True)
+        pid = r.info.get("pid")
+        return int(pid) if pid is not None else None
+
+    def run_status(self, job_id: str) -> RunStatus | None:
+        with self.state.lock:
+            job = self.state.jobs.get(job_id)
+            return job.run_status() if job is not None else None
+
+    def run_logs(self, job_id: str) -> list[str]:
+        with self.state.lock:
+            job = self.state.jobs.get(job_id)
+            return list(job.log) if job is not None else []
 
     def job_status(self, job_id: str) -> dict[str, Any]:
-        with self._lock:
+        with self.state.lock:
             return self._job(job_id).status()
 
     def close(self) -> None:
@@ -298,26 +320,21 @@ class RayFabric:
         if self._closed:
             return
         self._closed = True
-        for job_id, job in list(self.jobs.items()):
+        for job_id, job in list(self.state.jobs.items()):
             if job.state not in TERMINAL:
                 self.stop(job_id)
         self._runner.close()
         _connection.users -= 1
-        if _connection.users == 0 and _connection.started and self._ray.is_initialized():
-            self._ray.shutdown()
+        if _connection.users == 0 and _connection.started and self.state.ray.is_initialized():
+            self.state.ray.shutdown()
             _connection.started = False
 
     # --- helpers the runner uses ------------------------------------------------------------
     def _job(self, job_id: str) -> RayJob:
-        job = self.jobs.get(job_id)
+        job = self.state.jobs.get(job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} is not on this fabric", field="job_id")
         return job
-
-    def _free(self, job: RayJob) -> None:
-        for r in job.ranks:
-            if self._chip_job.get(r.chip, (None,))[0] == job.job_id:
-                del self._chip_job[r.chip]
 
     def bundle(self) -> dict[str, float]:
         return {self.resource: self.per_chip}
@@ -342,6 +359,7 @@ class RayFabric:
         base: dict[str, Any] = {
             "device": "cuda" if self.resource == "GPU" else "cpu",
             "checkpoint_dir": job.checkpoint_dir,
+            "key_file": self.key_file,
             # No peer replicas: this fabric restarts nothing, so a survivor's replica
             # would never be read (and writing one would demand a key).
             "replica_peer": False,

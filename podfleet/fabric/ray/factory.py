@@ -5,17 +5,25 @@ node's GCS, ``ray://HOST:10001`` for Ray Client, ``auto`` for a cluster already 
 this machine; unset starts a private local instance. ``PODFLEET_RAY_RESOURCE`` is
 ``CPU`` (default), ``GPU`` or ``neuron_cores``; ``PODFLEET_RAY_PER_CHIP`` how many units
 of it one chip is (e.g. 4 neuron_cores = one Trn2 device at LNC=2).
+
+``workdir`` is the cluster's own directory (stable across restarts; shared storage on a
+multi-machine Ray cluster). Unless ``key_file`` is given or ``PODFLEET_CHECKPOINT_KEY``
+is set, the checkpoint KEK is kept there (one per cluster, as ``LocalFabric`` does), so
+old checkpoints stay readable; the fabric hands it to every worker itself.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+from podfleet.checkpoint import keys
 from podfleet.errors import InvalidInputError
 from podfleet.fabric.ray.fabric import RayFabric
 from podfleet.hardware.topology import Topology
+from podfleet.training.config import KEY_ENV_DEFAULT
 
 
 def make_ray_fabric(
@@ -26,6 +34,8 @@ def make_ray_fabric(
     address: str | None = None,
     resource: str | None = None,
     per_chip: float | None = None,
+    workdir: str | Path | None = None,
+    key_file: str | None = None,
 ) -> RayFabric:
     address = address or os.environ.get("PODFLEET_RAY_ADDRESS") or None
     resource = resource or os.environ.get("PODFLEET_RAY_RESOURCE") or "CPU"
@@ -37,5 +47,8 @@ def make_ray_fabric(
             raise InvalidInputError(
                 f"PODFLEET_RAY_PER_CHIP must be a number, got {raw!r}", field="ray_per_chip"
             ) from None
+    if workdir is not None and key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
+        kek = Path(workdir) / "keys" / "checkpoint.kek"
+        key_file = str(kek if kek.exists() else keys.new_key_file(kek))
     return RayFabric(address, timeline, topology.n_chips, resource=resource, spares=spares, topology=topology,
-                     per_chip=per_chip)
+                     per_chip=per_chip, workdir=str(workdir) if workdir is not None else None, key_file=key_file)

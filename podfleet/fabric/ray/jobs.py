@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from podfleet.fabric.base import ExitCause
+from podfleet.fabric.base import ExitCause, RunState, RunStatus
 from podfleet.states import check_transition
 
 
@@ -31,6 +32,16 @@ RAY_JOB_TRANSITIONS: dict[RayJobState, frozenset[RayJobState]] = {
     RayJobState.STOPPED: frozenset(),
 }
 TERMINAL = frozenset({RayJobState.FINISHED, RayJobState.FAILED, RayJobState.STOPPED})
+_RUN_STATE = {
+    RayJobState.PLACING: RunState.RUNNING,  # live: the gang is being started
+    RayJobState.STARTING: RunState.RUNNING,
+    RayJobState.RUNNING: RunState.RUNNING,
+    RayJobState.STOPPING: RunState.STOPPING,
+    RayJobState.FINISHED: RunState.FINISHED,
+    RayJobState.FAILED: RunState.FAILED,
+    RayJobState.STOPPED: RunState.STOPPED,
+}
+LOG_TAIL = 20
 
 
 @dataclass
@@ -74,6 +85,7 @@ class RayJob:
     reason: str | None = None
     pending_ckpt: dict[int, set[int]] = field(default_factory=dict)  # step -> ranks whose shard is durable
     checkpoint_step: int | None = None
+    cause: ExitCause | None = None  # why it failed: the blamed rank's cause
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
 
     @property
@@ -100,8 +112,36 @@ class RayJob:
                  "exit_code": (r.result or {}).get("exit_code")}
                 for r in self.ranks
             ],
-            "log_tail": list(self.log)[-20:],
+            "log_tail": list(self.log)[-LOG_TAIL:],
         }
+
+    def run_status(self) -> RunStatus:
+        """This fabric restarts nothing: one attempt, and a failure is charged to its cause."""
+        failed = self.state is RayJobState.FAILED
+        return RunStatus(
+            job_id=self.job_id, state=_RUN_STATE[self.state], chips=tuple(r.chip for r in self.ranks),
+            step=self.step, loss=self.loss, attempt=1,
+            infra_failures=int(failed and self.cause is ExitCause.INFRA),
+            user_failures=int(failed and self.cause is ExitCause.USER_CODE),
+            max_retries=int(self.spec.options.get("max_retries", 0)), reason=self.reason,
+            checkpoint_step=self.checkpoint_step, log_tail=tuple(list(self.log)[-LOG_TAIL:]),
+        )
+
+
+@dataclass(eq=False)
+class RayState:
+    """What ``RayFabric`` shares with its ``JobRunner``; hold ``lock`` to read or change it."""
+
+    ray: Any  # the ray module (imported lazily)
+    jobs: dict[str, RayJob] = field(default_factory=dict)
+    chip_job: dict[int, tuple[str, int]] = field(default_factory=dict)  # chip -> (job, rank)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def free(self, job: RayJob) -> None:
+        """Release the job's chips (those still held by it)."""
+        for r in job.ranks:
+            if self.chip_job.get(r.chip, (None,))[0] == job.job_id:
+                del self.chip_job[r.chip]
 
 
 def cause_of(result: dict[str, Any]) -> ExitCause:

@@ -12,7 +12,15 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from podfleet.fabric.ray.actor import WorkerActor
-from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState, cause_of
+from podfleet.fabric.ray.jobs import (
+    TERMINAL,
+    ExitCause,
+    RankRecord,
+    RayJob,
+    RayJobState,
+    RayState,
+    cause_of,
+)
 
 if TYPE_CHECKING:
     from podfleet.fabric.ray.fabric import RayFabric
@@ -24,7 +32,11 @@ _BLAME = (ExitCause.INFRA, ExitCause.USER_CODE, ExitCause.BAD_INPUT, ExitCause.P
 
 
 class JobRunner:
-    def __init__(self, fabric: RayFabric) -> None:
+    """Background work on the shared ``RayState``; ``fabric`` only for its public settings
+    and helpers (bundle, actor options, worker config, emit)."""
+
+    def __init__(self, state: RayState, fabric: RayFabric) -> None:
+        self.state = state
         self.f = fabric
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -47,7 +59,7 @@ class JobRunner:
 
     # --- starting a gang ----------------------------------------------------------------------
     def _start(self, job: RayJob) -> None:
-        f, ray = self.f, self.f._ray
+        f, ray = self.f, self.state.ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -66,7 +78,7 @@ class JobRunner:
                 return
             if self._actor_cls is None:
                 self._actor_cls = ray.remote(WorkerActor)
-            with f._lock:
+            with self.state.lock:
                 if job.state is not RayJobState.PLACING:
                     # Stopped while placing: stop() may have run before job.pg was set.
                     from ray.util.placement_group import remove_placement_group
@@ -82,7 +94,7 @@ class JobRunner:
                 job.set_state(RayJobState.STARTING)
             infos = ray.get([r.actor.hello.remote() for r in job.ranks], timeout=START_TIMEOUT_S)
             master = infos[0]
-            with f._lock:
+            with self.state.lock:
                 if job.state is not RayJobState.STARTING:
                     return
                 for r, info in zip(job.ranks, infos, strict=True):
@@ -100,8 +112,8 @@ class JobRunner:
     # --- polling ---------------------------------------------------------------------------------
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.f.poll_interval_s):
-            with self.f._lock:
-                jobs = list(self.f.jobs.values())
+            with self.state.lock:
+                jobs = list(self.state.jobs.values())
             for job in jobs:
                 if job.state is RayJobState.RUNNING:
                     try:
@@ -110,7 +122,7 @@ class JobRunner:
                         job.log.append(f"[fabric] poll error: {type(exc).__name__}: {exc}")
 
     def _poll(self, job: RayJob) -> None:
-        f, ray = self.f, self.f._ray
+        f, ray = self.f, self.state.ray
         live = [r for r in job.ranks if not r.done]
         if not live:
             return
@@ -138,7 +150,7 @@ class JobRunner:
             with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 polled.append((r, ray.get(r.actor.poll.remote(), timeout=POLL_TIMEOUT_S)))  # its last words
             finished.append((r, result, None))
-        with f._lock:
+        with self.state.lock:
             if job.state is not RayJobState.RUNNING:
                 return
             for r, p in polled:
@@ -220,20 +232,20 @@ class JobRunner:
 
     def _finish(self, job: RayJob, outcome: str, blamed: RankRecord | None) -> None:
         f = self.f
-        with f._lock:
+        with self.state.lock:
             if job.state is not RayJobState.RUNNING:
                 return
             for r in job.ranks:
                 if not r.done:
                     r.killed_by = r.killed_by or "stop"
         self.teardown(job)
-        with f._lock:
+        with self.state.lock:
             if job.state is not RayJobState.RUNNING:
                 return
             for r in job.ranks:
                 if not r.done:
                     r.cause = ExitCause.STOPPED
-            f._free(job)
+            self.state.free(job)
             if outcome == "finished":
                 job.set_state(RayJobState.FINISHED)
                 job.reason = "all steps done"
@@ -241,6 +253,7 @@ class JobRunner:
                 assert blamed is not None
                 job.set_state(RayJobState.FAILED)
                 job.reason = _reason(blamed)
+                job.cause = blamed.cause
         if outcome == "finished":
             f.emit("job-finished", job_id=job.job_id, chip=job.ranks[0].chip, step=job.step, loss=job.loss)
         else:
@@ -249,21 +262,24 @@ class JobRunner:
             f.emit("worker-exited", job_id=job.job_id, chip=blamed.chip, rank=blamed.rank,
                    cause=blamed.cause.value if blamed.cause else None, exit_code=res.get("exit_code"),
                    error=res.get("error"), killed_by=blamed.killed_by, reason=job.reason,
-                   infra=blamed.cause is ExitCause.INFRA)
+                   infra=blamed.cause is ExitCause.INFRA,
+                   # The whole gang ended with this rank: whoever launched it relaunches it.
+                   gang_ended=True)
 
     def _fail(self, job: RayJob, blamed: RankRecord | None, reason: str) -> None:
         self.teardown(job)
-        with self.f._lock:
+        with self.state.lock:
             if job.state in TERMINAL or job.state is RayJobState.STOPPING:
                 return
             job.set_state(RayJobState.FAILED)
             job.reason = reason
-            self.f._free(job)
+            job.cause = ExitCause.INFRA
+            self.state.free(job)
         self.f.emit("job-failed", job_id=job.job_id, chip=job.ranks[0].chip, reason=reason, cause="infra")
 
     def teardown(self, job: RayJob) -> None:
         """Kill every actor of the gang and release its placement group (idempotent)."""
-        ray = self.f._ray
+        ray = self.state.ray
         for r in job.ranks:
             if r.actor is not None:
                 with contextlib.suppress(Exception):  # already gone

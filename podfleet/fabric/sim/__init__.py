@@ -14,11 +14,18 @@ Public API (everything runs on the engine thread of its ``Timeline``)::
     fab.set_link_state(link, state, reason)       fab.links (LinkTable: src, dst, bw, ...)
     fab.launch(WorkerGroupSpec) -> JobRun         fab.stop(job_id)
     fab.pause(job_id) / fab.resume(job_id, from_step=None)
-    fab.move_rank(job_id, rank, new_chip)         fab.jobs: dict[str, JobRun]
+    fab.move_rank(job_id, rank, new_chip)         fab.jobs: dict[str, JobRun]  fab.job(job_id)
+    fab.checkpoint_now(job_id) -> step | None     fab.run_status(job_id) -> RunStatus | None
+    fab.run_logs(job_id) -> list[str]             fab.job_on(chip) / fab.busy_chips()
     fab.inject_fault(kind, chip=None, link=None, precursor=False, lead_s=None) -> dict
     fab.repair_chip(chip) / fab.repair_link(link) / fab.update_firmware(chip, version)
     fab.set_fault_rates(FaultRates)               fab.subscribe(cb) -> unsubscribe
     fab.summary() -> dict   fab.state_counts() / fab.chip_hours_lost() / fab.faults_by_kind
+    fab.telemetry_metrics() -> frozenset of chip_metrics keys
+
+Capabilities (``podfleet.fabric.base``): Introspection, ResumableRuns, FaultInjection,
+FirmwareUpdate, TelemetrySource. ``SimFabric`` is a facade over a ``Board`` (chip and
+link state), a ``FaultProcess`` and a ``JobRunner`` sharing one ``SimContext``.
 
 Metric arrays are read-only and never changed in place (copy-on-write): keep them
 without copying; copy before modifying. ``fab.telemetry`` holds the live arrays and the

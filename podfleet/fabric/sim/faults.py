@@ -1,4 +1,5 @@
-"""The twin's fault model: kinds, rates per chip-hour and their derivation.
+"""The twin's fault model: rates per chip-hour of each kind and their derivation (the
+kinds themselves are ``podfleet.hardware.faults.FaultKind``).
 
 Default rates come from the Llama 3 405B pre-training report (Llama 3 paper,
 arXiv 2407.21783, table of root causes of unexpected interruptions; summarised in
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from enum import StrEnum
 
-from podfleet.errors import InvalidInputError, UnknownNameError
+from podfleet.errors import InvalidInputError
+from podfleet.hardware.faults import FaultKind, parse_fault_kind
 
 LLAMA3_GPU_HOURS = 16_384 * 54 * 24  # 21,233,664
 LLAMA3_COUNTS: dict[str, int] = {
@@ -42,19 +43,6 @@ LLAMA3_COUNTS: dict[str, int] = {
 CORRECTED_BURST_PER_UNCORRECTABLE = 10.0  # assumption, see module docstring
 
 
-class FaultKind(StrEnum):
-    CHIP_FAILURE = "chip-failure"
-    HBM_CORRECTED_BURST = "hbm-corrected-burst"
-    HBM_UNCORRECTABLE = "hbm-uncorrectable"
-    SRAM_UNCORRECTABLE = "sram-uncorrectable"
-    LINK_DOWN = "link-down"
-    LINK_FLAP = "link-flap"
-    THERMAL_RUNAWAY = "thermal-runaway"
-    FIRMWARE_FAULT = "firmware-fault"
-
-
-LINK_KINDS = frozenset({FaultKind.LINK_DOWN, FaultKind.LINK_FLAP})
-CHIP_KINDS = frozenset(set(FaultKind) - LINK_KINDS)
 # What the Neuron runtime recommends for each (neuron-docs nrt-troubleshoot.rst).
 ACTIONS: dict[FaultKind, str] = {
     FaultKind.CHIP_FAILURE: "replace",
@@ -67,13 +55,6 @@ ACTIONS: dict[FaultKind, str] = {
 
 def _per_chip_hour(kind: str) -> float:
     return LLAMA3_COUNTS[kind] / LLAMA3_GPU_HOURS
-
-
-def parse_kind(kind: str | FaultKind) -> FaultKind:
-    try:
-        return FaultKind(kind)
-    except ValueError:
-        raise UnknownNameError("fault kind", kind, [k.value for k in FaultKind], field="kind") from None
 
 
 @dataclass(frozen=True)
@@ -108,7 +89,7 @@ class FaultRates:
         """Override some kinds (hyphenated names, per chip-hour) on ``base`` (default: Llama 3)."""
         out = base or cls()
         for name, value in rates.items():
-            kind = parse_kind(name)
+            kind = parse_fault_kind(name)
             out = replace(out, **{kind.value.replace("-", "_"): value})
         return out
 
@@ -118,7 +99,7 @@ class FaultRates:
         return FaultRates(**{f.name: getattr(self, f.name) * factor for f in fields(self)})
 
     def per_chip_hour(self, kind: FaultKind | str) -> float:
-        return float(getattr(self, parse_kind(kind).value.replace("-", "_")))
+        return float(getattr(self, parse_fault_kind(kind).value.replace("-", "_")))
 
     def as_dict(self) -> dict[str, float]:
         return {k.value: self.per_chip_hour(k) for k in FaultKind}

@@ -18,24 +18,18 @@ plane has to infer it from telemetry, as on real hardware.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import simpy
 
 from podfleet.errors import ConflictError, InvalidInputError
 from podfleet.fabric.base import ChipState, FabricEvent, LinkState
-from podfleet.fabric.sim.faults import (
-    ACTIONS,
-    CHIP_KINDS,
-    LINK_KINDS,
-    FaultKind,
-    FaultRates,
-    parse_kind,
-)
-
-if TYPE_CHECKING:
-    from podfleet.fabric.sim.fabric import SimFabric
+from podfleet.fabric.sim.board import Board
+from podfleet.fabric.sim.context import SimContext
+from podfleet.fabric.sim.faults import ACTIONS, FaultRates, PrecursorParams
+from podfleet.fabric.sim.telemetry import ThermalParams
+from podfleet.hardware.faults import CHIP_FAULTS, LINK_FAULTS, FaultKind, parse_fault_kind
 
 _KINDS = tuple(FaultKind)
 
@@ -49,31 +43,33 @@ class Precursor:
     token: int
 
 
-class FaultsMixin:
-    def _init_faults(self: SimFabric) -> None:
-        self._fault_proc: simpy.Process | None = None
-        self._precursors: dict[int, Precursor] = {}
-        self._runaway: set[int] = set()
+class FaultProcess:
+    """Fault arrivals, precursors, injection, repair and firmware updates on a ``Board``."""
+
+    def __init__(self, ctx: SimContext, board: Board, *, rates: FaultRates, precursors: PrecursorParams,
+                 thermal: ThermalParams, auto_repair_s: float | None) -> None:
+        self.ctx, self.board = ctx, board
+        self.rates, self.params, self.thermal = rates, precursors, thermal
+        self.auto_repair_s = auto_repair_s
+        self.faults_by_kind: dict[str, int] = {}
+        self.precursors: dict[int, Precursor] = {}
+        self.runaway: set[int] = set()
         self._token = 0
+        self._proc: simpy.Process = ctx.tl.process(self._fault_loop())
 
-    def _start_fault_process(self: SimFabric) -> None:
-        assert self.tl is not None
-        self._fault_proc = self.tl.process(self._fault_loop())
-
-    def set_fault_rates(self: SimFabric, rates: FaultRates) -> None:
+    def set_fault_rates(self, rates: FaultRates) -> None:
         """Change the arrival rates now (memoryless: the next arrival is redrawn)."""
-        self.fault_rates = rates
-        if self._fault_proc is not None and self._fault_proc.is_alive:
-            self._fault_proc.interrupt("rates changed")
+        self.rates = rates
+        if self._proc.is_alive:
+            self._proc.interrupt("rates changed")
 
-    def _fault_loop(self: SimFabric):  # type: ignore[no-untyped-def]
-        assert self.tl is not None
-        env, rng = self.tl.env, self.tl.rng
+    def _fault_loop(self):  # type: ignore[no-untyped-def]
+        env, rng = self.ctx.tl.env, self.ctx.tl.rng
         while True:
-            rates = np.array([self.fault_rates.per_chip_hour(k) for k in _KINDS])
-            if self.links.n == 0:
-                rates[[_KINDS.index(k) for k in LINK_KINDS]] = 0.0
-            total_per_s = float(rates.sum()) * self.n_chips / 3600.0
+            rates = np.array([self.rates.per_chip_hour(k) for k in _KINDS])
+            if self.ctx.links.n == 0:
+                rates[[_KINDS.index(k) for k in LINK_FAULTS]] = 0.0
+            total_per_s = float(rates.sum()) * self.ctx.n_chips / 3600.0
             try:
                 if total_per_s <= 0:
                     yield env.event()  # nothing can fault until the rates change
@@ -83,26 +79,25 @@ class FaultsMixin:
                 continue
             cum = np.cumsum(rates)
             kind = _KINDS[int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))]
-            if kind in LINK_KINDS:
-                link = int(rng.integers(self.links.n))
-                st = self.link_state(link)
+            if kind in LINK_FAULTS:
+                link = int(rng.integers(self.ctx.links.n))
+                st = self.board.link_state_of(link)
                 if st == LinkState.DOWN or (kind == FaultKind.LINK_FLAP and st != LinkState.UP):
                     continue
                 self._apply(kind, link=link, injected=False)
             else:
-                chip = int(rng.integers(self.n_chips))
-                if self.chip_state(chip) in (ChipState.FAILED, ChipState.ISOLATED):
+                chip = int(rng.integers(self.ctx.n_chips))
+                if self.board.chip_state(chip) in (ChipState.FAILED, ChipState.ISOLATED):
                     continue
                 self._arrival(kind, chip, injected=False)
 
     # --- arrivals and precursors ------------------------------------------------------------
-    def _arrival(self: SimFabric, kind: FaultKind, chip: int, *, injected: bool,
+    def _arrival(self, kind: FaultKind, chip: int, *, injected: bool,
                  precursor: bool | None = None, lead_s: float | None = None) -> dict[str, Any]:
-        assert self.tl is not None
-        rng, pp = self.tl.rng, self.precursors
+        rng, pp = self.ctx.tl.rng, self.params
         if precursor is None:
             share = {FaultKind.HBM_UNCORRECTABLE: pp.hbm_share, FaultKind.CHIP_FAILURE: pp.chip_thermal_share}
-            precursor = kind in share and chip not in self._precursors and rng.random() < share[kind]
+            precursor = kind in share and chip not in self.precursors and rng.random() < share[kind]
         if not precursor:
             return self._apply(kind, chip=chip, injected=injected)
         if kind not in (FaultKind.HBM_UNCORRECTABLE, FaultKind.CHIP_FAILURE):
@@ -113,66 +108,63 @@ class FaultsMixin:
         lead = float(rng.uniform(lo, hi)) if lead_s is None else float(lead_s)
         self._token += 1
         token = self._token
-        p = Precursor(kind, chip, self.now, self.now + lead, token)
-        self._precursors[chip] = p
+        p = Precursor(kind, chip, self.ctx.now, self.ctx.now + lead, token)
+        self.precursors[chip] = p
         signal = "hbm-corrected-ecc-ramp" if kind == FaultKind.HBM_UNCORRECTABLE else "temperature-trend"
-        self.tl.emit("precursor-start", chip=chip, fault=kind.value, signal=signal, lead_s=lead, injected=injected)
-        self.tl.call_at(lead, lambda: self._precursor_due(chip, token, injected))
-        return {"kind": kind.value, "chip": chip, "t": self.now, "precursor": signal, "lead_s": lead}
+        self.ctx.tl.emit("precursor-start", chip=chip, fault=kind.value, signal=signal, lead_s=lead, injected=injected)
+        self.ctx.tl.call_at(lead, lambda: self._precursor_due(chip, token, injected))
+        return {"kind": kind.value, "chip": chip, "t": self.ctx.now, "precursor": signal, "lead_s": lead}
 
-    def _precursor_due(self: SimFabric, chip: int, token: int, injected: bool) -> None:
-        p = self._precursors.get(chip)
+    def _precursor_due(self, chip: int, token: int, injected: bool) -> None:
+        p = self.precursors.get(chip)
         if p is None or p.token != token:
             return  # repaired or replaced in the meantime
-        del self._precursors[chip]
-        if self.chip_state(chip).value not in ("healthy", "degraded", "updating"):
-            assert self.tl is not None
-            self.tl.emit("fault", fault=p.kind.value, chip=chip, averted=True, injected=injected)
+        del self.precursors[chip]
+        if self.board.chip_state(chip).value not in ("healthy", "degraded", "updating"):
+            self.ctx.tl.emit("fault", fault=p.kind.value, chip=chip, averted=True, injected=injected)
             return
         self._apply(p.kind, chip=chip, injected=injected, precursor=True)
 
-    def _advance_precursors(self: SimFabric, dt: float) -> None:
-        if not self._precursors:
+    def advance_precursors(self, dt: float) -> None:
+        if not self.precursors:
             return
-        assert self.tl is not None
-        rng, pp, t = self.tl.rng, self.precursors, self.telemetry
-        for chip, p in self._precursors.items():
-            progress = min(1.0, max(0.0, (self.now - p.start_t) / max(p.end_t - p.start_t, 1e-9)))
+        rng, pp, t = self.ctx.tl.rng, self.params, self.ctx.telemetry
+        for chip, p in self.precursors.items():
+            progress = min(1.0, max(0.0, (self.ctx.now - p.start_t) / max(p.end_t - p.start_t, 1e-9)))
             if p.kind == FaultKind.HBM_UNCORRECTABLE:
                 rate = pp.hbm_start_rate_per_s * pp.hbm_growth**progress
                 t.bump("mem_ecc_corrected", chip, int(rng.poisson(rate * dt)))
-            elif chip not in self._runaway:
+            elif chip not in self.runaway:
                 t.r_scale[chip] = 1.0 + pp.chip_thermal_r_rise * progress
                 t.dirty = True
 
     # --- applying faults -----------------------------------------------------------------
-    def _apply(self: SimFabric, kind: FaultKind, *, chip: int | None = None, link: int | None = None,
+    def _apply(self, kind: FaultKind, *, chip: int | None = None, link: int | None = None,
                injected: bool, precursor: bool = False) -> dict[str, Any]:
-        assert self.tl is not None
-        rng, t = self.tl.rng, self.telemetry
+        rng, t = self.ctx.tl.rng, self.ctx.telemetry
         self.faults_by_kind[kind.value] = self.faults_by_kind.get(kind.value, 0) + 1
         where = {"chip": chip} if chip is not None else {"link": link}
-        self.tl.emit("fault", fault=kind.value, injected=injected, precursor=precursor, **where)
+        self.ctx.tl.emit("fault", fault=kind.value, injected=injected, precursor=precursor, **where)
         # Subscribers see the fault as the hardware reports it (NEURON_HW_ERR, counters),
         # without the ground truth of whether it had a precursor.
-        job_id = self._chip_job.get(chip) if chip is not None else None
+        job_id = self.board.job_on(chip) if chip is not None else None
         detail: dict[str, Any] = {"fault": kind.value, "injected": injected}
         if kind in ACTIONS:
             detail["action"] = ACTIONS[kind]
-        self._deliver(FabricEvent("fault", self.now, chip=chip, link=link, job_id=job_id, detail=detail))
-        if kind in LINK_KINDS:
+        self.ctx.bus.deliver(FabricEvent("fault", self.ctx.now, chip=chip, link=link, job_id=job_id, detail=detail))
+        if kind in LINK_FAULTS:
             assert link is not None
             self._link_fault(kind, link)
-            return {"kind": kind.value, "link": link, "t": self.now}
+            return {"kind": kind.value, "link": link, "t": self.ctx.now}
         assert chip is not None
         if kind == FaultKind.HBM_CORRECTED_BURST:
             t.bump("mem_ecc_corrected", chip, int(rng.integers(20, 200)))
         elif kind == FaultKind.THERMAL_RUNAWAY:
-            self._runaway.add(chip)
+            self.runaway.add(chip)
             t.r_scale[chip] = self.thermal.runaway_r_factor
             t.dirty = True
-            if self.chip_state(chip) == ChipState.HEALTHY:
-                self._transition(chip, ChipState.DEGRADED, "thermal-runaway: cooling failed", cause=kind.value)
+            if self.board.chip_state(chip) == ChipState.HEALTHY:
+                self.board.transition(chip, ChipState.DEGRADED, "thermal-runaway: cooling failed", cause=kind.value)
         else:
             if kind == FaultKind.HBM_UNCORRECTABLE:
                 t.bump("mem_ecc_uncorrected", chip)
@@ -180,124 +172,120 @@ class FaultsMixin:
                 t.bump("sram_ecc_uncorrected", chip)
             else:
                 t.bump("execution_errors", chip)
-            self._fail(chip, kind.value, action=ACTIONS[kind])
-        return {"kind": kind.value, "chip": chip, "t": self.now}
+            self.fail(chip, kind.value, action=ACTIONS[kind])
+        return {"kind": kind.value, "chip": chip, "t": self.ctx.now}
 
-    def _fail(self: SimFabric, chip: int, cause: str, *, action: str, **detail: Any) -> None:
-        if self.chip_state(chip) in (ChipState.FAILED, ChipState.ISOLATED):
+    def fail(self, chip: int, cause: str, *, action: str, **detail: Any) -> None:
+        if self.board.chip_state(chip) in (ChipState.FAILED, ChipState.ISOLATED):
             return
-        self._transition(chip, ChipState.FAILED, cause, cause=cause, action=action, **detail)
+        self.board.transition(chip, ChipState.FAILED, cause, cause=cause, action=action, **detail)
         if self.auto_repair_s is not None:
-            self._transition(chip, ChipState.ISOLATED, "auto-isolate")
-            self.tl.call_at(self.auto_repair_s, lambda: self._auto_repair(chip))  # type: ignore[union-attr]
+            self.board.transition(chip, ChipState.ISOLATED, "auto-isolate")
+            self.ctx.tl.call_at(self.auto_repair_s, lambda: self._auto_repair(chip))
 
-    def _auto_repair(self: SimFabric, chip: int) -> None:
-        if self.chip_state(chip) == ChipState.ISOLATED:
-            self._transition(chip, ChipState.HEALTHY, "auto-repair: replaced")
+    def _auto_repair(self, chip: int) -> None:
+        if self.board.chip_state(chip) == ChipState.ISOLATED:
+            self.board.transition(chip, ChipState.HEALTHY, "auto-repair: replaced")
 
-    def _link_fault(self: SimFabric, kind: FaultKind, link: int) -> None:
-        assert self.tl is not None
-        rng = self.tl.rng
+    def _link_fault(self, kind: FaultKind, link: int) -> None:
+        rng = self.ctx.tl.rng
         burst = int(rng.integers(10, 1000))
-        self._bump_link_errors(link, burst)
+        self.board.bump_link_errors(link, burst)
         if kind == FaultKind.LINK_DOWN:
-            self._set_link(link, LinkState.DOWN, "link-down", cause=kind.value)
+            self.board.set_link(link, LinkState.DOWN, "link-down", cause=kind.value)
             if self.auto_repair_s is not None:
-                self.tl.call_at(self.auto_repair_s, lambda: self._auto_repair_link(link))
+                self.ctx.tl.call_at(self.auto_repair_s, lambda: self._auto_repair_link(link))
         else:
-            self.tl.process(self._flap(link, int(rng.integers(3, 8))))
+            self.ctx.tl.process(self._flap(link, int(rng.integers(3, 8))))
 
-    def _flap(self: SimFabric, link: int, flaps: int):  # type: ignore[no-untyped-def]
+    def _flap(self, link: int, flaps: int):  # type: ignore[no-untyped-def]
         """Down/up a few times within a minute, then stay up at reduced width (degraded)."""
-        assert self.tl is not None
-        env, rng = self.tl.env, self.tl.rng
+        env, rng = self.ctx.tl.env, self.ctx.tl.rng
         for i in range(flaps):
-            if self.link_state(link) == LinkState.DOWN:
+            if self.board.link_state_of(link) == LinkState.DOWN:
                 return  # a hard failure took over
-            self._set_link(link, LinkState.DOWN, "link-flap", flap=i + 1)
+            self.board.set_link(link, LinkState.DOWN, "link-flap", flap=i + 1)
             yield env.timeout(float(rng.uniform(0.5, 5.0)))
-            if self.link_state(link) != LinkState.DOWN:
+            if self.board.link_state_of(link) != LinkState.DOWN:
                 return
-            self._set_link(link, LinkState.UP if i + 1 < flaps else LinkState.DEGRADED, "link-flap", flap=i + 1)
+            self.board.set_link(link, LinkState.UP if i + 1 < flaps else LinkState.DEGRADED, "link-flap", flap=i + 1)
             yield env.timeout(float(rng.uniform(1.0, 10.0)))
         if self.auto_repair_s is not None:
-            self.tl.call_at(self.auto_repair_s, lambda: self._auto_repair_link(link))
+            self.ctx.tl.call_at(self.auto_repair_s, lambda: self._auto_repair_link(link))
 
-    def _auto_repair_link(self: SimFabric, link: int) -> None:
-        if self.link_state(link) != LinkState.UP:
-            self._set_link(link, LinkState.UP, "auto-repair: reseated")
+    def _auto_repair_link(self, link: int) -> None:
+        if self.board.link_state_of(link) != LinkState.UP:
+            self.board.set_link(link, LinkState.UP, "auto-repair: reseated")
 
-    def _repaired(self: SimFabric, chip: int) -> None:
+    def repaired(self, chip: int) -> None:
         """A chip back from isolation is a repaired or replaced one: no faults pending."""
-        self._precursors.pop(chip, None)
-        self._runaway.discard(chip)
-        self.telemetry.r_scale[chip] = 1.0
-        self.telemetry.dirty = True
+        self.precursors.pop(chip, None)
+        self.runaway.discard(chip)
+        self.ctx.telemetry.r_scale[chip] = 1.0
+        self.ctx.telemetry.dirty = True
 
     # --- public commands --------------------------------------------------------------
-    def inject_fault(self: SimFabric, kind: FaultKind | str, chip: int | None = None, link: int | None = None,
+    def inject_fault(self, kind: FaultKind | str, chip: int | None = None, link: int | None = None,
                      *, precursor: bool = False, lead_s: float | None = None) -> dict[str, Any]:
         """Inject a fault now (tests, chaos). Without ``chip``/``link`` one is picked at
         random. ``precursor=True`` runs the precursor first (hbm-uncorrectable and
         chip-failure). Returns what was injected."""
-        assert self.tl is not None
-        k = parse_kind(kind)
-        rng = self.tl.rng
-        if k in LINK_KINDS:
+        k = parse_fault_kind(kind)
+        rng = self.ctx.tl.rng
+        if k in LINK_FAULTS:
             if link is None:
-                cand = self.links.of_chip(self.check_chip(chip)) if chip is not None else np.arange(self.links.n)
-                cand = cand[self._link_state[cand] == 0]
+                lt = self.ctx.links
+                cand = lt.of_chip(self.board.check_chip(chip)) if chip is not None else np.arange(lt.n)
+                cand = cand[self.board.link_state[cand] == 0]
                 if cand.size == 0:
                     raise ConflictError("no link is up to inject a link fault into", field="link")
                 link = int(cand[int(rng.integers(cand.size))])
-            link = self.check_link(link)
-            if self.link_state(link) == LinkState.DOWN:
+            link = self.board.check_link(link)
+            if self.board.link_state_of(link) == LinkState.DOWN:
                 raise ConflictError(f"link {link} is already down", field="link")
             return self._apply(k, link=link, injected=True)
         if link is not None:
             raise InvalidInputError(f"fault kind {k.value} applies to a chip, not a link", field="link")
         if chip is None:
-            usable = np.flatnonzero(self.usable_mask())
+            usable = np.flatnonzero(self.board.usable_mask())
             if usable.size == 0:
                 raise ConflictError("no usable chip to inject a fault into", field="chip")
             chip = int(usable[int(rng.integers(usable.size))])
-        chip = self.check_chip(chip)
-        st = self.chip_state(chip)
+        chip = self.board.check_chip(chip)
+        st = self.board.chip_state(chip)
         if st in (ChipState.FAILED, ChipState.ISOLATED):
             raise ConflictError(f"chip {chip} is {st.value}; a fault needs a healthy, degraded or updating chip",
                                 field="chip")
-        assert k in CHIP_KINDS
+        assert k in CHIP_FAULTS
         return self._arrival(k, chip, injected=True, precursor=precursor, lead_s=lead_s)
 
-    def repair_chip(self: SimFabric, chip: int, reason: str = "repaired") -> None:
+    def repair_chip(self, chip: int, reason: str = "repaired") -> None:
         """Failed or isolated -> healthy (through isolated, as the state machine requires)."""
-        chip = self.check_chip(chip)
-        if self.chip_state(chip) == ChipState.FAILED:
-            self._transition(chip, ChipState.ISOLATED, reason)
-        self._transition(chip, ChipState.HEALTHY, reason)
+        chip = self.board.check_chip(chip)
+        if self.board.chip_state(chip) == ChipState.FAILED:
+            self.board.transition(chip, ChipState.ISOLATED, reason)
+        self.board.transition(chip, ChipState.HEALTHY, reason)
 
-    def repair_link(self: SimFabric, link: int, reason: str = "repaired") -> None:
-        link = self.check_link(link)
-        if self.link_state(link) != LinkState.UP:
-            self._set_link(link, LinkState.UP, reason)
+    def repair_link(self, link: int, reason: str = "repaired") -> None:
+        link = self.board.check_link(link)
+        if self.board.link_state_of(link) != LinkState.UP:
+            self.board.set_link(link, LinkState.UP, reason)
 
-    def update_firmware(self: SimFabric, chip: int, version: str, *, duration_s: float = 60.0,
+    def update_firmware(self, chip: int, version: str, *, duration_s: float = 60.0,
                         failure_p: float = 0.0) -> None:
         """Take the chip to ``updating``; after ``duration_s`` it runs ``version`` and is
         healthy again, or failed with probability ``failure_p``."""
-        assert self.tl is not None
-        chip = self.check_chip(chip)
-        self._transition(chip, ChipState.UPDATING, f"firmware update to {version}")
+        chip = self.board.check_chip(chip)
+        self.board.transition(chip, ChipState.UPDATING, f"firmware update to {version}")
 
         def done() -> None:
-            assert self.tl is not None
-            if self.chip_state(chip) != ChipState.UPDATING:
+            if self.board.chip_state(chip) != ChipState.UPDATING:
                 return
-            if failure_p > 0 and self.tl.rng.random() < failure_p:
-                self._transition(chip, ChipState.FAILED, "firmware-update-failed", cause="firmware-fault",
-                                 action="reset", version=version)
+            if failure_p > 0 and self.ctx.tl.rng.random() < failure_p:
+                self.board.transition(chip, ChipState.FAILED, "firmware-update-failed",
+                                      cause="firmware-fault", action="reset", version=version)
                 return
-            self.telemetry.put("firmware_version", chip, version)
-            self._transition(chip, ChipState.HEALTHY, f"firmware {version} installed", version=version)
+            self.ctx.telemetry.put("firmware_version", chip, version)
+            self.board.transition(chip, ChipState.HEALTHY, f"firmware {version} installed", version=version)
 
-        self.tl.call_at(duration_s, done)
+        self.ctx.tl.call_at(duration_s, done)

@@ -122,6 +122,11 @@ class ChipTelemetry:
         setattr(self, name, ro(a))
 
     @property
+    def any_throttled(self) -> bool:
+        """Whether any chip was throttled at the latest sample (a cheap pre-check)."""
+        return self._any_throttled
+
+    @property
     def clock_factor(self) -> np.ndarray:
         return self.clock_mhz / self.p.base_clock_mhz
 

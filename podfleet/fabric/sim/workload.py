@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -128,6 +129,7 @@ class JobRun:
     process: simpy.Process | None = None
     resume_evt: simpy.Event | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    log: deque[str] = field(default_factory=lambda: deque(maxlen=400))  # job events, oldest first
 
     @property
     def job_id(self) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 from podfleet.hardware.specs import GiB, get_chip
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import CycleState
-from podfleet.scheduler.state import ClusterState, PodState
+from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
 
@@ -28,7 +28,7 @@ class HbmFit:
     name = NAME
     job_dependent = True
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: SchedulerView) -> None:
         self.chip = get_chip(cluster.pods[0].grid.chip_type)
 
     def pre_filter(self, state: CycleState, job: JobRequest) -> Status:

@@ -11,7 +11,9 @@ step included) plus 0.1 x its mean step (latency). Then
            (or, for ``comm="all-to-all"``, the mean pairwise cost over the block)
 
 TP traffic is weighted 4x because it runs every layer. Score = 100 * best cost / cost,
-so TP groups land on the fastest axis and rings close over torus wrap links.
+so TP groups land on the fastest axis and rings close over torus wrap links. A block
+holding a down or degraded link has its cost multiplied by ``links.link_penalty``, so
+an equal block without bad links wins (only computed while some link is not up).
 
 ``parallelism="auto"``: if ``podfleet.planner`` is importable, each candidate shape is
 planned (``plan(model, chips, topology=, block_shape=)``) and scored by predicted step
@@ -32,6 +34,7 @@ from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import local_distance, ring_cost, ring_walk
 from podfleet.scheduler.extension import Candidates, CycleState
+from podfleet.scheduler.links import candidate_penalty
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
 
@@ -109,6 +112,9 @@ class TopologyBlock:
             costs = np.array([cost[int(s)] for s in cands.shape_id])
         else:
             costs = _shape_costs(pod0.grid, job.chips, job.tp, job.comm)[cands.shape_id]
+        penalty = candidate_penalty(cands)  # None while every link is up
+        if penalty is not None:
+            costs = np.where(costs > 0, costs * penalty, costs)
         best = costs.min()
         if best <= 0:
             return st.SUCCESS, np.where(costs <= 0, 100.0, 0.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from podfleet.checkpoint import manifest, shard
-from podfleet.fabric.base import ChipState, WorkerGroupSpec
+from podfleet.fabric.base import ChipState, RunState, WorkerGroupSpec
 from podfleet.fabric.local import JobState, LocalFabric
 
 pytestmark = pytest.mark.realproc
@@ -101,6 +101,11 @@ def test_user_entrypoint_with_helpers_is_retried_and_resumes_from_its_state(fab:
     logs = fab.job_logs("job-user")
     assert any("starts after step 4; args ['--lr', '1']" in line for line in logs)
     assert any("ValueError: flaky user code" in line for line in logs)
+    rs = fab.run_status("job-user")  # the capability's view of the same record
+    assert rs is not None and rs.state is RunState.FINISHED and not rs.live
+    assert (rs.attempt, rs.user_failures, rs.infra_failures, rs.max_retries) == (2, 1, 0, 1)
+    assert rs.step == 8 and rs.loss == 24.0 and rs.checkpoint_step == 8 and rs.chips == (0,)
+    assert fab.run_logs("job-user") == logs and rs.log_tail
     d = manifest.latest(st_dir := fab.workdir / "jobs" / "job-user" / "checkpoints")
     assert d is not None and manifest.read(d).step == 8, st_dir
 
@@ -124,6 +129,8 @@ def test_a_hung_worker_is_detected_killed_and_resumed_from_the_checkpoint(tmp_pa
         assert rec["steps_lost"] <= 2  # at most one checkpoint interval
         assert st.chips == (1,) and st.user_failures == 0
         assert sorted(st.losses) == list(range(1, 13))
+        rs = fab.run_status("job-hang")
+        assert rs is not None and rs.state is RunState.FINISHED and rs.infra_failures == 1 and rs.attempt == 2
     finally:
         fab.close()
 

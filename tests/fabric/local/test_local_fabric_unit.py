@@ -102,3 +102,25 @@ def test_worker_config_round_trips_and_validates() -> None:
         WorkerConfig.from_json('{"job_id": "j", "rank": 0, "world_size": 1, "bogus": 1}')
     with pytest.raises(InvalidInputError, match="checkpoint_interval needs a checkpoint_dir"):
         WorkerConfig(job_id="j", rank=0, world_size=1, checkpoint_interval=5)
+
+
+def test_declares_exactly_its_capabilities(fab: LocalFabric) -> None:
+    from podfleet.fabric.base import (
+        Closeable,
+        FaultInjection,
+        FirmwareUpdate,
+        Introspection,
+        ResumableRuns,
+        TelemetrySource,
+        WorkerKill,
+    )
+
+    for cap in (Fabric, Introspection, WorkerKill, Closeable):
+        assert isinstance(fab, cap), cap.__name__
+    for cap in (ResumableRuns, FaultInjection, FirmwareUpdate, TelemetrySource):
+        assert not isinstance(fab, cap), cap.__name__
+
+
+def test_unknown_job_has_no_run_status_and_no_logs(fab: LocalFabric) -> None:
+    assert fab.run_status("job-none") is None
+    assert fab.run_logs("job-none") == []

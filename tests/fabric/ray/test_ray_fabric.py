@@ -85,6 +85,21 @@ def test_fabric_protocol(setup):
     assert isinstance(fabric, Fabric)
     assert fabric.n_chips == 6 and fabric.topology.n_chips == 6
     assert fabric.kind == "ray" and len(fabric.chip_states()) == 6
+    from podfleet.fabric.base import (
+        Closeable,
+        FaultInjection,
+        FirmwareUpdate,
+        Introspection,
+        ResumableRuns,
+        TelemetrySource,
+        WorkerKill,
+    )
+
+    for cap in (Introspection, WorkerKill, Closeable):
+        assert isinstance(fabric, cap), cap.__name__
+    for cap in (ResumableRuns, FaultInjection, FirmwareUpdate, TelemetrySource):
+        assert not isinstance(fabric, cap), cap.__name__
+    assert fabric.run_status("job-none") is None and fabric.run_logs("job-none") == []
 
 
 def test_launch_validation(setup):
@@ -133,6 +148,31 @@ def test_factory_reads_settings(setup, monkeypatch):
     assert ray.is_initialized()  # the module's connection is not the factory's to close
 
 
+def test_factory_keeps_the_clusters_key_in_its_workdir_and_hands_it_to_workers(setup, monkeypatch, tmp_path):
+    from podfleet.fabric.ray import make_ray_fabric
+    from podfleet.fabric.ray.jobs import RankRecord, RayJob
+    from podfleet.hardware.catalog import custom_grid
+
+    monkeypatch.delenv("PODFLEET_CHECKPOINT_KEY", raising=False)
+    f = make_ray_fabric(custom_grid([2]), None, workdir=tmp_path, per_chip=0.25)
+    try:
+        assert f.workdir == str(tmp_path) and f.key_file == str(tmp_path / "keys" / "checkpoint.kek")
+        assert (tmp_path / "keys" / "checkpoint.kek").exists()
+        job = RayJob(WorkerGroupSpec("job-k", (0,), "debug", 1), "pack", str(tmp_path), None)
+        job.ranks = [RankRecord(0, 0)]
+        assert f.worker_config(job, 0, "127.0.0.1", 1).key_file == f.key_file
+        own = RayJob(WorkerGroupSpec("job-o", (0,), "debug", 1, options={"key_file": "/k"}), "pack", "", None)
+        own.ranks = [RankRecord(0, 0)]
+        assert f.worker_config(own, 0, "127.0.0.1", 1).key_file == "/k"  # a job's own key wins
+    finally:
+        f.close()
+    again = make_ray_fabric(custom_grid([2]), None, workdir=tmp_path, per_chip=0.25)
+    try:
+        assert again.key_file == f.key_file  # kept across restarts: old checkpoints stay readable
+    finally:
+        again.close()
+
+
 def test_two_worker_job_runs_to_completion(setup):
     from podfleet.checkpoint import latest
 
@@ -153,6 +193,11 @@ def test_two_worker_job_runs_to_completion(setup):
     assert [r["exit_code"] for r in status["ranks"]] == [0, 0]
     assert len(events.engine_threads) == 1  # every event was delivered on the engine thread
     assert fabric.chip_metrics()["busy"][:2].tolist() == [0.0, 0.0]  # chips released
+    rs = fabric.run_status("job-done")
+    assert rs is not None and rs.state.value == "finished" and not rs.live
+    assert (rs.step, rs.checkpoint_step, rs.attempt, rs.chips) == (4, 4, 1, (0, 1))
+    assert rs.infra_failures == rs.user_failures == 0 and rs.loss == losses[-1]
+    assert isinstance(fabric.run_logs("job-done"), list)
 
 
 def test_killed_actor_is_detected(setup):
@@ -162,7 +207,8 @@ def test_killed_actor_is_detected(setup):
     assert m["busy"][2:4].tolist() == [1.0, 1.0]
     assert (m["mem_bytes"][2:4] > 0).all()
     assert (m["step_time_s"][2:4] > 0).all()
-    fabric.kill_worker("job-kill", 1)
+    pid = fabric.kill_worker("job-kill", 1)
+    assert pid == fabric.job_status("job-kill")["ranks"][1]["pid"] and pid > 0
     t_kill = time.monotonic()
     events.wait(lambda: events.of("job-kill", "worker-exited"), timeout_s=20)
     detect_s = time.monotonic() - t_kill
@@ -171,6 +217,9 @@ def test_killed_actor_is_detected(setup):
     assert ev.detail["cause"] == "infra" and ev.detail["killed_by"] == "fault" and ev.detail["infra"] is True
     assert "rank 1 (chip 3) was killed" in ev.detail["reason"]
     assert fabric.job_status("job-kill")["state"] == "failed"
+    rs = fabric.run_status("job-kill")
+    assert rs.state.value == "failed" and (rs.infra_failures, rs.user_failures) == (1, 0)
+    assert "was killed" in rs.reason
     assert fabric.chip_metrics()["busy"][2:4].tolist() == [0.0, 0.0]
     print(f"kill detected in {detect_s:.2f} s")
     with pytest.raises(ConflictError, match="not running"):

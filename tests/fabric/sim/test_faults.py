@@ -13,7 +13,8 @@ from podfleet.engine import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
 from podfleet.fabric.base import ChipState, WorkerGroupSpec
 from podfleet.fabric.sim import FaultKind, FaultRates, PrecursorParams, SimFabric
-from podfleet.fabric.sim.faults import LINK_KINDS, LLAMA3_GPU_HOURS
+from podfleet.fabric.sim.faults import LLAMA3_GPU_HOURS
+from podfleet.hardware.faults import LINK_FAULTS
 
 CHI2_DF7_P001 = 24.32  # chi-square critical value, 7 degrees of freedom, p = 0.001
 
@@ -59,13 +60,13 @@ def test_observed_rates_within_poisson_tolerance() -> None:
                     auto_repair_s=4 * 3600.0, precursors=PrecursorParams(hbm_share=0.0, chip_thermal_share=0.0))
     hours = 20_000.0
     tl.run(hours * 3600.0)
-    fab._account()
+    fab.account()
     exposed_h = fab.exposed_chip_s / 3600.0
     assert 0.99 * 64 * hours < exposed_h < 64 * hours
     chi2 = 0.0
     for k in FaultKind:
         # Link kinds are drawn over the whole fabric's chip-hours, chip kinds over exposed ones.
-        expo = 64 * hours if k in LINK_KINDS else exposed_h
+        expo = 64 * hours if k in LINK_FAULTS else exposed_h
         expected = rates.per_chip_hour(k) * expo
         observed = fab.faults_by_kind.get(k.value, 0)
         assert abs(observed - expected) < 4 * math.sqrt(expected) + 1, (k, observed, expected)

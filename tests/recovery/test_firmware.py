@@ -3,9 +3,8 @@ from __future__ import annotations
 import pytest
 
 from podfleet.errors import ConflictError, UnknownNameError
-from podfleet.recovery.chaos import ChaosRun
 from podfleet.recovery.firmware import FirmwareRollouts
-from podfleet.recovery.harness import make_pod
+from podfleet.twin.harness import make_pod
 
 
 def rollout_pod(**kw):
@@ -57,12 +56,3 @@ def test_node_unit_updates_sixteen_chips_per_batch() -> None:
     assert len(r.batches) == 1
     pod.tl.run(until=pod.tl.now + 600.0)
     assert r.state.value == "succeeded" and len(r.done) == 16
-
-
-def test_chaos_run_keeps_every_invariant(tmp_path) -> None:
-    seed = 11
-    r = ChaosRun(seed, faults=24, db_url=f"sqlite:///{tmp_path / 'c.db'}").run()
-    assert r["invariant_violations"] == 0, f"seed {seed}: {r['first_violation']}"
-    assert r["recovered"] == r["faults"] == 24, f"seed {seed}"
-    assert r["jobs_lost"] == r["double_allocations"] == r["acked_writes_lost"] == 0
-    assert r["restarts"] == 1 and all(v == 3 for v in r["by_kind"].values())

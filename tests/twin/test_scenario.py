@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from podfleet.cli.main import app
 from podfleet.errors import InvalidInputError, UnknownNameError
-from podfleet.fabric.sim.scenario import load_scenario, parse_scenario, run_scenario
+from podfleet.twin.scenario import load_scenario, parse_scenario, run_scenario
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BASE = {"duration": "2h", "fault_rates": "default", "fault_rate_scale": 3000.0,
         "jobs": [{"id": "j", "model": "llama3-8b", "chips": 32, "steps": 50, "checkpoint_interval": 10}]}
 
@@ -61,7 +61,7 @@ def test_unknown_pod_type_lists_valid() -> None:
 
 
 def test_job_and_fault_targets_are_checked() -> None:
-    from podfleet.fabric.sim.scenario import build
+    from podfleet.twin.scenario import build
 
     with pytest.raises(InvalidInputError, match=r"faults\.0\.chip"):
         build(parse_scenario({"duration": "1h", "faults": [{"at": 1, "kind": "chip-failure", "chip": 64}]}))

@@ -20,9 +20,10 @@ from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
 from podfleet.fabric.base import ChipState, FabricEvent, WorkerGroupSpec
 from podfleet.fabric.sim.fabric import SimFabric
-from podfleet.fabric.sim.faults import FaultKind, FaultRates, PrecursorParams
+from podfleet.fabric.sim.faults import FaultRates, PrecursorParams
 from podfleet.fabric.sim.workload import JobState
 from podfleet.hardware.catalog import TOPOLOGY_NAMES, get_topology
+from podfleet.hardware.faults import FaultKind
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")

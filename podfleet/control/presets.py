@@ -1,4 +1,4 @@
-"""Model presets the control plane accepts: the perf model's registry (``podfleet.perf.models``)."""
+"""Model presets a job may name: the one registry (``podfleet.perf.models``), or custom dims."""
 
 from __future__ import annotations
 

@@ -21,10 +21,11 @@ from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates, SimFabric
 from podfleet.hardware.catalog import get_topology
+from podfleet.hardware.faults import CHIP_FAULTS, FaultKind
 from podfleet.health.predict import DEFAULT_MODEL, LogisticModel, Predictor, fit
 
-FAILURE_KINDS = frozenset({"chip-failure", "hbm-uncorrectable", "sram-uncorrectable", "firmware-fault",
-                           "thermal-runaway"})
+# Chip faults that fail the chip (a corrected-ECC burst only degrades it).
+FAILURE_KINDS = CHIP_FAULTS - {FaultKind.HBM_CORRECTED_BURST}
 LEAD_MIN_S = 600.0  # "predicted at least 10 minutes ahead"
 HORIZON_S = 8 * 3600.0  # an alarm counts as true when its chip fails within this
 

@@ -9,13 +9,12 @@ from typing import Any
 import numpy as np
 
 from podfleet.fabric.base import ChipState, FabricEvent
-from podfleet.fabric.sim import FaultKind
-from podfleet.fabric.sim.faults import LINK_KINDS
-from podfleet.recovery.harness import check_invariants, make_pod
+from podfleet.hardware.faults import LINK_FAULTS, FaultKind
 from podfleet.recovery.model import JobPolicy, Recovery, Timings
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.store.db import Store
 from podfleet.store.records import CheckpointRecord, ClusterRecord, JobRecord
+from podfleet.twin.harness import check_invariants, make_pod
 
 SETTLE_S = 600.0
 GAP_S = 120.0
@@ -114,7 +113,7 @@ class ChaosRun:
         for i in range(self.n_faults):
             kind = kinds[i % len(kinds)]
             touched: set[str] = set()
-            if kind in LINK_KINDS:
+            if kind in LINK_FAULTS:
                 up = np.flatnonzero(fab.link_metrics()["state"] == 0)
                 fab.inject_fault(kind, link=int(up[rng.integers(up.size)]))
             else:

@@ -1,0 +1,50 @@
+"""What the job manager asks of a job driver: the fabric-specific half of a job's life.
+
+One driver per cluster, chosen once from what its fabric declares (``driver_for``):
+the twin driver for fabrics with ``ResumableRuns`` (a job's state lives on its chips:
+pause, move a rank, resume), the process driver for everything else (local worker
+processes, Ray actors, Neuron hosts: a job's state lives in its checkpoints).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from podfleet.fabric.base import FabricEvent
+
+if TYPE_CHECKING:
+    from podfleet.control.jobtable import Job
+    from podfleet.control.specs import JobSpec
+
+
+class JobDriver(Protocol):
+    # Whether the scheduler may preempt this cluster's jobs (checkpoint and requeue).
+    preemptible: bool
+    # Whether ``checkpoint_now`` saves the job's state on demand (preemption uses it).
+    on_demand_checkpoints: bool
+    # URL scheme of checkpoints the control plane records itself (preemption).
+    checkpoint_scheme: str
+
+    def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
+        """Refuse what this fabric cannot run (a 4xx at submit); the job's layout and
+        model size."""
+
+    def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
+        """``WorkerGroupSpec.options`` for (re)launching ``job`` from ``start_step``."""
+
+    def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
+        """Start (or restart) the job's gang on ``chips``, continuing from ``start_step``.
+        Raises ``PodfleetError`` when the fabric refuses."""
+
+    def stop(self, job_id: str) -> None:
+        """Stop the job's workers; a job the fabric does not know is fine."""
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        """Save the job's state now and return its step; None when the job does not run
+        there (finished or stopped: nothing left to save)."""
+
+    def owns(self, job_id: str) -> bool:
+        """True while the fabric or recovery is moving the job itself (hands off)."""
+
+    def on_event(self, ev: FabricEvent) -> None:
+        """A fabric event about this cluster, on the engine thread, in a store transaction."""

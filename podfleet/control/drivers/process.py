@@ -1,0 +1,306 @@
+"""The process driver: jobs whose state lives in checkpoints, on fabrics of worker
+processes (local processes, Ray actors, Neuron hosts), on the engine thread.
+
+Such a fabric reports two styles of rank loss, and the driver follows whichever it
+sees (it never asks the fabric's name):
+
+* the fabric recovers the rank itself (spare slot, peer replica or checkpoint, retry
+  budget for user-code crashes): ``job-recovering`` -> RECOVERING, ``job-resumed`` ->
+  RUNNING on the new chips, ``job-failed`` -> FAILED with the fabric's cause. While it
+  does, the scheduler leaves the job alone (``owns``).
+* the gang ended with the rank (``worker-exited`` with ``gang_ended``): the driver
+  relaunches it from the last committed checkpoint, moving the dead rank to another
+  chip when the cause was the infrastructure, and counting user-code crashes against
+  the job's ``max_retries``.
+
+Workers' own log lines (the fabric's job log, and the tail of each worker's output when
+a job fails) are copied into the job's log, so ``job logs`` shows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from podfleet.control.jobtable import Job, RunCounts
+from podfleet.control.lifecycle import JobState
+from podfleet.control.placement import Allocation
+from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.fabric.base import FabricEvent, Introspection, WorkerGroupSpec, WorkerKill
+from podfleet.training.config import PRESET_NAMES, WorkerConfig
+
+if TYPE_CHECKING:
+    from podfleet.control.jobs import JobManager
+    from podfleet.control.runtime import ClusterRuntime
+    from podfleet.control.specs import JobSpec
+
+# Job ``options`` a process fabric passes to its workers (``WorkerConfig`` fields).
+JOB_OPTIONS = ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads", "entrypoint_args",
+               "encrypt_checkpoints", "key_file", "checkpoint_dir", "replica_peer")
+_LIVE = (JobState.RUNNING, JobState.CHECKPOINTING)
+
+
+class ProcessDriver:
+    preemptible = False  # a worker's state is only in its checkpoints: never preempted
+    on_demand_checkpoints = False
+    checkpoint_scheme: str
+
+    def __init__(self, jobs: JobManager, rt: ClusterRuntime) -> None:
+        self.jobs, self.rt = jobs, rt
+        self.table = jobs.table
+        self.fabric = rt.fabric
+        self.checkpoint_scheme = rt.fabric.kind
+        self.fabric_recovering: set[str] = set()  # jobs the fabric is recovering itself
+        self.seen: dict[str, tuple[int, str | None]] = {}  # job -> (lines seen, last line)
+
+    # --- JobDriver --------------------------------------------------------------------------
+    def owns(self, job_id: str) -> bool:
+        return job_id in self.fabric_recovering
+
+    def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
+        """Refuse what a process fabric cannot run (4xx at submit, not a failed job later)."""
+        fabric = self.rt.spec.fabric
+        if spec.entrypoint is None and spec.model not in PRESET_NAMES:
+            raise UnknownNameError(f"model preset for a {fabric} cluster (or give an entrypoint script)",
+                                   spec.model, PRESET_NAMES, field="model")
+        if spec.model_dims:
+            raise InvalidInputError(f"model_dims applies to sim clusters; {fabric} clusters train the presets "
+                                    f"{', '.join(PRESET_NAMES)} or an entrypoint script", field="model_dims")
+        if not isinstance(spec.parallelism, str) and tuple(spec.parallelism) != (1, 1, spec.chips):
+            raise InvalidInputError(f"{fabric} clusters run data parallel: parallelism must be auto or "
+                                    f"1,1,{spec.chips}", field="parallelism",
+                                    allowed=["auto", f"1,1,{spec.chips}"])
+        opts = dict(spec.options or {})
+        unknown = sorted(set(opts) - set(JOB_OPTIONS))
+        if unknown:
+            raise UnknownNameError("job option", unknown[0], JOB_OPTIONS, field="options")
+        if "entrypoint_args" in opts:
+            opts["entrypoint_args"] = tuple(str(a) for a in opts["entrypoint_args"])
+        try:  # the worker's own validation (batch divisible by ranks, types), at submit time
+            WorkerConfig(**{"checkpoint_dir": "check", **opts}, job_id="check", rank=0, world_size=spec.chips,
+                         model=spec.model, steps=spec.steps, checkpoint_interval=spec.checkpoint_interval,
+                         entrypoint=spec.entrypoint)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"options: {exc.message}", field="options") from None
+        except TypeError as exc:
+            raise InvalidInputError(f"options: {exc}", field="options") from None
+        layout = {"tp": 1, "pp": 1, "dp": spec.chips,
+                  "note": f"data parallel on {spec.chips} {fabric} worker slots"}
+        return layout, None
+
+    def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
+        opts = dict(job.spec.get("options") or {})
+        opts["max_retries"] = int(job.spec.get("max_retries") or 0)
+        counts = self.counts(job)
+        # A relaunch (restart of the control plane, a gang restarted) continues from the
+        # newest committed checkpoint in the job's checkpoint dir, if any.
+        if start_step or counts.launches:
+            opts["resume"] = True
+        counts.launches += 1
+        return opts
+
+    def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
+        spec = job.spec
+        self.fabric.launch(WorkerGroupSpec(
+            job_id=job.id, chips=chips, model=spec["model"], steps=int(spec["steps"]),
+            checkpoint_interval=int(spec["checkpoint_interval"]), entrypoint=spec.get("entrypoint"),
+            options=self.launch_options(job, start_step),
+        ))
+
+    def stop(self, job_id: str) -> None:
+        with contextlib.suppress(NotFoundError, ConflictError):
+            self.fabric.stop(job_id)
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        return None  # no on-demand checkpoint: the last saved one (work since it is redone)
+
+    # --- fault injection ------------------------------------------------------------------------
+    def kill_worker(self, rank: int | None, job_id: str | None) -> tuple[dict[str, Any], str]:
+        rt, table = self.rt, self.table
+        if not isinstance(self.fabric, WorkerKill):
+            raise InvalidInputError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot kill a worker",
+                                    field="kind")
+        if rank is None:
+            raise InvalidInputError("kill-worker needs a rank (--kill-worker R)", field="rank")
+        running = sorted(j.id for j in table.on_cluster(rt.id) if j.state in _LIVE)
+        if job_id is None:
+            if len(running) != 1:
+                raise InvalidInputError(
+                    f"cluster {rt.rec.name} runs {len(running)} jobs; give --job (running: "
+                    f"{', '.join(running) or 'none'})", field="jobId", allowed=running)
+            job_id = running[0]
+        job = table.find(job_id)
+        if job is None or job.cluster_id != rt.id:
+            raise NotFoundError(f"job {job_id!r} not found on cluster {rt.rec.name}; running: "
+                                f"{', '.join(running) or 'none'}", field="jobId")
+        if job_id not in running:
+            raise ConflictError(f"job {job_id} is {job.state.value}; kill-worker needs a running job "
+                                f"(running: {', '.join(running) or 'none'})", field="jobId", allowed=running)
+        n = len(job.chips)
+        if not 0 <= rank < n:
+            raise InvalidInputError(f"rank {rank} not in job {job_id}'s ranks 0-{n - 1}", field="rank",
+                                    allowed=f"0-{n - 1}")
+        pid = self.fabric.kill_worker(job_id, rank)
+        what = f"kill-worker: rank {rank} of {job_id}" + (f" (pid {pid})" if pid else "")
+        now = self.jobs.now()
+        rt.logs.append(now, f"fault injected: {what}")
+        table.log(job, f"fault injected: {what}")
+        out = {"cluster_id": rt.id, "kind": "kill-worker", "job_id": job_id, "rank": rank, "pid": pid,
+               "injected_at": now}
+        return out, f"{rt.id}/job/{job_id}/rank/{rank}"
+
+    # --- fabric events --------------------------------------------------------------------------
+    def on_event(self, ev: FabricEvent) -> None:
+        rt, table = self.rt, self.table
+        if ev.kind in ("chip-failed", "chip-state"):
+            self.jobs.save_health(rt)  # the fabric retired a slot; the rank move comes with job-resumed
+            return
+        job = table.find(ev.job_id)
+        if job is None or job.ended:
+            return
+        self.sync_logs(job)
+        d = dict(ev.detail)
+        kind = ev.kind
+        if kind == "progress":
+            if job.state in _LIVE:
+                table.progress(job, step=d.get("step"), loss=d.get("loss"), tokens_per_s=d.get("tokens_per_s"),
+                               step_time_s=d.get("step_time_s"))
+        elif kind == "checkpoint":
+            if job.state in _LIVE:
+                self.jobs.checkpointed(job, int(d.get("step", job.status.progress.step)), str(d.get("path", "")), d)
+        elif kind == "job-started":
+            table.log(job, f"workers started on chips {d.get('chips') or list(job.chips)}"
+                           + (f", attempt {d['attempt']}" if "attempt" in d else ""))
+        elif kind == "worker-exited":
+            table.log(job, f"worker exited: rank {d.get('rank')} on chip {ev.chip}, cause {d.get('cause')}, "
+                           f"exit code {d.get('exit_code')}: {d.get('message') or d.get('reason') or ''}")
+            if d.get("gang_ended"):
+                self._gang_ended(job, d, ev.chip)
+        elif kind == "hang":
+            table.log(job, f"rank {d.get('rank')} on chip {ev.chip} hung (no heartbeat for "
+                           f"{float(d.get('heartbeat_age_s', 0)):.1f} s)")
+        elif kind == "job-recovering":
+            self._recovering(job, d)
+        elif kind == "job-resumed":
+            self._resumed(job, d)
+        elif kind == "recovered":
+            counts = self.counts(job)
+            counts.recoveries.append({k: d.get(k) for k in ("rank", "cause", "source", "restored_step",
+                                                           "steps_lost", "resume_s", "moves")})
+            table.log(job, f"recovered: resumed from {d.get('source')} step {d.get('restored_step')} in "
+                           f"{float(d.get('resume_s') or 0):.2f} s, {d.get('steps_lost')} step(s) lost")
+            table.refresh(job)
+        elif kind in ("job-finished", "job-failed", "job-stopped"):
+            self._ended(job, kind, d)
+        if job.ended:
+            self.seen.pop(job.id, None)
+
+    def _ended(self, job: Job, kind: str, d: dict[str, Any]) -> None:
+        self.fabric_recovering.discard(job.id)
+        if kind == "job-stopped":
+            self.table.end(job, JobState.STOPPED, "stopped by the fabric")
+        else:
+            self._update_counts(job)
+            if kind == "job-finished":
+                self.table.progress(job, step=int(job.spec["steps"]), loss=d.get("loss"))
+                self.table.end(job, JobState.SUCCEEDED, "all steps done")
+            else:
+                self.sync_logs(job, final=True)
+                self.table.end(job, JobState.FAILED, str(d.get("reason") or "the workers failed"))
+        self.jobs.schedule(self.rt)
+
+    def _recovering(self, job: Job, d: dict[str, Any]) -> None:
+        cause = str(d.get("cause", ""))
+        # (The fabric's own failure count may already include this exit: only the budget is used.)
+        no_retries = not int(job.spec.get("max_retries") or 0)
+        if job.state not in _LIVE or cause == "bad-input" or (cause == "user-code" and no_retries):
+            return  # the fabric fails the job next (job-failed carries the cause)
+        self.fabric_recovering.add(job.id)
+        what = "retrying after a crash in the job's code" if cause == "user-code" else "moving it to a spare"
+        self.table.transition(job, JobState.RECOVERING,
+                              f"rank {d.get('rank')} lost ({cause}): {d.get('message', '')}; {what}")
+
+    def _resumed(self, job: Job, d: dict[str, Any]) -> None:
+        self.fabric_recovering.discard(job.id)
+        self._update_counts(job)
+        chips = tuple(int(c) for c in d.get("chips", ()))
+        old = job.chips
+        self.rt.owners.replace(job.id, chips)
+        moved = ", ".join(f"rank {r}: chip {a} -> {b}" for r, (a, b) in enumerate(zip(old, chips, strict=False))
+                          if a != b)
+        reason = f"resumed from {d.get('source')} step {d.get('restored_step')}" + (f"; {moved}" if moved else "")
+        self.table.progress(job, step=int(d.get("restored_step") or 0))
+        alloc = Allocation(chips, (len(chips),), f"recovered: {moved}" if moved else "recovered on the same chips")
+        if job.state == JobState.RECOVERING:
+            self.table.transition(job, JobState.RUNNING, reason, allocation=alloc)
+        else:  # a bad-input / last-retry path skipped RECOVERING: keep the allocation right
+            job.status.allocation = alloc.to_dict()
+            self.table.log(job, reason)
+            self.table.save(job)
+
+    def _gang_ended(self, job: Job, d: dict[str, Any], chip: int | None) -> None:
+        """The gang ended because a rank died: relaunch it, or fail the job with the cause."""
+        if job.state not in _LIVE:
+            return
+        cause = str(d.get("cause", ""))
+        counts = self.counts(job)
+        reason = str(d.get("reason") or d.get("error") or cause)
+        if cause == "bad-input":
+            self.table.end(job, JobState.FAILED, f"bad input: {reason}")
+            self.jobs.schedule(self.rt)
+            return
+        if cause == "infra":
+            counts.infra_failures += 1
+            if chip is not None:
+                self.rt.owners.release_chip(chip, job.id)  # the dead rank moves to another chip
+            self.table.transition(job, JobState.RECOVERING, f"{reason}; relaunching from checkpoint step "
+                                                            f"{job.status.checkpoint_step}")
+        else:
+            counts.user_failures += 1
+            budget = int(job.spec.get("max_retries") or 0)
+            if counts.user_failures > budget:
+                self.table.end(job, JobState.FAILED, f"user code failed ({counts.user_failures} failures, "
+                                                     f"max_retries={budget}): {reason}")
+                self.jobs.schedule(self.rt)
+                return
+            self.table.transition(job, JobState.RECOVERING, f"{reason}; retry {counts.user_failures} of {budget}")
+        self.jobs.relaunch(self.rt, job)
+
+    # --- status, logs ------------------------------------------------------------------------------
+    @staticmethod
+    def counts(job: Job) -> RunCounts:
+        if job.status.runtime is None:
+            job.status.runtime = RunCounts(max_retries=int(job.spec.get("max_retries") or 0))
+        return job.status.runtime
+
+    def _update_counts(self, job: Job) -> None:
+        if not isinstance(self.fabric, Introspection):
+            return
+        st = self.fabric.run_status(job.id)
+        if st is None:
+            return
+        c = self.counts(job)
+        c.attempt, c.infra_failures, c.user_failures, c.max_retries = (
+            st.attempt, st.infra_failures, st.user_failures, st.max_retries)
+
+    def sync_logs(self, job: Job, *, final: bool = False) -> None:
+        """Copy the fabric's new job-log lines (and, at the end, each worker's output tail)."""
+        if not isinstance(self.fabric, Introspection):
+            return
+        lines = self.fabric.run_logs(job.id)
+        n, last = self.seen.get(job.id, (0, None))
+        if n <= len(lines) and (n == 0 or lines[n - 1] == last):
+            new = lines[n:]
+        else:  # the fabric's bounded log rotated, or a relaunch started a fresh one
+            idx = max((i for i, ln in enumerate(lines) if ln == last), default=-1)
+            new = lines[idx + 1:]
+        if lines:
+            self.seen[job.id] = (len(lines), lines[-1])
+        for ln in new:
+            self.table.log(job, ln)
+        if final:
+            st = self.fabric.run_status(job.id)
+            known = set(lines)
+            for ln in st.log_tail if st is not None else ():
+                if ln not in known:
+                    self.table.log(job, f"worker output: {ln}")

@@ -1,0 +1,143 @@
+"""The twin driver: jobs on a fabric with ``ResumableRuns`` (the digital twin), whose
+state lives on their chips, on the engine thread.
+
+A relaunch after a rank's chip failed moves just that rank and resumes the paused run
+from its checkpoint step; preemption checkpoints a victim on demand. Chip faults of
+running jobs go to the recovery orchestrator first (``JobManager.recovery``): it
+isolates, moves ranks to spares, restores and resumes, step by step. What it does not
+take (a free chip, a job being placed) is handled here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from podfleet.control import scheduling
+from podfleet.control.jobtable import Job
+from podfleet.control.lifecycle import JobState
+from podfleet.control.planning import plan_for_job
+from podfleet.control.presets import check_model
+from podfleet.errors import InvalidInputError, NotFoundError
+from podfleet.fabric.base import (
+    ChipState,
+    Fabric,
+    FabricEvent,
+    Introspection,
+    ResumableRuns,
+    RunState,
+    WorkerGroupSpec,
+)
+
+if TYPE_CHECKING:
+    from podfleet.control.jobs import JobManager
+    from podfleet.control.runtime import ClusterRuntime
+    from podfleet.control.specs import JobSpec
+
+_FINISHED = ("job-finished", "job-succeeded")
+_JOB_FAILED = ("job-failed", "worker-exited")
+
+
+@runtime_checkable
+class TwinFabric(Fabric, Introspection, ResumableRuns, Protocol):
+    """A fabric this driver can run: introspection plus resumable runs."""
+
+
+class TwinDriver:
+    preemptible = True
+    on_demand_checkpoints = True
+    checkpoint_scheme = "twin"
+
+    def __init__(self, jobs: JobManager, rt: ClusterRuntime, fabric: TwinFabric) -> None:
+        self.jobs, self.rt = jobs, rt
+        self.table = jobs.table
+        self.fabric = fabric
+
+    # --- JobDriver ----------------------------------------------------------------------------
+    def owns(self, job_id: str) -> bool:
+        rec = self.jobs.recovery
+        return rec is not None and rec.owns(job_id)
+
+    def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
+        if spec.options:
+            raise InvalidInputError("options apply to clusters of worker processes (local, ray, neuron); "
+                                    "the twin models the job", field="options")
+        model = check_model(spec.model, spec.model_dims)
+        return plan_for_job(self.rt.topology, model, spec.chips, spec.parallelism), model.params
+
+    def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
+        spec, st = job.spec, job.status
+        return {"start_step": start_step, **scheduling.worker_options(spec, st.plan),
+                **({"params": st.params} if st.params else {}), "model_dims": spec.get("model_dims")}
+
+    def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
+        fab = self.fabric
+        run = fab.run_status(job.id)
+        if run is not None and run.state is RunState.PAUSED and len(run.chips) == len(chips):
+            # The run's state is still on its chips: move only the ranks that changed chip.
+            for rank, (a, b) in enumerate(zip(run.chips, chips, strict=True)):
+                if a != b:
+                    fab.move_rank(job.id, rank, b)
+            fab.resume(job.id, from_step=min(start_step, run.step))
+            return
+        if run is not None and run.live:
+            self.stop(job.id)
+        spec = job.spec
+        fab.launch(WorkerGroupSpec(
+            job_id=job.id, chips=chips, model=spec["model"], steps=int(spec["steps"]),
+            checkpoint_interval=int(spec["checkpoint_interval"]), entrypoint=spec.get("entrypoint"),
+            options=self.launch_options(job, start_step),
+        ))
+
+    def stop(self, job_id: str) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.fabric.stop(job_id)
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        return self.fabric.checkpoint_now(job_id)
+
+    # --- fabric events --------------------------------------------------------------------------
+    def on_event(self, ev: FabricEvent) -> None:
+        rt, table = self.rt, self.table
+        rec = self.jobs.recovery
+        if rec is not None and rec.on_event(rt, ev):
+            return  # a recovery orchestrator took the fault over
+        if ev.kind == "chip-failed" and ev.chip is not None:
+            self._chip_failed(ev.chip, ev.kind)
+            return
+        job = table.find(ev.job_id)
+        if job is None or job.ended or job.state == JobState.RECOVERING:
+            return
+        d = dict(ev.detail)
+        if ev.kind == "progress":
+            table.progress(job, step=d.get("step"), loss=d.get("loss"), tokens_per_s=d.get("tokens_per_s"))
+        elif ev.kind == "checkpoint":
+            step = int(d.get("step", job.status.progress.step))
+            self.jobs.checkpointed(job, step, str(d.get("path", f"twin://{job.id}/step-{step}")), d)
+        elif ev.kind in _FINISHED:
+            table.progress(job, step=int(job.spec["steps"]))
+            table.end(job, JobState.SUCCEEDED, "all steps done")
+            self.jobs.schedule(rt)
+        elif ev.kind in _JOB_FAILED:
+            table.end(job, JobState.FAILED, str(d.get("reason", ev.kind)))
+            self.jobs.schedule(rt)
+
+    def _chip_failed(self, chip: int, why: str) -> None:
+        rt, table = self.rt, self.table
+        if rt.chip_states()[chip] == ChipState.FAILED:  # keep it out of every allocation until repaired
+            rt.fabric.set_chip_state(chip, ChipState.ISOLATED, f"isolated after {why}")
+        self.jobs.save_health(rt)
+        job = table.find(rt.owners.release_chip(chip))
+        if job is None or job.ended:
+            self.jobs.render(rt)
+            return
+        if job.state == JobState.PLACING:
+            rt.owners.release(job.id)
+            if job.id in rt.scheduler.jobs:
+                rt.scheduler.requeue(job.id)
+            table.transition(job, JobState.PENDING, f"chip {chip} failed before launch", allocation=None)
+        else:
+            job.status.failed_chip = chip
+            table.transition(job, JobState.RECOVERING, f"chip {chip} failed ({why}); moving its rank")
+            self.jobs.relaunch(rt, job)
+        self.jobs.render(rt)

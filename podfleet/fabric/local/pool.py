@@ -1,0 +1,79 @@
+"""Spawning a gang's worker processes, from warm standbys when there are any.
+
+Warm standbys (torch already imported) make a recovered gang start in ~1 s, not ~5-10 s.
+Callers hold the fabric's lock; a refill is handed to the engine thread (``deliver``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from podfleet.fabric.local.process import OnExit, OnMessage, WorkerProcess
+from podfleet.training.config import WorkerConfig
+
+
+class WorkerPool:
+    def __init__(self, workdir: Path, *, n_gpus: int, warm_workers: int, refill_delay_s: float,
+                 closed: threading.Event, deliver: Callable[..., Any],
+                 extra_env: Callable[[int], Mapping[str, str]] | None = None) -> None:
+        self.workdir, self.n_gpus, self.extra_env = workdir, n_gpus, extra_env
+        self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
+        self.closed, self.deliver = closed, deliver
+        self.standbys: list[WorkerProcess] = []
+        self._made = 0
+        self._took = False
+
+    def chip_env(self, chip: int) -> dict[str, str]:
+        env = {"CUDA_VISIBLE_DEVICES": str(chip % self.n_gpus) if self.n_gpus else "", "PODFLEET_CHIP": str(chip)}
+        if self.extra_env is not None:
+            env.update(self.extra_env(chip))
+        return env
+
+    def spawn(self, cfg: WorkerConfig, chip: int, attempt: int, log_path: Path, on_message: OnMessage,
+              on_exit: OnExit) -> WorkerProcess:
+        """One rank's worker: a standby given the rank, else a fresh process."""
+        standby = self._take_standby()
+        if standby is not None:
+            standby.assign(cfg, chip, attempt, log_path, self.chip_env(chip), on_message, on_exit)
+            self._took = True
+            return standby
+        env = {**os.environ, **self.chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads)}
+        return WorkerProcess(cfg=cfg, chip=chip, attempt=attempt, log_path=log_path, env=env,
+                             on_message=on_message, on_exit=on_exit)
+
+    def gang_started(self) -> None:
+        if self._took:
+            self._took = False
+            # Refill later: a standby importing torch now would slow the gang that just started.
+            threading.Timer(self.refill_delay_s, lambda: self.deliver(self.refill)).start()
+
+    def _take_standby(self) -> WorkerProcess | None:
+        live = [wp for wp in self.standbys if wp.alive and wp.killed_by is None]
+        if not live:
+            return None
+        wp = max(live, key=lambda w: w.ready)  # a ready one first
+        self.standbys.remove(wp)
+        return wp
+
+    def refill(self) -> None:
+        self.standbys = [wp for wp in self.standbys if wp.alive]
+        while not self.closed.is_set() and len(self.standbys) < self.warm_workers:
+            self._made += 1
+            self.standbys.append(WorkerProcess(
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                log_path=self.workdir / "standby" / f"standby-{self._made}.log",
+                on_message=lambda wp, msg: None,
+                on_exit=lambda wp, code: None,  # a dead standby is dropped at the next take/refill
+            ))
+
+    def ready(self) -> int:
+        return sum(1 for wp in self.standbys if wp.alive and wp.ready)
+
+    def close(self) -> None:
+        for wp in self.standbys:
+            wp.kill("stop")
+        self.standbys.clear()

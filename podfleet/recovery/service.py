@@ -1,0 +1,161 @@
+"""Recovery inside the control plane: one orchestrator per twin cluster, sharing the
+cluster's chip owners with the job manager, which hands it chip faults (the twin job
+driver asks ``on_event`` first) and lets it own the jobs it is recovering.
+
+Each step is shown on the job through the job table: state ``RECOVERING``, ``recovery``
+(the journal with its sub-steps) and a reason naming the current step; the journal is
+saved with the job, so a restarted control plane can see (and close) what was in flight.
+Link flows mark the link degraded on the fabric; placement reads link states from the
+fabric (``control.scheduling.sync``), so new jobs avoid it.
+
+Only fabrics with ``ResumableRuns`` (a rank can be moved and resumed) get an orchestrator;
+elsewhere the process driver and the fabric recover jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from podfleet.control.jobtable import JobTable
+from podfleet.control.lifecycle import JobState
+from podfleet.engine.timeline import Timeline
+from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
+from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
+from podfleet.recovery.orchestrator import RecoveryOrchestrator
+
+if TYPE_CHECKING:
+    from podfleet.control.runtime import ClusterRuntime
+
+_OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
+
+
+def policy_for(spec: dict[str, Any]) -> JobPolicy:
+    """A job's recovery policy from its spec: data-parallel degree from ``parallelism``."""
+    par = spec.get("parallelism")
+    dp = int(par.get("dp", 1)) if isinstance(par, dict) else 1
+    return JobPolicy(dp=max(dp, 1), on_no_spare="shrink" if dp > 1 else "wait")
+
+
+class JobListener:
+    """An orchestrator's journal, shown on the cluster's jobs through the job table."""
+
+    def __init__(self, table: JobTable, timeline: Timeline, rt: ClusterRuntime,
+                 render: Callable[[ClusterRuntime], None]) -> None:
+        self.table, self.tl, self.rt, self.render = table, timeline, rt, render
+
+    def recovery_changed(self, rec: Recovery) -> None:
+        table = self.table
+        job = table.find(rec.job_id)
+        if job is None or job.state not in (*_OURS, JobState.RECOVERING):
+            return
+        step = rec.steps[-1] if rec.steps else None
+        reason = f"recovering ({rec.kind}): {step.name}: {step.reason}" if step else rec.reason
+        if job.state in _OURS:
+            if rec.state in (RecoveryState.RUNNING, RecoveryState.WAITING):
+                table.transition(job, JobState.RECOVERING, reason, recovery=rec.to_dict())
+            else:  # the closing journal of a recovery that already handed the job back
+                job.status.recovery = rec.to_dict()
+                table.save(job)
+            return
+        job.status.recovery = rec.to_dict()
+        job.status.reason = reason
+        table.save(job)
+        if step is not None:
+            table.log(job, f"recovery {rec.id}: {step.name}: {step.reason}")
+
+    def job_recovered(self, job_id: str, chips: tuple[int, ...], rec: Recovery) -> None:
+        job = self.table.find(job_id)
+        if job is None or job.state != JobState.RECOVERING:
+            return
+        took = (rec.t_end or rec.t_start) - (rec.detected_t or rec.t_start)
+        alloc = {"chips": list(chips), "shape": [len(chips)], "reason": f"recovered by {rec.id}"}
+        self.table.transition(job, JobState.RUNNING, f"recovered from {rec.reason} in {took:.3f} s "
+                              f"(state from {rec.restored_from or 'the chip itself'})", allocation=alloc,
+                              recovery=rec.to_dict())
+        self.render(self.rt)
+
+    def link_changed(self, link: int, state: str, rec: Recovery) -> None:
+        # Placement reads the link's state from the fabric at its next cycle.
+        self.tl.emit("scheduler-link-notice", cluster_id=self.rt.id, link=link, state=state)
+
+
+class RecoveryService:
+    """Routes chip and link faults of twin clusters to their orchestrators."""
+
+    def __init__(self, table: JobTable, timeline: Timeline, render: Callable[[ClusterRuntime], None]) -> None:
+        self.table, self.tl, self.render = table, timeline, render
+        self.orch: dict[str, RecoveryOrchestrator] = {}
+
+    @staticmethod
+    def supports(rt: ClusterRuntime) -> bool:
+        """Rank moves need a fabric whose runs can be paused, moved and resumed."""
+        return isinstance(rt.fabric, ResumableRuns) and isinstance(rt.fabric, Introspection)
+
+    def for_cluster(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:
+        if not self.supports(rt):
+            return None
+        o = self.orch.get(rt.id)
+        if o is None:
+            lis = JobListener(self.table, self.tl, rt, self.render)
+            o = RecoveryOrchestrator(rt.fabric, self.tl, owner=rt.owners, listener=lis, subscribe=False,
+                                     spares=tuple(rt.spares))
+            self.orch[rt.id] = o
+        return o
+
+    def forget(self, cluster_id: str) -> None:
+        self.orch.pop(cluster_id, None)
+
+    def owns(self, job_id: str) -> bool:
+        return any(job_id in o.active for o in self.orch.values())
+
+    def manage_running(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:
+        """Put every job the fabric runs for this cluster under the orchestrator."""
+        o = self.for_cluster(rt)
+        fab = rt.fabric
+        if o is None or not isinstance(fab, Introspection):
+            return o
+        for job in self.table.on_cluster(rt.id):
+            if job.state in _OURS and job.id not in o.policies:
+                run = fab.run_status(job.id)
+                if run is not None and run.live:
+                    o.manage(job.id, policy_for(job.spec))
+        return o
+
+    def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
+        """Handle a fabric event; True when the orchestrator took the fault over."""
+        if not (ev.kind.startswith(("link-", "chip-")) or ev.kind in ("job-finished", "job-stopped")):
+            return False  # progress, checkpoints: the job driver's
+        o = self.manage_running(rt)
+        if o is None:
+            return False
+        if ev.kind.startswith("link-") or ev.kind in ("chip-healthy", "job-finished", "job-stopped"):
+            o.handle(ev)
+            return False
+        chip = ev.chip
+        if chip is None:
+            return False
+        job_id = rt.owners.get(chip)
+        thermal = ev.kind == "chip-degraded" and str(ev.detail.get("reason", "")).startswith("thermal-runaway")
+        if ev.kind != "chip-failed" and not thermal:
+            return False
+        if job_id is None or job_id not in o.policies:
+            return False  # the job driver isolates free chips and undoes placements
+        o.handle(ev)
+        return True
+
+    def close_stale(self) -> None:
+        """Journals left open by a previous control plane whose job runs again: closed."""
+        for job in self.table:
+            j = job.status.recovery
+            if not j or job.state != JobState.RUNNING or j.get("state") not in ("running", "waiting") \
+                    or self.owns(job.id):
+                continue
+            rec = Recovery.from_dict(j)
+            now = self.tl.now
+            rec.steps.append(Step("finished-after-restart", "the control plane restarted during the recovery; "
+                                  "the job was relaunched from its checkpoint", now, now))
+            rec.state = RecoveryState.DONE
+            rec.t_end = now
+            job.status.recovery = rec.to_dict()
+            self.table.save(job)

@@ -1,0 +1,25 @@
+"""Rehearsal: the whole control plane run in virtual time on the digital twin.
+
+Twin-only code lives here, so the control plane (``control/``, ``scheduler/``,
+``health/``, ``recovery/``) never imports ``podfleet.fabric.sim``: it knows fabrics only
+through the ``Fabric`` protocol. This package is the one place that builds a twin and
+drives work over it.
+
+    from podfleet.twin.scenario import load_scenario, parse_scenario, run_scenario
+    run_scenario(load_scenario("examples/pod-24h.yaml"), events_path=None) -> report dict
+
+    from podfleet.twin.harness import make_pod, check_invariants
+    pod = make_pod(seed, jobs=(64,), spares=8)   # Pod(tl, fab, orch, journal, jobs)
+
+    from podfleet.twin.chaos import ChaosRun
+    ChaosRun(seed, faults=100, db_url=...).run() -> figures (recovered, jobs_lost, ...)
+
+    from podfleet.twin.evaluate import run_seed, fit_model, score
+    score([run_seed(s, model=fit_model([run_seed(1)]))]) -> recall, false alarms, lead
+
+Modules: ``scenario`` (YAML scenarios -> a run -> a report; ``podfleet sim``),
+``harness`` (a twin pod with managed jobs and the recovery orchestrator, and the
+invariants), ``chaos`` (faults of every kind with invariants checked after every event
+and a control-plane restart), ``evaluate`` (failure prediction trained and measured on
+twin seeds, out of sample).
+"""
