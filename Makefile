@@ -27,6 +27,8 @@ typecheck: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check podfleet tests bench
+	# Types: strict on the models, engine, scheduler and control plane; checked everywhere (pyproject).
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 clean:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
@@ -28,7 +26,7 @@ def list_alerts(
         if state is not None and state not in STATES:
             raise InvalidInputError(f"--state must be one of {', '.join(STATES)}, got {state!r}", field="state",
                                     allowed=list(STATES))
-        out = client(url, token)._request("GET", f"/v1/clusters/{quote(cluster)}/alerts", params={"state": state})
+        out = client(url, token).list_alerts(cluster, state)
         emit(out["alerts"], output, title="alerts",
              columns=["id", "state", "severity", "target", "rule", "message", "count"])
 
@@ -42,7 +40,7 @@ def ack(
 ) -> None:
     """Acknowledge a firing alert."""
     with errors():
-        emit(client(url, token)._request("POST", f"/v1/alerts/{quote(alert_id)}/acknowledge"), output, title="alert")
+        emit(client(url, token).acknowledge_alert(alert_id), output, title="alert")
 
 
 @app.command("recoveries")
@@ -54,7 +52,7 @@ def recoveries(
 ) -> None:
     """Recovery flows and their steps."""
     with errors():
-        out = client(url, token)._request("GET", f"/v1/clusters/{quote(cluster)}/recoveries")["recoveries"]
+        out = client(url, token).list_recoveries(cluster)["recoveries"]
         if output == OutputFormat.json:
             emit(out, output)
             return

@@ -4,7 +4,7 @@ and ``podfleet firmware status CLUSTER [ROLLOUT]``."""
 from __future__ import annotations
 
 import time
-from urllib.parse import quote
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn
@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
+from podfleet.sdk.client import PodfleetClient
 
 app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)
 UNITS = ("chip", "node")
@@ -34,20 +35,18 @@ def update(
         if unit not in UNITS:
             raise InvalidInputError(f"--unit must be chip or node, got {unit!r}", field="unit", allowed=list(UNITS))
         c = client(url, token)
-        r = c._request("POST", f"/v1/clusters/{quote(cluster)}/firmware",
-                       json={"version": version, "unit": unit, "chips": chip or None})
+        r = c.start_firmware(cluster, version, unit=unit, chips=chip or None)
         if wait:
             r = _follow(c, cluster, r["id"], show=output == OutputFormat.table)
         emit(r, output, title="firmware rollout")
 
 
-def _follow(c, cluster: str, rollout: str, *, show: bool) -> dict:  # type: ignore[no-untyped-def]
-    path = f"/v1/clusters/{quote(cluster)}/firmware/{quote(rollout)}"
+def _follow(c: PodfleetClient, cluster: str, rollout: str, *, show: bool) -> dict[str, Any]:
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   disable=not show, transient=True) as bar:
         task = bar.add_task(f"firmware {rollout}", total=1.0)
         while True:
-            r = c._request("GET", path)
+            r = c.describe_firmware(cluster, rollout)
             bar.update(task, completed=r["progress"])
             if r["state"] != "running":
                 return r
@@ -66,8 +65,7 @@ def status(
     with errors():
         c = client(url, token)
         if rollout:
-            emit(c._request("GET", f"/v1/clusters/{quote(cluster)}/firmware/{quote(rollout)}"), output,
-                 title="firmware rollout")
+            emit(c.describe_firmware(cluster, rollout), output, title="firmware rollout")
         else:
-            emit(c._request("GET", f"/v1/clusters/{quote(cluster)}/firmware")["rollouts"], output,
+            emit(c.list_firmware(cluster)["rollouts"], output,
                  title="firmware rollouts", columns=["id", "version", "unit", "state", "progress", "chips", "reason"])

@@ -20,7 +20,7 @@ monitor's window) is kept in its ``scheduling`` status for DescribeTrainingJob.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class ClusterBalancer:
         lm = fabric.link_metrics()
         return isinstance(lm, Mapping) and "bandwidth_bytes_per_s" in lm and "src" in lm
 
-    def _emit(self, kind: str, **fields: Any) -> None:
+    def _emit(self, kind: str, **fields: object) -> None:
         self.plane.tl.emit(kind, cluster_id=self.rt.id, **fields)
 
     def step(self) -> None:

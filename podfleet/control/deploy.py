@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
+import simpy
+
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
@@ -37,7 +39,7 @@ def start_deployment(plane: ControlPlane, rt: ClusterRuntime) -> None:
     plane.tl.process(_deploy(plane, rt))
 
 
-def _deploy(plane: ControlPlane, rt: ClusterRuntime) -> Generator[Any, Any, None]:
+def _deploy(plane: ControlPlane, rt: ClusterRuntime) -> Generator[simpy.Event, object, None]:
     durations = step_durations_s(rt)
     total = sum(durations.values())
     done_s = 0.0

@@ -5,18 +5,25 @@ host, ``podfleet.fabric.local``), ``ray`` (Ray actors, ``podfleet.fabric.ray``) 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
+from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
 from podfleet.fabric.base import Closeable, Fabric
 from podfleet.fabric.neuron.command import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
 
-# (kind, topology, timeline, spares, seed, *, options) -> Fabric. ``options``: ``workdir``
-# (the cluster's own directory, stable across restarts), ``ray_address``, and
-# ``neuron_ls`` / ``neuron_monitor`` (fabric neuron's commands).
-FabricFactory = Callable[..., Fabric]
+
+class FabricFactory(Protocol):
+    """Builds one cluster's fabric (``make_fabric`` is the default). ``options``: ``workdir``
+    (the cluster's own directory, stable across restarts), ``ray_address``, and
+    ``neuron_ls`` / ``neuron_monitor`` (fabric neuron's commands)."""
+
+    def __call__(self, kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
+                 *, options: Mapping[str, Any] | None = None) -> Fabric: ...
+
+
 # Heartbeat silence that counts as a hang for control-plane local workers: more than the
 # fabric's 1 s default, because the control plane shares its host's cores with them.
 LOCAL_HANG_TIMEOUT_S = 3.0
@@ -33,7 +40,7 @@ def available_fabrics() -> list[str]:
     return out
 
 
-def make_fabric(kind: str, topology: Topology, timeline: Any, spares: tuple[int, ...], seed: int,
+def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
                 *, options: Mapping[str, Any] | None = None) -> Fabric:
     """A fresh fabric for one cluster, attached to the timeline. A non-twin fabric may
     bring its own topology (``fabric.topology``), which the cluster then uses."""

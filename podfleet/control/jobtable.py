@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from enum import Enum
+from typing import Any, Final, Literal
 
 from podfleet.control.ids import new_id
 from podfleet.control.lifecycle import TERMINAL, JobState, check_job_transition
@@ -154,7 +155,11 @@ class Job:
                    rec.created_at, rec.updated_at)
 
 
-_KEEP = object()  # transition(...): leave this status field as it is
+class _Keep(Enum):
+    KEEP = "keep"
+
+
+_KEEP: Final = _Keep.KEEP  # transition(...): leave this status field as it is
 
 
 class JobTable:
@@ -207,8 +212,9 @@ class JobTable:
         self._logs.setdefault(job.id, LogBuffer())
         self.refresh(job)
 
-    def transition(self, job: Job, dst: JobState, reason: str, *, allocation: Any = _KEEP,
-                   recovery: Any = _KEEP) -> None:
+    def transition(self, job: Job, dst: JobState, reason: str, *,
+                   allocation: Allocation | dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+                   recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP) -> None:
         """Change state (enforced transitions), persist before anyone can see it, log it."""
         check_job_transition(job.state, dst)
         now = self.now()

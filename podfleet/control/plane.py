@@ -6,12 +6,13 @@ See ``podfleet.control`` for the public API.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.deploy import start_deployment
@@ -39,6 +40,7 @@ from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord, ClusterRecord
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
 
@@ -88,6 +90,7 @@ class ControlPlane:
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
         self.health: HealthPort | None = None
+        self.call_timeout_s = 30.0  # how long ``call_sync`` waits for the engine
         self._thread: threading.Thread | None = None
 
     def use_health(self, health: HealthPort) -> None:
@@ -99,12 +102,14 @@ class ControlPlane:
         """Unix seconds on the timeline (tracks the wall clock when paced at speed 1)."""
         return self.epoch + self.tl.now
 
-    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """From any thread's event loop: run a command on the engine thread and await it."""
         return await asyncio.wrap_future(self.tl.submit(fn, *args, **kwargs))
 
-    def call_sync(self, fn: Callable[..., T], *args: Any, timeout_s: float = 30.0, **kwargs: Any) -> T:
-        return self.tl.submit(fn, *args, **kwargs).result(timeout=timeout_s)
+    def call_sync(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """From a thread without an event loop: run a command on the engine thread and
+        wait for it (at most ``call_timeout_s``)."""
+        return self.tl.submit(fn, *args, **kwargs).result(timeout=self.call_timeout_s)
 
     def start(self) -> None:
         """Paced serving: reload from the store, then run the timeline on its own thread."""
@@ -201,7 +206,7 @@ class ControlPlane:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
         self.jobs.attach(rt)  # its job driver, from what its fabric declares
-        rt.fabric.subscribe(lambda ev, rt=rt: self._fabric_event(rt, ev))
+        rt.fabric.subscribe(functools.partial(self._fabric_event, rt))
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
         # Aging and starvation holds move with time: re-run the queue while jobs wait.
@@ -369,6 +374,9 @@ class ControlPlane:
     def _handle_fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
         if rt.id not in self.clusters:
             return
+        if ev.kind in ("fabric-degraded", "fabric-recovered"):
+            self._fabric_health(rt, ev)
+            return
         if ev.kind not in ("progress", "checkpoint", "thermal-throttle") and not ev.kind.startswith("job-"):
             rt.logs.append(self.now(), f"fabric: {ev.kind}", chip=ev.chip, link=ev.link)
         if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
@@ -379,6 +387,16 @@ class ControlPlane:
             if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
                 self.save_health(rt)
             self.jobs.on_event(rt, ev)
+
+    def _fabric_health(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        """The fabric lost (or regained) its own telemetry source, e.g. a neuron-monitor
+        that exited: shown as the cluster's reason until it recovers."""
+        reason = str(ev.detail.get("reason") or ev.kind) if ev.kind == "fabric-degraded" else ""
+        rt.logs.append(self.now(), f"fabric: {ev.kind}" + (f": {reason}" if reason else ""))
+        if rt.rec.status.get("reason") != reason and rt.state == ClusterState.ACTIVE:
+            rt.rec.status["reason"] = reason or "fabric recovered"
+            rt.rec.updated_at = self.now()
+            self.store.save_cluster(rt.rec)
 
     def save_health(self, rt: ClusterRuntime) -> None:
         states = rt.chip_states()
@@ -431,4 +449,5 @@ class ControlPlane:
 
 def _audit_detail(body: dict[str, Any] | None) -> dict[str, Any]:
     # Keep audit rows small and JSON-plain: the request fields, never secrets.
-    return json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))
+    plain: dict[str, Any] = json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))
+    return plain

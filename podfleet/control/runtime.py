@@ -196,11 +196,14 @@ class ClusterRuntime:
 _LINK_SKIP = frozenset({"src", "dst", "state", "nominal_bandwidth_bytes_per_s", "latency_s"})
 
 
-def _tolist(arr: Any) -> list[Any]:
+def _tolist(arr: np.ndarray) -> list[object]:
     a = np.asarray(arr)
     if a.dtype.kind == "f":
         # float64 first: a rounded float32 still prints 17 digits.
         a = np.round(a.astype(np.float64), 3)
-        if not np.isfinite(a).all():  # JSON has no NaN/inf: send null
-            return [None if v is None else v for v in np.where(np.isfinite(a), a, None).tolist()]
-    return a.tolist()
+        finite = np.isfinite(a)
+        if not finite.all():  # JSON has no NaN/inf: send null
+            a = a.astype(object)
+            a[~finite] = None
+    out: list[object] = a.tolist()
+    return out

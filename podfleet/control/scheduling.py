@@ -22,7 +22,7 @@ from podfleet.control.specs import ClusterSpec
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState
 from podfleet.hardware.topology import Topology
-from podfleet.perf.models import MODELS
+from podfleet.perf.models import MODELS, ModelSpec
 from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, cluster_metrics
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.state import FREE
@@ -60,7 +60,7 @@ def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | 
     tp = int(par["tp"]) if isinstance(par, Mapping) else int((plan or {}).get("tp", 1) or 1)
     if tp < 1 or chips % tp:
         tp = 1
-    model: Any = None
+    model: str | ModelSpec | None = None
     if par == "auto" and preemptible:  # the twin's jobs: the planner knows their models
         try:
             # A preset by name (the planner caches it); a custom model as its spec.
@@ -73,7 +73,7 @@ def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | 
     )
 
 
-def plan_fields(plan: Any) -> dict[str, Any] | None:
+def plan_fields(plan: object) -> dict[str, Any] | None:
     """The planner's best plan (a ``PlanResult``, or a dict from ``plan_for_job``) as
     JSON-plain perf.Plan fields plus its predicted figures; None without one."""
     if plan is None:

@@ -53,7 +53,7 @@ class Timeline:
         self.batch: Callable[[], AbstractContextManager[object]] | None = None
         self.events_processed = 0  # SimPy events stepped by run() / serve_forever()
         self.env: simpy.Environment = (
-            simpy.Environment(start) if speed is None else PacedEnvironment(self, start, 1.0 / speed)
+            simpy.Environment(start) if speed is None else PacedEnvironment(self, self._wake, start, 1.0 / speed)
         )
 
     # --- time and events -------------------------------------------------------
@@ -158,9 +158,6 @@ class Timeline:
         env = self.env
         self.engine_thread = threading.get_ident()
         stop_at = float("inf") if until is None else until
-        if until is not None and until > env.now:
-            # A sentinel so time reaches ``until`` even if nothing else is scheduled.
-            env.timeout(until - env.now)
         wake = self._wake
         step, peek, n = env.step, env.peek, 0
         try:
@@ -176,7 +173,9 @@ class Timeline:
             wake.clear()
             self.drain()
         if until is not None and env.now < until and not self._stop.is_set():
-            env._now = until  # nothing left before ``until``; move the clock there
+            # Nothing left before ``until``: SimPy's own ``run(until)`` moves the clock there
+            # (its stop event is urgent, so nothing scheduled at ``until`` runs yet).
+            env.run(until=until)
 
     def serve_forever(self) -> None:
         """Paced mode: step in real time until ``stop()``; commands run promptly."""
@@ -200,9 +199,10 @@ class Timeline:
 class PacedEnvironment(simpy.rt.RealtimeEnvironment):
     """Real time whose wait is interruptible by commands (see module docstring)."""
 
-    def __init__(self, timeline: Timeline, start: float, factor: float) -> None:
+    def __init__(self, timeline: Timeline, wake: threading.Event, start: float, factor: float) -> None:
         super().__init__(start, factor=factor, strict=False)
         self._timeline = timeline
+        self._wake = wake  # the timeline's: set when a command arrives or on stop
 
     def wall_now(self) -> float:
         return self.env_start + (monotonic() - self.real_start) / self.factor
@@ -213,8 +213,8 @@ class PacedEnvironment(simpy.rt.RealtimeEnvironment):
             if tl.stopping:
                 return
             evt_time = self.peek()
-            if tl._wake.is_set():
-                tl._wake.clear()
+            if self._wake.is_set():
+                self._wake.clear()
                 # Commands run at the sim time matching the wall clock; never past the
                 # next scheduled event, so causality holds.
                 self._now = max(self._now, min(self.wall_now(), evt_time))
@@ -225,5 +225,5 @@ class PacedEnvironment(simpy.rt.RealtimeEnvironment):
             )
             if delay <= 0:
                 break
-            tl._wake.wait(min(delay, 0.5))
+            self._wake.wait(min(delay, 0.5))
         simpy.Environment.step(self)

@@ -50,7 +50,7 @@ class HealthMonitor:
         self.alarms: list[Alarm] = []
         self.last: ScanResult | None = None
         self._prev_states: np.ndarray | None = None
-        self._proc = None
+        self._proc: object | None = None  # the timeline process, once started
 
     def start(self) -> None:
         if self._proc is None:

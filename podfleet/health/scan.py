@@ -287,14 +287,16 @@ class HealthScanner:
                     if new:
                         res.fired.append(a)
                 elif book.is_open(cid, target, "job-slow"):
-                    res.resolved.append(book.clear(cid, target, "job-slow", now))  # type: ignore[arg-type]
+                    slow_cleared = book.clear(cid, target, "job-slow", now)
+                    if slow_cleared is not None:
+                        res.resolved.append(slow_cleared)
         for gone in set(self._job_last) - set(jobs):
             self._job_last.pop(gone, None)
             self._job_tps.pop(gone, None)
             for rule in ("job-stalled", "job-slow"):
-                a = book.clear(cid, f"job:{gone}", rule, now)
-                if a is not None:
-                    res.resolved.append(a)
+                cleared = book.clear(cid, f"job:{gone}", rule, now)
+                if cleared is not None:
+                    res.resolved.append(cleared)
 
     def _health(self, states: np.ndarray, link_states: np.ndarray | None) -> None:
         rules = (*self._dev_rules.values(), *self._rules.values())

@@ -12,13 +12,14 @@ Commands (engine thread; the API calls them through ``plane.call``):
     svc.list_alerts(cluster, state=None) / svc.acknowledge(alert_id, actor=)
     svc.telemetry(cluster, scope=, metric=, range_=, target=)
     svc.recoveries(cluster)
-    svc.start_firmware(cluster, version, unit=, chips=, actor=) / svc.firmware(cluster, rollout_id)
+    svc.start_firmware(cluster, version, unit=, chips=, actor=)
+    svc.firmware_rollouts(cluster) / svc.firmware_rollout(cluster, rollout_id)
     svc.health_view(cluster) -> {"chips": [...], "links": [...]}
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from podfleet.control.lifecycle import TERMINAL, ClusterState, JobState
 from podfleet.control.runtime import HealthSource
@@ -179,9 +180,20 @@ class HealthService:
         return self.plane.mutation("StartFirmwareUpdate", actor, ref, do,
                                    body={"version": version, "unit": unit, "chips": chips})
 
-    def firmware(self, ref: str, rollout_id: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+    def firmware_rollouts(self, ref: str) -> list[dict[str, Any]]:
         rt = self.plane.resolve(ref)
-        fw = self._fw(rt)
-        if rollout_id is None:
-            return [{"cluster_id": rt.id, **r.to_dict()} for r in fw.rollouts.values()]
-        return {"cluster_id": rt.id, **fw.get(rollout_id).to_dict()}
+        return [{"cluster_id": rt.id, **r.to_dict()} for r in self._fw(rt).rollouts.values()]
+
+    def firmware_rollout(self, ref: str, rollout_id: str) -> dict[str, Any]:
+        rt = self.plane.resolve(ref)
+        return {"cluster_id": rt.id, **self._fw(rt).get(rollout_id).to_dict()}
+
+    @overload
+    def firmware(self, ref: str) -> list[dict[str, Any]]: ...
+
+    @overload
+    def firmware(self, ref: str, rollout_id: str) -> dict[str, Any]: ...
+
+    def firmware(self, ref: str, rollout_id: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+        """All of the cluster's rollouts, or the one named."""
+        return self.firmware_rollouts(ref) if rollout_id is None else self.firmware_rollout(ref, rollout_id)

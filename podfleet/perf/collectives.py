@@ -68,7 +68,7 @@ class LinkHealth:
     down: frozenset[int] = frozenset()
     degraded: Mapping[int, float] = field(default_factory=dict, hash=False, compare=False)
     stretch: Mapping[int, float] = field(default_factory=dict, hash=False, compare=False)
-    _key: tuple = field(default=(), repr=False)
+    _key: tuple[object, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "down", frozenset(self.down))
@@ -255,8 +255,8 @@ def _fleet_levels(topo: FleetTopology, chips: tuple[int, ...], health: LinkHealt
     g_size = topo.group.n_chips
     by_group: dict[int, list[int]] = {}
     for c in chips:
-        g, local = divmod(c, g_size)
-        by_group.setdefault(g, []).append(local)
+        g, in_group = divmod(c, g_size)
+        by_group.setdefault(g, []).append(in_group)
     local_sets = {tuple(v) for v in by_group.values()}
     net = Level(LevelKind.switch, len(by_group), topo.net_bw_per_chip_bytes_per_s, topo.net_latency_s)
     if len(local_sets) != 1:

@@ -4,22 +4,52 @@ mark it degraded, tell the scheduler. Jobs keep running over the detour."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import simpy
 
+from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import LinkState
 from podfleet.hardware.routing import Router
-from podfleet.hardware.topology import GridTopology
-from podfleet.recovery.model import Recovery, RecoveryState
-
-if TYPE_CHECKING:
-    from podfleet.recovery.orchestrator import RecoveryOrchestrator
+from podfleet.hardware.topology import GridTopology, Topology
+from podfleet.recovery.journal import RecoveryListener
+from podfleet.recovery.model import Recovery, RecoveryState, Step, Timings
 
 
-class LinkFlows:
-    def link_fault(self: RecoveryOrchestrator, link: int, state: str, reason: str) -> Recovery | None:
+class LinkFabric(Protocol):
+    """What the link flows read of the fabric."""
+
+    @property
+    def topology(self) -> Topology: ...
+
+    def link_state(self, link: int) -> LinkState: ...
+
+
+class LinkFlows(ABC):
+    """The link half of a recovery orchestrator (``RecoveryOrchestrator`` is the one
+    subclass): it sets the attributes below and keeps the journal (``_new``, ``_step``,
+    ``_finish``)."""
+
+    fab: LinkFabric
+    tl: Timeline
+    timings: Timings
+    listener: RecoveryListener
+    link_active: dict[int, Recovery]  # link -> its open recovery
+    _procs: list[simpy.Process]
+    _routers: dict[int, Router]  # torus index -> its router
+
+    @abstractmethod
+    def _new(self, kind: str, target: str, reason: str, job_id: str | None) -> Recovery: ...
+
+    @abstractmethod
+    def _step(self, rec: Recovery, name: str, reason: str, **detail: object) -> Step: ...
+
+    @abstractmethod
+    def _finish(self, rec: Recovery, state: RecoveryState) -> None: ...
+
+    def link_fault(self, link: int, state: str, reason: str) -> Recovery | None:
         if link in self.link_active:
             return self.link_active[link]
         rec = self._new("link", f"link:{link}", f"link {link} {state}" + (f" ({reason})" if reason else ""), None)
@@ -28,7 +58,7 @@ class LinkFlows:
         self._procs.append(self.tl.process(self._link_flow(rec, link)))
         return rec
 
-    def router(self: RecoveryOrchestrator, link: int) -> tuple[Router, int, int] | None:
+    def router(self, link: int) -> tuple[Router, int, int] | None:
         """(router of the link's torus, the link's index there, chip offset); None when
         the topology is not a grid (a switched node has no detours to compute)."""
         topo = self.fab.topology
@@ -44,7 +74,7 @@ class LinkFlows:
             self._routers[g] = Router(grid)
         return self._routers[g], local, off
 
-    def _link_flow(self: RecoveryOrchestrator, rec: Recovery, link: int) -> Generator[simpy.Event, Any, None]:
+    def _link_flow(self, rec: Recovery, link: int) -> Generator[simpy.Event, object, None]:
         try:
             detour = None
             rt = self.router(link)

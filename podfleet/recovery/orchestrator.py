@@ -34,6 +34,7 @@ from podfleet.control.owners import ChipOwners
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.hardware.routing import Router
 from podfleet.recovery.journal import MemoryJournal, RecoveryListener
 from podfleet.recovery.links import LinkFlows
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step, Timings
@@ -44,6 +45,9 @@ LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update")
 
 
 class RecoveryOrchestrator(LinkFlows):
+    # The twin's fabric (runs, chip states, rank moves); not yet a declared protocol.
+    fab: Any
+
     def __init__(self, fabric: Any, timeline: Timeline, *, owner: ChipOwners | None = None,
                  timings: Timings | None = None, listener: RecoveryListener | None = None,
                  subscribe: bool = True, spares: tuple[int, ...] | None = None) -> None:
@@ -64,7 +68,7 @@ class RecoveryOrchestrator(LinkFlows):
         self._procs: list[simpy.Process] = []
         self._wake: simpy.Event = timeline.env.event()
         self._seq = 0
-        self._routers: dict[int, Any] = {}  # torus index -> hardware.routing.Router
+        self._routers: dict[int, Router] = {}  # torus index -> its router
         self._unsub: Callable[[], None] | None = None
         if subscribe:
             self._unsub = fabric.subscribe(lambda ev: timeline.call_at(0, lambda: self.handle(ev)))
@@ -99,13 +103,13 @@ class RecoveryOrchestrator(LinkFlows):
             self.chip_fault(ev.chip, "thermal-runaway")
         elif ev.kind in ("link-down", "link-degraded") and ev.link is not None:
             self.link_fault(ev.link, ev.kind.removeprefix("link-"), str(d.get("reason", "")))
-        elif ev.kind == "link-up" and ev.link is not None and self.router(ev.link) is not None:
-            r, local, _ = self.router(ev.link)  # type: ignore[misc]
+        elif ev.kind == "link-up" and ev.link is not None and (routed := self.router(ev.link)) is not None:
+            r, local, _ = routed
             r.restore_link(local)
             self.listener.link_changed(ev.link, "up", Recovery("-", "link", f"link:{ev.link}", "repaired", self.tl.now))
         elif ev.kind == "chip-healthy" or ev.kind in ("job-finished", "job-stopped"):
-            if ev.kind == "job-finished" and ev.job_id in self.policies:
-                self.release(ev.job_id)  # type: ignore[arg-type]
+            if ev.kind == "job-finished" and ev.job_id is not None and ev.job_id in self.policies:
+                self.release(ev.job_id)
             self._notify_free()
 
     def chip_fault(self, chip: int, cause: str) -> Recovery | None:

@@ -22,12 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from podfleet.errors import InvalidInputError
 from podfleet.scheduler.blocks import ring_orders
+
+if TYPE_CHECKING:
+    import simpy
+
+    from podfleet.engine.timeline import Timeline
+    from podfleet.fabric.base import Fabric
 
 
 # --- pure rules --------------------------------------------------------------------------
@@ -39,7 +45,7 @@ def split_microbatches(speeds: Sequence[float], total: int, minimum: int = 1) ->
         raise InvalidInputError(f"cannot split {total} micro-batches over {n} replicas with speeds > 0", field="total")
     # Start from the proportional floor, then hand out the rest one at a time to the
     # replica whose finish time grows least (exact water-filling for a few leftovers).
-    m = np.maximum(np.floor(total * s / s.sum()).astype(np.int64), minimum)
+    m: np.ndarray = np.maximum(np.floor(total * s / s.sum()).astype(np.int64), minimum)
     while m.sum() > total:
         i = int(np.argmax(np.where(m > minimum, m / s, -np.inf)))
         m[i] -= 1
@@ -50,7 +56,7 @@ def split_microbatches(speeds: Sequence[float], total: int, minimum: int = 1) ->
     return m
 
 
-def partition_layers(layer_costs: Sequence[float], stage_speeds: Sequence[float]) -> tuple[int, ...]:
+def partition_layers(layer_costs: Sequence[float], stage_speeds: Sequence[float] | np.ndarray) -> tuple[int, ...]:
     """Layers per stage (contiguous, >= 1 each) minimising the slowest stage time."""
     c = np.asarray(layer_costs, dtype=float)
     sp = np.asarray(stage_speeds, dtype=float)
@@ -67,11 +73,12 @@ def partition_layers(layer_costs: Sequence[float], stage_speeds: Sequence[float]
             cand = np.maximum(best[s - 1, i], (pre[j] - pre[i]) / sp[s - 1])
             k = int(np.argmin(cand))
             best[s, j], cut[s, j] = cand[k], i[k]
-    out, j = [], L
+    out: list[int] = []
+    j = L
     for s in range(S, 0, -1):
-        i = int(cut[s, j])
-        out.append(j - i)
-        j = i
+        start = int(cut[s, j])
+        out.append(j - start)
+        j = start
     return tuple(reversed(out))
 
 
@@ -122,12 +129,14 @@ class LoadMonitor:
         return slice(0, min(self.n, self.window))
 
     def mean_speed(self) -> np.ndarray:
-        return self.speed[self._rows()].mean(axis=0) if self.n else self.speed[0]
+        mean: np.ndarray = self.speed[self._rows()].mean(axis=0) if self.n else self.speed[0]
+        return mean
 
     def mean_link_slowdown(self) -> np.ndarray:
-        return self.link_slowdown[self._rows()].mean(axis=0) if self.n else self.link_slowdown[0]
+        mean: np.ndarray = self.link_slowdown[self._rows()].mean(axis=0) if self.n else self.link_slowdown[0]
+        return mean
 
-    def attach(self, timeline: Any, fabric: Any, interval_s: float = 0.005) -> Any:
+    def attach(self, timeline: Timeline, fabric: Fabric, interval_s: float = 0.005) -> simpy.Process:
         """Sample ``fabric.chip_metrics()`` / ``link_metrics()`` every ``interval_s`` of timeline time."""
         def tick() -> None:
             m = fabric.chip_metrics()
@@ -189,7 +198,7 @@ class Rebalancer:
 
     def __init__(self, monitor: LoadMonitor, dims: tuple[int, ...], *, links: tuple[np.ndarray, np.ndarray] | None = None,
                  tolerance: float = 0.01, slow_link: float = 1.5, swap_after: int = 200,
-                 emit: Callable[..., Any] | None = None, threshold: float = 0.9, window: int = 20) -> None:
+                 emit: Callable[..., object] | None = None, threshold: float = 0.9, window: int = 20) -> None:
         self.monitor = monitor
         self.dims = dims
         self.links = links  # (src, dst) arrays over the pod's links

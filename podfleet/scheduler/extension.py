@@ -13,16 +13,33 @@ Order of one scheduling cycle for one job::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from podfleet.scheduler.jobs import SchedulerJob
 from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
-from podfleet.scheduler.types import JobRequest, Placement
+from podfleet.scheduler.types import JobRequest, Nomination, Placement
 
 CycleState = dict[str, Any]  # scratch shared by one job's hooks within one cycle
+
+
+def _zero_clock() -> float:
+    return 0.0
+
+
+@dataclass
+class Handle:
+    """What plugins may see (given at construction): the cluster, the job records, the clock."""
+
+    cluster: SchedulerView
+    jobs: dict[str, SchedulerJob] = field(default_factory=dict)
+    slots: dict[int, str] = field(default_factory=dict)  # owner slot -> job_id
+    running: dict[str, SchedulerJob] = field(default_factory=dict)  # RUNNING only
+    now_s: Callable[[], float] = _zero_clock
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,12 @@ class Candidates:
 
     def __len__(self) -> int:
         return len(self.block)
+
+
+class Plugin(Protocol):
+    """What every plugin has; the extension points it implements are the Protocols below."""
+
+    name: str
 
 
 @runtime_checkable
@@ -67,7 +90,7 @@ class FilterPlugin(Protocol):
 class PostFilterPlugin(Protocol):
     name: str
 
-    def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Any]: ...
+    def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]: ...
 
 
 @runtime_checkable

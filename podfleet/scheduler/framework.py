@@ -9,7 +9,7 @@ sample of feasible nodes in a large cluster.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,31 +19,20 @@ from podfleet.errors import InvalidInputError
 from podfleet.scheduler import status as st
 from podfleet.scheduler.cores import cores_per_chip
 from podfleet.scheduler.extension import (
-    POINTS,
     BindPlugin,
     Candidates,
     CycleState,
     FilterPlugin,
+    Handle,
     PermitPlugin,
+    Plugin,
     PostFilterPlugin,
     PreFilterPlugin,
     ReservePlugin,
     ScorePlugin,
 )
-from podfleet.scheduler.state import SchedulerView
 from podfleet.scheduler.status import Code, Status
-from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
-
-
-@dataclass
-class Handle:
-    """What plugins may see (given at construction): the cluster, the job records, the clock."""
-
-    cluster: SchedulerView
-    jobs: dict[str, Any] = field(default_factory=dict)  # job_id -> SchedulerJob
-    slots: dict[int, str] = field(default_factory=dict)  # owner slot -> job_id
-    running: dict[str, Any] = field(default_factory=dict)  # job_id -> SchedulerJob, RUNNING only
-    now_s: Callable[[], float] = lambda: 0.0
+from podfleet.scheduler.types import JobRequest, Nomination, Placement, fmt_shape
 
 
 @dataclass(frozen=True)
@@ -91,15 +80,24 @@ class Framework:
 
         self.handle = handle
         self.config = config or FrameworkConfig()
-        self.points: dict[str, list[Any]] = {p: [] for p in POINTS}
+        self.pre_filters: list[PreFilterPlugin] = []
+        self.filters: list[FilterPlugin] = []
+        self.post_filters: list[PostFilterPlugin] = []
+        self.scorers: list[ScorePlugin] = []
+        self.reservers: list[ReservePlugin] = []
+        self.permitters: list[PermitPlugin] = []
+        self.binders: list[BindPlugin] = []
+        # The same lists by extension-point name (as in ``extension.POINTS``), for introspection.
+        self.points: dict[str, Sequence[object]] = {
+            "pre_filter": self.pre_filters, "filter": self.filters, "post_filter": self.post_filters,
+            "score": self.scorers, "reserve": self.reservers, "permit": self.permitters, "bind": self.binders,
+        }
         self.weights: dict[str, float] = {}
         for pc in self.config.plugins:
             plugin = build_plugin(pc.name, handle, pc.args)
             self.weights[plugin.name] = pc.weight
-            for point, proto in POINTS.items():
-                if isinstance(plugin, proto):
-                    self.points[point].append(plugin)
-        if len(self.points["bind"]) < 1:
+            self._add(plugin)
+        if len(self.binders) < 1:
             raise InvalidInputError("the plugin configuration needs a bind plugin", field="plugins")
         cl = handle.cluster
         n_pods, idx = len(cl.pods), cl.blocks
@@ -107,8 +105,25 @@ class Framework:
         self._free = np.zeros((n_pods, idx.n_blocks), dtype=bool)
         self._shape_free = np.zeros((n_pods, len(idx.shapes)), dtype=bool)
         self._free_count = np.zeros(n_pods, dtype=np.int64)
-        self._job_filters = [f for f in self.points["filter"] if f.job_dependent]
-        self._static_filters = [f for f in self.points["filter"] if not f.job_dependent]
+        self._job_filters = [f for f in self.filters if f.job_dependent]
+        self._static_filters = [f for f in self.filters if not f.job_dependent]
+
+    def _add(self, plugin: Plugin) -> None:
+        """File ``plugin`` under every extension point whose Protocol it implements."""
+        if isinstance(plugin, PreFilterPlugin):
+            self.pre_filters.append(plugin)
+        if isinstance(plugin, FilterPlugin):
+            self.filters.append(plugin)
+        if isinstance(plugin, PostFilterPlugin):
+            self.post_filters.append(plugin)
+        if isinstance(plugin, ScorePlugin):
+            self.scorers.append(plugin)
+        if isinstance(plugin, ReservePlugin):
+            self.reservers.append(plugin)
+        if isinstance(plugin, PermitPlugin):
+            self.permitters.append(plugin)
+        if isinstance(plugin, BindPlugin):
+            self.binders.append(plugin)
 
     # --- pod summaries ---------------------------------------------------------------
     def refresh(self) -> None:
@@ -150,7 +165,7 @@ class Framework:
             else:
                 why = f"no contiguous block of {job.chips} chips fits a {dims} pod"
             return st.unresolvable(why).by("framework")
-        for p in self.points["pre_filter"]:
+        for p in self.pre_filters:
             s = p.pre_filter(state, job)
             if s.code is not Code.SUCCESS and s.code is not Code.SKIP:
                 return s.by(p.name)
@@ -228,7 +243,7 @@ class Framework:
 
     def score(self, state: CycleState, job: JobRequest, cands: Candidates) -> tuple[Status, np.ndarray]:
         total = np.zeros(len(cands))
-        for p in self.points["score"]:
+        for p in self.scorers:
             s, scores = p.score(state, job, cands)
             if s.code is Code.SKIP:
                 continue
@@ -266,9 +281,9 @@ class Framework:
             reason=f"block {fmt_shape(shape)} on pod {pod}",
         )
 
-    def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Any]:
+    def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]:
         last = st.unschedulable(diagnosis)
-        for p in self.points["post_filter"]:
+        for p in self.post_filters:
             s, result = p.post_filter(state, job, diagnosis)
             if s.ok:
                 return s.by(p.name), result
@@ -276,7 +291,7 @@ class Framework:
         return last, None
 
     def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
-        for p in self.points["reserve"]:
+        for p in self.reservers:
             s = p.reserve(state, job, placement)
             if not s.ok:
                 self.unreserve(state, job, placement)
@@ -284,12 +299,12 @@ class Framework:
         return st.SUCCESS
 
     def unreserve(self, state: CycleState, job: JobRequest, placement: Placement) -> None:
-        for p in reversed(self.points["reserve"]):
+        for p in reversed(self.reservers):
             p.unreserve(state, job, placement)
 
     def permit(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
         waiting: Status | None = None
-        for p in self.points["permit"]:
+        for p in self.permitters:
             s = p.permit(state, job, placement)
             if s.code is Code.WAIT:
                 waiting = s.by(p.name)
@@ -298,7 +313,7 @@ class Framework:
         return waiting or st.SUCCESS
 
     def bind(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
-        for p in self.points["bind"]:
+        for p in self.binders:
             s = p.bind(state, job, placement)
             if s.code is Code.SKIP:
                 continue
@@ -316,6 +331,7 @@ __all__ = [
     "FrameworkConfig",
     "Handle",
     "PermitPlugin",
+    "Plugin",
     "PluginConfig",
     "PostFilterPlugin",
     "PreFilterPlugin",

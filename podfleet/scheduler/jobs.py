@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from podfleet.scheduler.types import JobRequest, Placement
+from podfleet.scheduler.types import JobRequest, Nomination, Placement
 from podfleet.states import check_transition
 
 
@@ -45,7 +44,7 @@ class SchedulerJob:
     resume_step: int = 0  # the checkpoint step it resumes from
     last_checkpoint_step: int = 0
     victims: tuple[str, ...] = ()  # while NOMINATED
-    nomination: Any = None  # preemption.Nomination while NOMINATED
+    nomination: Nomination | None = None  # while NOMINATED
     preempted_by: str | None = None  # while CHECKPOINTING
     started_s: float | None = None
     finished_s: float | None = None

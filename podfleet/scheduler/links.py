@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from podfleet.hardware.routing import Router
-from podfleet.hardware.topology import GridTopology
+from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.perf.collectives import DETOUR_FACTOR, HEALTHY, LinkHealth
 from podfleet.scheduler.extension import Candidates
 from podfleet.scheduler.state import PodState
+
+if TYPE_CHECKING:
+    from podfleet.perf.models import ModelSpec
 
 DOWN_WEIGHT = 1.0 / DETOUR_FACTOR - 1.0
 DEGRADED_WEIGHT = 0.5
@@ -43,7 +46,7 @@ _CACHE_KEY = "link_penalty"
 def link_penalty(pod: PodState) -> np.ndarray:
     """float [n_blocks]: the cost multiplier (>= 1) of each block of ``pod`` for its bad links."""
     hit = pod.cache.get(_CACHE_KEY)
-    if isinstance(hit, tuple) and hit[0] == pod.link_version:
+    if hit is not None and hit[0] == pod.link_version:
         return hit[1]
     idx = pod.blocks
     out = np.ones(idx.n_blocks)
@@ -91,7 +94,7 @@ def block_links(pod: PodState, block: int) -> dict[int, str]:
     return {li: s for li, s in pod.bad_links.items() if links[li].src in chips and links[li].dst in chips}
 
 
-def block_link_health(grid: GridTopology, job_topo: Any, offset: tuple[int, ...], bad: dict[int, str]) -> LinkHealth:
+def block_link_health(grid: GridTopology, job_topo: Topology, offset: tuple[int, ...], bad: dict[int, str]) -> LinkHealth:
     """The ``perf`` link health of a job's own topology on the block at ``offset``."""
     if not bad:
         return HEALTHY
@@ -103,7 +106,7 @@ def block_link_health(grid: GridTopology, job_topo: Any, offset: tuple[int, ...]
     return block_health(grid, job_topo, offset, down, degraded, stretch)
 
 
-def plan_on_block(plan: Any, model: Any, grid: GridTopology, shape: tuple[int, ...],
+def plan_on_block(plan: Any, model: str | ModelSpec | None, grid: GridTopology, shape: tuple[int, ...],
                   offset: tuple[int, ...], bad: dict[int, str]) -> Any:
     """``plan`` (a planner ``PlanResult``) re-estimated on a block holding ``bad`` links:
     every candidate's step time with the block's link health, fastest first. A plan of

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from podfleet.errors import UnknownNameError
+from podfleet.scheduler.extension import Handle, Plugin
 from podfleet.scheduler.plugins import (
     default_binder,
     fragmentation,
@@ -19,7 +20,7 @@ from podfleet.scheduler.plugins import (
     topology_block,
 )
 
-Factory = Callable[[Any, dict[str, Any]], Any]
+Factory = Callable[[Handle, dict[str, Any]], Plugin]
 
 REGISTRY: dict[str, Factory] = {
     m.NAME: m.factory
@@ -43,7 +44,7 @@ def register(name: str, factory: Factory) -> None:
     REGISTRY[name] = factory
 
 
-def build_plugin(name: str, handle: Any, args: dict[str, Any]) -> Any:
+def build_plugin(name: str, handle: Handle, args: dict[str, Any]) -> Plugin:
     if name not in REGISTRY:
         raise UnknownNameError("scheduler plugin", name, REGISTRY, field="plugins")
     return REGISTRY[name](handle, dict(args))

@@ -22,7 +22,7 @@ from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_qu
 from podfleet.scheduler.spares import choose_spares
 from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.status import Code, Status
-from podfleet.scheduler.types import Decision, DecisionKind, JobRequest, Placement
+from podfleet.scheduler.types import Decision, DecisionKind, JobRequest, Nomination, Placement
 
 HOLDING = (JobPhase.RUNNING, JobPhase.NOMINATED, JobPhase.CHECKPOINTING)
 
@@ -60,7 +60,7 @@ class Scheduler:
         self.cluster.set_spares(chips)
         idx = self.cluster.blocks
         never = np.stack([~p.spare for p in self.cluster.pods])
-        self._ever_shapes = idx.shape_free(idx.free_many(never)).any(axis=0)
+        self._ever_shapes = np.asarray(idx.shape_free(idx.free_many(never)).any(axis=0))
         self.spares = chips
         return chips
 
@@ -228,7 +228,7 @@ class Scheduler:
         self.pending.pop(rec.job_id, None)
         return Decision(rec.job_id, DecisionKind.REJECTED, s)
 
-    def _nominate(self, rec: SchedulerJob, nom: Any, now: float) -> Decision:
+    def _nominate(self, rec: SchedulerJob, nom: Nomination, now: float) -> Decision:
         pod = self.cluster.pods[nom.pod]
         pod.nominated[list(nom.local_chips)] = rec.slot
         self.cluster.touch(pod)
@@ -266,6 +266,7 @@ class Scheduler:
         if waiting:
             return Decision(job_id, DecisionKind.PREEMPT, st.wait(f"waiting for {', '.join(waiting)} to checkpoint"), victims=tuple(waiting))
         nom = rec.nomination
+        assert nom is not None  # a NOMINATED job always carries its nomination (_nominate)
         pod = self.cluster.pods[nom.pod]
         local = tuple(nom.local_chips)
         # The nominated block may have lost a chip meanwhile: then the job goes back to the queue.
@@ -335,7 +336,7 @@ class Scheduler:
         # A victim that completes while checkpointing simply finishes (nothing is lost);
         # its preemptor binds once the remaining victims report (victims_checkpointed).
         self._free_chips(rec)
-        if rec.phase is JobPhase.NOMINATED:
+        if rec.phase is JobPhase.NOMINATED and rec.nomination is not None:
             starvation.release(self.cluster, rec.slot, [rec.nomination.pod])
         if self._holder is not None and self._holder[0] == rec.slot:
             starvation.release(self.cluster, rec.slot, [self._holder[1]])

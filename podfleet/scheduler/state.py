@@ -55,14 +55,15 @@ class PodState:
         self.tdp_w = spec.tdp_w
         self.version = 0
         self.telemetry_version = 0  # bumped when temperature / power arrays change
-        self.cache: dict[str, object] = {}  # per-pod derived arrays keyed by plugin
+        self.cache: dict[str, tuple[int, np.ndarray]] = {}  # plugin -> (version it was derived at, array)
         # Links of this pod's grid (local link index) that are not up: "degraded" / "down".
         # Kept apart from ``version``: link states change scores, not which blocks are free.
         self.bad_links: dict[int, str] = {}
         self.link_version = 0
 
     def free_mask(self) -> np.ndarray:
-        return (self.owner == FREE) & (self.nominated == FREE)
+        free: np.ndarray = (self.owner == FREE) & (self.nominated == FREE)
+        return free
 
 
 class SchedulerView:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podfleet.errors import InvalidInputError
 from podfleet.scheduler.status import Status
+
+if TYPE_CHECKING:
+    from podfleet.perf.models import ModelSpec
 
 COMM_PATTERNS = ("ring", "all-to-all")
 PARALLELISM = ("manual", "auto")
@@ -26,7 +29,7 @@ class JobRequest:
     shape: tuple[int, ...] | None = None  # an exact block shape, or None for any
     hbm_bytes_per_chip: int = 0  # memory each rank needs (0 = not stated)
     parallelism: str = "manual"  # "auto": block shape and plan chosen together
-    model: str | None = None  # for parallelism="auto" (the planner's model preset)
+    model: str | ModelSpec | None = None  # for parallelism="auto": a planner preset name, or a custom spec
     preemptible: bool = True
 
     def __post_init__(self) -> None:
@@ -95,6 +98,16 @@ class Placement:
             "score": round(self.score, 3),
             "reason": self.reason,
         }
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """Chips chosen for a preemptor (PostFilter) while its victims checkpoint."""
+
+    pod: int
+    block: int
+    local_chips: tuple[int, ...]
+    victims: tuple[str, ...]
 
 
 class DecisionKind(StrEnum):

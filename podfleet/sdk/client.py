@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -24,6 +25,11 @@ def _error_classes() -> dict[str, type[PodfleetError]]:
 
 
 _CLASSES = _error_classes()
+
+
+def _seg(value: object) -> str:
+    """One path segment, percent-encoded (an identifier never reaches the path raw)."""
+    return quote(str(value), safe="")
 
 
 def error_from_problem(status: int, body: dict[str, Any]) -> PodfleetError:
@@ -118,26 +124,26 @@ class PodfleetClient:
                 return
 
     def describe_cluster(self, cluster: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{cluster}")
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}")
 
     def delete_cluster(self, cluster: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/clusters/{cluster}")
+        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}")
 
     def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{cluster}/hardware", params={"chip": chip})
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params={"chip": chip})
 
     def get_cluster_logs(self, cluster: str, *, since: int = 0) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{cluster}/logs", params={"since": since})
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since})
 
     def follow_cluster_logs(self, cluster: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         """GetClusterLogs?follow=true: ('log', line) / ('progress', deployment) / ('end', {...})."""
-        return self._sse(f"/v1/clusters/{cluster}/logs", {"follow": "true", "since": since})
+        return self._sse(f"/v1/clusters/{_seg(cluster)}/logs", {"follow": "true", "since": since})
 
     def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None) -> dict[str, Any]:
         """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) on local/ray."""
         body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job}
-        return self._request("POST", f"/v1/clusters/{cluster}/faults", json={k: v for k, v in body.items() if v is not None})
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
@@ -148,7 +154,7 @@ class PodfleetClient:
                             client_token: str | None = None, **fields: Any) -> dict[str, Any]:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
         steps, checkpoint_interval, priority, team, entrypoint, name."""
-        return self._request("POST", f"/v1/clusters/{cluster}/jobs",
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
                              json={"model": model, "chips": chips, **fields, "clientToken": client_token})
 
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
@@ -157,16 +163,16 @@ class PodfleetClient:
                                                         "nextToken": next_token, "maxResults": max_results})
 
     def describe_training_job(self, job_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/jobs/{job_id}")
+        return self._request("GET", f"/v1/jobs/{_seg(job_id)}")
 
     def stop_training_job(self, job_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/v1/jobs/{job_id}/stop")
+        return self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop")
 
     def get_job_logs(self, job_id: str, *, since: int = 0) -> dict[str, Any]:
-        return self._request("GET", f"/v1/jobs/{job_id}/logs", params={"since": since})
+        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since})
 
     def follow_job_logs(self, job_id: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
-        return self._sse(f"/v1/jobs/{job_id}/logs", {"follow": "true", "since": since})
+        return self._sse(f"/v1/jobs/{_seg(job_id)}/logs", {"follow": "true", "since": since})
 
     # --- planner, audit, system --------------------------------------------------------------
     def plan_parallelism(self, model: str, chips: int, *, chip_type: str = "trn2",
@@ -187,10 +193,38 @@ class PodfleetClient:
         return self._request("GET", "/v1/tokens")
 
     def revoke_access_token(self, token_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/tokens/{token_id}")
+        return self._request("DELETE", f"/v1/tokens/{_seg(token_id)}")
 
     def healthz(self) -> dict[str, Any]:
         return self._request("GET", "/healthz")
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics")
+
+    # --- health: alerts, recoveries, firmware ---------------------------------------------
+    def list_alerts(self, cluster: str, state: str | None = None) -> dict[str, Any]:
+        """ListAlerts: ``{"alerts": [...]}``, optionally only those in ``state``
+        (firing, acknowledged, resolved)."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state})
+
+    def acknowledge_alert(self, alert_id: str) -> dict[str, Any]:
+        return self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge")
+
+    def list_recoveries(self, cluster: str) -> dict[str, Any]:
+        """ListRecoveries: ``{"recoveries": [...]}``, each with its steps."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/recoveries")
+
+    def start_firmware(self, cluster: str, version: str, *, unit: str = "chip",
+                       chips: list[int] | None = None) -> dict[str, Any]:
+        """StartFirmwareUpdate: a rolling update, ``unit`` (chip or node) at a time, of
+        ``chips`` (default: all)."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/firmware",
+                             json={"version": version, "unit": unit, "chips": chips})
+
+    def list_firmware(self, cluster: str) -> dict[str, Any]:
+        """ListFirmwareUpdates: ``{"rollouts": [...]}``."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware")
+
+    def describe_firmware(self, cluster: str, rollout: str) -> dict[str, Any]:
+        """DescribeFirmwareUpdate: one rollout's state and progress."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}")

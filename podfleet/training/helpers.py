@@ -32,7 +32,10 @@ from podfleet.training.config import Reporter, WorkerConfig
 
 
 @dataclass
-class _Context:
+class Context:
+    """What the helpers answer from: set by the podfleet worker around a script
+    (``set_context``); outside podfleet, built from the environment on first use."""
+
     cfg: WorkerConfig
     reporter: Reporter
     kek: bytes | None
@@ -53,15 +56,16 @@ class _StderrReporter:
         print(f"checkpoint step {step}: {path}", file=sys.stderr)
 
 
-_CTX: _Context | None = None
+_CTX: Context | None = None
 
 
-def _set_context(ctx: _Context | None) -> None:
+def set_context(ctx: Context | None) -> None:
+    """For the worker: the job's context while it runs a script (None afterwards)."""
     global _CTX
     _CTX = ctx
 
 
-def _ctx() -> _Context:
+def _ctx() -> Context:
     global _CTX
     if _CTX is None:
         cfg = WorkerConfig(
@@ -71,7 +75,7 @@ def _ctx() -> _Context:
             checkpoint_dir=os.environ.get("PODFLEET_CHECKPOINT_DIR"),
             encrypt_checkpoints=False,
         )
-        _CTX = _Context(cfg, _StderrReporter(), None, torch.device("cpu"))
+        _CTX = Context(cfg, _StderrReporter(), None, torch.device("cpu"))
     return _CTX
 
 

@@ -163,14 +163,14 @@ def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, de
 
     os.environ.update({"RANK": str(cfg.rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": "0",
                        "PODFLEET_JOB_ID": cfg.job_id, "PODFLEET_CHECKPOINT_DIR": cfg.checkpoint_dir or ""})
-    helpers._set_context(helpers._Context(cfg, reporter, kek, device))
+    helpers.set_context(helpers.Context(cfg, reporter, kek, device))
     argv = sys.argv
     sys.argv = [cfg.entrypoint or "", *cfg.entrypoint_args]
     try:
         runpy.run_path(cfg.entrypoint or "", run_name="__main__")
     finally:
         sys.argv = argv
-        helpers._set_context(None)
+        helpers.set_context(None)
     return WorkerResult(cfg.rank, cfg.steps, None)
 
 

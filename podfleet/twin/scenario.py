@@ -7,11 +7,12 @@ the format; examples/ holds working files.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -57,7 +58,10 @@ def _rates(v: Any) -> Any:
 
 
 Duration = Annotated[float, BeforeValidator(_duration), Field(ge=0)]
-KindName = Literal[tuple(k.value for k in FaultKind)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    KindName = str
+else:  # the one fault-kind list, as a Literal so a bad kind's error lists the good ones
+    KindName = Literal[tuple(k.value for k in FaultKind)]
 
 
 class _Strict(BaseModel):
@@ -184,7 +188,7 @@ def build(sc: Scenario) -> tuple[Timeline, SimFabric]:
         for name, idx, limit in (("chip", f.chip, fab.n_chips), ("link", f.link, fab.links.n)):
             if idx is not None and idx >= limit:
                 raise InvalidInputError(f"faults.{i}.{name} {idx} does not exist; valid 0-{limit - 1}", field=f"faults.{i}.{name}")
-        tl.call_at(f.at, lambda f=f: _scripted(fab, f))
+        tl.call_at(f.at, functools.partial(_scripted, fab, f))
     free = [c for c in range(fab.n_chips) if c not in set(fab.spares)]
     for i, j in enumerate(sc.jobs):
         if isinstance(j.chips, int):
@@ -197,7 +201,7 @@ def build(sc: Scenario) -> tuple[Timeline, SimFabric]:
                 fab.topology.check_chip(c)
         opts: dict[str, Any] = {} if j.tokens_per_step is None else {"tokens_per_step": j.tokens_per_step}
         spec = WorkerGroupSpec(j.id, chips, j.model, j.steps, j.checkpoint_interval, options=opts)
-        tl.call_at(j.start_at, lambda spec=spec: fab.launch(spec))
+        tl.call_at(j.start_at, functools.partial(fab.launch, spec))
     _standalone_recovery(tl, fab)
     return tl, fab
 
@@ -220,7 +224,7 @@ def _standalone_recovery(tl: Timeline, fab: SimFabric) -> None:
         run = fab.jobs.get(job_id)
         if run is None or run.state != JobState.PAUSED:
             return
-        used = set(fab._chip_job)
+        used = set(fab.busy_chips())
         for rank, c in enumerate(run.chips):
             if fab.chip_state(c) not in (ChipState.HEALTHY, ChipState.DEGRADED):
                 spare = next((s for s in fab.spares if s not in used and fab.usable_mask()[s]), None)
@@ -232,11 +236,11 @@ def _standalone_recovery(tl: Timeline, fab: SimFabric) -> None:
 
     def on_event(ev: FabricEvent) -> None:
         if ev.kind == "job-paused" and ev.job_id:
-            tl.call_at(0, lambda j=ev.job_id: act(j))
+            tl.call_at(0, functools.partial(act, ev.job_id))
         elif ev.kind == "chip-healthy":
             for jid, run in fab.jobs.items():
                 if run.state == JobState.PAUSED:
-                    tl.call_at(0, lambda j=jid: act(j))
+                    tl.call_at(0, functools.partial(act, jid))
 
     fab.subscribe(on_event)
 

@@ -64,7 +64,7 @@ BAD = [
     ("post", "/v1/clusters", {"name": "x", "type": "tpu"}, 400, "type",
      ["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]),
     ("post", "/v1/clusters", {"name": "x", "chips": 10}, 400, "chips", [64]),
-    ("post", "/v1/clusters", {"name": "x", "fabric": "slurm"}, 400, "fabric", ["sim", "local", "ray"]),
+    ("post", "/v1/clusters", {"name": "x", "fabric": "slurm"}, 400, "fabric", ["sim", "local", "ray", "neuron"]),
     ("post", "/v1/clusters", {"spares": 1}, 400, "name", None),
     ("post", "/v1/clusters/pod/jobs", {"model": "debug", "chips": 63}, 422, "chips", "1-62"),
     ("post", "/v1/clusters/pod/jobs", {"model": "nope", "chips": 4}, 400, "model", None),

@@ -165,6 +165,21 @@ def test_bad_neuron_commands_are_one_line_4xx(env: Env, body: dict, status: int,
     assert env.c.get("/v1/clusters/trn-bad").status_code == 404
 
 
+def test_only_admins_may_name_neuron_commands(env: Env) -> None:
+    # The commands run on the control-plane host: an operator token is refused, audited.
+    from podfleet.security.tokens import generate_token, hash_token, new_token_id
+    from podfleet.store.records import TokenRecord
+
+    tok = generate_token()
+    env.plane.store.add_token(TokenRecord(new_token_id(), "ops", "operator", hash_token(tok), 0.0))
+    with httpx.Client(base_url=env.url, headers={"Authorization": f"Bearer {tok}"}, timeout=30) as op:
+        r = op.post("/v1/clusters", json={"name": "trn-op", "fabric": "neuron", "neuronMonitor": monitor_cmd()})
+    assert r.status_code == 403 and "needs admin" in r.json()["detail"], r.text
+    assert env.c.get("/v1/clusters/trn-op").status_code == 404
+    denied = [e for e in env.plane.store.list_audit(limit=1000) if e.result == "denied" and e.target == "trn-op"]
+    assert denied and denied[-1].actor.endswith(":ops")
+
+
 def test_cli_flags(env: Env) -> None:
     runner = CliRunner()
     cli_env = {"PODFLEET_URL": env.url, "PODFLEET_TOKEN": TOKEN}

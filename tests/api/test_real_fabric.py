@@ -166,7 +166,7 @@ def test_kill_worker_on_the_twin_is_refused(env: Env) -> None:
     r = env.c.post("/v1/clusters", json={"name": "twin", "type": "custom", "chips": 4, "fabric": "sim"})
     assert r.status_code == 201
     r = env.c.post("/v1/clusters/twin/faults", json={"kind": "kill-worker", "rank": 0})
-    assert r.status_code == 400 and "needs a local or ray cluster" in r.json()["detail"]
+    assert r.status_code == 400 and "needs a cluster of worker processes" in r.json()["detail"]
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "chip-failure", "chip": 0})
     assert r.status_code == 400 and r.json()["allowed"] == ["kill-worker"]
     r = env.c.post("/v1/clusters/twin/jobs", json={"model": "debug", "chips": 1, "options": {"seed": 1}})

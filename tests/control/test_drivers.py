@@ -98,7 +98,7 @@ def fake_plane() -> tuple[ControlPlane, list[FakeProcessFabric]]:
 def test_driver_follows_the_fabrics_capabilities(plane: ControlPlane) -> None:
     view = active_cluster(plane)
     assert isinstance(plane.jobs.drivers[view["id"]], TwinDriver)
-    fp, made = fake_plane()
+    fp, _made = fake_plane()
     v = fp.create_cluster({"name": "p", "fabric": "local", "chips": 8, "spares": 2}, actor="t")
     assert isinstance(fp.jobs.drivers[v["id"]], ProcessDriver)
     # A twin fault on a fabric that declares no FaultInjection: a clear 4xx, not a crash.

@@ -107,10 +107,10 @@ async def start_firmware(cluster: str, body: FirmwareUpdateRequest, plane: Plane
 
 @router.get("/clusters/{cluster}/firmware", operation_id="ListFirmwareUpdates", response_model=FirmwareRolloutList)
 async def list_firmware(cluster: str, plane: Plane, svc: Health) -> dict[str, Any]:
-    return {"rollouts": await plane.call(svc.firmware, cluster)}
+    return {"rollouts": await plane.call(svc.firmware_rollouts, cluster)}
 
 
 @router.get("/clusters/{cluster}/firmware/{rollout}", operation_id="DescribeFirmwareUpdate",
             response_model=FirmwareRollout)
 async def describe_firmware(cluster: str, rollout: Annotated[str, Field(max_length=64)], plane: Plane, svc: Health) -> dict[str, Any]:
-    return await plane.call(svc.firmware, cluster, rollout)
+    return await plane.call(svc.firmware_rollout, cluster, rollout)

@@ -8,7 +8,8 @@ Commands are operator-given strings (``--neuron-ls``, ``--neuron-monitor``), spl
 prints ``max_bad_in_row`` malformed documents in a row or falls silent for
 ``stale_after_s`` is reported (``on_trouble``) and restarted after an exponential
 backoff (``backoff_initial_s`` doubling up to ``backoff_max_s``; back to the initial
-delay once a run has delivered a report). Memory is bounded: lines are read at most
+delay after a run that delivered reports for ``stable_after_s``, 30 s: a monitor that
+crashes after every report still backs off). Memory is bounded: lines are read at most
 ``MAX_DOC_BYTES`` at a time and only the last ``STDERR_TAIL`` stderr lines are kept.
 """
 
@@ -74,25 +75,51 @@ def run_neuron_ls(command: str, timeout_s: float = 30.0) -> NeuronInventory:
     argv = split_command(command, "neuron-ls")
     what = f"neuron-ls command {command!r}"
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                              env=tool_env(), check=False)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=tool_env(), start_new_session=True)
     except FileNotFoundError:
         raise InfeasibleError(f"{what}: {argv[0]!r} not found (install aws-neuronx-tools, or pass --neuron-ls)",
                               field="neuron_ls") from None
-    except subprocess.TimeoutExpired:
-        raise InfeasibleError(f"{what} did not finish within {timeout_s:g} s", field="neuron_ls") from None
     except OSError as exc:
         raise InfeasibleError(f"{what} cannot start: {exc.strerror or exc}", field="neuron_ls") from None
-    if done.returncode != 0:
-        tail = _last_line(done.stderr) or _last_line(done.stdout)
-        raise InfeasibleError(f"{what} exited with code {done.returncode}" + (f": {tail}" if tail else ""),
-                              field="neuron_ls")
-    if len(done.stdout) > _NEURON_LS_MAX_BYTES:
-        raise InvalidInputError(f"{what} printed more than {_NEURON_LS_MAX_BYTES} bytes", field="neuron_ls")
+    assert proc.stdout is not None and proc.stderr is not None
+    # Bounded reads: a command that prints without end is stopped, not buffered.
+    out, err = bytearray(), bytearray()
+    readers = [threading.Thread(target=_read_bounded, args=(proc, proc.stdout, out, _NEURON_LS_MAX_BYTES),
+                                daemon=True),
+               threading.Thread(target=_read_bounded, args=(proc, proc.stderr, err, 64 * 1024), daemon=True)]
+    for t in readers:
+        t.start()
     try:
-        return parse_neuron_ls(done.stdout)
+        code = proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        _terminate(proc)
+        raise InfeasibleError(f"{what} did not finish within {timeout_s:g} s", field="neuron_ls") from None
+    finally:
+        for t in readers:
+            t.join(2.0)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+    if len(out) > _NEURON_LS_MAX_BYTES:
+        raise InvalidInputError(f"{what} printed more than {_NEURON_LS_MAX_BYTES} bytes", field="neuron_ls")
+    if code != 0:
+        tail = _last_line(bytes(err)) or _last_line(bytes(out[-4096:]))
+        raise InfeasibleError(f"{what} exited with code {code}" + (f": {tail}" if tail else ""),
+                              field="neuron_ls")
+    try:
+        return parse_neuron_ls(bytes(out))
     except InvalidInputError as exc:
         raise InvalidInputError(f"{what} printed a bad document: {exc.message}", field="neuron_ls") from None
+
+
+def _read_bounded(proc: subprocess.Popen[bytes], stream: IO[bytes], buf: bytearray, limit: int) -> None:
+    """Read ``stream`` into ``buf``; past ``limit`` bytes, stop the process."""
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := stream.read1(65536):  # type: ignore[attr-defined]
+            buf.extend(chunk)
+            if len(buf) > limit:
+                _terminate(proc)
+                return
 
 
 class _Lines:
@@ -120,12 +147,13 @@ class MonitorSupervisor:
     def __init__(self, command: str, *, on_report: Callable[[MonitorReport], Any],
                  on_trouble: Callable[[str], Any], on_start: Callable[[int], Any] | None = None,
                  backoff_initial_s: float = 1.0, backoff_max_s: float = 60.0, stale_after_s: float = 60.0,
-                 max_bad_in_row: int = 3) -> None:
+                 max_bad_in_row: int = 3, stable_after_s: float = 30.0) -> None:
         self.command = command
         self.argv = split_command(command, "neuron-monitor")
         self.on_report, self.on_trouble, self.on_start = on_report, on_trouble, on_start
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.stale_after_s, self.max_bad_in_row = stale_after_s, max_bad_in_row
+        self.stable_after_s = stable_after_s
         self.runs = 0  # processes started
         self.restarts = 0
         self.reports = 0
@@ -160,10 +188,11 @@ class MonitorSupervisor:
     def _supervise(self) -> None:
         delay = self.backoff_initial_s
         while not self._closed.is_set():
+            started = time.monotonic()
             reason = self._run_once()
             if self._closed.is_set() or reason is None:
                 break
-            if self._got_report:
+            if self._got_report and time.monotonic() - started >= self.stable_after_s:
                 delay = self.backoff_initial_s  # it worked for a while: start the backoff over
             self.restarts += 1
             self._trouble(f"neuron-monitor command {self.command!r} {reason}; restarting in {delay:g} s")

@@ -43,7 +43,7 @@ from podfleet.fabric.neuron.command import (
     split_command,
 )
 from podfleet.fabric.neuron.ls import NeuronInventory
-from podfleet.fabric.neuron.metrics import cores_per_chip
+from podfleet.fabric.neuron.metrics import CHIP_METRICS, cores_per_chip
 from podfleet.fabric.neuron.monitor import MonitorReport
 from podfleet.fabric.neuron.telemetry import NeuronTelemetry
 
@@ -55,6 +55,9 @@ _FAULT_TEXT = {
     "hbm-corrected-burst": "burst of corrected HBM ECC errors",
     "runtime-hardware-error": "runtime hardware errors",
 }
+
+
+MEASURED = frozenset(m.name for m in CHIP_METRICS if m.source)
 
 
 def chip_type_of_instance(inventory: NeuronInventory) -> str:
@@ -164,7 +167,10 @@ class NeuronFabric:
         return self._runner.kill_worker(job_id, rank)
 
     def telemetry_metrics(self) -> frozenset[str]:
-        return frozenset(self.telemetry.chip_metrics())
+        """The chip metrics the Neuron tools measure. Those they do not expose (temperature,
+        power, clock, HBM bandwidth, per-chip link traffic) are present as NaN but not named
+        here, so a consumer that needs them (the load balancer) knows not to rely on them."""
+        return MEASURED
 
     def close(self) -> None:
         self._monitor.close()

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.neuron.monitor import MonitorReport, parse_monitor_report
@@ -38,10 +38,18 @@ DEFAULT_CONFIG: dict[str, Any] = {
 }
 
 
+class LineStream(Protocol):
+    """What the reader needs of its stream: a file, a pipe, or a bounded line reader."""
+
+    def readline(self) -> str | bytes: ...
+
+    def read(self, n: int = ..., /) -> str | bytes: ...
+
+
 class NeuronMonitorReader:
     """Iterate over ``MonitorReport``s from a text stream (a file or a process's stdout)."""
 
-    def __init__(self, stream: IO[str] | IO[bytes], *, strict: bool = False, keep_errors: int = 100,
+    def __init__(self, stream: IO[str] | IO[bytes] | LineStream, *, strict: bool = False, keep_errors: int = 100,
                  on_error: Callable[[str], Any] | None = None) -> None:
         self._stream = stream
         self.strict = strict
@@ -60,7 +68,8 @@ class NeuronMonitorReader:
     def __iter__(self) -> Iterator[MonitorReport]:
         buf = ""
         sentinel: str | bytes = b"" if self._is_bytes() else ""
-        for raw in iter(self._stream.readline, sentinel):
+        readline: Callable[[], str | bytes] = self._stream.readline
+        for raw in iter(readline, sentinel):
             line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             if not buf and not line.strip():
                 continue
@@ -102,7 +111,7 @@ class NeuronMonitorReader:
         return None, ""
 
     def _is_bytes(self) -> bool:
-        return "b" in getattr(self._stream, "mode", "") or isinstance(self._stream.read(0), bytes)
+        return isinstance(self._stream.read(0), bytes)
 
     def _bad(self, message: str) -> None:
         if self.strict:

@@ -139,11 +139,6 @@ class SimFabric:
         """Chips some job holds (running or paused)."""
         return self.board.busy_chips()
 
-    @property
-    def _chip_job(self) -> dict[int, str]:
-        # Deprecated: twin/scenario.py still reads this; use ``busy_chips()``/``job_on()``.
-        return dict(self.board.chip_job)
-
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         """Latest telemetry: metric name -> array over chips ([chips, cores] for
         ``neuroncore_utilization``). Read-only arrays never changed in place: safe to

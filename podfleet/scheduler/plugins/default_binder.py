@@ -7,9 +7,10 @@ for embedding (e.g. the trace replay launches its simulated jobs here).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement
 
@@ -28,5 +29,5 @@ class DefaultBinder:
         return st.SUCCESS
 
 
-def factory(handle: object, args: dict) -> DefaultBinder:
+def factory(handle: Handle, args: dict[str, Any]) -> DefaultBinder:
     return DefaultBinder(args.get("on_bind"))

@@ -11,10 +11,12 @@ the second packs jobs into the fullest pods, keeping whole pods free for big job
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import Candidates, CycleState
+from podfleet.scheduler.extension import Candidates, CycleState, Handle
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
 
@@ -45,5 +47,5 @@ class Fragmentation:
         return st.SUCCESS, out
 
 
-def factory(handle: object, args: dict) -> Fragmentation:
+def factory(handle: Handle, args: dict[str, Any]) -> Fragmentation:
     return Fragmentation()

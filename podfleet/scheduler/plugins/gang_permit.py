@@ -6,8 +6,10 @@ scheduler completes the placement in ``victims_checkpointed``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement
 
@@ -22,18 +24,18 @@ def gang_complete(job: JobRequest, placement: Placement) -> bool:
 class GangPermit:
     name = NAME
 
-    def __init__(self, handle: object) -> None:
+    def __init__(self, handle: Handle) -> None:
         self.handle = handle
 
     def permit(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
         if not gang_complete(job, placement):
             return st.unschedulable(f"gang incomplete: {len(placement.chips)} of {job.chips} chips")
-        rec = self.handle.jobs[job.job_id]  # type: ignore[attr-defined]
-        pending = [v for v in rec.victims if self.handle.jobs[v].phase.value == "checkpointing"]  # type: ignore[attr-defined]
+        rec = self.handle.jobs[job.job_id]
+        pending = [v for v in rec.victims if self.handle.jobs[v].phase.value == "checkpointing"]
         if pending:
             return st.wait(f"waiting for {len(pending)} victim(s) to checkpoint: {', '.join(pending)}")
         return st.SUCCESS
 
 
-def factory(handle: object, args: dict) -> GangPermit:
+def factory(handle: Handle, args: dict[str, Any]) -> GangPermit:
     return GangPermit(handle)

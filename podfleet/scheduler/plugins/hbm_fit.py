@@ -7,11 +7,13 @@ example HBM rows retired by the health monitor) below the job's need.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from podfleet.hardware.specs import GiB, get_chip
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
@@ -45,5 +47,5 @@ class HbmFit:
         return st.SUCCESS, pod.hbm_bytes >= job.hbm_bytes_per_chip
 
 
-def factory(handle: object, args: dict) -> HbmFit:
-    return HbmFit(handle.cluster)  # type: ignore[attr-defined]
+def factory(handle: Handle, args: dict[str, Any]) -> HbmFit:
+    return HbmFit(handle.cluster)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from podfleet.fabric.base import ChipState
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import PodState
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
@@ -27,5 +29,5 @@ class HealthGate:
         return st.SUCCESS, pod.healthy.copy()
 
 
-def factory(handle: object, args: dict) -> HealthGate:
+def factory(handle: Handle, args: dict[str, Any]) -> HealthGate:
     return HealthGate()

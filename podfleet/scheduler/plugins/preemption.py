@@ -13,26 +13,18 @@ the preemptor. A victim is never released without its checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import FREE
 from podfleet.scheduler.status import Status
-from podfleet.scheduler.types import JobRequest
+from podfleet.scheduler.types import JobRequest, Nomination
 
 NAME = "preemption"
 MAX_PODS = 8  # pods examined per preemption attempt (most evictable chips first)
-
-
-@dataclass(frozen=True)
-class Nomination:
-    pod: int
-    block: int
-    local_chips: tuple[int, ...]
-    victims: tuple[str, ...]
 
 
 def pick_block(chips: np.ndarray, owner: np.ndarray, owner_priority: np.ndarray) -> tuple[int, tuple[float, int]]:
@@ -48,19 +40,19 @@ def pick_block(chips: np.ndarray, owner: np.ndarray, owner_priority: np.ndarray)
 class Preemption:
     name = NAME
 
-    def __init__(self, handle: object, min_run_s: float = 900.0, protect_after_wait_s: float = 24 * 3600.0) -> None:
+    def __init__(self, handle: Handle, min_run_s: float = 900.0, protect_after_wait_s: float = 24 * 3600.0) -> None:
         self.handle = handle
         self.min_run_s = min_run_s
         self.protect_after_wait_s = protect_after_wait_s
 
     def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]:
         h = self.handle
-        cl = h.cluster  # type: ignore[attr-defined]
+        cl = h.cluster
         idx = cl.blocks
-        now = state.get("now_s", h.now_s())  # type: ignore[attr-defined]
+        now = float(state.get("now_s", h.now_s()))
         evictable_slots = {
             r.slot: float(r.request.priority)
-            for r in h.running.values()  # type: ignore[attr-defined]
+            for r in h.running.values()
             if r.request.preemptible and r.request.priority < job.priority
             and now - (r.started_s or 0.0) >= self.min_run_s and r.wait_s < self.protect_after_wait_s
         }
@@ -97,9 +89,9 @@ class Preemption:
             return st.unschedulable(diagnosis + "; preempting lower-priority jobs would not free a block"), None
         _, p, block, chips = best
         owners = sorted({int(o) for o in cl.pods[p].owner[chips] if o != FREE})
-        victims = tuple(h.slots[o] for o in owners)  # type: ignore[attr-defined]
+        victims = tuple(h.slots[o] for o in owners)
         return st.SUCCESS, Nomination(p, block, tuple(int(c) for c in chips), victims)
 
 
-def factory(handle: object, args: dict) -> Preemption:
+def factory(handle: Handle, args: dict[str, Any]) -> Preemption:
     return Preemption(handle, **args)

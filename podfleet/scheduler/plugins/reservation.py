@@ -6,8 +6,10 @@ releases only chips held by this job (and does nothing if it holds none).
 
 from __future__ import annotations
 
+from typing import Any
+
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import FREE
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement
@@ -18,14 +20,14 @@ NAME = "reservation"
 class Reservation:
     name = NAME
 
-    def __init__(self, handle: object) -> None:
+    def __init__(self, handle: Handle) -> None:
         self.handle = handle
 
     def _slot(self, job: JobRequest) -> int:
-        return self.handle.jobs[job.job_id].slot  # type: ignore[attr-defined]
+        return self.handle.jobs[job.job_id].slot
 
     def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
-        cl = self.handle.cluster  # type: ignore[attr-defined]
+        cl = self.handle.cluster
         pod = cl.pods[placement.pod]
         slot = self._slot(job)
         chips = list(placement.local_chips)
@@ -41,7 +43,7 @@ class Reservation:
         return st.SUCCESS
 
     def unreserve(self, state: CycleState, job: JobRequest, placement: Placement) -> None:
-        cl = self.handle.cluster  # type: ignore[attr-defined]
+        cl = self.handle.cluster
         pod = cl.pods[placement.pod]
         slot = self._slot(job)
         mine = pod.owner == slot
@@ -50,5 +52,5 @@ class Reservation:
             cl.touch(pod)
 
 
-def factory(handle: object, args: dict) -> Reservation:
+def factory(handle: Handle, args: dict[str, Any]) -> Reservation:
     return Reservation(handle)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState
+from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import PodState
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
@@ -28,5 +29,5 @@ class SpareGuard:
         return st.SUCCESS, ~pod.spare
 
 
-def factory(handle: object, args: dict) -> SpareGuard:
+def factory(handle: Handle, args: dict[str, Any]) -> SpareGuard:
     return SpareGuard()

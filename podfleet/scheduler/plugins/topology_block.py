@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from podfleet.errors import PodfleetError
 from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import local_distance, ring_cost, ring_walk
-from podfleet.scheduler.extension import Candidates, CycleState
+from podfleet.scheduler.extension import Candidates, CycleState, Handle
 from podfleet.scheduler.links import candidate_penalty
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
@@ -49,7 +50,7 @@ def comm_cost(grid: GridTopology, shape: tuple[int, ...], tp: int = 1, comm: str
     n = len(local)
     d = local_distance(grid, local)
     ranks = np.arange(n)
-    tp_cost = np.mean([ring_cost(d, ranks[g : g + tp]) for g in range(0, n, tp)]) if tp > 1 else 0.0
+    tp_cost = float(np.mean([ring_cost(d, ranks[g : g + tp]) for g in range(0, n, tp)])) if tp > 1 else 0.0
     if comm == "all-to-all":
         dp_cost = float(d.sum() / max(n * (n - 1), 1))
     else:
@@ -92,12 +93,13 @@ class TopologyBlock:
     def __init__(self, planner_module: str = "podfleet.planner") -> None:
         self.planner_module = planner_module
 
-    def _planner(self) -> Any:
+    def _planner(self) -> Callable[..., object] | None:
         try:
             mod = importlib.import_module(self.planner_module)
         except ImportError:
             return None
-        return getattr(mod, "plan", None)
+        plan_fn: Callable[..., object] | None = getattr(mod, "plan", None)
+        return plan_fn
 
     def score(self, state: CycleState, job: JobRequest, cands: Candidates) -> tuple[Status, np.ndarray]:
         pod0 = cands.cluster.pods[0]
@@ -120,7 +122,7 @@ class TopologyBlock:
             return st.SUCCESS, np.where(costs <= 0, 100.0, 0.0)
         return st.SUCCESS, 100.0 * best / costs
 
-    def _plan_costs(self, state: CycleState, job: JobRequest, grid: GridTopology, shapes: list, sids: np.ndarray) -> dict[int, float]:
+    def _plan_costs(self, state: CycleState, job: JobRequest, grid: GridTopology, shapes: list[tuple[int, ...]], sids: np.ndarray) -> dict[int, float]:
         plan_fn = self._planner()
         if plan_fn is None:
             state["plan_note"] = "planner not available; shape chosen by communication cost"
@@ -142,5 +144,5 @@ class TopologyBlock:
         return {k: (v if np.isfinite(v) else worst) for k, v in out.items()}
 
 
-def factory(handle: object, args: dict) -> TopologyBlock:
+def factory(handle: Handle, args: dict[str, Any]) -> TopologyBlock:
     return TopologyBlock(**args)

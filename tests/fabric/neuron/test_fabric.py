@@ -95,6 +95,8 @@ def test_trn2_48xlarge_topology_metrics_and_capabilities(make) -> None:
     assert util.shape == (16, 8) and (util > 0).all()  # every device, every physical core, from the stream
     assert np.isfinite(m["hbm_used_bytes"]).all() and (m["hbm_used_bytes"] > 0).all()
     assert {"neuroncore_utilization", "mem_ecc_uncorrected", "sram_ecc_uncorrected"} <= fab.telemetry_metrics()
+    assert not {"temperature_c", "clock_mhz", "hbm_bw_bytes_per_s"} & fab.telemetry_metrics()  # NaN: not measured
+    assert set(fab.telemetry_metrics()) <= set(m)
     assert fab.health_reason() is None and fab.monitor_status()["state"] == "ok"
 
 
@@ -179,6 +181,13 @@ def test_bad_neuron_ls_is_one_clear_error(ls: str, exc: type[Exception], needle:
     msg = str(info.value)
     assert needle in msg and "\n" not in msg
     assert "neuron-ls" in msg
+
+
+def test_endless_or_stuck_neuron_ls_is_stopped(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="neuron-ls command 'yes' printed more than"):
+        NeuronFabric(neuron_ls="yes", neuron_monitor="neuron-monitor", workdir=tmp_path)
+    with pytest.raises(InfeasibleError, match=r"neuron-ls command 'sleep 30' did not finish within 0\.3 s"):
+        NeuronFabric(neuron_ls="sleep 30", neuron_monitor="neuron-monitor", workdir=tmp_path, ls_timeout_s=0.3)
 
 
 def test_bad_monitor_command_and_spares_are_refused(tmp_path: Path) -> None:
