@@ -57,7 +57,7 @@ def test_kill_worker_refusals(live: Live) -> None:
     code, _, err = run(live, "cluster", "create", "cli-twin", "--type", "custom", "--chips", "4", "--fabric", "sim")
     assert code == 0, err
     code, _, err = run(live, "fault", "inject", "cli-twin", "--kill-worker", "0")
-    assert code == 2 and "needs a local or ray cluster" in err
+    assert code == 2 and "needs a cluster of worker processes" in err
     code, _, err = run(live, "fault", "inject", "cli-twin", "--kill-worker", "0", "--chip", "1")
     assert code == 2 and "--kill-worker takes no" in err
     code, _, err = run(live, "fault", "inject", "cli-twin")

@@ -117,4 +117,5 @@ def test_job_shows_its_recovery_through_the_api(api: httpx.Client) -> None:
         rec = api.get(f"/v1/jobs/{job}").json().get("recovery")
         time.sleep(0.1)
     assert rec and rec["state"] == "done" and [s["name"] for s in rec["steps"]][-1] == "resume"
-    assert api.get(f"/v1/jobs/{job}").json()["state"] == "RUNNING"
+    # Running again (a periodic checkpoint may be in flight when we look).
+    assert api.get(f"/v1/jobs/{job}").json()["state"] in ("RUNNING", "CHECKPOINTING")
