@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podfleet.control.fabrics import FabricFactory
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.factory import FabricFactory
 from podfleet.health.scan import HealthConfig
 from podfleet.health.service import HealthService
 from podfleet.recovery.service import RecoveryService

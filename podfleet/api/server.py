@@ -9,10 +9,10 @@ from fastapi import FastAPI
 
 from podfleet.api.main import create_app
 from podfleet.compose import build
-from podfleet.control.fabrics import available_fabrics
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
+from podfleet.fabric.factory import available_fabrics
 from podfleet.security.tokens import (
     Role,
     generate_token,

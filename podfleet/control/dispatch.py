@@ -28,11 +28,11 @@ from podfleet.scheduler.types import fmt_shape
 WAIT_REFRESH_S = 5.0  # how stale a pending job's shown queue wait may get
 
 if TYPE_CHECKING:
-    from podfleet.control.jobs import JobManager
+    from podfleet.control.drivers.base import JobOps
     from podfleet.control.runtime import ClusterRuntime
 
 
-def cycle(jm: JobManager, rt: ClusterRuntime) -> None:
+def cycle(jm: JobOps, rt: ClusterRuntime) -> None:
     """One scheduling cycle for a cluster: settle preemptions, place, show reasons."""
     sched = rt.scheduler
     table = jm.table
@@ -61,7 +61,7 @@ def cycle(jm: JobManager, rt: ClusterRuntime) -> None:
             table.refresh(job)
 
 
-def apply(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
+def apply(jm: JobOps, rt: ClusterRuntime, d: Decision) -> None:
     table = jm.table
     if d.kind is DecisionKind.BIND:
         bind(jm, rt, d)
@@ -77,7 +77,7 @@ def apply(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
             table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
 
 
-def bind(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
+def bind(jm: JobOps, rt: ClusterRuntime, d: Decision) -> None:
     job = jm.table.find(d.job_id)
     p = d.placement
     if job is None or job.state != JobState.PENDING or p is None:
@@ -96,7 +96,7 @@ def bind(jm: JobManager, rt: ClusterRuntime, d: Decision) -> None:
     jm.launch(rt, job, Allocation(p.chips, p.shape, p.reason))
 
 
-def settle(jm: JobManager, rt: ClusterRuntime, preemptor: str) -> None:
+def settle(jm: JobOps, rt: ClusterRuntime, preemptor: str) -> None:
     """Checkpoint what victims can be now; bind the preemptor once all are saved."""
     sched = rt.scheduler
     srec = sched.jobs.get(preemptor)
@@ -118,7 +118,7 @@ def settle(jm: JobManager, rt: ClusterRuntime, preemptor: str) -> None:
         bind(jm, rt, d)
 
 
-def _checkpoint_victim(jm: JobManager, rt: ClusterRuntime, job_id: str, by: str) -> int | None:
+def _checkpoint_victim(jm: JobOps, rt: ClusterRuntime, job_id: str, by: str) -> int | None:
     table = jm.table
     job = table.find(job_id)
     if job is None or job.ended:

@@ -12,10 +12,10 @@ would).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from podfleet.control import dispatch, scheduling
-from podfleet.control.drivers import JobDriver, ProcessDriver, driver_for
+from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
 from podfleet.control.ids import new_id
 from podfleet.control.jobtable import Job, JobStatus, JobTable, Progress
 from podfleet.control.lifecycle import HOLDS_CHIPS, ClusterState, JobState
@@ -29,16 +29,6 @@ from podfleet.scheduler import DecisionKind
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
-
-
-class RecoveryPort(Protocol):
-    """What the job manager needs of the recovery orchestrators (``recovery.plane``)."""
-
-    def owns(self, job_id: str) -> bool:
-        """True while a recovery flow moves the job: the scheduler leaves it alone."""
-
-    def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
-        """Handle a fabric event; True when a recovery flow took the fault over."""
 
 
 class JobManager:

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
+from podfleet.control import faults
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.deploy import start_deployment
-from podfleet.control.fabrics import FabricFactory, close_fabric, make_fabric
+from podfleet.control.faults import KILL_WORKER
 from podfleet.control.ids import new_id
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
@@ -28,13 +29,11 @@ from podfleet.control.workdir import cluster_workdir
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import (
     ConflictError,
-    InvalidInputError,
     NotFoundError,
     PodfleetError,
-    UnknownNameError,
 )
-from podfleet.fabric.base import ChipState, Fabric, FabricEvent, FaultInjection
-from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
+from podfleet.fabric.base import ChipState, Fabric, FabricEvent
+from podfleet.fabric.factory import FabricFactory, close_fabric, make_fabric
 from podfleet.hardware.topology import Topology
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord, ClusterRecord
@@ -42,7 +41,6 @@ from podfleet.store.records import ChipHealthRecord, ClusterRecord
 T = TypeVar("T")
 P = ParamSpec("P")
 
-KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
 
 
 class HealthPort(Protocol):
@@ -317,52 +315,17 @@ class ControlPlane:
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, actor: str = "system") -> dict[str, Any]:
-        if kind == KILL_WORKER:  # real fabrics: kill one rank's worker process
+        if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
                                  body={"kind": kind, "rank": rank, "jobId": job})
 
         def do() -> tuple[dict[str, Any], str]:
             rt = self.resolve(ref)
-            if kind not in FAULT_KINDS:
-                raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, KILL_WORKER), field="kind")
-            fabric = rt.fabric
-            if not isinstance(fabric, FaultInjection):
-                raise InvalidInputError(f"fault {kind} needs the twin (fabric sim); cluster {rt.rec.name} runs on "
-                                        f"fabric {rt.spec.fabric}: use kill-worker", field="kind",
-                                        allowed=[KILL_WORKER])
-            if rt.state != ClusterState.ACTIVE:
-                raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; faults need an active cluster")
-            link_index = None
-            if kind in LINK_FAULTS:
-                if link is None or chip is not None:
-                    raise InvalidInputError(f"{kind} needs --link A-B (and no chip)", field="link")
-                link_index = self._find_link(rt, link)
-            else:
-                if chip is None or link is not None:
-                    raise InvalidInputError(f"{kind} needs --chip N (and no link)", field="chip")
-                rt.topology.check_chip(chip)
-            target = f"{rt.id}/link/{link}" if link_index is not None else f"{rt.id}/chip/{chip}"
-            fabric.inject_fault(kind, chip=chip, link=link_index)
-            rt.logs.append(self.now(), f"fault injected: {kind} at {target.split('/', 1)[1]}")
+            out, target = faults.inject(rt, kind, chip=chip, link=link, now=self.now())
             self.render(rt)
-            return {"cluster_id": rt.id, "kind": kind, "chip": chip, "link": link,
-                    "link_index": link_index, "injected_at": self.now()}, target
+            return out, target
 
         return self.mutation("InjectFault", actor, ref, do, body={"kind": kind, "chip": chip, "link": link})
-
-    def _find_link(self, rt: ClusterRuntime, link: str) -> int:
-        try:
-            a_s, b_s = link.split("-")
-            a, b = int(a_s), int(b_s)
-        except ValueError:
-            raise InvalidInputError(f"link must look like A-B (two chip indices), got {link!r}", field="link") from None
-        for lk in rt.topology.links:
-            if {lk.src, lk.dst} == {a, b}:
-                return lk.index
-        raise NotFoundError(
-            f"no link between chips {a} and {b}; neighbours of {a}: "
-            f"{rt.topology.neighbours(a) if 0 <= a < rt.topology.n_chips else 'none'}", field="link",
-        )
 
     # --- fabric events ----------------------------------------------------------------------
     def _fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:

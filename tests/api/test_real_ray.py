@@ -29,9 +29,10 @@ def test_ray_cluster_job_recovers_a_killed_actor(tmp_path: Path, monkeypatch: py
     store = MemoryStore()
     plane = ControlPlane(store, Timeline(seed=1, speed=1.0), workdir=str(tmp_path))
     plane.start()
+    plane.call_timeout_s = 120  # starting a local Ray instance takes a while on two cores
     try:
         view = plane.call_sync(plane.create_cluster, {"name": "rc", "fabric": "ray", "chips": 3, "spares": 1},
-                               actor="t", timeout_s=120)
+                               actor="t")
         assert view["fabric"] == "ray" and view["type"] == "custom"
         _until(lambda: plane.describe_cluster("rc")["state"] == "active", 30)
         job = plane.call_sync(plane.jobs.submit, "rc", {

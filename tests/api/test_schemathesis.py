@@ -24,7 +24,7 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
 def running_plane():
     # Fuzzed creates stay on the twin: a Ray cluster per example would be minutes.
     mp = pytest.MonkeyPatch()
-    mp.setattr("podfleet.control.fabrics.available_fabrics", lambda: ["sim"])
+    mp.setattr("podfleet.fabric.factory.available_fabrics", lambda: ["sim"])
     _plane.start()
     _plane.call_sync(_plane.create_cluster, {"name": "fuzz", "type": "trn2-node"})
     yield

@@ -197,7 +197,7 @@ def test_idempotent_retries(plane: ControlPlane) -> None:
 
 
 def test_unavailable_fabric_is_refused(plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("podfleet.control.fabrics.available_fabrics", lambda: ["sim"])
+    monkeypatch.setattr("podfleet.fabric.factory.available_fabrics", lambda: ["sim"])
     with pytest.raises(InfeasibleError, match="fabric 'ray' not available") as info:
         plane.create_cluster({"name": "x", "fabric": "ray"}, actor="t")
     assert info.value.field == "fabric" and info.value.extra["allowed"] == ["sim"]

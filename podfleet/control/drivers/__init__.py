@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from podfleet.control.drivers.base import JobDriver
+from podfleet.control.drivers.base import JobDriver, JobOps, RecoveryPort
 from podfleet.control.drivers.process import ProcessDriver
 from podfleet.control.drivers.twin import TwinDriver, TwinFabric
 
 if TYPE_CHECKING:
-    from podfleet.control.jobs import JobManager
     from podfleet.control.runtime import ClusterRuntime
 
-__all__ = ["JobDriver", "ProcessDriver", "TwinDriver", "driver_for"]
+__all__ = ["JobDriver", "JobOps", "ProcessDriver", "RecoveryPort", "TwinDriver", "driver_for"]
 
 
-def driver_for(jobs: JobManager, rt: ClusterRuntime) -> JobDriver:
+def driver_for(jobs: JobOps, rt: ClusterRuntime) -> JobDriver:
     """The driver for a cluster, from what its fabric declares (never its name)."""
     if isinstance(rt.fabric, TwinFabric):
         return TwinDriver(jobs, rt, rt.fabric)

@@ -8,12 +8,15 @@ processes, Ray actors, Neuron hosts: a job's state lives in its checkpoints).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podfleet.fabric.base import FabricEvent
 
 if TYPE_CHECKING:
-    from podfleet.control.jobtable import Job
+    from podfleet.control.jobtable import Job, JobTable
+    from podfleet.control.placement import Allocation
+    from podfleet.control.runtime import ClusterRuntime
     from podfleet.control.specs import JobSpec
 
 
@@ -48,3 +51,40 @@ class JobDriver(Protocol):
 
     def on_event(self, ev: FabricEvent) -> None:
         """A fabric event about this cluster, on the engine thread, in a store transaction."""
+
+
+class RecoveryPort(Protocol):
+    """What the job manager needs of the recovery service (``recovery.service``)."""
+
+    def owns(self, job_id: str) -> bool:
+        """True while a recovery flow moves the job: the scheduler leaves it alone."""
+
+    def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
+        """Handle a fabric event; True when a recovery flow took the fault over."""
+
+
+class JobOps(Protocol):
+    """What drivers and ``dispatch`` ask of the job manager (``control.jobs``): the job
+    table and the shared steps of a job's life, so they need not import it."""
+
+    @property
+    def table(self) -> JobTable: ...
+
+    @property
+    def recovery(self) -> RecoveryPort | None: ...
+
+    def now(self) -> float: ...
+
+    def driver(self, rt: ClusterRuntime) -> JobDriver: ...
+
+    def save_health(self, rt: ClusterRuntime) -> None: ...
+
+    def render(self, rt: ClusterRuntime) -> None: ...
+
+    def schedule(self, rt: ClusterRuntime) -> None: ...
+
+    def launch(self, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None: ...
+
+    def relaunch(self, rt: ClusterRuntime, job: Job) -> None: ...
+
+    def checkpointed(self, job: Job, step: int, path: str, detail: Mapping[str, Any]) -> None: ...

@@ -30,7 +30,7 @@ from podfleet.fabric.base import FabricEvent, Introspection, WorkerGroupSpec, Wo
 from podfleet.training.config import PRESET_NAMES, WorkerConfig
 
 if TYPE_CHECKING:
-    from podfleet.control.jobs import JobManager
+    from podfleet.control.drivers.base import JobOps
     from podfleet.control.runtime import ClusterRuntime
     from podfleet.control.specs import JobSpec
 
@@ -45,7 +45,7 @@ class ProcessDriver:
     on_demand_checkpoints = False
     checkpoint_scheme: str
 
-    def __init__(self, jobs: JobManager, rt: ClusterRuntime) -> None:
+    def __init__(self, jobs: JobOps, rt: ClusterRuntime) -> None:
         self.jobs, self.rt = jobs, rt
         self.table = jobs.table
         self.fabric = rt.fabric
@@ -279,9 +279,14 @@ class ProcessDriver:
         st = self.fabric.run_status(job.id)
         if st is None:
             return
+        # A fabric that recovers ranks itself counts across its attempts; one whose gang
+        # ends with a rank reports only the current run, while this driver counted the
+        # relaunches: the larger of the two is the job's count either way.
         c = self.counts(job)
-        c.attempt, c.infra_failures, c.user_failures, c.max_retries = (
-            st.attempt, st.infra_failures, st.user_failures, st.max_retries)
+        c.attempt = max(c.attempt, st.attempt)
+        c.infra_failures = max(c.infra_failures, st.infra_failures)
+        c.user_failures = max(c.user_failures, st.user_failures)
+        c.max_retries = st.max_retries or c.max_retries
 
     def sync_logs(self, job: Job, *, final: bool = False) -> None:
         """Copy the fabric's new job-log lines (and, at the end, each worker's output tail)."""

@@ -3,7 +3,7 @@ state lives on their chips, on the engine thread.
 
 A relaunch after a rank's chip failed moves just that rank and resumes the paused run
 from its checkpoint step; preemption checkpoints a victim on demand. Chip faults of
-running jobs go to the recovery orchestrator first (``JobManager.recovery``): it
+running jobs go to the recovery orchestrator first (``JobOps.recovery``): it
 isolates, moves ranks to spares, restores and resumes, step by step. What it does not
 take (a free chip, a job being placed) is handled here.
 """
@@ -30,7 +30,7 @@ from podfleet.fabric.base import (
 )
 
 if TYPE_CHECKING:
-    from podfleet.control.jobs import JobManager
+    from podfleet.control.drivers.base import JobOps
     from podfleet.control.runtime import ClusterRuntime
     from podfleet.control.specs import JobSpec
 
@@ -48,7 +48,7 @@ class TwinDriver:
     on_demand_checkpoints = True
     checkpoint_scheme = "twin"
 
-    def __init__(self, jobs: JobManager, rt: ClusterRuntime, fabric: TwinFabric) -> None:
+    def __init__(self, jobs: JobOps, rt: ClusterRuntime, fabric: TwinFabric) -> None:
         self.jobs, self.rt = jobs, rt
         self.table = jobs.table
         self.fabric = fabric

@@ -1,6 +1,8 @@
-"""Which fabric drives a cluster: ``sim`` (the twin), ``local`` (worker processes on this
-host, ``podfleet.fabric.local``), ``ray`` (Ray actors, ``podfleet.fabric.ray``) or ``neuron``
-(a real Trainium host: neuron-ls and neuron-monitor, ``podfleet.fabric.neuron``)."""
+"""The fabric factory: the one place that maps a fabric's name to its class: ``sim``
+(the twin), ``local`` (worker processes on this host, ``podfleet.fabric.local``), ``ray``
+(Ray actors, ``podfleet.fabric.ray``) or ``neuron`` (a real Trainium host: neuron-ls and
+neuron-monitor, ``podfleet.fabric.neuron``). Implementations are imported lazily, so
+the control plane, which calls this, imports none of them."""
 
 from __future__ import annotations
 

@@ -1,0 +1,59 @@
+"""Fault injection on a cluster: checks a request against what the cluster's fabric
+declares, then hands it to the fabric (engine thread, inside ``InjectFault``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podfleet.control.lifecycle import ClusterState
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.fabric.base import FaultInjection
+from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
+from podfleet.hardware.topology import Topology
+
+KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
+
+
+def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
+           now: float) -> tuple[dict[str, Any], str]:
+    """Inject ``kind`` at ``chip`` or ``link`` ("A-B"); the result and the audit target."""
+    if kind not in FAULT_KINDS:
+        raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, KILL_WORKER), field="kind")
+    fabric = rt.fabric
+    if not isinstance(fabric, FaultInjection):
+        raise InvalidInputError(f"fault {kind} needs the twin (a fabric with fault injection); cluster "
+                                f"{rt.rec.name} runs on fabric {rt.spec.fabric}: use kill-worker", field="kind",
+                                allowed=[KILL_WORKER])
+    if rt.state != ClusterState.ACTIVE:
+        raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; faults need an active cluster")
+    link_index = None
+    if kind in LINK_FAULTS:
+        if link is None or chip is not None:
+            raise InvalidInputError(f"{kind} needs --link A-B (and no chip)", field="link")
+        link_index = find_link(rt.topology, link)
+    else:
+        if chip is None or link is not None:
+            raise InvalidInputError(f"{kind} needs --chip N (and no link)", field="chip")
+        rt.topology.check_chip(chip)
+    target = f"{rt.id}/link/{link}" if link_index is not None else f"{rt.id}/chip/{chip}"
+    fabric.inject_fault(kind, chip=chip, link=link_index)
+    rt.logs.append(now, f"fault injected: {kind} at {target.split('/', 1)[1]}")
+    return {"cluster_id": rt.id, "kind": kind, "chip": chip, "link": link,
+            "link_index": link_index, "injected_at": now}, target
+
+
+def find_link(topology: Topology, link: str) -> int:
+    """The index of the link between chips A and B, from "A-B"."""
+    try:
+        a_s, b_s = link.split("-")
+        a, b = int(a_s), int(b_s)
+    except ValueError:
+        raise InvalidInputError(f"link must look like A-B (two chip indices), got {link!r}", field="link") from None
+    for lk in topology.links:
+        if {lk.src, lk.dst} == {a, b}:
+            return lk.index
+    raise NotFoundError(
+        f"no link between chips {a} and {b}; neighbours of {a}: "
+        f"{topology.neighbours(a) if 0 <= a < topology.n_chips else 'none'}", field="link",
+    )
