@@ -64,5 +64,5 @@ def test_kill_worker_refusals(live: Live) -> None:
     assert code == 2 and "--kill-worker R" in err
     code, _, err = run(live, "job", "submit", "cli-twin", "--chips", "1")
     assert code == 2 and "--model" in err
-    code, _, err = run(live, "job", "submit", "cli-twin", "--model", "tiny", "--chips", "1")
+    code, _, err = run(live, "job", "submit", "cli-twin", "--model", "no-such-model", "--chips", "1")
     assert code == 2 and "llama3-8b" in err  # the twin's presets are listed
