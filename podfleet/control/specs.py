@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
-from podfleet.fabric.neuron.command import (
+from podfleet.fabric.commands import (
     DEFAULT_NEURON_LS,
     DEFAULT_NEURON_MONITOR,
     MAX_COMMAND_CHARS,

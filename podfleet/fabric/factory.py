@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
 from podfleet.fabric.base import Closeable, Fabric
-from podfleet.fabric.neuron.command import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
+from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
 
 

@@ -57,7 +57,7 @@ class RecoveryOrchestrator(LinkFlows):
         self.owner: ChipOwners = owner if owner is not None else ChipOwners()
         self.timings = timings or Timings()
         self.listener: RecoveryListener = listener or MemoryJournal()
-        self.spares = frozenset(spares if spares is not None else getattr(fabric, "spares", ()))
+        self.spares = frozenset(spares or ())  # the chips ranks move to first
         self.policies: dict[str, JobPolicy] = {}
         self.active: dict[str, Recovery] = {}  # job id -> its open recovery
         self.link_active: dict[int, Recovery] = {}

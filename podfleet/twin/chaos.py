@@ -79,7 +79,8 @@ class ChaosRun:
         journals = {j: self.store.get_job(j).status.get("recovery") for j in list(old.active)}  # type: ignore[union-attr]
         old.close()
         self.flows += old.done
-        new = RecoveryOrchestrator(self.pod.fab, self.pod.tl, timings=old.timings, listener=self.journal)
+        new = RecoveryOrchestrator(self.pod.fab, self.pod.tl, timings=old.timings, listener=self.journal,
+                                  spares=self.pod.fab.spares)
         for j, pol in old.policies.items():
             if j not in journals:
                 new.manage(j, pol)

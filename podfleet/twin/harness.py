@@ -33,7 +33,7 @@ def make_pod(seed: int = 0, *, topology: str = "trn2-ultraserver:2", jobs: tuple
     tl = Timeline(seed)
     fab = SimFabric(topology, tl, fault_rates=fault_rates, spares=spares)
     journal = MemoryJournal()
-    orch = RecoveryOrchestrator(fab, tl, timings=timings, listener=journal)
+    orch = RecoveryOrchestrator(fab, tl, timings=timings, listener=journal, spares=fab.spares)
     pod = Pod(tl, fab, orch, journal)
     start = 0
     for i, n in enumerate(jobs):

@@ -177,7 +177,7 @@ def test_control_plane_restart_mid_recovery_finishes_from_the_journal() -> None:
     journal = pod.journal.records[pod.orch.active["job-0"].id]
     policies = dict(pod.orch.policies)
     pod.orch.close()  # the old control plane is gone
-    new = RecoveryOrchestrator(pod.fab, pod.tl, timings=Timings())
+    new = RecoveryOrchestrator(pod.fab, pod.tl, timings=Timings(), spares=pod.fab.spares)
     rec = new.adopt(journal, policies["job-0"])
     pod.tl.run(until=pod.tl.now + 200.0)
     assert rec.state == RecoveryState.DONE and "adopted" in steps(rec)

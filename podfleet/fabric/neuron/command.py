@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import signal
 import subprocess
 import threading
@@ -28,35 +27,20 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from podfleet.errors import InfeasibleError, InvalidInputError
+from podfleet.fabric.commands import (
+    split_command,
+)
 from podfleet.fabric.neuron.ls import NeuronInventory, parse_neuron_ls
 from podfleet.fabric.neuron.monitor import MonitorReport
 from podfleet.fabric.neuron.reader import MAX_DOC_BYTES, NeuronMonitorReader
 
 log = logging.getLogger("podfleet.fabric.neuron")
 
-DEFAULT_NEURON_LS = "neuron-ls --json-output"
-DEFAULT_NEURON_MONITOR = "neuron-monitor"
-MAX_COMMAND_CHARS = 1024
 STDERR_TAIL = 20
 _ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 _NEURON_LS_MAX_BYTES = 16 * 1024 * 1024
 
 
-def split_command(command: object, flag: str) -> list[str]:
-    """``command`` as argv; an ``InvalidInputError`` naming ``flag`` when it is not one."""
-    field = flag.replace("-", "_")
-    if not isinstance(command, str) or not command.strip():
-        raise InvalidInputError(f"{flag} must be a non-empty command line, got {command!r}", field=field)
-    if len(command) > MAX_COMMAND_CHARS or "\x00" in command:
-        raise InvalidInputError(f"{flag} must be at most {MAX_COMMAND_CHARS} characters without NUL",
-                                field=field)
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise InvalidInputError(f"{flag} command {command!r} cannot be split: {exc}", field=field) from None
-    if not argv:
-        raise InvalidInputError(f"{flag} must be a non-empty command line, got {command!r}", field=field)
-    return argv
 
 
 def tool_env() -> dict[str, str]:

@@ -34,14 +34,9 @@ import numpy as np
 
 from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.base import ChipState, FabricEvent, LinkState, RunStatus, WorkerGroupSpec
+from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR, split_command
 from podfleet.fabric.local import LocalFabric
-from podfleet.fabric.neuron.command import (
-    DEFAULT_NEURON_LS,
-    DEFAULT_NEURON_MONITOR,
-    MonitorSupervisor,
-    run_neuron_ls,
-    split_command,
-)
+from podfleet.fabric.neuron.command import MonitorSupervisor, run_neuron_ls
 from podfleet.fabric.neuron.ls import NeuronInventory
 from podfleet.fabric.neuron.metrics import CHIP_METRICS, cores_per_chip
 from podfleet.fabric.neuron.monitor import MonitorReport
