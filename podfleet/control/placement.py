@@ -7,7 +7,9 @@ paths that move ranks keep using ``Allocation``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -20,5 +22,5 @@ class Allocation:
         return {"chips": list(self.chips), "shape": list(self.shape), "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, d: dict[str, object]) -> Allocation:
-        return cls(tuple(d["chips"]), tuple(d["shape"]), str(d.get("reason", "")))  # type: ignore[arg-type]
+    def from_dict(cls, d: Mapping[str, Any]) -> Allocation:
+        return cls(tuple(int(c) for c in d["chips"]), tuple(int(k) for k in d["shape"]), str(d.get("reason", "")))

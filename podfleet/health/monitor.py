@@ -18,14 +18,19 @@ from typing import Any
 import numpy as np
 
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.base import ChipState, Fabric, LinkState
 from podfleet.health.alerts import AlertBook
 from podfleet.health.predict import DEFAULT_MODEL, Alarm, LogisticModel, Predictor
 from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult
 from podfleet.health.telemetry import RollupRow, TelemetryHistory, chip_sample, link_sample
 
+# State codes the scanner reads: the order of the state enums.
+_CHIP_CODE = {s: i for i, s in enumerate(ChipState)}
+_LINK_CODE = {s: i for i, s in enumerate(LinkState)}
+
 
 class HealthMonitor:
-    def __init__(self, cluster_id: str, fabric: Any, timeline: Timeline, *, book: AlertBook | None = None,
+    def __init__(self, cluster_id: str, fabric: Fabric, timeline: Timeline, *, book: AlertBook | None = None,
                  config: HealthConfig | None = None, model: LogisticModel = DEFAULT_MODEL,
                  drain: Callable[[int, str], Any] | None = None,
                  sink: Callable[[list[RollupRow]], None] | None = None,
@@ -59,11 +64,10 @@ class HealthMonitor:
     def tick(self) -> ScanResult:
         fab, now = self.fab, self.tl.now
         metrics = fab.chip_metrics()
-        states = np.asarray(fab.chip_state_codes()) if hasattr(fab, "chip_state_codes") else \
-            np.array([("healthy", "degraded", "failed", "isolated", "updating").index(str(s)) for s in fab.chip_states()])
+        states = np.fromiter((_CHIP_CODE[s] for s in fab.chip_states()), dtype=np.int64)
         lm = fab.link_metrics()
         lstates = np.asarray(lm["state"]) if "state" in lm else \
-            np.array([("up", "degraded", "down").index(str(s)) for s in fab.link_states()])
+            np.fromiter((_LINK_CODE[s] for s in fab.link_states()), dtype=np.int64)
         self.history.add(now, chip_sample(metrics), link_sample(lm))
         res = self.scanner.scan(now, metrics, states, lm, lstates,
                                 mounts=self.mounts() if self.mounts else (),

@@ -271,7 +271,9 @@ class HealthScanner:
                 if new:
                     res.fired.append(a)
             elif book.is_open(cid, target, "job-stalled"):
-                res.resolved.append(book.clear(cid, target, "job-stalled", now))  # type: ignore[arg-type]
+                stalled_cleared = book.clear(cid, target, "job-stalled", now)
+                if stalled_cleared is not None:
+                    res.resolved.append(stalled_cleared)
             tps = float(j.get("tokens_per_s") or 0.0)
             hist = self._job_tps.setdefault(job_id, [])
             if running and tps > 0:
