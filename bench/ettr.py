@@ -1,17 +1,23 @@
-"""ETTR (effective training time ratio) of a 64-chip job over a simulated week.
+"""ETTR (effective training time ratio) of a 64-chip job on the real control plane, in
+virtual time.
 
-Faults arrive as often as a 16,384-chip job meets them: Llama 3 405B saw 419 unexpected
-interruptions in 54 days on 16,384 GPUs (about one every 3 hours), in the published mix
-of causes (``fabric.sim.faults``). The twin's rates are per chip-hour, so the pod's rates
-are scaled by 16,384 / 64 = 256: the job's 64 chips then meet the big job's rate.
+The rehearsal path (``podfleet.twin.recovery_rehearsal``): ``compose.build`` on a seeded
+timeline, a two-pod twin cluster (128 chips, 4 spares), llama3-70b on 64 chips (tp 8,
+pp 4, dp 2: peer replicas) submitted through ``plane.jobs.submit``, checkpoint every 10
+steps; the twin's own fault process runs at the rate a 16,384-chip job meets faults:
+Llama 3 405B saw 419 unexpected interruptions in 54 days on 16,384 GPUs (about one every
+3 hours), in the published mix of causes (``fabric.sim.faults``). The twin's rates are
+per chip-hour, so they are scaled by 16,384 / 64 = 256. Failed chips are replaced after
+4 hours (an assumption). Every recovery runs through the control plane's orchestrator:
+detection at the runtime's timeouts, then the measured step costs scaled by the rank's
+state and the copy path (docs/health.md).
 
 ETTR = productive time / wall time, with productive time = steps kept at the end x the
-healthy step time. That charges everything: recovery time, the partial step lost at
-each interruption, steps recomputed after a checkpoint restore, and slowdowns (a rank
-moved to the second pod). ``running_ratio`` is the looser figure: time running minus
-time recomputing checkpoint-lost steps, over wall time.
-The job: llama3-70b, 2 data-parallel replicas with peer replicas, checkpoint every 10
-steps; two-pod twin with 8 spares; failed chips are replaced after 4 hours.
+healthy step time (the same job with no faults). That charges everything: detection,
+recovery, the partial step lost at each interruption, steps recomputed after a
+checkpoint restore, and slowdowns (a rank moved to the other pod). ``running_ratio`` is
+the looser figure: time running minus time recomputing checkpoint-lost steps, over wall
+time.
 """
 
 from __future__ import annotations
@@ -20,42 +26,48 @@ from typing import Any
 
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates
-from podfleet.recovery.model import JobPolicy
-from podfleet.twin.harness import make_pod
+from podfleet.twin.recovery_rehearsal import rehearse
 
 NAME = "ettr"
-DESCRIPTION = "ETTR of a 64-chip job, simulated week, faults at a 16,384-chip job's rate (goal >= 0.99)"
+DESCRIPTION = ("ETTR of a 64-chip job on the control plane, simulated week, faults at a 16,384-chip job's rate "
+               "(goal >= 0.99)")
 SCALE = 16_384 / 64
+JOB = {"model": "llama3-70b", "chips": 64, "steps": 10**7, "checkpoint_interval": 10,
+       "parallelism": {"tp": 8, "pp": 4, "dp": 2}}
 
 
 def run(quick: bool = False, seed: int = 1) -> dict[str, Any]:
-    days = 1.0 if quick else 7.0
-    pod = make_pod(seed, jobs=(64,), policy=JobPolicy(dp=2), fault_rates=FaultRates().scaled(SCALE))
-    tl, fab = pod.tl, pod.fab
-    run0 = fab.job("job-0")
-    acc = {"running_s": 0.0, "since": 0.0, "recompute_s": 0.0, "interruptions": 0, "paused_at_step": 0}
+    days = 0.25 if quick else 7.0
+    r = rehearse(seed, fault_rates=FaultRates().scaled(SCALE), repair_s=4 * 3600.0)
+    t0 = r.tl.now
+    job = r.submit(dict(JOB))
+    fab = r.fabric
+    acc: dict[str, Any] = {"running_s": 0.0, "since": r.tl.now, "recompute_s": 0.0, "interruptions": 0, "paused_at_step": 0,
+           "step_s": 0.0}
 
     def on(ev: FabricEvent) -> None:
-        if ev.job_id != "job-0":
+        if ev.job_id != job:
             return
-        if ev.kind == "job-paused":
+        if ev.kind == "progress":
+            acc["step_s"] = float(ev.detail.get("step_time_s", acc["step_s"]))
+        elif ev.kind == "job-paused":
             acc["running_s"] += ev.t - acc["since"]
             acc["interruptions"] += 1
-            acc["paused_at_step"] = int(ev.detail.get("step", run0.step))
+            acc["paused_at_step"] = int(ev.detail.get("step", 0))
         elif ev.kind == "job-resumed":
             acc["since"] = ev.t
             lost = acc["paused_at_step"] - int(ev.detail.get("step", acc["paused_at_step"]))
-            acc["recompute_s"] += max(lost, 0) * (run0.step_time_s or 0.0)
+            acc["recompute_s"] += max(lost, 0) * acc["step_s"]
 
     fab.subscribe(on)
     wall = days * 86400.0
-    tl.run(until=wall)
-    run0 = fab.job("job-0")
+    r.tl.run(t0 + wall)
+    run0 = fab.job(job)
     if str(run0.state) == "running":
-        acc["running_s"] += tl.now - acc["since"]
-    # The healthy step time: the job's own model on its original chips, no faults.
+        acc["running_s"] += r.tl.now - acc["since"]
     nominal_step_s = _healthy_step_s(seed)
-    recs = [r for r in pod.orch.done if r.job_id == "job-0"]
+    recs = [x for x in r.recoveries() if x["job_id"] == job]
+    done = [x for x in recs if x["state"] == "done"]
     return {
         "ettr": round(run0.step * nominal_step_s / wall, 5),
         "running_ratio": round((acc["running_s"] - acc["recompute_s"]) / wall, 5),
@@ -65,13 +77,17 @@ def run(quick: bool = False, seed: int = 1) -> dict[str, Any]:
         "faults": sum(fab.faults_by_kind.values()),
         "faults_by_kind": dict(sorted(fab.faults_by_kind.items())),
         "recoveries": len(recs),
-        "from_checkpoint": sum(r.restored_from == "checkpoint" for r in recs),
+        "from_checkpoint": sum(x["restored_from"] == "checkpoint" for x in recs),
+        "recovery_s_total": round(sum(x["t_end"] - x["t_start"] for x in done), 1),
+        "detect_s_total": round(sum(x["detected_t"] - x["t_start"] for x in done), 1),
         "recompute_s": round(acc["recompute_s"], 1),
+        "job_state": r.plane.jobs.describe(job)["state"],
         "simulated_days": days,
     }
 
 
 def _healthy_step_s(seed: int) -> float:
-    pod = make_pod(seed, jobs=(64,))
-    pod.tl.run(until=600.0)
-    return float(pod.fab.job("job-0").step_time_s)
+    r = rehearse(seed)
+    job = r.submit(dict(JOB))
+    r.tl.run(r.tl.now + 600.0)
+    return float(r.fabric.job(job).step_time_s)

@@ -1,4 +1,5 @@
-"""``podfleet sim SCENARIO.yaml``: run a twin scenario in virtual time and print its report."""
+"""``podfleet sim SCENARIO.yaml``: rehearse a scenario with the whole control plane in
+virtual time and print its report."""
 
 from __future__ import annotations
 
@@ -13,23 +14,51 @@ from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 def sim(
     scenario: Path = typer.Argument(..., help="scenario YAML (see examples/ and docs/twin.md)"),
     events: Path | None = typer.Option(None, "--events", help="write the event log here as JSONL"),
+    db: Path | None = typer.Option(None, "--db", help="keep the control plane's store in this SQLite file "
+                                   "(default: in memory)"),
     output: OutputFormat = OutputOpt,
 ) -> None:
-    """Run a scenario on the digital twin; report faults by kind, chip-hours lost, speed."""
+    """Rehearse a scenario: the whole control plane (scheduler, balancer, health, recovery)
+    on the digital twin in virtual time. Reports faults, recoveries, alerts, predictions,
+    per-job ETTR and chip-hours lost by cause."""
     with errors():
-        from podfleet.twin.scenario import load_scenario, run_scenario
+        from podfleet.twin.rehearsal import rehearse
+        from podfleet.twin.scenario import load_scenario
 
         sc = load_scenario(scenario)
-        with Progress(TextColumn("simulating {task.description}"), BarColumn(), TimeElapsedColumn(),
+        store = None
+        if db is not None:
+            from podfleet.store.db import Store
+
+            store = Store(f"sqlite:///{db}")
+        with Progress(TextColumn("rehearsing {task.description}"), BarColumn(), TimeElapsedColumn(),
                       console=stderr, transient=True) as bar:
             task = bar.add_task(f"{sc.name} ({sc.duration:g} s)", total=1.0)
-            report = run_scenario(sc, events_path=events, progress=lambda f: bar.update(task, completed=f))
+            report = rehearse(sc, store=store, events_path=events, progress=lambda f: bar.update(task, completed=f))
         if output == OutputFormat.json:
             emit(report, output)
             return
         jobs = report.pop("jobs")
         faults = report.pop("faults_by_kind")
+        lost = report.pop("chip_hours_lost_by_cause")
+        rec = report.pop("recoveries")
+        alerts = report.pop("alerts")
+        pred = report.pop("predictions")
+        commands = report.pop("commands")
         emit(report, output, title=f"scenario {sc.name}")
         emit([{"fault": k, "count": v} for k, v in faults.items()], output, title="faults_by_kind")
+        emit([{"cause": k, "chip_hours": v} for k, v in lost.items()], output, title="chip_hours_lost_by_cause")
+        emit({**rec.pop("by_path"), "count": rec["count"], "p50_s": rec["p50_s"], "p99_s": rec["p99_s"]}, output,
+             title="recoveries")
+        if rec["sequence"]:
+            emit([{**s, "steps": " > ".join(s["steps"])} for s in rec["sequence"]], output,
+                 columns=["t", "kind", "target", "job", "path", "state", "steps"], title="recovery sequence")
+        emit({"total": alerts["total"], **{f"rule {k}": v for k, v in alerts["by_rule"].items()},
+              **{f"severity {k}": v for k, v in alerts["by_severity"].items()}}, output, title="alerts")
+        emit(pred, output, title="predictions (strict)")
+        refused = [c for c in commands if c["result"] != "ok"]
+        if refused:
+            emit(refused, output, columns=["t", "command", "target", "result"], title="refused commands")
         if jobs:
-            emit(jobs, output, columns=["job_id", "state", "step", "steps", "loss", "tokens_per_s"], title="jobs")
+            emit(jobs, output, columns=["job_id", "state", "step", "steps", "ettr", "balance_degree", "recoveries",
+                                        "tokens_per_s"], title="jobs")

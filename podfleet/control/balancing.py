@@ -12,9 +12,21 @@ the 5 ms figure in virtual time (``bench/balance.py`` measures balancing that wa
 Each sample, every running job is checked by ``Rebalancer.step``; each action (move
 micro-batches, re-partition layers, re-route the ring) is logged on the job with its
 reason, counted in its ``scheduling`` status and emitted as a ``rebalance`` timeline
-event. Swapping a straggler for a spare is left to recovery, which owns rank moves.
+event. A fabric that declares ``Rebalanceable`` is then given the job's new per-rank
+split (``set_work_split``, shares in rank order) and ring order (``set_ring_order``),
+and the job's ``scheduling.work_split`` shows what it was given (``applied: false`` on
+a fabric that cannot take it: the action is then advice only). Swapping a straggler
+for a spare is left to recovery, which owns rank moves (a twin rank move pauses the
+job; not worth it for a chip the split already works around).
 The job's load-balance degree (mean / max chip utilization over its chips, over the
 monitor's window) is kept in its ``scheduling`` status for DescribeTrainingJob.
+
+Cheap per sample: the owner map is re-read only when its ``version`` moved, a job is
+re-tracked only when its chips changed, degrees are computed for all jobs at once, and
+``Rebalancer.step`` is skipped for a job whose last step took no action while the window
+means it decides from (chip speed, which links are slow) are unchanged: it would decide
+nothing again. (Its straggler counter then stands still; the balancer never swaps for a
+spare, which is all that counter decides.)
 """
 
 from __future__ import annotations
@@ -26,10 +38,10 @@ import numpy as np
 
 from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
-from podfleet.fabric.base import Fabric, TelemetrySource
+from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
-from podfleet.scheduler.metrics import balance_degree
+from podfleet.scheduler.metrics import balance_degrees
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
@@ -50,7 +62,11 @@ class ClusterBalancer:
             swap_after=2**62, emit=self._emit, window=min(20, window),
         )
         self.block_ok = grid is not None
-        self.jobs: dict[str, DPJob] = {}
+        self.jobs: dict[str, _Tracked] = {}
+        # Per job, the inputs of its last ``Rebalancer.step`` when that step took no action.
+        self._settled: dict[str, tuple[bytes, bytes]] = {}
+        self._owners_version = -1
+        self._running: dict[str, frozenset[int]] = {}
         self.monitor.attach(plane.tl, rt.fabric, interval_s)
         plane.tl.every(interval_s, self.step)
 
@@ -66,38 +82,82 @@ class ClusterBalancer:
         self.plane.tl.emit(kind, cluster_id=self.rt.id, **fields)
 
     def step(self) -> None:
-        rt, table = self.rt, self.plane.jobs.table
-        if rt.id not in self.plane.clusters or self.monitor.n == 0:
+        rt, table, mon = self.rt, self.plane.jobs.table, self.monitor
+        if rt.id not in self.plane.clusters or mon.n == 0:
             return
-        running = rt.owners.jobs()
-        for gone in set(self.jobs) - set(running):
+        if rt.owners.version != self._owners_version:  # chip -> job, re-derived only when it moved
+            self._running = {j: frozenset(c) for j, c in rt.owners.jobs().items()}
+            self._owners_version = rt.owners.version
+        running = self._running
+        for gone in [j for j in self.jobs if j not in running]:
             del self.jobs[gone]
-        rows = slice(0, min(self.monitor.n, self.monitor.window))
-        util = self.monitor.util[rows].mean(axis=0)
-        for job_id in running:
+            self._settled.pop(gone, None)
+        rows = slice(0, min(mon.n, mon.window))
+        util = mon.util[rows].mean(axis=0)
+        # What ``Rebalancer.step`` decides from (window means of speed and link slowdown):
+        # a job whose last step changed nothing, on the same inputs, would change nothing again.
+        inputs = (mon.mean_speed().tobytes(), (mon.mean_link_slowdown() > self.rebalancer.slow_link).tobytes())
+        checked: list[tuple[Job, _Tracked]] = []
+        for job_id, held in running.items():
             rec = table.find(job_id)
             if rec is None or rec.state != JobState.RUNNING:
                 continue
             chips = rec.chips
-            if not chips or set(chips) != set(running[job_id]):
-                continue  # being moved by recovery: wait for its new allocation
             job = self.jobs.get(job_id)
-            if job is None or set(job.chips) != set(chips):
-                job = self.jobs[job_id] = self._track(rec, chips)
+            # Unchanged since last seen (same rank order, owner map not moved): no set work.
+            if job is None or job.held is not held or job.chips_in != chips:
+                if not chips or frozenset(chips) != held:
+                    continue  # being moved by recovery: wait for its new allocation
+                if job is None or frozenset(job.dp.chips) != held:
+                    job = self.jobs[job_id] = _Tracked(self._track(rec, chips))
+                    self._settled.pop(job_id, None)
+                    if rec.status.scheduling.work_split is not None:
+                        self._apply(rec, chips, job.dp, ring=False)  # new chips: start again from an even split
+                job.seen(chips, held)
             st = rec.status.scheduling
-            for a in self.rebalancer.step(job):
-                st.rebalances += 1
-                st.last_rebalance = {"action": a.kind, "reason": a.reason}
-                table.log(rec, f"rebalance ({a.kind}): {a.reason}")
-                table.refresh(rec)
-            degree = round(balance_degree(util[list(chips)]), 4)
+            if self._settled.get(job_id) != inputs:
+                actions = self.rebalancer.step(job.dp)
+                for a in actions:
+                    st.rebalances += 1
+                    st.last_rebalance = {"action": a.kind, "reason": a.reason}
+                    table.log(rec, f"rebalance ({a.kind}): {a.reason}")
+                if actions:
+                    self._settled.pop(job_id, None)
+                    self._apply(rec, chips, job.dp,
+                                ring={a.kind for a in actions} & {"reroute-ring", "swap-straggler"} != set())
+                    table.refresh(rec)
+                else:
+                    self._settled[job_id] = inputs
+            checked.append((rec, job))
+        # Load-balance degrees of all checked jobs at once (jobs of one size together).
+        degrees = balance_degrees(util, {rec.id: job.idx for rec, job in checked})
+        for rec, _ in checked:
+            st = rec.status.scheduling
+            degree = round(degrees[rec.id], 4)
             if st.balance_degree != degree:
                 st.balance_degree = degree
                 table.refresh(rec)
 
+    def _apply(self, rec: Job, chips: tuple[int, ...], job: DPJob, *, ring: bool) -> None:
+        """Hand the job's new split (rank order) and ring to the fabric, if it can take them."""
+        share_of = {int(c): int(m) for c, m in zip(job.chips, job.microbatches, strict=True)}
+        shares = [share_of[int(c)] for c in chips]
+        fabric = self.rt.fabric
+        applied = isinstance(fabric, Rebalanceable)
+        if isinstance(fabric, Rebalanceable):
+            fabric.set_work_split(rec.id, shares)
+            if ring:
+                fabric.set_ring_order(rec.id, job.chips)
+        split: dict[str, object] = {"shares": shares, "applied": applied, "t": round(self.plane.tl.now, 3)}
+        if ring:
+            split["ring"] = [int(c) for c in job.chips]
+        rec.status.scheduling.work_split = split
+
     def _track(self, rec: Job, chips: tuple[int, ...]) -> DPJob:
+        # The split's unit is one sequence of the global batch (a rank can take any whole
+        # number of them): micro_batch x num_micro_batches per rank at an even split.
         plan = rec.status.plan or {}
-        per_rank = max(1, int(plan.get("num_micro_batches") or 8))
+        per_rank = max(1, int(plan.get("micro_batch") or 1) * int(plan.get("num_micro_batches") or 8))
         alloc = rec.status.allocation or {}
         shape, offset = tuple(alloc.get("shape") or ()), tuple(alloc.get("offset") or ())
         block = None
@@ -105,3 +165,19 @@ class ClusterBalancer:
                 and int(alloc.get("pod", 0)) == 0:
             block = (offset, shape)
         return DPJob(rec.id, chips, np.full(len(chips), per_rank, dtype=np.int64), block=block)
+
+
+class _Tracked:
+    """A job the balancer follows: the rebalancer's ``DPJob``, and the job's chips in rank
+    order as last seen (with their index array, for the balance degree)."""
+
+    __slots__ = ("chips_in", "dp", "held", "idx")
+
+    def __init__(self, dp: DPJob) -> None:
+        self.dp = dp
+        self.chips_in: tuple[int, ...] = ()
+        self.idx = np.zeros(0, dtype=np.int64)
+        self.held: frozenset[int] = frozenset()
+
+    def seen(self, chips: tuple[int, ...], held: frozenset[int]) -> None:
+        self.chips_in, self.idx, self.held = chips, np.asarray(chips, dtype=np.int64), held

@@ -17,6 +17,7 @@ A job's status is the typed ``JobStatus`` below; the store keeps it as JSON
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -57,11 +58,22 @@ class SchedulingInfo:
     rebalances: int = 0
     last_rebalance: dict[str, str] | None = None
     balance_degree: float | None = None
+    # The split the fabric was given (Rebalanceable): per-rank shares, ring order, applied or not.
+    work_split: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         # Only what happened: no "preemptions: 0" on a job never preempted.
-        counts = ("preemptions", "rebalances")
-        return {k: v for k, v in asdict(self).items() if v is not None and not (k in counts and v == 0)}
+        # (Built field by field: ``asdict``'s recursion was a hot spot of view rendering.)
+        out: dict[str, Any] = {}
+        for name in _SCHEDULING_FIELDS:
+            v = getattr(self, name)
+            if v is None or (name in ("preemptions", "rebalances") and v == 0):
+                continue
+            out[name] = copy.deepcopy(v) if isinstance(v, dict) else v
+        return out
+
+
+_SCHEDULING_FIELDS = tuple(f.name for f in fields(SchedulingInfo))
 
 
 @dataclass

@@ -7,11 +7,14 @@ server-sent-event stream resumes exactly where it left off even after old lines 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections import deque
 from typing import Any
 
 
+@functools.lru_cache(maxsize=8192)
 def rfc3339(t: float) -> str:
+    # Cached: job views re-render the same created/updated stamps many times over.
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -225,15 +225,35 @@ class ControlPlane:
         if rt.id not in self.clusters:
             return
         if rt.wanted:
-            self.render(rt)  # refreshes the scheduler figures too
+            self.render(rt)  # refreshes the scheduler figures too (when wanted and stale)
         else:
-            # Once per tick, not per command: with a long queue these figures cost
-            # O(jobs), which per submit dominated the engine thread under load.
-            rt.refresh_metrics()
+            # Once per tick at most, not per command (with a long queue these figures cost
+            # O(jobs)), and only while someone reads them and something they show moved.
+            rt.tick_metrics()
 
     def render(self, rt: ClusterRuntime) -> None:
         """Re-render a cluster's hardware snapshot now (engine thread)."""
         rt.render_hardware(self.now(), self.tl.now, self.health.source(rt.id) if self.health else None)
+
+    def _on_engine(self) -> bool:
+        return threading.get_ident() == self.tl.engine_thread or self._thread is None
+
+    def _fresh(self, rt: ClusterRuntime) -> ClusterRuntime:
+        """On the engine thread, bring the scheduler figures up to date before a read
+        (API threads see the last whole dict; their read makes the next tick refresh it)."""
+        if self._on_engine():
+            rt.refresh_metrics()
+        return rt
+
+    def metrics_stale(self, ref: str) -> bool:
+        """True when a cluster's scheduler figures were last brought up to date more than
+        two ticks ago (nobody read them lately): an API reader should ask the engine to
+        refresh them (``refresh_metrics``) before it reads."""
+        rt = self.resolve(ref)
+        return self.tl.now - rt.metrics_at > 2 * self.telemetry_interval_s
+
+    def refresh_metrics(self, ref: str) -> None:
+        self.resolve(ref).refresh_metrics()
 
     def snapshot_stale(self, ref: str) -> bool:
         """True when the snapshot is older than two ticks (nobody read it lately): the
@@ -281,8 +301,8 @@ class ControlPlane:
         cid = self.names.get(ref, ref)
         rt = self.clusters.get(cid)
         if rt is not None:
-            rt.wanted = True  # the next tick refreshes its scheduler figures
-            return rt.view()
+            rt.wanted = True  # the next tick refreshes its snapshot and scheduler figures
+            return self._fresh(rt).view()
         rec = self.store.get_cluster(cid)
         if rec is None:
             raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
@@ -292,7 +312,7 @@ class ControlPlane:
     def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
         ids = sorted(i for i in list(self.clusters) if next_token is None or i > next_token)
         page = ids[:max_results]
-        views = [self.clusters[i].view() for i in page if i in self.clusters]
+        views = [self._fresh(rt).view() for i in page if (rt := self.clusters.get(i)) is not None]
         return views, (page[-1] if len(ids) > max_results else None)
 
     def hardware_gzip(self, ref: str) -> bytes:
@@ -304,8 +324,7 @@ class ControlPlane:
         fresh one."""
         rt = self.resolve(ref)
         rt.wanted = True
-        on_engine = threading.get_ident() == self.tl.engine_thread or self._thread is None
-        if on_engine and self.tl.now - rt.rendered_at > self.telemetry_interval_s:
+        if self._on_engine() and self.tl.now - rt.rendered_at > self.telemetry_interval_s:
             self.render(rt)
         if chip is None:
             return rt.hardware_bytes

@@ -17,10 +17,16 @@ import numpy as np
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
-from podfleet.control.scheduling import new_scheduler, queue_waits, scheduler_metrics
+from podfleet.control.scheduling import (
+    chip_utilization,
+    new_scheduler,
+    queue_waits,
+    scheduler_metrics,
+)
 from podfleet.control.specs import ClusterSpec
 from podfleet.fabric.base import ChipState, Fabric
 from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
+from podfleet.scheduler.jobs import JobPhase
 from podfleet.store.records import ClusterRecord
 
 if TYPE_CHECKING:
@@ -34,6 +40,12 @@ class HealthSource(Protocol):
 
     def link_health(self) -> list[str]: ...
 
+
+# Scheduler figures are kept fresh (each tick, when something changed) for this long of
+# timeline time after a read, and otherwise re-computed at most this often, so the first
+# read after a quiet spell never sees figures older than that.
+METRICS_LEASE_S = 60.0
+METRICS_IDLE_S = 60.0
 
 DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mounts", "self-test")
 
@@ -55,10 +67,16 @@ class ClusterRuntime:
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0))
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
-        # DescribeCluster's ``scheduler`` object, re-computed on the engine thread after each
-        # scheduling cycle and render (readers on API threads only see whole dicts).
-        self.sched_metrics: dict[str, Any] = {}
-        self.queue_waits: dict[str, float] = {}
+        # DescribeCluster's ``scheduler`` object and the queue waits /metrics shows, computed
+        # on the engine thread (readers on API threads only see whole dicts) and only while
+        # someone reads them: a read marks them wanted for ``METRICS_LEASE_S`` of timeline
+        # time; each tick then re-computes them if anything they derive from moved.
+        self._sched_metrics: dict[str, Any] = {}
+        self._queue_waits: dict[str, float] = {}
+        self._clock = clock or (lambda: 0.0)
+        self.metrics_read_at = -float("inf")  # timeline time of the last read
+        self.metrics_at = -float("inf")  # timeline time they were last brought up to date
+        self._metrics_key: tuple[Any, ...] | None = None
         self.balancer: ClusterBalancer | None = None  # on fabrics that declare the telemetry it samples
         self.logs = LogBuffer()
         self.deployment: dict[str, Any] = rec.status.get("deployment") or {
@@ -137,17 +155,63 @@ class ClusterRuntime:
             "updated_at": rfc3339(rec.updated_at),
         }
 
-    # --- the snapshot -------------------------------------------------------------
-    def refresh_metrics(self) -> None:
-        """Re-compute the scheduler figures (engine thread)."""
-        self.sched_metrics = scheduler_metrics(self)
-        self.queue_waits = queue_waits(self.scheduler)
+    # --- scheduler figures --------------------------------------------------------
+    @property
+    def sched_metrics(self) -> dict[str, Any]:
+        """DescribeCluster's ``scheduler`` object as last computed (any thread; marks it wanted)."""
+        self.metrics_read_at = self._clock()
+        return self._sched_metrics
 
+    @property
+    def queue_waits(self) -> dict[str, float]:
+        """Total time queued per job, as last computed (any thread; marks it wanted)."""
+        self.metrics_read_at = self._clock()
+        return self._queue_waits
+
+    def metrics_wanted(self) -> bool:
+        """Read lately, or not brought up to date for ``METRICS_IDLE_S`` (bounds how old the
+        figures a first read after a quiet spell sees can be)."""
+        now = self._clock()
+        return now - self.metrics_read_at <= METRICS_LEASE_S or now - self.metrics_at >= METRICS_IDLE_S
+
+    def _metrics_inputs(self) -> tuple[tuple[Any, ...], np.ndarray | None]:
+        """What the figures derive from: the scheduler's arrays (pod versions), its jobs'
+        phases, the owner map, the fabric's utilization, and the clock while jobs wait."""
+        sched = self.scheduler
+        util = chip_utilization(self)
+        pods = sched.cluster.pods
+        key = (
+            self.owners.version,
+            sum(p.version for p in pods), sum(p.link_version for p in pods),
+            tuple((j, r.phase) for j, r in sched.jobs.items()),
+            self._clock() if sched.pending or any(r.phase is JobPhase.NOMINATED for r in sched.jobs.values()) else None,
+            util.tobytes() if util is not None else None,
+        )
+        return key, util
+
+    def refresh_metrics(self, *, force: bool = False) -> bool:
+        """Re-compute the scheduler figures if anything they derive from changed since the
+        last computation (engine thread). Returns whether it computed."""
+        key, util = self._metrics_inputs()
+        self.metrics_at = self._clock()  # up to date as of now, computed or not
+        if not force and key == self._metrics_key:
+            return False
+        self._sched_metrics = scheduler_metrics(self, util)
+        self._queue_waits = queue_waits(self.scheduler)
+        self._metrics_key = key
+        return True
+
+    def tick_metrics(self) -> None:
+        """Per telemetry tick (engine thread): compute the figures only if wanted and stale."""
+        if self.metrics_wanted():
+            self.refresh_metrics()
+
+    # --- the snapshot -------------------------------------------------------------
     def render_hardware(self, now: float, t: float | None = None, health: HealthSource | None = None) -> None:
         """Render the snapshot (engine thread). ``now``: unix time shown; ``t``: timeline
         time; ``health``: the cluster's health monitor, when one scans it."""
         self.wanted = False
-        self.refresh_metrics()
+        self.tick_metrics()
         if t is not None:
             self.rendered_at = t
         fab = self.fabric

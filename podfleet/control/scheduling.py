@@ -155,10 +155,12 @@ def chip_utilization(rt: ClusterRuntime) -> np.ndarray | None:
     return np.nan_to_num(a / 100.0)
 
 
-def scheduler_metrics(rt: ClusterRuntime) -> dict[str, Any]:
+def scheduler_metrics(rt: ClusterRuntime, util: np.ndarray | None = None) -> dict[str, Any]:
     """DescribeCluster's ``scheduler`` object: pods, utilization, fragmentation, waits,
-    per-job load-balance degree. Engine thread (the framework refreshes summaries)."""
-    util = chip_utilization(rt)
+    per-job load-balance degree. Engine thread (the framework refreshes summaries).
+    ``util``: the fabric's per-chip utilization when the caller already read it."""
+    if util is None:
+        util = chip_utilization(rt)
     m = cluster_metrics(rt.scheduler, utilization=util)
     m["utilization"] = round(float(m["utilization"]), 4)
     m["fragmentation"] = round(float(m["fragmentation"]), 4)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
@@ -244,3 +244,18 @@ class Closeable(Protocol):
     """Holds processes, threads or connections that must be released."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class Rebalanceable(Protocol):
+    """The fabric applies a load rebalancing to a running data-parallel job, between steps.
+
+    ``shares``: the relative work of each rank (rank r on ``chips[r]``; e.g. micro-batches,
+    every share >= 1), which the fabric turns into its own unit (the twin: compute per
+    rank; worker fabrics: samples of the global batch, gradients weighted so the update
+    equals the even split's). ``ring``: the job's chips in the order its gradient ring
+    should visit them (a fabric without a ring it can choose records it)."""
+
+    def set_work_split(self, job_id: str, shares: Sequence[int]) -> None: ...
+
+    def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None: ...

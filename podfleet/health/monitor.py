@@ -21,7 +21,7 @@ from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import ChipState, Fabric, LinkState
 from podfleet.health.alerts import AlertBook
 from podfleet.health.predict import DEFAULT_MODEL, Alarm, LogisticModel, Predictor
-from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult
+from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult, util_ratio
 from podfleet.health.telemetry import RollupRow, TelemetryHistory, chip_sample, link_sample
 
 # State codes the scanner reads: the order of the state enums.
@@ -55,30 +55,45 @@ class HealthMonitor:
         self.alarms: list[Alarm] = []
         self.last: ScanResult | None = None
         self._prev_states: np.ndarray | None = None
+        self._state_list: list[ChipState] | None = None
+        self._states: np.ndarray | None = None
+        self._usable: np.ndarray | None = None
         self._proc: object | None = None  # the timeline process, once started
 
     def start(self) -> None:
         if self._proc is None:
             self._proc = self.tl.every(self.cfg.interval_s, self.tick)
 
+    def _chip_states(self) -> np.ndarray:
+        """State codes over chips, rebuilt only when the fabric's states changed (a
+        read-only array, the same object until then)."""
+        states = self.fab.chip_states()
+        if states != self._state_list:
+            codes = np.fromiter(map(_CHIP_CODE.__getitem__, states), dtype=np.int64, count=len(states))
+            codes.flags.writeable = False
+            self._state_list, self._states, self._usable = list(states), codes, codes <= 1
+        return self._states  # type: ignore[return-value]
+
     def tick(self) -> ScanResult:
         fab, now = self.fab, self.tl.now
         metrics = fab.chip_metrics()
-        states = np.fromiter((_CHIP_CODE[s] for s in fab.chip_states()), dtype=np.int64)
+        states = self._chip_states()
         lm = fab.link_metrics()
         lstates = np.asarray(lm["state"]) if "state" in lm else \
             np.fromiter((_LINK_CODE[s] for s in fab.link_states()), dtype=np.int64)
-        self.history.add(now, chip_sample(metrics), link_sample(lm))
+        util = util_ratio(metrics)
+        self.history.add(now, chip_sample(metrics, util), link_sample(lm))
         res = self.scanner.scan(now, metrics, states, lm, lstates,
                                 mounts=self.mounts() if self.mounts else (),
-                                jobs=self.jobs() if self.jobs else None)
+                                jobs=self.jobs() if self.jobs else None, util=util)
         # A chip back from isolation is a repaired or replaced one: no history.
-        if self._prev_states is not None:
-            back = (self._prev_states == 3) & (states <= 1)
+        prev = self._prev_states
+        if prev is not None and prev is not states:
+            back = (prev == 3) & (states <= 1)
             if back.any():
                 self.predictor.reset(back)
         self._prev_states = states
-        for alarm in self.predictor.observe(now, metrics, states <= 1):
+        for alarm in self.predictor.observe(now, metrics, self._usable):
             if states[alarm.chip] > 1:
                 continue
             self.alarms.append(alarm)

@@ -17,6 +17,7 @@ with the fabric state; ``DescribeClusterHardware`` shows it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from podfleet.health.alerts import Alert, AlertBook
-from podfleet.health.baseline import DeviationRule, DeviationTracker
+from podfleet.health.baseline import DeviationBank, DeviationRule
 
 SEVERITY = {"ok": 0, "warning": 1, "critical": 2}
 HEALTH_NAMES = ("ok", "warning", "critical")
@@ -65,17 +66,25 @@ class ScanResult:
     link_health: np.ndarray | None = None
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal contents of two arrays of one dtype and shape (bytes: far cheaper than a
+    numpy comparison for the small arrays of a pod, and no worse for a fleet's)."""
+    return a.tobytes() == b.tobytes()
+
+
 class _MaskRule:
     """Open/close alerts for one rule from a boolean mask over targets."""
 
     def __init__(self, name: str, severity: str, prefix: str, n: int) -> None:
         self.name, self.severity, self.prefix = name, severity, prefix
         self.active = np.zeros(n, dtype=bool)
+        self.on = False  # some target is alerting
         self.changed = True
 
     def apply(self, book: AlertBook, cluster_id: str, mask: np.ndarray, now: float, res: ScanResult,
               message: Any, values: np.ndarray | None = None, names: Sequence[str] | None = None) -> None:
-        if np.array_equal(mask, self.active):
+        mask = np.asarray(mask, bool)
+        if mask.shape == self.active.shape and _same(mask, self.active):
             return  # the common case: nothing opened or closed
         self.changed = True
         new = mask & ~self.active
@@ -93,6 +102,24 @@ class _MaskRule:
             if a is not None:
                 res.resolved.append(a)
         self.active = mask.copy()
+        self.on = bool(mask.any())
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    """``np.nan_to_num`` without its cost when there is nothing to replace."""
+    return a if np.isfinite(a).all() else np.nan_to_num(a)
+
+
+def util_ratio(chip: Mapping[str, np.ndarray]) -> np.ndarray:
+    """NeuronCore utilization per chip as a ratio (the mean over cores / 100)."""
+    util = np.asarray(chip["neuroncore_utilization"], np.float64)
+    if util.ndim == 2:
+        # ``util.mean(axis=1) / 100`` without the wrapper: the same sum and divisions.
+        out = np.add.reduce(util, axis=1)
+        out /= util.shape[1]
+        out /= 100.0
+        return out
+    return util / 100.0
 
 
 class HealthScanner:
@@ -103,12 +130,17 @@ class HealthScanner:
         self.link_names: list[str] | None = None  # "A-B" per link index; None: indices
         self.book = book
         self.cfg = cfg = config or HealthConfig()
-        self.trackers = {
-            m: DeviationTracker(DeviationRule(m, rel=cfg.rel, floor=floor, hold_s=cfg.hold_s, direction=d),
-                                n_chips, window=cfg.window, refresh_every=cfg.refresh_every, offset=i)
-            for i, (m, d, floor) in enumerate(cfg.deviation_metrics)
-        }
-        self._dev_rules = {m: _MaskRule(f"deviation:{m}", "warning", "chip", n_chips) for m in self.trackers}
+        # Every deviation metric is one row of one bank: one numpy pass per scan for all.
+        self.dev_metrics = tuple(m for m, _d, _f in cfg.deviation_metrics)
+        self.deviation = DeviationBank(
+            [DeviationRule(m, rel=cfg.rel, floor=floor, hold_s=cfg.hold_s, direction=d)
+             for m, d, floor in cfg.deviation_metrics],
+            n_chips, window=cfg.window, refresh_every=cfg.refresh_every)
+        self._values = np.zeros((len(self.dev_metrics), n_chips))
+        # Where each row's values come from: a chip metric, or None (thermal resistance).
+        self._sources = [(j, None if m == "thermal_resistance" else m) for j, m in enumerate(self.dev_metrics)]
+        self._dev_rules = {m: _MaskRule(f"deviation:{m}", "warning", "chip", n_chips) for m in self.dev_metrics}
+        self._dev_active = np.zeros((len(self.dev_metrics), n_chips), bool)
         c = n_chips
         self._rules = {
             "ecc-uncorrected": _MaskRule("ecc-uncorrected", "critical", "chip", c),
@@ -120,122 +152,185 @@ class HealthScanner:
             "link-degraded": _MaskRule("link-degraded", "warning", "link", n_links),
             "link-errors": _MaskRule("link-errors", "warning", "link", n_links),
         }
+        self._all_rules = (*self._dev_rules.values(), *self._rules.values())
         self._mount_rules: dict[str, _MaskRule] = {}
         self._job_rules: dict[str, _MaskRule] = {}
         self._prev_unc: np.ndarray | None = None
+        self._unc_key: tuple[bytes, bytes] | None = None
         self._unc_seen_t = np.full(n_chips, -np.inf)
-        self._ecc_hist: list[tuple[float, np.ndarray]] = []
+        self._unc_last = -np.inf  # the latest time any chip's uncorrected count rose
+        self._ecc_hist: deque[tuple[float, np.ndarray, bytes]] = deque()
         self._prev_link_err: np.ndarray | None = None
+        self._prev_link_raw: bytes | None = None
         self._burst_t = np.full(n_links, -np.inf)
+        self._burst_last = -np.inf
         self._prev_util: np.ndarray | None = None
         self._settle_until = np.full(n_chips, -np.inf)
+        self._settle_last = -np.inf  # the latest settle end of any chip
         self._was_settling = np.zeros(n_chips, bool)
         self._job_last: dict[str, tuple[float, float]] = {}  # job -> (last step, time it moved)
         self._job_tps: dict[str, list[float]] = {}
         self.chip_health = np.zeros(n_chips, np.int8)
         self.link_health = np.zeros(n_links, np.int8)
         self._health_key: tuple[bytes, bytes | None] | None = None
+        # Chip and link states of the last scan (their rules only change when they do).
+        self._states_key: bytes | None = None
+        self._usable = np.zeros(n_chips, bool)
+        self._all_usable = False
+        self._lstates_key: bytes | None = None
+        self._no_chips = np.zeros(n_chips, bool)
+        self._no_chips.flags.writeable = False
+        self._no_links = np.zeros(n_links, bool)
+        self._no_links.flags.writeable = False
         self.scans = 0
 
     # --- the scan -------------------------------------------------------------------
     def scan(self, now: float, chip: Mapping[str, np.ndarray], chip_states: np.ndarray,
              link: Mapping[str, np.ndarray] | None = None, link_states: np.ndarray | None = None,
              mounts: Sequence[Mapping[str, Any]] = (), jobs: Mapping[str, Mapping[str, Any]] | None = None,
-             ) -> ScanResult:
+             util: np.ndarray | None = None) -> ScanResult:
         """``chip``: the fabric's chip metrics; ``chip_states``: state codes over chips
         (``ChipState`` order); ``link``/``link_states`` likewise; ``mounts``: dicts with
         name, state, used_bytes, capacity_bytes; ``jobs``: job id -> {state, step,
-        tokens_per_s}."""
+        tokens_per_s}; ``util``: ``util_ratio(chip)`` when the caller has it already."""
         cfg, book, cid = self.cfg, self.book, self.cluster_id
         res = ScanResult(now)
         self.scans += 1
         states = np.asarray(chip_states)
-        usable = states <= 1
+        skey = states.tobytes()
+        states_changed = skey != self._states_key
+        if states_changed:
+            self._usable = states <= 1
+            self._all_usable = bool(self._usable.all())
+        usable = self._usable
         temp = np.asarray(chip["temperature_c"], np.float64)
         power = np.asarray(chip["power_w"], np.float64)
-        util = np.asarray(chip["neuroncore_utilization"], np.float64)
-        util = util.mean(axis=1) / 100.0 if util.ndim == 2 else util / 100.0
+        if util is None:
+            util = util_ratio(chip)
         # A new operating point (load changed, chip not usable): baselines restart once
         # temperatures have settled, so a job start or stop is not an anomaly.
-        moved = ~usable if self._prev_util is None else \
-            (np.abs(util - self._prev_util) > cfg.load_change) | ~usable
-        if self._prev_util is None:
-            moved[:] = True
-        self._settle_until[moved] = now + cfg.settle_s
-        settling = self._settle_until > now
+        prev_util = self._prev_util
+        if prev_util is None:
+            moved = np.ones(self.n_chips, bool)
+        else:
+            moved = np.abs(util - prev_util) > cfg.load_change
+            if not self._all_usable:
+                moved |= ~usable
+        if moved.any():
+            self._settle_until[moved] = now + cfg.settle_s
+            self._settle_last = now + cfg.settle_s
+        if self._settle_last > now:
+            settling = self._settle_until > now
+        else:  # nobody settles (the common case)
+            settling = self._no_chips
         # What a chip learned while settling is forgotten once it has settled (one reset
         # per operating-point change, not one per scan).
-        ended = self._was_settling & ~settling
-        if ended.any():
-            for tr in self.trackers.values():
-                tr.reset(ended)
+        if settling is not self._was_settling:
+            ended = self._was_settling & ~settling
+            if ended.any():
+                self.deviation.reset(ended)
         self._was_settling = settling
         self._prev_util = util
-        values = {
-            "temperature_c": temp, "power_w": power, "clock_mhz": np.asarray(chip["clock_mhz"], np.float64),
-            "thermal_resistance": (temp - cfg.ambient_c) / np.maximum(power, 1.0),
-        }
-        for m, tr in self.trackers.items():
-            alerting, base = tr.observe(values[m], now)
-            alerting &= usable & ~settling
-            self._dev_rules[m].apply(
-                book, cid, alerting, now, res, values=values[m],
-                message=lambda i, v, m=m, base=base: f"{m} {v:.4g} is more than {cfg.rel:.0%} off its "
-                f"baseline {base[i]:.4g} for {cfg.hold_s:.0f} s")
+        values = self._values
+        for j, m in self._sources:
+            if m is None:  # thermal resistance
+                np.subtract(temp, cfg.ambient_c, out=values[j])
+                values[j] /= np.maximum(power, 1.0)
+            else:
+                values[j] = chip[m]
+        alerting, base = self.deviation.observe(values, now)
+        if alerting is not self.deviation.quiet:
+            alerting = alerting & (usable & ~settling)
+        if not _same(alerting, self._dev_active):
+            self._dev_active = alerting
+            for j, (m, rule) in enumerate(self._dev_rules.items()):
+                rule.apply(book, cid, alerting[j], now, res, values=values[j],
+                           message=lambda i, v, m=m, b=base[j]: f"{m} {v:.4g} is more than {cfg.rel:.0%} off its "
+                           f"baseline {b[i]:.4g} for {cfg.hold_s:.0f} s")
         # ECC: uncorrected errors are critical until the chip is repaired (state change).
         # Counters a fabric has not reported yet are NaN (a real host before its first
         # report): as zero, so the first report that shows an error raises the alert.
-        unc = np.nan_to_num(np.asarray(chip["mem_ecc_uncorrected"], np.float64)) + \
-            np.nan_to_num(np.asarray(chip["sram_ecc_uncorrected"], np.float64))
-        # Errors a chip already had at the first scan are news too (a real host's counters
-        # predate the control plane).
-        self._unc_seen_t[unc > (0.0 if self._prev_unc is None else self._prev_unc)] = now
-        self._prev_unc = unc
-        self._rules["ecc-uncorrected"].apply(
-            book, cid, (now - self._unc_seen_t < 600.0) & (states != 3), now, res, values=unc,
-            message=lambda i, v: f"uncorrectable ECC error (total {v:.0f})")
+        mem_unc = np.asarray(chip["mem_ecc_uncorrected"], np.float64)
+        sram_unc = np.asarray(chip["sram_ecc_uncorrected"], np.float64)
+        ukey = (mem_unc.tobytes(), sram_unc.tobytes())
+        if ukey != self._unc_key:  # the counters moved (else nothing rose)
+            self._unc_key = ukey
+            unc = _finite(mem_unc) + _finite(sram_unc)
+            # Errors a chip already had at the first scan are news too (a real host's
+            # counters predate the control plane).
+            prev_unc = self._prev_unc
+            rose = unc > (0.0 if prev_unc is None else prev_unc)
+            if rose.any():
+                self._unc_seen_t[rose] = now
+                self._unc_last = now
+            self._prev_unc = unc
+        unc = self._prev_unc
+        rule = self._rules["ecc-uncorrected"]
+        if now - self._unc_last < 600.0 or rule.on:
+            rule.apply(book, cid, (now - self._unc_seen_t < 600.0) & (states != 3), now, res, values=unc,
+                       message=lambda i, v: f"uncorrectable ECC error (total {v:.0f})")
         corr = np.asarray(chip["mem_ecc_corrected"], np.float64)
-        self._ecc_hist.append((now, corr))
-        while self._ecc_hist and self._ecc_hist[0][0] < now - 60.0:
-            self._ecc_hist.pop(0)
-        t0, c0 = self._ecc_hist[0]
-        rate = (corr - c0) / max(now - t0, cfg.interval_s) * 60.0
-        self._rules["ecc-corrected-rate"].apply(
-            book, cid, rate > cfg.ecc_rate_warn_per_min, now, res, values=rate,
-            message=lambda i, v: f"corrected ECC errors at {v:.1f}/min")
+        cbytes = corr.tobytes()
+        hist = self._ecc_hist
+        hist.append((now, corr, cbytes))
+        while hist and hist[0][0] < now - 60.0:
+            hist.popleft()
+        t0, c0, c0bytes = hist[0]
+        rule = self._rules["ecc-corrected-rate"]
+        if cfg.ecc_rate_warn_per_min >= 0 and cbytes == c0bytes:  # no new error in a minute
+            if rule.on:
+                rule.apply(book, cid, self._no_chips, now, res, message=None)
+        else:
+            rate = (corr - c0) / max(now - t0, cfg.interval_s) * 60.0
+            rule.apply(book, cid, rate > cfg.ecc_rate_warn_per_min, now, res, values=rate,
+                       message=lambda i, v: f"corrected ECC errors at {v:.1f}/min")
         self._rules["thermal-throttle"].apply(
-            book, cid, np.asarray(chip["throttle"], bool), now, res, values=temp,
+            book, cid, chip["throttle"], now, res, values=temp,
             message=lambda i, v: f"throttling at {v:.1f} C")
-        self._rules["chip-down"].apply(
-            book, cid, (states == 2) | (states == 3), now, res, values=states,
-            message=lambda i, v: f"chip {_CHIP_STATES[int(v)]}")
-        self._rules["chip-degraded"].apply(
-            book, cid, states == 1, now, res, message=lambda i, v: "chip degraded")
+        if states_changed:
+            self._states_key = skey
+            self._rules["chip-down"].apply(
+                book, cid, (states == 2) | (states == 3), now, res, values=states,
+                message=lambda i, v: f"chip {_CHIP_STATES[int(v)]}")
+            self._rules["chip-degraded"].apply(
+                book, cid, states == 1, now, res, message=lambda i, v: "chip degraded")
         if link is not None and link_states is not None and self.n_links:
             self._scan_links(now, link, np.asarray(link_states), res)
         if mounts:
             self._scan_mounts(now, mounts, res)
         if jobs is not None:
             self._scan_jobs(now, jobs, res)
-        self._health(states, None if link_states is None else np.asarray(link_states))
+        self._health(states, skey, None if link_states is None else np.asarray(link_states))
         res.chip_health, res.link_health = self.chip_health, self.link_health
         return res
 
     def _scan_links(self, now: float, link: Mapping[str, np.ndarray], st: np.ndarray, res: ScanResult) -> None:
         book, cid = self.book, self.cluster_id
-        # A fabric that does not measure link errors reports NaN: no errors seen.
-        err = np.nan_to_num(np.asarray(link["errors"], np.float64)).astype(np.int64)
-        burst = np.zeros(self.n_links, bool) if self._prev_link_err is None else \
-            (err - self._prev_link_err) >= self.cfg.link_error_burst
-        self._prev_link_err = err
-        # A burst keeps its alert for a minute of quiet (flaps come in clusters).
-        self._burst_t[burst] = now
+        raw = np.asarray(link["errors"], np.float64)
+        rkey = raw.tobytes()
+        if rkey != self._prev_link_raw or self.cfg.link_error_burst <= 0:
+            # A fabric that does not measure link errors reports NaN: no errors seen.
+            err = _finite(raw).astype(np.int64)
+            if self._prev_link_err is not None:
+                burst = (err - self._prev_link_err) >= self.cfg.link_error_burst
+                if burst.any():
+                    # A burst keeps its alert for a minute of quiet (flaps come in clusters).
+                    self._burst_t[burst] = now
+                    self._burst_last = now
+            self._prev_link_err = err
+            self._prev_link_raw = rkey
         names = self.link_names
-        self._rules["link-errors"].apply(book, cid, now - self._burst_t < 60.0, now, res, values=err, names=names,
-                                         message=lambda i, v: f"link error burst (total {v:.0f})")
-        self._rules["link-down"].apply(book, cid, st == 2, now, res, names=names, message=lambda i, v: "link down")
-        self._rules["link-degraded"].apply(book, cid, st == 1, now, res, names=names,
-                                           message=lambda i, v: "link degraded (reduced width)")
+        rule = self._rules["link-errors"]
+        if now - self._burst_last < 60.0 or rule.on:
+            rule.apply(book, cid, now - self._burst_t < 60.0, now, res, values=self._prev_link_err, names=names,
+                       message=lambda i, v: f"link error burst (total {v:.0f})")
+        lkey = st.tobytes()
+        if lkey != self._lstates_key:
+            self._lstates_key = lkey
+            self._rules["link-down"].apply(book, cid, st == 2, now, res, names=names,
+                                           message=lambda i, v: "link down")
+            self._rules["link-degraded"].apply(book, cid, st == 1, now, res, names=names,
+                                               message=lambda i, v: "link degraded (reduced width)")
 
     def _scan_mounts(self, now: float, mounts: Sequence[Mapping[str, Any]], res: ScanResult) -> None:
         names = [str(m["name"]) for m in mounts]
@@ -300,16 +395,16 @@ class HealthScanner:
                 if cleared is not None:
                     res.resolved.append(cleared)
 
-    def _health(self, states: np.ndarray, link_states: np.ndarray | None) -> None:
-        rules = (*self._dev_rules.values(), *self._rules.values())
-        key = (states.tobytes(), None if link_states is None else link_states.tobytes())
-        if not any(r.changed for r in rules) and key == self._health_key:
+    def _health(self, states: np.ndarray, skey: bytes, link_states: np.ndarray | None) -> None:
+        rules = self._all_rules
+        key = (skey, None if link_states is None else link_states.tobytes())
+        if key == self._health_key and not any(r.changed for r in rules):
             return
         self._health_key = key
         for r in rules:
             r.changed = False
         sev = np.zeros(self.n_chips, np.int8)
-        for r in (*self._dev_rules.values(), *self._rules.values()):
+        for r in rules:
             if r.prefix == "chip":
                 np.maximum(sev, np.where(r.active, SEVERITY[r.severity], 0).astype(np.int8), out=sev)
         np.maximum(sev, np.where((states == 2) | (states == 3), 2, np.where(states == 1, 1, 0)).astype(np.int8), out=sev)

@@ -14,6 +14,7 @@ Ranges served: ``realtime`` (raw window), ``hour`` and ``day`` (1-minute rollups
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -52,44 +53,58 @@ class RollupRow:
     count: int
 
 
-def chip_sample(metrics: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The kept chip metrics from a fabric's ``chip_metrics()`` (utilization as a ratio)."""
-    util = np.asarray(metrics["neuroncore_utilization"], dtype=np.float64)
+def chip_sample(metrics: Mapping[str, np.ndarray], util: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The kept chip metrics from a fabric's ``chip_metrics()`` (utilization as a ratio;
+    ``util``: that ratio when the caller has it already)."""
+    if util is None:
+        util = np.asarray(metrics["neuroncore_utilization"], dtype=np.float64)
+        util = util.mean(axis=1) / 100.0 if util.ndim == 2 else util / 100.0
     return {
-        "temperature_c": np.asarray(metrics["temperature_c"], np.float64),
-        "power_w": np.asarray(metrics["power_w"], np.float64),
-        "utilization_ratio": util.mean(axis=1) / 100.0 if util.ndim == 2 else util / 100.0,
-        "hbm_used_bytes": np.asarray(metrics["hbm_used_bytes"], np.float64),
-        "clock_mhz": np.asarray(metrics["clock_mhz"], np.float64),
-        "mem_ecc_corrected": np.asarray(metrics["mem_ecc_corrected"], np.float64),
-        "link_errors": np.asarray(metrics["link_errors"], np.float64),
+        "temperature_c": metrics["temperature_c"],
+        "power_w": metrics["power_w"],
+        "utilization_ratio": util,
+        "hbm_used_bytes": metrics["hbm_used_bytes"],
+        "clock_mhz": metrics["clock_mhz"],
+        "mem_ecc_corrected": metrics["mem_ecc_corrected"],
+        "link_errors": metrics["link_errors"],
     }
 
 
 def link_sample(metrics: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {
-        "utilization_ratio": np.asarray(metrics["utilization"], np.float64),
-        "bandwidth_bytes_per_s": np.asarray(metrics["bandwidth_bytes_per_s"], np.float64),
-        "errors": np.asarray(metrics["errors"], np.float64),
+        "utilization_ratio": metrics["utilization"],
+        "bandwidth_bytes_per_s": metrics["bandwidth_bytes_per_s"],
+        "errors": metrics["errors"],
     }
 
 
 class RawWindow:
-    """Ring buffer of the last ``window_s`` of samples, per metric, over ``n`` targets."""
+    """Ring buffer of the last ``window_s`` of samples, per metric, over ``n`` targets.
+
+    One block ``[samples, metrics, targets]`` (float32: a 15-minute window of a 64-chip
+    pod is 64 x 451 samples per metric); ``buf[metric]`` is a view of it. Zero-filled, so
+    the memory of a large fabric is only taken as samples arrive (a row counts once its
+    time is set: ``t`` is NaN until then)."""
 
     def __init__(self, n: int, metrics: Iterable[str], interval_s: float, window_s: float = 15 * MINUTE_S) -> None:
         self.n = n
+        self.metrics = tuple(metrics)
         self.size = max(2, round(window_s / interval_s) + 1)
         self.t = np.full(self.size, np.nan)
-        # float32: a 15-minute window of a 64-chip pod is 64 x 451 samples per metric.
-        self.buf = {m: np.full((self.size, n), np.nan, np.float32) for m in metrics}
+        self.block = np.zeros((self.size, len(self.metrics), n), np.float32)
+        self.buf = {m: self.block[:, j, :] for j, m in enumerate(self.metrics)}
         self._i = 0
 
-    def add(self, t: float, sample: Mapping[str, np.ndarray]) -> None:
+    def add(self, t: float, sample: Mapping[str, np.ndarray] | np.ndarray) -> None:
+        """One sample: metric -> values over targets, or the [metrics, targets] array."""
         i = self._i
         self.t[i] = t
-        for m, arr in self.buf.items():
-            arr[i] = sample[m]
+        if isinstance(sample, np.ndarray):
+            self.block[i] = sample
+        else:
+            row = self.block[i]
+            for j, m in enumerate(self.metrics):
+                row[j] = sample[m]
         self._i = (i + 1) % self.size
 
     def series(self, metric: str, since: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
@@ -101,42 +116,52 @@ class RawWindow:
 
 
 class _Accumulator:
-    def __init__(self, n: int, metrics: Iterable[str], resolution_s: float) -> None:
-        self.res = resolution_s
-        self.metrics = tuple(metrics)
-        self.n = n
-        self.bucket: float | None = None
-        self._reset()
+    """Sum/min/max per value (every metric of every target of both scopes, flattened) of
+    the open bucket of each resolution, folded in place for all resolutions at once
+    ([resolutions, values])."""
 
-    def _reset(self) -> None:
-        n = self.n
-        self.sum = {m: np.zeros(n) for m in self.metrics}
-        self.min = {m: np.full(n, np.inf) for m in self.metrics}
-        self.max = {m: np.full(n, -np.inf) for m in self.metrics}
-        self.count = 0
+    def __init__(self, size: int, resolutions: Iterable[float]) -> None:
+        self.res = tuple(resolutions)
+        shape = (len(self.res), size)
+        self.sum = np.zeros(shape)
+        self.min = np.full(shape, np.inf)
+        self.max = np.full(shape, -np.inf)
+        self.count = [0] * len(self.res)
+        self.bucket: list[float | None] = [None] * len(self.res)
+        self._span = [(np.inf, -np.inf)] * len(self.res)  # [start, end) of each open bucket
 
-    def add(self, t: float, sample: Mapping[str, np.ndarray]
-            ) -> tuple[float, int, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]] | None:
-        """Fold one sample in; returns the closed bucket (start, samples, per-metric
-        (avg, min, max)) when ``t`` left it."""
-        bucket = float(np.floor(t / self.res) * self.res)
-        closed = None
-        if self.bucket is not None and bucket != self.bucket and self.count:
-            stats = {m: (self.sum[m] / self.count, self.min[m], self.max[m]) for m in self.metrics}
-            closed = (self.bucket, self.count, stats)
-            self._reset()
-        self.bucket = bucket
-        for m in self.metrics:
-            v = sample[m]
-            self.sum[m] += v
-            np.minimum(self.min[m], v, out=self.min[m])
-            np.maximum(self.max[m], v, out=self.max[m])
-        self.count += 1
-        return closed
+    def add(self, t: float, x: np.ndarray) -> list[tuple[float, float, int, np.ndarray, np.ndarray, np.ndarray]]:
+        """Fold one sample ``x`` [values] in; returns the buckets it closed: (resolution,
+        start, samples, avg, min, max), the stats [values]."""
+        closed = []
+        for k, res in enumerate(self.res):
+            lo, hi = self._span[k]
+            if lo <= t < hi:  # still in the open bucket (the common case)
+                self.count[k] += 1
+                continue
+            bucket = float(math.floor(t / res) * res)
+            start = self.bucket[k]
+            if start is not None and bucket != start and self.count[k]:
+                closed.append((res, start, self.count[k], self.sum[k] / self.count[k],
+                               self.min[k].copy(), self.max[k].copy()))
+                self.sum[k] = 0.0
+                self.min[k] = np.inf
+                self.max[k] = -np.inf
+                self.count[k] = 0
+            self.bucket[k] = bucket
+            self.count[k] += 1
+            # The times that floor to this bucket (checked, not assumed: float division).
+            self._span[k] = (bucket, bucket + res) if math.floor(bucket / res) * res == bucket and \
+                math.floor(math.nextafter(bucket + res, -math.inf) / res) * res == bucket else (np.inf, -np.inf)
+        np.add(self.sum, x, out=self.sum)
+        np.minimum(self.min, x, out=self.min)
+        np.maximum(self.max, x, out=self.max)
+        return closed  # type: ignore[return-value]
 
 
-def _r(a: np.ndarray) -> tuple[float, ...]:
-    return tuple(float(x) for x in np.round(a, 6))
+def _rows(a: np.ndarray) -> list[tuple[float, ...]]:
+    """Per metric, the values over targets rounded to 6 decimals."""
+    return [tuple(r) for r in np.round(a, 6).tolist()]
 
 
 class TelemetryHistory:
@@ -148,26 +173,41 @@ class TelemetryHistory:
         self.sink = sink
         self.raw = {"chip": RawWindow(n_chips, CHIP_METRICS, interval_s, window_s),
                     "link": RawWindow(n_links, LINK_METRICS, interval_s, window_s)}
-        self._acc = {(scope, res): _Accumulator(w.n, w.buf, res)
-                     for scope, w in self.raw.items() for res in RESOLUTIONS_S}
+        # One float64 sample of everything, flattened (chip metrics, then link metrics);
+        # ``_x[scope]`` is its [metrics, targets] view.
+        sizes = {scope: len(w.metrics) * w.n for scope, w in self.raw.items()}
+        self._flat = np.zeros(sum(sizes.values()))
+        self._x: dict[str, np.ndarray] = {}
+        self._slices: dict[str, slice] = {}
+        off = 0
+        for scope, w in self.raw.items():
+            self._slices[scope] = sl = slice(off, off + sizes[scope])
+            self._x[scope] = self._flat[sl].reshape(len(w.metrics), w.n)
+            off += sizes[scope]
+        self._acc = _Accumulator(off, RESOLUTIONS_S)
         self.rows: dict[tuple[str, str, float], deque[RollupRow]] = {}
 
     def add(self, t: float, chip: Mapping[str, np.ndarray], link: Mapping[str, np.ndarray]) -> list[RollupRow]:
         """One sample of everything; returns the rollup rows closed by it (already sunk)."""
-        out: list[RollupRow] = []
         for scope, sample in (("chip", chip), ("link", link)):
-            self.raw[scope].add(t, sample)
-            for res in RESOLUTIONS_S:
-                closed = self._acc[(scope, res)].add(t, sample)
-                if closed is None:
-                    continue
-                start, count, stats = closed
-                for m, (avg, mn, mx) in stats.items():
-                    out.append(RollupRow(self.cluster_id, scope, m, res, start, _r(avg), _r(mn), _r(mx), count))
-        if out:
-            self._keep(out, now=t)
-            if self.sink is not None:
-                self.sink(out)
+            w = self.raw[scope]
+            x = self._x[scope]
+            for j, m in enumerate(w.metrics):
+                x[j] = sample[m]
+            w.add(t, x)
+        closed = self._acc.add(t, self._flat)
+        if not closed:
+            return []
+        out: list[RollupRow] = []
+        for scope, w in self.raw.items():
+            sl, shape = self._slices[scope], (len(w.metrics), w.n)
+            for res, start, count, avg, mn, mx in closed:
+                stats = (_rows(avg[sl].reshape(shape)), _rows(mn[sl].reshape(shape)), _rows(mx[sl].reshape(shape)))
+                for m, a, lo, hi in zip(w.metrics, *stats, strict=True):
+                    out.append(RollupRow(self.cluster_id, scope, m, res, start, a, lo, hi, count))
+        self._keep(out, now=t)
+        if self.sink is not None:
+            self.sink(out)
         return out
 
     def load(self, rows: Iterable[RollupRow], now: float) -> None:

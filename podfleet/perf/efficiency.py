@@ -28,7 +28,7 @@ class Efficiency:
 
 
 # Result of ``calibrate()`` on reference/validation.md (see the test that re-derives it).
-A100_FIT = Efficiency(matmul=0.74, hbm=0.80, link=0.55)
+A100_FIT = Efficiency(matmul=0.74, hbm=0.80, link=0.60)
 # 104 GiB/s measured / 472.5 GiB/s modelled: ``calibration.trn2_link_from_nccom()``.
 TRN2_NCCOM_LINK = 0.220
 

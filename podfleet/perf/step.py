@@ -7,12 +7,15 @@ Per micro-batch and pipeline stage (L/p layers):
     backward  = L/p * (layer_bwd + 2 tp_all_reduce)      with sequence parallelism:
     recompute = full: forward again; selective: the      the same volume)
                 attention core; none: 0
-    p2p       = 2 * v sends of s*b*h*2/t bytes to the next stage (scatter-gather)
+    p2p       = 2 * v sends of s*b*h*2/t bytes to the next stage (scatter-gather),
+                each followed, without sequence parallelism, by an all-gather of the
+                s*b*h*2 bytes over the tensor-parallel group on the receiver
 
 The last stage also runs the logits and loss. With m micro-batches and v chunks per
 stage the pipeline takes m * t_last + (p-1)/v * t_stage (1F1B: bubble fraction
 (p-1)/m; interleaved: (p-1)/(v*m)). The gradient reduction over the data-parallel
-group overlaps the backward of the last micro-batch and only what sticks out counts;
+group overlaps the backward of the last micro-batch and only what sticks out counts
+(``overlap_grad_reduce=False``: it runs after the pipeline flush, fully exposed);
 ZeRO-1 turns it into reduce-scatter + all-gather of the updated parameters (the
 all-gather hides behind the next forward); ZeRO-2 reduce-scatters every
 micro-batch's gradients; ZeRO-3 gathers parameters for every
@@ -113,9 +116,16 @@ def estimate(
     slow_chip_factor: float = 1.0,
     dtype: str = "bf16",
     memory: MemoryBreakdown | None = None,
+    overlap_grad_reduce: bool = True,
 ) -> StepEstimate:
     """Predict one training step of ``plan`` on ``topo`` (the job's own topology, whose
-    chips 0..n-1 are the ranks). ``memory``: the plan's memory if already computed."""
+    chips 0..n-1 are the ranks). ``memory``: the plan's memory if already computed.
+
+    ``overlap_grad_reduce``: whether the data-parallel gradient reduction overlaps the
+    backward (PyTorch DDP buckets, Megatron-core ``--overlap-grad-reduce``, NeuronX
+    Distributed). Megatron-LM as used in the 2021/2022 validation runs did not: its
+    default local DDP all-reduced the gradients in ``train_step`` after
+    ``forward_backward_func`` returned, i.e. after the pipeline flush."""
     chip = chip or get_chip(topo.chip_type)
     eff = eff or efficiency_for(chip.name)
     tp, pp, dp, v, m = plan.tp, plan.pp, plan.dp, plan.interleave, plan.num_micro_batches
@@ -141,35 +151,45 @@ def estimate(
     if pp > 1:
         nbytes = act_bytes / (tp if tp > 1 else 1)
         p2p = 2 * v * col.p2p_s(topo, 0, tp * dp, nbytes, eff.link)
+        if tp > 1 and not sp:
+            # Scatter/gather (Narayanan et al. 2021, sec. 4.1): each tensor-parallel rank
+            # sends 1/t of the replicated stage output, and the receiving stage rebuilds
+            # it with an all-gather over its tensor-parallel group (NVLink) before the
+            # next layer can start. With sequence parallelism the output is already
+            # sharded by sequence, so the 1/t piece is all the next stage needs.
+            p2p += 2 * v * _group_cost("ag", "tp", topo, tp, dp, pp, act_bytes, eff.link, health)
     stage = fwd + bwd + rec + 2 * comm_pass + rec_comm + p2p
     last = stage + (lt.logits_fwd_s + lt.logits_bwd_s) * slow
     bubble = (pp - 1) / v * stage if pp > 1 else 0.0
     pipeline = m * last + bubble
 
-    # Data-parallel gradient reduction, overlapped with the last micro-batch's backward.
+    # Data-parallel gradient reduction.
     dp_exposed = 0.0
     local_params = stage_params(model, plan)
     if dp > 1:
         dims = (topo, tp, dp, pp)
         grad_bytes = local_params * precision.grad_bytes
         param_bytes = local_params * precision.param_bytes
-        window_bwd = bwd + rec
+        # The window the reduction hides behind: the last micro-batch's backward, or
+        # nothing when the framework reduces after the flush (see the docstring).
+        window_bwd = bwd + rec if overlap_grad_reduce else 0.0
+        window_fwd = fwd if overlap_grad_reduce else 0.0
         if plan.zero_stage == 0:
             dp_exposed = max(0.0, _group_cost("ar", "dp", *dims, grad_bytes, eff.link, health) - window_bwd)
         elif plan.zero_stage == 1:
             rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
             ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
-            dp_exposed = max(0.0, rs - window_bwd) + max(0.0, ag - fwd)
+            dp_exposed = max(0.0, rs - window_bwd) + max(0.0, ag - window_fwd)
         elif plan.zero_stage == 2:
             # Sharded gradients cannot accumulate locally: every micro-batch's backward
             # reduce-scatters its gradients.
             rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
             ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
-            dp_exposed = m * max(0.0, rs - window_bwd) + max(0.0, ag - fwd)
+            dp_exposed = m * max(0.0, rs - window_bwd) + max(0.0, ag - window_fwd)
         else:
             rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
             ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
-            dp_exposed = m * max(0.0, 2 * ag + rs - (fwd + bwd + rec))
+            dp_exposed = m * max(0.0, 2 * ag + rs - (fwd + bwd + rec if overlap_grad_reduce else 0.0))
     opt_params = local_params / (dp if plan.zero_stage >= 1 else 1)
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / (chip.hbm_bw_bytes_per_s * eff.hbm) * slow
 

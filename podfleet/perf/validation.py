@@ -7,6 +7,11 @@ column with sequence parallelism. Set 2 ran full recomputation and an interleave
 schedule where PP > 1 without giving the micro-batch or interleaving: like the
 planner, we take the fastest micro-batch (a divisor of the per-replica batch, <= 8)
 and interleaving (a divisor of the layers per stage) whose memory fits.
+
+Megatron-LM as these runs used it all-reduced data-parallel gradients after the
+pipeline flush (its default local DDP, in ``train_step`` after
+``forward_backward_func``), not overlapped with the backward: ``predict`` says so
+with ``overlap_grad_reduce=False``.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def predict(row: Row, eff: Efficiency | None = None) -> tuple[Plan, StepEstimate
     eff = eff or efficiency_for("a100")
     best: tuple[Plan, StepEstimate] | None = None
     for plan in _candidates(row):
-        est = estimate(model, plan, topo, eff=eff, dtype="fp16")
+        est = estimate(model, plan, topo, eff=eff, dtype="fp16", overlap_grad_reduce=False)
         if row.micro_batch is None and not est.fits:
             continue
         if best is None or est.step_time_s < best[1].step_time_s:
@@ -137,5 +142,15 @@ def table(eff: Efficiency | None = None) -> list[TableRow]:
 
 
 def summary(rows: Sequence[TableRow]) -> dict[str, float]:
-    errs = [abs(r["error"]) for r in rows]
-    return {"median_abs_err": statistics.median(errs), "max_abs_err": max(errs)}
+    """In-sample figures of a :func:`table` (errors of the efficiencies it was run with)."""
+    return error_figures([r["error"] for r in rows])
+
+
+def error_figures(errors: Sequence[float]) -> dict[str, float]:
+    """Median and max absolute, and mean signed, of relative errors (pred - meas) / meas."""
+    abs_errs = [abs(e) for e in errors]
+    return {
+        "median_abs_err": statistics.median(abs_errs),
+        "max_abs_err": max(abs_errs),
+        "mean_signed_err": statistics.fmean(errors),
+    }

@@ -136,13 +136,16 @@ class FirmwareRollouts:
             self.orch.reserved = set(batch)
             if self.before_batch is not None:
                 self.before_batch()
+            moving = []
             for c in batch:
                 r.previous[c] = str(versions[c])
-                # Work first: a spare takes the chip's rank (a live move, ~tens of ms).
+                # Work first: a free chip takes the chip's rank (a live move at the next step
+                # boundary). A node's ranks join one flow: the job pauses once per batch.
                 if c in self.orch.owner:
-                    rec = self.orch.chip_fault(c, "firmware-update")
-                    while rec is not None and rec.state.value in ("running", "waiting") and c in self.orch.owner:
-                        yield env.timeout(0.005)
+                    moving.append((c, self.orch.chip_fault(c, "firmware-update")))
+            for c, rec in moving:
+                while rec is not None and rec.state.value in ("running", "waiting") and c in self.orch.owner:
+                    yield env.timeout(0.05)
             for c in batch:
                 if c in self.orch.owner or self.fab.chip_state(c) not in (ChipState.HEALTHY, ChipState.DEGRADED):
                     self._finish(r, RolloutState.ROLLED_BACK, f"chip {c} could not be freed for the update", c)

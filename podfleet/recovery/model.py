@@ -25,7 +25,9 @@ class JobPolicy:
     peer_replica: bool = True  # peers keep an in-memory copy of each rank's state
     on_no_spare: str = "shrink"  # "shrink" (drop a DP replica) or "wait" (for a repaired chip)
     min_dp: int = 1
-    state_bytes_per_rank: float = 17.5e9  # llama3-70b: 70e9 params x 16 bytes / 64 ranks
+    # None: parameters + optimizer state of the job's model and plan (perf), else
+    # DEFAULT_STATE_BYTES_PER_RANK.
+    state_bytes_per_rank: float | None = None
     hbm_need_ratio: float = 0.85  # share of a chip's HBM a rank needs
 
     def __post_init__(self) -> None:
@@ -36,27 +38,63 @@ class JobPolicy:
             raise InvalidInputError(f"need 1 <= min_dp ({self.min_dp}) <= dp ({self.dp})", field="dp")
 
 
+# --- measured on the real runtime (local fabric, real worker processes) ---------------------
+# Figures from docs/benchmarks.md, measured 2026-11-29 19:26-19:33 UTC on an idle x86_64
+# machine with 2 CPUs (CPython 3.11.7); derivation of what follows in docs/health.md,
+# "Recovery costs".
+# ``podfleet bench run recovery-real --output json``: kill -9 of one of two DP workers of
+# the ``tiny`` model (0.86M params), kill -> first step after resume completed by every rank.
+MEASURED_REPLICA_RESUME_S = 0.59  # peer replica + warm standby
+MEASURED_CHECKPOINT_RESUME_S = 2.53  # checkpoint only, cold start (every rank imports torch)
+MEASURED_TINY_PARAMS = 0.86e6
+MEASURED_TINY_STATE_BYTES = MEASURED_TINY_PARAMS * 12  # fp32 weights + Adam m and v (training/)
+# ``podfleet bench run checkpoint-io --output json``: 130 MB, AES-256-GCM encrypted, local disk.
+MEASURED_CKPT_WRITE_BYTES_PER_S = 154e6
+MEASURED_CKPT_RESTORE_BYTES_PER_S = 283e6
+# What is left of a measured resume once the tiny state's load is taken out (it read
+# its state at the measured restore rate): the fixed cost of bringing a rank back.
+REPLICA_FIXED_S = MEASURED_REPLICA_RESUME_S - MEASURED_TINY_STATE_BYTES / MEASURED_CKPT_RESTORE_BYTES_PER_S
+CHECKPOINT_FIXED_S = MEASURED_CHECKPOINT_RESUME_S - MEASURED_TINY_STATE_BYTES / MEASURED_CKPT_RESTORE_BYTES_PER_S
+
+# --- detection: the runtime's own timeouts -----------------------------------------------------
+HANG_TIMEOUT_S = 3.0  # fabric.factory.LOCAL_HANG_TIMEOUT_S: heartbeat silence that is a hang
+HEARTBEAT_INTERVAL_S = 0.2  # training.config: workers beat every 0.2 s
+MONITOR_POLL_S = 0.1  # fabric.local.monitor: the monitor checks heartbeat ages every 0.1 s
+SCAN_INTERVAL_S = 2.0  # health.scan.HealthConfig.interval_s
+TELEMETRY_INTERVAL_S = 2.0  # the twin's telemetry interval (fabric.sim.SimFabric default)
+
+DEFAULT_STATE_BYTES_PER_RANK = 17.5e9  # llama3-70b: 70e9 params x 16 bytes / 64 ranks (a model perf does not know)
+
+
 @dataclass(frozen=True)
 class Timings:
-    """Twin-time cost of each step. Assumptions, documented in docs/health.md."""
+    """Twin-time cost of each step: measured constants scaled by the job's state size
+    and the path's bandwidth (``recovery.costs``); the rest are assumptions. Sources and
+    derivation in docs/health.md, "Recovery costs"."""
 
-    detect_s: float = 0.0  # the fabric reports the failure as an event
-    isolate_s: float = 0.002  # fence the chip out of the collective group
-    select_s: float = 0.001
-    move_s: float = 0.010  # a warm standby process on the spare takes the rank
-    replica_bw_bytes_per_s: float = 1.28e12  # peer -> spare over NeuronLink (trn2 per-chip)
-    checkpoint_bw_bytes_per_s: float = 2.5e9  # per-chip read from shared storage
-    restart_s: float = 30.0  # relaunch + rendezvous of the whole group (checkpoint path)
-    resume_s: float = 0.005
-    reroute_s: float = 0.050
-    fence_s: float = 0.020  # remap the bad HBM rows / retire the partition (firmware call)
+    # detection (never 0 for a fault; the control plane's own drains and updates are known at once)
+    hang_timeout_s: float = HANG_TIMEOUT_S
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S
+    monitor_poll_s: float = MONITOR_POLL_S
+    scan_interval_s: float = SCAN_INTERVAL_S
+    telemetry_interval_s: float = TELEMETRY_INTERVAL_S
+    isolate_s: float = 0.002  # assumption: fence the chip out of the collective group
+    select_s: float = 0.001  # assumption: spare choice (control-plane compute)
+    move_s: float = REPLICA_FIXED_S  # measured: a warm standby takes the rank, rendezvous, first step
+    # A cold relaunch of the gang on top of the move (checkpoint path): measured.
+    restart_s: float = CHECKPOINT_FIXED_S - REPLICA_FIXED_S
+    replica_bw_bytes_per_s: float = 1.28e12  # fallback copy bandwidth when the path is unknown (trn2 per chip)
+    checkpoint_bw_bytes_per_s: float = 2.5e9  # assumption: per-chip read from shared storage
+    resume_s: float = 0.005  # assumption: release the paused gang
+    reroute_s: float = 0.050  # assumption
+    fence_s: float = 0.020  # assumption: remap the bad HBM rows / retire the partition (firmware call)
     hbm_fence_ratio: float = 0.25  # one of four HBM stacks
-    throttle_s: float = 1.0
-    reset_s: float = 30.0  # firmware reset of a chip
-    repair_s: float | None = 4 * 3600.0  # a technician replaces a chip; None: never
+    throttle_s: float = 1.0  # assumption
+    reset_s: float = 30.0  # assumption: firmware reset of a chip
+    repair_s: float | None = 4 * 3600.0  # assumption: a technician replaces a chip; None: never
 
-    def replica_restore_s(self, nbytes: float) -> float:
-        return nbytes / self.replica_bw_bytes_per_s
+    def replica_restore_s(self, nbytes: float, bw_bytes_per_s: float | None = None) -> float:
+        return nbytes / (bw_bytes_per_s or self.replica_bw_bytes_per_s)
 
     def checkpoint_restore_s(self, nbytes: float) -> float:
         return self.restart_s + nbytes / self.checkpoint_bw_bytes_per_s

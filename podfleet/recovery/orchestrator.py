@@ -17,6 +17,12 @@ the job's ``Recovery`` journal, which the listener persists and shows on the job
 * no free chip: ``shrink`` drops the failed rank's data-parallel replica and goes on
   with the rest, or ``wait`` parks the flow until a chip is repaired (per job policy).
 
+Every flow of a fault starts with ``detect``: the time until the control plane can know
+(``recovery.costs.detect_delay_s``, drawn from the timeline's seeded RNG: the heartbeat
+hang timeout for a hard failure, the next telemetry sample and health scan for a
+degradation). Restore times scale the measured costs in ``recovery.model`` by the rank's
+state (perf's memory model) and the copy path's bandwidth (``recovery.costs``).
+
 A second failure in a job already recovering joins its flow (``pending``). Every step
 is idempotent against the fabric's state, so an orchestrator rebuilt from the journal
 after a control-plane restart (``adopt``) finishes what the old one started.
@@ -35,13 +41,22 @@ from podfleet.engine.timeline import Timeline
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.hardware.routing import Router
+from podfleet.recovery import costs
 from podfleet.recovery.journal import MemoryJournal, RecoveryListener
 from podfleet.recovery.links import LinkFlows
-from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step, Timings
+from podfleet.recovery.model import (
+    DEFAULT_STATE_BYTES_PER_RANK,
+    JobPolicy,
+    Recovery,
+    RecoveryState,
+    Step,
+    Timings,
+)
 from podfleet.recovery.spares import choose_spare, free_chips
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
 LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update")
+BOUNDARY_CAUSES = ("predicted-failure", "firmware-update")  # live moves that can wait for a step to end
 
 
 class RecoveryOrchestrator(LinkFlows):
@@ -69,6 +84,8 @@ class RecoveryOrchestrator(LinkFlows):
         self._wake: simpy.Event = timeline.env.event()
         self._seq = 0
         self._routers: dict[int, Router] = {}  # torus index -> its router
+        self._copy_bw: dict[str, float] = {}  # recovery id -> slowest peer-copy path of its moves
+        self._state_bytes: dict[tuple[str, int], float] = {}
         self._unsub: Callable[[], None] | None = None
         if subscribe:
             self._unsub = fabric.subscribe(lambda ev: timeline.call_at(0, lambda: self.handle(ev)))
@@ -126,6 +143,13 @@ class RecoveryOrchestrator(LinkFlows):
             return rec
         rec = self._new(cause_kind(cause), f"chip:{chip}", f"chip {chip}: {cause}", job_id)
         rec.pending.append([chip, cause])
+        delay = costs.detect_delay_s(cause, self.timings, self.tl.rng)
+        if delay > 0:
+            rec.detected_t = None  # the flow waits ``delay_s`` of its detect step first
+            how = "heartbeat silence past the hang timeout" if cause in costs.HARD_CAUSES else \
+                "the next telemetry sample and health scan"
+            self._step(rec, "detect", f"chip {chip} {cause}: noticed through {how}", chip=chip,
+                       delay_s=round(delay, 6))
         self._start(rec)
         return rec
 
@@ -184,6 +208,14 @@ class RecoveryOrchestrator(LinkFlows):
         assert job_id is not None
         source: str | None = None
         try:
+            if rec.detected_t is None:
+                first = rec.steps[0] if rec.steps and rec.steps[0].name == "detect" else None
+                left = rec.t_start + float(first.detail.get("delay_s", 0.0)) - self.tl.now if first else 0.0
+                if left > 0:
+                    yield self.tl.env.timeout(left)
+                rec.detected_t = self.tl.now
+                if first is not None and first.t_end is None:
+                    first.t_end = self.tl.now
             while True:
                 while rec.pending:
                     got = yield from self._handle_one(rec, job_id)
@@ -225,6 +257,16 @@ class RecoveryOrchestrator(LinkFlows):
             return None
         rank = run.chips.index(chip)
         live = cause in LIVE_CAUSES and self.fab.chip_state(chip) in (ChipState.HEALTHY, ChipState.DEGRADED)
+        if live and cause in BOUNDARY_CAUSES and str(run.state) == "running":
+            # A live copy needs the rank's state at a step boundary: the job trains on
+            # until its running step ends, and loses nothing. (A runaway chip cannot wait
+            # a whole step: it may die first, so its move pays the partial step.)
+            yield from self._to_step_boundary(rec, job_id)
+            run = self.fab.job(job_id)
+            if str(run.state) in ("stopped", "finished") or chip not in run.chips:
+                rec.pending.pop(0)
+                return None
+            live = self.fab.chip_state(chip) in (ChipState.HEALTHY, ChipState.DEGRADED)
         if str(run.state) == "running":
             self.fab.pause(job_id, f"recovery {rec.id}: {cause} on chip {chip}")
         if cause not in LIVE_CAUSES and self.fab.chip_state(chip) == ChipState.HEALTHY:
@@ -244,14 +286,14 @@ class RecoveryOrchestrator(LinkFlows):
             stays = yield from self._fence(rec, chip, cause)
             if stays:
                 rec.pending.pop(0)
-                return self._restore_source(job_id, rank, chip)
+                return self._restore_source(job_id, rank, chip)[0]
         self._step(rec, "select-spare", f"rank {rank} needs a chip near its ring neighbours", rank=rank)
         yield env.timeout(tm.select_s)
         spare = self._pick(job_id, rank)
         if spare is None:
             shrunk = yield from self._no_spare(rec, chip, rank)
             return "replica" if shrunk else None
-        src = "replica" if live else self._restore_source(job_id, rank, chip)
+        src, holder = ("replica", chip) if live else self._restore_source(job_id, rank, chip)
         self._step(rec, "move-rank", f"rank {rank}: chip {chip} -> {spare}", rank=rank, from_chip=chip, to_chip=spare)
         yield env.timeout(tm.move_s)
         try:
@@ -260,22 +302,58 @@ class RecoveryOrchestrator(LinkFlows):
             self._step(rec, "retry", f"move to {spare} refused: {exc.message}")
             return None
         self.owner.move(job_id, chip, spare)
+        if src == "replica" and holder is not None:
+            bw = costs.copy_bw_bytes_per_s(self.fab.topology, holder, spare, tm.replica_bw_bytes_per_s)
+            self._copy_bw[rec.id] = min(self._copy_bw.get(rec.id, bw), bw)
         if live and cause != "firmware-update":  # an update needs the chip free, not isolated
             self._isolate(chip, cause)
         rec.pending.pop(0)
         return src
 
+    def _to_step_boundary(self, rec: Recovery, job_id: str) -> Generator[simpy.Event, Any, None]:
+        """Wait (at most one step and a half) for the running step of the job to end."""
+        run = self.fab.job(job_id)
+        st = float(run.step_time_s or 0.0)
+        if not st > 0.0:  # no step finished yet (NaN): nothing to wait for
+            return
+        start, poll = run.step, min(max(st / 400.0, 0.001), 0.25)
+        self._step(rec, "step-boundary", f"let step {start + 1} finish: a live copy needs a consistent state",
+                   at_step=start)
+        end = self.tl.now + 1.5 * st
+        while self.tl.now < end:
+            run = self.fab.job(job_id)
+            if run.step != start or str(run.state) != "running":
+                return
+            yield self.tl.env.timeout(poll)
+
     def _restore(self, rec: Recovery, source: str) -> Generator[simpy.Event, Any, None]:
         job_id = rec.job_id
         assert job_id is not None
-        tm, nbytes = self.timings, self.policies[job_id].state_bytes_per_rank
+        tm, nbytes = self.timings, self.state_bytes(job_id)
         if source == "checkpoint":
-            self._step(rec, "restore", "no live peer replica: load the latest checkpoint", source=source, nbytes=nbytes)
+            self._step(rec, "restore", "no live peer replica: load the latest checkpoint", source=source, nbytes=nbytes,
+                       bw_bytes_per_s=tm.checkpoint_bw_bytes_per_s)
             yield self.tl.env.timeout(tm.checkpoint_restore_s(nbytes))
         else:
-            self._step(rec, "restore", "copy the rank's state from a live peer", source=source, nbytes=nbytes)
-            yield self.tl.env.timeout(tm.replica_restore_s(nbytes))
+            bw = self._copy_bw.get(rec.id, tm.replica_bw_bytes_per_s)
+            self._step(rec, "restore", "copy the rank's state from a live peer", source=source, nbytes=nbytes,
+                       bw_bytes_per_s=bw)
+            yield self.tl.env.timeout(tm.replica_restore_s(nbytes, bw))
         rec.restored_from = source
+
+    def state_bytes(self, job_id: str) -> float:
+        """The state one rank must get back: the policy's figure, else the job's model
+        and plan through perf's memory model, else ``DEFAULT_STATE_BYTES_PER_RANK``."""
+        given = self.policies[job_id].state_bytes_per_rank
+        if given is not None:
+            return given
+        run = self.fab.job(job_id)
+        key = (job_id, len(run.chips))
+        if key not in self._state_bytes:
+            spec = run.spec
+            got = costs.state_bytes_per_rank(str(spec.model), len(run.chips), dict(spec.options), self.fab.topology)
+            self._state_bytes[key] = got if got is not None else DEFAULT_STATE_BYTES_PER_RANK
+        return self._state_bytes[key]
 
     def _finish(self, rec: Recovery, state: RecoveryState) -> None:
         if rec.state in (RecoveryState.DONE, RecoveryState.FAILED):
@@ -288,10 +366,12 @@ class RecoveryOrchestrator(LinkFlows):
             self.active.pop(rec.job_id, None)
             if state == RecoveryState.DONE:
                 self.listener.job_recovered(rec.job_id, tuple(self.fab.job(rec.job_id).chips), rec)
+        self._copy_bw.pop(rec.id, None)
         self.listener.recovery_changed(rec)
         self.done.append(rec)
         self.tl.emit("recovery-end", recovery=rec.id, job_id=rec.job_id, state=state.value,
-                     duration_s=rec.t_end - rec.t_start, restored_from=rec.restored_from)
+                     duration_s=rec.t_end - rec.t_start, detect_s=(rec.detected_t or rec.t_end) - rec.t_start,
+                     restored_from=rec.restored_from)
 
     # --- pieces --------------------------------------------------------------------
     def _isolate(self, chip: int, cause: str) -> None:
@@ -342,19 +422,20 @@ class RecoveryOrchestrator(LinkFlows):
         cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved))
         return choose_spare(self.fab.topology, run.chips, rank, cand, self.spares)
 
-    def _restore_source(self, job_id: str, rank: int, chip: int) -> str:
-        """The peer that holds this rank's replica: same rank in the next DP group."""
+    def _restore_source(self, job_id: str, rank: int, chip: int) -> tuple[str, int | None]:
+        """Where the rank's state comes from, and the peer that holds its replica (same
+        rank in the next DP group)."""
         pol = self.policies[job_id]
         run = self.fab.job(job_id)
         n = len(run.chips)
-        if not pol.peer_replica or n < 2:
-            return "checkpoint"
+        if not pol.peer_replica or pol.dp < 2 or n < 2:
+            return "checkpoint", None  # a peer replica lives in another data-parallel replica
         holder = run.chips[(rank + max(n // max(pol.dp, 2), 1)) % n]
         rec = self.active.get(job_id)
         pending = {c for c, _ in rec.pending[1:]} if rec else set()
         ok = holder != chip and holder not in pending and \
             self.fab.chip_state(holder) in (ChipState.HEALTHY, ChipState.DEGRADED)
-        return "replica" if ok else "checkpoint"
+        return ("replica", holder) if ok else ("checkpoint", None)
 
     @staticmethod
     def _better(a: str | None, b: str) -> str:

@@ -70,6 +70,10 @@ class JobListener:
             return
         took = (rec.t_end or rec.t_start) - (rec.detected_t or rec.t_start)
         alloc = {"chips": list(chips), "shape": [len(chips)], "reason": f"recovered by {rec.id}"}
+        fab = self.rt.fabric
+        run = fab.run_status(job_id) if isinstance(fab, Introspection) else None
+        if run is not None:  # restored from a checkpoint: the shown step goes back with it
+            self.table.progress(job, step=run.step)
         self.table.transition(job, JobState.RUNNING, f"recovered from {rec.reason} in {took:.3f} s "
                               f"(state from {rec.restored_from or 'the chip itself'})", allocation=alloc,
                               recovery=rec.to_dict())

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 # --- pure rules --------------------------------------------------------------------------
-def split_microbatches(speeds: Sequence[float], total: int, minimum: int = 1) -> np.ndarray:
+def split_microbatches(speeds: Sequence[float] | np.ndarray, total: int, minimum: int = 1) -> np.ndarray:
     """Integers summing to ``total`` minimising max(m_i / speed_i) (each >= ``minimum``)."""
     s = np.asarray(speeds, dtype=float)
     n = len(s)
@@ -222,8 +222,11 @@ class Rebalancer:
         cur = float((job.microbatches / s).max())
         ideal = split_microbatches(s, int(job.microbatches.sum()))
         if cur > (1 + self.tolerance) * float((ideal / s).max()) and not np.array_equal(ideal, job.microbatches):
-            # Name the rank whose share changes most (a slowdown, or a recovery).
-            worst = int(np.argmax(np.abs(ideal - job.microbatches)))
+            # Name the rank whose share changes most (a slowdown, or a recovery); of equal
+            # changes, the one furthest from the median speed (the cause, not a helper).
+            change = np.abs(ideal - job.microbatches)
+            cand = np.flatnonzero(change == change.max())
+            worst = int(cand[np.argmax(np.abs(s[cand] / np.median(s) - 1.0))])
             reason = (f"rank {worst} (chip {int(chips[worst])}) at {s[worst] / np.median(s):.2f}x median speed; "
                       f"its micro-batches {int(job.microbatches[worst])} -> {int(ideal[worst])}")
             moved = int(np.abs(ideal - job.microbatches).sum()) // 2

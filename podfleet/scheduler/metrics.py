@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,47 +34,94 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def pod_metrics(sched: Scheduler) -> list[dict[str, Any]]:
-    out = []
+    """Per pod: utilization, free chips, largest free block, fragmentation, spares,
+    unhealthy chips. Counted over all pods at once (a fleet has 1,024); the largest free
+    block is kept per pod until the pod changes (its ``version``, which is also when the
+    framework re-derives its free blocks)."""
     fw = sched.framework
-    counts = fw.free_counts()
-    for pod in sched.cluster.pods:
-        non_spare = int((~pod.spare).sum())
-        held = int((pod.owner >= 0).sum())
-        largest = fw.largest_free_shape(pod.index)
-        largest_n = int(np.prod(largest)) if largest else 0
-        free_n = int(counts[pod.index])
+    counts = fw.free_counts().tolist()
+    pods = sched.cluster.pods
+    if not pods:
+        return []
+    spare = np.stack([p.spare for p in pods])
+    n_spare = spare.sum(axis=1).tolist()
+    non_spare = (spare.shape[1] - spare.sum(axis=1)).tolist()
+    held = (np.stack([p.owner for p in pods]) >= 0).sum(axis=1).tolist()
+    unhealthy = (~np.stack([p.healthy for p in pods])).sum(axis=1).tolist()
+    cache = _largest.get(fw)
+    if cache is None or len(cache) != len(pods):
+        cache = _largest[fw] = [(-1, None, 0)] * len(pods)
+    out = []
+    for i, pod in enumerate(pods):
+        hit = cache[i]
+        if hit[0] != pod.version:
+            largest = fw.largest_free_shape(pod.index)
+            hit = cache[i] = (pod.version, largest, int(np.prod(largest)) if largest else 0)
+        largest, largest_n = hit[1], hit[2]
+        ns, free_n = non_spare[i], int(counts[pod.index])
         out.append({
             "pod": pod.index,
-            "utilization": held / non_spare if non_spare else 0.0,
+            "utilization": held[i] / ns if ns else 0.0,
             "free_chips": free_n,
             "largest_free_block": list(largest) if largest else [],
             "fragmentation": round(fragmentation(largest_n, free_n), 4),
-            "spares": int(pod.spare.sum()),
-            "unhealthy": int((~pod.healthy).sum()),
+            "spares": n_spare[i],
+            "unhealthy": unhealthy[i],
         })
     return out
+
+
+# framework -> per pod (pod version, largest free block shape, its chips)
+_largest: weakref.WeakKeyDictionary[Any, list[tuple[int, tuple[int, ...] | None, int]]] = weakref.WeakKeyDictionary()
+
+
+def balance_degrees(utilization: np.ndarray, chips_of: Mapping[str, Sequence[int] | np.ndarray]) -> dict[str, float]:
+    """``balance_degree`` of each job's chips, jobs of one size at a time (the same sums,
+    in the same order, as one job at a time)."""
+    u = np.asarray(utilization, dtype=float)
+    by_size: dict[int, list[str]] = {}
+    for j, chips in chips_of.items():
+        by_size.setdefault(len(chips), []).append(j)
+    degree: dict[str, float] = {}
+    for n, jobs in by_size.items():
+        if n == 0:
+            degree.update((j, 1.0) for j in jobs)
+            continue
+        idx = np.concatenate([np.asarray(chips_of[j], dtype=np.int64) for j in jobs]) if len(jobs) > 1 \
+            else np.asarray(chips_of[jobs[0]], dtype=np.int64)
+        rows = u[idx.reshape(len(jobs), n)]
+        top = rows.max(axis=1)
+        mean = np.add.reduce(rows, axis=1) / n
+        busy = ~(top <= 0)  # as ``balance_degree``: idle (max <= 0) is 1.0, NaN stays NaN
+        d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
+        degree.update(zip(jobs, d.tolist(), strict=True))
+    return {j: degree[j] for j in chips_of}
 
 
 def cluster_metrics(sched: Scheduler, now_s: float | None = None, utilization: np.ndarray | None = None) -> dict[str, Any]:
     """For DescribeCluster and /metrics. ``utilization`` (per chip, 0-1) adds balance degrees."""
     now = sched.time(now_s)
     pods = pod_metrics(sched)
-    waits = [
-        r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)
-        for r in sched.jobs.values() if r.phase is not JobPhase.REJECTED
-    ]
+    waits = []
+    pending = running = 0
+    for r in sched.jobs.values():
+        phase = r.phase
+        if phase is JobPhase.REJECTED:
+            continue
+        waiting = phase in (JobPhase.PENDING, JobPhase.NOMINATED)
+        waits.append(r.wait_s + (now - r.enqueued_s if waiting else 0.0))
+        pending += phase is JobPhase.PENDING
+        running += phase is JobPhase.RUNNING
     out: dict[str, Any] = {
         "pods": pods,
         "utilization": float(np.mean([p["utilization"] for p in pods])),
         "fragmentation": float(np.mean([p["fragmentation"] for p in pods])),
-        "pending_jobs": sum(r.phase is JobPhase.PENDING for r in sched.jobs.values()),
-        "running_jobs": sum(r.phase is JobPhase.RUNNING for r in sched.jobs.values()),
+        "pending_jobs": pending,
+        "running_jobs": running,
         "queue_wait_p50_s": percentile(waits, 50),
         "queue_wait_p95_s": percentile(waits, 95),
     }
     if utilization is not None:
-        u = np.asarray(utilization, dtype=float)
-        out["balance_degree"] = {
-            j: round(balance_degree(u[list(p.chips)]), 4) for j, p in sched.allocations().items()
-        }
+        degrees = balance_degrees(utilization, {j: p.chips for j, p in sched.allocations().items()})
+        out["balance_degree"] = {j: round(d, 4) for j, d in degrees.items()}
     return out

@@ -59,7 +59,9 @@ class WorkerConfig:
     device: str = "auto"  # "auto" (cuda if visible, else cpu), "cpu", "cuda"
     threads: int = 1  # torch intra-op threads; 1 keeps runs bitwise reproducible
     heartbeat_interval_s: float = 0.2
-    step_delay_s: float = 0.0  # test/benchmark knob: sleep after each step
+    step_delay_s: float = 0.0  # test/benchmark knob: sleep per step at an even share (scaled by this rank's share)
+    shares: tuple[int, ...] = ()  # samples of the global batch per rank (sum = global_batch); (): even
+    split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -75,6 +77,10 @@ class WorkerConfig:
                 f"global_batch ({self.global_batch}) is not divisible by world_size ({self.world_size})",
                 field="global_batch",
             )
+        if self.shares and (len(self.shares) != self.world_size or min(self.shares) < 1
+                            or sum(self.shares) != self.global_batch):
+            raise InvalidInputError(f"shares {list(self.shares)} must be {self.world_size} counts >= 1 "
+                                    f"summing to global_batch {self.global_batch}", field="shares")
         if self.checkpoint_interval and not self.checkpoint_dir:
             raise InvalidInputError("checkpoint_interval needs a checkpoint_dir", field="checkpoint_dir")
 
@@ -92,8 +98,9 @@ class WorkerConfig:
         unknown = set(raw) - names
         if unknown:
             raise InvalidInputError(f"unknown WorkerConfig fields: {sorted(unknown)}", field="config")
-        if "entrypoint_args" in raw:
-            raw["entrypoint_args"] = tuple(raw["entrypoint_args"])
+        for key in ("entrypoint_args", "shares"):
+            if key in raw:
+                raw[key] = tuple(raw[key])
         return cls(**raw)
 
     def replace(self, **changes: Any) -> WorkerConfig:

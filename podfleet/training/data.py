@@ -3,12 +3,14 @@
 The corpus is synthetic English-like operations text from a seeded grammar, so it
 has learnable structure (the loss falls quickly) and is identical on every host.
 A step's global batch is a pure function of (seed, step): rank r takes rows
-``[r*B/W, (r+1)*B/W)``, which is what makes W-rank data parallelism equal one
+``[r*B/W, (r+1)*B/W)`` (or, with an uneven split ``shares``, its own contiguous
+``shares[r]`` rows), which is what makes W-rank data parallelism equal one
 process on the global batch, and makes a resumed run see the same data.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -42,14 +44,34 @@ def global_batch_indices(seed: int, step: int, global_batch: int, seq_len: int) 
     return rng.integers(0, len(data) - seq_len - 1, size=global_batch)
 
 
+def split_samples(shares: Sequence[float], global_batch: int) -> tuple[int, ...]:
+    """Relative per-rank work (e.g. micro-batches) as samples of the global batch: each
+    >= 1, summing to ``global_batch`` (largest remainder)."""
+    w = np.asarray(list(shares), dtype=float)
+    n = len(w)
+    if n == 0 or global_batch < n or (w <= 0).any():
+        raise ValueError(f"cannot split {global_batch} samples over shares {list(shares)[:8]}")
+    exact = 1 + (global_batch - n) * w / w.sum()
+    out = np.floor(exact).astype(np.int64)
+    for i in np.argsort(-(exact - out), kind="stable")[: global_batch - int(out.sum())]:
+        out[i] += 1
+    return tuple(int(x) for x in out)
+
+
 def batch(
-    seed: int, step: int, global_batch: int, seq_len: int, rank: int = 0, world_size: int = 1
+    seed: int, step: int, global_batch: int, seq_len: int, rank: int = 0, world_size: int = 1,
+    shares: Sequence[int] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(inputs, targets) int64 arrays of shape [global_batch/world_size, seq_len] for this rank."""
+    """(inputs, targets) int64 arrays of shape [this rank's share, seq_len] (default: an
+    even share, global_batch/world_size)."""
     data = corpus_bytes()
     starts = global_batch_indices(seed, step, global_batch, seq_len)
-    per = global_batch // world_size
-    mine = starts[rank * per : (rank + 1) * per]
+    if shares:
+        lo = int(sum(shares[:rank]))
+        mine = starts[lo : lo + int(shares[rank])]
+    else:
+        per = global_batch // world_size
+        mine = starts[rank * per : (rank + 1) * per]
     idx = mine[:, None] + np.arange(seq_len + 1)[None, :]
     rows = data[idx].astype(np.int64)
     return rows[:, :-1], rows[:, 1:]

@@ -4,10 +4,19 @@ Step order matters for recovery: forward, backward (DDP all-reduces gradients), 
 only then ``optimizer.step``. Every collective of a step comes before the update, so when a peer dies mid-step this rank's model and optimizer still
 hold exactly the last completed step: that state *is* the replica the new gang resumes
 from (DP replicas are identical), and at most the interrupted step is lost.
+
+Uneven split (load rebalancing): rank r takes ``shares[r]`` samples of the global batch
+and scales its mean loss by ``shares[r] / mean(shares)`` before DDP averages the
+gradients, so the update is the global-batch mean gradient, exactly the even split's.
+A new split arrives between steps: the fabric writes ``cfg.split_file``; rank 0 reads
+it and broadcasts it (one small collective per step, before the step's data is taken),
+so every rank switches at the same step. The reported loss is the scaled one: its mean
+over ranks is the global-batch mean, as with an even split.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -16,7 +25,7 @@ import torch.distributed as dist
 
 from podfleet.checkpoint.torch_state import AsyncCheckpointer
 from podfleet.training.config import Reporter, WorkerConfig
-from podfleet.training.data import batch
+from podfleet.training.data import batch, split_samples
 from podfleet.training.model import loss_fn
 
 
@@ -33,6 +42,26 @@ def is_comm_failure(exc: BaseException) -> bool:
     return isinstance(exc, dist.DistError) or any(
         s in text for s in ("gloo", "Connection reset", "Connection closed", "NCCL", "Broken pipe")
     )
+
+
+def _read_split(path: str, global_batch: int, world_size: int) -> tuple[int, ...] | None:
+    """The split the fabric last wrote (samples per rank), or None if none or unusable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        got = split_samples([float(x) for x in raw["shares"]], global_batch)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return got if len(got) == world_size else None
+
+
+def _agree_split(cfg: WorkerConfig, current: tuple[int, ...]) -> tuple[int, ...]:
+    """Rank 0's view of the split file, broadcast so every rank uses the same split."""
+    assert cfg.split_file is not None
+    want = _read_split(cfg.split_file, cfg.global_batch, cfg.world_size) if cfg.rank == 0 else None
+    t = torch.tensor(want or current, dtype=torch.int64)
+    dist.broadcast(t, src=0)
+    return tuple(int(x) for x in t.tolist())
 
 
 @dataclass
@@ -53,12 +82,20 @@ def train(
 ) -> LoopState:
     distributed = cfg.world_size > 1
     tokens_per_step = cfg.global_batch * cfg.seq_len
+    even = cfg.global_batch // cfg.world_size
+    shares = cfg.shares or (even,) * cfg.world_size
     for step in range(state.step + 1, cfg.steps + 1):
         t0 = time.perf_counter()
-        x, y = batch(cfg.seed, step, cfg.global_batch, cfg.seq_len, cfg.rank, cfg.world_size)
-        xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
         try:
-            loss = loss_fn(ddp(xb), yb)
+            if distributed and cfg.split_file:
+                new = _agree_split(cfg, shares)
+                if new != shares:
+                    reporter.log(f"work split {list(shares)} -> {list(new)} from step {step}")
+                    shares = new
+            x, y = batch(cfg.seed, step, cfg.global_batch, cfg.seq_len, cfg.rank, cfg.world_size, shares)
+            xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+            # Weighted so DDP's average over ranks is the global-batch mean gradient.
+            loss = loss_fn(ddp(xb), yb) * (shares[cfg.rank] * cfg.world_size / cfg.global_batch)
             loss.backward()  # DDP all-reduces the gradients here: the step's only collective
         except Exception as exc:
             if distributed and is_comm_failure(exc):
@@ -75,7 +112,8 @@ def train(
         if checkpointer is not None and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
             checkpointer.save(step, model, optimizer)
         if cfg.step_delay_s:
-            time.sleep(cfg.step_delay_s)
+            # An emulated slow chip is slow per sample: the delay scales with this rank's share.
+            time.sleep(cfg.step_delay_s * shares[cfg.rank] * cfg.world_size / cfg.global_batch)
     return state
 
 

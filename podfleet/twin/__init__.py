@@ -6,7 +6,9 @@ through the ``Fabric`` protocol. This package is the one place that builds a twi
 drives work over it.
 
     from podfleet.twin.scenario import load_scenario, parse_scenario, run_scenario
-    run_scenario(load_scenario("examples/pod-24h.yaml"), events_path=None) -> report dict
+    from podfleet.twin.rehearsal import rehearse
+    rehearse(load_scenario("examples/pod-24h.yaml"))     # the whole control plane (podfleet sim)
+    run_scenario(load_scenario("examples/pod-24h.yaml"))  # the twin alone (twin benchmarks)
 
     from podfleet.twin.harness import make_pod, check_invariants
     pod = make_pod(seed, jobs=(64,), spares=8)   # Pod(tl, fab, orch, journal, jobs)
@@ -17,7 +19,9 @@ drives work over it.
     from podfleet.twin.evaluate import run_seed, fit_model, score
     score([run_seed(s, model=fit_model([run_seed(1)]))]) -> recall, false alarms, lead
 
-Modules: ``scenario`` (YAML scenarios -> a run -> a report; ``podfleet sim``),
+Modules: ``scenario`` (YAML scenarios, validated; the twin-alone run), ``rehearsal``
+(a scenario through the control plane's commands; ``podfleet sim``), ``report`` (its
+report: recoveries, alerts, predictions, ETTR, chip-hours lost by cause),
 ``harness`` (a twin pod with managed jobs and the recovery orchestrator, and the
 invariants), ``chaos`` (faults of every kind with invariants checked after every event
 and a control-plane restart), ``evaluate`` (failure prediction trained and measured on

@@ -1,162 +1,458 @@
-"""One chaos run (see bench/chaos.py): faults injected round-robin over every kind into
-a twin with jobs, invariants checked after every timeline event, the recovery journal
-and checkpoints written to a real store, and one orchestrator restart mid-recovery."""
+"""One chaos run on the rehearsal path (see bench/chaos.py and docs/chaos.md).
+
+The real control plane (``podfleet.compose.build``) runs in virtual time on a SQLite
+file, with resident training jobs on a twin pod. Faults of every kind are injected
+through ``plane.inject_fault`` (the InjectFault command), jobs are submitted and stopped
+(acknowledged writes), and the control plane is killed several times mid-run: the old
+plane is dropped without a shutdown (its store and fabric are never closed, its
+timeline never runs again) and a new one is built on the same database file and
+``load()``-ed, as production restarts.
+
+Counting is strict:
+
+* a fault is *interrupting* when it touched a running job: its chip was held by a
+  running job, or its link joins two chips of a running job's block;
+* a chip fault is *recovered* when its job runs again (the control plane says
+  RUNNING/CHECKPOINTING, the twin runs it, and it reports new progress) within
+  ``SETTLE_S`` (10 simulated minutes); a job paused longer than that is *lost*;
+* a link fault is recovered when the control plane's link flow rerouted it (a detour
+  for every flow over the link) and its job's tokens/s is back within 5% of the rate
+  before the fault, or the job is reported degraded with the link as its reason;
+* ``double_allocations``: a chip held by two live jobs (allocations, owners, twin runs);
+* ``acked_writes_lost``: job submits and stops that returned, read back after every
+  restart from a *new* store opened on the file;
+* ``invariant_violations``: every invariant that stayed broken longer than ``GRACE_S``
+  of simulated time (a fault is handled one zero-delay event after it lands), listed.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.compose import Parts, build
+from podfleet.control.lifecycle import JobState
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.engine.timeline import Timeline
+from podfleet.fabric.base import ChipState, FaultInjection, Introspection, LinkState, RunState
 from podfleet.hardware.faults import LINK_FAULTS, FaultKind
-from podfleet.recovery.model import JobPolicy, Recovery, Timings
-from podfleet.recovery.orchestrator import RecoveryOrchestrator
-from podfleet.store.db import Store
-from podfleet.store.records import CheckpointRecord, ClusterRecord, JobRecord
-from podfleet.twin.harness import check_invariants, make_pod
+from podfleet.store import open_store
+from podfleet.store.protocol import StoreProtocol
 
-SETTLE_S = 600.0
-GAP_S = 120.0
+SETTLE_S = 600.0  # a job not running again 10 simulated minutes after a fault is lost
+GAP_S = 120.0  # one fault every 2 minutes of twin time
+RATE_TOLERANCE = 0.05  # a rerouted job runs within 5% of its pre-fault tokens/s
+GRACE_S = 5.0  # how long an invariant may be broken while a fault is being handled
+# A job view's step may trail the twin by one progress report (a step: ~20 s here).
+PROGRESS_GRACE_S = 60.0
+REPAIR_S = 1800.0  # a technician replaces a down chip or reseats a down link (an assumption)
+EVAL_S = 5.0  # how often pending faults are evaluated and technicians walk the floor
+CLUSTER = "chaos"
+# Resident jobs: (chips, parallelism). dp > 1 shrinks when no chip is free; dp = 1 waits.
+RESIDENT = ((32, {"tp": 8, "pp": 1, "dp": 4}), (16, {"tp": 8, "pp": 2, "dp": 1}), (8, {"tp": 4, "pp": 1, "dp": 2}))
+MODEL = "llama3-8b"
+CHURN_MODEL = "tiny"
+CHURN_EVERY = 4  # a small job is submitted (and the previous one stopped) every N faults
+_RUNNING = (JobState.RUNNING, JobState.CHECKPOINTING)
 
-
-class StoreJournal:
-    """Listener that persists each recovery's journal in its job's status (the store)."""
-
-    def __init__(self, store: Store, cluster_id: str) -> None:
-        self.store, self.cluster_id = store, cluster_id
-        self.acked: dict[str, int] = {}  # job id -> steps acknowledged in the stored journal
-
-    def recovery_changed(self, rec: Recovery) -> None:
-        if rec.job_id is None:
-            return
-        self.store.save_job(JobRecord(rec.job_id, self.cluster_id, "RECOVERING", {},
-                                      {"recovery": rec.to_dict()}))
-        self.acked[rec.job_id] = len(rec.steps)  # save_job returned: durable
-
-    def job_recovered(self, job_id: str, chips: tuple[int, ...], rec: Recovery) -> None:
-        self.recovery_changed(rec)
-
-    def link_changed(self, link: int, state: str, rec: Recovery) -> None:
-        pass
+StoreOpener = Callable[[str], StoreProtocol]
 
 
+@dataclass
+class Fault:
+    i: int
+    kind: str
+    t: float
+    target: str  # "chip N" or "link A-B"
+    link: int | None
+    job: str | None  # the running job it touched (None: not interrupting)
+    rate_before: float = 0.0
+    step_mark: int = -1  # the twin's step for the job when last seen not running
+    view_mark: int = -1  # the job view's reported step at the fault (a link's rate must be fresh)
+    outcome: str | None = None  # "recovered" | "lost"
+    why: str = ""
+
+
+@dataclass
+class Acked:
+    op: str  # "submit" | "stop"
+    job: str
+    model: str
+    chips: int
+    t: float
+
+
+@dataclass
+class _Watch:
+    since: float
+    counted: bool = False
+
+
+@dataclass
 class ChaosRun:
-    def __init__(self, seed: int, *, faults: int = 100, db_url: str = "sqlite://") -> None:
-        self.seed, self.n_faults = seed, faults
-        self.store = Store(db_url)
-        self.pod = make_pod(seed, jobs=(32, 16, 8), timings=Timings(repair_s=1800.0))
-        self.pod.orch.policies["job-1"] = JobPolicy(on_no_spare="wait")
-        self.store.save_cluster(ClusterRecord("cl-chaos", f"chaos-{seed}", "active", {}))
-        for j in self.pod.jobs:
-            self.store.save_job(JobRecord(j, "cl-chaos", "RUNNING", {}, {}))
-        self.journal = StoreJournal(self.store, "cl-chaos")
-        self.pod.orch.listener = self.journal
-        self.acked_ckpt: list[tuple[str, int]] = []
-        self.violations: list[str] = []
-        self.double = 0
-        self.restarts = 0
-        self.flows: list[Any] = []  # finished recovery flows of orchestrators replaced by restarts
-        self.pod.fab.subscribe(self._on_event)
+    seed: int
+    faults: int = 100
+    db_path: str = "chaos.db"
+    restarts: int = 3
+    open_store: StoreOpener = field(default=open_store)
+    gap_s: float = GAP_S
+    telemetry_interval_s: float = 2.0
 
-    def _on_event(self, ev: FabricEvent) -> None:
-        if ev.kind == "checkpoint" and ev.job_id:
-            step = int(ev.detail["step"])
-            self.store.add_checkpoint(CheckpointRecord(f"ck-{ev.job_id}-{step}-{len(self.acked_ckpt)}",
-                                                       ev.job_id, step, "twin://", ev.t))
-            self.acked_ckpt.append((ev.job_id, step))
+    def __post_init__(self) -> None:
+        self.url = f"sqlite:///{self.db_path}"
+        self.rng = np.random.default_rng(self.seed + 7)
+        self.dead: list[Parts] = []  # planes that "crashed": kept, never closed nor run
+        self.parts = self._build(Timeline(seed=self.seed))
+        self.log: list[Fault] = []
+        self.acked: list[Acked] = []
+        self.resident: list[str] = []
+        self.churn: list[str] = []
+        self.violations: dict[str, str] = {}  # incident key -> first sentence, with time
+        self.watch: dict[str, _Watch] = {}
+        self.doubles: set[str] = set()
+        self.down_since: dict[tuple[str, int], float] = {}  # ("chip"|"link", index) -> first seen down
+        self.repairs = 0
+        self.acked_lost: list[str] = []
+        self.n_restarts = 0
+        self._log_len = 0
+        self._next_eval = 0.0
+        self.lost_jobs: list[str] = []
 
+    # --- the plane --------------------------------------------------------------------------
+    def _build(self, tl: Timeline) -> Parts:
+        return build(self.open_store(self.url), tl, telemetry_interval_s=self.telemetry_interval_s)
+
+    @property
+    def plane(self) -> Any:
+        return self.parts.plane
+
+    @property
+    def rt(self) -> ClusterRuntime:
+        rt: ClusterRuntime = self.plane.resolve(CLUSTER)
+        return rt
+
+    def restart(self) -> None:
+        """Kill the control plane (no shutdown) and start a new one on the same file."""
+        old = self.parts
+        old.plane.tl.stop()  # its timeline never runs again; store and fabric stay as they were
+        self.dead.append(old)
+        self.parts = self._build(Timeline(seed=self.seed * 1000 + len(self.dead), start=old.plane.tl.now))
+        self.plane.load()
+        self.n_restarts += 1
+        self._log_len = 0
+        self._check_acked()
+
+    def _check_acked(self) -> None:
+        """Every acknowledged submit and stop, read back from a new store on the file."""
+        fresh = open_store(self.url)
+        try:
+            for a in self.acked:
+                rec = fresh.get_job(a.job)
+                if rec is None:
+                    bad = f"{a.op} of {a.job} acknowledged at t={a.t:.1f} but the job is not in the store"
+                elif rec.spec.get("model") != a.model or int(rec.spec.get("chips", -1)) != a.chips:
+                    bad = f"{a.op} of {a.job}: stored spec {rec.spec.get('model')}/{rec.spec.get('chips')} differs"
+                elif a.op == "stop" and rec.state != JobState.STOPPED.value:
+                    bad = f"stop of {a.job} acknowledged at t={a.t:.1f} but the store says {rec.state}"
+                else:
+                    continue
+                if bad not in self.acked_lost:
+                    self.acked_lost.append(bad)
+        finally:
+            fresh.close()
+
+    # --- time -------------------------------------------------------------------------------
+    def advance(self, until: float) -> None:
+        """Run the plane's timeline to ``until``, checking invariants whenever its event log
+        grew and evaluating faults every ``EVAL_S``."""
+        tl = self.plane.tl
+        env = tl.env
+        while env.peek() <= until:
+            env.step()
+            if len(tl.log) != self._log_len:
+                self._log_len = len(tl.log)
+                self._check()
+            if tl.now >= self._next_eval:
+                self._next_eval = tl.now + EVAL_S
+                self._check()
+                self._evaluate()
+                self._technician()
+        if tl.now < until:
+            env.run(until=until)
+
+    # --- invariants -------------------------------------------------------------------------
     def _check(self) -> None:
-        for v in check_invariants(self.pod):
-            if "paused with no recovery" in v:
-                continue  # transient between a fault and its handling; checked at the end
-            self.double += "is in jobs" in v
-            self.violations.append(f"t={self.pod.tl.now:.3f} {v}")
+        now = self.plane.tl.now
+        broken = self.invariants()
+        for key, sentence in broken.items():
+            w = self.watch.setdefault(key, _Watch(now))
+            grace = PROGRESS_GRACE_S if key.startswith("progress:") else GRACE_S
+            if not w.counted and now - w.since > grace:
+                w.counted = True
+                self.violations[f"{key}@{w.since:.3f}"] = f"t={w.since:.3f} {sentence}"
+                if key.startswith("double:"):
+                    self.doubles.add(f"{key}@{w.since:.3f}")
+        for key in list(self.watch):
+            if key not in broken:
+                del self.watch[key]
 
-    def _restart(self) -> None:
-        """The control plane dies mid-recovery; a new orchestrator adopts the journal."""
-        old = self.pod.orch
-        journals = {j: self.store.get_job(j).status.get("recovery") for j in list(old.active)}  # type: ignore[union-attr]
-        old.close()
-        self.flows += old.done
-        new = RecoveryOrchestrator(self.pod.fab, self.pod.tl, timings=old.timings, listener=self.journal,
-                                  spares=self.pod.fab.spares)
-        for j, pol in old.policies.items():
-            if j not in journals:
-                new.manage(j, pol)
-        new.fenced = dict(old.fenced)
-        for j, jr in journals.items():
-            if jr is not None:
-                new.adopt(jr, old.policies.get(j))
-        self.pod.orch = new
-        self.restarts += 1
+    def invariants(self) -> dict[str, str]:
+        """Broken invariants now, by key (a sentence each)."""
+        bad: dict[str, str] = {}
+        plane, rt = self.plane, self.rt
+        fab = rt.fabric
+        assert isinstance(fab, Introspection)
+        states = rt.chip_states()
+        held: dict[int, str] = {}
+        rec_svc = self.parts.recovery
+        for job in plane.table:
+            if job.cluster_id != rt.id:
+                continue
+            if job.state in _RUNNING or job.state == JobState.RECOVERING:
+                for c in job.chips:
+                    other = held.get(c)
+                    if other is not None and other != job.id:
+                        bad[f"double:{c}"] = f"chip {c} is allocated to jobs {other} and {job.id}"
+                    held[c] = job.id
+            run = fab.run_status(job.id)
+            live = run is not None and run.live
+            if job.ended and live:
+                bad[f"orphan:{job.id}"] = f"job {job.id} ended ({job.state.value}) but the twin still runs it"
+            if job.state in _RUNNING and not rec_svc.owns(job.id):
+                if run is None or run.state is not RunState.RUNNING:
+                    bad[f"stalled:{job.id}"] = (f"job {job.id} is {job.state.value} but the twin has it "
+                                                f"{run.state.value if run else 'not running'}")
+                else:
+                    owned = set(rt.owners.chips_of(job.id))
+                    if set(run.chips) != set(job.chips) or owned != set(job.chips):
+                        bad[f"owners:{job.id}"] = (f"job {job.id}: allocation, owner map and twin disagree "
+                                                   f"({len(job.chips)}/{len(owned)}/{len(run.chips)} chips)")
+            if run is not None and run.state is RunState.RUNNING and job.state in _RUNNING:
+                shown = job.status.progress.step
+                if shown > run.step + 1:
+                    bad[f"progress:{job.id}"] = (f"job {job.id} shows step {shown} but the twin runs it at step "
+                                                 f"{run.step} (a restore to an earlier step not shown)")
+            if run is not None and run.state is RunState.RUNNING:
+                down = [c for c in run.chips if states[c] not in (ChipState.HEALTHY, ChipState.DEGRADED)]
+                if down:
+                    bad[f"down:{job.id}"] = f"job {job.id} runs on chips {down} which are down"
+        for c, j in rt.owners.items():
+            other = held.get(c)
+            job = plane.table.find(j)
+            if job is None or job.ended:
+                bad[f"owner-dead:{c}"] = f"chip {c} is owned by {j}, which is not a live job"
+            elif other is not None and other != j:
+                bad[f"double:{c}"] = f"chip {c} is owned by {j} but allocated to {other}"
+        return bad
+
+    # --- faults -----------------------------------------------------------------------------
+    def _running(self) -> list[Any]:
+        return [j for j in self.plane.table if j.cluster_id == self.rt.id and j.state in _RUNNING]
+
+    def inject(self, i: int, kind: FaultKind) -> Fault:
+        plane, rt = self.plane, self.rt
+        now = plane.tl.now
+        running = self._running()
+        aim = bool(running) and self.rng.random() < 0.85  # most faults aim at a running job
+        if kind in LINK_FAULTS:
+            lstates = [str(s) for s in rt.fabric.link_states()]
+            links = [lk for lk in rt.topology.links if lstates[lk.index] == LinkState.UP.value]
+            if aim:
+                blocks = [set(j.chips) for j in running]
+                inside = [lk for lk in links if any(lk.src in b and lk.dst in b for b in blocks)]
+                links = inside or links
+            lk = links[int(self.rng.integers(len(links)))]
+            plane.inject_fault(CLUSTER, kind.value, link=f"{lk.src}-{lk.dst}", actor="chaos")
+            job = next((j for j in running if lk.src in j.chips and lk.dst in j.chips), None)
+            f = Fault(i, kind.value, now, f"link {lk.src}-{lk.dst}", lk.index, job.id if job else None)
+        else:
+            states = rt.chip_states()
+            ok = [c for c in range(len(states)) if states[c] in (ChipState.HEALTHY, ChipState.DEGRADED)]
+            chips = [c for c in ok if rt.owners.get(c) in {j.id for j in running}] if aim else []
+            pool = chips or ok
+            chip = int(pool[int(self.rng.integers(len(pool)))])
+            owner = rt.owners.get(chip)
+            job = next((j for j in running if j.id == owner), None)
+            plane.inject_fault(CLUSTER, kind.value, chip=chip, actor="chaos")
+            f = Fault(i, kind.value, now, f"chip {chip}", None, job.id if job else None)
+        if f.job is not None:
+            prog = plane.jobs.describe(f.job)["progress"]
+            f.rate_before = float(prog.get("tokens_per_s") or 0.0)
+            f.view_mark = int(prog.get("step") or 0)
+            run = rt.fabric.run_status(f.job) if isinstance(rt.fabric, Introspection) else None
+            f.step_mark = run.step if run is not None else 0
+        self.log.append(f)
+        return f
+
+    def _evaluate(self) -> None:
+        now = self.plane.tl.now
+        for f in self.log:
+            if f.outcome is not None or f.job is None:
+                continue
+            ok, why = self._recovered(f)
+            if ok:
+                f.outcome, f.why = "recovered", why
+            elif now - f.t > SETTLE_S:
+                f.outcome, f.why = "lost", why
+                self.lost_jobs.append(f"{f.job} after {f.kind} at {f.target} (t={f.t:.1f}): {why}")
+
+    def _recovered(self, f: Fault) -> tuple[bool, str]:
+        assert f.job is not None
+        plane, rt = self.plane, self.rt
+        job = plane.table.find(f.job)
+        if job is None:
+            return False, "the job is gone from the control plane"
+        if job.state == JobState.SUCCEEDED:
+            return True, "finished"
+        if job.ended:
+            return False, f"the job ended {job.state.value}: {job.status.reason}"
+        view = plane.jobs.describe(f.job)
+        fab = rt.fabric
+        assert isinstance(fab, Introspection)
+        run = fab.run_status(f.job)
+        if job.state not in _RUNNING or run is None or run.state is not RunState.RUNNING:
+            f.step_mark = run.step if run is not None else -1  # progress counts from when it runs again
+            return False, f"job {job.state.value} ({job.status.reason}); twin run {run.state.value if run else None}"
+        if run.step == f.step_mark:  # the twin's own step counter: the ground truth of progress
+            return False, "running but no step completed since"
+        if f.link is None:
+            return True, "running with new progress"
+        reason = str(view.get("reason") or "")
+        if "degraded" in reason and f.target.split()[1] in reason:
+            return True, f"reported degraded: {reason}"
+        if int(view["progress"].get("step") or 0) == f.view_mark:
+            return False, "no progress report since the fault (its rate is unknown)"
+        rerouted = self._rerouted(f)
+        rate = float(view["progress"].get("tokens_per_s") or 0.0)
+        if not rerouted:
+            return False, "no reroute of the link recorded"
+        if rate < (1.0 - RATE_TOLERANCE) * f.rate_before:
+            return False, f"rerouted, but {rate:.0f} tokens/s vs {f.rate_before:.0f} before (and not reported degraded)"
+        return True, f"rerouted; {rate:.0f} tokens/s vs {f.rate_before:.0f} before"
+
+    def _rerouted(self, f: Fault) -> bool:
+        link = self.rt.fabric.link_states()[f.link] if f.link is not None else None
+        if link is not None and str(link) == LinkState.UP.value:
+            return True  # repaired (or a fresh twin after a restart): no flow crosses a dead link
+        orch = self.parts.recovery.orch.get(self.rt.id)
+        if orch is None:
+            return False
+        for rec in orch.done:
+            if rec.kind == "link" and rec.target == f"link:{f.link}" and rec.t_start >= f.t - 1e-9 \
+                    and rec.state.value == "done":
+                reroute = next((s for s in rec.steps if s.name == "reroute"), None)
+                return reroute is not None and reroute.detail.get("detour") is not None
+        return False
+
+    def _technician(self) -> None:
+        """Replace chips and reseat links that have been down for ``REPAIR_S``."""
+        rt, now = self.rt, self.plane.tl.now
+        fab = rt.fabric
+        assert isinstance(fab, FaultInjection)
+        for c, s in enumerate(rt.chip_states()):
+            key = ("chip", c)
+            if s in (ChipState.FAILED, ChipState.ISOLATED):
+                since = self.down_since.setdefault(key, now)
+                if now - since >= REPAIR_S:
+                    fab.repair_chip(c, "replaced by the chaos technician")
+                    self.repairs += 1
+                    del self.down_since[key]
+            else:
+                self.down_since.pop(key, None)
+        for j, ls in enumerate(rt.fabric.link_states()):
+            key = ("link", j)
+            if str(ls) != LinkState.UP.value:
+                since = self.down_since.setdefault(key, now)
+                if now - since >= REPAIR_S:
+                    fab.repair_link(j, "reseated by the chaos technician")
+                    self.repairs += 1
+                    del self.down_since[key]
+            else:
+                self.down_since.pop(key, None)
+
+    # --- acknowledged writes -----------------------------------------------------------------
+    def _churn(self) -> None:
+        """Stop the oldest small job once two are out, and submit a new one: acked writes."""
+        plane = self.plane
+        # A job with a fault still being judged is left alone: stopping it would hide the outcome.
+        judged = {f.job for f in self.log if f.outcome is None}
+        stoppable = [j for j in self.churn if j not in judged]
+        if len(self.churn) >= 2 and stoppable:
+            jid = stoppable[0]
+            self.churn.remove(jid)
+            job = plane.table.find(jid)
+            if job is not None and not job.ended:
+                plane.jobs.stop(jid, actor="chaos")
+                self.acked.append(Acked("stop", jid, CHURN_MODEL, 2, plane.tl.now))
+        # A small, fast model: a 2-chip llama3-8b step lasts minutes, longer than the judging window.
+        v = plane.jobs.submit(CLUSTER, {"model": CHURN_MODEL, "chips": 2, "steps": 10**9,
+                                        "checkpoint_interval": 100_000}, actor="chaos")
+        self.churn.append(v["id"])
+        self.acked.append(Acked("submit", v["id"], CHURN_MODEL, 2, plane.tl.now))
+
+    # --- the run -----------------------------------------------------------------------------
+    def setup(self) -> None:
+        plane = self.plane
+        plane.create_cluster({"name": CLUSTER, "type": "trn2-ultraserver", "spares": 4}, actor="chaos")
+        self.advance(plane.tl.now + 30)
+        for chips, par in RESIDENT:
+            v = plane.jobs.submit(CLUSTER, {"model": MODEL, "chips": chips, "steps": 10**7,
+                                            "checkpoint_interval": 50, "parallelism": par}, actor="chaos")
+            self.resident.append(v["id"])
+            self.acked.append(Acked("submit", v["id"], MODEL, chips, plane.tl.now))
+        self.advance(plane.tl.now + 300)
 
     def run(self) -> dict[str, Any]:
-        pod, tl, fab = self.pod, self.pod.tl, self.pod.fab
-        rng = np.random.default_rng(self.seed + 7)
+        self.setup()
         kinds = list(FaultKind)
-        recovered = 0
-        by_kind = {k.value: 0 for k in kinds}
-        env = tl.env
-        restart_at = self.n_faults // 2
+        every = max(1, self.faults // (self.restarts + 1)) if self.restarts else self.faults + 1
+        for i in range(self.faults):
+            self.inject(i, kinds[i % len(kinds)])
+            if i % CHURN_EVERY == CHURN_EVERY - 1:
+                self._churn()
+            if i % every == every - 1 and self.n_restarts < self.restarts:
+                # Mid-recovery (a few ms after the fault) or somewhere in the gap.
+                delay = 0.005 if self.n_restarts % 2 == 0 else float(self.rng.uniform(1.0, self.gap_s - 1.0))
+                self.advance(self.plane.tl.now + delay)
+                self.restart()
+            self.advance(self.plane.tl.now + self.gap_s)
+        self.advance(self.plane.tl.now + SETTLE_S + EVAL_S)
+        self._check_acked()
+        return self.result()
 
-        def advance(until: float) -> None:
-            seq = len(tl.log)
-            while env.peek() <= until:
-                env.step()
-                if len(tl.log) != seq:
-                    seq = len(tl.log)
-                    self._check()
-            env.run(until=until) if env.now < until else None
-
-        advance(300.0)
-        pending: list[tuple[float, set[str]]] = []
-        for i in range(self.n_faults):
-            kind = kinds[i % len(kinds)]
-            touched: set[str] = set()
-            if kind in LINK_FAULTS:
-                up = np.flatnonzero(fab.link_metrics()["state"] == 0)
-                fab.inject_fault(kind, link=int(up[rng.integers(up.size)]))
-            else:
-                cands = [c for c, j in pod.orch.owner.items()
-                         if fab.chip_state(c) in (ChipState.HEALTHY, ChipState.DEGRADED)]
-                chip = int(cands[rng.integers(len(cands))]) if cands else None
-                if chip is None:
-                    usable = np.flatnonzero(fab.usable_mask())
-                    chip = int(usable[rng.integers(usable.size)])
-                touched = {pod.orch.owner[chip]} if chip in pod.orch.owner else set()
-                fab.inject_fault(kind, chip=chip)
-            by_kind[kind.value] += 1
-            pending.append((tl.now + SETTLE_S, touched))
-            if i == restart_at:
-                advance(tl.now + 0.005)  # inside the recovery's first steps
-                self._restart()
-            advance(tl.now + GAP_S)
-            recovered += self._settle(pending, tl.now)
-        advance(tl.now + SETTLE_S)
-        recovered += self._settle(pending, float("inf"))
-        final = check_invariants(pod)
-        lost = [j for j in pod.jobs if str(fab.jobs[j].state) == "stopped" and j not in pod.orch.active]
-        lost_writes = sum(1 for j, s in self.acked_ckpt if s not in {c.step for c in self.store.list_checkpoints(j)})
-        for j, n in self.journal.acked.items():
-            stored = self.store.get_job(j)
-            lost_writes += int(stored is None or len(stored.status.get("recovery", {}).get("steps", [])) < n)
-        self.store.close()
-        flows = self.flows + pod.orch.done
-        return {"recovery_flows": len(flows),
-                "recovery_flows_failed": sum(f.state.value != "done" for f in flows),
-                "recovery_flows_open": len(pod.orch.active),"faults": self.n_faults, "recovered": recovered, "jobs_lost": len(lost),
-                "double_allocations": self.double, "acked_writes_lost": lost_writes,
-                "invariant_violations": len(self.violations) + len(final),
-                "first_violation": (self.violations + final)[:1], "restarts": self.restarts, "by_kind": by_kind}
-
-    def _settle(self, pending: list[tuple[float, set[str]]], now: float) -> int:
-        ok = 0
-        while pending and pending[0][0] <= now:
-            _, touched = pending.pop(0)
-            fab = self.pod.fab
-            if all(str(fab.jobs[j].state) in ("running", "finished") for j in touched):
-                ok += 1
-            elif all(j in self.pod.orch.active and self.pod.orch.active[j].state.value == "waiting" for j in touched):
-                ok += 1  # parked by its own policy (wait for a chip): not a failed recovery
-        return ok
+    def result(self) -> dict[str, Any]:
+        now = self.plane.tl.now
+        for jid in self.resident:  # a resident job not running at the end counts too
+            job = self.plane.table.find(jid)
+            if job is None or (job.ended and job.state != JobState.SUCCEEDED):
+                self.lost_jobs.append(f"{jid} ended {job.state.value if job else 'missing'}")
+            elif job.state not in _RUNNING and not any(f.job == jid and f.outcome is None for f in self.log):
+                since = max((f.t for f in self.log if f.job == jid), default=0.0)
+                if now - since > SETTLE_S:
+                    self.lost_jobs.append(f"{jid} is {job.state.value} at the end: {job.status.reason}")
+        interrupting = [f for f in self.log if f.job is not None]
+        recovered = sum(f.outcome == "recovered" for f in interrupting)
+        violations = sorted(self.violations.values())
+        by_kind = {k.value: sum(f.kind == k.value for f in self.log) for k in FaultKind}
+        return {
+            "faults": len(self.log),
+            "interrupting_faults": len(interrupting),
+            "recovered": recovered,
+            "unrecovered": [f"{f.kind} at {f.target} (t={f.t:.1f}) on {f.job}: {f.why}"
+                            for f in interrupting if f.outcome != "recovered"],
+            "jobs_lost": len(self.lost_jobs),
+            "lost": list(self.lost_jobs),
+            "double_allocations": len(self.doubles),
+            "acked_writes": len(self.acked),
+            "acked_writes_lost": len(self.acked_lost),
+            "acked_lost": list(self.acked_lost),
+            "invariant_violations": len(violations),
+            "violations": violations,
+            "restarts": self.n_restarts,
+            "repairs": self.repairs,
+            "sim_s": round(now, 1),
+            "by_kind": by_kind,
+        }

@@ -1,5 +1,9 @@
 """Twin scenarios: a YAML file -> a validated ``Scenario`` -> a run in virtual time -> a report.
 
+``podfleet sim`` rehearses a scenario with the whole control plane in the loop
+(``podfleet.twin.rehearsal.rehearse``); ``run_scenario`` here runs the twin alone (the
+twin benchmarks measure it), with its own little recovery loop.
+
 Validation is strict (unknown fields and bad values are refused with a one-line
 ``InvalidInputError`` naming the field and the valid choices). See docs/twin.md for
 the format; examples/ holds working files.
@@ -15,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
@@ -28,15 +32,19 @@ from podfleet.hardware.faults import FaultKind
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_DUR_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_DUR_PARTS = re.compile(r"(?:\d+(?:\.\d+)?[smhd])+")
 
 
 def _duration(v: Any) -> Any:
     """Seconds as a number, or a string with a unit: 90s, 30m, 24h, 2d."""
     if isinstance(v, str):
         m = _DUR.match(v)
-        if not m:
-            raise ValueError(f"{v!r} is not a duration; use seconds or a number with s, m, h or d (e.g. 24h)")
-        return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        if m:
+            return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        if _DUR_PARTS.fullmatch(v.replace(" ", "")):  # 3h10m, 1d12h
+            return sum(float(n) * _UNITS[u] for n, u in _DUR_PART.findall(v))
+        raise ValueError(f"{v!r} is not a duration; use seconds or a number with s, m, h or d (e.g. 24h, 3h10m)")
     return v
 
 
@@ -85,6 +93,65 @@ class JobConfig(_Strict):
     checkpoint_interval: int = Field(default=0, ge=0)
     tokens_per_step: int | None = Field(default=None, ge=1)
     start_at: Duration = 0.0
+    # Control plane only (the twin alone ignores them): the scheduler's priority and the
+    # layout ({tp, pp, dp}; dp > 1 lets recovery restore a rank from a peer replica).
+    priority: int = Field(default=50, ge=0, le=100)
+    parallelism: Literal["auto"] | dict[str, int] = "auto"
+
+    @property
+    def n_chips(self) -> int:
+        return self.chips if isinstance(self.chips, int) else len(self.chips)
+
+
+class FaultCommand(_Strict):
+    """A fault as ``podfleet fault inject`` sends it: at a chip, a link (index or "A-B"),
+    or the chip that holds ``rank`` of scenario job ``job`` at that moment."""
+
+    kind: KindName
+    chip: int | None = Field(default=None, ge=0)
+    link: int | str | None = None
+    job: str | None = None
+    rank: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> FaultCommand:
+        given = [n for n, v in (("chip", self.chip), ("link", self.link), ("job", self.job)) if v is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one target of chip, link or job+rank, not {' and '.join(given)}")
+        if (self.job is None) != (self.rank is None):
+            raise ValueError("job and rank go together (the chip holding that rank of the job)")
+        return self
+
+
+class FirmwareCommand(_Strict):
+    version: str = Field(min_length=1)
+    unit: Literal["chip", "node"] = "chip"
+    chips: list[int] | None = None
+
+
+COMMANDS = ("submit", "stop", "fault", "firmware")
+
+
+class Command(_Strict):
+    """One operator command at scenario time ``at``: exactly one of submit (a job, as in
+    ``jobs``), stop (a scenario job id), fault, firmware."""
+
+    at: Duration
+    submit: JobConfig | None = None
+    stop: str | None = None
+    fault: FaultCommand | None = None
+    firmware: FirmwareCommand | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Command:
+        given = [c for c in COMMANDS if getattr(self, c) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(COMMANDS)}, got {', '.join(given) or 'none'}")
+        return self
+
+    @property
+    def name(self) -> str:
+        return next(c for c in COMMANDS if getattr(self, c) is not None)
 
 
 class Scenario(_Strict):
@@ -102,6 +169,25 @@ class Scenario(_Strict):
     repair: Duration | None = 4 * 3600.0
     spares: int = Field(default=0, ge=0)
     jobs: list[JobConfig] = []
+    commands: list[Command] = []
+
+    @model_validator(mode="after")
+    def _job_ids(self) -> Scenario:
+        seen: set[str] = set()
+        for j in [*self.jobs, *(c.submit for c in sorted(self.commands, key=lambda c: c.at) if c.submit)]:
+            if j.id in seen:
+                raise ValueError(f"job id {j.id!r} is used twice")
+            seen.add(j.id)
+        timed = sorted(self.commands, key=lambda c: c.at)
+        known = {j.id: j.start_at for j in self.jobs}
+        for c in timed:
+            if c.submit is not None:
+                known[c.submit.id] = c.at
+            for ref in (c.stop, c.fault.job if c.fault else None):
+                if ref is not None and (ref not in known or known[ref] > c.at):
+                    raise ValueError(f"command at {c.at:g} s names job {ref!r}, which is not submitted before it; "
+                                     f"jobs: {', '.join(known) or 'none'}")
+        return self
 
     @property
     def topology_name(self) -> str:
@@ -149,12 +235,18 @@ def parse_scenario(data: Any) -> Scenario:
         err = exc.errors()[0]
         loc, valid = _clean_loc(Scenario, tuple(err["loc"]))
         field = ".".join(str(p) for p in loc)
+        if err["type"] == "extra_forbidden" and loc and loc[-1] == "cordon":
+            raise InvalidInputError("cordon is not supported yet (chip lifecycle is a later issue); "
+                                    f"commands: {', '.join(COMMANDS)}", field=field) from None
         if err["type"] == "extra_forbidden":
             raise InvalidInputError(f"unknown field {field!r}; valid: {', '.join(valid)}", field=field) from None
         if err["type"] == "missing":
             raise InvalidInputError(f"missing required field {field!r}", field=field) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise InvalidInputError(f"invalid {field}: {msg} (got {err.get('input')!r})", field=field) from None
+        got = err.get("input")
+        where = f"invalid {field}: " if field else "invalid scenario: "
+        tail = "" if isinstance(got, dict) else f" (got {got!r})"  # a whole mapping is too long for one line
+        raise InvalidInputError(f"{where}{msg}{tail}", field=field or "scenario") from None
     try:
         get_topology(sc.topology_name)
     except UnknownNameError:
@@ -246,15 +338,25 @@ def _standalone_recovery(tl: Timeline, fab: SimFabric) -> None:
 
 
 def run_scenario(sc: Scenario, *, events_path: str | Path | None = None, read_metrics: bool = False,
-                 progress: Callable[[float], None] | None = None) -> dict[str, Any]:
-    """Run ``sc`` and report. ``read_metrics`` adds a consumer that reads every chip and
-    link metric at every telemetry sample, as a health monitor would (benchmarks).
-    ``progress(fraction)`` is called as virtual time advances (in 100 chunks; the event
-    log does not depend on it)."""
+                 monitor: bool = False, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
+    """Run ``sc`` on the twin alone and report. ``read_metrics`` adds a consumer that reads
+    every chip and link metric at every telemetry sample; ``monitor`` runs the real
+    ``HealthMonitor`` (telemetry history, scan, failure predictor) at every sample, as the
+    server's health service does (benchmarks). ``progress(fraction)`` is called as virtual
+    time advances (in 100 chunks; the event log does not depend on it)."""
+    from dataclasses import replace
+
+    from podfleet.health.monitor import HealthMonitor
+    from podfleet.health.scan import HealthConfig
+
     t0 = time.perf_counter()
     tl, fab = build(sc)
     if read_metrics:
         tl.every(sc.telemetry_interval_s, lambda: (fab.chip_metrics(), fab.link_metrics()))
+    mon = None
+    if monitor:
+        mon = HealthMonitor(sc.name, fab, tl, config=replace(HealthConfig(), interval_s=sc.telemetry_interval_s))
+        mon.start()
     if progress is None:
         tl.run(sc.duration)
     else:
@@ -286,6 +388,7 @@ def run_scenario(sc: Scenario, *, events_path: str | Path | None = None, read_me
         "final_chip_states": fab.state_counts(),
         "links_not_up": int((fab.link_metrics()["state"] != 0).sum()),
         "jobs": [{k: v for k, v in r.summary().items() if k != "chips"} for r in fab.jobs.values()],
+        **({"alerts": len(mon.book.all(sc.name)), "alarms": len(mon.alarms)} if mon is not None else {}),
     }
 
 
@@ -293,5 +396,6 @@ def benchmark_figures(read: dict[str, Any], bare: dict[str, Any]) -> dict[str, A
     """The twin benchmarks' figures from two runs of one scenario: ``read`` with every
     sample read (as a health monitor would), ``bare`` with nobody reading."""
     keys = ("wall_s", "speedup_x", "sim_s", "chips", "telemetry_samples", "events_processed",
-            "log_records", "faults_total")
-    return {**{k: read[k] for k in keys}, "wall_s_unread": bare["wall_s"], "speedup_x_unread": bare["speedup_x"]}
+            "log_records", "faults_total", "alerts", "alarms")
+    return {**{k: read[k] for k in keys if k in read}, "wall_s_unread": bare["wall_s"],
+            "speedup_x_unread": bare["speedup_x"]}

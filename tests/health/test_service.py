@@ -42,7 +42,7 @@ def test_chip_failure_is_recovered_by_the_orchestrator_with_visible_sub_steps() 
     plane.tl.run(plane.tl.now + 5)
     v = plane.jobs.describe(job)
     assert v["state"] == "RUNNING" and chip not in v["allocation"]["chips"]
-    assert [s["name"] for s in v["recovery"]["steps"]] == ["isolate", "select-spare", "move-rank", "restore", "resume"]
+    assert [s["name"] for s in v["recovery"]["steps"]] == ["detect", "isolate", "select-spare", "move-rank", "restore", "resume"]
     assert v["recovery"]["restored_from"] == "replica"
     assert svc.recoveries("pod")[-1]["job_id"] == job
     owner = plane.clusters[plane.names["pod"]].owner
@@ -101,7 +101,10 @@ def test_restart_during_recovery_finishes_after_restart() -> None:
     plane, _svc, job = setup(store)
     chip = plane.jobs.describe(job)["allocation"]["chips"][5]
     plane.inject_fault("pod", "chip-failure", chip=chip, actor="t")
-    plane.tl.run(plane.tl.now + 0.004)  # mid recovery: the journal is in the store
+    t0 = plane.tl.now
+    plane.tl.run(t0 + 0.004)
+    detect = store.get_job(job).status["recovery"]["steps"][0]["detail"]["delay_s"]
+    plane.tl.run(t0 + detect + 0.004)  # detected, chip isolated, mid recovery: the journal is in the store
     assert store.get_job(job).status["recovery"]["state"] == "running"
     p2, _svc2 = plane_with_health(store, seed=1)
     p2.load()

@@ -9,6 +9,7 @@ from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
 from podfleet.hardware.catalog import get_topology
 from podfleet.perf import calibration, validation
 from podfleet.perf.efficiency import A100_FIT, TRN2_NCCOM_LINK
+from podfleet.perf.flops import Recompute
 from podfleet.perf.models import get_model
 from podfleet.perf.plan import Plan
 from podfleet.perf.step import estimate
@@ -22,8 +23,8 @@ def _est(plan: Plan):
 
 
 def test_pipeline_bubble_1f1b_and_interleaved() -> None:
-    e1 = _est(Plan(8, 8, 1, 1, 64, "selective", 0, 1))
-    e3 = _est(Plan(8, 8, 1, 1, 64, "selective", 0, 3))
+    e1 = _est(Plan(8, 8, 1, 1, 64, Recompute.selective, 0, 1))
+    e3 = _est(Plan(8, 8, 1, 1, 64, Recompute.selective, 0, 3))
     # bubble / steady state = (p-1)/m for 1F1B and (p-1)/(v*m) interleaved (up to the
     # logits on the last stage, a few percent of a stage).
     steady1 = e1.step_time_s - e1.bubble_s - e1.optimizer_s
@@ -35,23 +36,23 @@ def test_pipeline_bubble_1f1b_and_interleaved() -> None:
 
 
 def test_recompute_costs_time_and_saves_memory() -> None:
-    by = {rc: _est(Plan(8, 8, 1, 1, 64, rc, 0, 3)) for rc in ("none", "selective", "full")}
-    assert by["none"].step_time_s < by["selective"].step_time_s < by["full"].step_time_s
-    assert by["none"].memory.total_bytes > by["selective"].memory.total_bytes > by["full"].memory.total_bytes
-    assert by["full"].hfu > by["full"].mfu
+    by = {rc: _est(Plan(8, 8, 1, 1, 64, rc, 0, 3)) for rc in (Recompute.none, Recompute.selective, Recompute.full)}
+    assert by[Recompute.none].step_time_s < by[Recompute.selective].step_time_s < by[Recompute.full].step_time_s
+    assert by[Recompute.none].memory.total_bytes > by[Recompute.selective].memory.total_bytes > by[Recompute.full].memory.total_bytes
+    assert by[Recompute.full].hfu > by[Recompute.full].mfu
 
 
 def test_dp_reduction_overlaps_backward() -> None:
     model = get_model("megatron-1.7b")
     topo = get_topology("dgx-a100:4")
-    e = estimate(model, Plan(1, 1, 32, 4, 4, "full", 0), topo)
+    e = estimate(model, Plan(1, 1, 32, 4, 4, Recompute.full, 0), topo)
     assert e.dp_comm_exposed_s == 0.0  # hidden behind the last micro-batch's backward
-    tiny = estimate(model, Plan(1, 1, 32, 1, 1, "none", 0), topo, precision=perf.memory.Precision(2, 64, 12))
+    tiny = estimate(model, Plan(1, 1, 32, 1, 1, Recompute.none, 0), topo, precision=perf.memory.Precision(2, 64, 12))
     assert tiny.dp_comm_exposed_s > 0.0  # a huge gradient buffer no longer hides
 
 
 def test_slow_chip_and_down_links_slow_the_step() -> None:
-    plan = Plan(16, 1, 4, 1, 64, "selective", 1)
+    plan = Plan(16, 1, 4, 1, 64, Recompute.selective, 1)
     base = perf.step_time_s("llama3-70b", 64, plan=plan, global_batch=256)
     assert perf.step_time_s("llama3-70b", 64, plan=plan, slow_chip_factor=1.3) > base * 1.1
     topo = get_topology("trn2-ultraserver")
@@ -79,7 +80,7 @@ def test_public_step_time_defaults_and_errors() -> None:
 
 def test_block_shape_maps_links() -> None:
     topo = get_topology("trn2-ultraserver")
-    plan = Plan(4, 1, 4, 1, 16, "selective", 1)
+    plan = Plan(4, 1, 4, 1, 16, Recompute.selective, 1)
     base = perf.step_time_s("llama3-8b", 16, plan=plan, block_shape=(4, 4, 1))
     x_link = next(lk.index for lk in topo.links if lk.src == 0 and lk.axis == 0)
     assert perf.step_time_s("llama3-8b", 16, plan=plan, block_shape=(4, 4, 1), down_links=[x_link]) > base
@@ -94,6 +95,44 @@ def test_validation_within_goal() -> None:
     assert s["median_abs_err"] <= 0.10
     assert s["max_abs_err"] <= 0.25
     assert all(r["fits"] for r in rows)
+
+
+def test_leave_one_out_within_goal_and_beats_baseline() -> None:
+    rows = calibration.leave_one_out()
+    assert [r["row"] for r in rows] == [r.name for r in validation.ROWS]
+    s = calibration.loo_summary(rows)
+    assert s["loo_median_abs_err"] <= 0.05
+    assert s["loo_max_abs_err"] <= 0.15
+    assert abs(s["loo_mean_signed_err"]) <= 0.02
+    assert s["loo_median_abs_err"] < s["baseline_loo_median_abs_err"]
+    assert s["loo_max_abs_err"] < s["baseline_loo_max_abs_err"]
+    # Held out, the rows score worse than in sample (a check that the refits really differ).
+    assert s["loo_median_abs_err"] >= s["in_sample_median_abs_err"]
+
+
+def test_baseline_is_flops_over_fitted_throughput() -> None:
+    row = validation.ROWS[0]
+    t = calibration.baseline_step_s(row, 0.5)
+    assert calibration.baseline_step_s(row, 0.25) == pytest.approx(2 * t)
+    assert calibration.calibrate_baseline() in calibration.BASELINE_GRID
+
+
+def test_grad_reduce_after_flush_is_exposed() -> None:
+    model = get_model("megatron-1.7b")
+    topo = get_topology("dgx-a100:4")
+    plan = Plan(1, 1, 32, 4, 4, Recompute.full, 0)
+    hidden = estimate(model, plan, topo)
+    exposed = estimate(model, plan, topo, overlap_grad_reduce=False)
+    assert hidden.dp_comm_exposed_s == 0.0
+    assert exposed.dp_comm_exposed_s > 0.0
+    assert exposed.step_time_s == pytest.approx(hidden.step_time_s + exposed.dp_comm_exposed_s)
+
+
+def test_scatter_gather_p2p_all_gathers_without_sequence_parallelism() -> None:
+    no_sp = _est(Plan(8, 8, 1, 1, 64, Recompute.selective, 0, 1, sequence_parallel=False))
+    sp = _est(Plan(8, 8, 1, 1, 64, Recompute.selective, 0, 1, sequence_parallel=True))
+    # Without SP the receiver all-gathers the stage output over NVLink after each send.
+    assert no_sp.pp_comm_s > sp.pp_comm_s > 0.0
 
 
 def test_stored_calibration_is_the_fit() -> None:

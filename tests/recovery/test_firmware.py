@@ -21,10 +21,12 @@ def versions(pod) -> list[str]:
 def test_rolling_update_moves_work_first_and_finishes() -> None:
     pod, fw = rollout_pod()
     r = fw.start("2.22.0", chips=[0, 1, 2, 3])
-    pod.tl.run(until=pod.tl.now + 600.0)
+    pod.tl.run(until=pod.tl.now + 1200.0)  # each move first lets the running step (~90 s) finish
     assert r.state.value == "succeeded" and r.done == [0, 1, 2, 3]
     assert all(versions(pod)[c] == "2.22.0" for c in range(4)) and versions(pod)[4] == "2.21.0"
-    assert r.interruptions_s and max(r.interruptions_s) < 1.0
+    # Each pause: the measured rank-move cost plus the rank's state (~31 GB of llama3-70b
+    # on 64 chips) copied to a spare in the other pod over the network tier (25 GB/s).
+    assert r.interruptions_s and max(r.interruptions_s) < 3.0
     assert str(pod.fab.job("job-0").state) == "running"
     assert r.to_dict()["progress"] == 1.0
 

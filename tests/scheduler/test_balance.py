@@ -142,3 +142,16 @@ def test_forecast_beats_last_value_on_a_ramp() -> None:
     holt_err = abs(level + 10 * trend - series[59])
     naive_err = abs(series[49] - series[59])
     assert holt_err < naive_err / 3
+
+
+def test_reason_names_the_slow_rank_when_helpers_tie() -> None:
+    # 8 per rank, one rank at 0.7x: it drops to 6, two fast ranks take 9 (equal changes of 1-2)
+    mon = LoadMonitor(8, window=2)
+    speed = np.ones(8)
+    speed[5] = 0.7
+    for t in range(2):
+        mon.sample(float(t), speed)
+    rb = Rebalancer(mon, (8,))
+    job = DPJob("j", tuple(range(8)), np.full(8, 8))
+    rb.step(job)
+    assert rb.actions and rb.actions[0].reason.startswith("rank 5 (chip 5) at 0.70x median speed")

@@ -51,6 +51,10 @@ async def list_clusters(plane: Plane, next_token: NextToken = None, max_results:
 
 @router.get("/{cluster}", operation_id="DescribeCluster", response_model=Cluster)
 async def describe_cluster(cluster: ClusterRef, plane: Plane) -> dict[str, Any]:
+    # Scheduler figures are computed on the engine while someone reads them; after a
+    # quiet spell the first reader waits for a fresh computation rather than see old ones.
+    if (cluster in plane.names or cluster in plane.clusters) and plane.metrics_stale(cluster):
+        await plane.call(plane.refresh_metrics, cluster)
     return plane.describe_cluster(cluster)
 
 

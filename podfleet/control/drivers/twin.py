@@ -138,6 +138,9 @@ class TwinDriver:
             table.transition(job, JobState.PENDING, f"chip {chip} failed before launch", allocation=None)
         else:
             job.status.failed_chip = chip
-            table.transition(job, JobState.RECOVERING, f"chip {chip} failed ({why}); moving its rank")
+            if job.state == JobState.RECOVERING:  # already waiting for chips (e.g. reloaded after a restart)
+                table.set_reason(job, f"chip {chip} failed ({why}) while recovering; moving its rank")
+            else:
+                table.transition(job, JobState.RECOVERING, f"chip {chip} failed ({why}); moving its rank")
             self.jobs.relaunch(rt, job)
         self.jobs.render(rt)

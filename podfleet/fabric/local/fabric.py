@@ -9,6 +9,7 @@ engine's. An RLock guards the state too, for callers on other threads (tests, th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -18,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,11 @@ from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
 from podfleet.fabric.local.process import Message, WorkerProcess
 from podfleet.fabric.local.recovery import handle_exit
+from podfleet.fabric.local.speed import RankSpeed
 from podfleet.fabric.local.state import LocalState
 from podfleet.hardware.topology import SwitchedTopology
 from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
+from podfleet.training.data import split_samples
 
 log = logging.getLogger("podfleet.fabric.local")
 
@@ -51,7 +54,7 @@ log = logging.getLogger("podfleet.fabric.local")
 OPTIONS = (
     "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover",
     "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
-    "key_file", "resume",
+    "key_file", "resume", "work_split", "rank_step_delay_s",
 )
 
 
@@ -62,7 +65,7 @@ def free_port() -> int:
 
 
 class LocalFabric:
-    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``."""
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``Rebalanceable``."""
 
     kind = "local"
 
@@ -183,6 +186,10 @@ class LocalFabric:
             if group.entrypoint is None and group.model not in PRESET_NAMES:
                 raise UnknownNameError("model preset", group.model, PRESET_NAMES, field="model")
             jobdir = self.workdir / "jobs" / group.job_id
+            jobdir.mkdir(parents=True, exist_ok=True)
+            (jobdir / "work_split.json").unlink(missing_ok=True)  # a split from an earlier run of this id
+            gb = int(opts.get("global_batch", WorkerConfig.global_batch))
+            shares = split_samples(opts["work_split"], gb) if opts.get("work_split") else ()
             base = WorkerConfig(
                 job_id=group.job_id, rank=0, world_size=len(group.chips), model=group.model,
                 steps=group.steps, checkpoint_interval=group.checkpoint_interval, entrypoint=group.entrypoint,
@@ -190,6 +197,7 @@ class LocalFabric:
                 key_file=opts.get("key_file", self.key_file),
                 resume=bool(opts.get("resume", False)),
                 entrypoint_args=tuple(opts.get("entrypoint_args", ())),
+                shares=shares, split_file=str(jobdir / "work_split.json") if len(group.chips) > 1 else None,
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
                                         "encrypt_checkpoints", "replica_peer") if k in opts},
             )
@@ -221,7 +229,29 @@ class LocalFabric:
             attempt = job.attempt
             threading.Timer(2.0, lambda: self.deliver(self._force_stop, job, attempt)).start()
 
-    # --- capabilities: WorkerKill, Introspection, Closeable ---------------------------------
+    # --- capabilities: Rebalanceable, WorkerKill, Introspection, Closeable ------------------
+    def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
+        """Give rank r ``shares[r]`` / sum of the global batch from the workers' next step
+        (the file rank 0 reads between steps); later gangs of the job start with it."""
+        with self.state.lock:
+            job = self._job(job_id)
+            cfg = job.base_cfg
+            if len(shares) != len(job.chips) or min(shares) < 1:
+                raise InvalidInputError(f"need {len(job.chips)} shares >= 1, got {list(shares)}", field="shares")
+            samples = split_samples([float(x) for x in shares], cfg.global_batch)
+            job.base_cfg = cfg.replace(shares=samples)
+            if cfg.split_file:
+                tmp = Path(cfg.split_file + ".tmp")
+                tmp.write_text(json.dumps({"shares": list(samples)}))
+                os.replace(tmp, cfg.split_file)  # atomic: rank 0 never reads half a file
+            job.log.append(f"work split {list(samples)} (samples of {cfg.global_batch})")
+
+    def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
+        """One host's workers share loopback / shared memory: there is no ring to choose; recorded."""
+        with self.state.lock:
+            self._job(job_id).log.append(f"ring order {list(ring)} noted (loopback: no effect)")
+
+
     def kill_worker(self, job_id: str, rank: int, sig: int = signal.SIGKILL) -> int | None:
         """Fault injection: kill one rank's process (an infrastructure failure). Returns its pid."""
         with self.state.lock:
@@ -299,11 +329,18 @@ class LocalFabric:
         job.attempt += 1
         job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
         port = free_port()
+        cfg0 = job.base_cfg
+        if job.spec.entrypoint is None and len(job.chips) > 1:
+            even = (cfg0.global_batch // len(job.chips),) * len(job.chips)
+            job.speed = RankSpeed(len(job.chips), [(0, tuple(cfg0.shares) or even)])
         jobdir = self.workdir / "jobs" / job.spec.job_id
         replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"
         for rank, chip in enumerate(job.chips):
             cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
                                        replica_dir=str(replica_dir))
+            delays = job.spec.options.get("rank_step_delay_s") or {}
+            if str(rank) in delays or rank in delays:  # a per-rank slow worker (tests, benchmarks)
+                cfg = cfg.replace(step_delay_s=float(delays.get(rank, delays.get(str(rank), 0.0))))
             log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}.log"
 
             def on_msg(wp: WorkerProcess, msg: Message) -> None:

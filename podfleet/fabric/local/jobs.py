@@ -108,6 +108,7 @@ class LocalJob:
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     resume_next: dict[str, Any] = field(default_factory=dict)
+    speed: Any = None  # RankSpeed of the current attempt (built-in loop only)
 
     def set_state(self, dst: JobState) -> None:
         check_job_transition(self.state, dst)

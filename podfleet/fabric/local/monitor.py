@@ -59,5 +59,6 @@ class Monitor:
                 m["cpu_percent"][c], m["mem_bytes"][c], m["heartbeat_age_s"][c] = cpu, mem, age
                 if c not in rows:
                     m["step_time_s"][c] = m["tokens_per_s"][c] = 0.0
+                    m["own_step_s"][c] = m["samples_per_s"][c] = 0.0
                 for k, v in gpu.get(c, {}).items():
                     m[k][c] = v

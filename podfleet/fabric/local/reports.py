@@ -25,6 +25,8 @@ def handle_message(state: LocalState, emit: Emit, wp: WorkerProcess, msg: Messag
     kind = msg.get("type")
     if kind == "log":
         job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] {msg.get('line', '')}")
+        if wp.rank == 0 and wp.attempt == job.attempt and job.speed is not None:
+            job.speed.split_logged(str(msg.get("line", "")))
     elif kind == "error":
         wp.error = msg
         job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] error [{msg.get('kind')}]: {msg.get('message')}")
@@ -44,6 +46,12 @@ def _on_progress(state: LocalState, emit: Emit, job: LocalJob, wp: WorkerProcess
     step = int(msg["step"])
     state.metrics["step_time_s"][wp.chip] = msg["step_time_s"]
     state.metrics["tokens_per_s"][wp.chip] = msg["tokens_per_s"]
+    sp = job.speed
+    if sp is not None and msg.get("t") is not None and sp.observe(step, wp.rank, float(msg["t"]),
+                                                                 float(msg["step_time_s"])):
+        for rank, chip in enumerate(job.chips):
+            state.metrics["own_step_s"][chip] = sp.own_s[rank]
+            state.metrics["samples_per_s"][chip] = sp.samples_per_s[rank]
     if job.spec.entrypoint is not None:
         # A user script reports what it likes, often from rank 0 only: take rank 0's word.
         if wp.rank != 0:

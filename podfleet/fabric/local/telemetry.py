@@ -43,7 +43,9 @@ class Nvml:
         }
 
 
-METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s")
+# own_step_s / samples_per_s: a rank's own time per step and its speed (fabric/local/speed.py)
+METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s", "own_step_s",
+           "samples_per_s")
 GPU_METRICS = ("gpu_util_percent", "gpu_mem_bytes", "gpu_temp_c", "gpu_power_w")
 
 

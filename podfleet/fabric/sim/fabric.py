@@ -9,7 +9,7 @@ fabric. Every state change is logged on the timeline and delivered to subscriber
 ``FabricEvent``.
 
 Capabilities: ``Introspection``, ``ResumableRuns``, ``FaultInjection``,
-``FirmwareUpdate``, ``TelemetrySource``.
+``FirmwareUpdate``, ``TelemetrySource``, ``Rebalanceable``.
 """
 
 from __future__ import annotations
@@ -236,6 +236,13 @@ class SimFabric:
 
     def checkpoint_now(self, job_id: str) -> int | None:
         return self.runner.checkpoint_now(job_id)
+
+    # --- Rebalanceable ------------------------------------------------------------------------
+    def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
+        self.runner.set_work_split(job_id, shares)
+
+    def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
+        self.runner.set_ring_order(job_id, ring)
 
     def run_status(self, job_id: str) -> RunStatus | None:
         return self.runner.run_status(job_id)

@@ -108,6 +108,9 @@ class FaultRates:
         return sum(self.as_dict().values())
 
 
+PRECURSOR_SHAPES: tuple[str, ...] = ("ramp", "step", "bursts")
+
+
 @dataclass(frozen=True)
 class PrecursorParams:
     """Which failures announce themselves, and how (what a predictor can learn).
@@ -115,6 +118,22 @@ class PrecursorParams:
     Shares and lead times are assumptions (field studies of DRAM, e.g. Sridharan et al.
     SC'13, report corrected errors preceding most uncorrectable ones; the exact share
     for HBM3 is not published), so they are parameters.
+
+    Each precursor draws its shape from ``shapes`` and its parameters (lead time,
+    magnitude, burst rate) from the ranges below, per fault, from the fabric's seeded
+    precursor generator (``injector.draw_precursor``):
+
+    * ``ramp``: the signal grows over the whole lead time (corrected errors per second
+      from ``hbm_start_rate_per_s`` to that times a drawn growth factor; thermal
+      resistance from +0 to a drawn rise);
+    * ``step``: the signal jumps to a drawn level at the start and stays there (a
+      corrected-error rate; a thermal-resistance rise);
+    * ``bursts``: intermittent episodes at a drawn rate per hour (a burst of a drawn
+      number of corrected errors; a drawn thermal-resistance rise for 1-5 minutes),
+      quiet in between.
+
+    An injected precursor (``inject_fault(..., precursor=True)``) is a ramp with the
+    fixed ``hbm_growth`` and ``chip_thermal_r_rise`` unless a shape is given.
     """
 
     # Share of uncorrectable HBM errors preceded by a rising corrected-ECC rate.
@@ -127,13 +146,26 @@ class PrecursorParams:
     chip_thermal_share: float = 0.3
     chip_thermal_lead_s: tuple[float, float] = (1800.0, 7200.0)
     chip_thermal_r_rise: float = 0.3  # thermal resistance +30% by the end of the ramp
+    # Shapes drawn per precursor (uniformly among these) and their parameter ranges.
+    shapes: tuple[str, ...] = PRECURSOR_SHAPES
+    hbm_growth_range: tuple[float, float] = (20.0, 120.0)  # ramp: growth factor by the end
+    hbm_step_rate_per_s: tuple[float, float] = (1.0 / 300.0, 1.0 / 30.0)  # step: 0.2-2 errors a minute
+    burst_per_hour: tuple[float, float] = (3.0, 12.0)  # bursts: episodes per hour
+    hbm_burst_errors: tuple[float, float] = (3.0, 60.0)  # bursts: corrected errors per episode
+    thermal_burst_s: tuple[float, float] = (60.0, 300.0)  # bursts: how long an episode lasts
+    chip_thermal_r_rise_range: tuple[float, float] = (0.15, 0.45)  # ramp end / step / burst level
 
     def __post_init__(self) -> None:
         for name in ("hbm_share", "chip_thermal_share"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise InvalidInputError(f"{name} must be within 0-1, got {v}", field=name)
-        for name in ("hbm_lead_s", "chip_thermal_lead_s"):
+        for name in ("hbm_lead_s", "chip_thermal_lead_s", "hbm_growth_range", "hbm_step_rate_per_s",
+                     "burst_per_hour", "hbm_burst_errors", "thermal_burst_s", "chip_thermal_r_rise_range"):
             lo, hi = getattr(self, name)
             if not 0 < lo <= hi:
                 raise InvalidInputError(f"{name} must be (min, max) with 0 < min <= max, got {(lo, hi)}", field=name)
+        bad = [s for s in self.shapes if s not in PRECURSOR_SHAPES]
+        if not self.shapes or bad:
+            raise InvalidInputError(f"precursor shapes must be some of {', '.join(PRECURSOR_SHAPES)}, got "
+                                    f"{', '.join(self.shapes) or 'none'}", field="shapes")

@@ -8,11 +8,18 @@ chip, a link already down) is dropped: thinning keeps each kind's rate per *expo
 chip-hour equal to the configured one.
 
 Precursors: a share of HBM uncorrectable errors (``PrecursorParams.hbm_share``) first
-run a corrected-ECC ramp for a lead time, and a share of chip failures a rising
-temperature trend; the failure lands at the end of the lead time unless the chip was
-isolated or repaired first (then it is logged as averted). Ground truth goes to the
-timeline log only (``fault``, ``precursor-start``), never to subscribers: the control
-plane has to infer it from telemetry, as on real hardware.
+raise the chip's corrected-ECC count for a lead time, and a share of chip failures its
+thermal resistance (so its temperature); the failure lands at the end of the lead time
+unless the chip was isolated or repaired first (then it is logged as averted). Each
+precursor has a shape (ramp, step or intermittent bursts) and magnitudes drawn per fault
+(``draw_precursor``). Ground truth goes to the timeline log only (``fault``,
+``precursor-start`` with the shape), never to subscribers: the control plane has to
+infer it from telemetry, as on real hardware.
+
+Random streams: whether a fault has a precursor and its lead time come from the
+timeline's generator, as they always did; shapes, magnitudes and the precursor's own
+telemetry come from a second generator seeded from the timeline's seed, so changing the
+shapes leaves every fault arrival of a seed where it was.
 """
 
 from __future__ import annotations
@@ -27,11 +34,41 @@ from podfleet.errors import ConflictError, InvalidInputError
 from podfleet.fabric.base import ChipState, FabricEvent, LinkState
 from podfleet.fabric.sim.board import Board
 from podfleet.fabric.sim.context import SimContext
-from podfleet.fabric.sim.faults import ACTIONS, FaultRates, PrecursorParams
+from podfleet.fabric.sim.faults import ACTIONS, PRECURSOR_SHAPES, FaultRates, PrecursorParams
 from podfleet.fabric.sim.telemetry import ThermalParams
 from podfleet.hardware.faults import CHIP_FAULTS, LINK_FAULTS, FaultKind, parse_fault_kind
 
 _KINDS = tuple(FaultKind)
+
+
+@dataclass(frozen=True)
+class PrecursorShape:
+    """One precursor's drawn shape. ``magnitude``: for HBM, the ramp's growth factor, the
+    step's corrected errors per second, or the mean corrected errors of a burst; for a
+    chip failure, the rise of the thermal resistance (share) at the ramp's end, the
+    step's level or a burst's level."""
+
+    shape: str
+    magnitude: float
+    burst_per_s: float = 0.0
+
+
+def draw_precursor(kind: FaultKind, params: PrecursorParams, rng: np.random.Generator,
+                   shape: str | None = None) -> PrecursorShape:
+    """Draw a precursor's shape (uniformly among ``params.shapes``, unless given) and its
+    magnitude and burst rate, uniformly within ``params``' ranges."""
+    shape = str(rng.choice(list(params.shapes))) if shape is None else shape
+    if shape not in PRECURSOR_SHAPES:
+        raise InvalidInputError(f"precursor shape must be one of {', '.join(PRECURSOR_SHAPES)}, got {shape}",
+                                field="shape")
+    if kind == FaultKind.HBM_UNCORRECTABLE:
+        rng_of = {"ramp": params.hbm_growth_range, "step": params.hbm_step_rate_per_s,
+                  "bursts": params.hbm_burst_errors}[shape]
+    else:
+        rng_of = params.chip_thermal_r_rise_range
+    magnitude = float(rng.uniform(*rng_of))
+    burst = float(rng.uniform(*params.burst_per_hour)) / 3600.0 if shape == "bursts" else 0.0
+    return PrecursorShape(shape, magnitude, burst)
 
 
 @dataclass(frozen=True)
@@ -41,6 +78,7 @@ class Precursor:
     start_t: float
     end_t: float
     token: int
+    shape: PrecursorShape = PrecursorShape("ramp", 0.0)
 
 
 class FaultProcess:
@@ -55,6 +93,9 @@ class FaultProcess:
         self.precursors: dict[int, Precursor] = {}
         self.runaway: set[int] = set()
         self._token = 0
+        # The precursors' own draws (see the module docstring: arrivals keep their stream).
+        self.precursor_rng = np.random.default_rng([ctx.tl.seed, 0x50524543])
+        self._burst_until: dict[int, float] = {}
         self._proc: simpy.Process = ctx.tl.process(self._fault_loop())
 
     def set_fault_rates(self, rates: FaultRates) -> None:
@@ -92,8 +133,8 @@ class FaultProcess:
                 self._arrival(kind, chip, injected=False)
 
     # --- arrivals and precursors ------------------------------------------------------------
-    def _arrival(self, kind: FaultKind, chip: int, *, injected: bool,
-                 precursor: bool | None = None, lead_s: float | None = None) -> dict[str, Any]:
+    def _arrival(self, kind: FaultKind, chip: int, *, injected: bool, precursor: bool | None = None,
+                 lead_s: float | None = None, shape: str | None = None) -> dict[str, Any]:
         rng, pp = self.ctx.tl.rng, self.params
         if precursor is None:
             share = {FaultKind.HBM_UNCORRECTABLE: pp.hbm_share, FaultKind.CHIP_FAILURE: pp.chip_thermal_share}
@@ -106,20 +147,31 @@ class FaultProcess:
             )
         lo, hi = pp.hbm_lead_s if kind == FaultKind.HBM_UNCORRECTABLE else pp.chip_thermal_lead_s
         lead = float(rng.uniform(lo, hi)) if lead_s is None else float(lead_s)
+        if injected and shape in (None, "ramp"):
+            # Injected (tests, chaos): the fixed ramp, unless another shape is asked for.
+            mag = pp.hbm_growth if kind == FaultKind.HBM_UNCORRECTABLE else pp.chip_thermal_r_rise
+            drawn = PrecursorShape("ramp", mag)
+        else:
+            drawn = draw_precursor(kind, pp, self.precursor_rng, shape)
         self._token += 1
         token = self._token
-        p = Precursor(kind, chip, self.ctx.now, self.ctx.now + lead, token)
+        p = Precursor(kind, chip, self.ctx.now, self.ctx.now + lead, token, drawn)
         self.precursors[chip] = p
-        signal = "hbm-corrected-ecc-ramp" if kind == FaultKind.HBM_UNCORRECTABLE else "temperature-trend"
-        self.ctx.tl.emit("precursor-start", chip=chip, fault=kind.value, signal=signal, lead_s=lead, injected=injected)
+        self._burst_until.pop(chip, None)
+        signal = "hbm-corrected-ecc" if kind == FaultKind.HBM_UNCORRECTABLE else "temperature"
+        self.ctx.tl.emit("precursor-start", chip=chip, fault=kind.value, signal=f"{signal}-{drawn.shape}",
+                         shape=drawn.shape, magnitude=round(drawn.magnitude, 6),
+                         burst_per_hour=round(drawn.burst_per_s * 3600.0, 3), lead_s=lead, injected=injected)
         self.ctx.tl.call_at(lead, lambda: self._precursor_due(chip, token, injected))
-        return {"kind": kind.value, "chip": chip, "t": self.ctx.now, "precursor": signal, "lead_s": lead}
+        return {"kind": kind.value, "chip": chip, "t": self.ctx.now, "precursor": f"{signal}-{drawn.shape}",
+                "lead_s": lead}
 
     def _precursor_due(self, chip: int, token: int, injected: bool) -> None:
         p = self.precursors.get(chip)
         if p is None or p.token != token:
             return  # repaired or replaced in the meantime
         del self.precursors[chip]
+        self._burst_until.pop(chip, None)
         if self.board.chip_state(chip).value not in ("healthy", "degraded", "updating"):
             self.ctx.tl.emit("fault", fault=p.kind.value, chip=chip, averted=True, injected=injected)
             return
@@ -128,15 +180,38 @@ class FaultProcess:
     def advance_precursors(self, dt: float) -> None:
         if not self.precursors:
             return
-        rng, pp, t = self.ctx.tl.rng, self.params, self.ctx.telemetry
+        rng, pp, t, prng = self.ctx.tl.rng, self.params, self.ctx.telemetry, self.precursor_rng
+        now = self.ctx.now
         for chip, p in self.precursors.items():
-            progress = min(1.0, max(0.0, (self.ctx.now - p.start_t) / max(p.end_t - p.start_t, 1e-9)))
+            progress = min(1.0, max(0.0, (now - p.start_t) / max(p.end_t - p.start_t, 1e-9)))
+            s = p.shape
             if p.kind == FaultKind.HBM_UNCORRECTABLE:
-                rate = pp.hbm_start_rate_per_s * pp.hbm_growth**progress
-                t.bump("mem_ecc_corrected", chip, int(rng.poisson(rate * dt)))
+                # The draw the ramp made here before shapes existed, kept (its value unused)
+                # so that the timeline's stream, and so every later fault arrival, is unchanged.
+                rng.poisson(pp.hbm_start_rate_per_s * pp.hbm_growth**progress * dt)
+                if s.shape == "ramp":
+                    count = int(prng.poisson(pp.hbm_start_rate_per_s * s.magnitude**progress * dt))
+                elif s.shape == "step":
+                    count = int(prng.poisson(s.magnitude * dt))
+                else:
+                    bursts = int(prng.poisson(s.burst_per_s * dt))
+                    count = int(bursts + prng.poisson(max(s.magnitude - 1.0, 0.0) * bursts)) if bursts else 0
+                if count:
+                    t.bump("mem_ecc_corrected", chip, count)
             elif chip not in self.runaway:
-                t.r_scale[chip] = 1.0 + pp.chip_thermal_r_rise * progress
-                t.dirty = True
+                if s.shape == "ramp":
+                    scale = 1.0 + s.magnitude * progress
+                elif s.shape == "step":
+                    scale = 1.0 + s.magnitude
+                else:
+                    until = self._burst_until.get(chip, -1.0)
+                    if now >= until and prng.poisson(s.burst_per_s * dt):
+                        until = now + float(prng.uniform(*pp.thermal_burst_s))
+                        self._burst_until[chip] = until
+                    scale = 1.0 + s.magnitude if now < until else 1.0
+                if t.r_scale[chip] != scale:
+                    t.r_scale[chip] = scale
+                    t.dirty = True
 
     # --- applying faults -----------------------------------------------------------------
     def _apply(self, kind: FaultKind, *, chip: int | None = None, link: int | None = None,
@@ -220,16 +295,19 @@ class FaultProcess:
     def repaired(self, chip: int) -> None:
         """A chip back from isolation is a repaired or replaced one: no faults pending."""
         self.precursors.pop(chip, None)
+        self._burst_until.pop(chip, None)
         self.runaway.discard(chip)
         self.ctx.telemetry.r_scale[chip] = 1.0
         self.ctx.telemetry.dirty = True
 
     # --- public commands --------------------------------------------------------------
     def inject_fault(self, kind: FaultKind | str, chip: int | None = None, link: int | None = None,
-                     *, precursor: bool = False, lead_s: float | None = None) -> dict[str, Any]:
+                     *, precursor: bool = False, lead_s: float | None = None,
+                     shape: str | None = None) -> dict[str, Any]:
         """Inject a fault now (tests, chaos). Without ``chip``/``link`` one is picked at
         random. ``precursor=True`` runs the precursor first (hbm-uncorrectable and
-        chip-failure). Returns what was injected."""
+        chip-failure): the fixed ramp, or ``shape`` (``ramp``, ``step``, ``bursts``) with
+        drawn magnitudes. Returns what was injected."""
         k = parse_fault_kind(kind)
         rng = self.ctx.tl.rng
         if k in LINK_FAULTS:
@@ -257,7 +335,7 @@ class FaultProcess:
             raise ConflictError(f"chip {chip} is {st.value}; a fault needs a healthy, degraded or updating chip",
                                 field="chip")
         assert k in CHIP_FAULTS
-        return self._arrival(k, chip, injected=True, precursor=precursor, lead_s=lead_s)
+        return self._arrival(k, chip, injected=True, precursor=precursor, lead_s=lead_s, shape=shape)
 
     def repair_chip(self, chip: int, reason: str = "repaired") -> None:
         """Failed or isolated -> healthy (through isolated, as the state machine requires)."""

@@ -5,12 +5,20 @@ last at most one telemetry interval and never cross a checkpoint, so conditions
 (throttling, link state) are re-read at least once per tick. An interrupt (a chip of
 the job failed, pause, stop) keeps the steps completed so far and loses the partial
 one.
+
+Rebalancing (``Rebalanceable``): ``set_work_split`` gives each rank a share of the
+work and ``set_ring_order`` the gradient ring's order; the next batch of steps uses
+them (``workload.rebalanced_compute``: the slowest rank's share over its clock sets the
+compute phase; the ring's slowest live link sets the exposed communication), and each
+chip's utilization shows its own busy share of the step, so the load monitor sees the
+imbalance, and its removal, in telemetry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,8 +32,10 @@ from podfleet.fabric.sim.workload import (
     JobRun,
     JobState,
     StepTimeFn,
+    check_shares,
     default_step_time,
     loss_at,
+    rebalanced_compute,
     step_breakdown,
     tokens_per_step,
 )
@@ -59,6 +69,7 @@ class JobRunner:
         self.step_time_fn = step_time_fn
         self.progress_every_steps = progress_every_steps
         self.jobs: dict[str, JobRun] = {}
+        self._pair_link: dict[frozenset[int], int] | None = None  # chip pair -> link, built on first use
 
     # --- public ----------------------------------------------------------------------
     def launch(self, group: WorkerGroupSpec) -> JobRun:
@@ -119,6 +130,8 @@ class JobRunner:
             if not 0 <= from_step <= run.step:
                 raise InvalidInputError(f"from_step must be 0-{run.step}, got {from_step}", field="from_step")
             run.step = from_step
+            # Rolled back: report progress from here on (not only once past the old step).
+            run.last_progress_step = min(run.last_progress_step, run.step)
         run.state = JobState.RUNNING
         run.pause_reason = None
         self._note(run, "job-resumed", job_id=job_id, step=run.step)
@@ -144,7 +157,24 @@ class JobRunner:
         self.board.release(old, job_id)
         self.board.claim(new_chip, job_id)
         run.spec = dataclasses.replace(run.spec, chips=tuple(chips))
+        run.ring = ()  # the old ring named the old chip; the balancer sets a new one
         self._note(run, "rank-moved", job_id=job_id, rank=rank, from_chip=old, to_chip=new_chip)
+
+    def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
+        """Rank r does ``shares[r] / mean(shares)`` of an even share from the next step on."""
+        run = self.job(job_id)
+        arr = check_shares(shares, len(run.chips))
+        run.shares = None if (arr == arr[0]).all() else arr
+        run.log.append(f"t={self.ctx.now:.1f}s work split {arr.tolist()}")
+
+    def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
+        """The gradient ring visits ``ring`` (the job's chips, reordered) from the next step on."""
+        run = self.job(job_id)
+        order = tuple(int(c) for c in ring)
+        if sorted(order) != sorted(run.chips):
+            raise InvalidInputError("a ring order must list the job's chips exactly once", field="ring")
+        run.ring = order
+        run.log.append(f"t={self.ctx.now:.1f}s ring order set ({len(order)} chips)")
 
     def checkpoint_now(self, job_id: str) -> int | None:
         """On the twin a job's whole training state is its step counter: the steps
@@ -208,8 +238,36 @@ class JobRunner:
         for c in run.chips:
             self.board.release(c, run.job_id)
 
-    def _set_load(self, run: JobRun, load: float, comm: float, hbm: float) -> None:
-        key = (load, comm, hbm, run.chips)
+    def _rebalanced(self, run: JobRun, compute_s: float, exposed_s: float) -> tuple[float, float, np.ndarray]:
+        """(compute s, exposed comm s, per-rank busy s) under the run's split and ring."""
+        chips = np.asarray(run.chips, dtype=np.int64)
+        clocks = np.asarray(self.ctx.telemetry.clock_factor, float)[chips]
+        compute_s, busy = rebalanced_compute(compute_s, self.model.gang_clock_factor(run.chips), clocks, run.shares)
+        if run.ring and exposed_s > 0:
+            ring_bw = self._ring_bw(run.ring)
+            gang_bw = self.model.job_link_bw(run.chips)
+            if ring_bw > 0:
+                exposed_s *= gang_bw / ring_bw
+        return compute_s, exposed_s, busy
+
+    def _ring_bw(self, ring: tuple[int, ...]) -> float:
+        """Per-direction bandwidth of the ring's slowest link (0 when one is down or missing)."""
+        pair_link = self._pair_link
+        lt = self.ctx.links
+        if pair_link is None:
+            pair_link = self._pair_link = {frozenset((int(a), int(b))): k
+                                           for k, (a, b) in enumerate(zip(lt.src, lt.dst, strict=True))}
+        bw = self.model.link_metrics()["bandwidth_bytes_per_s"]
+        worst = math.inf
+        for i, a in enumerate(ring):
+            k = pair_link.get(frozenset((a, ring[(i + 1) % len(ring)])))
+            if k is None:
+                return 0.0
+            worst = min(worst, float(bw[k]))
+        return worst
+
+    def _set_load(self, run: JobRun, load: float | np.ndarray, comm: float, hbm: float) -> None:
+        key = (np.asarray(load).round(4).tobytes(), comm, hbm, run.chips)
         if run.extra.get("load") == key:
             return  # unchanged: keep the telemetry's derived arrays
         run.extra["load"] = key
@@ -245,12 +303,21 @@ class JobRunner:
                     if irq.cause == _STOP:
                         return
                 continue
+            load: float | np.ndarray
             if self.step_time_fn is default_step_time:
-                compute_s, _, st = step_breakdown(run.spec, self.model)
+                compute_s, exposed_s, st = step_breakdown(run.spec, self.model)
                 compute_frac = compute_s / st
+                load = _UTIL * compute_frac
+                if run.shares is not None or run.ring or self.ctx.telemetry.any_throttled:
+                    # Per-rank busy shares: a throttled or overloaded rank is busy, the rest wait.
+                    compute_s, exposed_s, busy = self._rebalanced(run, compute_s, exposed_s)
+                    st = compute_s + exposed_s
+                    compute_frac = compute_s / st
+                    load = _UTIL * busy / st
             else:  # a pluggable model gives only the step time
                 st = float(self.step_time_fn(run.spec, self.model))
                 compute_frac = DEFAULT_COMPUTE_SHARE
+                load = _UTIL * compute_frac
             if not st > 0 or math.isinf(st):
                 raise ValueError(f"step_time_fn returned {st} for job {run.job_id}")
             ci = run.spec.checkpoint_interval
@@ -259,7 +326,7 @@ class JobRunner:
                 left = min(left, ci - run.step % ci)
             k = max(1, min(left, int(window // st)))
             # Communication hidden behind compute still moves bytes: keep the links loaded.
-            self._set_load(run, _UTIL * compute_frac, max(1.0 - compute_frac, MIN_COMM_SHARE), hbm)
+            self._set_load(run, load, max(1.0 - compute_frac, MIN_COMM_SHARE), hbm)
             start = env.now
             try:
                 yield env.timeout(k * st)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import WorkerGroupSpec
+from podfleet.hardware.topology import FleetTopology, GridTopology
 from podfleet.perf import Plan, default_global_batch, default_plan, estimate_step
 from podfleet.perf.layout import job_topology, resolve_topology
 from podfleet.perf.models import MODELS, ModelSpec, custom_model
@@ -90,6 +91,19 @@ def healthy_step(spec: WorkerGroupSpec, fabric: SimFabric) -> HealthyStep | None
         return None
 
 
+def _spanning_ratio(chips: tuple[int, ...], topology: Any) -> float:
+    """A gang that fits in one group (the healthy estimate places it there) but now spans
+    groups, e.g. a rank moved to a spare in another pod, talks over the network tier: its
+    exposed communication stretches by the group's slowest link over the network's."""
+    if not isinstance(topology, FleetTopology) or not isinstance(topology.group, GridTopology):
+        return 1.0
+    g = topology.group.n_chips
+    if len(chips) > g or min(chips) // g == max(chips) // g:
+        return 1.0
+    inside = min(ax.link_bw_bytes_per_s for ax in topology.group.axes)
+    return min(1.0, topology.net_bw_per_chip_bytes_per_s / inside)
+
+
 def perf_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float] | None:
     """(compute_s, exposed comm s, step_s) with throttling and link health applied."""
     h = healthy_step(spec, fabric)
@@ -97,6 +111,7 @@ def perf_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, flo
         return None
     clock = fabric.gang_clock_factor(spec.chips)
     link_ratio = min(1.0, fabric.job_link_bw(spec.chips) / fabric.job_nominal_link_bw(spec.chips))
+    link_ratio *= _spanning_ratio(spec.chips, fabric.topology)
     compute = h.compute_s / clock
     comm = h.comm_s / max(link_ratio, 1e-3)
     return compute, comm, compute + comm

@@ -17,6 +17,13 @@ bandwidth when the job spans groups. ``params`` comes from ``options["params"]``
 the model name (``llama3-70b`` -> 70e9); ``tokens_per_step`` from
 ``options["tokens_per_step"]`` (default 4 Mi tokens). A pluggable
 ``step_time_fn(spec, fabric) -> seconds`` replaces this model (the perf model).
+
+Rebalancing (``Rebalanceable``, see ``jobs``): with a work split, rank i computes
+``w_i = share_i / mean(share)`` of an even share at its own clock, so the compute
+phase is ``compute_s * slowest_clock * max_i(w_i / clock_i)`` (``rebalanced_compute``):
+the slowest rank's share over its speed sets the step. With a ring order, the exposed
+communication is stretched by the slowest live link *on the ring* instead of among all
+the job's chips.
 """
 
 from __future__ import annotations
@@ -24,11 +31,14 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from podfleet.errors import InvalidInputError
 from podfleet.fabric.base import WorkerGroupSpec
 
 if TYPE_CHECKING:
@@ -106,6 +116,26 @@ def default_step_time(spec: WorkerGroupSpec, fabric: SimFabric) -> float:
     return step_breakdown(spec, fabric)[2]
 
 
+def check_shares(shares: Sequence[int], n_ranks: int) -> np.ndarray:
+    """Per-rank work shares as an int array: one per rank, each >= 1."""
+    arr = np.asarray(list(shares), dtype=np.int64)
+    if arr.ndim != 1 or arr.size != n_ranks or (arr < 1).any():
+        raise InvalidInputError(f"need {n_ranks} shares, each >= 1; got {list(shares)[:8]}", field="shares")
+    return arr
+
+
+def rebalanced_compute(compute_s: float, gang_clock: float, clocks: np.ndarray,
+                       shares: np.ndarray | None) -> tuple[float, np.ndarray]:
+    """(compute phase s, per-rank busy s) of a split job (see the module docstring).
+
+    ``compute_s`` is the even split's compute at the slowest clock ``gang_clock``;
+    ``clocks`` the ranks' clock factors. Without shares every rank has an even share."""
+    base = compute_s * gang_clock  # the even share at full clock
+    w = np.ones(len(clocks)) if shares is None else shares / shares.mean()
+    busy = base * w / np.maximum(clocks, 1e-6)
+    return float(busy.max()), busy
+
+
 def loss_at(step: int, noise: float, *, floor: float = 1.7, scale: float = 9.0, alpha: float = 0.32) -> float:
     """A plausible pre-training curve: power-law decay toward ``floor``, noisy."""
     return floor + scale * (step + 1) ** (-alpha) * (1.0 + 0.02 * noise)
@@ -129,6 +159,8 @@ class JobRun:
     process: simpy.Process | None = None
     resume_evt: simpy.Event | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    shares: np.ndarray | None = None  # per-rank work split (Rebalanceable); None: even
+    ring: tuple[int, ...] = ()  # gradient ring order over the chips (Rebalanceable); (): any
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))  # job events, oldest first
 
     @property

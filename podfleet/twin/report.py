@@ -1,0 +1,229 @@
+"""The report of a rehearsal (``podfleet sim``): what happened, read from the control
+plane's own read models (job views, recovery journals, alerts, the health monitor's
+alarms) and, for ground truth only the twin knows, from the fabric's events.
+
+Definitions:
+
+* recoveries: one per recovery journal with a job (``health.recoveries``), by the path
+  its state came back by (``replica``: a live peer's copy; ``checkpoint``: the last
+  checkpoint), plus ``requeue``: a job relaunched by the job driver (from its checkpoint,
+  on replacement chips) after losing a chip. Time: detection to the job running again.
+* predictions (strict): an alarm is a hit only if its chip fails within ``HORIZON_S``
+  after it; a failure is predicted when an alarm on its chip came within ``HORIZON_S``
+  before it. An averted failure (the chip was drained in time) counts as no failure.
+* ETTR per job: productive step time (steps done beyond the start step x the fastest
+  step time the job showed) / wall time since its first start (until it ended).
+* chip-hours lost by cause: time chips spent failed or isolated, by the fault (or
+  drain) that took them out.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from podfleet.engine.timeline import Timeline
+from podfleet.fabric.base import FabricEvent
+from podfleet.fabric.sim.fabric import SimFabric
+from podfleet.hardware.faults import FaultKind
+from podfleet.twin.evaluate import HORIZON_S
+
+if TYPE_CHECKING:
+    from podfleet.twin.rehearsal import Rehearsal
+
+_DOWN = ("failed", "isolated")
+_ENDED = ("job-finished", "job-stopped", "job-failed")
+_KINDS = tuple(sorted((k.value for k in FaultKind), key=len, reverse=True))
+
+
+def cause_of(reason: str) -> str:
+    """The fault kind (or drain, firmware) a chip transition's reason names."""
+    r = reason.lower()
+    for k in _KINDS:
+        if k in r:
+            return k
+    if "predict" in r or "drain" in r:
+        return "predicted-drain"
+    if "firmware" in r:
+        return "firmware-update"
+    return "other"
+
+
+class Tracker:
+    """Fabric events the report needs, collected as they happen (cheap per event)."""
+
+    def __init__(self, fabric: SimFabric, timeline: Timeline) -> None:
+        self.tl = timeline
+        self.names: dict[str, str] = {}  # control-plane job id -> scenario job id
+        self.started: dict[str, float] = {}
+        self.starts: Counter[str] = Counter()
+        self.ended: dict[str, float] = {}
+        self.first_step: dict[str, int] = {}
+        self.best_step_s: dict[str, float] = {}
+        self.lost_at: dict[str, float] = {}  # job -> when it last lost a chip
+        self.requeues: list[dict[str, Any]] = []
+        self.failures: list[tuple[float, int, str]] = []  # t, chip, cause
+        self.down_since: dict[int, tuple[float, str]] = {}
+        self.last_cause: dict[int, str] = {}  # chip -> the last fault kind named for it
+        self.lost_s: dict[str, float] = {}
+        fabric.subscribe(self.on_event)
+
+    def job_submitted(self, job_id: str, name: str) -> None:
+        self.names[job_id] = name
+
+    def on_event(self, ev: FabricEvent) -> None:
+        kind, job = ev.kind, ev.job_id
+        if kind == "progress":
+            if job is not None:
+                st = ev.detail.get("step_time_s")
+                if st and st < self.best_step_s.get(job, float("inf")):
+                    self.best_step_s[job] = float(st)
+            return
+        if kind == "job-started" and job is not None:
+            self.starts[job] += 1
+            if job not in self.started:
+                self.started[job] = ev.t
+                self.first_step[job] = int(ev.detail.get("start_step", ev.detail.get("step", 0)) or 0)
+            elif job in self.lost_at:
+                self.requeues.append({"job_id": job, "t": ev.t, "took_s": ev.t - self.lost_at.pop(job)})
+            return
+        if kind in _ENDED and job is not None:
+            self.ended.setdefault(job, ev.t)
+            return
+        if not kind.startswith("chip-") or ev.chip is None:
+            return
+        state, chip = kind.removeprefix("chip-"), ev.chip
+        cause = cause_of(str(ev.detail.get("reason", "")))
+        if cause == "other":  # e.g. isolated for replacement after a fault fenced it earlier
+            cause = self.last_cause.get(chip, cause)
+        elif cause in _KINDS:
+            self.last_cause[chip] = cause
+        if state == "failed":
+            self.failures.append((ev.t, chip, cause))
+        if state in _DOWN:
+            if job is not None:
+                self.lost_at.setdefault(job, ev.t)
+            if chip not in self.down_since:
+                self.down_since[chip] = (ev.t, cause)
+        elif chip in self.down_since:
+            t, cause = self.down_since.pop(chip)
+            self.lost_s[cause] = self.lost_s.get(cause, 0.0) + ev.t - t
+
+    def lost_by_cause_h(self, now: float) -> dict[str, float]:
+        out = dict(self.lost_s)
+        for t, cause in self.down_since.values():
+            out[cause] = out.get(cause, 0.0) + now - t
+        return {k: round(v / 3600.0, 4) for k, v in sorted(out.items())}
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    return round(float(np.percentile(xs, q)), 4) if xs else None
+
+
+def recoveries(r: Rehearsal) -> dict[str, Any]:
+    journals = [j for j in r.parts.health.recoveries(r.cluster_id) if j.get("job_id")]
+    by_path: Counter[str] = Counter()
+    times: list[float] = []
+    seq: list[dict[str, Any]] = []
+    for j in journals:
+        path = j.get("restored_from") or "none"
+        by_path[path] += 1
+        if j.get("t_end") is not None and j.get("state") == "done":
+            times.append(j["t_end"] - (j.get("detected_t") or j["t_start"]))
+        seq.append({"t": round(j["t_start"] - r.t0, 3), "kind": j["kind"], "target": j["target"],
+                    "job": r.tracker.names.get(j["job_id"], j["job_id"]), "state": j["state"],
+                    "path": path, "steps": [s["name"] for s in j["steps"]]})
+    for q in r.tracker.requeues:
+        by_path["requeue"] += 1
+        times.append(q["took_s"])
+        seq.append({"t": round(q["t"] - r.t0, 3), "kind": "relaunch", "target": "job",
+                    "job": r.tracker.names.get(q["job_id"], q["job_id"]), "state": "done", "path": "requeue",
+                    "steps": ["requeue", "relaunch"]})
+    seq.sort(key=lambda s: s["t"])
+    return {"count": len(seq), "by_path": {p: by_path.get(p, 0) for p in ("replica", "checkpoint", "requeue")}
+            | {p: n for p, n in by_path.items() if p not in ("replica", "checkpoint", "requeue")},
+            "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "sequence": seq}
+
+
+def alerts(r: Rehearsal) -> dict[str, Any]:
+    al = r.parts.health.list_alerts(r.cluster_id)
+    return {"total": len(al), "by_rule": dict(sorted(Counter(a["rule"] for a in al).items())),
+            "by_severity": dict(sorted(Counter(a["severity"] for a in al).items())),
+            "firing_at_end": sum(a["state"] == "firing" for a in al)}
+
+
+def predictions(r: Rehearsal) -> dict[str, Any]:
+    mon = r.parts.health.monitors.get(r.cluster_id)
+    alarms = [(a.chip, a.t) for a in (mon.alarms if mon else [])]
+    fails: dict[int, list[float]] = {}
+    for t, chip, _cause in r.tracker.failures:
+        fails.setdefault(chip, []).append(t)
+    hits = sum(any(t < ft <= t + HORIZON_S for ft in fails.get(c, ())) for c, t in alarms)
+    by_chip: dict[int, list[float]] = {}
+    for c, t in alarms:
+        by_chip.setdefault(c, []).append(t)
+    predicted = sum(any(ft - HORIZON_S <= t < ft for t in by_chip.get(c, ())) for c, fts in fails.items() for ft in fts)
+    n_fail = sum(len(v) for v in fails.values())
+    averted = len(r.tl.log.filter("fault", averted=True))
+    return {"alarms": len(alarms), "hits": hits, "false_alarms": len(alarms) - hits, "failures": n_fail,
+            "predicted_failures": predicted, "misses": n_fail - predicted, "averted": averted,
+            "horizon_s": HORIZON_S}
+
+
+def jobs(r: Rehearsal, now: float) -> list[dict[str, Any]]:
+    tr = r.tracker
+    out = []
+    for name, jid in r.job_ids.items():
+        v = r.plane.jobs.describe(jid)
+        prog = v.get("progress") or {}
+        step = int(prog.get("step") or 0)
+        start = tr.started.get(jid)
+        best = tr.best_step_s.get(jid) or (v.get("plan") or {}).get("step_time_s")
+        ettr = None
+        if start is not None and best:
+            wall = tr.ended.get(jid, now) - start
+            done = step - tr.first_step.get(jid, 0)
+            ettr = round(min(1.0, done * best / wall), 4) if wall > 0 else None
+        sched = v.get("scheduling") or {}
+        out.append({"job_id": name, "id": jid, "state": v["state"], "step": step, "steps": prog.get("steps"),
+                    "loss": prog.get("loss"), "tokens_per_s": prog.get("tokens_per_s"), "ettr": ettr,
+                    "balance_degree": sched.get("balance_degree"), "launches": tr.starts.get(jid, 0),
+                    "recoveries": len([1 for j in r.parts.health.recoveries(r.cluster_id) if j.get("job_id") == jid])})
+    return out
+
+
+def build_report(r: Rehearsal, wall: float) -> dict[str, Any]:
+    sc, fab, tl = r.sc, r.fabric, r.tl
+    assert fab is not None
+    now = tl.now
+    lost = fab.chip_hours_lost()
+    total = fab.n_chips * sc.duration / 3600.0
+    faults = {k.value: fab.faults_by_kind.get(k.value, 0) for k in FaultKind}
+    return {
+        "scenario": sc.name,
+        "topology": sc.topology_name,
+        "chips": fab.n_chips,
+        "seed": sc.seed,
+        "control_plane": True,
+        "sim_s": sc.duration,
+        "wall_s": round(wall, 3),
+        "speedup_x": round(sc.duration / wall, 1) if wall > 0 else None,
+        "events_processed": tl.events_processed,
+        "log_records": len(tl.log),
+        "telemetry_samples": fab.ticks,
+        "faults_total": sum(faults.values()),
+        "faults_by_kind": faults,
+        "chip_hours_lost": round(lost, 4),
+        "chip_hours_lost_by_cause": r.tracker.lost_by_cause_h(now),
+        "chip_hours_total": round(total, 3),
+        "availability": round(1 - lost / total, 6) if total else None,
+        "final_chip_states": fab.state_counts(),
+        "links_not_up": int((fab.link_metrics()["state"] != 0).sum()),
+        "recoveries": recoveries(r),
+        "alerts": alerts(r),
+        "predictions": predictions(r),
+        "commands": r.command_log,
+        "jobs": jobs(r, now),
+    }
