@@ -6,7 +6,7 @@ training seeds). Evaluate on seeds 101-104, never used in training: ``held_out``
 all three shapes (ramp, step, intermittent bursts; the headline figures) and
 ``unseen_shape`` with bursts only (a shape the model never saw). Each seed: a 4-pod twin
 fleet (256 chips), 48 simulated hours (``--quick``: 24 h, seeds 1 and 101), faults at 400x the Llama 3 rates (so a day holds
-enough failures to count), telemetry every 10 s. Shapes and their magnitudes, burst
+enough failures to count), telemetry every 10 s, job churn (``twin.evaluate``). Shapes and their magnitudes, burst
 rates and lead times are drawn per fault (``fabric.sim.faults.PrecursorParams``); a
 seed's fault arrivals are the same whatever the shapes.
 

@@ -19,6 +19,11 @@ all show in some of them:
   than ``HOT_RISE`` over the baseline of that minute (intermittent episodes);
 * ``link_spread30m``: share of the last 30 minutes with link errors on the chip.
 
+Thermal evidence is only what the load does not explain: at steady state ``(T - ambient)
+/ P`` does not depend on load, and an excess counts (hot minute, rise) only past
+``NOISE_Z`` standard errors of the mean (``SENSOR_NOISE_C`` a reading), so idle chips a
+few degrees over ambient and sparse sampling do not turn sensor noise into drift.
+
 History is a ring of ``HISTORY_MIN`` minutes with running window sums, so closing a
 minute costs O(chips) whatever the windows (no history shifted, no window re-summed).
 
@@ -45,7 +50,7 @@ HOT_RISE = 0.05  # a minute is "hot" when its thermal resistance is 5% over the 
 # window's) mean, so idle chips (a few degrees over ambient) and sparse sampling do not
 # turn noise into "rise". The twin's sensor is 0.3 C and 3 W (~0.3 C at 0.09 C/W).
 SENSOR_NOISE_C = 0.5
-NOISE_Z = 4.0
+NOISE_Z = 3.0
 
 
 @dataclass(frozen=True)
