@@ -77,6 +77,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "healthy_step_s": round(healthy_s, 3),
         "slowest_step_s": round(acc["max_step_s"], 3),
         "chips_updated": len(view["done"]),
+        "chips_skipped": len(view.get("skipped") or []),
         "state": view["state"],
         "rollout_window_s": round(window, 1),
         "job_state": r.plane.jobs.describe(job)["state"],

@@ -86,10 +86,11 @@ class HealthMonitor:
         res = self.scanner.scan(now, metrics, states, lm, lstates,
                                 mounts=self.mounts() if self.mounts else (),
                                 jobs=self.jobs() if self.jobs else None, util=util)
-        # A chip back from isolation is a repaired or replaced one: no history.
+        # A chip back from isolation (a repaired or replaced one) or from a firmware
+        # update (new firmware, and a power history the update broke): no history.
         prev = self._prev_states
         if prev is not None and prev is not states:
-            back = (prev == 3) & (states <= 1)
+            back = ((prev == 3) | (prev == 4)) & (states <= 1)
             if back.any():
                 self.predictor.reset(back)
         self._prev_states = states

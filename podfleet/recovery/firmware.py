@@ -54,6 +54,7 @@ class Rollout:
     current: list[int] = field(default_factory=list)
     previous: dict[int, str] = field(default_factory=dict)
     failed_chip: int | None = None
+    skipped: list[int] = field(default_factory=list)  # out of service at their turn (isolated/failed)
     reason: str = ""
     t_end: float | None = None
     interruptions_s: list[float] = field(default_factory=list)
@@ -146,13 +147,22 @@ class FirmwareRollouts:
             for c, rec in moving:
                 while rec is not None and rec.state.value in ("running", "waiting") and c in self.orch.owner:
                     yield env.timeout(0.05)
+            updating = []
             for c in batch:
+                if c not in self.orch.owner and self.fab.chip_state(c) in (ChipState.ISOLATED, ChipState.FAILED):
+                    # Out of service already (awaiting repair): nothing runs on it to update
+                    # now; it is reported as skipped, not counted as a failed update.
+                    r.skipped.append(c)
+                    continue
                 if c in self.orch.owner or self.fab.chip_state(c) not in (ChipState.HEALTHY, ChipState.DEGRADED):
                     self._finish(r, RolloutState.ROLLED_BACK, f"chip {c} could not be freed for the update", c)
                     return
                 self.fab.update_firmware(c, r.version, duration_s=self.update_s, failure_p=self.failure_p)
+                updating.append(c)
+            if not updating:
+                continue
             yield env.timeout(self.update_s + self.settle_s)
-            for c in batch:  # health check: healthy and on the new version
+            for c in updating:  # health check: healthy and on the new version
                 ok = self.fab.chip_state(c) == ChipState.HEALTHY and \
                     str(self.fab.chip_metrics()["firmware_version"][c]) == r.version
                 if not ok:
@@ -162,7 +172,8 @@ class FirmwareRollouts:
             self.tl.emit("firmware-progress", rollout=r.id, done=len(r.done), total=r.total)
         r.current = []
         self.orch.reserved = set()
-        self._finish(r, RolloutState.SUCCEEDED, f"{len(r.done)} chips on {r.version}")
+        self._finish(r, RolloutState.SUCCEEDED, f"{len(r.done)} chips on {r.version}" + (
+            f"; skipped (out of service): {r.skipped}" if r.skipped else ""))
 
     def _rollback(self, r: Rollout, bad: int) -> Generator[simpy.Event, Any, None]:
         """The updated chip failed its check: put every updated chip back on its old version."""

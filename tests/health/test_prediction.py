@@ -170,3 +170,34 @@ def test_fault_free_pod_with_job_churn_raises_no_predicted_failure() -> None:
     assert "predicted-failure" not in rules
     assert [str(s) for s in fabric.chip_states()].count("healthy") == fabric.n_chips
     assert sum(plane.jobs.describe(j)["state"] == "RUNNING" for j in running) >= 1
+
+
+def test_load_steps_and_dips_with_thermal_lag_raise_no_alarm() -> None:
+    """Busy -> idle -> busy (a live rank move) and short power dips within minutes (a
+    step's communication phase), with the twin's first-order thermal lag: temperature
+    lags power, which is not a rise of the thermal resistance."""
+    from podfleet.health.predict import THERMAL_TAU_S, Predictor
+
+    n, dt, r_c_per_w, amb = 4, 2.0, 0.09, 35.0
+    rng = np.random.default_rng(3)
+    pred = Predictor(n)
+    temp = np.full(n, amb + 100.0 * r_c_per_w)
+    a = 1.0 - np.exp(-dt / THERMAL_TAU_S)
+    alarms = []
+    rises, hots = [], []
+    for i in range(int(4 * 3600 / dt)):
+        t = i * dt
+        busy = t < 5400 or t >= 7200  # idle for 30 minutes in the middle
+        power = np.full(n, 425.0 if busy else 100.0)
+        if busy and t % 92.0 < 8.0:  # a short dip every step
+            power[:] = 150.0
+        power[1] = 100.0 if (t // 600) % 2 else 425.0  # chip 1 toggles every 10 minutes
+        temp += (amb + power * r_c_per_w - temp) * a
+        m = {"temperature_c": temp + rng.standard_normal(n) * 0.3, "power_w": power + rng.standard_normal(n) * 3.0,
+             "mem_ecc_corrected": np.zeros(n), "link_errors": np.zeros(n)}
+        alarms += pred.observe(t, m)
+        rises.append(pred.last_x[:, FEATURES.index("r_rise")].copy())
+        hots.append(pred.last_x[:, FEATURES.index("r_hot60")].copy())
+    assert alarms == []
+    assert np.abs(np.array(rises)).max() < 0.005
+    assert np.array(hots).max() < 0.1
