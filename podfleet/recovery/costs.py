@@ -19,29 +19,18 @@ import numpy as np
 
 from podfleet.errors import PodfleetError
 from podfleet.hardware.topology import FleetTopology, GridTopology, Topology
-from podfleet.perf import Plan, default_global_batch, default_plan
-from podfleet.perf.layout import job_topology, resolve_topology
+from podfleet.perf import Plan
 from podfleet.perf.memory import memory_per_chip
 from podfleet.perf.models import MODELS, ModelSpec
+from podfleet.perf.options import plan_from_options
 from podfleet.recovery.model import Timings
 
-_PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute", "zero_stage", "interleave",
-                "sequence_parallel")
 HARD_CAUSES = ("chip-failure", "firmware-fault", "hbm-uncorrectable", "sram-uncorrectable")
 DEGRADED_CAUSES = ("thermal-runaway",)
 
 
 def _plan(model: ModelSpec, n: int, options: Mapping[str, Any], topology: Topology) -> Plan:
-    given: Any = options.get("plan") or options.get("parallelism")
-    if isinstance(given, Mapping) and {"tp", "pp", "dp"} <= set(given):
-        fields = {k: given[k] for k in _PLAN_FIELDS if given.get(k) is not None}
-        if "micro_batch" not in fields or "num_micro_batches" not in fields:
-            gb = default_global_batch(model, n)
-            fields.setdefault("micro_batch", 1)
-            fields.setdefault("num_micro_batches", max(1, gb // (int(fields["dp"]) * fields["micro_batch"])))
-        return Plan(**fields)
-    topo = job_topology(resolve_topology(topology, n), n, None)
-    return default_plan(model, n, default_global_batch(model, n), topo)
+    return plan_from_options(model, n, options, topology)
 
 
 def state_bytes_per_rank(model: str, n_ranks: int, options: Mapping[str, Any], topology: Topology) -> float | None:

@@ -22,15 +22,13 @@ from typing import TYPE_CHECKING, Any
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import WorkerGroupSpec
 from podfleet.hardware.topology import FleetTopology, GridTopology
-from podfleet.perf import Plan, default_global_batch, default_plan, estimate_step
-from podfleet.perf.layout import job_topology, resolve_topology
+from podfleet.perf import Plan, estimate_step
 from podfleet.perf.models import MODELS, ModelSpec, custom_model
+from podfleet.perf.options import plan_from_options
 
 if TYPE_CHECKING:
     from podfleet.fabric.sim.fabric import SimFabric
 
-_PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute",
-                "zero_stage", "interleave", "sequence_parallel")
 
 
 @dataclass(frozen=True)
@@ -56,17 +54,7 @@ def model_of(spec: WorkerGroupSpec) -> ModelSpec | None:
 
 
 def _plan_of(spec: WorkerGroupSpec, model: ModelSpec, fabric: SimFabric) -> Plan:
-    n = len(spec.chips)
-    given: Any = spec.options.get("plan") or spec.options.get("parallelism")
-    if isinstance(given, Mapping) and {"tp", "pp", "dp"} <= set(given):
-        fields = {k: given[k] for k in _PLAN_FIELDS if given.get(k) is not None}
-        if "micro_batch" not in fields or "num_micro_batches" not in fields:
-            gb = default_global_batch(model, n)
-            fields.setdefault("micro_batch", 1)
-            fields.setdefault("num_micro_batches", max(1, gb // (int(fields["dp"]) * fields["micro_batch"])))
-        return Plan(**fields)
-    topo = job_topology(resolve_topology(fabric.topology, n), n, None)
-    return default_plan(model, n, default_global_batch(model, n), topo)
+    return plan_from_options(model, len(spec.chips), spec.options, fabric.topology)
 
 
 @functools.lru_cache(maxsize=1024)
