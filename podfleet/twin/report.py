@@ -29,6 +29,7 @@ from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim.fabric import SimFabric
 from podfleet.hardware.faults import FaultKind
 from podfleet.twin.evaluate import HORIZON_S
+from podfleet.twin.scenario import twin_figures
 
 if TYPE_CHECKING:
     from podfleet.twin.rehearsal import Rehearsal
@@ -198,29 +199,10 @@ def build_report(r: Rehearsal, wall: float) -> dict[str, Any]:
     sc, fab, tl = r.sc, r.fabric, r.tl
     assert fab is not None
     now = tl.now
-    lost = fab.chip_hours_lost()
-    total = fab.n_chips * sc.duration / 3600.0
-    faults = {k.value: fab.faults_by_kind.get(k.value, 0) for k in FaultKind}
     return {
-        "scenario": sc.name,
-        "topology": sc.topology_name,
-        "chips": fab.n_chips,
-        "seed": sc.seed,
+        **twin_figures(sc, fab, tl, wall),
         "control_plane": True,
-        "sim_s": sc.duration,
-        "wall_s": round(wall, 3),
-        "speedup_x": round(sc.duration / wall, 1) if wall > 0 else None,
-        "events_processed": tl.events_processed,
-        "log_records": len(tl.log),
-        "telemetry_samples": fab.ticks,
-        "faults_total": sum(faults.values()),
-        "faults_by_kind": faults,
-        "chip_hours_lost": round(lost, 4),
         "chip_hours_lost_by_cause": r.tracker.lost_by_cause_h(now),
-        "chip_hours_total": round(total, 3),
-        "availability": round(1 - lost / total, 6) if total else None,
-        "final_chip_states": fab.state_counts(),
-        "links_not_up": int((fab.link_metrics()["state"] != 0).sum()),
         "recoveries": recoveries(r),
         "alerts": alerts(r),
         "predictions": predictions(r),

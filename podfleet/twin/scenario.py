@@ -366,6 +366,15 @@ def run_scenario(sc: Scenario, *, events_path: str | Path | None = None, read_me
     wall = time.perf_counter() - t0
     if events_path is not None:
         tl.log.to_jsonl(events_path)
+    return {
+        **twin_figures(sc, fab, tl, wall),
+        "jobs": [{k: v for k, v in r.summary().items() if k != "chips"} for r in fab.jobs.values()],
+        **({"alerts": len(mon.book.all(sc.name)), "alarms": len(mon.alarms)} if mon is not None else {}),
+    }
+
+
+def twin_figures(sc: Scenario, fab: SimFabric, tl: Timeline, wall: float) -> dict[str, Any]:
+    """What every scenario report says of the run and the twin (bare or rehearsed)."""
     lost = fab.chip_hours_lost()
     total = fab.n_chips * sc.duration / 3600.0
     faults = {k.value: fab.faults_by_kind.get(k.value, 0) for k in FaultKind}
@@ -387,8 +396,6 @@ def run_scenario(sc: Scenario, *, events_path: str | Path | None = None, read_me
         "availability": round(1 - lost / total, 6) if total else None,
         "final_chip_states": fab.state_counts(),
         "links_not_up": int((fab.link_metrics()["state"] != 0).sum()),
-        "jobs": [{k: v for k, v in r.summary().items() if k != "chips"} for r in fab.jobs.values()],
-        **({"alerts": len(mon.book.all(sc.name)), "alarms": len(mon.alarms)} if mon is not None else {}),
     }
 
 
