@@ -4,7 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck venv clean
+.PHONY: run test lint typecheck venv clean console
+
+# The web console (console/): npm packages pinned by its lockfile, built into the Python
+# package (podfleet/console/dist, gitignored), which `podfleet up` serves at /.
+CONSOLE_STAMP := console/node_modules/.installed
+CONSOLE_DIST := podfleet/console/dist/index.html
+CONSOLE_SRC := $(wildcard console/src/*.ts console/src/*/*.ts console/src/*.css) console/index.html console/vite.config.ts console/tsconfig.json
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +21,18 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-run: $(STAMP)
-	$(BIN)/podfleet up --default-cluster pod-0
+$(CONSOLE_STAMP): console/package.json console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+	touch $(CONSOLE_STAMP)
+
+$(CONSOLE_DIST): $(CONSOLE_STAMP) $(CONSOLE_SRC)
+	cd console && npm run build
+
+console: $(CONSOLE_DIST)
+
+# A pod that moves: a running job, a queued one, a chip failure a minute in (README).
+run: $(STAMP) $(CONSOLE_DIST)
+	$(BIN)/podfleet up --demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check podfleet tests bench
@@ -25,11 +41,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy podfleet
 
-test: $(STAMP)
+test: $(STAMP) $(CONSOLE_DIST)
 	$(BIN)/ruff check podfleet tests bench
 	# Types: strict on the models, engine, scheduler and control plane; checked everywhere (pyproject).
 	$(BIN)/mypy
+	# Alerting rules and scrape config of monitoring/ (promtool: Debian's prometheus package).
+	promtool check rules monitoring/prometheus/alerts.yml
+	promtool check config monitoring/prometheus/prometheus.yml
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache console/node_modules podfleet/console/dist

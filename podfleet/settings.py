@@ -8,6 +8,15 @@
     PODFLEET_TELEMETRY_INTERVAL_S  how often hardware snapshots are rendered (timeline s)
     PODFLEET_ADMIN_TOKEN         fixes the first admin token (set before the first start)
     PODFLEET_URL / _TOKEN        where the CLI and SDK find the server, and as whom
+    PODFLEET_TLS_CERT / _TLS_KEY serve HTTPS with this certificate and key (PEM files)
+    PODFLEET_MAX_BODY_BYTES      largest request body (1 MiB); code uploads: _CODE_MAX_BYTES
+    PODFLEET_RATE_LIMIT_PER_S / _RATE_LIMIT_BURST  requests per token
+    PODFLEET_AUTH_FAIL_PER_S / _AUTH_FAIL_BURST    failed authentications per client address
+    PODFLEET_CODE_DIRS           directories (os.pathsep-separated) an admin allows job
+                                 entrypoints from, besides pushed code artifacts
+    PODFLEET_KEY_DIR / _KEY_COMMAND / _KEY_URL  where podfleet's keys come from
+    PODFLEET_AUDIT_DIGESTS_DIR / _AUDIT_DIGEST_INTERVAL_S  signed audit digests
+    PODFLEET_AUDIT_RETENTION_DAYS  audit records kept in the database (90); older ones archived
 """
 
 from __future__ import annotations
@@ -35,6 +44,22 @@ class Settings(BaseSettings):
     # ``podfleet up`` creates this simulated trn2-ultraserver cluster on start when no
     # live cluster has the name (``make run`` uses "pod-0"); None: start empty.
     default_cluster: str | None = None
+    # security (docs/security.md)
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    code_max_bytes: int = Field(64 << 20, ge=1024)
+    rate_limit_per_s: float = Field(1000.0, gt=0)
+    rate_limit_burst: float = Field(2000.0, ge=1)
+    auth_fail_per_s: float = Field(2.0, gt=0)
+    auth_fail_burst: float = Field(60.0, ge=1)
+    code_dirs: str | None = None
+    key_dir: str | None = None  # default ~/.podfleet/keys (outside the data directory)
+    key_command: str | None = None  # an external KMS: `CMD NAME` prints the key
+    key_url: str | None = None  # an external KMS: GET URL/NAME answers the key
+    audit_digests_dir: str | None = None  # default: beside the SQLite file, or ~/.podfleet/audit-digests
+    audit_digest_interval_s: float = Field(300.0, gt=0)
+    audit_retention_days: float = Field(90.0, gt=0)  # older records are archived, then pruned
 
 
 def get_settings(**overrides: object) -> Settings:

@@ -35,6 +35,19 @@ def test_the_control_plane_imports_no_fabric_implementation_and_no_rehearsal_cod
     assert not bad, sorted(bad)
 
 
+def test_only_the_surfaces_import_operations_intelligence() -> None:
+    # ops/ sits above the control plane and the rehearsal package; api/, cli/ use it.
+    below = ("control", "recovery", "health", "scheduler", "fabric", "twin", "engine", "hardware", "perf",
+             "planner", "store", "training", "checkpoint", "security")
+    bad = {
+        f"{p.relative_to(ROOT)} imports {m}"
+        for p in [*modules(*below), ROOT / "compose.py"]
+        for m in imports(p)
+        if m.startswith("podfleet.ops")
+    }
+    assert not bad, sorted(bad)
+
+
 def test_models_import_nothing_above_them() -> None:
     allowed = {
         "hardware": ("podfleet.hardware", "podfleet.errors", "podfleet.states"),
@@ -57,7 +70,7 @@ def test_fabrics_are_asked_by_capability_never_by_name() -> None:
                          r"REAL_FABRICS|(getattr|hasattr)\([^)]*fabric")
     bad = [
         f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-        for p in modules(*CONTROL_PLANE)
+        for p in modules(*CONTROL_PLANE, "ops")
         if p.name != "specs.py"
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
@@ -75,3 +88,10 @@ def test_one_writer_of_checkpoint_records_and_of_chip_ownership() -> None:
            # ``pod.owner``: the scheduler's own arrays, derived from ChipOwners in ``sync``
            if owner_writes.search(line) and "pod.owner" not in line]
     assert not bad, bad
+
+
+def test_the_console_is_a_surface_mounted_only_by_the_server() -> None:
+    # Nothing below the surfaces imports it; of the API, only ``podfleet up``'s server mounts it.
+    users = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+             if p.parts[-2] != "console" and any(m.startswith("podfleet.console") for m in imports(p))}
+    assert users <= {"api/server.py"}, sorted(users)

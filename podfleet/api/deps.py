@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 
+from podfleet.api.schemas import MAX_CHIP_INDEX
 from podfleet.control.plane import ControlPlane
 from podfleet.errors import ConflictError
 from podfleet.health.service import HealthService
@@ -27,3 +28,17 @@ Plane = Annotated[ControlPlane, Depends(get_plane)]
 Health = Annotated[HealthService, Depends(get_health)]
 NextToken = Annotated[str | None, Query(alias="nextToken", max_length=128, description="from the previous page")]
 MaxResults = Annotated[int, Query(alias="maxResults", ge=1, le=1000)]
+# A chip index: the schema states the absolute bound (the largest cluster); an index past
+# the cluster's own size is a 404 that names the cluster's range.
+ChipPath = Annotated[int, Path(ge=0, le=MAX_CHIP_INDEX, description="chip index within the cluster "
+                               "(0 to the cluster's chips - 1; a chip past them is a 404 naming the range)")]
+ChipQuery = Annotated[int | None, Query(ge=0, le=MAX_CHIP_INDEX, description="one chip's index within the cluster "
+                                        "(0 to the cluster's chips - 1; a chip past them is a 404 naming the range)")]
+# Identifiers in a path: names and ids are lowercase letters, digits and '-' (ids may be
+# given by a unique prefix or tail), so '/', '\\', '.' and '..' never appear in one.
+REF_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+ClusterRef = Annotated[str, Path(pattern=REF_PATTERN, max_length=63, description="cluster id (cl-...) or name")]
+JobRef = Annotated[str, Path(pattern=REF_PATTERN, max_length=64, description="job id (job-...)")]
+AlertRef = Annotated[str, Path(pattern=REF_PATTERN, max_length=64, description="alert id (al-...)")]
+RolloutRef = Annotated[str, Path(pattern=REF_PATTERN, max_length=64, description="firmware rollout id (fw-...)")]
+TokenRef = Annotated[str, Path(pattern=REF_PATTERN, max_length=64, description="access token id (tok-...)")]

@@ -6,21 +6,27 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 
-from podfleet.api import problems
-from podfleet.api.auth import TokenCache, authorize
+from podfleet.api import openapi, problems
+from podfleet.api.auth import TokenCache, UserCache, authorize
+from podfleet.api.guard import Guard, GuardConfig
 from podfleet.api.metrics import ApiMetrics, MetricsMiddleware
-from podfleet.api.routes import audit, clusters, health, jobs, plan, system, tokens
+from podfleet.api.routes import audit, chips, clusters, health, jobs, plan, system, tokens
+from podfleet.api.routes import code as code_routes
+from podfleet.api.routes import ops as ops_routes
+from podfleet.api.routes import users as user_routes
 from podfleet.api.schemas import Problem
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
+from podfleet.security.ratelimit import DenialLog
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "content": {"application/problem+json": {}}} for code in (400, 401, 403, 404, 409, 422)
 }
 
 
-def create_app(plane: ControlPlane, health_service: HealthService | None = None) -> FastAPI:
+def create_app(plane: ControlPlane, health_service: HealthService | None = None,
+               guard: GuardConfig | None = None) -> FastAPI:
     app = FastAPI(
         title="podfleet", version="0.1.0",
         description="Control plane for AI-training pods. Every /v1 call needs `Authorization: Bearer <token>`.",
@@ -28,6 +34,11 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None)
     app.state.plane = plane
     app.state.health = health_service  # alerts, telemetry, recoveries, firmware (None: answered with 409)
     app.state.tokens = TokenCache(plane.store)
+    guard = guard or GuardConfig()
+    app.state.denials = DenialLog(guard.denial_window_s)
+    app.state.audit_trail = None  # signed digests to verify against (set by ``podfleet up``)
+    app.state.users = UserCache(plane.store)
+    app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
     app.state.metrics = metrics = ApiMetrics(plane)
     metrics.registry.register(HealthCollector(plane, health_service))
 
@@ -43,9 +54,12 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None)
     app.state.on_invalid = on_invalid
     problems.install(app)
     v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
-    for module in (clusters, jobs, plan, audit, health, tokens):
+    for module in (clusters, chips, jobs, plan, audit, health, tokens, code_routes, ops_routes, user_routes):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(system.router)
+    openapi.install(app)  # links between operations (stateful clients, schemathesis)
+    # Added first, so it runs inside metrics: refused requests are counted too.
+    app.add_middleware(Guard, config=guard)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

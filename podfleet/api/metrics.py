@@ -3,6 +3,7 @@
     podfleet_api_requests_total{operation,status}
     podfleet_api_request_duration_seconds{operation}   (histogram)
     podfleet_clusters{state} / podfleet_jobs{state} / podfleet_chips{state}  (gauges, read at scrape)
+    podfleet_chips_mode{cluster,mode} / podfleet_spare_chips{cluster}  cordoned/draining chips; spares held
     podfleet_pod_utilization_ratio{cluster,pod}      chips held by jobs / non-spare chips
     podfleet_fragmentation_ratio{cluster,pod}        1 - largest free block / free chips
     podfleet_free_chips{cluster,pod} / podfleet_largest_free_block_chips{cluster,pod}
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from podfleet.api.chip_metrics import FabricCollector
 from podfleet.control.plane import ControlPlane
 
 BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -53,6 +55,18 @@ class PlaneCollector(Collector):
         for state, n in sorted(tally.items()):
             chips.add_metric([state], n)
         yield chips
+        # The operator's chip modes (control.chips) and the spares each cluster holds now.
+        modes = GaugeMetricFamily("podfleet_chips_mode", "Chips an operator cordoned or is draining",
+                                  labels=["cluster", "mode"])
+        spares = GaugeMetricFamily("podfleet_spare_chips", "Spare chips held now (used spares leave)",
+                                   labels=["cluster"])
+        for rt in list(self.plane.clusters.values()):
+            by_mode = Tally(m.value for m in rt.modes.to_modes())
+            for mode in ("cordoned", "draining"):
+                modes.add_metric([rt.rec.name, mode], by_mode.get(mode, 0))
+            spares.add_metric([rt.rec.name], len(rt.spares))
+        yield modes
+        yield spares
         yield from self._scheduler()
 
     def _scheduler(self) -> Iterator[Metric]:
@@ -100,6 +114,7 @@ class ApiMetrics:
         self.latency = Histogram("podfleet_api_request_duration_seconds", "API request latency",
                                  ["operation"], buckets=BUCKETS_S, registry=self.registry)
         self.registry.register(PlaneCollector(plane))
+        self.registry.register(FabricCollector(plane))  # chips, links, jobs of every fabric; build info
 
 
 class MetricsMiddleware:

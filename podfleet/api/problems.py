@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from podfleet.errors import PodfleetError
 
@@ -48,7 +49,7 @@ def _validation_field(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     # Union members show up as their type name in the location: not part of the field.
     parts = [p for p in parts if not p.startswith(("function-", "literal[", "Parallelism", "ModelDims"))
-             and p not in ("int", "str", "float", "bool", "list[int]")]
+             and p not in ("int", "str", "float", "bool", "list[int]", "[key]")]
     return ".".join(parts) or "body"
 
 
@@ -95,6 +96,17 @@ def _allowed_from_schema(req: Request, field: str) -> Any:
     return None
 
 
+METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(req: Request) -> list[str]:
+    """Every method some route of the app serves on the request's path (the ``Allow`` of a
+    405), asked of the router itself, so included routers count too."""
+    routes = req.app.router.routes
+    return [m for m in METHODS
+            if any(route.matches({**req.scope, "method": m})[0] == Match.FULL for route in routes)]
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(PodfleetError)
     async def _podfleet(_req: Request, exc: PodfleetError) -> JSONResponse:
@@ -116,12 +128,20 @@ def install(app: FastAPI) -> None:
         return problem(400, "invalid-input", detail, field=field, allowed=allowed)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(req: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(exc.status_code, "http-error")
         detail = str(exc.detail)
+        headers = getattr(exc, "headers", None)
         if exc.status_code == 404 and detail == "Not Found":
             detail = "no such route; see /openapi.json"
-        return problem(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
+        if exc.status_code == 405:
+            # Starlette names only the first route that matched the path; a path has one
+            # route per method, so the answer lists them all.
+            methods = allowed_methods(req)
+            detail = f"{req.method} is not allowed on {req.url.path}; allowed: {', '.join(methods)}"
+            return problem(405, code, detail, field="method", allowed=methods,
+                           headers={**(headers or {}), "Allow": ", ".join(methods)})
+        return problem(exc.status_code, code, detail, headers=headers)
 
     @app.exception_handler(Exception)
     async def _bug(_req: Request, exc: Exception) -> JSONResponse:

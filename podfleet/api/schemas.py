@@ -3,38 +3,87 @@ defaults. Types and ranges are checked here; meaning is checked again by the eng
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
+from podfleet.control.specs import MAX_CLUSTER_CHIPS
+from podfleet.hardware.catalog import TOPOLOGY_NAMES
 from podfleet.hardware.faults import FAULT_KINDS
+from podfleet.perf.models import MODELS
 
 ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
 FabricKind = Literal["sim", "local", "ray", "neuron"]
 FaultKindName = Literal[FAULT_KINDS]  # type: ignore[valid-type]
+PRESET_NAMES = tuple(sorted(MODELS))
+PresetName = Literal[PRESET_NAMES]  # type: ignore[valid-type]
+TOPOLOGY_PATTERN = rf"^({'|'.join(sorted(TOPOLOGY_NAMES))})(:[1-9][0-9]{{0,3}})?$"
+JOB_MODEL_NAMES = (*PRESET_NAMES, "custom")  # custom: with model_dims
+JobModelName = Literal[JOB_MODEL_NAMES]  # type: ignore[valid-type]
+JOB_OPTION_NAMES = JOB_OPTIONS + FABRIC_JOB_OPTIONS
+JobOptionName = Literal[JOB_OPTION_NAMES]  # type: ignore[valid-type]
 JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
                        "SUCCEEDED", "FAILED", "STOPPED"]
+MAX_CHIPS = MAX_CLUSTER_CHIPS  # the most chips one cluster has (custom dims or chips): the absolute bound of an index
+MAX_CHIP_INDEX = MAX_CHIPS - 1
+MAX_LINK_INDEX = 6 * MAX_CHIPS - 1  # the most links: a 6-axis torus of MAX_CHIPS chips
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="idempotency key: a retry with the same token returns the same object")
 
 
+def _has_int(annotation: Any) -> bool:
+    """True when ``int`` is the annotation or one of its arguments (``int | None``, ``list[int]``...)."""
+    return annotation is int or any(_has_int(a) for a in get_args(annotation))
+
+
+def _integral(value: Any) -> Any:
+    """JSON's 3.0 is the integer 3 (JSON Schema agrees); everything else is left to validation."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    return value
+
+
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields and loose types are refused, so the server accepts
+    exactly what the schema says (``false`` is not an integer and ``"1"`` is not a number)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {k: _integral(v) if k in fields and _has_int(fields[k].annotation) else v for k, v in data.items()}
+
+
+RequestBody = _In  # the base of request bodies declared beside their routes
 
 
 class CreateClusterRequest(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}]})
+
     name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
     type: ClusterType | None = Field(None, description="default trn2-ultraserver; custom (chips worker slots) "
                                                         "for fabric local or ray")
-    dims: list[int] | None = Field(None, min_length=1, max_length=6, description="custom only")
+    dims: list[Annotated[int, Field(ge=1, le=64)]] | None = Field(
+        None, min_length=1, max_length=6, description=f"custom only: 1-6 axes of 1-64 chips, at most {MAX_CHIPS} in all")
     chip_type: Literal["trn2", "trn1"] | None = Field(None, description="custom only")
-    chips: int | None = Field(None, ge=1, le=4096)
+    chips: int | None = Field(None, ge=1, le=MAX_CHIPS)
     hbm_gib: float | None = Field(None, gt=0, le=1024, description="per-chip memory")
     link_bw_gbps: float | None = Field(None, gt=0, le=10000, description="per link, GB/s")
     storage_nodes: int = Field(1, ge=0, le=16)
     spares: int = Field(0, ge=0, le=4, description="chips held out of placement for failover; "
                         "chosen where they keep the largest blocks free unless spare_chips names them")
     spare_chips: list[int] | None = Field(None, max_length=4, description="the spare chips, by index")
+    restore_spares: bool = Field(True, description="a spare that takes a rank stops being a spare; "
+                                 "restore the spare count from free or repaired chips")
     quotas: dict[str, int] | None = Field(None, description="team -> most chips its jobs may hold at once")
     encryption: bool = True
     network_isolation: bool = True
@@ -66,22 +115,32 @@ class ModelDims(_In):
 
 
 class SubmitJobRequest(_In):
-    model: str | None = Field(None, min_length=1, max_length=64, description="preset name")
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}]})
+
+    model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny and small), "
+                                       "or custom with model_dims")
     model_dims: ModelDims | None = None
     chips: int = Field(..., ge=1, le=65536)
     parallelism: Literal["auto"] | Parallelism = "auto"
     steps: int = Field(1000, ge=1, le=10**9)
     checkpoint_interval: int = Field(100, ge=0, le=10**9, description="steps; 0 = never")
     priority: int = Field(50, ge=0, le=100)
-    entrypoint: str | None = Field(None, min_length=1, max_length=1024)
+    entrypoint: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^(/|code:[0-9a-f]{64}/).+$",
+                                   description="local/ray: an absolute path in an allowed code directory, or "
+                                               "code:<sha256>/<path> from UploadCode")
     name: str | None = Field(None, min_length=1, max_length=63)
     team: str | None = Field(None, min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$",
                              description="quota owner (the cluster's quotas); default 'default'")
     max_retries: int = Field(0, ge=0, le=100, description="local/ray: crashes in the job's own code allowed "
                                                           "(infrastructure failures never count)")
-    options: dict[str, Any] | None = Field(None, description="local/ray worker options: seed, global_batch, "
+    options: dict[JobOptionName, Any] | None = Field(None, description="local/ray worker options: seed, global_batch, "
                                            "seq_len, lr, step_delay_s, threads, entrypoint_args, "
                                            "encrypt_checkpoints, key_file, checkpoint_dir, replica_peer")
+    gradCompression: str | None = Field(None, min_length=1, max_length=32,
+                                        pattern=r"^(none|bf16|lossless|powersgd:([1-9]|[1-5][0-9]|6[0-4]))$",
+                                        description="gradient compression: none, bf16, powersgd:RANK (1-64) or "
+                                                    "lossless (zstd; bit-identical training); the twin models it")
     clientToken: str | None = ClientToken
 
 
@@ -95,10 +154,12 @@ class InjectFaultRequest(_In):
 
 
 class PlanRequest(_In):
-    model: str = Field(..., min_length=1, max_length=64, description="preset name")
+    model: PresetName = Field(..., description="preset name")
     chips: int = Field(..., ge=1, le=65536)
     chip_type: Literal["trn2", "trn1", "a100", "h100", "h200"] = "trn2"
-    topology: str | None = Field(None, max_length=64, description="e.g. trn2-ultraserver, trn2-ultraserver:4")
+    topology: str | None = Field(None, max_length=64, pattern=TOPOLOGY_PATTERN,
+                                 description="a topology, or NAME:COUNT for a fleet of COUNT (1-9999): e.g. "
+                                             "trn2-ultraserver, trn2-ultraserver:4")
     tp: int | None = Field(None, ge=1, le=4096, description="fix the tensor-parallel degree")
     pp: int | None = Field(None, ge=1, le=4096)
     dp: int | None = Field(None, ge=1, le=65536)
@@ -199,6 +260,34 @@ class LogLine(_Out):
 class Logs(BaseModel):
     lines: list[LogLine]
     next: int
+
+
+class JobMetricPoint(_Out):
+    time: str
+    t_start: float
+    resolution_s: float
+    step_first: int | None = None
+    step_last: int | None = None
+    samples: int = 0
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = None
+
+
+class JobMetricsOut(_Out):
+    job_id: str
+    resolution_s: float
+    points: list[JobMetricPoint]
+
+
+class ChipLifecycleOut(_Out):
+    cluster_id: str
+    cluster: str
+    chip: int
+    state: str = Field(..., description="the fabric's: healthy, degraded, failed, isolated, updating")
+    mode: str = Field(..., description="the operator's: schedulable, cordoned, draining")
+    spare: bool
+    job: str | None = None
 
 
 class FaultOut(_Out):

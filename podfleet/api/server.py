@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
+from podfleet.api.guard import GuardConfig
 from podfleet.api.main import create_app
 from podfleet.compose import build
+from podfleet.console import mount as mount_console
 from podfleet.control.plane import ControlPlane
+from podfleet.control.workdir import workdir_root
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import InfeasibleError
+from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.factory import available_fabrics
+from podfleet.ops import reports
+from podfleet.security import files
+from podfleet.security.digests import AuditTrail, DigestWriter, default_digests_dir, signing_key
+from podfleet.security.keyring import current_key, provider_for
+from podfleet.security.retention import ARCHIVE_KEY, DAY_S, archive_old
 from podfleet.security.tokens import (
     Role,
     generate_token,
@@ -24,6 +37,8 @@ from podfleet.settings import Settings
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import TokenRecord
 
+AUDIT_MAC_KEY = "audit-mac"
+
 
 @dataclass
 class Server:
@@ -32,6 +47,7 @@ class Server:
     store: StoreProtocol
     admin_token: str | None  # set only when this start created it (show once)
     admin_from_env: bool
+    digests: DigestWriter | None = None  # signed audit digests, outside the database
 
 
 def bootstrap_admin(plane: ControlPlane, supplied: str | None) -> tuple[str | None, bool]:
@@ -53,7 +69,18 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     if store is None:
         from podfleet.store import open_store
 
+        # Serving for real: everything this process and its workers create is owner-only
+        # (database, WAL, logs, checkpoints); files an older version left open are tightened.
+        files.private_umask()
         store = open_store(settings.db)
+        files.tighten(*files.sqlite_files(str(store.url)))
+    # The audit chain is MACed with a key from the key provider before anything is
+    # audited, and its head signed (Ed25519) into digests outside the database.
+    provider = provider_for(key_dir=settings.key_dir, key_command=settings.key_command, key_url=settings.key_url)
+    kid, mac, known = current_key(provider, AUDIT_MAC_KEY, create=True)
+    store.use_audit_keys(kid, mac, known)
+    signer = signing_key(provider, create=True)
+    where = settings.audit_digests_dir or default_digests_dir(str(store.url))
     tl = Timeline(seed=settings.seed, speed=settings.speed, log_keep=20_000)
     if settings.fabric not in available_fabrics():
         raise InfeasibleError(
@@ -65,7 +92,46 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied)
-    return Server(create_app(plane, parts.health), plane, store, token, from_env)
+    digests = None
+    if where:
+        # Retention runs with the digests: old records archived (encrypted) beside them, then pruned.
+        archive_key = current_key(provider, ARCHIVE_KEY, create=True)[1]
+        retention_s = settings.audit_retention_days * DAY_S
+        archives = Path(where) / "archives"
+
+        def retain() -> object:
+            return archive_old(store, archives, key=archive_key, signer=signer, now=plane.now(),
+                               retention_s=retention_s)
+
+        digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain)
+    app = create_app(plane, parts.health, guard_config(settings))
+    # Health reports: archived under the work directory, every active cluster's generated daily.
+    app.state.reports = reports.ReportArchive(workdir_root(None) / "reports")
+    reports.schedule_daily(plane, parts.health, app.state.reports)
+    app.state.mfa_key = current_key(provider, "mfa-seal", create=True)[1]  # seals users' TOTP secrets
+    if digests is not None:
+        app.state.audit_trail = AuditTrail(digests.directory, signer.public_key())
+    mount_console(app)  # the web console at / (the API stays under /v1)
+    return Server(app, plane, store, token, from_env, digests)
+
+
+def guard_config(settings: Settings) -> GuardConfig:
+    return GuardConfig(
+        max_body_bytes=settings.max_body_bytes, route_body_bytes={"UploadCode": settings.code_max_bytes},
+        token_rate_per_s=settings.rate_limit_per_s, token_burst=settings.rate_limit_burst,
+        auth_fail_rate_per_s=settings.auth_fail_per_s, auth_fail_burst=settings.auth_fail_burst,
+        tls=bool(settings.tls_cert),
+    )
+
+
+def check_tls(cert: str | None, key: str | None) -> None:
+    """Both or neither, and readable: a typo must not silently serve plain HTTP."""
+    if bool(cert) != bool(key):
+        raise InvalidInputError("--tls-cert and --tls-key go together; give both or neither",
+                                field="tls_cert" if key else "tls_key")
+    for flag, path in (("tls_cert", cert), ("tls_key", key)):
+        if path and not os.path.isfile(path):
+            raise InvalidInputError(f"{flag.replace('_', '-')} {path} is not a readable file", field=flag)
 
 
 def ensure_default_cluster(plane: ControlPlane, name: str | None) -> str | None:
@@ -78,12 +144,40 @@ def ensure_default_cluster(plane: ControlPlane, name: str | None) -> str | None:
     return str(view["id"])
 
 
-def run(server: Server, host: str, port: int, default_cluster: str | None = None) -> None:
+def run(server: Server, host: str, port: int, default_cluster: str | None = None, *,
+        tls_cert: str | None = None, tls_key: str | None = None) -> None:
     """Reload + reconcile, then serve until interrupted."""
+    check_tls(tls_cert, tls_key)
+    warning = files.exposure_warning(host, tls=bool(tls_cert))
+    if warning:
+        bar = "!" * min(len(warning), 100)
+        print(f"{bar}\n{warning}\n{bar}", file=sys.stderr, flush=True)
     server.plane.start()
     ensure_default_cluster(server.plane, default_cluster)
+    if server.digests is not None:
+        server.digests.start()
+    # uvicorn re-raises SIGTERM after its graceful shutdown; by default that would end the
+    # process before the cleanup below (the final audit digest, the store's close).
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(server.app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(server.app, host=host, port=port, log_level="warning", access_log=False,
+                    ssl_certfile=tls_cert, ssl_keyfile=tls_key)
     finally:
+        # Refusals counted but not yet written as a summary row go to the trail now.
+        with contextlib.suppress(Exception):
+            server.plane.call_sync(pending_denials, server.app)
         server.plane.stop()
+        if server.digests is not None:
+            server.digests.stop()  # the last digest signs the chain's final head
         server.store.close()
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def pending_denials(app: FastAPI) -> None:
+    """Engine thread: write the denial summaries still pending (shutdown)."""
+    plane = app.state.plane
+    for r in app.state.denials.flush():
+        plane.audit(r.actor, r.action, r.target, "denied", r.detail)

@@ -14,6 +14,7 @@ from podfleet.control.logbuf import LogBuffer
 
 POLL_S = 0.1
 HEARTBEAT_S = 10.0
+RECHECK_S = 1.0  # how often a stream re-checks its token (revocation ends it)
 
 
 def _event(kind: str, data: object, event_id: int | None = None) -> str:
@@ -27,7 +28,15 @@ async def _stream(request: Request, buf: LogBuffer, since: int,
     last_progress: object = None
     idle = 0.0
     waited = 0.0
+    checked = 0.0
+    token_hash = request.scope.get("state", {}).get("token_hash")
     while True:
+        if token_hash is not None and waited - checked >= RECHECK_S:
+            checked = waited
+            # A stream outlives the request that authorised it: a revoked token ends it.
+            if request.app.state.tokens.lookup_hash(token_hash) is None:
+                yield _event("end", {"next": offset, "reason": "token revoked"})
+                return
         lines = buf.since(offset)
         for ln in lines:
             yield _event("log", ln, ln["offset"])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from fastapi import FastAPI
 
 from podfleet.api.main import create_app
 from podfleet.control.plane import ControlPlane
@@ -31,9 +32,11 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True,
-                    health: HealthService | None = None) -> Iterator[str]:
+                    health: HealthService | None = None, app: FastAPI | None = None) -> Iterator[str]:
+    """``app``: serve this one (built by ``create_app`` with other settings) instead."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(plane, health), host="127.0.0.1", port=port,
+    app = app if app is not None else create_app(plane, health)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False, lifespan="off"))
     if start_plane:
         plane.start()

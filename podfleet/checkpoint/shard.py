@@ -3,9 +3,14 @@
 Layout: ``MAGIC`` | 4-byte big-endian header length | header JSON | body.
 The body is AES-256-GCM ciphertext under a random per-shard data key (wrapped by
 the KEK in the header), or plaintext when encryption is off. The associated data
-binds the body to the job id, step, shard rank and the exact header bytes, so a
-shard copied from another job, step or rank fails to authenticate even with the
-right key. Writes are atomic: temp file, fsync, rename, fsync of the directory.
+binds the body to the job id, step, shard rank and the header, so a shard copied from
+another job, step or rank fails to authenticate even with the right key. Writes are
+atomic: temp file, fsync, rename, fsync of the directory.
+
+Format 2 (written now) leaves the wrapped data key and its KEK's id out of the
+associated data, so ``rewrap`` can move a shard to a new KEK version by rewriting its
+header alone: the body, and the data key, stay as they are. Format 1 shards (which bind
+the wrap too) still decrypt.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import secrets
 import struct
 from pathlib import Path
+from typing import Any
 
 from podfleet.checkpoint import keys
 from podfleet.errors import ChecksumError
@@ -23,6 +29,8 @@ from podfleet.errors import ChecksumError
 MAGIC = b"PFCKPT1\n"
 _PLAIN_KEYS = {"format", "job_id", "step", "rank", "encrypted", "sha256"}
 _ENC_KEYS = {"format", "job_id", "step", "rank", "encrypted", "cipher", "kek_id", "wrapped_key", "nonce"}
+_WRAP_KEYS = ("kek_id", "wrapped_key")
+ENC_FORMAT = 2
 _LEN = struct.Struct(">I")
 
 
@@ -34,6 +42,14 @@ def _aad(job_id: str, step: int, rank: int, header: bytes) -> bytes:
 def _plain_digest(job_id: str, step: int, rank: int, payload: bytes) -> str:
     # Plain shards still bind their identity, so a swapped plain shard is caught too.
     return hashlib.sha256(_aad(job_id, step, rank, b"plain") + payload).hexdigest()
+
+
+def _bound_header(h: dict[str, object], header: bytes) -> bytes:
+    """What the associated data binds: format 1 the header bytes, format 2 the header
+    without the wrap (so a rewrap leaves the body valid)."""
+    if h.get("format") == 1:
+        return header
+    return json.dumps({k: v for k, v in h.items() if k not in _WRAP_KEYS}, sort_keys=True).encode()
 
 
 def encode(payload: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None) -> bytes:
@@ -48,6 +64,7 @@ def encode(payload: bytes, *, job_id: str, step: int, rank: int, kek: bytes | No
         data_key = AESGCM.generate_key(bit_length=256)
         nonce = secrets.token_bytes(12)
         header_obj |= {
+            "format": ENC_FORMAT,
             "encrypted": True,
             "cipher": "AES-256-GCM",
             "kek_id": keys.key_id(kek),
@@ -55,12 +72,12 @@ def encode(payload: bytes, *, job_id: str, step: int, rank: int, kek: bytes | No
             "nonce": nonce.hex(),
         }
         header = json.dumps(header_obj, sort_keys=True).encode()
-        body = AESGCM(data_key).encrypt(nonce, payload, _aad(job_id, step, rank, header))
+        body = AESGCM(data_key).encrypt(nonce, payload, _aad(job_id, step, rank, _bound_header(header_obj, header)))
     return MAGIC + _LEN.pack(len(header)) + header + body
 
 
-def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None, name: str) -> bytes:
-    """Verify and return the payload; ChecksumError naming the shard on any mismatch."""
+def split(blob: bytes, *, name: str) -> tuple[dict[str, Any], bytes, bytes]:
+    """(header fields, header bytes, body) of a shard, its header checked for shape."""
     if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + _LEN.size:
         raise ChecksumError(f"checkpoint shard {name}: not a podfleet shard or truncated")
     (hlen,) = _LEN.unpack_from(blob, len(MAGIC))
@@ -73,8 +90,35 @@ def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None,
             raise ValueError("header is not an object")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ChecksumError(f"checkpoint shard {name}: header unreadable (truncated or tampered)") from exc
-    if h.get("format") != 1 or set(h) not in (_PLAIN_KEYS, _ENC_KEYS) or h["encrypted"] is not (set(h) == _ENC_KEYS):
+    fmt_ok = h.get("format") == 1 or (h.get("format") == ENC_FORMAT and h.get("encrypted") is True)
+    if not fmt_ok or set(h) not in (_PLAIN_KEYS, _ENC_KEYS) or h["encrypted"] is not (set(h) == _ENC_KEYS):
         raise ChecksumError(f"checkpoint shard {name}: header fields malformed (tampered)")
+    return h, header, body
+
+
+def rewrap(blob: bytes, *, name: str, old_kek: bytes, new_kek: bytes) -> bytes:
+    """The same shard with its data key wrapped by ``new_kek``: only the header changes.
+    Format 1 shards bind their wrap into the body's authentication and cannot be rewrapped."""
+    h, _, body = split(blob, name=name)
+    if not h["encrypted"]:
+        raise ChecksumError(f"checkpoint shard {name}: is not encrypted; nothing to rewrap")
+    if h["format"] != ENC_FORMAT:
+        raise ChecksumError(f"checkpoint shard {name}: format {h['format']} binds its key wrap; it cannot be "
+                            "rewrapped (it still decrypts with its key version)")
+    if h.get("kek_id") != keys.key_id(old_kek):
+        raise ChecksumError(f"checkpoint shard {name}: is wrapped under {h.get('kek_id')}, not {keys.key_id(old_kek)}",
+                            field="key")
+    data_key = keys.unwrap(old_kek, bytes.fromhex(str(h["wrapped_key"])), shard=name)
+    h = {**h, "kek_id": keys.key_id(new_kek), "wrapped_key": keys.wrap(new_kek, data_key).hex()}
+    header = json.dumps(h, sort_keys=True).encode()
+    return MAGIC + _LEN.pack(len(header)) + header + body
+
+
+def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None, name: str) -> bytes:
+    """Verify and return the payload; ChecksumError naming the shard on any mismatch.
+    ``kek`` may be a ``keys.KeyRing``: the version the shard names is used, a retired
+    one refused."""
+    h, header, body = split(blob, name=name)
     claimed = (h.get("job_id"), h.get("step"), h.get("rank"))
     if claimed != (job_id, step, rank):
         raise ChecksumError(
@@ -87,6 +131,8 @@ def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None,
         return body
     if kek is None:
         raise ChecksumError(f"checkpoint shard {name}: is encrypted and no key was given", field="key")
+    if isinstance(kek, keys.KeyRing):
+        kek = kek.for_id(str(h.get("kek_id")), shard=name)
     if h.get("kek_id") != keys.key_id(kek):
         raise ChecksumError(
             f"checkpoint shard {name}: encrypted under key {h.get('kek_id')}, "
@@ -102,7 +148,7 @@ def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None,
 
     data_key = keys.unwrap(kek, wrapped, shard=name)
     try:
-        return AESGCM(data_key).decrypt(nonce, body, _aad(job_id, step, rank, header))
+        return AESGCM(data_key).decrypt(nonce, body, _aad(job_id, step, rank, _bound_header(h, header)))
     except (InvalidTag, ValueError) as exc:
         raise ChecksumError(
             f"checkpoint shard {name}: authentication failed (tampered, truncated or swapped)"

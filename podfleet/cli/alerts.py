@@ -23,12 +23,13 @@ def list_alerts(
 ) -> None:
     """Alerts of a cluster (resolved ones are kept)."""
     with errors():
+        state = state.strip().lower() if state is not None else None
         if state is not None and state not in STATES:
-            raise InvalidInputError(f"--state must be one of {', '.join(STATES)}, got {state!r}", field="state",
-                                    allowed=list(STATES))
+            raise InvalidInputError(f"--state must be one of {', '.join(STATES)} (any case), got {state!r}",
+                                    field="state", allowed=list(STATES))
         out = client(url, token).list_alerts(cluster, state)
         emit(out["alerts"], output, title="alerts",
-             columns=["id", "state", "severity", "target", "rule", "message", "count"])
+             columns=["id", "state", "severity", "target", "jobs", "rule", "message", "count", "last_seen_at"])
 
 
 @app.command("ack")

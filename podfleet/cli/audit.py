@@ -33,11 +33,59 @@ def list_(
 
 
 @app.command("verify")
-def verify(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """Check the hash chain: exit 0 if intact, else name the first bad record (exit 6)."""
+def verify(
+    db: str | None = typer.Option(None, "--db", help="offline: verify this store directly (a stopped server's)"),
+    digests: str | None = typer.Option(None, "--digests", help="offline: the signed digests' directory "
+                                       "(default: beside a SQLite file)"),
+    key_dir: str | None = typer.Option(None, "--key-dir", help="offline: the key directory (default "
+                                       "$PODFLEET_KEY_DIR or ~/.podfleet/keys)"),
+    public_key: str | None = typer.Option(None, "--public-key", help="offline: the digest signing key's "
+                                          "public half (hex), when the key directory is not at hand"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Check the chain (MACs, links, sequence) and its signed digests: exit 0 if intact,
+    else name the first bad record (exit 6). With --db, no server is needed."""
     with errors():
-        result = client(url, token).verify_audit_chain()
+        if db is not None:
+            result = _verify_offline(db, digests, key_dir, public_key)
+        else:
+            result = client(url, token).verify_audit_chain()
         emit(result, output, title="audit chain")
         if not result["ok"]:
             raise ChecksumError(f"audit chain broken at record {result['first_bad_seq']}: {result['message']}",
                                 field="seq")
+
+
+def _verify_offline(db: str, digests: str | None, key_dir: str | None, public_key: str | None) -> dict[str, object]:
+    from pathlib import Path
+
+    from podfleet.errors import InvalidInputError
+    from podfleet.security.audit import verify_chain
+    from podfleet.security.digests import (
+        default_digests_dir,
+        public_key_from_hex,
+        signing_key,
+        verify_trail,
+    )
+    from podfleet.security.keyring import provider_for, versions
+    from podfleet.store import open_store
+
+    provider = provider_for(key_dir=key_dir)
+    keys = versions(provider, "audit-mac")  # read only: verification never mints keys
+    store = open_store(db)
+    try:
+        where = Path(digests) if digests else default_digests_dir(str(store.url))
+        if where is None:
+            result = verify_chain(store.iter_audit(), keys)
+        else:
+            try:
+                pub = public_key_from_hex(public_key) if public_key else signing_key(provider, create=False).public_key()
+            except ValueError as exc:
+                raise InvalidInputError(f"no digest signing key: {exc}; pass --key-dir or --public-key",
+                                        field="public_key") from None
+            result = verify_trail(store.iter_audit(), keys, where, pub)
+    finally:
+        store.close()
+    return {"ok": result.ok, "first_bad_seq": result.first_bad_seq, "message": result.message}

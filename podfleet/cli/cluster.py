@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, stderr
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Cluster lifecycle.", no_args_is_help=True)
-COLUMNS = ["id", "name", "state", "type", "fabric", "chips", "spares", "jobs_running"]
+COLUMNS = ["id", "name", "state", "type", "fabric", "chips", "spares", "cordoned", "jobs_running", "reason"]
 
 
 def _dims(text: str | None) -> list[int] | None:
@@ -51,6 +56,8 @@ def create(
     spares: int = typer.Option(0, "--spares", help="spare chips held out of placement (0-4), chosen where "
                                "they keep the largest blocks free"),
     spare_chips: str = typer.Option(None, "--spare-chips", help="name the spare chips instead: e.g. 60,61,62,63"),
+    restore_spares: bool = typer.Option(True, "--restore-spares/--no-restore-spares",
+                                        help="when a spare takes a rank, make a free or repaired chip a spare"),
     quota: list[str] = typer.Option(None, "--quota", help="TEAM=CHIPS: most chips a team's jobs hold (repeatable)"),
     chips: int = typer.Option(None, "--chips", help="chip count (must match the type; custom: a ring)"),
     dims: str = typer.Option(None, "--dims", help="custom only: e.g. 4,4 or 4x4x4"),
@@ -82,6 +89,7 @@ def create(
             encryption=encryption, network_isolation=network_isolation, fabric=fabric,
             rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
             spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
+            restore_spares=restore_spares,
         )
         if wait and out["state"] == "deploying":
             _follow(c, out["id"], show=output == OutputFormat.table)
@@ -92,7 +100,7 @@ def create(
 
 
 def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   TimeElapsedColumn(), console=stderr, disable=not show, transient=False) as bar:
         task = bar.add_task("deploying", total=100)
         for event, data in c.follow_cluster_logs(cluster_id):
@@ -101,7 +109,7 @@ def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
                 bar.update(task, completed=data.get("percent", 0),
                            description=running[0] if running else str(data.get("state", "")))
             elif event == "log" and show:
-                bar.console.print(f"  {data['message']}", highlight=False)
+                bar.console.print(Text(f"  {data['message']}"), soft_wrap=True)
 
 
 @app.command("list")
@@ -112,16 +120,54 @@ def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = Outpu
 
 
 @app.command("describe")
-def describe(cluster: str = typer.Argument(..., help="id or name"), url: str = UrlOpt,
+def describe(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"), url: str = UrlOpt,
              token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """One cluster: spec, state, deployment steps."""
+    """One cluster: spec, state, deployment steps, spares, cordoned and draining chips."""
     with errors():
-        emit(client(url, token).describe_cluster(cluster), output, title=cluster)
+        out = client(url, token).describe_cluster(cluster)
+        emit(out, output, title=f"cluster {out.get('name', cluster)}")
+
+
+@app.command("events")
+def events(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
+           follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new events until Ctrl-C"),
+           since: int = typer.Option(0, "--since", min=0, help="start at this event offset"),
+           interval: float = typer.Option(1.0, "--interval", min=0.2, help="seconds between polls with -f"),
+           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """The cluster's events: deployment, fabric faults, chip lifecycle, spares (GetClusterLogs)."""
+    with errors():
+        c = client(url, token)
+        offset = since
+        try:
+            while True:
+                page = c.get_cluster_logs(cluster, since=offset)
+                for ev in page["lines"]:
+                    if output == OutputFormat.json:
+                        print(json.dumps(ev, default=str), flush=True)
+                    else:
+                        line(f"{ev['time']}  {ev['message']}")
+                offset = int(page.get("next", offset))
+                if not follow:
+                    return
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
 
 
 @app.command("delete")
-def delete(cluster: str = typer.Argument(..., help="id or name"), url: str = UrlOpt,
-           token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """Stop the cluster's jobs and delete it."""
+def delete(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
+           yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
+           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Stop the cluster's jobs and delete it (asks first unless --yes)."""
     with errors():
-        emit(client(url, token).delete_cluster(cluster), output, columns=["id", "name", "state"], title=cluster)
+        c = client(url, token)
+        if not yes:
+            cl = c.describe_cluster(cluster)
+            if not sys.stdin.isatty():
+                raise InvalidInputError(f"deleting cluster {cl['name']} ({cl['id']}) stops its "
+                                        f"{cl.get('jobs_running', 0)} running job(s); pass --yes to confirm "
+                                        "(no terminal to ask on)", field="yes")
+            if not typer.confirm(f"delete cluster {cl['name']} ({cl['id']}) and stop its "
+                                 f"{cl.get('jobs_running', 0)} running job(s)?", err=True):
+                raise typer.Exit(1)
+        emit(c.delete_cluster(cluster), output, columns=["id", "name", "state"], title=f"cluster {cluster}")

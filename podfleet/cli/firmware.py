@@ -42,7 +42,7 @@ def update(
 
 
 def _follow(c: PodfleetClient, cluster: str, rollout: str, *, show: bool) -> dict[str, Any]:
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                   disable=not show, transient=True) as bar:
         task = bar.add_task(f"firmware {rollout}", total=1.0)
         while True:

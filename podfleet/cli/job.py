@@ -1,18 +1,25 @@
-"""``podfleet job submit|list|describe|stop|logs``."""
+"""``podfleet job submit|list|describe|wait|metrics|stop|logs``: training jobs, and following them."""
 
 from __future__ import annotations
 
+import csv
+import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.text import Text
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stdout
+from podfleet.cli.follow import ETA_COLUMNS, WAIT_CODES, wait_for, watch
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, stdout
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
-COLUMNS = ["id", "cluster_id", "state", "model", "chips", "progress", "reason"]
+COLUMNS = ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens_per_s", "reason"]
+JOB_STATES = ("PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING", "SUCCEEDED", "FAILED", "STOPPED")
 
 
 def parse_parallelism(text: str) -> str | dict[str, int]:
@@ -59,6 +66,8 @@ def submit(
     option: list[str] = typer.Option(None, "--option", help="local/ray worker option KEY=VALUE (repeatable): "
                                      "seed, global_batch, seq_len, lr, step_delay_s, threads, checkpoint_dir, ..."),
     client_token: str | None = typer.Option(None, "--client-token", help="idempotency key for retries"),
+    grad_compression: str | None = typer.Option(None, "--grad-compression",
+                                                help="none, bf16, powersgd:RANK or lossless (zstd, bit-identical)"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
@@ -76,6 +85,7 @@ def submit(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
             priority=priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
+            **({"gradCompression": grad_compression} if grad_compression is not None else {}),
         )
         emit(out, output, columns=[*COLUMNS, "allocation"], title="job")
 
@@ -83,47 +93,158 @@ def submit(
 @app.command("list")
 def list_(
     cluster: str | None = typer.Option(None, "--cluster", help="only this cluster's jobs"),
-    state: str | None = typer.Option(None, "--state", help="only jobs in this state"),
+    state: str | None = typer.Option(None, "--state", help="only jobs in this state (any case: running, RUNNING)"),
+    watch_: bool = typer.Option(False, "--watch", "-w", help="redraw as jobs change, until Ctrl-C"),
+    interval: float = typer.Option(2.0, "--interval", min=0.2, help="seconds between redraws with --watch"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
-    """Training jobs (every page)."""
+    """Training jobs (every page), with their cluster's name."""
     with errors():
+        wanted = _state(state)
         c = client(url, token)
-        jobs: list[dict[str, Any]] = []
-        nxt = None
-        while True:
-            page = c.list_training_jobs(cluster=cluster, state=state, next_token=nxt)
-            jobs.extend(page["jobs"])
-            nxt = page.get("nextToken")
-            if not nxt:
-                break
-        if output == OutputFormat.table:
-            jobs = [{**j, "progress": f"{j['progress']['step']}/{j['progress']['steps']}"} for j in jobs]
-        emit(jobs, output, columns=COLUMNS)
+        if watch_:
+            watch(lambda: _list_rows(c, cluster, wanted, output), output, columns=COLUMNS, interval_s=interval)
+            return
+        emit(_list_rows(c, cluster, wanted, output), output, columns=COLUMNS)
+
+
+def _state(state: str | None) -> str | None:
+    if state is None:
+        return None
+    up = state.strip().upper()
+    if up not in JOB_STATES:
+        raise InvalidInputError(f"--state must be one of {', '.join(JOB_STATES)} (any case), got {state!r}",
+                                field="state", allowed=list(JOB_STATES))
+    return up
+
+
+def _list_rows(c: PodfleetClient, cluster: str | None, state: str | None,
+               output: OutputFormat) -> list[dict[str, Any]]:
+    jobs: list[dict[str, Any]] = []
+    nxt = None
+    while True:
+        page = c.list_training_jobs(cluster=cluster, state=state, next_token=nxt)
+        jobs.extend(page["jobs"])
+        nxt = page.get("nextToken")
+        if not nxt:
+            break
+    if output == OutputFormat.json:
+        return jobs
+    names = cluster_names(c)
+    return [table_row(j, names) for j in jobs]
+
+
+def cluster_names(c: PodfleetClient) -> dict[str, str]:
+    return {cl["id"]: cl["name"] for cl in c.iter_clusters()}
+
+
+def table_row(j: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    p = j.get("progress") or {}
+    return {**j, "cluster": names.get(j["cluster_id"], j["cluster_id"]),
+            "progress": f"{p.get('step', 0)}/{p.get('steps', 0)}", "tokens_per_s": p.get("tokens_per_s")}
 
 
 @app.command("describe")
-def describe(job_id: str = typer.Argument(...), url: str = UrlOpt, token: str = TokenOpt,
-             output: OutputFormat = OutputOpt) -> None:
+def describe(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+             watch_: bool = typer.Option(False, "--watch", "-w", help="a progress bar with ETA until the job ends"),
+             url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """State, progress (step, loss, tokens_per_s), allocation and timestamps."""
     with errors():
-        emit(client(url, token).describe_training_job(job_id), output, title=job_id)
+        c = client(url, token)
+        if watch_:
+            out = wait_for(c, job_id, timeout_s=None, show=output == OutputFormat.table)
+        else:
+            out = c.describe_training_job(job_id)
+        emit(out, output, title=out["id"])
+
+
+@app.command("wait")
+def wait(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+         timeout: float | None = typer.Option(None, "--timeout", min=0, help="give up after S seconds (exit 124)"),
+         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+         url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Wait until the job ends. Exit code: 0 SUCCEEDED, 1 FAILED, 7 STOPPED, 124 timed out."""
+    with errors():
+        out = wait_for(client(url, token), job_id, timeout_s=timeout,
+                       show=output == OutputFormat.table and not quiet)
+        emit(out, output, columns=[*COLUMNS, "timestamps"], title=out["id"])
+        code = WAIT_CODES.get(out["state"], 124)
+        if code:
+            raise typer.Exit(code)
+
+
+class MetricsFormat(StrEnum):
+    table = "table"
+    csv = "csv"
+    plot = "plot"
+
+
+METRIC_COLUMNS = ["time", "step_first", "step_last", "loss", "loss_min", "loss_max", "tokens_per_s", "step_time_s"]
+
+
+@app.command("metrics")
+def metrics(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+            resolution: float | None = typer.Option(None, "--resolution", help="bucket seconds: 10 (the last hour) "
+                                                    "or 300; default by the run's age"),
+            fmt: MetricsFormat = typer.Option(MetricsFormat.table, "--format", "-f",
+                                              help="table, csv, or plot (loss and tokens/s in the terminal)"),
+            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """The job's loss, tokens/s and step time over its run (GetJobMetrics)."""
+    with errors():
+        out = client(url, token).get_job_metrics(job_id, resolution=resolution)
+        points = out["points"]
+        if output == OutputFormat.json:
+            emit(out, output)
+        elif fmt == MetricsFormat.csv:
+            w = csv.writer(sys.stdout, lineterminator="\n")
+            w.writerow(METRIC_COLUMNS)  # exact numbers, as the API sent them
+            for p in points:
+                w.writerow(["" if p.get(c) is None else p.get(c) for c in METRIC_COLUMNS])
+        elif fmt == MetricsFormat.plot:
+            plot_metrics(out)
+        else:
+            emit(points, output, columns=METRIC_COLUMNS,
+                 title=f"{out['job_id']}: {len(points)} buckets of {out['resolution_s']:g} s")
+
+
+def plot_metrics(out: dict[str, Any]) -> None:
+    import plotext as plt
+
+    pts = [p for p in out["points"] if p.get("step_last") is not None]
+    if not pts:
+        line(f"{out['job_id']}: no metrics yet")
+        return
+    steps = [p["step_last"] for p in pts]
+    series = (("loss", [p["loss"] if p["loss"] is not None else float("nan") for p in pts]),
+              ("tokens/s", [p["tokens_per_s"] or 0.0 for p in pts]))
+    for name, ys in series:
+        plt.clear_figure()
+        plt.plot(steps, ys)
+        plt.title(f"{out['job_id']}: {name} by step")
+        plt.xlabel("step")
+        plt.plotsize(100, 15)
+        chart = plt.build()
+        # Piped: plain characters, no colour codes.
+        stdout.print(Text.from_ansi(chart) if stdout.is_terminal else Text(plt.uncolorize(chart)), soft_wrap=True)
 
 
 @app.command("stop")
-def stop(job_id: str = typer.Argument(...), url: str = UrlOpt, token: str = TokenOpt,
-         output: OutputFormat = OutputOpt) -> None:
+def stop(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"), url: str = UrlOpt,
+         token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Stop a job and free its chips."""
     with errors():
-        emit(client(url, token).stop_training_job(job_id), output, columns=COLUMNS, title=job_id)
+        out = client(url, token).stop_training_job(job_id)
+        emit(out, output, columns=["id", "name", "state", "reason"], title=out["id"])
 
 
 @app.command("logs")
-def logs(job_id: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),
+def logs(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+         follow: bool = typer.Option(False, "--follow", "-f", help="stream until the job ends, with a progress "
+                                     "bar and ETA on stderr"),
          url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """The job's log; --follow streams it until the job ends."""
+    """The job's log, every line as it was written; --follow streams it until the job ends."""
     with errors():
         c = client(url, token)
         if not follow:
@@ -132,15 +253,22 @@ def logs(job_id: str = typer.Argument(...), follow: bool = typer.Option(False, "
                 emit(lines, output)
             else:
                 for ln in lines:
-                    stdout.print(f"{ln['time']}  {ln['message']}", highlight=False)
+                    line(f"{ln['time']}  {ln['message']}")
             return
-        for event, data in c.follow_job_logs(job_id):
-            if event != "log":
-                continue
-            if output == OutputFormat.json:
-                print(_json_line(data), flush=True)
-            else:
-                stdout.print(f"{data['time']}  {data['message']}", highlight=False)
+        from rich.progress import Progress
+
+        # The bar lives on a terminal only, below the lines it prints: piped output is the lines alone.
+        show = output == OutputFormat.table and stdout.is_terminal
+        with Progress(*ETA_COLUMNS, console=stdout, disable=not show, transient=True) as bar:
+            task = bar.add_task(job_id, total=None)
+            for event, data in c.follow_job_logs(job_id):
+                if event == "progress" and isinstance(data, dict):
+                    bar.update(task, completed=data.get("step", 0), total=data.get("steps") or None)
+                elif event == "log":
+                    if output == OutputFormat.json:
+                        print(_json_line(data), flush=True)
+                    else:
+                        line(f"{data['time']}  {data['message']}")
 
 
 def _json_line(data: Any) -> str:

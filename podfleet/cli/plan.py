@@ -13,6 +13,7 @@ TABLE_FIELDS = (
     "model", "chips", "topology", "tp", "pp", "dp", "micro_batch", "num_micro_batches",
     "interleave", "recompute", "zero_stage", "global_batch", "seq_len", "step_time_s",
     "tokens_per_s", "tflops_per_chip", "mfu", "memory_per_chip_bytes", "hbm_bytes", "fits",
+    "grad_compression", "uncompressed_step_time_s", "compression_speedup",
 )
 
 
@@ -51,6 +52,9 @@ def plan(
     recompute: Recompute | None = typer.Option(None, "--recompute", help="none, selective or full"),
     zero_stage: int | None = typer.Option(None, "--zero-stage", help="0-3"),
     top: int = typer.Option(5, "--top", help="how many candidates to list"),
+    grad_compression: str | None = typer.Option(
+        None, "--grad-compression", help="none, bf16, powersgd:RANK or lossless: the plan with gradient "
+        "compression, beside its uncompressed step time"),
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Search (or evaluate) a parallelism plan and predict its step time, MFU and memory."""
@@ -61,7 +65,7 @@ def plan(
         result = run_plan(
             spec, chips, topology=topology, chip_type=chip_type, seq_len=seq_len,
             global_batch=global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
-            recompute=recompute, zero_stage=zero_stage, top=max(top, 1),
+            recompute=recompute, zero_stage=zero_stage, top=max(top, 1), grad_compression=grad_compression,
         )
         data = result.to_dict(top=top)
         if output == OutputFormat.json:

@@ -31,7 +31,7 @@ def sim(
             from podfleet.store.db import Store
 
             store = Store(f"sqlite:///{db}")
-        with Progress(TextColumn("rehearsing {task.description}"), BarColumn(), TimeElapsedColumn(),
+        with Progress(TextColumn("rehearsing {task.description}", markup=False), BarColumn(), TimeElapsedColumn(),
                       console=stderr, transient=True) as bar:
             task = bar.add_task(f"{sc.name} ({sc.duration:g} s)", total=1.0)
             report = rehearse(sc, store=store, events_path=events, progress=lambda f: bar.update(task, completed=f))

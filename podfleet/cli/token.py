@@ -6,6 +6,7 @@ import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.errors import InvalidInputError
 
 app = typer.Typer(help="Access tokens: issue, list, revoke (admin).", no_args_is_help=True)
 
@@ -41,3 +42,40 @@ def revoke(token_id: str, url: str = UrlOpt, token: str = TokenOpt, output: Outp
     """Revoke a token; this server refuses it from the next request on."""
     with errors():
         emit(client(url, token).revoke_access_token(token_id), output, title="token")
+
+
+@app.command("reset-admin")
+def reset_admin(
+    db: str | None = typer.Option(None, "--db", help="the server's store URL (default $PODFLEET_DB or "
+                                  "~/.podfleet/podfleet.db)"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Issue a new admin token straight into the store and revoke the old one (needs access
+    to the store's files, not a token; audited). Best with the server stopped."""
+    import getpass
+    import sys
+    import time
+
+    from podfleet.cli.up import store_errors
+    from podfleet.control.tokens import reset_admin as reset
+    from podfleet.store import open_store
+
+    with errors():
+        with store_errors(db):
+            store = open_store(db)
+        try:
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise InvalidInputError(f"resetting the admin token of {store.url} revokes the current one; "
+                                            "pass --yes to confirm (no terminal to ask on)", field="yes")
+                if not typer.confirm(f"revoke the admin token of {store.url} and issue a new one?", err=True):
+                    raise typer.Exit(1)
+            token, view = reset(store, time.time(), actor=f"local:{getpass.getuser()} (token reset-admin)")
+        finally:
+            store.close()
+        if output == OutputFormat.json:
+            emit({**view, "token": token}, output)
+        else:
+            stderr.print(f"new admin token {view['id']} (shown once; export it as PODFLEET_TOKEN):")
+            print(token)

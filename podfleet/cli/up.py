@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.errors import ConflictError, InvalidInputError
 from podfleet.settings import get_settings
 
 
@@ -20,22 +23,39 @@ def up(
     seed: int | None = typer.Option(None, "--seed", help="seed of the timeline's RNG"),
     default_cluster: str | None = typer.Option(
         None, "--default-cluster", help="create this simulated 64-chip trn2-ultraserver cluster on start if missing"),
+    tls_cert: str | None = typer.Option(None, "--tls-cert", help="serve HTTPS: certificate (PEM)"),
+    tls_key: str | None = typer.Option(None, "--tls-key", help="serve HTTPS: private key (PEM)"),
+    demo: bool = typer.Option(False, "--demo", help="a pod that moves: pod-0 with a running job, a queued one "
+                              "and a chip failure a minute in, at 20x the wall clock (own store "
+                              "~/.podfleet/demo.db unless --db)"),
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Serve the control plane: embedded SQLite and a simulated pod by default."""
-    from podfleet.api.server import build_server, run
+    from podfleet.api.demo import DEMO_DB, DEMO_SPEED, start_demo
+    from podfleet.api.server import build_server, check_tls, run
 
     with errors():
+        if demo:
+            default_cluster = default_cluster or "pod-0"
+            speed = speed or DEMO_SPEED
+            db = db or DEMO_DB
         settings = get_settings(fabric=fabric, db=db, host=host, port=port, speed=speed, seed=seed,
-                                    default_cluster=default_cluster)
-        server = build_server(settings)
-        url = f"http://{settings.host}:{settings.port}"
+                                    default_cluster=default_cluster, tls_cert=tls_cert, tls_key=tls_key)
+        check_tls(settings.tls_cert, settings.tls_key)
+        # Before the store is opened or a token made: nothing is printed, and no admin
+        # token is issued that nobody could use, when the server cannot listen.
+        check_port(settings.host, settings.port)
+        with store_errors(settings.db):
+            server = build_server(settings)
+        if demo:
+            start_demo(server.plane, settings.default_cluster or "pod-0")
+        url = f"{'https' if settings.tls_cert else 'http'}://{settings.host}:{settings.port}"
         info = {"url": url, "store": _redact(str(server.store.url)), "fabric": settings.fabric, "speed": settings.speed,
                 "admin_token": server.admin_token if server.admin_token and not server.admin_from_env else None}
         if output == OutputFormat.json:
             emit(info, output)
         else:
-            stderr.print(f"podfleet serving at [bold]{url}[/bold] (store {info['store']}, fabric {settings.fabric})")
+            stderr.print(f"podfleet serving at {url} (store {info['store']}, fabric {settings.fabric})")
             if server.admin_token and not server.admin_from_env:
                 stderr.print("admin token (shown once; export it as PODFLEET_TOKEN):")
                 print(server.admin_token)
@@ -44,7 +64,48 @@ def up(
         sys.stdout.flush()
         if settings.default_cluster:
             stderr.print(f"simulated pod: {settings.default_cluster} (trn2-ultraserver, 64 chips, 2 spares)")
-        run(server, settings.host, settings.port, settings.default_cluster)
+        if demo:
+            stderr.print(f"demo at {settings.speed:g}x: a llama3-8b job runs, a second one queues, a chip fails "
+                         f"a minute in. Watch it: podfleet job list --watch · podfleet cluster events "
+                         f"{settings.default_cluster} -f · the console at {url}/")
+        run(server, settings.host, settings.port, settings.default_cluster,
+            tls_cert=settings.tls_cert, tls_key=settings.tls_key)
+
+
+@contextmanager
+def store_errors(db: str | None) -> Iterator[None]:
+    """A store that cannot be opened (a path that cannot exist, a database that refuses)
+    is one line naming it, never a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    where = db or "the default store (~/.podfleet/podfleet.db)"
+    try:
+        yield
+    except OSError as exc:
+        raise InvalidInputError(f"cannot open store {where}: {exc.strerror or exc}"
+                                + (f": {exc.filename}" if exc.filename else ""), field="db") from None
+    except SQLAlchemyError as exc:
+        raise InvalidInputError(f"cannot open store {where}: {str(exc.orig if hasattr(exc, 'orig') else exc)[:300]}",
+                                field="db") from None
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse, in one line, a port another process listens on."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise InvalidInputError(f"--host {host}: {exc.strerror or exc}", field="host") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        # As uvicorn binds: a socket in TIME_WAIT is no obstacle, a listener is.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+        except OSError as exc:
+            raise ConflictError(f"cannot listen on {host}:{port}: {exc.strerror or exc} (is another podfleet up "
+                                "running? stop it or pass --port N)", field="port") from None
 
 
 def _redact(url: str) -> str:

@@ -22,16 +22,20 @@ The job's load-balance degree (mean / max chip utilization over its chips, over 
 monitor's window) is kept in its ``scheduling`` status for DescribeTrainingJob.
 
 Cheap per sample: the owner map is re-read only when its ``version`` moved, a job is
-re-tracked only when its chips changed, degrees are computed for all jobs at once, and
-``Rebalancer.step`` is skipped for a job whose last step took no action while the window
-means it decides from (chip speed, which links are slow) are unchanged: it would decide
-nothing again. (Its straggler counter then stands still; the balancer never swaps for a
-spare, which is all that counter decides.)
+re-tracked only when its allocation changed, degrees are computed for all jobs at once
+from the utilization window of their chips only (a fleet's jobs hold a sixteenth of its
+chips), and ``Rebalancer.step`` is skipped for a job whose last step took no action while
+the window means it decides from (chip speed, which links are slow) are unchanged: it
+would decide nothing again. (Its straggler counter then stands still; the balancer never
+swaps for a spare, which is all that counter decides.) Those means are recomputed only
+when the window changed: a fabric's metric arrays are replaced, never written in place
+(read-only on the twin), so while the clock and the link bandwidths are the same arrays
+every sample writes the row it replaces again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,7 +45,7 @@ from podfleet.control.lifecycle import JobState
 from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
-from podfleet.scheduler.metrics import balance_degrees
+from podfleet.scheduler.metrics import degree_groups, grouped_balance_degrees
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
@@ -67,8 +71,45 @@ class ClusterBalancer:
         self._settled: dict[str, tuple[bytes, bytes]] = {}
         self._owners_version = -1
         self._running: dict[str, frozenset[int]] = {}
-        self.monitor.attach(plane.tl, rt.fabric, interval_s)
-        plane.tl.every(interval_s, self.step)
+        self._speed = _Derived()  # clock -> relative speed, and its window
+        self._slow = _Derived()  # link bandwidths -> slowdown, and its window
+        self._inputs: tuple[tuple[int, int], tuple[bytes, bytes]] | None = None
+        # The checked jobs' chips as one index, and each job's positions in it.
+        self._gather: tuple[tuple[tuple[str, int], ...], np.ndarray, list[tuple[list[str], np.ndarray]]] | None = None
+        plane.tl.every(interval_s, self.tick)
+
+    def tick(self) -> None:
+        """One sample, then one balancing step on it (one timeline process for both)."""
+        self.sample()
+        self.step()
+
+    def sample(self) -> None:
+        """The monitor's sample (what ``LoadMonitor.attach`` reads, the same arrays):
+        relative speed (clock / fastest clock), utilization (mean over cores), HBM
+        bandwidth, link slowdown (nominal / measured bandwidth)."""
+        fab, mon = self.rt.fabric, self.monitor
+        m = fab.chip_metrics()
+        lm = fab.link_metrics()
+        clock = m["clock_mhz"]
+        speed = self._speed.get((clock,), lambda: _speed(clock), mon.window)
+        util = np.asarray(m["neuroncore_utilization"])
+        # ``mean(axis=1) / 100`` without the wrapper (the same sum and divisions), summed in
+        # float64 without a float64 copy of the [chips, cores] array first.
+        util = np.add.reduce(util, axis=1, dtype=np.float64) / util.shape[1] / 100.0 if util.ndim == 2 \
+            else np.asarray(util, float) / 100.0
+        bw, nominal = lm["bandwidth_bytes_per_s"], lm["nominal_bandwidth_bytes_per_s"]
+        slow = self._slow.get((bw, nominal), lambda: _slowdown(bw, nominal), mon.window)
+        mon.sample(self.plane.tl.now, speed, util, np.asarray(m["hbm_bw_bytes_per_s"], float), slow)
+
+    def _decision_inputs(self) -> tuple[bytes, bytes]:
+        """What ``Rebalancer.step`` decides from, as bytes: the window means of speed and
+        which links are slow (recomputed only when a window changed)."""
+        mon = self.monitor
+        key = (self._speed.window_gen(), self._slow.window_gen())
+        if self._inputs is None or key != self._inputs[0] or -1 in key:
+            inputs = (mon.mean_speed().tobytes(), (mon.mean_link_slowdown() > self.rebalancer.slow_link).tobytes())
+            self._inputs = (key, inputs)
+        return self._inputs[1]
 
     @staticmethod
     def supported(fabric: Fabric) -> bool:
@@ -92,18 +133,18 @@ class ClusterBalancer:
         for gone in [j for j in self.jobs if j not in running]:
             del self.jobs[gone]
             self._settled.pop(gone, None)
-        rows = slice(0, min(mon.n, mon.window))
-        util = mon.util[rows].mean(axis=0)
         # What ``Rebalancer.step`` decides from (window means of speed and link slowdown):
         # a job whose last step changed nothing, on the same inputs, would change nothing again.
-        inputs = (mon.mean_speed().tobytes(), (mon.mean_link_slowdown() > self.rebalancer.slow_link).tobytes())
+        inputs = self._decision_inputs()
         checked: list[tuple[Job, _Tracked]] = []
         for job_id, held in running.items():
             rec = table.find(job_id)
             if rec is None or rec.state != JobState.RUNNING:
                 continue
-            chips = rec.chips
             job = self.jobs.get(job_id)
+            # The allocation is replaced, never changed in place: the same one, the same chips.
+            alloc = rec.status.allocation
+            chips = job.chips_in if job is not None and job.alloc is alloc else rec.chips
             # Unchanged since last seen (same rank order, owner map not moved): no set work.
             if job is None or job.held is not held or job.chips_in != chips:
                 if not chips or frozenset(chips) != held:
@@ -114,6 +155,7 @@ class ClusterBalancer:
                     if rec.status.scheduling.work_split is not None:
                         self._apply(rec, chips, job.dp, ring=False)  # new chips: start again from an even split
                 job.seen(chips, held)
+            job.alloc = alloc
             st = rec.status.scheduling
             if self._settled.get(job_id) != inputs:
                 actions = self.rebalancer.step(job.dp)
@@ -121,6 +163,9 @@ class ClusterBalancer:
                     st.rebalances += 1
                     st.last_rebalance = {"action": a.kind, "reason": a.reason}
                     table.log(rec, f"rebalance ({a.kind}): {a.reason}")
+                    # An automatic action: in the audit trail, by the system, like an operator's.
+                    self.plane.audit("system:balancer", "Rebalance", rec.id, "ok",
+                                     {"action": a.kind, "reason": a.reason})
                 if actions:
                     self._settled.pop(job_id, None)
                     self._apply(rec, chips, job.dp,
@@ -129,8 +174,26 @@ class ClusterBalancer:
                 else:
                     self._settled[job_id] = inputs
             checked.append((rec, job))
-        # Load-balance degrees of all checked jobs at once (jobs of one size together).
-        degrees = balance_degrees(util, {rec.id: job.idx for rec, job in checked})
+        # Load-balance degrees of all checked jobs at once (jobs of one size together), from
+        # the window mean of their chips' utilization (per chip the same sum as over all chips).
+        gkey = tuple((rec.id, id(job.idx)) for rec, job in checked)
+        if self._gather is None or self._gather[0] != gkey:
+            idx = np.concatenate([job.idx for _, job in checked]) if checked else np.zeros(0, np.int64)
+            pos: dict[str, np.ndarray] = {}
+            off = 0
+            for rec, job in checked:
+                pos[rec.id] = np.arange(off, off + len(job.idx))
+                off += len(job.idx)
+            self._gather = (gkey, idx, degree_groups(pos))
+        _, idx, groups = self._gather
+        rows = slice(0, min(mon.n, mon.window))
+        window = mon.util[rows]
+        # Per chip the same sum either way: over the jobs' chips only where they are few
+        # (a fleet), over all chips then picked where they are most of them (a pod).
+        k = window.shape[0]  # window means as ``mean(axis=0)``: the same sum, divided by the rows
+        util = np.add.reduce(window.take(idx, axis=1), axis=0) / k if 2 * len(idx) < window.shape[1] \
+            else (np.add.reduce(window, axis=0) / k)[idx]
+        degrees = grouped_balance_degrees(util, groups)
         for rec, _ in checked:
             st = rec.status.scheduling
             degree = round(degrees[rec.id], 4)
@@ -167,17 +230,63 @@ class ClusterBalancer:
         return DPJob(rec.id, chips, np.full(len(chips), per_rank, dtype=np.int64), block=block)
 
 
+def _speed(clock: np.ndarray) -> np.ndarray:
+    c = np.asarray(clock, float)
+    out: np.ndarray = c / c.max() if c.max() > 0 else c
+    return out
+
+
+def _slowdown(bw: np.ndarray, nominal: np.ndarray) -> np.ndarray:
+    b = np.asarray(bw, float)
+    out: np.ndarray = np.where(b > 0, np.asarray(nominal, float) / np.maximum(b, 1e-9), np.inf)
+    return out
+
+
+class _Derived:
+    """An array derived from fabric metric arrays, derived again only when they are other
+    arrays (or could have been written: not read-only), and the generation of the monitor
+    window it is sampled into: ``window_gen()`` stays the same while every row of the
+    window holds the same derived array (-1 until the window is all one array)."""
+
+    __slots__ = ("_gen", "_run", "_sources", "_value", "_window")
+
+    def __init__(self) -> None:
+        self._sources: tuple[np.ndarray, ...] = ()
+        self._value: np.ndarray | None = None
+        self._gen = 0
+        self._run = 0  # consecutive samples of the same derived array (at most the window)
+        self._window = 1
+
+    def get(self, sources: tuple[np.ndarray, ...], derive: Callable[[], np.ndarray], window: int) -> np.ndarray:
+        value = self._value
+        if value is None or len(sources) != len(self._sources) or not all(
+                a is b and isinstance(a, np.ndarray) and not a.flags.writeable
+                for a, b in zip(sources, self._sources, strict=True)):
+            self._sources, self._value = sources, derive()
+            value = self._value
+            self._gen += 1
+            self._run = 0
+        self._window = window
+        self._run = min(self._run + 1, window)
+        return value
+
+    def window_gen(self) -> int:
+        return self._gen if self._run >= self._window else -1
+
+
 class _Tracked:
     """A job the balancer follows: the rebalancer's ``DPJob``, and the job's chips in rank
-    order as last seen (with their index array, for the balance degree)."""
+    order as last seen (with their index array, for the balance degree) and the allocation
+    they were read from."""
 
-    __slots__ = ("chips_in", "dp", "held", "idx")
+    __slots__ = ("alloc", "chips_in", "dp", "held", "idx")
 
     def __init__(self, dp: DPJob) -> None:
         self.dp = dp
         self.chips_in: tuple[int, ...] = ()
         self.idx = np.zeros(0, dtype=np.int64)
         self.held: frozenset[int] = frozenset()
+        self.alloc: object = None
 
     def seen(self, chips: tuple[int, ...], held: frozenset[int]) -> None:
         self.chips_in, self.idx, self.held = chips, np.asarray(chips, dtype=np.int64), held

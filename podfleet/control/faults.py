@@ -7,7 +7,13 @@ from typing import Any
 
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.errors import (
+    ConflictError,
+    InfeasibleError,
+    InvalidInputError,
+    NotFoundError,
+    UnknownNameError,
+)
 from podfleet.fabric.base import FaultInjection
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.hardware.topology import Topology
@@ -22,7 +28,7 @@ def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
         raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, KILL_WORKER), field="kind")
     fabric = rt.fabric
     if not isinstance(fabric, FaultInjection):
-        raise InvalidInputError(f"fault {kind} needs the twin (a fabric with fault injection); cluster "
+        raise InfeasibleError(f"fault {kind} needs the twin (a fabric with fault injection); cluster "
                                 f"{rt.rec.name} runs on fabric {rt.spec.fabric}: use kill-worker", field="kind",
                                 allowed=[KILL_WORKER])
     if rt.state != ClusterState.ACTIVE:
@@ -30,12 +36,12 @@ def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
     link_index = None
     if kind in LINK_FAULTS:
         if link is None or chip is not None:
-            raise InvalidInputError(f"{kind} needs --link A-B (and no chip)", field="link")
+            raise InfeasibleError(f"{kind} needs --link A-B (and no chip)", field="link")
         link_index = find_link(rt.topology, link)
     else:
         if chip is None or link is not None:
-            raise InvalidInputError(f"{kind} needs --chip N (and no link)", field="chip")
-        rt.topology.check_chip(chip)
+            raise InfeasibleError(f"{kind} needs --chip N (and no link)", field="chip")
+        rt.check_chip(chip)
     target = f"{rt.id}/link/{link}" if link_index is not None else f"{rt.id}/chip/{chip}"
     fabric.inject_fault(kind, chip=chip, link=link_index)
     rt.logs.append(now, f"fault injected: {kind} at {target.split('/', 1)[1]}")

@@ -12,23 +12,29 @@ would).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from podfleet.control import dispatch, scheduling
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
-from podfleet.control.ids import new_id
+from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobtable import Job, JobStatus, JobTable, Progress
 from podfleet.control.lifecycle import HOLDS_CHIPS, ClusterState, JobState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.placement import Allocation
+from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
-from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, PodfleetError
-from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.control.workdir import code_root
+from podfleet.errors import ConflictError, InfeasibleError, PodfleetError
+from podfleet.fabric.base import ChipCheck, ChipState, FabricEvent
 from podfleet.scheduler import DecisionKind
+from podfleet.security.code import allowed_code_dirs, confine_entrypoint
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
+
+RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
 
 
 class JobManager:
@@ -37,6 +43,7 @@ class JobManager:
         self.table = table
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
         self.recovery: RecoveryPort | None = None
+        self._relaunch_retry: set[str] = set()  # recovering jobs with a relaunch retry due
         table.on_end(self._release)
         table.on_checkpoint(self._report_checkpoint)
 
@@ -74,6 +81,9 @@ class JobManager:
         def do() -> tuple[dict[str, Any], str]:
             rt = plane.resolve(cluster_ref)
             spec = JobSpec.parse(dict(body))
+            if spec.entrypoint is not None:  # only pushed artifacts or admin-allowed dirs run
+                spec = replace(spec, entrypoint=confine_entrypoint(
+                    spec.entrypoint, code_root=code_root(plane.workdir), allowed_dirs=allowed_code_dirs()))
             drv = self.driver(rt)
             layout, params = drv.check_submit(spec)
             if rt.state not in (ClusterState.ACTIVE, ClusterState.DEPLOYING):
@@ -118,7 +128,7 @@ class JobManager:
 
     def stop(self, job_id: str, *, actor: str = "system") -> dict[str, Any]:
         def do() -> tuple[dict[str, Any], str]:
-            job = self.table.get(job_id)
+            job = self.table.get(self.resolve_id(job_id))
             if job.ended:
                 raise ConflictError(f"job {job_id} already ended ({job.state.value})", field="job")
             self.table.end(job, JobState.STOPPED, "stopped by request")
@@ -137,7 +147,7 @@ class JobManager:
     def kill_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None) -> tuple[dict[str, Any], str]:
         drv = self.driver(rt)
         if not isinstance(drv, ProcessDriver):
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"kill-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
                 f"fabric {rt.spec.fabric} (use --kind with a twin fault such as chip-failure)", field="kind")
         return drv.kill_worker(rank, job_id)
@@ -147,15 +157,19 @@ class JobManager:
     def views(self) -> Mapping[str, dict[str, Any]]:
         return self.table.views
 
+    def resolve_id(self, ref: str) -> str:
+        """A job id from the id itself or a unique prefix (or tail) of one."""
+        return resolve_ref(ref, self.table.views, "job")
+
     def describe(self, job_id: str) -> dict[str, Any]:
-        return self.table.describe(job_id)
+        return self.table.describe(self.resolve_id(job_id))
 
     def list(self, *, cluster_id: str | None = None, state: str | None = None,
              next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
         return self.table.list(cluster_id=cluster_id, state=state, next_token=next_token, max_results=max_results)
 
     def job_logs(self, job_id: str) -> LogBuffer:
-        return self.table.job_logs(job_id)
+        return self.table.job_logs(self.resolve_id(job_id))
 
     # --- placement --------------------------------------------------------------------------
     def schedule(self, rt: ClusterRuntime) -> None:
@@ -209,19 +223,39 @@ class JobManager:
         to replacement chips, and the gang continues from its checkpoint."""
         alloc = Allocation.from_dict(job.status.allocation or {"chips": [], "shape": []})
         bad = [c for c in alloc.chips if rt.owners.get(c) != job.id]
-        pool = [c for c in rt.replacement_chips() if c not in alloc.chips]
-        if len(pool) < len(bad):
-            self.table.set_reason(job, f"waiting for {len(bad)} healthy chip(s) to replace {bad}")
+        fab = rt.fabric
+        check = fab.check_chip_health if isinstance(fab, ChipCheck) else None
+        plan = choose_replacements(bad, rt.replacement_chips(), set(rt.spares), set(alloc.chips), check)
+        if not plan.ready:
+            self.table.set_reason(job, f"waiting for {len(plan.waiting)} healthy chip(s) to replace "
+                                       f"{sorted(plan.waiting)}: {'; '.join(plan.waiting.values())}")
+            if check is not None:  # a real fabric's check may pass later (a node back, a fresh view)
+                self._retry_relaunch(rt, job)
             return
-        swap = dict(zip(bad, pool, strict=False))
+        swap = {b: n for b, (n, _path) in plan.moves.items() if n != b}
         chips = tuple(swap.get(c, c) for c in alloc.chips)
-        moved = ", ".join(f"rank {alloc.chips.index(b)}: chip {b} -> {n}" for b, n in swap.items())
+        moved = ", ".join(f"rank {alloc.chips.index(b)}: chip {b} -> {n} ({path})"
+                          for b, (n, path) in plan.moves.items())
         new = Allocation(chips, alloc.shape if not swap else (len(chips),),
                          alloc.reason if not swap else f"recovered: {moved}")
         job.status.allocation = new.to_dict()
         self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
                             f"{job.status.checkpoint_step}")
         self.launch(rt, job, new)
+
+    def _retry_relaunch(self, rt: ClusterRuntime, job: Job) -> None:
+        """Look again later: a chip that failed its check may pass it (nothing else wakes a
+        recovering job that the scheduler's queue does not hold)."""
+        if job.id in self._relaunch_retry:
+            return
+        self._relaunch_retry.add(job.id)
+
+        def again() -> None:
+            self._relaunch_retry.discard(job.id)
+            if job.state == JobState.RECOVERING and not job.ended:
+                self.schedule(rt)
+
+        self.plane.tl.call_at(RELAUNCH_RETRY_S, again)
 
     def checkpointed(self, job: Job, step: int, path: str, detail: Mapping[str, Any]) -> None:
         """A fabric saved a checkpoint of a running job: RUNNING -> CHECKPOINTING -> RUNNING."""

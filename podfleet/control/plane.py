@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from podfleet.control import faults
+from podfleet.control import chips, faults
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.deploy import start_deployment
 from podfleet.control.faults import KILL_WORKER
-from podfleet.control.ids import new_id
+from podfleet.control.ids import new_id, resolve_ref
+from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
@@ -87,6 +88,9 @@ class ControlPlane:
         self.names: dict[str, str] = {}  # live cluster name -> id
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
+        # Loss, tokens/s and step time over each job's run (GetJobMetrics).
+        self.job_metrics = JobMetrics(store)
+        self.table.on_end(lambda job: self.job_metrics.close(job.id))
         self.health: HealthPort | None = None
         self.call_timeout_s = 30.0  # how long ``call_sync`` waits for the engine
         self._thread: threading.Thread | None = None
@@ -224,6 +228,7 @@ class ControlPlane:
     def _tick(self, rt: ClusterRuntime) -> None:
         if rt.id not in self.clusters:
             return
+        chips.settle(self, rt)  # drains that finished, spares that took a rank
         if rt.wanted:
             self.render(rt)  # refreshes the scheduler figures too (when wanted and stale)
         else:
@@ -275,8 +280,8 @@ class ControlPlane:
         rt.logs.append(self.now(), f"cluster {dst.value}" + (f": {reason}" if reason else ""))
 
     def resolve(self, ref: str) -> ClusterRuntime:
-        """A live cluster by id or name."""
-        cid = self.names.get(ref, ref)
+        """A live cluster by id, name, or a unique id prefix."""
+        cid = self.names.get(ref) or resolve_ref(ref, self.clusters, "cluster")
         rt = self.clusters.get(cid)
         if rt is None:
             raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
@@ -298,7 +303,7 @@ class ControlPlane:
         return self.mutation("DeleteCluster", actor, ref, do)
 
     def describe_cluster(self, ref: str) -> dict[str, Any]:
-        cid = self.names.get(ref, ref)
+        cid = self.names.get(ref) or resolve_ref(ref, self.clusters, "cluster")
         rt = self.clusters.get(cid)
         if rt is not None:
             rt.wanted = True  # the next tick refreshes its snapshot and scheduler figures
@@ -328,8 +333,7 @@ class ControlPlane:
             self.render(rt)
         if chip is None:
             return rt.hardware_bytes
-        rt.topology.check_chip(chip)
-        return rt.chip_bytes[chip]
+        return rt.chip_bytes[rt.check_chip(chip)]
 
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
@@ -345,6 +349,17 @@ class ControlPlane:
             return out, target
 
         return self.mutation("InjectFault", actor, ref, do, body={"kind": kind, "chip": chip, "link": link})
+
+    def get_job_metrics(self, job_ref: str, *, resolution_s: float | None = None, since: float = 0.0,
+                        limit: int = 2000) -> dict[str, Any]:
+        """A job's metrics history (engine thread: the open buckets are written there)."""
+        job_id = str(self.jobs.describe(job_ref)["id"])
+        return self.job_metrics.query(job_id, resolution_s=resolution_s, since=since, limit=limit)
+
+    # --- chip lifecycle (control.chips) -------------------------------------------------------
+    def chip_command(self, ref: str, chip: int, action: str, *, actor: str = "system") -> dict[str, Any]:
+        """cordon | drain | uncordon | repair one chip (audited); its chip view."""
+        return chips.chip_command(self, ref, chip, action, actor=actor)
 
     # --- fabric events ----------------------------------------------------------------------
     def _fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
@@ -363,12 +378,33 @@ class ControlPlane:
             rt.logs.append(self.now(), f"fabric: {ev.kind}", chip=ev.chip, link=ev.link)
         if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
             self.jobs.on_event(rt, ev)
+            if ev.job_id is not None:
+                self.job_metrics.record(ev.job_id, self.now(), ev.detail)
             return
         # One commit per event: a checkpoint's two transitions and its record go together.
         with self.store.transaction():
             if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
                 self.save_health(rt)
             self.jobs.on_event(rt, ev)
+            self._audit_fabric_recovery(rt, ev)
+
+    def _audit_fabric_recovery(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        """A fabric of worker processes recovering a job (itself, or a gang the process
+        driver relaunches) is an automatic action: an audit record by the system. The
+        twin's recovery flows are audited by the recovery service."""
+        d = dict(ev.detail)
+        if ev.kind == "job-recovering":
+            state = "running"
+        elif ev.kind == "job-resumed":
+            state = "done"
+        elif ev.kind == "worker-exited" and d.get("gang_ended") and d.get("cause") == "infra":
+            state = "relaunching"
+        else:
+            return
+        self.store.append_audit(
+            time=self.now(), actor="system:recovery", action="Recovery", target=ev.job_id or rt.id, result="ok",
+            detail={"state": state, "kind": ev.kind, "cluster": rt.id, "chip": ev.chip,
+                    **{k: d[k] for k in ("rank", "cause", "source", "restored_step") if d.get(k) is not None}})
 
     def _fabric_health(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
         """The fabric lost (or regained) its own telemetry source, e.g. a neuron-monitor

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from podfleet.control.chips import ChipMode, ChipModes
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
@@ -24,9 +25,11 @@ from podfleet.control.scheduling import (
     scheduler_metrics,
 )
 from podfleet.control.specs import ClusterSpec
-from podfleet.fabric.base import ChipState, Fabric
+from podfleet.errors import NotFoundError
+from podfleet.fabric.base import ChipState, Fabric, WorkerPlacement
 from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
 from podfleet.scheduler.jobs import JobPhase
+from podfleet.scheduler.state import FREE
 from podfleet.store.records import ClusterRecord
 
 if TYPE_CHECKING:
@@ -45,6 +48,8 @@ class HealthSource(Protocol):
 # timeline time after a read, and otherwise re-computed at most this often, so the first
 # read after a quiet spell never sees figures older than that.
 METRICS_LEASE_S = 60.0
+# A fabric's chip state (the enum or its value) -> the enum.
+_AS_CHIP_STATE: dict[object, ChipState] = {**{s: s for s in ChipState}, **{s.value: s for s in ChipState}}
 METRICS_IDLE_S = 60.0
 
 DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mounts", "self-test")
@@ -64,6 +69,14 @@ class ClusterRuntime:
         self.spare_mask = np.zeros(n, dtype=bool)
         self.spare_mask[list(self.spares)] = True
         self.owners = ChipOwners()  # chip -> job id holding it (written only through its methods)
+        # The operator's cordons and drains (``control.chips``), and what spare accounting
+        # needs: the spares the cluster started with, and why it is short of spares.
+        self.modes = ChipModes(rec.status.get("chip_modes"))
+        self.original_spares: tuple[int, ...] = tuple(rec.status.get("original_spares") or self.spares)
+        self.spare_shortfall = ""
+        self.settled_key: tuple[Any, ...] | None = None
+        # The link states last folded into the scheduler, with its pods' link versions then.
+        self.synced_links: tuple[int, list[Any]] | None = None
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0))
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
@@ -103,6 +116,7 @@ class ClusterRuntime:
         # Set by readers, cleared by a render: ticks render only a snapshot someone reads,
         # so a simulated day without readers costs no JSON.
         self.wanted = False
+        self._placement: tuple[WorkerPlacement, ...] | None = None  # the fabric, if it says where workers are
 
     @property
     def id(self) -> str:
@@ -118,7 +132,11 @@ class ClusterRuntime:
         return ClusterState(self.rec.state)
 
     def chip_states(self) -> list[ChipState]:
-        return [ChipState(s) for s in self.fabric.chip_states()]
+        states = self.fabric.chip_states()
+        try:  # one C-level pass (a fleet has 65,536 chips); an unknown value fails as before
+            return list(map(_AS_CHIP_STATE.__getitem__, states))
+        except (KeyError, TypeError):
+            return [ChipState(s) for s in states]
 
     def usable(self) -> np.ndarray:
         """Chips normal placement may use: healthy, not a spare, not held by a job."""
@@ -126,12 +144,29 @@ class ClusterRuntime:
         ok &= ~self.spare_mask
         if self.owners:
             ok[list(self.owners)] = False
+        if self.modes:
+            ok[list(self.modes)] = False
         return ok
+
+    def scheduler_holds(self, chip: int) -> bool:
+        """True when the scheduler's own arrays give ``chip`` to a job (placed or nominated)."""
+        pod, local = self.scheduler.cluster.locate(chip)
+        return bool(pod.owner[local] != FREE)
+
+    def check_chip(self, chip: int) -> int:
+        """``chip`` when the cluster has it; else a 404 that names the cluster's range (the
+        API's schema states only the absolute bound, the largest cluster's)."""
+        n = self.topology.n_chips
+        if not 0 <= chip < n:
+            raise NotFoundError(f"cluster {self.rec.name} has chips 0-{n - 1}; chip {chip} does not exist",
+                                field="chip", allowed=f"0-{n - 1}")
+        return chip
 
     def replacement_chips(self) -> list[int]:
         """Chips a recovering rank may move to: free healthy spares first, then any free chip."""
         states = self.chip_states()
-        free = [i for i, s in enumerate(states) if s == ChipState.HEALTHY and i not in self.owners]
+        free = [i for i, s in enumerate(states)
+                if s == ChipState.HEALTHY and i not in self.owners and i not in self.modes]
         return sorted(free, key=lambda i: (not self.spare_mask[i], i))
 
     def view(self) -> dict[str, Any]:
@@ -146,6 +181,9 @@ class ClusterRuntime:
             "dims": list(self.topology.dims),
             "chip_type": self.topology.chip_type,
             "spares": list(self.spares),
+            "spare_shortfall": self.spare_shortfall,
+            "cordoned": self.modes.chips_in(ChipMode.CORDONED),
+            "draining": self.modes.chips_in(ChipMode.DRAINING),
             "spec": self.spec.to_dict(),
             "deployment": self.deployment,
             "jobs_running": len(set(self.owners.values())),
@@ -221,6 +259,12 @@ class ClusterRuntime:
         link_metrics = {k: _tolist(v) for k, v in fab.link_metrics().items() if k not in _LINK_SKIP}
         chip_health = health.chip_health() if health is not None else None
         link_health = health.link_health() if health is not None else None
+        if self._placement is None:  # asked once: a runtime protocol's isinstance is not free
+            self._placement = (fab,) if isinstance(fab, WorkerPlacement) else ()
+        hosts: Sequence[str] = ()
+        workers: Mapping[int, Mapping[str, Any]] = {}
+        if self._placement:
+            hosts, workers = self._placement[0].chip_hosts(), self._placement[0].chip_workers()
         chips = []
         for i in range(self.topology.n_chips):
             chips.append({
@@ -228,10 +272,14 @@ class ClusterRuntime:
                 "coords": self._coords[i],
                 "state": states[i],
                 "spare": bool(self.spare_mask[i]),
+                "mode": self.modes.mode(i).value,
                 "health": chip_health[i] if chip_health else None,
                 "job": self.owners.get(i),
                 "metrics": {k: v[i] for k, v in metrics.items()},
             })
+            if self._placement:  # where the chip and its rank's worker live (real fabrics)
+                chips[-1]["host"] = hosts[i] if i < len(hosts) else ""
+                chips[-1]["worker"] = dict(workers[i]) if i in workers else None
         links = [
             {**lk, "state": link_states[j] if j < len(link_states) else "up",
              "health": link_health[j] if link_health and j < len(link_health) else None,

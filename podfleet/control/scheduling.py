@@ -122,26 +122,35 @@ def sync(rt: ClusterRuntime) -> None:
     sched: Scheduler = rt.scheduler
     cl = sched.cluster
     states = rt.chip_states()
-    healthy = np.array([s == ChipState.HEALTHY for s in states], dtype=bool)
+    # A cordoned or draining chip is out of service for placement, whatever the fabric
+    # says of it (``control.chips``).
+    for c in rt.modes:
+        if states[c] is ChipState.HEALTHY:
+            states[c] = ChipState.ISOLATED
+    healthy = np.fromiter(map(ChipState.HEALTHY.__eq__, states), dtype=bool, count=len(states))
     per = cl.chips_per_pod
-    for pod in cl.pods:
-        lo = pod.index * per
-        diff = np.flatnonzero(pod.healthy != healthy[lo:lo + per])
-        for local in diff:
-            sched.set_chip_state(lo + int(local), states[lo + int(local)])
+    # Compared over all pods at once (a fleet has 1,024), then set chip by chip where it differs.
+    held = np.concatenate([pod.healthy for pod in cl.pods]) if len(cl.pods) > 1 else cl.pods[0].healthy
+    for chip in np.flatnonzero(held != healthy).tolist():
+        sched.set_chip_state(chip, states[chip])
     links = rt.fabric.link_states()
     if cl.links_per_pod and len(links) == cl.links_per_pod * len(cl.pods):
-        sched.set_link_states(links)
+        # Folded only when the fabric's links or the scheduler's moved since the last fold
+        # (a fleet has 196,608 links; a fold is a pass over them in Python).
+        key = sum(p.link_version for p in cl.pods)
+        if rt.synced_links is None or rt.synced_links[0] != key or rt.synced_links[1] != links:
+            sched.set_link_states(links)
+            rt.synced_links = (sum(p.link_version for p in cl.pods), links)
     want = np.full(cl.n_chips, FREE, dtype=np.int64)
     for chip, job_id in list(rt.owner.items()):
         r = sched.jobs.get(job_id)
         if r is not None and r.phase in _HOLDING and not rt.spare_mask[chip]:
             want[chip] = r.slot
-    for pod in cl.pods:
-        target = want[pod.index * per:(pod.index + 1) * per]
-        if not np.array_equal(pod.owner, target):
-            pod.owner[:] = target
-            cl.touch(pod)
+    owners = np.concatenate([pod.owner for pod in cl.pods]) if len(cl.pods) > 1 else cl.pods[0].owner
+    for i in np.flatnonzero((owners != want).reshape(len(cl.pods), per).any(axis=1)).tolist():
+        pod = cl.pods[i]
+        pod.owner[:] = want[pod.index * per:(pod.index + 1) * per]
+        cl.touch(pod)
 
 
 def chip_utilization(rt: ClusterRuntime) -> np.ndarray | None:

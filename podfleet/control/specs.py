@@ -18,6 +18,7 @@ from podfleet.fabric.commands import (
 from podfleet.hardware.catalog import custom_grid, get_topology
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import GridTopology, Topology
+from podfleet.perf.compression import parse_grad_compression
 
 CLUSTER_TYPES = ("trn2-ultraserver", "trn2-node", "trn1-node", "custom")
 FABRICS = ("sim", "local", "ray", "neuron")
@@ -25,6 +26,10 @@ FABRICS = ("sim", "local", "ray", "neuron")
 SLOT_FABRICS = ("local", "ray")
 MAX_SPARES = 4
 MAX_STORAGE_NODES = 16
+# The most chips one custom cluster has. The scheduler's block index holds every block of
+# every shape of a grid (~chips^3 bytes of membership: 64 MB at 256 chips, 4 GB at 1024),
+# so larger grids are out of reach; a 64-chip UltraServer is the product's pod.
+MAX_CLUSTER_CHIPS = 256
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -43,6 +48,9 @@ class ClusterSpec:
     # Chips the operator names as spares; None: ``choose_spares`` picks ``spares`` chips
     # where they keep the largest blocks free (the choice is persisted with the cluster).
     spare_chips: tuple[int, ...] | None = None
+    # A spare that takes a rank stops being a spare; with this on, a free healthy chip
+    # (a repaired spare first) takes its place (``control.chips.account_spares``).
+    restore_spares: bool = True
     quotas: dict[str, int] | None = None  # team -> most chips its jobs may hold at once
     encryption: bool = True
     network_isolation: bool = True
@@ -101,13 +109,13 @@ class ClusterSpec:
         if self.fabric not in FABRICS:
             raise UnknownNameError("fabric", self.fabric, FABRICS, field="fabric")
         if self.ray_address is not None and self.fabric != "ray":
-            raise InvalidInputError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="rayAddress")
+            raise InfeasibleError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="rayAddress")
         for name, flag, value in (("neuron_ls", "neuronLs", self.neuron_ls),
                                   ("neuron_monitor", "neuronMonitor", self.neuron_monitor)):
             if value is None:
                 continue
             if self.fabric != "neuron":
-                raise InvalidInputError(f"{name} applies to fabric neuron, not {self.fabric!r}", field=flag)
+                raise InfeasibleError(f"{name} applies to fabric neuron, not {self.fabric!r}", field=flag)
             if not isinstance(value, str) or not value.strip() or len(value) > MAX_COMMAND_CHARS or "\x00" in value:
                 raise InvalidInputError(f"{name} must be a command line of 1-{MAX_COMMAND_CHARS} characters, "
                                         f"got {value!r}", field=flag)
@@ -128,15 +136,15 @@ class ClusterSpec:
                 field="storage_nodes", allowed=f"0-{MAX_STORAGE_NODES}",
             )
         if self.type != "custom" and (self.dims is not None or self.chip_type is not None):
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"dims and chip_type apply only to type 'custom', not {self.type!r}", field="dims"
             )
         if self.type == "custom" and self.dims is None and self.chips is None:
-            raise InvalidInputError("type 'custom' needs dims (e.g. [4, 4]) or chips", field="dims")
+            raise InfeasibleError("type 'custom' needs dims (e.g. [4, 4]) or chips", field="dims")
         chip = get_chip(self.chip_type or default_chip_type(self.type))
         max_gib = chip.hbm_bytes / GiB
         if self.hbm_gib is not None and not 0 < self.hbm_gib <= max_gib:
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"hbm_gib must be > 0 and <= {max_gib:g} for {chip.name}, got {self.hbm_gib}",
                 field="hbm_gib", allowed=f"(0, {max_gib:g}]",
             )
@@ -147,7 +155,7 @@ class ClusterSpec:
             )
         topo = self.topology()
         if self.chips is not None and self.chips != topo.n_chips:
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"chips {self.chips} does not match type {self.type!r} ({topo.n_chips} chips)",
                 field="chips", allowed=[topo.n_chips],
             )
@@ -158,13 +166,13 @@ class ClusterSpec:
             )
         if self.spare_chips is not None:
             if len(self.spare_chips) != self.spares:
-                raise InvalidInputError(
+                raise InfeasibleError(
                     f"spares ({self.spares}) != number of spare_chips ({len(self.spare_chips)})",
                     field="spare_chips",
                 )
             bad = [c for c in self.spare_chips if not 0 <= c < topo.n_chips]
             if bad:
-                raise InvalidInputError(f"spare_chips: chip {bad[0]} does not exist; valid chips are "
+                raise InfeasibleError(f"spare_chips: chip {bad[0]} does not exist; valid chips are "
                                         f"0-{topo.n_chips - 1}", field="spare_chips",
                                         allowed=f"0-{topo.n_chips - 1}")
         for team, chips in (self.quotas or {}).items():
@@ -180,9 +188,9 @@ class ClusterSpec:
             dims = list(self.dims) if self.dims is not None else [int(self.chips or 0)]
             if any(not isinstance(d, int) or isinstance(d, bool) for d in dims):
                 raise InvalidInputError(f"dims must be integers, got {dims}", field="dims")
-            if len(dims) == 0 or any(d < 1 for d in dims) or prod(dims) > 4096:
-                raise InvalidInputError(
-                    f"dims must be 1-6 positive integers with at most 4096 chips, got {dims}",
+            if len(dims) == 0 or any(d < 1 for d in dims) or prod(dims) > MAX_CLUSTER_CHIPS:
+                raise InfeasibleError(
+                    f"dims must be 1-6 positive integers with at most {MAX_CLUSTER_CHIPS} chips, got {dims}",
                     field="dims",
                 )
             bw = (self.link_bw_gbps or 256) * GB
@@ -228,6 +236,9 @@ class JobSpec:
     team: str | None = None  # quota owner (the cluster's ``quotas``); None: "default"
     max_retries: int = 0  # real fabrics: crashes in the job's own code allowed before it fails
     options: dict[str, Any] | None = None  # real fabrics: worker options (seed, global_batch, ...)
+    # Gradient compression: none | bf16 | powersgd:RANK | lossless (perf.compression); real
+    # fabrics run it (training.compression), the twin models it in the step time.
+    grad_compression: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -260,9 +271,11 @@ class JobSpec:
         if "model" not in vals and "entrypoint" in vals:
             vals["model"] = "script"  # a label: the script defines its own model
         if "model" not in vals:
-            raise InvalidInputError("model is required (a preset name, or model_dims)", field="model")
+            raise InfeasibleError("model is required (a preset name, or model_dims)", field="model")
         if "chips" not in vals:
             raise InvalidInputError("chips is required", field="chips")
+        if "grad_compression" in vals:
+            vals["grad_compression"] = parse_grad_compression(vals["grad_compression"]).name
         spec = cls(**vals)
         spec.validate()
         return spec
@@ -284,6 +297,7 @@ class JobSpec:
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
             raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
                                     allowed="0-100")
+        parse_grad_compression(self.grad_compression)  # raises naming the valid modes
         if self.options is not None and not isinstance(self.options, dict):
             raise InvalidInputError("options must be an object of worker options", field="options")
         if not 0 <= self.priority <= MAX_PRIORITY:
@@ -305,7 +319,7 @@ class JobSpec:
                 )
             tp, pp, dp = self.parallelism
             if tp * pp * dp != self.chips:
-                raise InvalidInputError(
+                raise InfeasibleError(
                     f"tp*pp*dp ({tp}*{pp}*{dp} = {tp * pp * dp}) != chips ({self.chips})",
                     field="parallelism",
                 )

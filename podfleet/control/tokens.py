@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from podfleet.control.logbuf import rfc3339
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
+from podfleet.errors import ConflictError, NotFoundError
 from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
+from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import TokenRecord
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def revoke(plane: ControlPlane, token_id: str, *, actor: str, own_id: str | None
         if rec is None:
             raise NotFoundError(f"token {token_id!r} does not exist", field="token_id")
         if token_id == own_id:
-            raise InvalidInputError("a token cannot revoke itself; use another admin token", field="token_id")
+            raise ConflictError("a token cannot revoke itself; use another admin token", field="token_id")
         if rec.revoked:
             return view(rec), rec.id
         plane.store.revoke_token(token_id)
@@ -53,3 +54,20 @@ def revoke(plane: ControlPlane, token_id: str, *, actor: str, own_id: str | None
 
 def listing(plane: ControlPlane) -> list[dict[str, Any]]:
     return [view(t) for t in plane.store.list_tokens()]
+
+
+def reset_admin(store: StoreProtocol, now: float, *, actor: str) -> tuple[str, dict[str, Any]]:
+    """Issue a new admin token straight into the store (``podfleet token reset-admin``):
+    for an operator who lost the admin token but can reach the store's files. The live
+    tokens named ``admin`` are revoked, so a lost one stops working. Audited; returns the
+    new token (shown once) and its view."""
+    with store.transaction():
+        revoked = [t.id for t in store.list_tokens() if t.name == "admin" and not t.revoked]
+        for token_id in revoked:
+            store.revoke_token(token_id)
+        token = generate_token()
+        rec = TokenRecord(new_token_id(), "admin", Role.ADMIN.value, hash_token(token), now)
+        store.add_token(rec)
+        store.append_audit(time=now, actor=actor, action="ResetAdminToken", target=rec.id, result="ok",
+                           detail={"revoked": revoked, "source": "local store access"})
+    return token, view(rec)

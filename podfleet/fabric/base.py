@@ -224,6 +224,35 @@ class WorkerKill(Protocol):
 
 
 @runtime_checkable
+class ChipCheck(Protocol):
+    """The fabric can health-check one chip on demand (real fabrics: its node is alive,
+    its slot is usable), so a lost rank may go back onto the chip it ran on when no other
+    chip is free. Answers from what the fabric already knows: it never blocks."""
+
+    def check_chip_health(self, chip: int) -> str | None:
+        """None when the chip passes; else why it does not (one sentence)."""
+
+
+@runtime_checkable
+class WorkerPlacement(Protocol):
+    """Where chips and their workers live: the host of each chip (metrics' ``host``
+    label) and, per chip running a rank, the worker's ``job_id``, ``rank``, ``node_id``,
+    ``ip`` and ``pid`` (hardware describe)."""
+
+    def chip_hosts(self) -> Sequence[str]: ...
+
+    def chip_workers(self) -> Mapping[int, Mapping[str, Any]]: ...
+
+
+@runtime_checkable
+class GangPlacement(Protocol):
+    """The fabric places a gang's workers across its machines itself (Ray placement
+    groups): the job option ``placement`` names one of its strategies."""
+
+    def placement_strategies(self) -> tuple[str, ...]: ...
+
+
+@runtime_checkable
 class FirmwareUpdate(Protocol):
     """Take one chip offline, update its firmware, bring it back."""
 
@@ -259,3 +288,86 @@ class Rebalanceable(Protocol):
     def set_work_split(self, job_id: str, shares: Sequence[int]) -> None: ...
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None: ...
+
+
+# --- probes: acceptance checks ask the fabric to measure (podfleet.ops.verify) -------------
+
+
+@dataclass(frozen=True)
+class MatmulRate:
+    """One chip's timed matmul: achieved dense TFLOP/s for ``dtype``; ``clock_factor`` is
+    the share of nominal clock the chip ran at (1.0 where the device does not say)."""
+
+    chip: int
+    dtype: str
+    tflops: float
+    clock_factor: float = 1.0
+    wrong: int = 0  # result elements that disagree with a reference product
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """One row of an nccom-test / nccl-tests style table. ``algbw`` = bytes / time;
+    ``busbw`` scales it by the op's bus factor (all-reduce 2(n-1)/n; all-gather,
+    reduce-scatter, all-to-all (n-1)/n; send/recv 1), so it compares with link speed."""
+
+    op: str  # all-reduce | all-gather | reduce-scatter | all-to-all | send-recv
+    group: str  # the communicator's name (e.g. "x", "z", "pod", "local")
+    ranks: int
+    size_bytes: int
+    count: int  # elements
+    type: str  # element type, e.g. "float32"
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int  # elements that differ from the expected result (-1: not checked)
+
+
+COLLECTIVE_OPS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "send-recv")
+
+
+def bus_factor(op: str, ranks: int) -> float:
+    """nccl-tests' bus bandwidth factor of ``op`` over ``ranks`` ranks."""
+    if ranks <= 1:
+        return 1.0
+    if op == "all-reduce":
+        return 2.0 * (ranks - 1) / ranks
+    if op == "send-recv":
+        return 1.0
+    return (ranks - 1) / ranks
+
+
+@runtime_checkable
+class ComputeProbe(Protocol):
+    """The fabric can time a matmul on each of its chips (the twin from its chip model,
+    throttling included; worker fabrics with a real kernel on each worker's device).
+
+    Two phases, so a probe that takes seconds never holds the engine: ``matmul_probe``
+    reads what it needs now (engine thread) and returns the measurement, a call that
+    may run on any thread."""
+
+    def matmul_dtypes(self) -> tuple[str, ...]:
+        """The dtypes its devices multiply natively (e.g. ("bf16", "fp8"))."""
+
+    def matmul_probe(self, chips: Sequence[int], dtype: str) -> Callable[[], list[MatmulRate]]: ...
+
+
+@runtime_checkable
+class CollectiveProbe(Protocol):
+    """The fabric can run (or model) collectives over groups of its chips; two phases
+    as ``ComputeProbe``."""
+
+    def collective_groups(self) -> Mapping[str, tuple[int, ...]]:
+        """Named communicators worth measuring (the twin: one ring per torus axis and the
+        whole pod; worker fabrics: all workers), chips in rank order."""
+
+    def collective_probe(self, group: str, ops: Sequence[str],
+                         sizes_bytes: Sequence[int]) -> Callable[[], list[CollectiveRow]]: ...
+
+
+@runtime_checkable
+class HardwareErrors(Protocol):
+    """The hardware errors the fabric observed (NEURON_HW_ERR style ``fault`` events:
+    ``detail["fault"]`` is a ``FaultKind`` value), oldest first, bounded."""
+
+    def hardware_errors(self) -> list[FabricEvent]: ...

@@ -8,7 +8,9 @@ new one. Resolved alerts are kept (bounded) so operators can see history.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -45,19 +47,38 @@ class Alert:
     acknowledged_by: str | None = None
     resolved_at: float | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    jobs: list[str] = field(default_factory=list)  # the jobs on the target while it fired
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.cluster_id, self.target, self.rule)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, epoch: float | None = None) -> dict[str, Any]:
+        """The alert as JSON; with ``epoch`` (unix time of timeline 0) its times are also
+        given as RFC 3339 (``first_seen_at``, ``last_seen_at``, ``resolved_at_time``),
+        like every other time the API shows."""
         d = asdict(self)
         d["state"] = self.state.value
+        if epoch is not None:
+            d["first_seen_at"] = _rfc3339(epoch + self.first_seen)
+            d["last_seen_at"] = _rfc3339(epoch + self.last_seen)
+            d["resolved_at_time"] = _rfc3339(epoch + self.resolved_at) if self.resolved_at is not None else None
         return d
 
 
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# Which jobs an alert's target touches: (cluster id, target) -> job ids.
+AffectedJobs = Callable[[str, str], list[str]]
+
+
 class AlertBook:
-    def __init__(self, keep_resolved: int = 10_000) -> None:
+    def __init__(self, keep_resolved: int = 10_000, affected: AffectedJobs | None = None) -> None:
+        # Names the jobs an alert affects, so an operator sees what a chip or link
+        # warning means for the work on it.
+        self.affected = affected
         self._open: dict[tuple[str, str, str], Alert] = {}
         self._all: OrderedDict[str, Alert] = OrderedDict()
         self._keep_resolved = keep_resolved
@@ -83,6 +104,7 @@ class AlertBook:
             alert.count += 1
             alert.value = value
             alert.message = message
+            self._name_jobs(alert)
             return alert, False
         self._seq += 1
         alert = Alert(
@@ -97,10 +119,17 @@ class AlertBook:
             value=value,
             detail=dict(detail or {}),
         )
+        self._name_jobs(alert)
         self._open[key] = alert
         self._all[alert.id] = alert
         self._trim()
         return alert, True
+
+    def _name_jobs(self, alert: Alert) -> None:
+        if self.affected is not None:
+            for j in self.affected(alert.cluster_id, alert.target):
+                if j not in alert.jobs:
+                    alert.jobs.append(j)
 
     def clear(self, cluster_id: str, target: str, rule: str, now: float) -> Alert | None:
         """Resolve the open alert with this key, if any (the condition went away)."""

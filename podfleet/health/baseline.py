@@ -100,10 +100,12 @@ class RollingBaseline:
 
     def update(self, values: np.ndarray) -> None:
         """One sample: [rows, n] (or [n] for one row)."""
-        col = self.buf[:, self._i]
-        col[:] = np.reshape(values, -1)
+        flat = np.reshape(values, -1)
+        self.buf[:, self._i] = flat
         self._updates += 1
-        if math.isnan(np.add.reduce(col)):  # a NaN reading (the sum is NaN then)
+        # A NaN reading (the sum is NaN then); summed over the sample, not the buffer's
+        # column (strided: a fleet's column touches a cache line per chip and metric).
+        if math.isnan(np.add.reduce(flat)):
             self._clean_at = self._updates + self.window + 1
         self._i = (self._i + 1) % self.window
         self._count = min(self._count + 1, self.window)

@@ -143,6 +143,7 @@ class PrecursorFeatures:
         self._acc_p = np.zeros(n)
         self._acc_k = 0
         self._prev_ecc: np.ndarray | None = None
+        self._counter_src: tuple[object, ...] = (None, None)  # the counter arrays last read
         self._prev_link: np.ndarray | None = None
         self._acc_ecc = np.zeros(n)
         self._acc_link = np.zeros(n)
@@ -176,8 +177,14 @@ class PrecursorFeatures:
         self._acc_r += (temp - self.ambient_c) / eff
         self._acc_p += power
         self._acc_k += 1
-        ecc = np.asarray(metrics["mem_ecc_corrected"], np.float64)
-        link = np.asarray(metrics["link_errors"], np.float64)
+        raw = (metrics["mem_ecc_corrected"], metrics["link_errors"])
+        if self._prev_ecc is not None and all(
+                a is b and isinstance(a, np.ndarray) and not a.flags.writeable and a.dtype.kind in "iu"
+                for a, b in zip(raw, self._counter_src, strict=True)):
+            return  # the very integer counters of the last sample (read-only): no new errors
+        self._counter_src = raw
+        ecc = np.asarray(raw[0], np.float64)
+        link = np.asarray(raw[1], np.float64)
         if self._prev_ecc is not None:
             self._acc_ecc += np.maximum(ecc - self._prev_ecc, 0)
             self._acc_link += np.maximum(link - self._prev_link, 0)  # type: ignore[operator]

@@ -17,6 +17,7 @@ with the fabric state; ``DescribeClusterHardware`` shows it.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,21 +106,56 @@ class _MaskRule:
         self.on = bool(mask.any())
 
 
+def _same_frozen(arrays: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
+    """The very arrays of the last scan, read-only (so not changed since): the twin and the
+    neuron fabric replace a metric array when it changes, never write it."""
+    return len(arrays) == len(last) and all(
+        a is b and isinstance(a, np.ndarray) and not a.flags.writeable for a, b in zip(arrays, last, strict=True))
+
+
 def _finite(a: np.ndarray) -> np.ndarray:
     """``np.nan_to_num`` without its cost when there is nothing to replace."""
     return a if np.isfinite(a).all() else np.nan_to_num(a)
 
 
+class _Throughputs:
+    """A job's last ``keep`` throughput samples, in order and sorted (the median each scan
+    without a sort: the middle value, or the halved sum of the two middle ones, as
+    ``np.median`` gives it)."""
+
+    __slots__ = ("keep", "order", "sorted")
+
+    def __init__(self, keep: int = 60) -> None:
+        self.keep = keep
+        self.order: deque[float] = deque()
+        self.sorted: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def add(self, x: float) -> None:
+        self.order.append(x)
+        bisect.insort(self.sorted, x)
+        if len(self.order) > self.keep:
+            old = self.order.popleft()
+            del self.sorted[bisect.bisect_left(self.sorted, old)]
+
+    def median(self) -> float:
+        s, k = self.sorted, len(self.sorted)
+        return float(s[k // 2]) if k % 2 else (s[k // 2 - 1] + s[k // 2]) / 2
+
+
 def util_ratio(chip: Mapping[str, np.ndarray]) -> np.ndarray:
     """NeuronCore utilization per chip as a ratio (the mean over cores / 100)."""
-    util = np.asarray(chip["neuroncore_utilization"], np.float64)
+    util = np.asarray(chip["neuroncore_utilization"])
     if util.ndim == 2:
-        # ``util.mean(axis=1) / 100`` without the wrapper: the same sum and divisions.
-        out = np.add.reduce(util, axis=1)
+        # ``util.mean(axis=1) / 100`` without the wrapper: the same sum and divisions,
+        # summed in float64 without a float64 copy of the [chips, cores] array first.
+        out = np.add.reduce(util, axis=1, dtype=np.float64)
         out /= util.shape[1]
         out /= 100.0
         return out
-    return util / 100.0
+    return np.asarray(util, np.float64) / 100.0
 
 
 class HealthScanner:
@@ -155,6 +191,7 @@ class HealthScanner:
         self._all_rules = (*self._dev_rules.values(), *self._rules.values())
         self._mount_rules: dict[str, _MaskRule] = {}
         self._job_rules: dict[str, _MaskRule] = {}
+        self._mounts_key: tuple[Any, ...] | None = None
         self._prev_unc: np.ndarray | None = None
         self._unc_key: tuple[bytes, bytes] | None = None
         self._unc_seen_t = np.full(n_chips, -np.inf)
@@ -162,6 +199,10 @@ class HealthScanner:
         self._ecc_hist: deque[tuple[float, np.ndarray, bytes]] = deque()
         self._prev_link_err: np.ndarray | None = None
         self._prev_link_raw: bytes | None = None
+        # The metric arrays the last scan read (a fabric replaces them on change, read-only).
+        self._unc_src: tuple[Any, ...] = ()
+        self._corr_src: tuple[Any, ...] = ()
+        self._link_src: tuple[Any, ...] = ()
         self._burst_t = np.full(n_links, -np.inf)
         self._burst_last = -np.inf
         self._prev_util: np.ndarray | None = None
@@ -169,7 +210,7 @@ class HealthScanner:
         self._settle_last = -np.inf  # the latest settle end of any chip
         self._was_settling = np.zeros(n_chips, bool)
         self._job_last: dict[str, tuple[float, float]] = {}  # job -> (last step, time it moved)
-        self._job_tps: dict[str, list[float]] = {}
+        self._job_tps: dict[str, _Throughputs] = {}
         self.chip_health = np.zeros(n_chips, np.int8)
         self.link_health = np.zeros(n_links, np.int8)
         self._health_key: tuple[bytes, bytes | None] | None = None
@@ -250,10 +291,15 @@ class HealthScanner:
         # ECC: uncorrected errors are critical until the chip is repaired (state change).
         # Counters a fabric has not reported yet are NaN (a real host before its first
         # report): as zero, so the first report that shows an error raises the alert.
-        mem_unc = np.asarray(chip["mem_ecc_uncorrected"], np.float64)
-        sram_unc = np.asarray(chip["sram_ecc_uncorrected"], np.float64)
-        ukey = (mem_unc.tobytes(), sram_unc.tobytes())
-        if ukey != self._unc_key:  # the counters moved (else nothing rose)
+        raw_unc = (chip["mem_ecc_uncorrected"], chip["sram_ecc_uncorrected"])
+        moved_unc = False  # the very arrays of the last scan, read-only: the same counts
+        if not _same_frozen(raw_unc, self._unc_src):
+            self._unc_src = raw_unc
+            mem_unc = np.asarray(raw_unc[0], np.float64)
+            sram_unc = np.asarray(raw_unc[1], np.float64)
+            ukey = (mem_unc.tobytes(), sram_unc.tobytes())
+            moved_unc = ukey != self._unc_key
+        if moved_unc:  # the counters moved (else nothing rose)
             self._unc_key = ukey
             unc = _finite(mem_unc) + _finite(sram_unc)
             # Errors a chip already had at the first scan are news too (a real host's
@@ -269,9 +315,14 @@ class HealthScanner:
         if now - self._unc_last < 600.0 or rule.on:
             rule.apply(book, cid, (now - self._unc_seen_t < 600.0) & (states != 3), now, res, values=unc,
                        message=lambda i, v: f"uncorrectable ECC error (total {v:.0f})")
-        corr = np.asarray(chip["mem_ecc_corrected"], np.float64)
-        cbytes = corr.tobytes()
+        raw_corr = chip["mem_ecc_corrected"]
         hist = self._ecc_hist
+        if hist and _same_frozen((raw_corr,), self._corr_src):
+            _t, corr, cbytes = hist[-1]
+        else:
+            self._corr_src = (raw_corr,)
+            corr = np.asarray(raw_corr, np.float64)
+            cbytes = corr.tobytes()
         hist.append((now, corr, cbytes))
         while hist and hist[0][0] < now - 60.0:
             hist.popleft()
@@ -306,8 +357,13 @@ class HealthScanner:
 
     def _scan_links(self, now: float, link: Mapping[str, np.ndarray], st: np.ndarray, res: ScanResult) -> None:
         book, cid = self.book, self.cluster_id
-        raw = np.asarray(link["errors"], np.float64)
-        rkey = raw.tobytes()
+        src = (link["errors"],)
+        if _same_frozen(src, self._link_src) and self.cfg.link_error_burst > 0:
+            rkey = self._prev_link_raw  # the very array of the last scan, read-only
+        else:
+            self._link_src = src
+            raw = np.asarray(src[0], np.float64)
+            rkey = raw.tobytes()
         if rkey != self._prev_link_raw or self.cfg.link_error_burst <= 0:
             # A fabric that does not measure link errors reports NaN: no errors seen.
             err = _finite(raw).astype(np.int64)
@@ -333,6 +389,11 @@ class HealthScanner:
                                                message=lambda i, v: "link degraded (reduced width)")
 
     def _scan_mounts(self, now: float, mounts: Sequence[Mapping[str, Any]], res: ScanResult) -> None:
+        # The same mounts in the same state as the last scan: no alert can open or close.
+        seen = tuple((m["name"], m.get("state"), m.get("used_bytes"), m.get("capacity_bytes")) for m in mounts)
+        if seen == self._mounts_key:
+            return
+        self._mounts_key = seen
         names = [str(m["name"]) for m in mounts]
         used = np.array([float(m.get("used_bytes", 0)) for m in mounts])
         cap = np.array([max(float(m.get("capacity_bytes", 1)), 1.0) for m in mounts])
@@ -370,13 +431,14 @@ class HealthScanner:
                 if stalled_cleared is not None:
                     res.resolved.append(stalled_cleared)
             tps = float(j.get("tokens_per_s") or 0.0)
-            hist = self._job_tps.setdefault(job_id, [])
+            hist = self._job_tps.get(job_id)
+            if hist is None:
+                hist = self._job_tps[job_id] = _Throughputs(60)
             if running and tps > 0:
-                base = float(np.median(hist)) if len(hist) >= 10 else None
+                base = hist.median() if len(hist) >= 10 else None
                 slow = base is not None and tps < (1 - cfg.rel) * base
                 if not slow:
-                    hist.append(tps)
-                    del hist[:-60]
+                    hist.add(tps)
                 if slow:
                     a, new = book.fire(cluster_id=cid, target=target, rule="job-slow", severity="warning",
                                        message=f"{tps:.4g} tokens/s is more than {cfg.rel:.0%} under {base:.4g}",

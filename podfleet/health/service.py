@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, overload
 
 from podfleet.control.lifecycle import TERMINAL, ClusterState, JobState
 from podfleet.control.runtime import HealthSource
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import FirmwareUpdate, TelemetrySource
 from podfleet.health.alerts import AlertBook, AlertState
 from podfleet.health.monitor import HealthMonitor
 from podfleet.health.scan import HealthConfig
-from podfleet.health.telemetry import HOUR_S, MINUTE_S, RETENTION_S, RollupRow
+from podfleet.health.telemetry import ALL_METRICS, HOUR_S, MINUTE_S, RETENTION_S, RollupRow
 from podfleet.recovery.firmware import FirmwareRollouts
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.recovery.service import RecoveryService
@@ -43,12 +43,13 @@ class HealthService:
     def __init__(self, plane: ControlPlane, recovery: RecoveryService, config: HealthConfig | None = None) -> None:
         self.plane = plane
         self.cfg = config or HealthConfig()
-        self.book = AlertBook()
+        self.book = AlertBook(affected=self._affected_jobs)
         self.recovery = recovery
         self.monitors: dict[str, HealthMonitor] = {}
         self.firmware_by_cluster: dict[str, FirmwareRollouts] = {}
         self.scan_s: list[float] = []
         self._last_prune = -HOUR_S
+        self._declares: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares TelemetrySource)
 
     def start(self) -> None:
         """Scan on the plane's timeline every ``interval_s``."""
@@ -63,9 +64,10 @@ class HealthService:
         plane = self.plane
         for cid in [c for c in self.monitors if c not in plane.clusters]:
             del self.monitors[cid]
+            self._declares.pop(cid, None)
             self.recovery.forget(cid)
         for rt in list(plane.clusters.values()):
-            if rt.state != ClusterState.ACTIVE or not isinstance(rt.fabric, TelemetrySource):
+            if rt.state != ClusterState.ACTIVE or not self._telemetry(rt):
                 # The monitor reads chip telemetry (temperature, ECC, NeuronCore use); worker
                 # slots of a local or Ray cluster report process metrics only.
                 continue
@@ -78,6 +80,15 @@ class HealthService:
             for res, keep in RETENTION_S.items():
                 plane.store.prune_rollups(resolution_s=res, before=now - keep)
 
+    def _telemetry(self, rt: ClusterRuntime) -> bool:
+        """Whether the cluster's fabric declares ``TelemetrySource``, asked once per fabric
+        (a runtime-checkable protocol's ``isinstance`` costs tens of microseconds)."""
+        fab = rt.fabric
+        hit = self._declares.get(rt.id)
+        if hit is None or hit[0] is not fab:
+            hit = self._declares[rt.id] = (fab, isinstance(fab, TelemetrySource))
+        return hit[1]
+
     def _monitor(self, rt: ClusterRuntime) -> HealthMonitor:
         epoch = self.plane.epoch
 
@@ -86,11 +97,20 @@ class HealthService:
                                                         epoch + r.t_start, list(r.avg), list(r.min), list(r.max),
                                                         r.count) for r in rows])
 
+        # Job views are replaced whole on every change: a view seen before gives the same entry.
+        seen: dict[str, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+
         def jobs() -> dict[str, dict[str, Any]]:
-            return {jid: {"state": v["state"], "step": v["progress"].get("step", 0),
-                          "tokens_per_s": v["progress"].get("tokens_per_s")}
-                    for jid, v in list(self.plane.jobs.views.items())
-                    if v["cluster_id"] == rt.id and JobState(v["state"]) not in TERMINAL}
+            out: dict[str, dict[str, Any]] = {}
+            for jid, v in list(self.plane.jobs.views.items()):
+                hit = seen.get(jid)
+                if hit is None or hit[0] is not v:
+                    live = v["cluster_id"] == rt.id and JobState(v["state"]) not in TERMINAL
+                    hit = seen[jid] = (v, {"state": v["state"], "step": v["progress"].get("step", 0),
+                                           "tokens_per_s": v["progress"].get("tokens_per_s")} if live else None)
+                if hit[1] is not None:
+                    out[jid] = hit[1]
+            return out
 
         def drain(chip: int, reason: str) -> Any:
             # Only where recovery can move a rank off a chip that still works (the twin).
@@ -126,7 +146,26 @@ class HealthService:
         rt = self.plane.resolve(ref)
         if state is not None and state not in tuple(AlertState):
             raise InvalidInputError(f"state must be one of {', '.join(AlertState)}, got {state!r}", field="state")
-        return [a.to_dict() for a in self.book.all(rt.id) if state is None or a.state == state]
+        return [a.to_dict(self.plane.epoch) for a in self.book.all(rt.id) if state is None or a.state == state]
+
+    def _affected_jobs(self, cluster_id: str, target: str) -> list[str]:
+        """The jobs on an alert's target now: a chip's holder, a link's endpoints' holders,
+        or the job itself (``chip:12``, ``link:3-7``, ``job:job-...``)."""
+        rt = self.plane.clusters.get(cluster_id)
+        kind, _, what = target.partition(":")
+        if kind == "job":
+            return [what]
+        if rt is None:
+            return []
+        chips: list[int] = []
+        try:
+            if kind == "chip":
+                chips = [int(what)]
+            elif kind == "link":
+                chips = [int(x) for x in what.split("-")[:2]]
+        except ValueError:
+            return []
+        return sorted({j for c in chips if (j := rt.owners.get(c)) is not None})
 
     def acknowledge(self, alert_id: str, *, actor: str = "system") -> dict[str, Any]:
         def do() -> tuple[dict[str, Any], str]:
@@ -137,6 +176,14 @@ class HealthService:
     def telemetry(self, ref: str, *, scope: str = "chip", metric: str = "temperature_c", range_: str = "realtime",
                   target: int | None = None) -> dict[str, Any]:
         rt, mon = self._mon(ref)
+        window = mon.history.raw.get(scope)
+        if window is not None and metric not in window.buf and metric in ALL_METRICS:
+            # A name the API knows, but not for this scope: that series does not exist.
+            raise NotFoundError(f"cluster {rt.rec.name} records no {scope} metric {metric!r}; "
+                                f"{scope} metrics: {', '.join(window.buf)}", field="metric", allowed=list(window.buf))
+        if window is not None and target is not None and not 0 <= target < window.n:
+            raise NotFoundError(f"cluster {rt.rec.name} has {scope}s 0-{window.n - 1}; {scope} {target} does not "
+                                "exist", field="target", allowed=f"0-{window.n - 1}")
         out = mon.history.query(scope, metric, range_, self.plane.tl.now, target)
         out["t"] = [self.plane.epoch + t for t in out["t"]]
         return {"cluster_id": rt.id, "scope": scope, "metric": metric, "target": target, **out}
@@ -149,7 +196,11 @@ class HealthService:
         rt = self.plane.resolve(ref)
         o = self.recovery.for_cluster(rt)
         if o is None:
-            return []
+            # Worker fabrics: the relaunches the process driver recorded on each job (and the
+            # recoveries the fabric made itself), in the twin journal's shape.
+            worker = [r for job in self.plane.jobs.table.on_cluster(rt.id, live=False)
+                      if job.status.runtime is not None for r in job.status.runtime.recoveries]
+            return sorted(worker, key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
         recs = [*o.done, *o.active.values(), *o.link_active.values()]
         return [r.to_dict() for r in sorted(recs, key=lambda r: r.t_start)]
 
@@ -161,7 +212,10 @@ class HealthService:
                 raise InvalidInputError(f"fabric {rt.spec.fabric!r} of cluster {rt.rec.name} cannot update "
                                         "firmware online", field="cluster")
             fw = self.firmware_by_cluster[rt.id] = FirmwareRollouts(
-                rt.fabric, self.plane.tl, orch, before_batch=lambda: self._manage(rt))
+                rt.fabric, self.plane.tl, orch, before_batch=lambda: self._manage(rt),
+                # Each automatic step of a rollout is an audit record by the system.
+                audit=lambda result, target, detail: self.plane.audit(
+                    "system:firmware", "FirmwareStep", target, result, {"cluster": rt.id, **detail}))
         return fw
 
     def _manage(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:

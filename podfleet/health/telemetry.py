@@ -38,6 +38,7 @@ RANGES: dict[str, tuple[float, float | None]] = {
 CHIP_METRICS = ("temperature_c", "power_w", "utilization_ratio", "hbm_used_bytes", "clock_mhz",
                 "mem_ecc_corrected", "link_errors")
 LINK_METRICS = ("utilization_ratio", "bandwidth_bytes_per_s", "errors")
+ALL_METRICS = tuple(sorted({*CHIP_METRICS, *LINK_METRICS}))  # what GetTelemetry may name, any scope
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,17 @@ class RawWindow:
 class _Accumulator:
     """Sum/min/max per value (every metric of every target of both scopes, flattened) of
     the open bucket of each resolution, folded in place for all resolutions at once
-    ([resolutions, values])."""
+    ([resolutions, values]).
+
+    When each resolution is a whole multiple of the finer one (a minute bucket lies in one
+    hour bucket), only the finest bucket takes each sample's min and max; a closing bucket
+    hands its min and max to the coarser ones, so an hour's min is the min of its minutes
+    (the same value, at a third of the per-sample work for them). Sums stay per sample:
+    a sum of sums would round differently."""
 
     def __init__(self, size: int, resolutions: Iterable[float]) -> None:
         self.res = tuple(resolutions)
+        self._nested = all(b % a == 0 for a, b in zip(self.res, self.res[1:], strict=False))
         shape = (len(self.res), size)
         self.sum = np.zeros(shape)
         self.min = np.full(shape, np.inf)
@@ -144,6 +152,9 @@ class _Accumulator:
             if start is not None and bucket != start and self.count[k]:
                 closed.append((res, start, self.count[k], self.sum[k] / self.count[k],
                                self.min[k].copy(), self.max[k].copy()))
+                if self._nested and k + 1 < len(self.res):  # the coarser buckets take its extremes
+                    np.minimum(self.min[k + 1:], self.min[k], out=self.min[k + 1:])
+                    np.maximum(self.max[k + 1:], self.max[k], out=self.max[k + 1:])
                 self.sum[k] = 0.0
                 self.min[k] = np.inf
                 self.max[k] = -np.inf
@@ -154,8 +165,10 @@ class _Accumulator:
             self._span[k] = (bucket, bucket + res) if math.floor(bucket / res) * res == bucket and \
                 math.floor(math.nextafter(bucket + res, -math.inf) / res) * res == bucket else (np.inf, -np.inf)
         np.add(self.sum, x, out=self.sum)
-        np.minimum(self.min, x, out=self.min)
-        np.maximum(self.max, x, out=self.max)
+        lo_ = self.min[0] if self._nested else self.min
+        hi_ = self.max[0] if self._nested else self.max
+        np.minimum(lo_, x, out=lo_)
+        np.maximum(hi_, x, out=hi_)
         return closed  # type: ignore[return-value]
 
 

@@ -20,6 +20,7 @@ from typing import TypedDict, Unpack
 from podfleet.errors import InfeasibleError
 from podfleet.hardware.topology import Topology
 from podfleet.perf.collectives import HEALTHY, LinkHealth
+from podfleet.perf.compression import GradCompression, parse_grad_compression
 from podfleet.perf.flops import Recompute
 from podfleet.perf.layout import block_link_map, job_topology, resolve_topology
 from podfleet.perf.models import MODELS, ModelSpec, custom_model, get_model
@@ -82,6 +83,7 @@ def estimate_step(
     down_links: Iterable[int] = (),
     degraded_links: Mapping[int, float] | None = None,
     block_shape: tuple[int, ...] | None = None,
+    grad_compression: str | GradCompression | None = None,
 ) -> StepEstimate:
     spec = (get_model(model) if isinstance(model, str) else model).with_seq_len(seq_len)
     parent = resolve_topology(topology, chips)
@@ -98,7 +100,7 @@ def estimate_step(
         plan = default_plan(spec, chips, gb, topo)
     plan.check(spec, chips)
     return estimate(spec, plan, topo, health=health if not health.empty else HEALTHY,
-                    slow_chip_factor=slow_chip_factor)
+                    slow_chip_factor=slow_chip_factor, compression=parse_grad_compression(grad_compression))
 
 
 class StepOptions(TypedDict, total=False):
@@ -111,6 +113,7 @@ class StepOptions(TypedDict, total=False):
     down_links: Iterable[int]
     degraded_links: Mapping[int, float] | None
     block_shape: tuple[int, ...] | None
+    grad_compression: str | GradCompression | None
 
 
 def step_time_s(

@@ -17,7 +17,7 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.topology import Axis, FleetTopology, GridTopology, SwitchedTopology, Topology
 from podfleet.perf.collectives import HEALTHY, LinkHealth
@@ -29,7 +29,7 @@ def job_topology(topo: Topology, chips: int, block_shape: tuple[int, ...] | None
     if chips < 1:
         raise InvalidInputError(f"chips must be a positive integer, got {chips}", field="chips")
     if chips > topo.n_chips:
-        raise InvalidInputError(
+        raise InfeasibleError(
             f"chips ({chips}) > chips in topology {topo.name} ({topo.n_chips})", field="chips"
         )
     if block_shape is not None:
@@ -39,7 +39,7 @@ def job_topology(topo: Topology, chips: int, block_shape: tuple[int, ...] | None
     if isinstance(topo, GridTopology):
         shapes = topo.shapes(chips)
         if not shapes:
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"chips ({chips}) cannot form a block of {topo.name} {'x'.join(map(str, topo.dims))}; "
                 f"valid counts: {', '.join(map(str, valid_counts(topo)))}",
                 field="chips",
@@ -57,12 +57,12 @@ def job_topology(topo: Topology, chips: int, block_shape: tuple[int, ...] | None
                                  topo.net_bw_per_chip_bytes_per_s, topo.net_latency_s)
         if chips < g:
             return job_topology(topo.group, chips)
-        raise InvalidInputError(
+        raise InfeasibleError(
             f"chips ({chips}) must be a multiple of the {topo.group.name} size ({g}) "
             f"or fit in one {topo.group.name}",
             field="chips",
         )
-    raise InvalidInputError(f"cannot place {chips} chips on {topo.name}", field="chips")
+    raise InfeasibleError(f"cannot place {chips} chips on {topo.name}", field="chips")
 
 
 def valid_counts(topo: Topology) -> list[int]:

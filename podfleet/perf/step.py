@@ -33,6 +33,8 @@ from podfleet.hardware.topology import Topology
 from podfleet.perf import collectives as col
 from podfleet.perf import flops
 from podfleet.perf.collectives import HEALTHY, LinkHealth
+from podfleet.perf.compression import MEASURED, NONE, CodecFigures, GradCompression
+from podfleet.perf.compression import effect as compression_effect
 from podfleet.perf.compute import BYTES, layer_times
 from podfleet.perf.efficiency import Efficiency, efficiency_for
 from podfleet.perf.flops import Recompute
@@ -53,6 +55,7 @@ class StepEstimate:
     bubble_s: float
     dp_comm_exposed_s: float
     optimizer_s: float
+    grad_codec_s: float  # gradient compression's encode/decode or factorisation (exposed)
     model_flops: float
     hardware_flops: float
     tokens_per_s: float
@@ -83,6 +86,7 @@ class StepEstimate:
                 "bubble": self.bubble_s,
                 "dp_comm_exposed": self.dp_comm_exposed_s,
                 "optimizer": self.optimizer_s,
+                "grad_codec": self.grad_codec_s,
             },
             "memory_bytes": self.memory.to_dict(),
         }
@@ -117,6 +121,8 @@ def estimate(
     dtype: str = "bf16",
     memory: MemoryBreakdown | None = None,
     overlap_grad_reduce: bool = True,
+    compression: GradCompression = NONE,
+    codec: CodecFigures = MEASURED,
 ) -> StepEstimate:
     """Predict one training step of ``plan`` on ``topo`` (the job's own topology, whose
     chips 0..n-1 are the ranks). ``memory``: the plan's memory if already computed.
@@ -125,7 +131,11 @@ def estimate(
     backward (PyTorch DDP buckets, Megatron-core ``--overlap-grad-reduce``, NeuronX
     Distributed). Megatron-LM as used in the 2021/2022 validation runs did not: its
     default local DDP all-reduced the gradients in ``train_step`` after
-    ``forward_backward_func`` returned, i.e. after the pipeline flush."""
+    ``forward_backward_func`` returned, i.e. after the pipeline flush.
+
+    ``compression``: gradient compression of the data-parallel reduction
+    (``perf.compression``: its volume, collective and codec time; the codec competes
+    with compute, so its time is never hidden)."""
     chip = chip or get_chip(topo.chip_type)
     eff = eff or efficiency_for(chip.name)
     tp, pp, dp, v, m = plan.tp, plan.pp, plan.dp, plan.interleave, plan.num_micro_batches
@@ -165,35 +175,53 @@ def estimate(
 
     # Data-parallel gradient reduction.
     dp_exposed = 0.0
+    codec_s = 0.0
     local_params = stage_params(model, plan)
     if dp > 1:
         dims = (topo, tp, dp, pp)
         grad_bytes = local_params * precision.grad_bytes
         param_bytes = local_params * precision.param_bytes
+        fx = compression_effect(compression, model, grad_bytes_per_param=precision.grad_bytes,
+                                local_params=local_params, dp=dp, chip_flops=chip.peak_flops(dtype) * eff.matmul,
+                                hbm_bytes_per_s=chip.hbm_bw_bytes_per_s * eff.hbm, codec=codec)
+        codec_s = fx.codec_s * slow
+
+        def grads(kind: str) -> float:
+            """The gradient collective ``kind`` ("ar" or "rs") under compression: bf16 shrinks
+            it; PowerSGD and lossless reduce whole gradients (each rank keeps its shard)."""
+            if fx.allgather:  # output: dp compressed buckets, dp * c * V = 2 * volume_ratio * V
+                return _group_cost("ag", "dp", *dims, 2.0 * fx.volume_ratio * grad_bytes, eff.link, health)
+            if fx.rounds > 1:
+                return fx.rounds * _group_cost("ar", "dp", *dims, grad_bytes * fx.volume_ratio / fx.rounds,
+                                               eff.link, health)
+            return _group_cost(kind, "dp", *dims, grad_bytes * fx.volume_ratio, eff.link, health)
+
         # The window the reduction hides behind: the last micro-batch's backward, or
         # nothing when the framework reduces after the flush (see the docstring).
         window_bwd = bwd + rec if overlap_grad_reduce else 0.0
         window_fwd = fwd if overlap_grad_reduce else 0.0
         if plan.zero_stage == 0:
-            dp_exposed = max(0.0, _group_cost("ar", "dp", *dims, grad_bytes, eff.link, health) - window_bwd)
+            dp_exposed = max(0.0, grads("ar") - window_bwd)
         elif plan.zero_stage == 1:
-            rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
+            rs = grads("rs")
             ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
             dp_exposed = max(0.0, rs - window_bwd) + max(0.0, ag - window_fwd)
         elif plan.zero_stage == 2:
             # Sharded gradients cannot accumulate locally: every micro-batch's backward
             # reduce-scatters its gradients.
-            rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
+            rs = grads("rs")
             ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
             dp_exposed = m * max(0.0, rs - window_bwd) + max(0.0, ag - window_fwd)
+            codec_s *= m
         else:
-            rs = _group_cost("rs", "dp", *dims, grad_bytes, eff.link, health)
+            rs = grads("rs")
             ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
             dp_exposed = m * max(0.0, 2 * ag + rs - (fwd + bwd + rec if overlap_grad_reduce else 0.0))
+            codec_s *= m
     opt_params = local_params / (dp if plan.zero_stage >= 1 else 1)
     optimizer = opt_params * OPTIMIZER_BYTES_PER_PARAM / (chip.hbm_bw_bytes_per_s * eff.hbm) * slow
 
-    step = pipeline + dp_exposed + optimizer
+    step = pipeline + dp_exposed + codec_s + optimizer
     gb = plan.global_batch
     mf = flops.model_flops_per_step(model, gb)
     hf = flops.hardware_flops_per_step(model, gb, plan.recompute)
@@ -207,6 +235,7 @@ def estimate(
         bubble_s=bubble,
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer,
+        grad_codec_s=codec_s,
         model_flops=mf,
         hardware_flops=hf,
         tokens_per_s=gb * model.seq_len / step,

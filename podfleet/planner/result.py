@@ -56,6 +56,9 @@ class PlanResult:
     candidates: tuple[Candidate, ...]  # fitting plans, fastest first
     rejected: tuple[Rejected, ...]
     evaluated: int  # plans whose step time was estimated
+    grad_compression: str = "none"  # the mode every candidate was estimated with
+    # The best plan without compression (only when a mode is given): what compression changed.
+    uncompressed: StepEstimate | None = None
 
     @property
     def best(self) -> Candidate:
@@ -78,6 +81,15 @@ class PlanResult:
     def memory_per_chip_bytes(self) -> int:
         return int(self.best.estimate.memory.total_bytes)
 
+    def _compression_view(self) -> dict[str, object]:
+        if self.uncompressed is None:
+            return {}
+        base, est = self.uncompressed, self.best.estimate
+        return {"uncompressed_step_time_s": base.step_time_s,
+                "compression_speedup": base.step_time_s / est.step_time_s,
+                "dp_comm_exposed_uncompressed_s": base.dp_comm_exposed_s,
+                "grad_codec_s": est.grad_codec_s}
+
     def to_dict(self, top: int = 5) -> dict[str, object]:
         return {
             **self.best.to_dict(),
@@ -87,6 +99,8 @@ class PlanResult:
             "chip_type": self.chip_type,
             "seq_len": self.seq_len,
             "evaluated": self.evaluated,
+            "grad_compression": self.grad_compression,
+            **self._compression_view(),
             "candidates": [c.to_dict() for c in self.candidates[:top]],
             "rejected": [r.to_dict() for r in self.rejected],
         }

@@ -21,6 +21,7 @@ from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
 from podfleet.hardware.specs import ChipSpec, GiB, get_chip
 from podfleet.hardware.topology import Topology
 from podfleet.perf import default_global_batch
+from podfleet.perf.compression import NONE, GradCompression, parse_grad_compression
 from podfleet.perf.compute import layer_times
 from podfleet.perf.efficiency import efficiency_for
 from podfleet.perf.flops import Recompute
@@ -67,13 +68,13 @@ def _check_explicit(chips: int, fx: _Fixed) -> None:
     for v in given.values():
         prod *= v
     if len(given) == 3 and prod != chips:
-        raise InvalidInputError(
+        raise InfeasibleError(
             f"tp*pp*dp ({fx.tp}*{fx.pp}*{fx.dp} = {prod}) != chips ({chips})",
             field="chips",
         )
     if chips % prod:
         names = "*".join(given)
-        raise InvalidInputError(f"{names} ({prod}) does not divide chips ({chips})", field="chips")
+        raise InfeasibleError(f"{names} ({prod}) does not divide chips ({chips})", field="chips")
 
 
 def _resolve(
@@ -95,7 +96,7 @@ def _resolve(
         topology = DEFAULT_TOPOLOGY[chip_type or "trn2"]
     parent = resolve_topology(topology, chips)
     if chip_type is not None and parent.chip_type != chip_type:
-        raise InvalidInputError(
+        raise InfeasibleError(
             f"chip type {chip_type!r} does not match topology {parent.name} ({parent.chip_type})",
             field="chip_type",
         )
@@ -122,7 +123,12 @@ def plan(
     dtype: str = "bf16",
     top: int = 10,
     exhaustive: bool = False,
+    grad_compression: str | GradCompression | None = None,
 ) -> PlanResult:
+    """The fastest fitting plans. ``grad_compression`` (``perf.compression``): estimate
+    every candidate with that gradient compression; the result then also holds the best
+    plan's uncompressed estimate, so what compression changes is visible."""
+    comp = parse_grad_compression(grad_compression)
     spec, parent = _resolve(model, chips, topology, chip_type, seq_len)
     topo = job_topology(parent, chips, tuple(block_shape) if block_shape else None)
     rc = Recompute(recompute) if recompute is not None else None
@@ -156,7 +162,7 @@ def plan(
                 rejected.append(Rejected(base, f"global batch ({gb}) is not divisible by dp ({d})"))
                 continue
             found, n_eval, why, mem = _search_tpd(
-                spec, topo, chip, t, p, d, gb, fx, dtype, exhaustive, incumbent
+                spec, topo, chip, t, p, d, gb, fx, dtype, exhaustive, incumbent, comp
             )
             evaluated += n_eval
             candidates.extend(found)
@@ -165,16 +171,19 @@ def plan(
     if not candidates:
         raise InfeasibleError(_no_fit_message(spec, chips, topo, gb, rejected), field="chips")
     candidates.sort(key=Candidate.sort_key)
+    best = candidates[0]
+    plain = (estimate(spec, best.plan, topo, chip=chip, dtype=dtype, memory=best.estimate.memory)
+             if comp != NONE else None)
     return PlanResult(
         model=spec.name, chips=chips, topology=parent.name, chip_type=topo.chip_type,
         seq_len=spec.seq_len, global_batch=gb, candidates=tuple(candidates[:top] if top else candidates),
-        rejected=tuple(rejected), evaluated=evaluated,
+        rejected=tuple(rejected), evaluated=evaluated, grad_compression=comp.name, uncompressed=plain,
     )
 
 
 def _search_tpd(
     spec: ModelSpec, topo: Topology, chip: ChipSpec, t: int, p: int, d: int, gb: int, fx: _Fixed,
-    dtype: str, exhaustive: bool, incumbent: list[float],
+    dtype: str, exhaustive: bool, incumbent: list[float], comp: GradCompression = NONE,
 ) -> tuple[list[Candidate], int, str, float | None]:
     per_replica = gb // d
     if fx.micro_batch:
@@ -224,7 +233,7 @@ def _search_tpd(
                     if not exhaustive and _lower_bound_s(spec, plan, chip, dtype) > incumbent[0]:
                         break  # slower than the best so far whatever its communication
                     n_eval += 1
-                    est = estimate(spec, plan, topo, chip=chip, dtype=dtype, memory=memory)
+                    est = estimate(spec, plan, topo, chip=chip, dtype=dtype, memory=memory, compression=comp)
                     incumbent[0] = min(incumbent[0], est.step_time_s)
                     out.append(Candidate(plan, est))
                     if not exhaustive:

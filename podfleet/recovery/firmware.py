@@ -76,8 +76,11 @@ class Rollout:
 class FirmwareRollouts:
     def __init__(self, fabric: Any, timeline: Timeline, orchestrator: RecoveryOrchestrator, *,
                  versions: tuple[str, ...] = KNOWN_VERSIONS, update_s: float = 60.0, failure_p: float = 0.0,
-                 settle_s: float = 5.0, before_batch: Callable[[], object] | None = None) -> None:
+                 settle_s: float = 5.0, before_batch: Callable[[], object] | None = None,
+                 audit: Callable[[str, str, dict[str, Any]], object] | None = None) -> None:
         self.fab, self.tl, self.orch = fabric, timeline, orchestrator
+        # (result, target, detail) of each automatic step: a batch updated, the rollout's end.
+        self.audit = audit
         self.versions = versions
         self.update_s, self.failure_p, self.settle_s = update_s, failure_p, settle_s
         self.before_batch = before_batch  # e.g. put jobs started meanwhile under the orchestrator
@@ -170,6 +173,9 @@ class FirmwareRollouts:
                     return
                 r.done.append(c)
             self.tl.emit("firmware-progress", rollout=r.id, done=len(r.done), total=r.total)
+            if self.audit is not None:
+                self.audit("ok", r.id, {"step": "batch-updated", "chips": list(updating), "version": r.version,
+                                        "done": len(r.done), "total": r.total})
         r.current = []
         self.orch.reserved = set()
         self._finish(r, RolloutState.SUCCEEDED, f"{len(r.done)} chips on {r.version}" + (
@@ -191,3 +197,6 @@ class FirmwareRollouts:
         check_transition("firmware rollout", ROLLOUT_TRANSITIONS, r.state, state)
         r.state, r.reason, r.failed_chip, r.t_end = state, reason, bad, self.tl.now
         self.tl.emit("firmware-rollout-end", rollout=r.id, state=state.value, reason=reason)
+        if self.audit is not None:
+            self.audit("ok" if state is RolloutState.SUCCEEDED else f"error:{state.value}", r.id,
+                       {"step": "rollout-end", "state": state.value, "reason": reason, "failed_chip": bad})

@@ -80,6 +80,7 @@ class RecoveryOrchestrator(LinkFlows):
         self.lost_jobs: dict[str, str] = {}
         self.fenced: dict[int, float] = {}  # chip -> share of HBM fenced
         self.reserved: set[int] = set()  # chips no rank may move to (e.g. being updated)
+        self.cordoned: set[int] = set()  # chips the operator cordoned (control.chips): never a target
         self._procs: list[simpy.Process] = []
         self._wake: simpy.Event = timeline.env.event()
         self._seq = 0
@@ -419,7 +420,7 @@ class RecoveryOrchestrator(LinkFlows):
     def _pick(self, job_id: str, rank: int) -> int | None:
         run = self.fab.job(job_id)
         states = [str(s) for s in self.fab.chip_states()]
-        cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved))
+        cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved, *self.cordoned))
         return choose_spare(self.fab.topology, run.chips, rank, cand, self.spares)
 
     def _restore_source(self, job_id: str, rank: int, chip: int) -> tuple[str, int | None]:

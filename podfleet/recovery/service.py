@@ -41,10 +41,26 @@ class JobListener:
     """An orchestrator's journal, shown on the cluster's jobs through the job table."""
 
     def __init__(self, table: JobTable, timeline: Timeline, rt: ClusterRuntime,
-                 render: Callable[[ClusterRuntime], None]) -> None:
+                 render: Callable[[ClusterRuntime], None], now: Callable[[], float] | None = None) -> None:
         self.table, self.tl, self.rt, self.render = table, timeline, rt, render
+        self.now = now or table.now
+        self.audited: dict[str, str] = {}  # recovery id -> the last state written to the audit trail
+
+    def _audit(self, rec: Recovery) -> None:
+        """Automatic actions are audit records too: a recovery when it starts and ends."""
+        if self.audited.get(rec.id) == rec.state.value:
+            return
+        self.audited[rec.id] = rec.state.value
+        self.table.store.append_audit(
+            time=self.now(), actor="system:recovery", action="Recovery", target=rec.job_id or rec.target,
+            result="ok" if rec.state is not RecoveryState.FAILED else "error:recovery-failed",
+            detail={"recovery": rec.id, "kind": rec.kind, "target": rec.target, "state": rec.state.value,
+                    "reason": rec.reason, "cluster": self.rt.id})
+        if rec.state in (RecoveryState.DONE, RecoveryState.FAILED):
+            self.audited.pop(rec.id, None)
 
     def recovery_changed(self, rec: Recovery) -> None:
+        self._audit(rec)
         table = self.table
         job = table.find(rec.job_id)
         if job is None or job.state not in (*_OURS, JobState.RECOVERING):
@@ -104,6 +120,7 @@ class RecoveryService:
             lis = JobListener(self.table, self.tl, rt, self.render)
             o = RecoveryOrchestrator(rt.fabric, self.tl, owner=rt.owners, listener=lis, subscribe=False,
                                      spares=tuple(rt.spares))
+            o.cordoned = set(rt.modes)
             self.orch[rt.id] = o
         return o
 
@@ -147,6 +164,24 @@ class RecoveryService:
             return False  # the job driver isolates free chips and undoes placements
         o.handle(ev)
         return True
+
+    def drain(self, rt: ClusterRuntime, chip: int, reason: str) -> bool:
+        """Live-migrate the rank on ``chip`` (the orchestrator's drain flow)."""
+        o = self.manage_running(rt)
+        job_id = rt.owners.get(chip)
+        if o is None or job_id is None or job_id not in o.policies:
+            return False
+        return o.drain(chip, reason) is not None
+
+    def set_cordoned(self, rt: ClusterRuntime, chips: list[int]) -> None:
+        o = self.for_cluster(rt)
+        if o is not None:
+            o.cordoned = set(chips)
+
+    def set_spares(self, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
+        o = self.for_cluster(rt)
+        if o is not None:
+            o.spares = frozenset(spares)
 
     def close_stale(self) -> None:
         """Journals left open by a previous control plane whose job runs again: closed."""

@@ -78,24 +78,43 @@ _largest: weakref.WeakKeyDictionary[Any, list[tuple[int, tuple[int, ...] | None,
 def balance_degrees(utilization: np.ndarray, chips_of: Mapping[str, Sequence[int] | np.ndarray]) -> dict[str, float]:
     """``balance_degree`` of each job's chips, jobs of one size at a time (the same sums,
     in the same order, as one job at a time)."""
-    u = np.asarray(utilization, dtype=float)
+    degree = grouped_balance_degrees(utilization, degree_groups(chips_of))
+    return {j: degree[j] for j in chips_of}
+
+
+def degree_groups(chips_of: Mapping[str, Sequence[int] | np.ndarray]) -> list[tuple[list[str], np.ndarray]]:
+    """Jobs of one size together: (job ids, their chips as a [jobs, size] index)."""
     by_size: dict[int, list[str]] = {}
     for j, chips in chips_of.items():
         by_size.setdefault(len(chips), []).append(j)
-    degree: dict[str, float] = {}
+    out = []
     for n, jobs in by_size.items():
         if n == 0:
-            degree.update((j, 1.0) for j in jobs)
+            out.append((jobs, np.zeros((len(jobs), 0), dtype=np.int64)))
             continue
         idx = np.concatenate([np.asarray(chips_of[j], dtype=np.int64) for j in jobs]) if len(jobs) > 1 \
             else np.asarray(chips_of[jobs[0]], dtype=np.int64)
-        rows = u[idx.reshape(len(jobs), n)]
+        out.append((jobs, idx.reshape(len(jobs), n)))
+    return out
+
+
+def grouped_balance_degrees(utilization: np.ndarray, groups: Sequence[tuple[list[str], np.ndarray]]) -> dict[str, float]:
+    """``balance_degree`` per job from ``degree_groups`` (which a caller may keep while
+    its jobs' chips stay the same)."""
+    u = np.asarray(utilization, dtype=float)
+    degree: dict[str, float] = {}
+    for jobs, idx in groups:
+        n = idx.shape[1]
+        if n == 0:
+            degree.update((j, 1.0) for j in jobs)
+            continue
+        rows = u[idx]
         top = rows.max(axis=1)
         mean = np.add.reduce(rows, axis=1) / n
         busy = ~(top <= 0)  # as ``balance_degree``: idle (max <= 0) is 1.0, NaN stays NaN
         d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
         degree.update(zip(jobs, d.tolist(), strict=True))
-    return {j: degree[j] for j in chips_of}
+    return degree
 
 
 def cluster_metrics(sched: Scheduler, now_s: float | None = None, utilization: np.ndarray | None = None) -> dict[str, Any]:

@@ -74,6 +74,11 @@ class Scheduler:
         block pays its detour. True when anything changed."""
         return self.cluster.set_link_states(states)
 
+    def set_link_traffic(self, load: np.ndarray) -> bool:
+        """Ring edges of the running jobs per directed link (``scheduler.traffic``): new
+        placements prefer blocks whose rings stay off busy links. True when it changed."""
+        return self.cluster.set_link_traffic(load)
+
     def set_telemetry(self, **arrays: np.ndarray) -> None:
         self.cluster.set_telemetry(**arrays)
 

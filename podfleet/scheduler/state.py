@@ -60,6 +60,9 @@ class PodState:
         # Kept apart from ``version``: link states change scores, not which blocks are free.
         self.bad_links: dict[int, str] = {}
         self.link_version = 0
+        # Ring edges of running jobs on each directed local link (2 * link + direction;
+        # ``scheduler.traffic``); None while nobody reported traffic on this pod.
+        self.link_traffic: np.ndarray | None = None
 
     def free_mask(self) -> np.ndarray:
         free: np.ndarray = (self.owner == FREE) & (self.nominated == FREE)
@@ -86,6 +89,7 @@ class SchedulerView:
         # as the fabrics number them. A switched node has no torus links to avoid.
         self.links_per_pod = 0 if self.pods[0].uniform_hops else len(grid.links)
         self.bad_link_pods: set[int] = set()  # pods with a link not up: the only ones scored for it
+        self.traffic_pods: set[int] = set()  # pods with traffic on some link: the only ones scored for it
 
     @property
     def n_chips(self) -> int:
@@ -148,6 +152,30 @@ class SchedulerView:
                 pod.link_version += 1
                 changed = True
         self.bad_link_pods = set(bad)
+        return changed
+
+    def set_link_traffic(self, load: np.ndarray) -> bool:
+        """Ring edges of the running jobs on each directed link (``2 * link + direction``,
+        links indexed as ``topology.links``, pod by pod in a fleet): what traffic-aware
+        scoring (``scheduler.traffic``) counts as in use. True when any pod's changed."""
+        per = 2 * self.links_per_pod
+        if not per:
+            return False
+        load = np.asarray(load, dtype=np.float64)
+        if load.shape != (per * len(self.pods),):
+            raise InvalidInputError(f"link traffic needs {per * len(self.pods)} values (two per link), "
+                                    f"got {load.size}", field="traffic")
+        busy = np.flatnonzero(load.reshape(len(self.pods), per).any(axis=1)).tolist()
+        changed = False
+        for p in self.traffic_pods | set(busy):
+            pod = self.pods[p]
+            now = load[p * per:(p + 1) * per].copy() if p in busy else None
+            same = (now is None and pod.link_traffic is None) or (
+                now is not None and pod.link_traffic is not None and np.array_equal(now, pod.link_traffic))
+            if not same:
+                pod.link_traffic = now
+                changed = True
+        self.traffic_pods = set(busy)
         return changed
 
     def set_telemetry(

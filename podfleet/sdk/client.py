@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import httpx
 
-from podfleet.errors import PodfleetError, UnknownNameError
+from podfleet.errors import InvalidInputError, PodfleetError, UnknownNameError
 
 
 def _error_classes() -> dict[str, type[PodfleetError]]:
@@ -28,8 +28,13 @@ _CLASSES = _error_classes()
 
 
 def _seg(value: object) -> str:
-    """One path segment, percent-encoded (an identifier never reaches the path raw)."""
-    return quote(str(value), safe="")
+    """One path segment, percent-encoded (an identifier never reaches the path raw).
+    ``.`` and ``..`` are refused: HTTP clients resolve them, which would aim the call at
+    another resource (``token revoke ..`` must not become a call on ``/v1``)."""
+    text = str(value)
+    if text in ("", ".", ".."):
+        raise InvalidInputError(f"{text!r} is not an identifier", field="id")
+    return quote(text, safe="")
 
 
 def error_from_problem(status: int, body: dict[str, Any]) -> PodfleetError:
@@ -149,11 +154,28 @@ class PodfleetClient:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
 
+    # --- chip lifecycle ---------------------------------------------------------------------
+    def cordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+        """CordonChip: no new placement lands on the chip."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon")
+
+    def drain_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+        """DrainChip: cordon, and move the chip's rank off through the recovery path."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain")
+
+    def uncordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+        """UncordonChip: back to placement."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon")
+
+    def repair_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+        """RepairChip: a failed, isolated or degraded chip no job holds back to healthy."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair")
+
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
                             client_token: str | None = None, **fields: Any) -> dict[str, Any]:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
-        steps, checkpoint_interval, priority, team, entrypoint, name."""
+        steps, checkpoint_interval, priority, team, entrypoint, name, gradCompression."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
                              json={"model": model, "chips": chips, **fields, "clientToken": client_token})
 
@@ -173,6 +195,13 @@ class PodfleetClient:
 
     def follow_job_logs(self, job_id: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         return self._sse(f"/v1/jobs/{_seg(job_id)}/logs", {"follow": "true", "since": since})
+
+    def get_job_metrics(self, job_id: str, *, resolution: float | None = None, since: float | None = None,
+                        limit: int | None = None) -> dict[str, Any]:
+        """GetJobMetrics: ``{"job_id", "resolution_s", "points": [{time, step_first, step_last,
+        loss, tokens_per_s, step_time_s, *_min, *_max}]}``, oldest first."""
+        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics",
+                             params={"resolution": resolution, "since": since, "limit": limit})
 
     # --- planner, audit, system --------------------------------------------------------------
     def plan_parallelism(self, model: str, chips: int, *, chip_type: str = "trn2",
@@ -207,6 +236,13 @@ class PodfleetClient:
         (firing, acknowledged, resolved)."""
         return self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state})
 
+    def get_telemetry(self, cluster: str, *, metric: str = "temperature_c", scope: str = "chip",
+                      range_: str = "realtime", target: int | None = None) -> dict[str, Any]:
+        """GetTelemetry: one metric over a range (realtime, hour, day, week, quarter), of one
+        chip or link (``target``) or the mean."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
+                             params={"metric": metric, "scope": scope, "range": range_, "target": target})
+
     def acknowledge_alert(self, alert_id: str) -> dict[str, Any]:
         return self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge")
 
@@ -228,3 +264,89 @@ class PodfleetClient:
     def describe_firmware(self, cluster: str, rollout: str) -> dict[str, Any]:
         """DescribeFirmwareUpdate: one rollout's state and progress."""
         return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}")
+
+    # --- operations intelligence ----------------------------------------------------------
+    def verify_cluster(self, cluster: str, *, max_size_bytes: int | None = None, ops: list[str] | None = None,
+                       compute: bool = True, interconnect: bool = True, drill: bool = True,
+                       budget_s: float | None = None) -> dict[str, Any]:
+        """VerifyCluster: ``{"passed", "status", "checks": [{name, status, figures, evidence}]}``."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/verify",
+                             json={"max_size_bytes": max_size_bytes, "ops": ops, "compute": compute,
+                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s})
+
+    def diagnose_cluster(self, cluster: str) -> dict[str, Any]:
+        """DiagnoseCluster: ``{"healthy", "findings": [{kind, chips, links, root_cause, ...}]}``."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/diagnosis")
+
+    def get_recommendations(self, cluster: str) -> dict[str, Any]:
+        """GetRecommendations: advice proven in rehearsal, ``{"recommendations": [...]}``."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations")
+
+    def apply_recommendation(self, rec_id: str) -> dict[str, Any]:
+        """ApplyRecommendation: carry it out (audited); a stale one is a ConflictError."""
+        return self._request("POST", f"/v1/recommendations/{_seg(rec_id)}/apply")
+
+    def create_health_report(self, cluster: str, *, period: str = "24h") -> dict[str, Any]:
+        """CreateHealthReport: generate and archive one; returns the report (JSON)."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reports", json={"period": period})
+
+    def list_health_reports(self, cluster: str) -> dict[str, Any]:
+        """ListHealthReports: ``{"reports": [{id, created_at, period_s, ...}]}``."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports")
+
+    def get_health_report(self, cluster: str, report_id: str, *, format: str = "json") -> str:
+        """GetHealthReport: the archived report's text, JSON or HTML."""
+        out = self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports/{_seg(report_id)}",
+                            params={"format": format})
+        return out if isinstance(out, str) else json.dumps(out)
+
+    def list_guides(self) -> dict[str, Any]:
+        """ListGuides: ``{"guides": [{topic, title}]}``."""
+        return self._request("GET", "/v1/kb")
+
+    def get_guide(self, topic: str) -> dict[str, Any]:
+        """GetGuide: ``{topic, title, text}`` (Markdown)."""
+        return self._request("GET", f"/v1/kb/{_seg(topic)}")
+
+    # --- security ---------------------------------------------------------------------
+    def upload_code(self, data: bytes) -> dict[str, Any]:
+        """UploadCode: a gzipped tarball of code; returns its ``digest`` and ``ref``
+        (``code:<sha256>/``): submit jobs with ``entrypoint=ref + "train.py"``."""
+        return self._request("POST", "/v1/code", content=data, headers={"content-type": "application/gzip"})
+
+    def use_mfa(self, code: str | None) -> None:
+        """Send this TOTP (or recovery) code with the following calls (``X-Podfleet-MFA``);
+        a code works once, so set a fresh one for each call that needs it."""
+        if code:
+            self._http.headers["X-Podfleet-MFA"] = code
+        else:
+            self._http.headers.pop("X-Podfleet-MFA", None)
+
+    def create_user(self, name: str, *, policies: list[str] | None = None) -> dict[str, Any]:
+        """CreateUser: tokens named ``name`` then act with this user's policies."""
+        return self._request("POST", "/v1/users", json={"name": name, "policies": policies or []})
+
+    def list_users(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/users")
+
+    def describe_user(self, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/users/{_seg(name)}")
+
+    def put_user_policy(self, name: str, policy: str, document: dict[str, Any] | None = None) -> dict[str, Any]:
+        """PutUserPolicy: attach a built-in ``policy`` (no document) or set an inline one."""
+        if document is None:
+            return self._request("PUT", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}")
+        return self._request("PUT", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}", json=document)
+
+    def delete_user_policy(self, name: str, policy: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}")
+
+    def enable_mfa(self, name: str) -> dict[str, Any]:
+        """EnableMfa: ``otpauth_uri`` and ``recovery_codes``, shown once."""
+        return self._request("POST", f"/v1/users/{_seg(name)}/mfa")
+
+    def push_code(self, directory: str) -> dict[str, Any]:
+        """Pack ``directory`` (links, ``.git`` and ``__pycache__`` left out) and upload it."""
+        from podfleet.security.code import pack_dir
+
+        return self.upload_code(pack_dir(directory))

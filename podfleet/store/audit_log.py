@@ -1,4 +1,4 @@
-"""The audit log half of ``Store``: append-only, hash-chained, gap-free ``seq``.
+"""The audit log half of ``Store``: append-only, MAC-chained, gap-free ``seq``.
 
 Appends are serialised: in-process by the store's writer lock, across processes by the
 database (SQLite's write lock taken at BEGIN IMMEDIATE; a PostgreSQL advisory lock held to
@@ -9,16 +9,18 @@ rolled-back append leaves no gap.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import delete, insert, select, text
 
+from podfleet.errors import ConflictError
 from podfleet.security.audit import GENESIS_HASH, audit_hash, canonical_json, verify_chain
 from podfleet.store import convert
 from podfleet.store.convert import check_limit
-from podfleet.store.models import AuditEventRow, table_of
+from podfleet.store.models import AuditArchiveRow, AuditEventRow, table_of
 from podfleet.store.records import AuditRecord
 
 if TYPE_CHECKING:
@@ -35,7 +37,21 @@ class _BadAuditRow(Exception):
         self.seq = seq
 
 
-class AuditLog:
+class AuditKeyring:
+    """The MAC keys of the chain: the current one signs new records, every known one
+    verifies. Without keys (tests, a store opened for reading) records are plain SHA-256."""
+
+    audit_key: tuple[str, bytes] | None = None
+    audit_keys: Mapping[str, bytes] = MappingProxyType({})
+
+    def use_audit_keys(self, key_id: str, key: bytes, older: Mapping[str, bytes] | None = None) -> None:
+        if len(key) < 32:
+            raise ValueError("an audit MAC key needs at least 32 bytes")
+        self.audit_key = (key_id, bytes(key))
+        self.audit_keys = MappingProxyType({**(older or {}), key_id: bytes(key)})
+
+
+class AuditLog(AuditKeyring):
     """Mixin for ``Store``; relies on its ``dialect``, ``_writing`` and ``_reading``."""
 
     dialect: str
@@ -56,13 +72,14 @@ class AuditLog:
                 .order_by(AuditEventRow.seq.desc()).limit(1)
             ).first()
             seq, prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
+            key_id, key = self.audit_key or (None, None)
             rec = AuditRecord(
                 seq=seq, time=float(time), actor=actor, action=action, target=target,
-                result=result, detail=stored_detail, prev_hash=prev_hash, hash="",
+                result=result, detail=stored_detail, prev_hash=prev_hash, hash="", key_id=key_id,
             )
             rec.hash = audit_hash(
                 seq=seq, time=rec.time, actor=actor, action=action, target=target,
-                result=result, detail=stored_detail, prev_hash=prev_hash,
+                result=result, detail=stored_detail, prev_hash=prev_hash, key_id=key_id, key=key,
             )
             s.execute(insert(table_of(AuditEventRow)), [convert.audit_row(rec, detail_text)])
         return rec
@@ -91,6 +108,31 @@ class AuditLog:
             head = s.execute(q.order_by(AuditEventRow.seq.desc()).limit(1)).first()
         return (head[0], head[1]) if head else (0, GENESIS_HASH)
 
+    def audit_archived_through(self) -> tuple[int, str]:
+        """(seq, hash) of the last archived and pruned record; ``(0, GENESIS_HASH)`` when
+        nothing was: the chain in the store starts right after it."""
+        with self._reading() as s:
+            row = s.execute(select(AuditArchiveRow).order_by(AuditArchiveRow.through_seq.desc()).limit(1)).scalar()
+        return (row.through_seq, row.through_hash) if row else (0, GENESIS_HASH)
+
+    def prune_audit(self, *, through_seq: int, through_hash: str, location: str, sha256: str,
+                    created_at: float) -> int:
+        """Record an archive of the records up to ``through_seq`` and delete them, in one
+        transaction (the delete trigger lets through only what an archive row covers)."""
+        first, _ = self.audit_archived_through()
+        with self._writing() as s:
+            if self.dialect == "postgresql":
+                s.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": AUDIT_LOCK_KEY})
+            last = s.execute(select(AuditEventRow.hash).where(AuditEventRow.seq == through_seq)).scalar()
+            if last != through_hash:
+                raise ConflictError(f"audit record {through_seq} is not the one archived (hash differs)",
+                                    field="through_seq")
+            s.execute(insert(table_of(AuditArchiveRow)), [{
+                "through_seq": through_seq, "first_seq": first + 1, "through_hash": through_hash,
+                "location": location, "sha256": sha256, "created_at": created_at}])
+            deleted = s.execute(delete(AuditEventRow).where(AuditEventRow.seq <= through_seq))
+        return int(getattr(deleted, "rowcount", 0) or 0)
+
     def verify_audit(self) -> tuple[bool, int | None, str]:
         def records() -> Iterator[AuditRecord]:
             after = 0
@@ -105,6 +147,7 @@ class AuditLog:
                 after = batch[-1].seq
 
         try:
-            return verify_chain(records()).as_tuple()
+            seq, prev = self.audit_archived_through()
+            return verify_chain(records(), self.audit_keys, start_seq=seq + 1, start_prev_hash=prev).as_tuple()
         except _BadAuditRow as bad:
             return (False, bad.seq, str(bad))

@@ -97,7 +97,7 @@ def audit_row(r: AuditRecord, detail_text: str) -> dict[str, Any]:
     return {
         "seq": r.seq, "time": r.time, "actor": r.actor, "action": r.action,
         "target": r.target, "result": r.result, "detail": detail_text,
-        "prev_hash": r.prev_hash, "hash": r.hash,
+        "prev_hash": r.prev_hash, "hash": r.hash, "key_id": r.key_id,
     }
 
 
@@ -105,7 +105,7 @@ def audit_record(r: AuditEventRow) -> AuditRecord:
     """Raises ValueError when the stored detail is not JSON (a tampered row)."""
     return AuditRecord(
         seq=r.seq, time=r.time, actor=r.actor, action=r.action, target=r.target,
-        result=r.result, detail=json.loads(r.detail), prev_hash=r.prev_hash, hash=r.hash,
+        result=r.result, detail=json.loads(r.detail), prev_hash=r.prev_hash, hash=r.hash, key_id=r.key_id,
     )
 
 

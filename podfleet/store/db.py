@@ -36,6 +36,7 @@ from podfleet.store.models import (
     ChipHealthRow,
     ClusterRow,
     IdempotencyKeyRow,
+    JobMetricRollupRow,
     JobRow,
     TelemetryRollupRow,
     TokenRow,
@@ -45,13 +46,15 @@ from podfleet.store.records import (
     CheckpointRecord,
     ChipHealthRecord,
     ClusterRecord,
+    JobMetricRecord,
     JobRecord,
     RollupRecord,
     TokenRecord,
 )
+from podfleet.store.users import UserStore
 
 
-class Store(AuditLog):
+class Store(AuditLog, UserStore):
     """Implements ``podfleet.store.protocol.StoreProtocol``; opening it migrates to head."""
 
     def __init__(self, url: str | URL, *, migrate: bool = True) -> None:
@@ -286,6 +289,26 @@ class Store(AuditLog):
             res = cast("CursorResult[Any]", s.execute(delete(TelemetryRollupRow).where(
                 TelemetryRollupRow.resolution_s == float(resolution_s), TelemetryRollupRow.t_start < before)))
             return int(res.rowcount or 0)
+
+    # ---- job metrics history -----------------------------------------------------------
+    def save_job_metrics(self, records: Sequence[JobMetricRecord]) -> None:
+        """Upsert job metric buckets (an open bucket re-sent replaces itself)."""
+        if not records:
+            return
+        rows = [{"job_id": r.job_id, "resolution_s": float(r.resolution_s), "t_start": float(r.t_start),
+                 "data": dict(r.data)} for r in records]
+        with self._writing() as s:
+            self._upsert(s, JobMetricRollupRow, rows, ["job_id", "resolution_s", "t_start"])
+
+    def list_job_metrics(self, job_id: str, *, resolution_s: float, since: float = 0.0,
+                         limit: int = 100_000) -> list[JobMetricRecord]:
+        q = select(JobMetricRollupRow).where(
+            JobMetricRollupRow.job_id == job_id,
+            JobMetricRollupRow.resolution_s == float(resolution_s),
+            JobMetricRollupRow.t_start >= since,
+        ).order_by(JobMetricRollupRow.t_start).limit(limit)
+        with self._reading() as s:
+            return [JobMetricRecord(r.job_id, r.resolution_s, r.t_start, dict(r.data)) for r in s.execute(q).scalars()]
 
     # ---- idempotency -----------------------------------------------------------------
     def _idem(self, operation: str, client_token: str) -> IdempotencyKeyRow | None:

@@ -14,20 +14,23 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from podfleet.errors import NotFoundError
+from podfleet.errors import ConflictError, NotFoundError
 from podfleet.security.audit import GENESIS_HASH, audit_hash, verify_chain
+from podfleet.store.audit_log import AuditKeyring
 from podfleet.store.records import (
     AuditRecord,
     CheckpointRecord,
     ChipHealthRecord,
     ClusterRecord,
+    JobMetricRecord,
     JobRecord,
     RollupRecord,
     TokenRecord,
+    UserRecord,
 )
 
 
-class MemoryStore:
+class MemoryStore(AuditKeyring):
     def __init__(self) -> None:
         self.url = "memory://"
         self._lock = threading.RLock()
@@ -39,10 +42,13 @@ class MemoryStore:
         self._tokens: dict[str, TokenRecord] = {}
         self._audit: list[AuditRecord] = []
         self._rollups: dict[tuple[str, str, str, float, float], RollupRecord] = {}
+        self._job_metrics: dict[tuple[str, float, float], JobMetricRecord] = {}
+        self._users: dict[str, UserRecord] = {}
         self._depth = 0
         self._frames: list[dict[str, Any]] = []
 
-    _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit", "_rollups")
+    _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit", "_rollups", "_job_metrics",
+              "_users")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -161,6 +167,20 @@ class MemoryStore:
                 del self._rollups[k]
             return len(old)
 
+    # --- job metrics history --------------------------------------------------------------
+    def save_job_metrics(self, records: Sequence[JobMetricRecord]) -> None:
+        with self._lock:
+            self._touch("_job_metrics")
+            for r in records:
+                self._job_metrics[(r.job_id, float(r.resolution_s), float(r.t_start))] = copy.deepcopy(r)
+
+    def list_job_metrics(self, job_id: str, *, resolution_s: float, since: float = 0.0,
+                         limit: int = 100_000) -> list[JobMetricRecord]:
+        with self._lock:
+            out = [copy.deepcopy(r) for (j, res, t), r in self._job_metrics.items()
+                   if j == job_id and res == float(resolution_s) and t >= since]
+        return sorted(out, key=lambda r: r.t_start)[:limit]
+
     # --- checkpoints ---------------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:
         with self._lock:
@@ -222,15 +242,36 @@ class MemoryStore:
             self._touch("_tokens")
             self._tokens[token_id] = dataclasses.replace(t, revoked=True)
 
+    # --- users ---------------------------------------------------------------------------
+    def save_user(self, rec: UserRecord) -> None:
+        with self._lock:
+            self._touch("_users")
+            self._users[rec.name] = copy.deepcopy(rec)
+
+    def get_user(self, name: str) -> UserRecord | None:
+        with self._lock:
+            u = self._users.get(name)
+            return copy.deepcopy(u) if u is not None else None
+
+    def list_users(self) -> list[UserRecord]:
+        with self._lock:
+            return [copy.deepcopy(u) for _, u in sorted(self._users.items())]
+
+    def delete_user(self, name: str) -> bool:
+        with self._lock:
+            self._touch("_users")
+            return self._users.pop(name, None) is not None
+
     # --- audit ---------------------------------------------------------------------------
     def append_audit(self, *, time: float, actor: str, action: str, target: str, result: str, detail: dict[str, Any]) -> AuditRecord:
         with self._lock:
             seq = len(self._audit) + 1
             prev = self._audit[-1].hash if self._audit else GENESIS_HASH
+            key_id, key = self.audit_key or (None, None)
             rec = AuditRecord(seq=seq, time=float(time), actor=actor, action=action, target=target,
-                              result=result, detail=copy.deepcopy(detail), prev_hash=prev, hash="")
+                              result=result, detail=copy.deepcopy(detail), prev_hash=prev, hash="", key_id=key_id)
             rec.hash = audit_hash(seq=seq, time=rec.time, actor=actor, action=action, target=target,
-                                  result=result, detail=rec.detail, prev_hash=prev)
+                                  result=result, detail=rec.detail, prev_hash=prev, key_id=key_id, key=key)
             self._touch("_audit")
             self._audit.append(rec)
             return copy.deepcopy(rec)
@@ -244,8 +285,19 @@ class MemoryStore:
             records = [copy.deepcopy(r) for r in self._audit]
         return iter(records)
 
+    def audit_archived_through(self) -> tuple[int, str]:
+        return (0, GENESIS_HASH)
+
+    def prune_audit(self, *, through_seq: int, through_hash: str, location: str, sha256: str,
+                    created_at: float) -> int:
+        raise ConflictError("the in-memory store keeps its audit trail whole (no retention)")
+
+    def audit_head(self) -> tuple[int, str]:
+        with self._lock:
+            return (self._audit[-1].seq, self._audit[-1].hash) if self._audit else (0, GENESIS_HASH)
+
     def verify_audit(self) -> tuple[bool, int | None, str]:
-        return verify_chain(self.iter_audit()).as_tuple()
+        return verify_chain(self.iter_audit(), self.audit_keys).as_tuple()
 
     def tamper_audit(self, seq: int, **changes: Any) -> None:
         """Test hook: change a stored audit record in place, as an attacker with DB access would."""

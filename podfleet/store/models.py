@@ -135,6 +135,30 @@ class AuditEventRow(Base):
     detail: Mapped[str] = mapped_column(Text)  # canonical JSON text
     prev_hash: Mapped[str] = mapped_column(String(64))
     hash: Mapped[str] = mapped_column(String(64))
+    key_id: Mapped[str | None] = mapped_column(String(64), nullable=True)  # MAC key; NULL: plain SHA-256
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    policies: Mapped[list[str]] = mapped_column(JSON)
+    inline: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Double)
+    mfa_secret: Mapped[str | None] = mapped_column(Text, nullable=True)
+    mfa_last_step: Mapped[int] = mapped_column(Integer)
+    recovery: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+
+
+class AuditArchiveRow(Base):
+    """An archived (then pruned) segment of the audit chain (``security/retention.py``)."""
+
+    __tablename__ = "audit_archives"
+    through_seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    first_seq: Mapped[int] = mapped_column(Integer)
+    through_hash: Mapped[str] = mapped_column(String(64))
+    location: Mapped[str] = mapped_column(String(1024))
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Double)
 
 
 class TelemetryRollupRow(Base):
@@ -150,4 +174,18 @@ class TelemetryRollupRow(Base):
     __table_args__ = (
         UniqueConstraint("cluster_id", "scope", "metric", "resolution_s", "t_start", name="uq_telemetry_rollups_bucket"),
         Index("ix_telemetry_rollups_resolution_s_t_start", "resolution_s", "t_start"),
+    )
+
+
+class JobMetricRollupRow(Base):
+    __tablename__ = "job_metric_rollups"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    resolution_s: Mapped[float] = mapped_column(Double)
+    t_start: Mapped[float] = mapped_column(Double)
+    # {"steps": [first, last], "count": n, "loss": {avg,min,max}, "tokens_per_s": {...}, "step_time_s": {...}}
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    __table_args__ = (
+        UniqueConstraint("job_id", "resolution_s", "t_start", name="uq_job_metric_rollups_bucket"),
     )

@@ -9,7 +9,7 @@ inside it joins that transaction, outside it commits on its own. A nested
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -18,9 +18,11 @@ from podfleet.store.records import (
     CheckpointRecord,
     ChipHealthRecord,
     ClusterRecord,
+    JobMetricRecord,
     JobRecord,
     RollupRecord,
     TokenRecord,
+    UserRecord,
 )
 
 
@@ -50,6 +52,10 @@ class StoreProtocol(Protocol):
     def list_rollups(self, cluster_id: str, *, resolution_s: float, since: float = 0.0, scope: str | None = None, metric: str | None = None, limit: int = 100_000) -> list[RollupRecord]: ...
     def prune_rollups(self, *, resolution_s: float, before: float) -> int: ...
 
+    # job metrics history (per-job rollup buckets; upsert by (job, resolution, t_start))
+    def save_job_metrics(self, records: Sequence[JobMetricRecord]) -> None: ...
+    def list_job_metrics(self, job_id: str, *, resolution_s: float, since: float = 0.0, limit: int = 100_000) -> list[JobMetricRecord]: ...
+
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...
     def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None: ...
@@ -72,3 +78,14 @@ class StoreProtocol(Protocol):
     def list_audit(self, *, after_seq: int = 0, limit: int = 100) -> list[AuditRecord]: ...
     def iter_audit(self) -> Iterator[AuditRecord]: ...
     def verify_audit(self) -> tuple[bool, int | None, str]: ...  # (ok, first bad seq, message)
+    # users: their policies and (sealed) second factor
+    def save_user(self, rec: UserRecord) -> None: ...
+    def get_user(self, name: str) -> UserRecord | None: ...
+    def list_users(self) -> list[UserRecord]: ...
+    def delete_user(self, name: str) -> bool: ...
+    def audit_head(self) -> tuple[int, str]: ...  # (seq, hash) of the newest record
+    def audit_archived_through(self) -> tuple[int, str]: ...  # the chain's start after retention
+    def prune_audit(self, *, through_seq: int, through_hash: str, location: str, sha256: str,
+                    created_at: float) -> int: ...
+    def use_audit_keys(self, key_id: str, key: bytes, older: Mapping[str, bytes] | None = None) -> None: ...
+    audit_keys: Mapping[str, bytes]

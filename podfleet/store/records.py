@@ -73,7 +73,22 @@ class AuditRecord:
     result: str  # "allowed" / "denied" / "error:<code>" / "ok"
     detail: dict[str, Any]
     prev_hash: str  # hash of record seq-1 ("0"*64 for the first)
-    hash: str  # sha256 over (seq, time, actor, action, target, result, detail, prev_hash), canonical JSON
+    hash: str  # HMAC-SHA256 (keyed) or SHA-256 over the fields and prev_hash, canonical JSON
+    key_id: str | None = None  # the MAC key's id; None: a record from before the chain was keyed
+
+
+@dataclass
+class UserRecord:
+    """A person or automation: owns the tokens named after it; its policies decide what
+    they may do (``security/policy.py``)."""
+
+    name: str
+    policies: list[str]  # built-in policy names attached
+    inline: dict[str, Any]  # policy name -> JSON document
+    created_at: float
+    mfa_secret: str | None = None  # sealed TOTP secret (base64), None: not enrolled
+    mfa_last_step: int = 0  # the newest TOTP step accepted (replay guard)
+    recovery: list[str] | None = None  # hashes of unused recovery codes
 
 
 @dataclass
@@ -89,3 +104,15 @@ class RollupRecord:
     min: list[float]
     max: list[float]
     count: int
+
+
+@dataclass
+class JobMetricRecord:
+    """One bucket of a job's training figures: steps ``step_first``..``step_last`` seen in
+    ``[t_start, t_start + resolution_s)``; ``data`` holds avg/min/max of loss,
+    tokens_per_s and step_time_s (``podfleet.control.jobmetrics``)."""
+
+    job_id: str
+    resolution_s: float
+    t_start: float  # unix seconds (UTC)
+    data: dict[str, Any]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from podfleet.errors import InvalidInputError
+from podfleet.perf.compression import parse_grad_compression
 from podfleet.perf.models import TRAINER_PRESETS
 
 # Worker exit codes; the fabric classifies a failure from them (see fabric/local/classify.py).
@@ -62,6 +63,7 @@ class WorkerConfig:
     step_delay_s: float = 0.0  # test/benchmark knob: sleep per step at an even share (scaled by this rank's share)
     shares: tuple[int, ...] = ()  # samples of the global batch per rank (sum = global_batch); (): even
     split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
+    grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -81,6 +83,7 @@ class WorkerConfig:
                             or sum(self.shares) != self.global_batch):
             raise InvalidInputError(f"shares {list(self.shares)} must be {self.world_size} counts >= 1 "
                                     f"summing to global_batch {self.global_batch}", field="shares")
+        parse_grad_compression(self.grad_compression)  # raises naming the valid modes
         if self.checkpoint_interval and not self.checkpoint_dir:
             raise InvalidInputError("checkpoint_interval needs a checkpoint_dir", field="checkpoint_dir")
 

@@ -103,6 +103,18 @@ def config() -> WorkerConfig:
     return _ctx().cfg
 
 
+def compress_gradients(ddp: Any) -> None:
+    """Install the job's gradient compression (``--grad-compression``: none, bf16,
+    powersgd:RANK, lossless) on the script's ``DistributedDataParallel`` module; the
+    built-in trainer does this itself."""
+    from podfleet.perf.compression import parse_grad_compression
+    from podfleet.training.compression import install
+
+    cfg = _ctx().cfg
+    if cfg.world_size > 1:
+        install(ddp, parse_grad_compression(cfg.grad_compression), cfg.world_size, cfg.seed)
+
+
 def report(*, step: int, loss: float, tokens: int = 0, step_time_s: float = 0.0) -> None:
     tps = tokens / step_time_s if tokens and step_time_s > 0 else 0.0
     _ctx().reporter.progress(step, float(loss), tps, step_time_s)

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from podfleet.checkpoint.torch_state import AsyncCheckpointer
+from podfleet.training.compression import WireMeter
 from podfleet.training.config import Reporter, WorkerConfig
 from podfleet.training.data import batch, split_samples
 from podfleet.training.model import loss_fn
@@ -68,6 +69,8 @@ def _agree_split(cfg: WorkerConfig, current: tuple[int, ...]) -> tuple[int, ...]
 class LoopState:
     step: int = 0  # last completed step
     losses: list[float] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)  # one per step run by this process
+    wire: WireMeter = field(default_factory=WireMeter)  # bytes sent during each backward
 
 
 def train(
@@ -96,7 +99,9 @@ def train(
             xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
             # Weighted so DDP's average over ranks is the global-batch mean gradient.
             loss = loss_fn(ddp(xb), yb) * (shares[cfg.rank] * cfg.world_size / cfg.global_batch)
+            state.wire.begin()
             loss.backward()  # DDP all-reduces the gradients here: the step's only collective
+            state.wire.end()
         except Exception as exc:
             if distributed and is_comm_failure(exc):
                 optimizer.zero_grad(set_to_none=True)
@@ -108,6 +113,7 @@ def train(
         step_time_s = time.perf_counter() - t0
         state.step = step
         state.losses.append(loss_v)
+        state.step_times_s.append(step_time_s)
         reporter.progress(step, loss_v, tokens_per_step / step_time_s, step_time_s)
         if checkpointer is not None and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
             checkpointer.save(step, model, optimizer)

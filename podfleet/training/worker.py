@@ -164,6 +164,9 @@ def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, de
     os.environ.update({"RANK": str(cfg.rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": "0",
                        "PODFLEET_JOB_ID": cfg.job_id, "PODFLEET_CHECKPOINT_DIR": cfg.checkpoint_dir or ""})
     helpers.set_context(helpers.Context(cfg, reporter, kek, device))
+    if cfg.grad_compression != "none":
+        reporter.log(f"grad-compression {cfg.grad_compression}: applies where the script calls "
+                     "pf.compress_gradients(ddp)")
     argv = sys.argv
     sys.argv = [cfg.entrypoint or "", *cfg.entrypoint_args]
     try:
@@ -180,6 +183,8 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
 
     from podfleet.checkpoint import manifest
     from podfleet.checkpoint.torch_state import AsyncCheckpointer, load, snapshot, write_shard
+    from podfleet.perf.compression import parse_grad_compression
+    from podfleet.training import compression
     from podfleet.training.loop import LoopState, PeerLost, train
     from podfleet.training.model import build_model
 
@@ -196,6 +201,8 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
         reporter.log(f"restored step {restored.step} from {source}")
     start_step = state.step
     ddp = DistributedDataParallel(model) if cfg.world_size > 1 else model
+    comp = parse_grad_compression(cfg.grad_compression)
+    codec = compression.install(ddp, comp, cfg.world_size, cfg.seed) if cfg.world_size > 1 else None
 
     def durable(step: int, path: str) -> None:
         if cfg.world_size == 1:
@@ -223,6 +230,8 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
                             start_step, EXIT_PEER_LOST, str(lost), {"kind": "peer-lost", "replica": str(path.parent)})
     if ckpt is not None:
         ckpt.close()
+    if cfg.world_size > 1:
+        reporter.log(compression.report_line(comp, state.wire, state.step_times_s, codec))
     final = state.losses[-1] if state.losses else None
     return WorkerResult(cfg.rank, state.step, final, tuple(state.losses), start_step, EXIT_OK)
 
@@ -256,8 +265,10 @@ def _await_assignment(fd: int) -> WorkerConfig:
         os._exit(EXIT_OK)  # the fabric closed the pool
     msg = json.loads(line)
     os.environ.update(msg.get("env", {}))
+    if msg.get("cwd"):
+        os.chdir(msg["cwd"])  # the job's own directory, like a freshly spawned worker
     if msg.get("log"):
-        log_fd = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log_fd = os.open(msg["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(log_fd)

@@ -155,7 +155,7 @@ def test_a_monitor_that_exits_degrades_the_cluster_and_nothing_crashes(env: Env)
     ({"neuronLs": ls_cmd("neuron-monitor-trn2-full.json")}, 400, "must be a JSON list of devices"),
     ({"neuronLs": "/nonexistent/neuron-ls -j"}, 422, "not found"),
     ({"neuronMonitor": "neuron-monitor 'unclosed"}, 400, "cannot be split"),
-    ({"fabric": "sim", "neuronMonitor": monitor_cmd()}, 400, "applies to fabric neuron"),
+    ({"fabric": "sim", "neuronMonitor": monitor_cmd()}, 422, "applies to fabric neuron"),
 ])
 def test_bad_neuron_commands_are_one_line_4xx(env: Env, body: dict, status: int, needle: str) -> None:
     r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuronLs": ls_cmd(), **body})

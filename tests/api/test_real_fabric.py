@@ -90,7 +90,7 @@ def test_deployment_steps_are_visible(env: Env) -> None:
 
 def test_bad_submissions_are_4xx_listing_valid_names(env: Env) -> None:
     r = env.c.post("/v1/clusters/loc/jobs", json={"model": "llama3-8b", "chips": 1})
-    assert r.status_code == 400 and r.json()["allowed"] == ["debug", "small", "tiny"]
+    assert r.status_code == 422 and r.json()["allowed"] == ["debug", "small", "tiny"]
     r = env.c.post("/v1/clusters/loc/jobs", json={"model": "debug", "chips": 1, "options": {"batch": 3}})
     assert r.status_code == 400 and "global_batch" in r.json()["detail"]
     r = env.c.post("/v1/clusters/loc/jobs", json={"model": "debug", "chips": 3, "options": {"global_batch": 8}})
@@ -106,12 +106,13 @@ def test_kill_worker_recovers_on_a_spare_with_the_same_losses(env: Env) -> None:
 
     # Two jobs run: the job must be named; ranks and jobs are checked with the valid ones.
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 1})
-    assert r.status_code == 400 and set(r.json()["allowed"]) == {plain, killed}
+    assert r.status_code == 422 and set(r.json()["allowed"]) == {plain, killed}
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 2, "jobId": killed})
-    assert r.status_code == 400 and "0-1" in r.json()["detail"]
+    assert r.status_code == 404 and "0-1" in r.json()["detail"]
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 0, "jobId": "job-nope"})
     assert r.status_code == 404 and killed in r.json()["detail"]
     old_chips = job(env, killed)["allocation"]["chips"]
+    spares_before = env.c.get("/v1/clusters/loc").json()["spares"]
     pid = env.plane.clusters[job(env, killed)["cluster_id"]].fabric.pids(killed)[1]
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 1, "jobId": killed})
     assert r.status_code == 202, r.text
@@ -128,7 +129,9 @@ def test_kill_worker_recovers_on_a_spare_with_the_same_losses(env: Env) -> None:
     assert b["runtime"]["recoveries"][0]["source"] in ("replica", "checkpoint")
     spares = env.c.get("/v1/clusters/loc").json()["spares"]
     new_chips = b["allocation"]["chips"]
-    assert new_chips[0] == old_chips[0] and new_chips[1] != old_chips[1] and new_chips[1] in spares
+    # The rank moved onto a spare; a spare that takes a rank is no longer one (issue 15).
+    assert new_chips[0] == old_chips[0] and new_chips[1] != old_chips[1] and new_chips[1] in spares_before
+    assert new_chips[1] not in spares
     text = logs(env, killed)
     assert "fault injected: kill-worker: rank 1" in text and "RECOVERING" in text
     assert "startup: torch ready" in text  # the workers' own log lines
@@ -140,10 +143,12 @@ def test_kill_worker_recovers_on_a_spare_with_the_same_losses(env: Env) -> None:
     audit = env.c.get("/v1/audit").json()["events"]
     faults = [ev for ev in audit if ev["action"] == "InjectFault"]
     assert faults[-1]["result"] == "ok" and faults[-1]["detail"] == {"kind": "kill-worker", "rank": 1, "jobId": killed}
-    assert [ev["result"] for ev in faults[:-1]] == ["error:invalid-input", "error:invalid-input", "error:not-found"]
+    assert [ev["result"] for ev in faults[:-1]] == ["error:infeasible", "error:not-found", "error:not-found"]
 
 
-def test_bad_jobs_fail_with_their_cause_and_the_plane_stays_healthy(env: Env, tmp_path: Path) -> None:
+def test_bad_jobs_fail_with_their_cause_and_the_plane_stays_healthy(env: Env, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PODFLEET_CODE_DIRS", str(tmp_path))  # an admin allowed scripts from here
     crash = tmp_path / "crash.py"
     crash.write_text("raise RuntimeError('boom at import')\n")
     blocker = tmp_path / "a-file"  # a directory below a file: not creatable, even as root
@@ -166,11 +171,11 @@ def test_kill_worker_on_the_twin_is_refused(env: Env) -> None:
     r = env.c.post("/v1/clusters", json={"name": "twin", "type": "custom", "chips": 4, "fabric": "sim"})
     assert r.status_code == 201
     r = env.c.post("/v1/clusters/twin/faults", json={"kind": "kill-worker", "rank": 0})
-    assert r.status_code == 400 and "needs a cluster of worker processes" in r.json()["detail"]
+    assert r.status_code == 422 and "needs a cluster of worker processes" in r.json()["detail"]
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "chip-failure", "chip": 0})
-    assert r.status_code == 400 and r.json()["allowed"] == ["kill-worker"]
+    assert r.status_code == 422 and r.json()["allowed"] == ["kill-worker"]
     r = env.c.post("/v1/clusters/twin/jobs", json={"model": "debug", "chips": 1, "options": {"seed": 1}})
-    assert r.status_code == 400 and r.json()["field"] == "options"
+    assert r.status_code == 422 and r.json()["field"] == "options"
 
 
 def test_stop_and_delete_kill_the_workers(env: Env) -> None:

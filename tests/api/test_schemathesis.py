@@ -1,42 +1,106 @@
-"""Property-based requests from /openapi.json (schemathesis): no input makes a 5xx."""
+"""The API contract: schemathesis, with every check it has, against a real `podfleet up`.
+
+An outside client's view: the `st` command reads /openapi.json from a `podfleet up --fabric
+sim` process and runs its examples, coverage, fuzzing and stateful phases with a fixed seed
+and example count (tests/api/schemathesis.toml). Any failure fails the test: a response
+that breaks its schema, a schema-valid request refused with 400, a schema-violating one
+accepted, a 405 without the right `Allow`, a 5xx. The stateful phase follows the
+document's links, and the test checks from the audit trail that it reached the operations
+that need real identifiers: stopping a job, revoking a token, acknowledging an alert.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
 import pytest
-import schemathesis
-from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
 
-from podfleet.api.main import create_app
-from podfleet.api.server import bootstrap_admin
-from podfleet.control import ControlPlane
-from podfleet.engine.timeline import Timeline
-from podfleet.store.memory import MemoryStore
-from tests.api.conftest import ADMIN_TOKEN
+from podfleet.api.testing import free_port, spawn_server
 
-_plane = ControlPlane(MemoryStore(), Timeline(seed=5, speed=50.0))
-bootstrap_admin(_plane, ADMIN_TOKEN)
-_app = create_app(_plane)
-schema = schemathesis.openapi.from_asgi("/openapi.json", _app)
+pytestmark = pytest.mark.realproc
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "tests" / "api" / "schemathesis.toml"
+TOKEN = "pf_contract-test-admin-token-0123456789"
+ST_TIMEOUT_S = 420
 
 
-@pytest.fixture(scope="module", autouse=True)
-def running_plane():
-    # Fuzzed creates stay on the twin: a Ray cluster per example would be minutes.
-    mp = pytest.MonkeyPatch()
-    mp.setattr("podfleet.fabric.factory.available_fabrics", lambda: ["sim"])
-    _plane.start()
-    _plane.call_sync(_plane.create_cluster, {"name": "fuzz", "type": "trn2-node"})
-    yield
-    _plane.stop()
-    mp.undo()
+def _st() -> str:
+    exe = Path(sys.executable).with_name("st")
+    assert exe.exists(), f"schemathesis's `st` is not beside {sys.executable}: pip install -e '.[dev]'"
+    return str(exe)
 
 
-@schema.parametrize()
-@settings(max_examples=8, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
-def test_no_server_errors(case: schemathesis.Case) -> None:
-    if case.query and case.query.get("follow") in (True, "true", "True", "1"):
-        case.query["follow"] = "false"  # a followed stream of a live job never ends by itself
-    case.call_and_validate(headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-                           checks=[not_a_server_error])
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("contract")
+    port = free_port()
+    # --speed 20: deployments and health scans finish within a stateful scenario.
+    proc = spawn_server(tmp / "pf.db", port, TOKEN, "--fabric", "sim", "--speed", "20", "--seed", "18",
+                        "--default-cluster", "pod-0", log=tmp / "server.log")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _firing_alert(api: httpx.Client) -> str:
+    """An alert on pod-0, raised by a thermal runaway (health scans see it within a tick)."""
+    r = api.post("/v1/clusters/pod-0/faults", json={"kind": "thermal-runaway", "chip": 5})
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        alerts = api.get("/v1/clusters/pod-0/alerts", params={"state": "firing"}).json()["alerts"]
+        if alerts:
+            return str(alerts[0]["id"])
+        time.sleep(0.5)
+    raise AssertionError("no alert fired on pod-0 within 60 s of a thermal runaway")
+
+
+def _audited_ok(api: httpx.Client) -> set[str]:
+    actions: set[str] = set()
+    token: str | None = None
+    while True:
+        params: dict[str, str | int] = {"maxResults": 1000, **({"nextToken": token} if token else {})}
+        page = api.get("/v1/audit", params=params).json()
+        actions |= {e["action"] for e in page["events"] if e["result"] == "ok"}
+        token = page["nextToken"]
+        if not token:
+            return actions
+
+
+def test_openapi_contract_holds_under_every_check(server: str, tmp_path: Path) -> None:
+    with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
+        alert = _firing_alert(api)
+        env = {**os.environ, "PODFLEET_TOKEN": TOKEN, "PODFLEET_ST_ALERT_ID": alert, "NO_COLOR": "1"}
+        started = time.monotonic()
+        run = subprocess.run(
+            [_st(), "--config-file", str(CONFIG), "--no-color", "run", f"{server}/openapi.json",
+             "--report", "junit", "--report-dir", str(tmp_path)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=ST_TIMEOUT_S,
+        )
+        out = run.stdout + run.stderr
+        (tmp_path / "schemathesis.txt").write_text(out)
+        # The failures, then the summary: what a reader of a red run needs first.
+        start = out.find("= FAILURES =")
+        tail = (out[start:] if start >= 0 else out)[:6000] + "\n...\n" + out[-4000:]
+        assert run.returncode == 0, f"schemathesis found contract failures (exit {run.returncode}):\n{tail}"
+        assert "generated" in out and " passed" in out, tail
+        # The stateful phase followed the links to real identifiers, not only to 404s.
+        done = _audited_ok(api)
+        reached = {"CreateTrainiumCluster", "SubmitTrainingJob", "StopTrainingJob", "CreateAccessToken",
+                   "RevokeAccessToken", "AcknowledgeAlert"}
+        assert reached <= done, f"never succeeded: {sorted(reached - done)}\n{tail}"
+        print(f"schemathesis: {time.monotonic() - started:.1f} s\n{out[-1500:]}")

@@ -39,7 +39,7 @@ def test_local_cluster_end_to_end(live: Live) -> None:
     jid = json.loads(out)["id"]
     _until(lambda: _describe(live, jid)["progress"]["step"] >= 3)
     code, out, err = run(live, "fault", "inject", "cli-local", "--kill-worker", "5", "-o", "json")
-    assert code == 2 and "0-1" in err
+    assert code == 3 and "0-1" in err  # a rank the job does not have: not found, like a chip past the cluster
     code, out, err = run(live, "fault", "inject", "cli-local", "--kill-worker", "1", "-o", "json")
     assert code == 0, err
     assert json.loads(out)["job_id"] == jid  # the only running job: --job not needed
@@ -49,7 +49,25 @@ def test_local_cluster_end_to_end(live: Live) -> None:
     assert done["progress"]["loss"] is not None and done["runtime"]["infra_failures"] == 1
     code, out, _ = run(live, "job", "logs", jid)
     assert code == 0 and "kill-worker" in out and "RECOVERING" in out and "torch ready" in out
-    code, out, err = run(live, "cluster", "delete", "cli-local", "-o", "json")
+    # The killed worker's slot is out of service until repaired; then a 2-chip job runs again.
+    code, out, _ = run(live, "hardware", "describe", "cli-local", "-o", "json")
+    chips = json.loads(out)["chips"]
+    bad = [c["index"] for c in chips if c["state"] == "isolated"]
+    assert len(bad) == 1
+    code, out, _ = run(live, "cluster", "events", "cli-local")
+    assert "no longer a spare" in out  # the rank moved onto the spare: it was not a spare while it ran
+    recoveries = [a for a in live.store.iter_audit() if a.action == "Recovery" and a.target == jid]
+    assert recoveries and {a.actor for a in recoveries} == {"system:recovery"}
+    code, out, err = run(live, "chip", "repair", "cli-local", str(bad[0]), "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["state"] == "healthy"
+    code, out, err = run(live, "job", "submit", "cli-local", "--model", "debug", "--chips", "2", "--steps", "5",
+                         "--checkpoint-interval", "0", "--option", "global_batch=4", "--option", "seq_len=32",
+                         "-o", "json")
+    assert code == 0, err
+    code, out, err = run(live, "job", "wait", json.loads(out)["id"], "--timeout", "90", "-o", "json")
+    assert code == 0, (out, err)
+    code, out, err = run(live, "cluster", "delete", "cli-local", "--yes", "-o", "json")
     assert code == 0, err
 
 
@@ -66,3 +84,29 @@ def test_kill_worker_refusals(live: Live) -> None:
     assert code == 2 and "--model" in err
     code, _, err = run(live, "job", "submit", "cli-twin", "--model", "no-such-model", "--chips", "1")
     assert code == 2 and "llama3-8b" in err  # the twin's presets are listed
+
+
+@pytest.mark.realproc
+def test_local_drain_moves_the_rank_and_cordons(live: Live) -> None:
+    code, out, err = run(live, "cluster", "create", "cli-drain", "--fabric", "local", "--chips", "3",
+                         "--spares", "1", "-o", "json")
+    assert code == 0, err
+    code, out, err = run(live, "job", "submit", "cli-drain", "--model", "debug", "--chips", "2", "--steps", "100000",
+                         "--checkpoint-interval", "5", "--option", "step_delay_s=0.05", "--option", "global_batch=4",
+                         "--option", "seq_len=32", "-o", "json")
+    assert code == 0, err
+    jid = json.loads(out)["id"]
+    _until(lambda: _describe(live, jid)["progress"]["step"] >= 6)
+    chip = _describe(live, jid)["allocation"]["chips"][1]
+    code, out, err = run(live, "chip", "drain", "cli-drain", str(chip), "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["mode"] == "draining"
+
+    def moved() -> bool:
+        d = _describe(live, jid)
+        return d["state"] == "RUNNING" and chip not in d["allocation"]["chips"]
+
+    _until(moved)
+    _until(lambda: json.loads(run(live, "cluster", "describe", "cli-drain", "-o", "json")[1])["cordoned"] == [chip])
+    code, out, err = run(live, "cluster", "delete", "cli-drain", "--yes", "-o", "json")
+    assert code == 0, err

@@ -118,3 +118,34 @@ def test_minute_rollups_expire_after_a_day() -> None:
     rows = h.rows[("chip", "temperature_c", 60.0)]
     assert rows[0].t_start >= 26 * 3600 - 86400 - 60
     assert len(h.rows[("chip", "temperature_c", 3600.0)]) == 26
+
+
+def test_hour_rollups_equal_the_samples_of_the_hour() -> None:
+    # An hour's min and max come from its minutes' (folded at each minute's close); its
+    # avg, min and max must still be those of every sample in the hour.
+    rng = np.random.default_rng(5)
+    h = TelemetryHistory("cl", 3, 2, 2.0)
+    temps: list[np.ndarray] = []
+    t0 = 1314.0  # not on a minute boundary, as after a deployment
+    for i in range(2 * 1800 + 40):
+        t = t0 + 2.0 * i
+        sample = {m: rng.normal(50.0, 10.0, 3) for m in h.raw["chip"].buf}
+        h.add(t, sample, {m: rng.random(2) for m in h.raw["link"].buf})
+        if 3600.0 <= t < 7200.0:
+            temps.append(sample["temperature_c"])
+    row = next(r for r in h.rows[("chip", "temperature_c", 3600.0)] if r.t_start == 3600.0)
+    seen = np.array(temps)
+    assert row.count == len(temps) == 1800
+    assert row.min == tuple(np.round(seen.min(axis=0), 6)) and row.max == tuple(np.round(seen.max(axis=0), 6))
+    np.testing.assert_allclose(row.avg, seen.mean(axis=0), atol=1e-6)
+
+
+def test_job_slow_baseline_is_the_median_of_its_last_samples() -> None:
+    from podfleet.health.scan import _Throughputs
+
+    rng = np.random.default_rng(2)
+    hist, kept = _Throughputs(60), []
+    for x in rng.choice([1.0, 2.0, 3.5], size=300).tolist() + rng.random(300).tolist():
+        hist.add(x)
+        kept = [*kept, x][-60:]
+        assert hist.median() == float(np.median(kept))

@@ -94,6 +94,10 @@ def test_firmware_rollout_through_the_plane_and_bad_input_changes_nothing() -> N
     assert plane.jobs.describe(job)["state"] == "RUNNING"
     actions = [a.action for a in plane.store.list_audit(limit=1000)]
     assert actions.count("StartFirmwareUpdate") == 3  # two errors audited too
+    # Its automatic steps too, by the system: each chip updated, then the end.
+    steps = [a for a in plane.store.list_audit(limit=1000) if a.action == "FirmwareStep"]
+    assert [a.detail["step"] for a in steps] == ["batch-updated", "batch-updated", "rollout-end"]
+    assert {a.actor for a in steps} == {"system:firmware"} and steps[-1].result == "ok"
 
 
 def test_restart_during_recovery_finishes_after_restart() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from podfleet.api.deps import MaxResults, Plane
 from podfleet.api.schemas import AuditList, AuditVerify
@@ -24,6 +24,12 @@ def list_audit(plane: Plane, next_token: Annotated[str | None, Query(alias="next
 
 
 @router.get("/verify", operation_id="VerifyAuditChain", response_model=AuditVerify)
-def verify_audit(plane: Plane) -> dict[str, Any]:
-    ok, bad, message = plane.store.verify_audit()
+def verify_audit(request: Request, plane: Plane) -> dict[str, Any]:
+    """The chain's MACs, links and sequence, and, where the server signs digests, that
+    the chain still holds every signed head (no deleted tail, no rewrite)."""
+    trail = request.app.state.audit_trail
+    if trail is None:
+        ok, bad, message = plane.store.verify_audit()
+    else:
+        ok, bad, message = trail.verify(plane.store.iter_audit(), plane.store.audit_keys).as_tuple()
     return {"ok": ok, "first_bad_seq": bad, "message": message}

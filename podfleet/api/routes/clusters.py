@@ -7,8 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, Response, status
 
 from podfleet.api.auth import CurrentPrincipal
-from podfleet.api.deps import MaxResults, NextToken, Plane
+from podfleet.api.deps import ChipQuery, ClusterRef, MaxResults, NextToken, Plane
 from podfleet.api.schemas import (
+    ChipOut,
     Cluster,
     ClusterList,
     CreateClusterRequest,
@@ -22,7 +23,6 @@ from podfleet.errors import ForbiddenError
 from podfleet.security.tokens import Role
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
-ClusterRef = Annotated[str, "cluster id (cl-...) or name"]
 
 
 @router.post("", operation_id="CreateTrainiumCluster", response_model=Cluster,
@@ -65,9 +65,9 @@ async def delete_cluster(cluster: ClusterRef, plane: Plane, who: CurrentPrincipa
 
 
 @router.get("/{cluster}/hardware", operation_id="DescribeClusterHardware",
-            responses={200: {"model": Hardware}}, response_class=Response)
-async def describe_hardware(request: Request, cluster: ClusterRef, plane: Plane,
-                            chip: Annotated[int | None, Query(ge=0, le=65535)] = None) -> Response:
+            responses={200: {"model": Hardware | ChipOut, "description": "the whole cluster, or one chip with ?chip="}},
+            response_class=Response)
+async def describe_hardware(request: Request, cluster: ClusterRef, plane: Plane, chip: ChipQuery = None) -> Response:
     """Chips (index, coords, state, spare, metrics) and links (src, dst, axis, state, metrics),
     from the snapshot rendered once per telemetry tick."""
     if plane.snapshot_stale(cluster):

@@ -12,21 +12,25 @@ from fastapi import APIRouter, Query, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import CurrentPrincipal
-from podfleet.api.deps import Health, Plane
+from podfleet.api.deps import AlertRef, ClusterRef, Health, Plane, RolloutRef
+from podfleet.api.schemas import MAX_CHIP_INDEX, MAX_CHIPS, MAX_LINK_INDEX, RequestBody
+from podfleet.health.telemetry import ALL_METRICS, CHIP_METRICS, LINK_METRICS
+from podfleet.recovery.firmware import KNOWN_VERSIONS
 
 router = APIRouter(prefix="/v1", tags=["health"])
 
 AlertStateName = Literal["firing", "acknowledged", "resolved"]
 RangeName = Literal["realtime", "hour", "day", "week", "quarter"]
 ScopeName = Literal["chip", "link"]
-Version = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[0-9A-Za-z.\-]+$")]
+Version = Literal[KNOWN_VERSIONS]  # type: ignore[valid-type]
+MetricName = Literal[ALL_METRICS]  # type: ignore[valid-type]
 
 
-class FirmwareUpdateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FirmwareUpdateRequest(RequestBody):
     version: Version
     unit: Literal["chip", "node"] = "chip"
-    chips: list[Annotated[int, Field(ge=0, le=65535)]] | None = Field(None, max_length=65536)
+    chips: list[Annotated[int, Field(ge=0, le=MAX_CHIP_INDEX)]] | None = Field(
+        None, min_length=1, max_length=MAX_CHIPS, description="default: every chip; a chip past the cluster's is a 404")
 
 
 class AlertList(BaseModel):
@@ -64,24 +68,26 @@ class FirmwareRolloutList(BaseModel):
 
 
 @router.get("/clusters/{cluster}/alerts", operation_id="ListAlerts", response_model=AlertList)
-async def list_alerts(cluster: str, plane: Plane, svc: Health, state: AlertStateName | None = None) -> dict[str, Any]:
+async def list_alerts(cluster: ClusterRef, plane: Plane, svc: Health, state: AlertStateName | None = None) -> dict[str, Any]:
     """Alerts of a cluster (kept after they resolve), oldest first."""
     return {"alerts": await plane.call(svc.list_alerts, cluster, state)}
 
 
 @router.post("/alerts/{alert_id}/acknowledge", operation_id="AcknowledgeAlert")
-async def acknowledge_alert(alert_id: Annotated[str, Field(max_length=64)], plane: Plane, svc: Health,
+async def acknowledge_alert(alert_id: AlertRef, plane: Plane, svc: Health,
                             who: CurrentPrincipal) -> dict[str, Any]:
     return await plane.call(svc.acknowledge, alert_id, actor=who.actor)
 
 
 @router.get("/clusters/{cluster}/telemetry", operation_id="GetTelemetry", response_model=Telemetry)
 async def get_telemetry(
-    cluster: str, plane: Plane, svc: Health,
-    metric: Annotated[str, Query(min_length=1, max_length=64)] = "temperature_c",
+    cluster: ClusterRef, plane: Plane, svc: Health,
+    metric: Annotated[MetricName, Query(description="chip metrics: " + ", ".join(CHIP_METRICS) + "; link metrics: "
+                                         + ", ".join(LINK_METRICS))] = "temperature_c",
     scope: ScopeName = "chip",
     range_: Annotated[RangeName, Query(alias="range")] = "realtime",
-    target: Annotated[int | None, Query(ge=0, le=1_000_000, description="chip or link index; none: the mean")] = None,
+    target: Annotated[int | None, Query(ge=0, le=MAX_LINK_INDEX, description="chip or link index within the cluster; "
+                                        "none: the mean (past the cluster's chips or links: a 404 naming them)")] = None,
 ) -> dict[str, Any]:
     """One metric over a range: ``realtime`` (raw 15-minute window), ``hour``/``day``
     (1-minute rollups), ``week``/``quarter`` (1-hour rollups)."""
@@ -89,14 +95,14 @@ async def get_telemetry(
 
 
 @router.get("/clusters/{cluster}/recoveries", operation_id="ListRecoveries", response_model=RecoveryList)
-async def list_recoveries(cluster: str, plane: Plane, svc: Health) -> dict[str, Any]:
+async def list_recoveries(cluster: ClusterRef, plane: Plane, svc: Health) -> dict[str, Any]:
     """Recovery flows with their steps (each with its reason and times)."""
     return {"recoveries": await plane.call(svc.recoveries, cluster)}
 
 
 @router.post("/clusters/{cluster}/firmware", operation_id="StartFirmwareUpdate", response_model=FirmwareRollout,
              status_code=status.HTTP_202_ACCEPTED)
-async def start_firmware(cluster: str, body: FirmwareUpdateRequest, plane: Plane, svc: Health,
+async def start_firmware(cluster: ClusterRef, body: FirmwareUpdateRequest, plane: Plane, svc: Health,
                          who: CurrentPrincipal) -> dict[str, Any]:
     """Rolling update: one chip (or node) at a time, a spare taking over its work, a health
     check after each, rollback on failure. 4xx and no change for an unknown version or
@@ -106,11 +112,11 @@ async def start_firmware(cluster: str, body: FirmwareUpdateRequest, plane: Plane
 
 
 @router.get("/clusters/{cluster}/firmware", operation_id="ListFirmwareUpdates", response_model=FirmwareRolloutList)
-async def list_firmware(cluster: str, plane: Plane, svc: Health) -> dict[str, Any]:
+async def list_firmware(cluster: ClusterRef, plane: Plane, svc: Health) -> dict[str, Any]:
     return {"rollouts": await plane.call(svc.firmware_rollouts, cluster)}
 
 
 @router.get("/clusters/{cluster}/firmware/{rollout}", operation_id="DescribeFirmwareUpdate",
             response_model=FirmwareRollout)
-async def describe_firmware(cluster: str, rollout: Annotated[str, Field(max_length=64)], plane: Plane, svc: Health) -> dict[str, Any]:
+async def describe_firmware(cluster: ClusterRef, rollout: RolloutRef, plane: Plane, svc: Health) -> dict[str, Any]:
     return await plane.call(svc.firmware_rollout, cluster, rollout)

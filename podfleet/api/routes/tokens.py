@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from podfleet.api.auth import CurrentPrincipal
-from podfleet.api.deps import Plane
+from podfleet.api.deps import Plane, TokenRef
 from podfleet.api.schemas import AccessToken, AccessTokenList, CreateAccessTokenRequest
 from podfleet.control import tokens
 
@@ -26,7 +26,7 @@ def list_tokens(plane: Plane) -> dict[str, Any]:
 
 
 @router.delete("/{token_id}", operation_id="RevokeAccessToken", response_model=AccessToken)
-async def revoke_token(token_id: str, request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+async def revoke_token(token_id: TokenRef, request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Revoke a token: refused by this server from the next request on (by other servers
     sharing the store within the auth cache's 5 s)."""
     out = await plane.call(tokens.revoke, plane, token_id, actor=who.actor, own_id=who.id)

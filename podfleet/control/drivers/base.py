@@ -62,6 +62,16 @@ class RecoveryPort(Protocol):
     def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
         """Handle a fabric event; True when a recovery flow took the fault over."""
 
+    def drain(self, rt: ClusterRuntime, chip: int, reason: str) -> bool:
+        """Move the rank on ``chip`` off while the chip works; False when no recovery
+        flow can (the fabric does not move ranks, or no managed job holds the chip)."""
+
+    def set_cordoned(self, rt: ClusterRuntime, chips: list[int]) -> None:
+        """The chips recovery must not move ranks to (cordoned or draining)."""
+
+    def set_spares(self, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
+        """The cluster's spares changed (one took a rank, or one was restored)."""
+
 
 class JobOps(Protocol):
     """What drivers and ``dispatch`` ask of the job manager (``control.jobs``): the job

@@ -22,11 +22,24 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
+from podfleet.control.drivers.relaunches import Relaunches
 from podfleet.control.jobtable import Job, RunCounts
 from podfleet.control.lifecycle import JobState
 from podfleet.control.placement import Allocation
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
-from podfleet.fabric.base import FabricEvent, Introspection, WorkerGroupSpec, WorkerKill
+from podfleet.errors import (
+    ConflictError,
+    InfeasibleError,
+    InvalidInputError,
+    NotFoundError,
+    UnknownNameError,
+)
+from podfleet.fabric.base import (
+    FabricEvent,
+    GangPlacement,
+    Introspection,
+    WorkerGroupSpec,
+    WorkerKill,
+)
 from podfleet.training.config import PRESET_NAMES, WorkerConfig
 
 if TYPE_CHECKING:
@@ -36,7 +49,9 @@ if TYPE_CHECKING:
 
 # Job ``options`` a process fabric passes to its workers (``WorkerConfig`` fields).
 JOB_OPTIONS = ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads", "entrypoint_args",
-               "encrypt_checkpoints", "key_file", "checkpoint_dir", "replica_peer")
+               "encrypt_checkpoints", "key_file", "checkpoint_dir", "replica_peer", "grad_compression")
+# Job options that are the fabric's, not the worker's (asked of the fabric's capabilities).
+FABRIC_JOB_OPTIONS = ("placement",)
 _LIVE = (JobState.RUNNING, JobState.CHECKPOINTING)
 
 
@@ -52,6 +67,8 @@ class ProcessDriver:
         self.checkpoint_scheme = rt.fabric.kind
         self.fabric_recovering: set[str] = set()  # jobs the fabric is recovering itself
         self.seen: dict[str, tuple[int, str | None]] = {}  # job -> (lines seen, last line)
+        # Recoveries of relaunched gangs (and the fabric's own), recorded like the twin's.
+        self.relaunches = Relaunches(self.table, self.counts, jobs.now, lambda: tuple(rt.spares))
 
     # --- JobDriver --------------------------------------------------------------------------
     def owns(self, job_id: str) -> bool:
@@ -61,19 +78,23 @@ class ProcessDriver:
         """Refuse what a process fabric cannot run (4xx at submit, not a failed job later)."""
         fabric = self.rt.spec.fabric
         if spec.entrypoint is None and spec.model not in PRESET_NAMES:
-            raise UnknownNameError(f"model preset for a {fabric} cluster (or give an entrypoint script)",
-                                   spec.model, PRESET_NAMES, field="model")
+            # A preset the API knows, but not one this cluster's trainer runs: 422, not 400.
+            raise InfeasibleError(f"model {spec.model!r} is not a preset a {fabric} cluster trains (or give an "
+                                  f"entrypoint script); valid: {', '.join(PRESET_NAMES)}", field="model",
+                                  allowed=sorted(PRESET_NAMES))
         if spec.model_dims:
-            raise InvalidInputError(f"model_dims applies to sim clusters; {fabric} clusters train the presets "
+            raise InfeasibleError(f"model_dims applies to sim clusters; {fabric} clusters train the presets "
                                     f"{', '.join(PRESET_NAMES)} or an entrypoint script", field="model_dims")
         if not isinstance(spec.parallelism, str) and tuple(spec.parallelism) != (1, 1, spec.chips):
-            raise InvalidInputError(f"{fabric} clusters run data parallel: parallelism must be auto or "
+            raise InfeasibleError(f"{fabric} clusters run data parallel: parallelism must be auto or "
                                     f"1,1,{spec.chips}", field="parallelism",
                                     allowed=["auto", f"1,1,{spec.chips}"])
         opts = dict(spec.options or {})
-        unknown = sorted(set(opts) - set(JOB_OPTIONS))
+        unknown = sorted(set(opts) - set(JOB_OPTIONS) - set(FABRIC_JOB_OPTIONS))
         if unknown:
-            raise UnknownNameError("job option", unknown[0], JOB_OPTIONS, field="options")
+            raise UnknownNameError("job option", unknown[0], JOB_OPTIONS + FABRIC_JOB_OPTIONS, field="options")
+        if "placement" in opts:
+            self._check_placement(opts.pop("placement"))
         if "entrypoint_args" in opts:
             opts["entrypoint_args"] = tuple(str(a) for a in opts["entrypoint_args"])
         try:  # the worker's own validation (batch divisible by ranks, types), at submit time
@@ -88,9 +109,21 @@ class ProcessDriver:
                   "note": f"data parallel on {spec.chips} {fabric} worker slots"}
         return layout, None
 
+    def _check_placement(self, value: object) -> None:
+        fab = self.fabric
+        if not isinstance(fab, GangPlacement):
+            raise InvalidInputError(f"option placement applies to fabrics that place a gang across machines "
+                                    f"(ray); cluster {self.rt.rec.name} runs on {self.rt.spec.fabric}",
+                                    field="options")
+        strategies = fab.placement_strategies()
+        if not isinstance(value, str) or value.lower() not in strategies:
+            raise UnknownNameError("placement strategy", str(value), strategies, field="options")
+
     def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
         opts = dict(job.spec.get("options") or {})
         opts["max_retries"] = int(job.spec.get("max_retries") or 0)
+        if job.spec.get("grad_compression", "none") != "none":
+            opts["grad_compression"] = job.spec["grad_compression"]
         counts = self.counts(job)
         # A relaunch (restart of the control plane, a gang restarted) continues from the
         # newest committed checkpoint in the job's checkpoint dir, if any.
@@ -101,6 +134,7 @@ class ProcessDriver:
 
     def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
         spec = job.spec
+        self.relaunches.relaunched(job, chips, start_step)
         self.fabric.launch(WorkerGroupSpec(
             job_id=job.id, chips=chips, model=spec["model"], steps=int(spec["steps"]),
             checkpoint_interval=int(spec["checkpoint_interval"]), entrypoint=spec.get("entrypoint"),
@@ -121,11 +155,11 @@ class ProcessDriver:
             raise InvalidInputError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot kill a worker",
                                     field="kind")
         if rank is None:
-            raise InvalidInputError("kill-worker needs a rank (--kill-worker R)", field="rank")
+            raise InfeasibleError("kill-worker needs a rank (--kill-worker R)", field="rank")
         running = sorted(j.id for j in table.on_cluster(rt.id) if j.state in _LIVE)
         if job_id is None:
             if len(running) != 1:
-                raise InvalidInputError(
+                raise InfeasibleError(
                     f"cluster {rt.rec.name} runs {len(running)} jobs; give --job (running: "
                     f"{', '.join(running) or 'none'})", field="jobId", allowed=running)
             job_id = running[0]
@@ -138,7 +172,7 @@ class ProcessDriver:
                                 f"(running: {', '.join(running) or 'none'})", field="jobId", allowed=running)
         n = len(job.chips)
         if not 0 <= rank < n:
-            raise InvalidInputError(f"rank {rank} not in job {job_id}'s ranks 0-{n - 1}", field="rank",
+            raise NotFoundError(f"rank {rank} not in job {job_id}'s ranks 0-{n - 1}", field="rank",
                                     allowed=f"0-{n - 1}")
         pid = self.fabric.kill_worker(job_id, rank)
         what = f"kill-worker: rank {rank} of {job_id}" + (f" (pid {pid})" if pid else "")
@@ -157,6 +191,7 @@ class ProcessDriver:
             return
         job = table.find(ev.job_id)
         if job is None or job.ended:
+            self.relaunches.forget(ev.job_id)
             return
         self.sync_logs(job)
         d = dict(ev.detail)
@@ -165,6 +200,7 @@ class ProcessDriver:
             if job.state in _LIVE:
                 table.progress(job, step=d.get("step"), loss=d.get("loss"), tokens_per_s=d.get("tokens_per_s"),
                                step_time_s=d.get("step_time_s"))
+                self.relaunches.trained(job, int(d.get("step") or 0))
         elif kind == "checkpoint":
             if job.state in _LIVE:
                 self.jobs.checkpointed(job, int(d.get("step", job.status.progress.step)), str(d.get("path", "")), d)
@@ -183,13 +219,8 @@ class ProcessDriver:
             self._recovering(job, d)
         elif kind == "job-resumed":
             self._resumed(job, d)
-        elif kind == "recovered":
-            counts = self.counts(job)
-            counts.recoveries.append({k: d.get(k) for k in ("rank", "cause", "source", "restored_step",
-                                                           "steps_lost", "resume_s", "moves")})
-            table.log(job, f"recovered: resumed from {d.get('source')} step {d.get('restored_step')} in "
-                           f"{float(d.get('resume_s') or 0):.2f} s, {d.get('steps_lost')} step(s) lost")
-            table.refresh(job)
+        elif kind == "recovered":  # the fabric recovered a rank itself and measured it
+            self.relaunches.fabric_recovered(job, d, ev.t)
         elif kind in ("job-finished", "job-failed", "job-stopped"):
             self._ended(job, kind, d)
         if job.ended:
@@ -197,6 +228,7 @@ class ProcessDriver:
 
     def _ended(self, job: Job, kind: str, d: dict[str, Any]) -> None:
         self.fabric_recovering.discard(job.id)
+        self.relaunches.ended(job)
         if kind == "job-stopped":
             self.table.end(job, JobState.STOPPED, "stopped by the fabric")
         else:
@@ -249,6 +281,7 @@ class ProcessDriver:
             self.table.end(job, JobState.FAILED, f"bad input: {reason}")
             self.jobs.schedule(self.rt)
             return
+        self.relaunches.open(job, d.get("rank"), cause, chip)
         if cause == "infra":
             counts.infra_failures += 1
             if chip is not None:

@@ -18,7 +18,7 @@ from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
 from podfleet.control.planning import plan_for_job
 from podfleet.control.presets import check_model
-from podfleet.errors import InvalidInputError, NotFoundError
+from podfleet.errors import InfeasibleError, NotFoundError
 from podfleet.fabric.base import (
     ChipState,
     Fabric,
@@ -60,7 +60,7 @@ class TwinDriver:
 
     def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
         if spec.options:
-            raise InvalidInputError("options apply to clusters of worker processes (local, ray, neuron); "
+            raise InfeasibleError("options apply to clusters of worker processes (local, ray, neuron); "
                                     "the twin models the job", field="options")
         model = check_model(spec.model, spec.model_dims)
         return plan_for_job(self.rt.topology, model, spec.chips, spec.parallelism), model.params
@@ -68,7 +68,9 @@ class TwinDriver:
     def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
         spec, st = job.spec, job.status
         return {"start_step": start_step, **scheduling.worker_options(spec, st.plan),
-                **({"params": st.params} if st.params else {}), "model_dims": spec.get("model_dims")}
+                **({"params": st.params} if st.params else {}), "model_dims": spec.get("model_dims"),
+                **({"grad_compression": spec["grad_compression"]}
+                   if spec.get("grad_compression", "none") != "none" else {})}
 
     def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
         fab = self.fabric

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,16 @@ from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
     ChipState,
+    CollectiveRow,
     FabricEvent,
     LinkState,
+    MatmulRate,
     RunState,
     RunStatus,
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.local import reports, telemetry
+from podfleet.fabric.local import probes, reports, telemetry
 from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
@@ -45,16 +48,18 @@ from podfleet.fabric.local.recovery import handle_exit
 from podfleet.fabric.local.speed import RankSpeed
 from podfleet.fabric.local.state import LocalState
 from podfleet.hardware.topology import SwitchedTopology
+from podfleet.security.files import private_dir
 from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
 from podfleet.training.data import split_samples
 
 log = logging.getLogger("podfleet.fabric.local")
+_HOST = socket.gethostname()  # every slot's worker runs on this host
 
 # Options a WorkerGroupSpec may carry for this fabric (anything else is a typo).
 OPTIONS = (
     "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover",
     "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
-    "key_file", "resume", "work_split", "rank_step_delay_s",
+    "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression",
 )
 
 
@@ -65,7 +70,9 @@ def free_port() -> int:
 
 
 class LocalFabric:
-    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``Rebalanceable``."""
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``Rebalanceable``, ``ChipCheck``,
+    ``WorkerPlacement``,
+    ``ComputeProbe`` and ``CollectiveProbe`` (``probes``: real kernels on spawned workers)."""
 
     kind = "local"
 
@@ -92,7 +99,7 @@ class LocalFabric:
             raise InvalidInputError(f"spares {bad} not in [0, {n_slots})", field="spares")
         self.n_slots, self.spares = n_slots, tuple(spares)
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.workdir)  # checkpoints and logs: owner-only
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
         self.replica_grace_s, self.sample_interval_s = replica_grace_s, sample_interval_s
         self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
@@ -102,10 +109,11 @@ class LocalFabric:
         self.n_gpus = self._nvml.count if self._nvml else 0
         # Loopback / shared memory between slots: nominal figures for a single host.
         self.topology = SwitchedTopology(f"local-{n_slots}", "cuda" if self.n_gpus else "cpu", n_slots, 10e9, 20e-6)
-        if key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
-            # One KEK per workdir, kept across restarts so old checkpoints stay readable.
-            kek_path = self.workdir / "keys" / "checkpoint.kek"
-            key_file = str(kek_path if kek_path.exists() else keys.new_key_file(kek_path))
+        key_from_env = key_file is None and bool(os.environ.get(KEY_ENV_DEFAULT))
+        if key_file is None and not key_from_env:
+            # One KEK per workdir, kept across restarts so old checkpoints stay readable,
+            # and kept outside the workdir so the checkpoint tree never holds its own key.
+            key_file = str(keys.ensure_kek_file(self.workdir))
         self.key_file = key_file
         self._chips = [ChipState.HEALTHY] * n_slots
         self._busy: dict[int, str] = {}
@@ -118,7 +126,7 @@ class LocalFabric:
         self._dispatcher.start()
         self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
                                 refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
-                                extra_env=chip_env)
+                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else ())
         self._monitor = Monitor(self.state, sampler=telemetry.ProcessSampler(), nvml=self._nvml, n_gpus=self.n_gpus,
                                 hang_timeout_s=hang_timeout_s, startup_timeout_s=startup_timeout_s,
                                 sample_interval_s=sample_interval_s, deliver=self.deliver, emit=self.emit)
@@ -199,7 +207,7 @@ class LocalFabric:
                 entrypoint_args=tuple(opts.get("entrypoint_args", ())),
                 shares=shares, split_file=str(jobdir / "work_split.json") if len(group.chips) > 1 else None,
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
-                                        "encrypt_checkpoints", "replica_peer") if k in opts},
+                                        "encrypt_checkpoints", "replica_peer", "grad_compression") if k in opts},
             )
             job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
                            bool(opts.get("recover", True)))
@@ -252,6 +260,23 @@ class LocalFabric:
             self._job(job_id).log.append(f"ring order {list(ring)} noted (loopback: no effect)")
 
 
+    # --- ChipCheck, WorkerPlacement -------------------------------------------------------------
+    def check_chip_health(self, chip: int) -> str | None:
+        """A slot passes when it is healthy and no live worker runs on it."""
+        self.topology.check_chip(chip)
+        state = self._chips[chip]
+        if state not in (ChipState.HEALTHY, ChipState.DEGRADED):
+            return f"slot {chip} is {state.value}"
+        live = [wp for wp in self.state.live_workers() if wp.chip == chip]
+        return f"slot {chip} still runs pid {live[0].pid}" if live else None
+
+    def chip_hosts(self) -> list[str]:
+        return [_HOST] * self.n_slots
+
+    def chip_workers(self) -> dict[int, dict[str, Any]]:
+        return {wp.chip: {"job_id": wp.cfg.job_id if wp.cfg else None, "rank": wp.rank, "node_id": _HOST,
+                          "ip": "127.0.0.1", "pid": wp.pid} for wp in self.state.live_workers()}
+
     def kill_worker(self, job_id: str, rank: int, sig: int = signal.SIGKILL) -> int | None:
         """Fault injection: kill one rank's process (an infrastructure failure). Returns its pid."""
         with self.state.lock:
@@ -277,6 +302,37 @@ class LocalFabric:
         with self.state.lock:
             job = self.state.jobs.get(job_id)
             return list(job.log) if job is not None else []
+
+    # --- probes (ComputeProbe, CollectiveProbe): real kernels on this host's workers -----------
+    def matmul_dtypes(self) -> tuple[str, ...]:
+        return ("bf16", "fp16", "fp32") if self.n_gpus else ("bf16", "fp32")
+
+    def matmul_probe(self, chips: Sequence[int], dtype: str) -> Callable[[], list[MatmulRate]]:
+        slots = [int(c) for c in chips]
+        for c in slots:
+            self.topology.check_chip(c)
+        if dtype not in self.matmul_dtypes():
+            raise UnknownNameError("dtype", dtype, self.matmul_dtypes(), field="dtype")
+
+        def measure() -> list[MatmulRate]:  # spawns one process per slot: never on the engine
+            return [replace(r, chip=slots[r.chip]) for r in probes.matmuls(len(slots), dtype)]
+
+        return measure
+
+    def collective_groups(self) -> Mapping[str, tuple[int, ...]]:
+        return {"local": tuple(range(self.topology.n_chips))}
+
+    def collective_probe(self, group: str, ops: Sequence[str],
+                         sizes_bytes: Sequence[int]) -> Callable[[], list[CollectiveRow]]:
+        groups = self.collective_groups()
+        if group not in groups:
+            raise UnknownNameError("collective group", group, groups, field="group")
+        world = len(groups[group])
+
+        def measure() -> list[CollectiveRow]:
+            return probes.collectives(world, tuple(ops), tuple(sizes_bytes))[0]
+
+        return measure
 
     def job_status(self, job_id: str) -> JobStatus:
         """The fabric's own, richer record (losses, recoveries); NotFoundError if unknown."""
@@ -350,6 +406,8 @@ class LocalFabric:
                 self.deliver(handle_exit, self, wp, code, time.monotonic())
 
             job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, on_msg, on_exit)
+            job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
+                           f"pid {job.workers[rank].pid}")
         self._pool.gang_started()
 
     def warm_ready(self) -> int:

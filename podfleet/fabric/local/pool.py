@@ -13,14 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from podfleet.fabric.local.process import OnExit, OnMessage, WorkerProcess
+from podfleet.security.workerenv import worker_env
 from podfleet.training.config import WorkerConfig
 
 
 class WorkerPool:
     def __init__(self, workdir: Path, *, n_gpus: int, warm_workers: int, refill_delay_s: float,
                  closed: threading.Event, deliver: Callable[..., Any],
-                 extra_env: Callable[[int], Mapping[str, str]] | None = None) -> None:
+                 extra_env: Callable[[int], Mapping[str, str]] | None = None, keep_env: tuple[str, ...] = ()) -> None:
         self.workdir, self.n_gpus, self.extra_env = workdir, n_gpus, extra_env
+        # Server variables a worker may still see (the checkpoint key's, when it lives there).
+        self.keep_env = keep_env
         self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
         self.closed, self.deliver = closed, deliver
         self.standbys: list[WorkerProcess] = []
@@ -41,9 +44,11 @@ class WorkerPool:
             standby.assign(cfg, chip, attempt, log_path, self.chip_env(chip), on_message, on_exit)
             self._took = True
             return standby
-        env = {**os.environ, **self.chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads)}
+        # Scrubbed: a job's code must not read the server's secrets (PODFLEET_ADMIN_TOKEN, ...).
+        env = worker_env(os.environ, {**self.chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads)},
+                         keep=self.keep_env)
         return WorkerProcess(cfg=cfg, chip=chip, attempt=attempt, log_path=log_path, env=env,
-                             on_message=on_message, on_exit=on_exit)
+                             on_message=on_message, on_exit=on_exit, cwd=log_path.parent)
 
     def gang_started(self) -> None:
         if self._took:
@@ -64,7 +69,7 @@ class WorkerPool:
         while not self.closed.is_set() and len(self.standbys) < self.warm_workers:
             self._made += 1
             self.standbys.append(WorkerProcess(
-                env={**os.environ, "OMP_NUM_THREADS": "1"},
+                env=worker_env(os.environ, {"OMP_NUM_THREADS": "1"}, keep=self.keep_env),
                 log_path=self.workdir / "standby" / f"standby-{self._made}.log",
                 on_message=lambda wp, msg: None,
                 on_exit=lambda wp, code: None,  # a dead standby is dropped at the next take/refill

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from podfleet.security.files import open_private_append, private_dir
 from podfleet.training.config import WorkerConfig
 
 Message = dict[str, Any]
@@ -42,6 +43,7 @@ class WorkerProcess:
         cfg: WorkerConfig | None = None,
         chip: int = -1,
         attempt: int = 0,
+        cwd: Path | None = None,
     ) -> None:
         self.cfg: WorkerConfig | None = cfg
         self.chip, self.attempt, self.log_path = chip, attempt, log_path
@@ -56,13 +58,15 @@ class WorkerProcess:
         self.hang_reported = False
         self._on_message, self._on_exit = on_message, on_exit
         r_fd, w_fd = os.pipe()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
         args = ["--standby"] if cfg is None else ["--config", cfg.to_json()]
-        with open(log_path, "ab") as log:
+        # Logs are the job's: owner-only (0600), in the job's own directory, which is also
+        # the worker's working directory.
+        with os.fdopen(open_private_append(log_path), "ab") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "podfleet.training.worker", *args, "--report-fd", str(w_fd)],
                 stdin=subprocess.PIPE if cfg is None else subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=env, start_new_session=True,
+                cwd=cwd,
             )
         os.close(w_fd)
         self.pid = self.popen.pid
@@ -83,9 +87,10 @@ class WorkerProcess:
         self.cfg, self.chip, self.attempt, self.log_path = cfg, chip, attempt, log_path
         self._on_message, self._on_exit = on_message, on_exit
         self.started_mono = self.last_beat_mono = time.monotonic()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(log_path.parent)
         assert self.popen.stdin is not None
-        line = json.dumps({"config": cfg.to_json(), "env": env, "log": str(log_path)}) + "\n"
+        line = json.dumps({"config": cfg.to_json(), "env": env, "log": str(log_path),
+                           "cwd": str(log_path.parent)}) + "\n"
         try:
             self.popen.stdin.write(line.encode())
             self.popen.stdin.close()

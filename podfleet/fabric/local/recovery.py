@@ -103,13 +103,21 @@ def _relaunch_or_fail(fab: LocalFabric, job: LocalJob) -> None:
         fab.finish(job, JobState.FAILED, f"worker lost and recovery is off: {next(iter(failed.values()), (0, '?'))[1]}")
         return
     moves = {}
+    paths = []
     for r in infra:
+        # A spare slot, else a free one, else the rank's own slot once it passes a check.
         old = job.chips[r]
-        fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost")
         new = fab.pick_spare()
         if new is None:
-            fab.finish(job, JobState.FAILED, f"rank {r} lost on chip {old} and no healthy spare slot is left")
-            return
+            why = fab.check_chip_health(old)
+            if why is not None:
+                fab.finish(job, JobState.FAILED, f"rank {r} lost on chip {old}, no other slot is free and its "
+                                                 f"own failed its check: {why}")
+                return
+            paths.append("own-chip")
+            continue
+        paths.append("spare" if new in fab.spares else "free-chip")
+        fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost")
         job.chips[r] = new
         fab.claim(new, job.spec.job_id)
         moves[r] = (old, new)
@@ -123,7 +131,8 @@ def _relaunch_or_fail(fab: LocalFabric, job: LocalJob) -> None:
     else:
         source, restored, resume_from = "scratch", 0, None
     rec.update(source=source, restored_step=restored, steps_lost=max(0, rec["last_step"] - restored),
-               moves={str(r): list(m) for r, m in moves.items()}, relaunch_mono=time.monotonic())
+               moves={str(r): list(m) for r, m in moves.items()}, relaunch_mono=time.monotonic(),
+               path=paths[0] if paths else None)
     job.recovery = rec
     job.set_state(JobState.RUNNING)
     # User scripts restore through pf.load_state(), which reads the latest checkpoint.

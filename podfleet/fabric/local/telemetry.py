@@ -38,15 +38,17 @@ class Nvml:
         return {
             "gpu_util_percent": float(util.gpu),
             "gpu_mem_bytes": float(mem.used),
+            "gpu_mem_total_bytes": float(mem.total),
             "gpu_temp_c": float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
             "gpu_power_w": nv.nvmlDeviceGetPowerUsage(h) / 1000.0,
         }
 
 
-# own_step_s / samples_per_s: a rank's own time per step and its speed (fabric/local/speed.py)
+# own_step_s / samples_per_s: a rank's own time per step and its speed (fabric/local/speed.py);
+# mem_capacity_bytes: the host's memory, what a CPU slot's worker can use at most.
 METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s", "own_step_s",
-           "samples_per_s")
-GPU_METRICS = ("gpu_util_percent", "gpu_mem_bytes", "gpu_temp_c", "gpu_power_w")
+           "samples_per_s", "mem_capacity_bytes")
+GPU_METRICS = ("gpu_util_percent", "gpu_mem_bytes", "gpu_mem_total_bytes", "gpu_temp_c", "gpu_power_w")
 
 
 class ProcessSampler:
@@ -74,4 +76,6 @@ class ProcessSampler:
 
 def empty(n_chips: int, gpus: bool) -> dict[str, np.ndarray]:
     names = METRICS + (GPU_METRICS if gpus else ())
-    return {m: np.zeros(n_chips) for m in names}
+    out = {m: np.zeros(n_chips) for m in names}
+    out["mem_capacity_bytes"][:] = float(psutil.virtual_memory().total)
+    return out

@@ -161,6 +161,16 @@ class NeuronFabric:
     def kill_worker(self, job_id: str, rank: int) -> int | None:
         return self._runner.kill_worker(job_id, rank)
 
+    # ChipCheck, WorkerPlacement: the device's worker slot on this host (the runner's).
+    def check_chip_health(self, chip: int) -> str | None:
+        return self._runner.check_chip_health(chip)
+
+    def chip_hosts(self) -> list[str]:
+        return self._runner.chip_hosts()
+
+    def chip_workers(self) -> dict[int, dict[str, Any]]:
+        return self._runner.chip_workers()
+
     def telemetry_metrics(self) -> frozenset[str]:
         """The chip metrics the Neuron tools measure. Those they do not expose (temperature,
         power, clock, HBM bandwidth, per-chip link traffic) are present as NaN but not named

@@ -99,7 +99,7 @@ class WorkerActor:
         except psutil.Error:
             cpu, rss = 0.0, 0.0
         return {"msgs": msgs, "cpu_percent": cpu, "mem_bytes": rss, "heartbeat_age_s": beat_age_s,
-                "running": self.running}
+                "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total)}
 
 
 def _free_port() -> int:

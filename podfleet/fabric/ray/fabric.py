@@ -44,13 +44,18 @@ from podfleet.fabric.base import (
     check_chip_transition,
 )
 from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState, RayState
+from podfleet.fabric.ray.nodes import NodeMap, RayNode
 from podfleet.fabric.ray.runner import JobRunner
 from podfleet.hardware.topology import SwitchedTopology, Topology
 from podfleet.training.config import WorkerConfig
 
 RESOURCES = ("CPU", "GPU", "neuron_cores")
 STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
-METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s")  # as fabric/local
+METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s",
+           "mem_capacity_bytes", "pid")  # as fabric/local
+# Strategies whose bundles are pinned to their chips' nodes: the control plane chose the
+# chips, so the chips decide the nodes. With SPREAD / STRICT_SPREAD Ray picks the nodes.
+PINNED = frozenset({"pack", "strict_pack"})
 # Options a WorkerGroupSpec may carry that are the fabric's, not the worker's.
 FABRIC_OPTIONS = frozenset({"placement", "max_retries", "recover"})
 # Nominal figures for the pseudo-topology of Ray slots (no physical wiring is known):
@@ -70,6 +75,10 @@ _connection = _Connection()
 
 
 def _import_ray() -> Any:
+    # Ray's C++ failure-signal handler (read when Ray loads) would take SIGTERM from the
+    # control plane's own, uvicorn's graceful shutdown: `podfleet up` then died with SIGABRT
+    # instead of stopping its jobs and closing its store. Set it to 0 to keep Ray's.
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         return importlib.import_module("ray")
     except ImportError:
@@ -79,7 +88,8 @@ def _import_ray() -> Any:
 
 
 class RayFabric:
-    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``.
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
+    ``WorkerPlacement``, ``GangPlacement``.
 
     ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
     checkpoint KEK every worker gets unless the job names its own (with a multi-machine
@@ -174,6 +184,8 @@ class RayFabric:
         for s in self.spares:
             self.topology.check_chip(s)
         self.workdir = workdir or os.path.join(tempfile.gettempdir(), "podfleet-ray")
+        self.nodes = NodeMap(ray.nodes(), resource, self.per_chip, n_chips)
+        self._node_mem: dict[str, float] = {}  # node id -> its memory, as its workers report it
         self._states = [ChipState.HEALTHY] * n_chips
         self._reasons: dict[int, str] = {}
         self.state = RayState(ray)
@@ -204,6 +216,7 @@ class RayFabric:
 
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         out = {m: np.zeros(self.n_chips) for m in METRICS}
+        out["mem_capacity_bytes"][:] = np.nan  # a node's memory, known once a worker there reported it
         with self.state.lock:
             for job in self.state.jobs.values():
                 if job.state in TERMINAL:
@@ -218,6 +231,13 @@ class RayFabric:
                     out["step_time_s"][c] = r.step_time_s
                     out["tokens_per_s"][c] = r.tokens_per_s
                     out["heartbeat_age_s"][c] = r.heartbeat_age_s
+                    out["pid"][c] = float(r.info.get("pid") or 0)
+                    if r.mem_capacity_bytes and r.info.get("node_id"):
+                        self._node_mem[str(r.info["node_id"])] = r.mem_capacity_bytes
+            for c in range(self.n_chips):
+                node_id = self.nodes.chip_node[c]
+                if node_id is not None and node_id in self._node_mem:
+                    out["mem_capacity_bytes"][c] = self._node_mem[node_id]
         return out
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
@@ -286,6 +306,46 @@ class RayFabric:
     def jobs(self) -> dict[str, RayJob]:
         return self.state.jobs
 
+    def check_chip_health(self, chip: int) -> str | None:
+        """ChipCheck: the chip is healthy, no gang holds it, and its node is alive in the
+        poller's latest view of the cluster (never a Ray call: the engine thread asks)."""
+        self.topology.check_chip(chip)
+        state = self._states[chip]
+        if state not in (ChipState.HEALTHY, ChipState.DEGRADED):
+            return f"chip {chip} is {state.value}"
+        with self.state.lock:
+            held = self.state.chip_job.get(chip)
+            if held is not None:
+                return f"chip {chip} is still held by job {held[0]} rank {held[1]}"
+            return self.nodes.check(chip)
+
+    def chip_hosts(self) -> list[str]:
+        with self.state.lock:
+            return [self.nodes.host(c) for c in range(self.n_chips)]
+
+    def chip_workers(self) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        with self.state.lock:
+            for job in self.state.jobs.values():
+                if job.state in TERMINAL:
+                    continue
+                for r in job.ranks:
+                    if not r.done and r.info:
+                        out[r.chip] = {"job_id": job.job_id, "rank": r.rank, "node_id": r.info.get("node_id"),
+                                       "ip": r.info.get("ip"), "pid": r.info.get("pid")}
+        return out
+
+    def placement_strategies(self) -> tuple[str, ...]:
+        return tuple(STRATEGIES)
+
+    def node_died(self, node: RayNode) -> None:
+        """A node holding chips left the cluster (poller): its chips fail (engine thread)."""
+        for c in self.nodes.chips_on(node.node_id):
+            if self._states[c] in (ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING):
+                reason = f"Ray node {node.short} ({node.ip}) lost"
+                self.set_chip_state(c, ChipState.FAILED, reason)
+                self._publish("chip-failed", None, c, {"reason": reason, "node_id": node.node_id})
+
     def kill_worker(self, job_id: str, rank: int) -> int | None:
         """Fault injection: kill one rank's actor (ray.kill); detected like any death.
         Returns the actor process's pid when its node reported it."""
@@ -339,6 +399,14 @@ class RayFabric:
     def bundle(self) -> dict[str, float]:
         return {self.resource: self.per_chip}
 
+    def bundle_selectors(self, job: RayJob) -> list[dict[str, str]] | None:
+        """Pin each rank's bundle to its chip's node (PACK strategies); None lets Ray choose."""
+        if job.strategy not in PINNED:
+            return None
+        with self.state.lock:
+            sel = self.nodes.selectors([r.chip for r in job.ranks])
+        return sel if any(sel) else None
+
     def actor_options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         if self.resource == "CPU":
@@ -370,6 +438,13 @@ class RayFabric:
                     checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint)
         base.setdefault("global_batch", max(8, len(job.ranks)) // len(job.ranks) * len(job.ranks))
         return WorkerConfig(**base)
+
+    def on_engine(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` on the engine thread (inline when no timeline is attached)."""
+        if self.timeline is not None:
+            self.timeline.submit(fn, *args)
+        else:
+            fn(*args)
 
     def emit(self, kind: str, *, job_id: str | None = None, chip: int | None = None, **detail: Any) -> None:
         """Publish an event on the engine thread (or inline when no timeline is attached)."""

@@ -48,7 +48,6 @@ def make_ray_fabric(
                 f"PODFLEET_RAY_PER_CHIP must be a number, got {raw!r}", field="ray_per_chip"
             ) from None
     if workdir is not None and key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
-        kek = Path(workdir) / "keys" / "checkpoint.kek"
-        key_file = str(kek if kek.exists() else keys.new_key_file(kek))
+        key_file = str(keys.ensure_kek_file(workdir))  # outside the checkpoint tree
     return RayFabric(address, timeline, topology.n_chips, resource=resource, spares=spares, topology=topology,
                      per_chip=per_chip, workdir=str(workdir) if workdir is not None else None, key_file=key_file)

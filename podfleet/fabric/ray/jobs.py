@@ -56,6 +56,7 @@ class RankRecord:
     killed_by: str | None = None  # "fault", "hang", "stop": why *we* ended it
     cpu_percent: float = 0.0
     mem_bytes: float = 0.0
+    mem_capacity_bytes: float = 0.0  # the memory of the worker's host
     heartbeat_age_s: float = 0.0
     step_time_s: float = 0.0
     tokens_per_s: float = 0.0
@@ -108,6 +109,7 @@ class RayJob:
             "placement": self.strategy,
             "ranks": [
                 {"rank": r.rank, "chip": r.chip, "node_ip": r.info.get("ip"), "pid": r.info.get("pid"),
+                 "node_id": r.info.get("node_id"),
                  "cause": r.cause.value if r.cause else None,
                  "exit_code": (r.result or {}).get("exit_code")}
                 for r in self.ranks

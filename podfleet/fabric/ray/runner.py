@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 START_TIMEOUT_S = 120.0  # actor creation + hello on a busy cluster
 POLL_TIMEOUT_S = 2.0
+NODE_REFRESH_S = 2.0  # how often the poller re-reads which Ray nodes are alive
 # A failing job's first cause is the one reported: a survivor's "peer lost" follows it.
 _BLAME = (ExitCause.INFRA, ExitCause.USER_CODE, ExitCause.BAD_INPUT, ExitCause.PEER_LOST, ExitCause.STOPPED)
 
@@ -41,6 +42,7 @@ class JobRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._actor_cls: Any = None
+        self._nodes_read_mono = 0.0
 
     # --- threads --------------------------------------------------------------------------
     def start(self) -> None:
@@ -67,8 +69,9 @@ class JobRunner:
 
         n = len(job.ranks)
         try:
+            selectors = f.bundle_selectors(job)
             pg = placement_group([f.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
-                                 name=f"podfleet-{job.job_id}")
+                                 name=f"podfleet-{job.job_id}", bundle_label_selector=selectors)
             job.pg = pg
             ready, _ = ray.wait([pg.ready()], timeout=f.placement_timeout_s)
             if not ready:
@@ -101,10 +104,14 @@ class JobRunner:
                     r.info = info
                     cfg = f.worker_config(job, r.rank, master["ip"], int(master["port"]))
                     r.run_ref = r.actor.run.remote(cfg.to_json())
+                    job.log.append(f"[fabric] rank {r.rank} on chip {r.chip}: node {str(info.get('node_id'))[:12]} "
+                                   f"ip {info.get('ip')} pid {info.get('pid')}")
                 job.set_state(RayJobState.RUNNING)
             f.emit("job-started", job_id=job.job_id, chip=job.ranks[0].chip,
                    nodes=sorted({i["ip"] for i in infos}), placement=job.strategy,
-                   master=f"{master['ip']}:{master['port']}")
+                   master=f"{master['ip']}:{master['port']}", chips=[r.chip for r in job.ranks],
+                   ranks=[{"rank": r.rank, "chip": r.chip, "node_id": r.info.get("node_id"),
+                           "ip": r.info.get("ip"), "pid": r.info.get("pid")} for r in job.ranks])
         except Exception as exc:  # Ray errors of every kind end the start, never the fabric
             if job.state not in TERMINAL and job.state is not RayJobState.STOPPING:
                 self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
@@ -112,6 +119,8 @@ class JobRunner:
     # --- polling ---------------------------------------------------------------------------------
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.f.poll_interval_s):
+            if time.monotonic() - self._nodes_read_mono >= NODE_REFRESH_S:
+                self._read_nodes()
             with self.state.lock:
                 jobs = list(self.state.jobs.values())
             for job in jobs:
@@ -120,6 +129,18 @@ class JobRunner:
                         self._poll(job)
                     except Exception as exc:  # keep watching the other jobs
                         job.log.append(f"[fabric] poll error: {type(exc).__name__}: {exc}")
+
+    def _read_nodes(self) -> None:
+        """Refresh which nodes are alive (for ``check_chip``); chips of a lost node fail."""
+        self._nodes_read_mono = time.monotonic()
+        try:
+            records = self.state.ray.nodes()
+        except Exception:  # the GCS is unreachable for now: the view just grows stale
+            return
+        with self.state.lock:
+            died = self.f.nodes.update(records)
+        for node in died:
+            self.f.on_engine(self.f.node_died, node)
 
     def _poll(self, job: RayJob) -> None:
         f, ray = self.f, self.state.ray
@@ -187,6 +208,7 @@ class JobRunner:
         r.last_seen_mono = time.monotonic()
         r.cpu_percent = float(p.get("cpu_percent", 0.0))
         r.mem_bytes = float(p.get("mem_bytes", 0.0))
+        r.mem_capacity_bytes = float(p.get("mem_total_bytes", 0.0))
         r.heartbeat_age_s = float(p.get("heartbeat_age_s", 0.0))
         for m in p.get("msgs", ()):
             kind = m.get("type")

@@ -38,16 +38,20 @@ class Board:
         self.ctx = ctx
         n, nl = ctx.n_chips, ctx.links.n
         self.n_links = nl
-        self.state = np.zeros(n, np.int8)  # codes into CHIP_STATES
+        self.state = np.zeros(n, np.int8)  # codes into CHIP_STATES (written only by ``transition``)
+        self._states_list: list[ChipState] | None = None  # ``chip_states()`` until the next transition
         self.reasons: dict[int, str] = {}
         self.chip_job: dict[int, str] = {}  # chip -> the job holding it
         self.link_state = ro(np.zeros(nl, np.int8))
+        self._lstates: list[LinkState] = []
+        self._lstates_of: np.ndarray | None = None  # the ``link_state`` array ``_lstates`` was built from
         self.link_bw_eff = ctx.links.bw_bytes_per_s
         self.link_utilization = ro(np.zeros(nl))
         self.link_errors = ro(np.zeros(nl, np.int64))
         self._ltx_acc = np.zeros(nl)  # link bytes accumulate lazily, like the chips'
         self._ltx_t0 = 0.0
         self._link_rate = np.zeros(nl)
+        self._tx_cache: tuple[tuple[Any, ...], np.ndarray] | None = None
         self._links_dirty = True
         self._link_cache: dict[int, tuple[Any, tuple[np.ndarray, np.ndarray, bool]]] = {}
         # Chip-time accounting (for chip-hours lost and observed fault rates).
@@ -69,7 +73,10 @@ class Board:
         return CHIP_STATES[self.state[self.check_chip(chip)]]
 
     def chip_states(self) -> list[ChipState]:
-        return [CHIP_STATES[c] for c in self.state.tolist()]
+        # Built once per state change (a fleet's list takes milliseconds), copied per call.
+        if self._states_list is None:
+            self._states_list = [CHIP_STATES[c] for c in self.state.tolist()]
+        return list(self._states_list)
 
     def usable_mask(self) -> np.ndarray:
         """Chips that can run work (healthy or degraded)."""
@@ -85,6 +92,7 @@ class Board:
         self.account()
         self._n_down += int(dst in _DOWN_STATES) - int(src in _DOWN_STATES)
         self.state[chip] = _CODE[dst]
+        self._states_list = None
         self.reasons[chip] = reason
         t = self.ctx.telemetry
         t.powered[chip] = dst != ChipState.FAILED
@@ -130,7 +138,11 @@ class Board:
         return int(link)
 
     def link_states(self) -> list[LinkState]:
-        return [LINK_STATES[c] for c in self.link_state.tolist()]
+        # ``link_state`` is replaced, never written in place: one list per state array.
+        if self._lstates_of is not self.link_state:
+            self._lstates = [LINK_STATES[c] for c in self.link_state.tolist()]
+            self._lstates_of = self.link_state
+        return list(self._lstates)
 
     def link_state_of(self, link: int) -> LinkState:
         return LINK_STATES[self.link_state[self.check_link(link)]]
@@ -156,6 +168,16 @@ class Board:
     def link_tx_bytes(self) -> np.ndarray:
         return self._ltx_acc + self._link_rate * (self.ctx.now - self._ltx_t0)
 
+    def _tx_now(self) -> np.ndarray:
+        """``link_tx_bytes`` now, read-only, computed once per instant (the health monitor
+        and the balancer both read the links at every tick)."""
+        key = (self.ctx.now, self._ltx_t0, self._ltx_acc, self._link_rate)
+        hit = self._tx_cache
+        if hit is None or hit[0][0] != key[0] or hit[0][1] != key[1] or hit[0][2] is not key[2] \
+                or hit[0][3] is not key[3]:
+            hit = self._tx_cache = (key, ro(self.link_tx_bytes))
+        return hit[1]
+
     def link_metrics(self) -> dict[str, np.ndarray]:
         lt = self.ctx.links
         return {
@@ -165,7 +187,7 @@ class Board:
             "nominal_bandwidth_bytes_per_s": lt.bw_bytes_per_s,
             "latency_s": lt.latency_s,
             "utilization": self.link_utilization,
-            "tx_bytes": ro(self.link_tx_bytes),
+            "tx_bytes": self._tx_now(),
             "errors": self.link_errors,
             "state": self.link_state,
         }

@@ -9,20 +9,33 @@ fabric. Every state change is logged on the timeline and delivered to subscriber
 ``FabricEvent``.
 
 Capabilities: ``Introspection``, ``ResumableRuns``, ``FaultInjection``,
-``FirmwareUpdate``, ``TelemetrySource``, ``Rebalanceable``.
+``FirmwareUpdate``, ``TelemetrySource``, ``Rebalanceable``, and for acceptance checks
+``ComputeProbe``, ``CollectiveProbe``, ``HardwareErrors`` (``probes``).
 """
 
 from __future__ import annotations
 
+import functools
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import InvalidInputError
-from podfleet.fabric.base import ChipState, FabricEvent, LinkState, RunStatus, WorkerGroupSpec
+from podfleet.errors import InvalidInputError, UnknownNameError
+from podfleet.fabric.base import (
+    ChipState,
+    CollectiveRow,
+    FabricEvent,
+    LinkState,
+    MatmulRate,
+    RunStatus,
+    WorkerGroupSpec,
+)
+from podfleet.fabric.sim import probes
 from podfleet.fabric.sim.board import CHIP_STATES, LINK_STATES, Board
+from podfleet.fabric.sim.congestion import Congestion
 from podfleet.fabric.sim.context import EventBus, SimContext
 from podfleet.fabric.sim.faults import FaultKind, FaultRates, PrecursorParams
 from podfleet.fabric.sim.injector import FaultProcess
@@ -82,6 +95,9 @@ class SimFabric:
                                    auto_repair_s=auto_repair_s)
         self.board.on_repaired = self.faults.repaired
         self.board.on_chip_lost = self.runner.pause_job
+        # The hardware errors reported (HardwareErrors), as a Neuron host's error log keeps them.
+        self.errors: deque[FabricEvent] = deque(maxlen=4096)
+        self.ctx.bus.subscribe(self._record_error)
 
     def _parse_spares(self, spares: int | Sequence[int]) -> tuple[int, ...]:
         """An int N marks the last N chips as spares; a sequence names them."""
@@ -177,8 +193,18 @@ class SimFabric:
         self.board.set_link(self.board.check_link(link), LinkState(state), reason)
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
-        """Latest link telemetry over links: read-only arrays, safe to keep."""
-        return self.board.link_metrics()
+        """Latest link telemetry over links: read-only arrays, safe to keep.
+        ``flow_utilization``: the busier direction's share used by running jobs' rings under
+        max-min fair sharing (``congestion``), weighted by their communication share."""
+        m = self.board.link_metrics()
+        m["flow_utilization"] = self.runner.congestion.utilization()
+        return m
+
+    @property
+    def congestion(self) -> Congestion:
+        """Link sharing between running jobs: ``set_routing("dor"|"adaptive")``,
+        ``slowdown(job)``, ``utilization()``, ``flows_per_link()``."""
+        return self.runner.congestion
 
     @property
     def link_utilization(self) -> np.ndarray:
@@ -302,6 +328,36 @@ class SimFabric:
     @property
     def faults_by_kind(self) -> dict[str, int]:
         return self.faults.faults_by_kind
+
+    # --- probes (ComputeProbe, CollectiveProbe) and the error log (HardwareErrors) -----------------
+    def _record_error(self, ev: FabricEvent) -> None:
+        if ev.kind == "fault":
+            self.errors.append(ev)
+
+    def hardware_errors(self) -> list[FabricEvent]:
+        return list(self.errors)
+
+    def matmul_dtypes(self) -> tuple[str, ...]:
+        return tuple(d for d in ("bf16", "fp8") if d in self.spec.tflops)
+
+    def matmul_probe(self, chips: Sequence[int], dtype: str) -> Callable[[], list[MatmulRate]]:
+        for c in chips:
+            self.board.check_chip(c)
+        self.spec.peak_flops(dtype)  # an unknown dtype names the valid ones now
+        # The clock and states as they are now; the model runs on any thread.
+        return functools.partial(probes.matmul_rates, self.spec, self.telemetry.clock_factor.copy(),
+                                 self.board.chip_states(), tuple(chips), dtype)
+
+    def collective_groups(self) -> Mapping[str, tuple[int, ...]]:
+        return probes.groups(self.topology)
+
+    def collective_probe(self, group: str, ops: Sequence[str],
+                         sizes_bytes: Sequence[int]) -> Callable[[], list[CollectiveRow]]:
+        named = probes.groups(self.topology)
+        if group not in named:
+            raise UnknownNameError("collective group", group, named, field="group")
+        return functools.partial(probes.collective_rows, self.topology, named[group], group, tuple(ops),
+                                 tuple(sizes_bytes), probes.link_health(self.board.link_states()))
 
     # --- telemetry tick ----------------------------------------------------------------------------
     def _tick(self) -> None:

@@ -27,6 +27,7 @@ import simpy
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState, RunState, RunStatus, WorkerGroupSpec
 from podfleet.fabric.sim.board import Board
+from podfleet.fabric.sim.congestion import Congestion
 from podfleet.fabric.sim.context import SimContext
 from podfleet.fabric.sim.workload import (
     JobRun,
@@ -69,6 +70,9 @@ class JobRunner:
         self.step_time_fn = step_time_fn
         self.progress_every_steps = progress_every_steps
         self.jobs: dict[str, JobRun] = {}
+        # Link sharing between running jobs (max-min fair): stretches their exposed comm.
+        self.congestion = Congestion(ctx.topology, ctx.links.n)
+        self._cap_seen: np.ndarray | None = None
         self._pair_link: dict[frozenset[int], int] | None = None  # chip pair -> link, built on first use
 
     # --- public ----------------------------------------------------------------------
@@ -92,6 +96,7 @@ class JobRunner:
         resumed = {"start_step": start_step} if start_step else {}
         self._note(run, "job-started", job_id=group.job_id, chips=len(group.chips), model=group.model,
                    steps=group.steps, **resumed)
+        self.congestion.set_job(group.job_id, group.chips)
         run.process = self.ctx.tl.process(self._job_loop(run))
         return run
 
@@ -134,6 +139,7 @@ class JobRunner:
             run.last_progress_step = min(run.last_progress_step, run.step)
         run.state = JobState.RUNNING
         run.pause_reason = None
+        self.congestion.set_job(job_id, run.ring or run.chips)
         self._note(run, "job-resumed", job_id=job_id, step=run.step)
         if run.resume_evt is not None and not run.resume_evt.triggered:
             run.resume_evt.succeed()
@@ -158,6 +164,8 @@ class JobRunner:
         self.board.claim(new_chip, job_id)
         run.spec = dataclasses.replace(run.spec, chips=tuple(chips))
         run.ring = ()  # the old ring named the old chip; the balancer sets a new one
+        if run.state == JobState.RUNNING:
+            self.congestion.set_job(job_id, run.chips)
         self._note(run, "rank-moved", job_id=job_id, rank=rank, from_chip=old, to_chip=new_chip)
 
     def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
@@ -174,6 +182,8 @@ class JobRunner:
         if sorted(order) != sorted(run.chips):
             raise InvalidInputError("a ring order must list the job's chips exactly once", field="ring")
         run.ring = order
+        if run.state == JobState.RUNNING:
+            self.congestion.set_job(job_id, order)
         run.log.append(f"t={self.ctx.now:.1f}s ring order set ({len(order)} chips)")
 
     def checkpoint_now(self, job_id: str) -> int | None:
@@ -234,6 +244,7 @@ class JobRunner:
             raise ConflictError(f"chip {chip} is {st.value}; jobs need healthy or degraded chips", field="chips")
 
     def _release(self, run: JobRun) -> None:
+        self.congestion.drop_job(run.job_id)
         self._set_load(run, 0.0, 0.0, 0.0)
         for c in run.chips:
             self.board.release(c, run.job_id)
@@ -257,7 +268,7 @@ class JobRunner:
         if pair_link is None:
             pair_link = self._pair_link = {frozenset((int(a), int(b))): k
                                            for k, (a, b) in enumerate(zip(lt.src, lt.dst, strict=True))}
-        bw = self.model.link_metrics()["bandwidth_bytes_per_s"]
+        bw = self.board.link_bw_eff
         worst = math.inf
         for i, a in enumerate(ring):
             k = pair_link.get(frozenset((a, ring[(i + 1) % len(ring)])))
@@ -265,6 +276,19 @@ class JobRunner:
                 return 0.0
             worst = min(worst, float(bw[k]))
         return worst
+
+    def _congestion(self, run: JobRun) -> float:
+        """The job's communication slowdown from how its ring lies on the links and from
+        the links it shares with other jobs (>= 1; ``congestion``)."""
+        cong = self.congestion
+        bw = self.board.link_bw_eff
+        if bw is not self._cap_seen:
+            cong.set_capacity(bw, np.flatnonzero(bw <= 0).tolist())
+            self._cap_seen = bw
+        # The bandwidth the step time already assumed: the ring's slowest link when a ring
+        # order is set (``_rebalanced`` stretched the comm by it), else the gang's.
+        ring_bw = self._ring_bw(run.ring) if run.ring else 0.0
+        return cong.slowdown(run.job_id, ring_bw if ring_bw > 0 else self.model.job_link_bw(run.chips))
 
     def _set_load(self, run: JobRun, load: float | np.ndarray, comm: float, hbm: float) -> None:
         key = (np.asarray(load).round(4).tobytes(), comm, hbm, run.chips)
@@ -284,6 +308,7 @@ class JobRunner:
             return
         run.state = JobState.PAUSED
         run.pause_reason = reason
+        self.congestion.drop_job(job_id)
         self._set_load(run, 0.0, 0.0, float(run.spec.options.get("hbm_fraction", 0.85)))
         if run.process is not None and run.process.is_alive:
             run.process.interrupt("pause")
@@ -314,6 +339,14 @@ class JobRunner:
                     st = compute_s + exposed_s
                     compute_frac = compute_s / st
                     load = _UTIL * busy / st
+                slow = self._congestion(run)
+                if slow > 1.0:  # links shared with other jobs: the same compute in a longer step
+                    st_alone = st
+                    exposed_s *= slow
+                    st = compute_s + exposed_s
+                    load = load * (st_alone / st)
+                    compute_frac = compute_s / st
+                self.congestion.set_duty(run.job_id, max(1.0 - compute_frac, MIN_COMM_SHARE))
             else:  # a pluggable model gives only the step time
                 st = float(self.step_time_fn(run.spec, self.model))
                 compute_frac = DEFAULT_COMPUTE_SHARE

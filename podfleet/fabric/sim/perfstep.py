@@ -6,6 +6,10 @@ not: thermal throttling (the slowest clock in the gang stretches compute, bubble
 optimizer) and link health (the slowest live link stretches the communication that is
 not hidden behind compute). Per-step noise is applied by the job loop.
 
+Gradient compression (``options["grad_compression"]``, ``perf.compression``) changes
+the data-parallel reduction, and its codec time joins the compute (a throttled clock
+stretches it too).
+
 The plan comes from the job's options, as the control plane resolved it: ``plan``
 (a dict of ``perf.Plan`` fields) or ``parallelism`` ({tp, pp, dp}); without one, perf's
 greedy default plan. A model perf does not know (and no ``model_dims``) returns None,
@@ -23,6 +27,7 @@ from podfleet.errors import PodfleetError
 from podfleet.fabric.base import WorkerGroupSpec
 from podfleet.hardware.topology import FleetTopology, GridTopology
 from podfleet.perf import Plan, estimate_step
+from podfleet.perf.compression import NONE, GradCompression, parse_grad_compression
 from podfleet.perf.models import MODELS, ModelSpec, custom_model
 from podfleet.perf.options import plan_from_options
 
@@ -58,9 +63,9 @@ def _plan_of(spec: WorkerGroupSpec, model: ModelSpec, fabric: SimFabric) -> Plan
 
 
 @functools.lru_cache(maxsize=1024)
-def _healthy(model: ModelSpec, n: int, topology: Any, plan: Plan) -> HealthyStep:
-    est = estimate_step(model, n, topology, plan=plan)
-    compute = est.compute_s + est.bubble_s + est.optimizer_s
+def _healthy(model: ModelSpec, n: int, topology: Any, plan: Plan, comp: GradCompression = NONE) -> HealthyStep:
+    est = estimate_step(model, n, topology, plan=plan, grad_compression=comp)
+    compute = est.compute_s + est.bubble_s + est.optimizer_s + est.grad_codec_s  # the codec computes
     comm = est.tp_comm_s + est.pp_comm_s + est.dp_comm_exposed_s
     return HealthyStep(compute, comm, est.tokens_per_s * est.step_time_s)
 
@@ -72,7 +77,8 @@ def healthy_step(spec: WorkerGroupSpec, fabric: SimFabric) -> HealthyStep | None
         return None
     try:
         plan = _plan_of(spec, model, fabric)
-        return _healthy(model, len(spec.chips), fabric.topology, plan)
+        comp = parse_grad_compression(spec.options.get("grad_compression"))
+        return _healthy(model, len(spec.chips), fabric.topology, plan, comp)
     except PodfleetError:
         # The plan does not fit or does not divide the chips: the control plane validates
         # real submissions; the twin keeps running on the simple model.

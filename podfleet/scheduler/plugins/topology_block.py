@@ -14,6 +14,9 @@ TP traffic is weighted 4x because it runs every layer. Score = 100 * best cost /
 so TP groups land on the fastest axis and rings close over torus wrap links. A block
 holding a down or degraded link has its cost multiplied by ``links.link_penalty``, so
 an equal block without bad links wins (only computed while some link is not up).
+A block whose ring would cross links other jobs' rings already load has its cost
+multiplied by ``traffic.candidate_traffic`` (only computed while some pod reports
+traffic: ``Scheduler.set_link_traffic``).
 
 ``parallelism="auto"``: if ``podfleet.planner`` is importable, each candidate shape is
 planned (``plan(model, chips, topology=, block_shape=)``) and scored by predicted step
@@ -37,6 +40,7 @@ from podfleet.scheduler.blocks import local_distance, ring_cost, ring_walk
 from podfleet.scheduler.extension import Candidates, CycleState, Handle
 from podfleet.scheduler.links import candidate_penalty
 from podfleet.scheduler.status import Status
+from podfleet.scheduler.traffic import candidate_traffic
 from podfleet.scheduler.types import JobRequest
 
 NAME = "topology_block"
@@ -79,6 +83,33 @@ def preferred_shape(grid: GridTopology, size: int, tp: int = 1, comm: str = "rin
     return block_index(grid).shapes[int(np.argmin(costs))].shape
 
 
+def _planned(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
+             shape: tuple[int, ...]) -> tuple[Any, str | None]:
+    """(plan, None) or (None, why the shape cannot run the model). Plans are pure
+    functions of their inputs (a frozen result): a fleet placing many jobs of one model
+    plans each shape once, not once per job."""
+    try:
+        return _planned_cached(plan_fn, model, chips, grid, shape)
+    except TypeError:  # an unhashable model: planned without the cache
+        return _plan_shape(plan_fn, model, chips, grid, shape)
+
+
+@functools.lru_cache(maxsize=1024)
+def _planned_cached(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
+                    shape: tuple[int, ...]) -> tuple[Any, str | None]:
+    return _plan_shape(plan_fn, model, chips, grid, shape)
+
+
+def _plan_shape(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
+                shape: tuple[int, ...]) -> tuple[Any, str | None]:
+    try:
+        p = plan_fn(model, chips, topology=grid, block_shape=shape)
+        _step_time_s(p)
+        return p, None
+    except (PodfleetError, TypeError, ValueError) as exc:
+        return None, str(exc)
+
+
 def _step_time_s(plan: Any) -> float:
     for attr in ("step_time_s", "predicted_step_time_s", "step_s"):
         v = plan.get(attr) if isinstance(plan, dict) else getattr(plan, attr, None)
@@ -117,6 +148,9 @@ class TopologyBlock:
         penalty = candidate_penalty(cands)  # None while every link is up
         if penalty is not None:
             costs = np.where(costs > 0, costs * penalty, costs)
+        traffic = candidate_traffic(cands)  # None while no running ring reported its links
+        if traffic is not None:
+            costs = np.where(costs > 0, costs * traffic, costs)
         best = costs.min()
         if best <= 0:
             return st.SUCCESS, np.where(costs <= 0, 100.0, 0.0)
@@ -129,14 +163,14 @@ class TopologyBlock:
             return {}
         plans, out = state.setdefault("plans", {}), {}
         for shape, sid in zip(shapes, sids, strict=True):
-            try:
-                p = plan_fn(job.model, job.chips, topology=grid, block_shape=shape)
+            p, err = _planned(plan_fn, job.model, job.chips, grid, shape)
+            if err is None:
                 out[int(sid)] = _step_time_s(p)
                 plans[shape] = p
-            except (PodfleetError, TypeError, ValueError) as exc:
+            else:
                 # This shape cannot run the model (memory, divisibility): rank it last.
                 out[int(sid)] = float("inf")
-                state.setdefault("plan_errors", {})[shape] = str(exc)
+                state.setdefault("plan_errors", {})[shape] = err
         finite = [v for v in out.values() if np.isfinite(v)]
         if not finite:
             return {}

@@ -41,7 +41,9 @@ def test_is_a_fabric(fab: LocalFabric) -> None:
     m = fab.chip_metrics()
     assert {"cpu_percent", "mem_bytes", "step_time_s", "heartbeat_age_s"} <= set(m)
     assert all(v.shape == (4,) for v in m.values())
-    assert (fab.workdir / "keys" / "checkpoint.kek").exists()
+    # The KEK lives outside the checkpoint tree, owner-only.
+    kek = Path(fab.key_file)
+    assert kek.exists() and fab.workdir not in kek.parents and kek.stat().st_mode & 0o077 == 0
 
 
 @pytest.mark.parametrize(

@@ -149,6 +149,7 @@ def test_factory_reads_settings(setup, monkeypatch):
 
 
 def test_factory_keeps_the_clusters_key_in_its_workdir_and_hands_it_to_workers(setup, monkeypatch, tmp_path):
+    from podfleet.checkpoint.keys import kek_path_for
     from podfleet.fabric.ray import make_ray_fabric
     from podfleet.fabric.ray.jobs import RankRecord, RayJob
     from podfleet.hardware.catalog import custom_grid
@@ -156,8 +157,9 @@ def test_factory_keeps_the_clusters_key_in_its_workdir_and_hands_it_to_workers(s
     monkeypatch.delenv("PODFLEET_CHECKPOINT_KEY", raising=False)
     f = make_ray_fabric(custom_grid([2]), None, workdir=tmp_path, per_chip=0.25)
     try:
-        assert f.workdir == str(tmp_path) and f.key_file == str(tmp_path / "keys" / "checkpoint.kek")
-        assert (tmp_path / "keys" / "checkpoint.kek").exists()
+        # The KEK is kept beside the workdir, never inside the checkpoint tree.
+        assert f.workdir == str(tmp_path) and f.key_file == str(kek_path_for(tmp_path))
+        assert kek_path_for(tmp_path).exists() and tmp_path not in kek_path_for(tmp_path).parents
         job = RayJob(WorkerGroupSpec("job-k", (0,), "debug", 1), "pack", str(tmp_path), None)
         job.ranks = [RankRecord(0, 0)]
         assert f.worker_config(job, 0, "127.0.0.1", 1).key_file == f.key_file

@@ -1,0 +1,27 @@
+// Time series with uPlot (one chart per series set, sized to its container).
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import { OKABE_ITO } from "./colors";
+import type { Ctx } from "./app";
+import { h } from "./dom";
+
+export interface Series { label: string; values: (number | null)[] }
+
+export function chart(ctx: Ctx, title: string, t: number[], series: Series[], unit = ""): HTMLElement {
+  const box = h("figure", { class: "chart", role: "group", "aria-label": title }, h("figcaption", {}, title));
+  const opts: uPlot.Options = {
+    width: 520, height: 200,
+    scales: { x: { time: true } },
+    axes: [{}, { label: unit, size: 90 }],
+    series: [{}, ...series.map((sr, i) => ({ label: sr.label, stroke: OKABE_ITO[(i + 4) % OKABE_ITO.length], width: 2 }))],
+  };
+  const plot = new uPlot(opts, [t, ...series.map((sr) => sr.values)] as uPlot.AlignedData, box);
+  ctx.onLeave(() => plot.destroy());
+  (box as any).plot = plot;
+  return box;
+}
+
+export function setData(box: HTMLElement, t: number[], series: Series[]): void {
+  const plot: uPlot | undefined = (box as any).plot;
+  plot?.setData([t, ...series.map((sr) => sr.values)] as uPlot.AlignedData);
+}

@@ -1,0 +1,160 @@
+import { allows, api, enc } from "../api";
+import { clear, fmt, h, table, time } from "../dom";
+import { every, field, link, report, select, sse, status, type Ctx } from "../app";
+import { chart, setData } from "../chart";
+import { COLOR_METRICS, type Hardware } from "../metrics";
+import { torus } from "../torus";
+
+const PRESETS = ["debug", "tiny", "small", "llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "megatron-22b",
+  "megatron-175b", "megatron-1.7b", "megatron-18.4b"];
+const STATES = ["(any)", "PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING", "SUCCEEDED", "FAILED", "STOPPED"];
+const TERMINAL = new Set(["SUCCEEDED", "FAILED", "STOPPED"]);
+
+/** Jobs with filters, and (operators) the submit form with a plan preview. */
+export async function jobsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
+  const { clusters } = await api("GET", "/v1/clusters");
+  const names = clusters.map((c: any) => c.name);
+  const clusterSel = select("cluster", ["(any)", ...names], ctx.query.get("cluster") ?? "(any)");
+  clusterSel.id = "jobs-cluster";
+  const stateSel = select("state", STATES, ctx.query.get("state") ?? "(any)");
+  stateSel.id = "jobs-state";
+  const list = h("div", { "aria-live": "polite" });
+  const refresh = async () => {
+    const q = new URLSearchParams();
+    if (clusterSel.value !== "(any)") q.set("cluster", clusterSel.value);
+    if (stateSel.value !== "(any)") q.set("state", stateSel.value);
+    const { jobs } = await api("GET", `/v1/jobs?${q}`);
+    clear(list, jobs.length ? table("Jobs", ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens/s"],
+      jobs.map((j: any) => [link(ctx, `/jobs/${enc(j.id)}`, j.id), j.name ?? "", j.cluster_id, j.state, j.model, String(j.chips),
+        `${j.progress.step} / ${j.progress.steps}`, fmt(j.progress.tokens_per_s)]), { "data-testid": "jobs" })
+      : h("p", {}, "No jobs match."));
+  };
+  clusterSel.addEventListener("change", () => void refresh());
+  stateSel.addEventListener("change", () => void refresh());
+  root.append(h("h1", {}, "Jobs"),
+    h("div", { class: "toolbar" }, field("Cluster", clusterSel), field("State", stateSel)), list);
+  await refresh();
+  every(ctx, 3000, () => void refresh().catch(() => undefined));
+  if (allows(ctx.me, "operator") && names.length) root.append(submitForm(ctx, names, clusterSel.value));
+}
+
+function submitForm(ctx: Ctx, clusters: string[], current: string): HTMLElement {
+  const cluster = select("cluster", clusters, clusters.includes(current) ? current : clusters[0]);
+  const model = select("model", ["(custom shape)", ...PRESETS], "llama3-8b");
+  const dims = ["layers", "hidden", "heads", "vocab", "seq_len"].map((k) => h("input", { name: k, type: "number", min: 1 }));
+  const chips = h("input", { name: "chips", type: "number", min: 1, max: 65536, value: 16, required: true });
+  const steps = h("input", { name: "steps", type: "number", min: 1, value: 1000 });
+  const ckpt = h("input", { name: "checkpoint_interval", type: "number", min: 0, value: 100 });
+  const priority = h("input", { name: "priority", type: "number", min: 0, max: 100, value: 50 });
+  const team = h("input", { name: "team", pattern: "[a-z0-9][a-z0-9_\\-]*", placeholder: "default" });
+  const name = h("input", { name: "job-name", maxlength: 63 });
+  const par = h("input", { name: "parallelism", value: "auto", "aria-describedby": "par-help" });
+  const preview = h("div", { class: "plan", "data-testid": "plan-preview", "aria-live": "polite" });
+  const msg = status();
+  const body = (): Record<string, unknown> => {
+    const b: Record<string, unknown> = { chips: Number(chips.value), steps: Number(steps.value),
+      checkpoint_interval: Number(ckpt.value), priority: Number(priority.value) };
+    if (model.value === "(custom shape)") b.model_dims = Object.fromEntries(dims.filter((d) => d.value).map((d) => [d.name, Number(d.value)]));
+    else b.model = model.value;
+    if (team.value) b.team = team.value;
+    if (name.value) b.name = name.value;
+    if (par.value && par.value !== "auto") {
+      const [tp, pp, dp] = par.value.split(/[x,*\s]+/).map(Number);
+      b.parallelism = { tp, pp, dp };
+    }
+    return b;
+  };
+  const previewBtn = h("button", { type: "button" }, "Preview plan");
+  previewBtn.addEventListener("click", async () => {
+    if (model.value === "(custom shape)") { clear(preview, "The planner previews presets; a custom shape is planned at submit."); return; }
+    try {
+      const p = await api("POST", "/v1/plan", { model: model.value, chips: Number(chips.value) });
+      clear(preview, h("dl", {},
+        h("dt", {}, "tp / pp / dp"), h("dd", { "data-field": "layout" }, `${p.tp} / ${p.pp} / ${p.dp}`),
+        h("dt", {}, "step time"), h("dd", {}, `${p.step_time_s.toFixed(2)} s`),
+        h("dt", {}, "MFU"), h("dd", {}, `${(p.mfu * 100).toFixed(1)} %`),
+        h("dt", {}, "memory per chip"), h("dd", {}, `${(p.memory_per_chip_bytes / 2 ** 30).toFixed(1)} GiB of ${(p.hbm_bytes / 2 ** 30).toFixed(0)} GiB`),
+        h("dt", {}, "tokens/s"), h("dd", {}, fmt(Math.round(p.tokens_per_s)))));
+    } catch (e) { clear(preview, h("p", { class: "error" }, `No plan: ${(e as Error).message}`)); }
+  });
+  const form = h("form", { class: "grid-form" }, field("Cluster", cluster), field("Model", model),
+    ...dims.map((d) => field(`Custom ${d.name}`, d)), field("Chips", chips), field("Steps", steps),
+    field("Checkpoint interval (steps)", ckpt), field("Priority (0-100)", priority), field("Team", team), field("Name", name),
+    field("Parallelism", par, "auto, or tp x pp x dp such as 4x2x2"), previewBtn, h("button", { type: "submit" }, "Submit job"));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      const j = await api("POST", `/v1/clusters/${enc(cluster.value)}/jobs`, body());
+      report(msg, `Submitted ${j.id} (${j.state}).`);
+      ctx.nav(`/jobs/${enc(j.id)}`);
+    } catch (err) { report(msg, `Submit failed: ${(err as Error).message}`, true); }
+  });
+  return h("section", { class: "card", "aria-labelledby": "submit-h" }, h("h2", { id: "submit-h" }, "Submit a training job"), form, preview, msg);
+}
+
+/** One job: progress and ETA, loss and tokens/s curves, its chips on the torus, live logs, recoveries, stop. */
+export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
+  const id = ctx.params.job;
+  let job = await api("GET", `/v1/jobs/${enc(id)}`);
+  const stateEl = h("span", { "data-testid": "job-state" }, job.state);
+  const bar = h("progress", { max: job.progress.steps, value: job.progress.step, "aria-label": "job progress", "data-testid": "job-progress" });
+  const stepEl = h("span", { "data-testid": "job-step" }, String(job.progress.step));
+  const eta = h("span", {}, "—");
+  const t: number[] = [], loss: (number | null)[] = [], tps: (number | null)[] = [];
+  const lossChart = chart(ctx, "loss", t, [{ label: "loss", values: loss }]);
+  const tpsChart = chart(ctx, "tokens/s", t, [{ label: "tokens/s", values: tps }], "tokens/s");
+  const logs = h("pre", { class: "log", "data-testid": "job-logs", role: "log", tabindex: 0, "aria-label": "job log" });
+  const alloc = h("div", { class: "torus small" });
+  const timeline = h("div", {});
+  const msg = status();
+  let first: { t: number; step: number } | null = null;
+  const onProgress = (p: any) => {
+    if (!p) return;
+    const wall = Date.now() / 1000;
+    const now = Math.max(wall, (t[t.length - 1] ?? 0) + 0.001); // x must rise (history is on the plane's clock)
+    first ??= { t: wall, step: p.step };
+    bar.value = p.step; bar.max = p.steps; stepEl.textContent = String(p.step);
+    const rate = (p.step - first.step) / Math.max(1e-3, wall - first.t);
+    eta.textContent = rate > 0 ? `${Math.round((p.steps - p.step) / rate)} s` : "—";
+    t.push(now); loss.push(p.loss ?? null); tps.push(p.tokens_per_s ?? null);
+    setData(lossChart, t, [{ label: "loss", values: loss }]);
+    setData(tpsChart, t, [{ label: "tokens/s", values: tps }]);
+  };
+  const stop = allows(ctx.me, "operator") && !TERMINAL.has(job.state) ? h("button", { type: "button", "data-testid": "stop-job" }, "Stop job") : null;
+  stop?.addEventListener("click", async () => {
+    try { job = await api("POST", `/v1/jobs/${enc(id)}/stop`); stateEl.textContent = job.state; report(msg, `Stopped: ${job.state}`); stop.remove(); }
+    catch (e) { report(msg, `Stop failed: ${(e as Error).message}`, true); }
+  });
+  root.append(h("h1", {}, `Job ${job.name ?? job.id}`),
+    h("p", { class: "sub" }, `${job.id} · ${job.model} on ${job.chips} chips · cluster `, link(ctx, `/clusters/${enc(job.cluster_id)}`, job.cluster_id)),
+    h("dl", { class: "facts" }, h("dt", {}, "state"), h("dd", {}, stateEl), h("dt", {}, "step"), h("dd", {}, stepEl, ` / ${job.progress.steps}`),
+      h("dt", {}, "ETA"), h("dd", {}, eta), h("dt", {}, "reason"), h("dd", {}, job.reason || "—")),
+    bar, stop ?? "", msg,
+    h("div", { class: "charts" }, lossChart, tpsChart),
+    h("h2", {}, "Allocation"), alloc, h("h2", {}, "Recovery timeline"), timeline, h("h2", {}, "Logs"), logs);
+  try { // the run so far (GetJobMetrics rollups), then live progress events
+    const m = await api("GET", `/v1/jobs/${enc(id)}/metrics`);
+    for (const pt of m.points) { t.push(pt.t_start); loss.push(pt.loss ?? null); tps.push(pt.tokens_per_s ?? null); }
+  } catch { /* a server without job metrics: live points only */ }
+  onProgress(job.progress);
+  sse(ctx, `/v1/jobs/${enc(id)}/logs?follow=true`, {
+    log: (ln) => { logs.textContent += `${ln.time}  ${ln.message}\n`; logs.scrollTop = logs.scrollHeight; },
+    progress: onProgress,
+  });
+  const refresh = async () => {
+    job = await api("GET", `/v1/jobs/${enc(id)}`);
+    stateEl.textContent = job.state;
+    if (TERMINAL.has(job.state)) stop?.remove();
+    const chips: number[] = job.allocation?.chips ?? [];
+    const hw: Hardware = await api("GET", `/v1/clusters/${enc(job.cluster_id)}/hardware`);
+    const v = torus(hw, COLOR_METRICS[0], { onChip: () => ctx.nav(`/clusters/${enc(job.cluster_id)}`), onLink: () => undefined });
+    for (const i of chips) v.svg.querySelector(`[data-chip="${i}"]`)?.classList.add("in-job");
+    clear(alloc, chips.length ? v.svg : h("p", {}, "Not placed."));
+    const { recoveries } = await api("GET", `/v1/clusters/${enc(job.cluster_id)}/recoveries`);
+    const mine = recoveries.filter((r: any) => r.job_id === id);
+    clear(timeline, mine.length ? h("ol", {}, ...mine.map((r: any) => h("li", {}, `${time(r.t_start)} ${r.kind} ${r.target}: ${r.state} — `,
+      (r.steps ?? []).map((st: any) => `${st.name} (${st.reason})`).join(" → ")))) : h("p", {}, "No recoveries."));
+  };
+  await refresh();
+  every(ctx, 5000, () => void refresh().catch(() => undefined));
+}

@@ -1,0 +1,97 @@
+import { allows, api, enc } from "../api";
+import { clear, h, table } from "../dom";
+import { every, field, link, report, select, sse, status, type Ctx } from "../app";
+
+interface Cluster { id: string; name: string; state: string; type?: string; chips?: number; spares: number[];
+  fabric?: string; deployment?: { state: string; percent: number; steps: { name: string; state: string }[] };
+  scheduler: Record<string, any>; cordoned?: number[] }
+
+/** Every cluster with its health, load, jobs and alerts; create one with every API option. */
+export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
+  const list = h("div", { class: "cluster-list", "aria-busy": "true" });
+  root.append(h("h1", {}, "Clusters"), list);
+  const refresh = async () => {
+    const { clusters } = await api<{ clusters: Cluster[] }>("GET", "/v1/clusters");
+    const rows = await Promise.all(clusters.map(async (c) => {
+      let healthy = 0, failed = 0, spare = 0, alerts = 0;
+      try {
+        const hw = await api("GET", `/v1/clusters/${enc(c.id)}/hardware`);
+        for (const chip of hw.chips) {
+          if (chip.spare) spare++;
+          if (chip.state === "healthy") healthy++;
+          else if (chip.state === "failed" || chip.state === "isolated") failed++;
+        }
+        alerts = (await api("GET", `/v1/clusters/${enc(c.id)}/alerts?state=firing`)).alerts.length;
+      } catch { /* a cluster still deploying has no snapshot yet */ }
+      const sch = c.scheduler ?? {};
+      return [link(ctx, `/clusters/${enc(c.name)}`, c.name), c.state, c.type ?? "", c.fabric ?? "", String(c.chips ?? ""),
+        `${healthy} / ${failed} / ${spare}`, `${Math.round((sch.utilization ?? 0) * 100)}%`,
+        `${sch.running_jobs ?? 0} / ${sch.pending_jobs ?? 0}`, String(alerts),
+        link(ctx, `/clusters/${enc(c.name)}/dashboard`, "dashboard", { "aria-label": `dashboard of ${c.name}` })];
+    }));
+    clear(list, clusters.length ? table("Clusters", ["name", "state", "type", "fabric", "chips",
+      "healthy / failed / spare", "utilization", "running / pending jobs", "firing alerts", ""], rows, { "data-testid": "clusters" })
+      : h("p", {}, "No clusters yet."));
+    list.setAttribute("aria-busy", "false");
+  };
+  await refresh();
+  every(ctx, 5000, () => void refresh().catch(() => undefined));
+  if (allows(ctx.me, "operator")) root.append(createForm(ctx, refresh));
+}
+
+function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
+  const name = h("input", { name: "name", required: true, pattern: "[a-z][a-z0-9\\-]*", maxlength: 63 });
+  const type = select("type", ["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]);
+  const fabric = select("fabric", ["(server default)", "sim", "local", "ray", "neuron"]);
+  const dims = h("input", { name: "dims", placeholder: "custom only, e.g. 2,2" });
+  const chips = h("input", { name: "chips", type: "number", min: 1, max: 4096 });
+  const hbm = h("input", { name: "hbm_gib", type: "number", min: 1, max: 1024, step: "any" });
+  const bw = h("input", { name: "link_bw_gbps", type: "number", min: 1, max: 10000, step: "any" });
+  const storage = h("input", { name: "storage_nodes", type: "number", min: 0, max: 16, value: 1 });
+  const spares = h("input", { name: "spares", type: "number", min: 0, max: 4, value: 0 });
+  const spareChips = h("input", { name: "spare_chips", placeholder: "e.g. 0,63 (optional)" });
+  const quotas = h("input", { name: "quotas", placeholder: "team=chips, e.g. research=32,prod=32" });
+  const encryption = h("input", { name: "encryption", type: "checkbox", checked: true });
+  const isolation = h("input", { name: "network_isolation", type: "checkbox", checked: true });
+  const msg = status();
+  const log = h("pre", { class: "log", "data-testid": "deploy-log", role: "log", "aria-label": "deployment log", tabindex: 0, hidden: true });
+  const steps = h("ol", { class: "steps", "aria-label": "deployment steps" });
+  const ints = (v: string) => v.split(",").map((x) => x.trim()).filter(Boolean).map(Number);
+  const form = h("form", { class: "grid-form", "aria-labelledby": "create-h" },
+    field("Name", name), field("Type", type), field("Fabric", fabric), field("Dims", dims),
+    field("Chips", chips, "custom only"), field("Per-chip memory (GiB)", hbm), field("Link bandwidth (GB/s)", bw),
+    field("Storage nodes", storage), field("Spares (0-4)", spares), field("Spare chips", spareChips),
+    field("Quotas", quotas), field("Encryption", encryption), field("Network isolation", isolation),
+    h("button", { type: "submit" }, "Create cluster"));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const body: Record<string, unknown> = { name: name.value, type: type.value, storage_nodes: Number(storage.value),
+      spares: Number(spares.value), encryption: encryption.checked, network_isolation: isolation.checked };
+    if (fabric.value !== "(server default)") body.fabric = fabric.value;
+    if (dims.value) body.dims = ints(dims.value);
+    if (chips.value) body.chips = Number(chips.value);
+    if (hbm.value) body.hbm_gib = Number(hbm.value);
+    if (bw.value) body.link_bw_gbps = Number(bw.value);
+    if (spareChips.value) body.spare_chips = ints(spareChips.value);
+    if (quotas.value) body.quotas = Object.fromEntries(quotas.value.split(",").map((kv) => kv.split("=").map((x) => x.trim()))
+      .map(([k, v]) => [k, Number(v)]));
+    try {
+      const c = await api("POST", "/v1/clusters", body);
+      report(msg, `Cluster ${c.name} (${c.id}) is ${c.state}: following its deployment.`);
+      log.textContent = "";
+      log.hidden = false;
+      sse(ctx, `/v1/clusters/${enc(c.id)}/logs?follow=true`, {
+        log: (ln) => { log.textContent += `${ln.time}  ${ln.message}\n`; },
+        progress: (d) => {
+          if (!d) return;
+          clear(steps, ...d.steps.map((st: any) => h("li", { "data-step": st.name, "data-state": st.state }, `${st.name}: ${st.state}`)));
+          if (d.state !== "running") void refresh();
+        },
+      });
+    } catch (err) {
+      report(msg, `Create failed: ${(err as Error).message}`, true);
+    }
+  });
+  return h("section", { class: "card", "aria-labelledby": "create-h" }, h("h2", { id: "create-h" }, "Create a cluster"),
+    form, msg, steps, log);
+}

@@ -1,0 +1,230 @@
+"""Per-chip, per-link and per-job series of every cluster, whatever its fabric.
+
+The same names on the twin, local worker slots, Ray clusters and Neuron hosts, taken from
+whatever the fabric's ``chip_metrics`` reports (a series a device does not report is left
+out for that chip, never sent as 0). Chip series carry ``cluster`` (the name, as on every
+podfleet series), ``cluster_id``, ``chip``, ``chip_type``, ``host`` (the fabric's
+``WorkerPlacement`` answer; this host for fabrics without one, such as the twin) and
+``job`` (the job holding the chip, "" when free)::
+
+    podfleet_build_info{version,python}                         1
+    podfleet_chip_info{...chip labels, coords, x, y, z}         1: where the chip sits in the torus (a
+                                                                switched cluster: x = chip index)
+    podfleet_chip_up                                            1 healthy/degraded/updating, 0 failed/isolated
+    podfleet_chip_utilization_ratio                             NeuronCores, GPU, or the worker's CPU share
+    podfleet_chip_memory_used_bytes / _memory_capacity_bytes    HBM, GPU memory, or worker RSS / host memory
+    podfleet_chip_hbm_used_bytes, _temperature_celsius, _power_watts, _clock_hertz, _voltage_volts
+    podfleet_chip_throttled                                     1 while thermally throttled
+    podfleet_chip_hbm_ecc_corrected_total, _hbm_ecc_uncorrected_total, _sram_ecc_uncorrected_total,
+    podfleet_chip_execution_errors_total
+    podfleet_link_up / _utilization_ratio / _bandwidth_bytes_per_second{cluster,cluster_id,link}
+    podfleet_link_transmit_bytes_total / _errors_total
+    podfleet_job_step / _tokens_per_second / _recovering / _recoveries_total{cluster,cluster_id,job}
+
+Read at scrape time; only live clusters and live jobs are exported, so the series of a
+deleted cluster or an ended job disappear at the next scrape.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+import podfleet
+from podfleet.control.lifecycle import TERMINAL, JobState
+from podfleet.errors import UnknownNameError
+from podfleet.fabric.base import ChipState, LinkState, WorkerPlacement
+from podfleet.hardware.specs import get_chip
+from podfleet.hardware.topology import GridTopology, Topology
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+    from podfleet.control.runtime import ClusterRuntime
+
+CHIP_LABELS = ["cluster", "cluster_id", "chip", "chip_type", "host", "job"]
+LINK_LABELS = ["cluster", "cluster_id", "link"]
+JOB_LABELS = ["cluster", "cluster_id", "job"]
+_HOST = socket.gethostname()
+_UP = frozenset({ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING})
+
+# name, help, [(fabric key, scale)] in order of preference: the first key the fabric reports wins.
+CHIP_GAUGES: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...] = (
+    ("podfleet_chip_memory_used_bytes", "Device memory in use (HBM, GPU memory, or the worker's RSS)",
+     (("hbm_used_bytes", 1.0), ("gpu_mem_bytes", 1.0), ("mem_bytes", 1.0))),
+    ("podfleet_chip_memory_capacity_bytes", "Device memory capacity (HBM, GPU memory, or the worker host's)",
+     (("hbm_total_bytes", 1.0), ("gpu_mem_total_bytes", 1.0), ("mem_capacity_bytes", 1.0))),
+    ("podfleet_chip_hbm_used_bytes", "HBM in use", (("hbm_used_bytes", 1.0),)),
+    ("podfleet_chip_temperature_celsius", "Chip temperature", (("temperature_c", 1.0), ("gpu_temp_c", 1.0))),
+    ("podfleet_chip_power_watts", "Chip power draw", (("power_w", 1.0), ("gpu_power_w", 1.0))),
+    ("podfleet_chip_clock_hertz", "Chip clock", (("clock_mhz", 1e6),)),
+    ("podfleet_chip_voltage_volts", "Chip voltage", (("voltage_v", 1.0),)),
+    ("podfleet_chip_throttled", "1 while the chip is thermally throttled", (("throttle", 1.0),)),
+)
+CHIP_COUNTERS = (
+    ("podfleet_chip_hbm_ecc_corrected", "Corrected HBM ECC errors", "mem_ecc_corrected"),
+    ("podfleet_chip_hbm_ecc_uncorrected", "Uncorrectable HBM ECC errors", "mem_ecc_uncorrected"),
+    ("podfleet_chip_sram_ecc_uncorrected", "Uncorrectable SRAM ECC errors", "sram_ecc_uncorrected"),
+    ("podfleet_chip_execution_errors", "Execution errors", "execution_errors"),
+)
+LINK_SERIES = (
+    ("podfleet_link_utilization_ratio", "Link utilization (0-1)", "utilization", GaugeMetricFamily),
+    ("podfleet_link_bandwidth_bytes_per_second", "Usable link bandwidth", "bandwidth_bytes_per_s",
+     GaugeMetricFamily),
+    ("podfleet_link_transmit_bytes", "Bytes sent over the link", "tx_bytes", CounterMetricFamily),
+    ("podfleet_link_errors", "Link errors", "errors", CounterMetricFamily),
+)
+# Every series name this module exports (monitoring/ artefacts are checked against it).
+EXPORTED = frozenset(
+    ["podfleet_build_info", "podfleet_chip_info", "podfleet_chip_up", "podfleet_chip_utilization_ratio", "podfleet_link_up",
+     "podfleet_job_step", "podfleet_job_tokens_per_second", "podfleet_job_recovering", "podfleet_job_recoveries"]
+    + [n for n, _, _ in CHIP_GAUGES] + [n for n, _, _ in CHIP_COUNTERS] + [n for n, _, _, _ in LINK_SERIES]
+)
+
+
+def utilization(m: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """0-1 per chip: NeuronCores (mean over cores), else the GPU, else the worker's CPU."""
+    if "neuroncore_utilization" in m:
+        u = np.asarray(m["neuroncore_utilization"], np.float64)
+        return (u.mean(axis=1) if u.ndim == 2 else u) / 100.0
+    for key in ("gpu_util_percent", "cpu_percent"):
+        if key in m:
+            return np.clip(np.asarray(m[key], np.float64) / 100.0, 0.0, 1.0)
+    return None
+
+
+def _capacity_from_spec(chip_type: str, n: int) -> np.ndarray | None:
+    try:
+        return np.full(n, float(get_chip(chip_type).hbm_bytes))
+    except UnknownNameError:  # a worker slot ("cpu", "cuda"): no datasheet figure
+        return None
+
+
+def coordinates(topology: Topology) -> list[tuple[str, str, str]]:
+    """(x, y, z) label values per chip: the torus coordinate (axes beyond the third folded
+    into z); a switched topology has one axis, the chip index."""
+    out = []
+    for c in range(topology.n_chips):
+        xyz = [int(v) for v in topology.coords(c)] if isinstance(topology, GridTopology) else [c]
+        if len(xyz) > 3:
+            xyz = [*xyz[:2], int(np.ravel_multi_index(xyz[2:], topology.dims[2:]))]
+        x, y, z = [*xyz, 0, 0][:3]
+        out.append((str(x), str(y), str(z)))
+    return out
+
+
+class FabricCollector(Collector):
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self._placement: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares WorkerPlacement)
+        self._coords: dict[str, list[tuple[str, str, str]]] = {}  # cluster -> chip coordinate labels
+
+    def _hosts(self, rt: ClusterRuntime) -> Sequence[str]:
+        fab = rt.fabric
+        hit = self._placement.get(rt.id)
+        if hit is None or hit[0] is not fab:
+            hit = self._placement[rt.id] = (fab, isinstance(fab, WorkerPlacement))
+        if hit[1] and isinstance(fab, WorkerPlacement):
+            return fab.chip_hosts()
+        return ()
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("podfleet_build_info", "podfleet build: version and Python",
+                                 labels=["version", "python"])
+        info.add_metric([podfleet.__version__, platform.python_version()], 1.0)
+        yield info
+        rts = list(self.plane.clusters.values())
+        for gone in set(self._placement) - {rt.id for rt in rts}:
+            del self._placement[gone]
+        for gone in set(self._coords) - {rt.id for rt in rts}:
+            del self._coords[gone]
+        yield from self._chips(rts)
+        yield from self._links(rts)
+        yield from self._jobs()
+
+    def _chips(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
+        info = GaugeMetricFamily("podfleet_chip_info", "Where the chip sits: torus coordinates",
+                                 labels=[*CHIP_LABELS, "coords", "x", "y", "z"])
+        up = GaugeMetricFamily("podfleet_chip_up", "1 unless the chip failed or is isolated", labels=CHIP_LABELS)
+        util = GaugeMetricFamily("podfleet_chip_utilization_ratio",
+                                 "Chip utilization (0-1): NeuronCores, GPU, or the worker's CPU", labels=CHIP_LABELS)
+        gauges = {name: GaugeMetricFamily(name, doc, labels=CHIP_LABELS) for name, doc, _ in CHIP_GAUGES}
+        counters = {name: CounterMetricFamily(name, doc, labels=CHIP_LABELS) for name, doc, _ in CHIP_COUNTERS}
+        for rt in rts:
+            n = rt.topology.n_chips
+            hosts = self._hosts(rt)
+            owners = rt.owners
+            labels = [[rt.rec.name, rt.id, str(c), rt.topology.chip_type, hosts[c] if c < len(hosts) else _HOST,
+                       owners.get(c, "")] for c in range(n)]
+            coords = self._coords.get(rt.id)
+            if coords is None:
+                coords = self._coords[rt.id] = coordinates(rt.topology)
+            for c, xyz in enumerate(coords):
+                info.add_metric([*labels[c], ",".join(xyz), *xyz], 1.0)
+            for c, s in enumerate(rt.fabric.chip_states()[:n]):
+                up.add_metric(labels[c], 1.0 if ChipState(s) in _UP else 0.0)
+            m = rt.fabric.chip_metrics()
+            _add(util, labels, utilization(m))
+            for name, _doc, keys in CHIP_GAUGES:
+                key = next((k for k, _ in keys if k in m), None)
+                values = None if key is None else np.asarray(m[key], np.float64) * dict(keys)[key]
+                if values is None and name == "podfleet_chip_memory_capacity_bytes":
+                    values = _capacity_from_spec(rt.topology.chip_type, n)
+                _add(gauges[name], labels, values)
+            for name, _doc, key in CHIP_COUNTERS:
+                _add(counters[name], labels, np.asarray(m[key], np.float64) if key in m else None)
+        yield info
+        yield up
+        yield util
+        yield from gauges.values()
+        yield from counters.values()
+
+    def _links(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
+        up = GaugeMetricFamily("podfleet_link_up", "1 unless the link is down", labels=LINK_LABELS)
+        fams = {name: kind(name, doc, labels=LINK_LABELS) for name, doc, _, kind in LINK_SERIES}
+        for rt in rts:
+            states = rt.fabric.link_states()
+            labels = [[rt.rec.name, rt.id, str(j)] for j in range(len(states))]
+            for j, s in enumerate(states):
+                up.add_metric(labels[j], 0.0 if LinkState(s) is LinkState.DOWN else 1.0)
+            lm = rt.fabric.link_metrics()
+            for name, _doc, key, _kind in LINK_SERIES:
+                if key in lm:
+                    _add(fams[name], labels, np.asarray(lm[key], np.float64))
+        yield up
+        yield from fams.values()
+
+    def _jobs(self) -> Iterator[Metric]:
+        step = GaugeMetricFamily("podfleet_job_step", "Steps completed", labels=JOB_LABELS)
+        tps = GaugeMetricFamily("podfleet_job_tokens_per_second", "Training throughput", labels=JOB_LABELS)
+        recovering = GaugeMetricFamily("podfleet_job_recovering", "1 while the job is RECOVERING", labels=JOB_LABELS)
+        recoveries = CounterMetricFamily("podfleet_job_recoveries", "Recoveries the job went through",
+                                         labels=JOB_LABELS)
+        names = {rt.id: rt.rec.name for rt in list(self.plane.clusters.values())}
+        for jid, v in list(self.plane.jobs.views.items()):
+            cid = v.get("cluster_id")
+            if v.get("state") in TERMINAL or cid not in names:
+                continue  # an ended job's (or a deleted cluster's) series go away
+            labels = [names[cid], cid, jid]
+            p = v.get("progress") or {}
+            step.add_metric(labels, float(p.get("step") or 0))
+            tps.add_metric(labels, float(p.get("tokens_per_s") or 0.0))
+            recovering.add_metric(labels, 1.0 if v.get("state") == JobState.RECOVERING.value else 0.0)
+            runtime = v.get("runtime") or {}
+            journal = v.get("recovery") or {}
+            n = len(runtime.get("recoveries") or ()) if runtime else int(bool(journal))
+            recoveries.add_metric(labels, float(n))
+        yield from (step, tps, recovering, recoveries)
+
+
+def _add(fam: GaugeMetricFamily | CounterMetricFamily, labels: list[list[str]], values: np.ndarray | None) -> None:
+    if values is None:
+        return
+    for lab, v in zip(labels, values.tolist(), strict=False):
+        if v == v:  # NaN: the device does not report it for this chip
+            fam.add_metric(lab, float(v))

@@ -1,0 +1,93 @@
+"""Users (admin): create, list, describe; attach or set policies; enrol TOTP MFA."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from podfleet.api.auth import CurrentPrincipal
+from podfleet.api.deps import Plane
+from podfleet.control import users
+from podfleet.errors import ConflictError
+
+router = APIRouter(prefix="/v1/users", tags=["users"])
+# The schema lists the built-in policies, so a client (and the contract test) knows them.
+BuiltinPolicy = Literal["ClusterAdmin", "Scheduler", "StorageAccess", "ReadOnly", "Auditor", "MFARequired"]
+UserName = Annotated[str, Path(pattern=r"^[a-z][a-z0-9._-]{0,62}$", description="user name")]
+PolicyRef = Annotated[str, Path(pattern=r"^[A-Za-z][A-Za-z0-9._:-]{0,63}$",
+                                description="a built-in policy, or (PUT with a body) an inline one's name")]
+
+
+Text = Annotated[str, Field(min_length=1, max_length=256)]
+Texts = Text | Annotated[list[Text], Field(min_length=1, max_length=100)]
+
+
+class PolicyStatement(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    Sid: str | None = Field(None, max_length=64)
+    Effect: Literal["Allow", "Deny"]
+    Action: Texts = Field(..., description="operationIds, with * and ? wildcards")
+    Resource: Texts = Field("*", description="cluster/NAME, job/ID, ... with wildcards")
+    Condition: dict[Literal["Bool", "BoolIfExists", "StringEquals", "StringLike"], dict[str, Texts]] | None = None
+
+
+class PolicyDocument(BaseModel):
+    """An IAM-style policy: explicit deny > allow > implicit deny."""
+
+    model_config = ConfigDict(extra="forbid")
+    Version: str | None = Field(None, max_length=32)
+    Statement: list[PolicyStatement] = Field(..., min_length=1, max_length=100)
+
+
+class CreateUserRequest(BaseModel):
+    name: str = Field(..., pattern=r"^[a-z][a-z0-9._-]{0,62}$", description="tokens named so belong to this user")
+    policies: list[BuiltinPolicy] = Field(default_factory=list, max_length=20,
+                                          description="built-in policies to attach")
+
+
+@router.post("", operation_id="CreateUser", status_code=201)
+async def create_user(body: CreateUserRequest, request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    out = await plane.call(users.create, plane, body.name, list(body.policies), actor=who.actor)
+    request.app.state.users.forget(body.name)
+    return out
+
+
+@router.get("", operation_id="ListUsers")
+def list_users(plane: Plane) -> dict[str, Any]:
+    return {"users": users.listing(plane)}
+
+
+@router.get("/{user}", operation_id="DescribeUser")
+def describe_user(user: UserName, plane: Plane) -> dict[str, Any]:
+    return users.describe(plane, user)
+
+
+@router.put("/{user}/policies/{policy}", operation_id="PutUserPolicy")
+async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, plane: Plane, who: CurrentPrincipal,
+                          document: Annotated[dict[str, Any] | None, Body()] = None) -> dict[str, Any]:
+    """Attach the built-in ``policy`` (no body), or set an inline one (the body: a policy
+    document of Statements)."""
+    out = await plane.call(users.put_policy, plane, user, policy, document or None, actor=who.actor)
+    request.app.state.users.forget(user)
+    return out
+
+
+@router.delete("/{user}/policies/{policy}", operation_id="DeleteUserPolicy")
+async def delete_user_policy(user: UserName, policy: PolicyRef, request: Request, plane: Plane,
+                             who: CurrentPrincipal) -> dict[str, Any]:
+    out = await plane.call(users.delete_policy, plane, user, policy, actor=who.actor)
+    request.app.state.users.forget(user)
+    return out
+
+
+@router.post("/{user}/mfa", operation_id="EnableMfa", status_code=201)
+async def enable_mfa(user: UserName, request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    """Enrol TOTP: the otpauth URI and the recovery codes are in this answer only."""
+    key = request.app.state.mfa_key
+    if key is None:
+        raise ConflictError("this server has no key to seal MFA secrets with (serve it with `podfleet up`)")
+    out = await plane.call(users.enable_mfa, plane, user, key, actor=who.actor)
+    request.app.state.users.forget(user)
+    return out

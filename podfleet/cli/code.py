@@ -1,0 +1,25 @@
+"""``podfleet code push DIR``: upload a directory of code for jobs to run."""
+
+from __future__ import annotations
+
+import typer
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+
+app = typer.Typer(help="Code artifacts that jobs run.", no_args_is_help=True)
+
+
+@app.command("push")
+def push(
+    directory: str = typer.Argument(..., help="the directory to upload (links, .git, __pycache__ left out)"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Upload DIR; jobs run it with --entrypoint code:<sha256>/<script>."""
+    with errors():
+        out = client(url, token).push_code(directory)
+        emit(out, output, title="code artifact")
+        if output != OutputFormat.json:
+            stderr.print(f"submit jobs with: --entrypoint {out['ref']}<script.py>")

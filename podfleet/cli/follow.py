@@ -1,0 +1,75 @@
+"""Following work: ``--watch`` redraws, and waiting for a job with a progress bar and ETA.
+
+Both poll the API's describe/list reads (cheap: views are pre-rendered on the server)
+at a steady interval; nothing here talks to the server but through the SDK's public
+methods.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from podfleet.cli.output import OutputFormat, emit, print_table, stdout, table_of
+from podfleet.sdk import PodfleetClient
+
+ETA_COLUMNS = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+               TextColumn("eta"), TimeRemainingColumn())
+ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+# ``job wait``'s exit code by the job's final state (124, as timeout(1), when it gave up).
+WAIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 7}
+POLL_S = 1.0
+
+
+def watch(rows: Callable[[], list[dict[str, Any]]], output: OutputFormat, *, columns: list[str],
+          interval_s: float, rounds: int | None = None) -> None:
+    """Redraw ``rows()`` every ``interval_s`` until Ctrl-C (or ``rounds`` redraws). On a
+    terminal the table is redrawn in place; piped, a new table (or JSON document) is
+    printed only when something changed."""
+    last: object = None
+    n = 0
+    try:
+        if output == OutputFormat.table and stdout.is_terminal:
+            with Live(table_of(rows(), columns), console=stdout, auto_refresh=False) as live:
+                while rounds is None or n < rounds:
+                    time.sleep(interval_s)
+                    live.update(table_of(rows(), columns), refresh=True)
+                    n += 1
+            return
+        while rounds is None or n < rounds:
+            data = rows()
+            if data != last:
+                if output == OutputFormat.table:
+                    print_table(table_of(data, columns))
+                else:
+                    emit(data, output)
+                last = data
+            n += 1
+            if rounds is None or n < rounds:
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        return
+
+
+def wait_for(c: PodfleetClient, job_id: str, *, timeout_s: float | None, show: bool) -> dict[str, Any]:
+    """Poll the job until it ends (or ``timeout_s`` passes); its last view. ``show``: a
+    progress bar with ETA on stderr while it runs."""
+    from podfleet.cli.output import stderr
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    job = c.describe_training_job(job_id)
+    with Progress(*ETA_COLUMNS, console=stderr, disable=not show, transient=True) as bar:
+        task = bar.add_task(f"{job['id']} {job['state']}", total=job["progress"].get("steps") or None)
+        while job["state"] not in ENDED:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic())))
+            job = c.describe_training_job(job["id"])
+            p = job["progress"]
+            bar.update(task, completed=p.get("step", 0), total=p.get("steps") or None,
+                       description=f"{job['id']} {job['state']}")
+    return job

@@ -1,0 +1,82 @@
+"""``podfleet user create|list|describe|attach|put-policy|detach|enable-mfa`` (admin)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.errors import InvalidInputError
+
+app = typer.Typer(help="Users, their policies and MFA (admin).", no_args_is_help=True)
+MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code, for calls that need one")
+
+
+@app.command("create")
+def create(name: str, policy: list[str] = typer.Option([], "--policy", help="built-in policy to attach"),
+           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Create a user; tokens named NAME then act with its policies."""
+    with errors():
+        emit(client(url, token).create_user(name, policies=policy), output, title="user")
+
+
+@app.command("list")
+def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    with errors():
+        emit(client(url, token).list_users()["users"], output, columns=["name", "policies", "mfa", "created_at"])
+
+
+@app.command("describe")
+def describe(name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    with errors():
+        emit(client(url, token).describe_user(name), output, title="user")
+
+
+@app.command("attach")
+def attach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+           output: OutputFormat = OutputOpt) -> None:
+    """Attach a built-in policy (ClusterAdmin, Scheduler, StorageAccess, ReadOnly, Auditor)."""
+    with errors():
+        c = client(url, token)
+        c.use_mfa(mfa)
+        emit(c.put_user_policy(name, policy), output, title="user")
+
+
+@app.command("put-policy")
+def put_policy(name: str, policy: str, file: Path = typer.Argument(..., help="the policy document (JSON)"),
+               mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+               output: OutputFormat = OutputOpt) -> None:
+    """Set an inline policy from a JSON file of Statements."""
+    with errors():
+        try:
+            doc = json.loads(file.read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidInputError(f"cannot read policy {file}: {exc}", field="file") from None
+        c = client(url, token)
+        c.use_mfa(mfa)
+        emit(c.put_user_policy(name, policy, doc), output, title="user")
+
+
+@app.command("detach")
+def detach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+           output: OutputFormat = OutputOpt) -> None:
+    with errors():
+        c = client(url, token)
+        c.use_mfa(mfa)
+        emit(c.delete_user_policy(name, policy), output, title="user")
+
+
+@app.command("enable-mfa")
+def enable_mfa(name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Enrol TOTP: add the otpauth URI to an authenticator app; keep the recovery codes."""
+    with errors():
+        out = client(url, token).enable_mfa(name)
+        if output == OutputFormat.json:
+            emit(out, output)
+        else:
+            stderr.print("shown once: add the URI to an authenticator app, keep the recovery codes offline")
+            print(out["otpauth_uri"])
+            print("\n".join(out["recovery_codes"]))

@@ -1,0 +1,294 @@
+"""Chip lifecycle the operator drives: cordon, drain, uncordon, repair; and spare accounting.
+
+Two things describe a chip. Its *state* (``ChipState``: healthy, degraded, failed,
+isolated, updating) is the fabric's, written by faults and repairs. Its *mode*
+(``ChipMode`` below) is the operator's: whether new work may be placed on it.
+
+    schedulable --cordon--> cordoned --uncordon--> schedulable
+         |                     |
+         +------drain------> draining --(its rank moved off)--> cordoned
+
+* cordon: placement and rank moves skip the chip (``scheduling.sync`` shows it to the
+  scheduler as out of service; ``ClusterRuntime.usable``/``replacement_chips`` leave it
+  out); a job already on it keeps running.
+* drain: cordon, and move the rank it holds off through the recovery path: on the twin
+  a live migration by the recovery orchestrator (``RecoveryPort.drain``); on fabrics of
+  worker processes the slot is taken out of service (isolated) and the fabric or the
+  process driver moves the rank to a spare or free slot, from its checkpoint. The chip
+  turns cordoned when no job holds it any more (``settle``, every telemetry tick).
+* repair: a failed, isolated or degraded chip no job holds goes back to healthy (the
+  twin's ``repair_chip`` clears its faults; other fabrics get their slot back), and must
+  read healthy afterwards: that re-read is the health check. Its mode is unchanged.
+* uncordon: back to placement (cancels a drain whose rank has not moved yet).
+
+Spares are accounted as they are used (``settle``): a spare that took a rank (a
+recovery moved one onto it) stops being a spare, and, when the cluster's spec says
+``restore_spares`` (the default), free healthy schedulable chips take the lost spares'
+places, the cluster's original spares first. When none is free the cluster says so
+(``spare_shortfall`` in its view, a line in its log).
+
+Modes persist with the cluster (``status.chip_modes``), spares too (``status.spares``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from podfleet.errors import ConflictError, InvalidInputError, PodfleetError
+from podfleet.fabric.base import ChipState, FaultInjection, WorkerKill
+from podfleet.states import check_transition
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+    from podfleet.control.runtime import ClusterRuntime
+
+
+class ChipMode(StrEnum):
+    SCHEDULABLE = "schedulable"
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
+MODE_TRANSITIONS: dict[ChipMode, frozenset[ChipMode]] = {
+    ChipMode.SCHEDULABLE: frozenset({ChipMode.CORDONED, ChipMode.DRAINING}),
+    ChipMode.CORDONED: frozenset({ChipMode.SCHEDULABLE, ChipMode.DRAINING}),
+    ChipMode.DRAINING: frozenset({ChipMode.CORDONED, ChipMode.SCHEDULABLE}),
+}
+
+# What each operator command does to the mode (None: the mode is left as it is).
+_TARGET: dict[str, ChipMode | None] = {
+    "cordon": ChipMode.CORDONED,
+    "drain": ChipMode.DRAINING,
+    "uncordon": ChipMode.SCHEDULABLE,
+    "repair": None,
+}
+ACTIONS = tuple(_TARGET)
+OPERATIONS = {"cordon": "CordonChip", "drain": "DrainChip", "uncordon": "UncordonChip", "repair": "RepairChip"}
+
+
+class ChipModes(Mapping[int, ChipMode]):
+    """One cluster's chips that are not schedulable (the one writer of modes)."""
+
+    def __init__(self, stored: Mapping[str, str] | None = None) -> None:
+        self._modes: dict[int, ChipMode] = {int(c): ChipMode(m) for c, m in (stored or {}).items()
+                                            if ChipMode(m) is not ChipMode.SCHEDULABLE}
+        self.version = 0
+
+    def __getitem__(self, chip: int) -> ChipMode:
+        return self._modes[chip]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._modes))
+
+    def __len__(self) -> int:
+        return len(self._modes)
+
+    def mode(self, chip: int) -> ChipMode:
+        return self._modes.get(chip, ChipMode.SCHEDULABLE)
+
+    def set(self, chip: int, dst: ChipMode) -> ChipMode:
+        """Move ``chip`` to ``dst`` (an illegal move raises with a sentence); returns the old mode."""
+        src = self.mode(chip)
+        if src is dst:
+            return src
+        check_transition(f"chip {chip}", MODE_TRANSITIONS, src, dst)
+        if dst is ChipMode.SCHEDULABLE:
+            del self._modes[chip]
+        else:
+            self._modes[chip] = dst
+        self.version += 1
+        return src
+
+    def to_dict(self) -> dict[str, str]:
+        return {str(c): m.value for c, m in sorted(self._modes.items())}
+
+    def listed(self) -> list[int]:
+        return sorted(self._modes)
+
+    def chips_in(self, mode: ChipMode) -> list[int]:
+        """The chips in ``mode``, sorted (any thread: reads a copy)."""
+        return sorted(c for c, m in self._modes.copy().items() if m is mode)
+
+    def to_modes(self) -> list[ChipMode]:
+        """Every non-schedulable chip's mode (any thread: a copy)."""
+        return list(self._modes.copy().values())
+
+
+# --- commands (engine thread) ------------------------------------------------------------------
+
+def chip_command(plane: ControlPlane, ref: str, chip: int, action: str, *, actor: str = "system") -> dict[str, Any]:
+    """Run one operator command on a chip, audited as Cordon/Drain/Uncordon/RepairChip."""
+    if action not in _TARGET:
+        raise InvalidInputError(f"chip action must be one of {', '.join(ACTIONS)}, got {action!r}",
+                                field="action", allowed=list(ACTIONS))
+
+    def do() -> tuple[dict[str, Any], str]:
+        rt = plane.resolve(ref)
+        rt.check_chip(chip)
+        if action == "repair":
+            _repair(plane, rt, chip)
+        else:
+            _set_mode(plane, rt, chip, action)
+        plane.save_health(rt)
+        persist(plane, rt)
+        plane.render(rt)
+        return chip_view(rt, chip), f"{rt.id}/chip/{chip}"
+
+    out = plane.mutation(OPERATIONS[action], actor, f"{ref}/chip/{chip}", do, body={"chip": chip})
+    rt = plane.clusters.get(str(out["cluster_id"]))
+    if rt is not None:  # after the commit: a repaired or uncordoned chip may take waiting work
+        plane.jobs.schedule(rt)
+    return out
+
+
+def _set_mode(plane: ControlPlane, rt: ClusterRuntime, chip: int, action: str) -> None:
+    dst = _TARGET[action]
+    assert dst is not None
+    holder = rt.owners.get(chip)
+    if dst is ChipMode.DRAINING and holder is None:
+        dst = ChipMode.CORDONED  # nothing to move off: drained already
+    src = rt.modes.set(chip, dst)
+    rt.logs.append(plane.now(), f"chip {chip}: {action} ({src.value} -> {dst.value})", chip=chip)
+    recovery = plane.jobs.recovery
+    if recovery is not None:
+        recovery.set_cordoned(rt, rt.modes.listed())
+    if dst is not ChipMode.DRAINING or holder is None:
+        return
+    job = plane.table.find(holder)
+    if job is not None:
+        plane.table.log(job, f"chip {chip} is being drained by the operator; its rank moves off")
+    if recovery is not None and recovery.drain(rt, chip, "drained by the operator"):
+        return  # a live migration by the recovery orchestrator
+    # Fabrics of worker processes: take the slot out of service; the fabric (or the
+    # process driver, when the gang ends) moves the rank to a spare or free slot.
+    state = rt.chip_states()[chip]
+    if state in (ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING):
+        rt.fabric.set_chip_state(chip, ChipState.ISOLATED, "drained by the operator")
+    # A fabric whose slots do not evict their workers when isolated (Ray actors) is asked
+    # to end the rank's worker; the local fabric has evicted it already (then this is a no-op).
+    fab = rt.fabric
+    if isinstance(fab, WorkerKill) and job is not None and chip in job.chips:
+        with contextlib.suppress(PodfleetError):
+            fab.kill_worker(job.id, list(job.chips).index(chip))
+
+
+def _repair(plane: ControlPlane, rt: ClusterRuntime, chip: int) -> None:
+    state = rt.chip_states()[chip]
+    if state is ChipState.HEALTHY:
+        raise ConflictError(f"chip {chip} of {rt.rec.name} is healthy: nothing to repair"
+                            + (f" (it is {rt.modes.mode(chip).value}; uncordon returns it to placement)"
+                               if chip in rt.modes else ""), field="chip")
+    if state is ChipState.UPDATING:
+        raise ConflictError(f"chip {chip} of {rt.rec.name} is updating its firmware; repair it if the "
+                            "update leaves it isolated", field="chip")
+    holder = rt.owners.get(chip)
+    if holder is not None:
+        raise ConflictError(f"chip {chip} of {rt.rec.name} runs a rank of {holder}; drain it first", field="chip")
+    fab = rt.fabric
+    try:
+        if isinstance(fab, FaultInjection):  # the twin: a repaired chip has no faults pending
+            fab.repair_chip(chip, "repaired by the operator")
+        else:
+            if state is ChipState.FAILED:
+                fab.set_chip_state(chip, ChipState.ISOLATED, "repair: out of service first")
+            fab.set_chip_state(chip, ChipState.HEALTHY, "repaired by the operator")
+    except PodfleetError as exc:
+        raise ConflictError(f"chip {chip} of {rt.rec.name} could not be repaired: {exc.message}",
+                            field="chip") from None
+    after = rt.chip_states()[chip]
+    if after is not ChipState.HEALTHY:  # the health check: the fabric must see it healthy now
+        raise ConflictError(f"chip {chip} of {rt.rec.name} failed its health check after repair: it reads "
+                            f"{after.value}", field="chip")
+    rt.logs.append(plane.now(), f"chip {chip}: repaired ({state.value} -> healthy)", chip=chip)
+
+
+def chip_view(rt: ClusterRuntime, chip: int) -> dict[str, Any]:
+    return {"cluster_id": rt.id, "cluster": rt.rec.name, "chip": chip, "state": rt.chip_states()[chip].value,
+            "mode": rt.modes.mode(chip).value, "spare": bool(rt.spare_mask[chip]), "job": rt.owners.get(chip)}
+
+
+def persist(plane: ControlPlane, rt: ClusterRuntime) -> None:
+    rt.rec.status["chip_modes"] = rt.modes.to_dict()
+    rt.rec.status["spares"] = list(rt.spares)
+    rt.rec.status["original_spares"] = list(rt.original_spares)
+    rt.rec.updated_at = plane.now()
+    plane.store.save_cluster(rt.rec)
+
+
+# --- accounting (every telemetry tick, engine thread) ------------------------------------------
+
+def settle(plane: ControlPlane, rt: ClusterRuntime) -> None:
+    """Drained chips whose rank left turn cordoned; spares that took a rank stop being
+    spares and, where the spec allows, free chips take their places."""
+    # The fabric's states as it gives them (a list compared element by element, no
+    # conversion per chip: a fleet has 65,536), and only while spares are short: then a
+    # repaired chip may take a used spare's place; otherwise owners and modes say it all.
+    short = len(rt.spares) < rt.spec.spares
+    key = (rt.owners.version, rt.modes.version, rt.fabric.chip_states() if short else None)
+    if key == rt.settled_key:
+        return
+    rt.settled_key = key
+    changed = False
+    for chip in [c for c in rt.modes.listed() if rt.modes.mode(c) is ChipMode.DRAINING]:
+        if rt.owners.get(chip) is None:
+            rt.modes.set(chip, ChipMode.CORDONED)
+            rt.logs.append(plane.now(), f"chip {chip}: drained; cordoned", chip=chip)
+            changed = True
+    changed |= account_spares(plane, rt)
+    if changed:
+        persist(plane, rt)
+
+
+def account_spares(plane: ControlPlane, rt: ClusterRuntime) -> bool:
+    """Keep ``rt.spares`` true to what the chips do. True when the spares changed."""
+    used = [c for c in rt.spares if rt.owners.get(c) is not None]
+    keep = [c for c in rt.spares if c not in used]
+    want = rt.spec.spares
+    added: list[int] = []
+    if len(keep) < want and rt.spec.restore_spares:
+        states = rt.chip_states()
+        original = set(rt.original_spares)
+        free = [c for c in range(rt.topology.n_chips)
+                if states[c] is ChipState.HEALTHY and c not in rt.owners and c not in rt.modes
+                and c not in keep and not rt.scheduler_holds(c)]
+        # The cluster's own spares first (e.g. repaired), then the chip closest to them.
+        anchors = keep or sorted(original)
+        free.sort(key=lambda c: (c not in original, min((rt.topology.hops(c, a) for a in anchors), default=0), c))
+        added = free[:want - len(keep)]
+    new = tuple(sorted([*keep, *added]))
+    short = want - len(new)
+    reason = (f"{len(new)} of {want} spares: no free healthy chip to take the place of "
+              f"{'a used spare' if short == 1 else f'{short} used spares'}"
+              + ("" if rt.spec.restore_spares else " (restore_spares is off)")) if short > 0 else ""
+    if reason != rt.spare_shortfall:
+        rt.spare_shortfall = reason
+        if reason:
+            rt.logs.append(plane.now(), f"spares: {reason}")
+    if new == rt.spares:
+        return False
+    for c in used:
+        rt.logs.append(plane.now(), f"spare chip {c} took a rank of {rt.owners.get(c)}: no longer a spare", chip=c)
+    for c in added:
+        rt.logs.append(plane.now(), f"chip {c} is a spare now (restoring {want} spares)", chip=c)
+    set_spares(plane, rt, new)
+    return True
+
+
+def set_spares(plane: ControlPlane, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
+    rt.spares = spares
+    mask = np.zeros(rt.topology.n_chips, dtype=bool)
+    mask[list(spares)] = True
+    rt.spare_mask = mask
+    try:
+        rt.scheduler.set_spares(spares)
+    except PodfleetError as exc:  # a chip the scheduler still holds: fold again next tick
+        rt.settled_key = None
+        rt.logs.append(plane.now(), f"spares: the scheduler could not take {list(spares)} yet: {exc.message}")
+    recovery = plane.jobs.recovery
+    if recovery is not None:
+        recovery.set_spares(rt, spares)

@@ -1,0 +1,136 @@
+"""Users, their policies and their second factor: commands on the engine thread, each
+persisted and audited through ``ControlPlane.mutation`` (secrets never in the audit).
+
+A user owns the tokens named after it: a token whose name is a user's is decided by
+that user's policies (plus ``MFARequired``: policy changes, token creation, key rotation
+and cluster deletion need a fresh TOTP code), not by the token's role.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import TYPE_CHECKING, Any
+
+from podfleet.control.logbuf import rfc3339
+from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
+from podfleet.security import mfa
+from podfleet.security.policy import BUILTIN, Policy, builtin, parse_policy
+from podfleet.store.records import UserRecord
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+
+MAX_INLINE = 20
+
+
+def view(u: UserRecord) -> dict[str, Any]:
+    return {"name": u.name, "policies": list(u.policies), "inline_policies": sorted(u.inline),
+            "mfa": u.mfa_secret is not None, "recovery_codes_left": len(u.recovery or []),
+            "created_at": rfc3339(u.created_at)}
+
+
+def policies_of(u: UserRecord) -> list[Policy]:
+    """What decides for this user: attached built-ins, inline policies, and MFARequired."""
+    out = [builtin(p) for p in u.policies]
+    out += [parse_policy(name, doc) for name, doc in sorted(u.inline.items())]
+    return [*out, BUILTIN["MFARequired"]]
+
+
+def _get(plane: ControlPlane, name: str) -> UserRecord:
+    u = plane.store.get_user(name)
+    if u is None:
+        raise NotFoundError(f"user {name!r} does not exist", field="user")
+    return u
+
+
+def create(plane: ControlPlane, name: str, policies: list[str], *, actor: str) -> dict[str, Any]:
+    def do() -> tuple[dict[str, Any], str]:
+        if plane.store.get_user(name) is not None:
+            raise ConflictError(f"user {name!r} exists", field="name")
+        for p in policies:
+            builtin(p)  # an unknown name lists the valid ones
+        u = UserRecord(name, list(dict.fromkeys(policies)), {}, plane.now())
+        plane.store.save_user(u)
+        return view(u), name
+
+    return plane.mutation("CreateUser", actor, name, do, body={"name": name, "policies": policies})
+
+
+def put_policy(plane: ControlPlane, name: str, policy: str, doc: dict[str, Any] | None, *,
+               actor: str) -> dict[str, Any]:
+    """Attach a built-in policy (``doc`` None) or set an inline one."""
+    def do() -> tuple[dict[str, Any], str]:
+        u = _get(plane, name)
+        if doc is None:
+            if policy not in BUILTIN:  # attaching names a policy that must exist: 404 lists them
+                raise NotFoundError(f"no built-in policy {policy!r}; built-in: {', '.join(sorted(BUILTIN))}",
+                                    field="policy", allowed=sorted(BUILTIN))
+            u.policies = list(dict.fromkeys([*u.policies, policy]))
+        else:
+            if policy in BUILTIN:
+                raise InvalidInputError(f"{policy} is a built-in policy name; pick another", field="policy")
+            parse_policy(policy, doc)  # every field checked before it is stored
+            if policy not in u.inline and len(u.inline) >= MAX_INLINE:
+                raise InvalidInputError(f"a user holds at most {MAX_INLINE} inline policies", field="policy")
+            u.inline[policy] = doc
+        plane.store.save_user(u)
+        return view(u), name
+
+    return plane.mutation("PutUserPolicy", actor, f"{name}/{policy}", do,
+                          body={"user": name, "policy": policy, "document": doc})
+
+
+def delete_policy(plane: ControlPlane, name: str, policy: str, *, actor: str) -> dict[str, Any]:
+    def do() -> tuple[dict[str, Any], str]:
+        u = _get(plane, name)
+        if policy not in u.policies and policy not in u.inline:
+            raise NotFoundError(f"user {name!r} has no policy {policy!r}", field="policy")
+        u.policies = [p for p in u.policies if p != policy]
+        u.inline.pop(policy, None)
+        plane.store.save_user(u)
+        return view(u), name
+
+    return plane.mutation("DeleteUserPolicy", actor, f"{name}/{policy}", do, body={"user": name, "policy": policy})
+
+
+def enable_mfa(plane: ControlPlane, name: str, seal_key: bytes, *, actor: str) -> dict[str, Any]:
+    """Enrol a TOTP secret: the URI and recovery codes are in this answer only."""
+    secret = mfa.new_secret()
+    codes, hashes = mfa.new_recovery_codes()
+
+    def do() -> tuple[dict[str, Any], str]:
+        u = _get(plane, name)
+        if u.mfa_secret is not None:
+            raise ConflictError(f"user {name!r} already has MFA; an admin resets it by deleting the user",
+                                field="user")
+        u.mfa_secret = base64.b64encode(mfa.seal(secret, seal_key, owner=f"user/{name}").to_bytes()).decode()
+        u.mfa_last_step, u.recovery = 0, hashes
+        plane.store.save_user(u)
+        return {**view(u), "otpauth_uri": mfa.provisioning_uri(secret, name), "recovery_codes": codes}, name
+
+    # The secret and codes are generated here, never part of the audited body.
+    return plane.mutation("EnableMfa", actor, name, do, body={"user": name})
+
+
+def check_mfa(plane: ControlPlane, name: str, code: str, seal_key: bytes) -> None:
+    """Accept a fresh TOTP code (or a recovery code) for ``name``; remembers what was used."""
+    u = _get(plane, name)
+    if u.mfa_secret is None:
+        raise InvalidInputError(f"user {name!r} has no MFA enrolled", field="mfa")
+    with plane.store.transaction():
+        if len(code) == mfa.DIGITS and code.isdigit():
+            secret = mfa.unseal(mfa.Sealed.from_bytes(base64.b64decode(u.mfa_secret)), seal_key, owner=f"user/{name}")
+            # Wall-clock time: authenticator apps know no timeline (which may run faster).
+            u.mfa_last_step = mfa.verify_code(secret, code, now=time.time(), last_step=u.mfa_last_step)
+        else:
+            u.recovery = mfa.use_recovery_code(code, u.recovery or [])
+        plane.store.save_user(u)
+
+
+def listing(plane: ControlPlane) -> list[dict[str, Any]]:
+    return [view(u) for u in plane.store.list_users()]
+
+
+def describe(plane: ControlPlane, name: str) -> dict[str, Any]:
+    return view(_get(plane, name))

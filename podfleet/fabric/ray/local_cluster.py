@@ -1,0 +1,133 @@
+"""A Ray cluster of several raylets on this machine: a head and extra nodes started with
+``ray start --block`` (what an operator runs on each machine), for tests and benchmarks
+that need a real multi-node placement without more machines.
+
+Each node is its own process group; ``stop`` sends it SIGTERM (``ray start --block``
+then takes its node down) and SIGKILL only if it lingers, so nothing else on the machine
+is touched (never ``ray stop``, which ends every Ray process of the user).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from podfleet.errors import InfeasibleError
+
+STOP_WAIT_S = 60.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalRayCluster:
+    """``start()`` a head with ``head_cpus`` and one raylet per entry of ``node_cpus``."""
+
+    head_cpus: int = 2
+    node_cpus: Sequence[int] = (1,)
+    env: Mapping[str, str] = field(default_factory=dict)  # e.g. {"RAY_AUTH_MODE": "token"}
+    log_dir: Path | None = None
+    address: str = ""
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _tmp: str = ""
+
+    def start(self, timeout_s: float = 120.0) -> LocalRayCluster:
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        if not Path(ray_bin).exists():
+            raise InfeasibleError(f"no ray command beside {sys.executable}: pip install 'podfleet[ray]'",
+                                  field="ray")
+        # Ray's socket paths must stay under 108 bytes: a short directory of our own.
+        self._tmp = tempfile.mkdtemp(prefix="pfray-", dir="/tmp")
+        logs = self.log_dir or Path(self._tmp)
+        env = {**os.environ, **self.env}
+        port = _free_port()
+        self.address = f"127.0.0.1:{port}"
+        common = ["--block", "--node-ip-address=127.0.0.1", "--object-store-memory=80000000",
+                  "--disable-usage-stats"]
+        try:
+            self._spawn([ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={self.head_cpus}",
+                         "--include-dashboard=false", f"--temp-dir={self._tmp}", *common], logs / "head.log", env)
+            self._wait_port(port, timeout_s)
+            for i, cpus in enumerate(self.node_cpus):
+                self._spawn([ray_bin, "start", f"--address={self.address}", f"--num-cpus={cpus}", *common],
+                            logs / f"raylet-{i + 1}.log", env)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, argv: list[str], log: Path, env: Mapping[str, str]) -> None:
+        with log.open("wb") as out:
+            self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=dict(env),
+                                               start_new_session=True))
+
+    def _wait_port(self, port: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.procs[0].poll() is not None:
+                raise InfeasibleError(f"ray start --head exited with {self.procs[0].returncode}", field="ray")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+            time.sleep(0.5)
+        raise InfeasibleError(f"the Ray head did not listen on {port} within {timeout_s:g} s", field="ray")
+
+    @property
+    def n_nodes(self) -> int:
+        return 1 + len(self.node_cpus)
+
+    def wait_nodes(self, timeout_s: float = 120.0) -> list[str]:
+        """Wait until every node is alive; the node ids of the raylets other than the head.
+        Connects to the cluster for the wait and disconnects again (one Ray connection per
+        process: the fabric makes its own)."""
+        import ray
+
+        ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                alive = [n for n in ray.nodes() if n["Alive"]]
+                if len(alive) >= self.n_nodes:
+                    return sorted(str(n["NodeID"]) for n in alive if "node:__internal_head__" not in n["Resources"])
+                if time.monotonic() > deadline:
+                    raise InfeasibleError(f"{len(alive)} of {self.n_nodes} Ray nodes alive after {timeout_s:g} s",
+                                          field="ray")
+                time.sleep(0.5)
+        finally:
+            ray.shutdown()
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self.procs.clear()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = ""
+
+    def __enter__(self) -> LocalRayCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

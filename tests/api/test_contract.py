@@ -1,0 +1,110 @@
+"""What the OpenAPI contract promises, case by case (the schemathesis run finds these by
+search; here each has a name): 400 only for a request that breaks the schema, indices
+past the cluster's size are 404s naming its range, 405 lists every method of the path,
+errors are documented as problem+json, and links lead to real identifiers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from podfleet.api.openapi import LINKS
+from tests.api.conftest import wait_active
+
+
+@pytest.fixture(scope="module")
+def pod(admin: httpx.Client) -> dict[str, Any]:
+    r = admin.post("/v1/clusters", json={"name": "contract", "type": "trn2-node"})
+    assert r.status_code == 201, r.text
+    return wait_active(admin, "contract")
+
+
+@pytest.fixture(scope="module")
+def doc(admin: httpx.Client) -> dict[str, Any]:
+    return admin.get("/openapi.json").json()
+
+
+@pytest.mark.parametrize("method,path,allow", [
+    ("OPTIONS", "/v1/clusters", "GET, POST"),
+    ("PUT", "/v1/clusters/contract", "DELETE, GET"),
+    ("PATCH", "/v1/tokens", "GET, POST"),
+    ("GET", "/v1/jobs/job-x/stop", "POST"),
+])
+def test_405_allow_names_every_method_of_the_path(admin: httpx.Client, method: str, path: str, allow: str) -> None:
+    r = admin.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == allow
+    assert r.json()["code"] == "method-not-allowed" and r.json()["allowed"] == allow.split(", ")
+
+
+def test_a_chip_past_the_cluster_is_a_404_naming_its_range(admin: httpx.Client, pod: dict[str, Any]) -> None:
+    r = admin.get("/v1/clusters/contract/hardware", params={"chip": 16})
+    assert r.status_code == 404 and r.json()["allowed"] == "0-15"
+    assert "cluster contract has chips 0-15" in r.json()["detail"]
+    r = admin.post("/v1/clusters/contract/faults", json={"kind": "chip-failure", "chip": 40})
+    assert r.status_code == 404 and "contract has chips 0-15" in r.json()["detail"]
+    # Past the largest cluster there is: the schema's own bound, a 400.
+    assert admin.get("/v1/clusters/contract/hardware", params={"chip": 256}).status_code == 400
+    one = admin.get("/v1/clusters/contract/hardware", params={"chip": 15}).json()
+    assert one["index"] == 15 and "cluster_id" not in one  # the document's anyOf: Hardware or ChipOut
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"name": "c1", "spares": True}, 400),       # a boolean is not an integer
+    ({"name": "c1", "encryption": "yes"}, 400),  # nor a string a boolean
+    ({"name": "c1", "storage_nodes": "2"}, 400),
+    ({"name": "c1", "spares": 1.5}, 400),
+    ({"name": "c1", "type": "trn2-node", "chips": 64}, 422),  # valid fields, an impossible combination
+    ({"name": "c1", "fabric": "sim", "rayAddress": "auto"}, 422),
+])
+def test_400_means_the_schema_was_broken(admin: httpx.Client, body: dict[str, Any], status: int) -> None:
+    r = admin.post("/v1/clusters", json=body)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")
+
+
+def test_integral_numbers_are_integers(admin: httpx.Client) -> None:
+    r = admin.post("/v1/clusters", json={"name": "c-float", "type": "trn2-node", "spares": 1.0})
+    assert r.status_code == 201 and len(r.json()["spares"]) == 1
+
+
+def test_errors_are_documented_as_problem_json(doc: dict[str, Any]) -> None:
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            for status, response in op["responses"].items():
+                if status.isdigit() and int(status) >= 400:
+                    assert set(response["content"]) == {"application/problem+json"}, (method, path, status)
+                    assert response["content"]["application/problem+json"]["schema"] == {
+                        "$ref": "#/components/schemas/Problem"}
+
+
+def test_links_point_at_operations_and_parameters_that_exist(doc: dict[str, Any]) -> None:
+    ops = {op["operationId"]: op for item in doc["paths"].values() for op in item.values()}
+    found = 0
+    for (source, status), targets in LINKS.items():
+        links = ops[source]["responses"][status]["links"]
+        for target, parameters in targets.items():
+            if target not in ops:
+                continue
+            found += 1
+            link = links[target]
+            names = {p["name"] for p in ops[target].get("parameters", [])}
+            assert link == {"operationId": target, "parameters": parameters}, (source, target)
+            assert set(parameters) <= names, (source, target)
+    assert found >= 15
+    assert doc["paths"]["/v1/tokens"]["post"]["responses"]["201"]["links"]["RevokeAccessToken"]["parameters"] == {
+        "token_id": "$response.body#/id"}
+
+
+def test_bounds_the_server_enforces_are_in_the_schema(doc: dict[str, Any]) -> None:
+    params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/clusters/{cluster}/telemetry"]["get"]["parameters"]}
+    target = params["target"]["anyOf"][0]
+    assert target["minimum"] == 0 and target["maximum"] == 6 * 256 - 1
+    assert "temperature_c" in params["metric"]["enum"]
+    cluster = params["cluster"]
+    assert cluster["pattern"] == "^[a-z0-9][a-z0-9-]*$" and cluster["maxLength"] == 63
+    schemas = doc["components"]["schemas"]
+    assert "llama3-8b" in schemas["PlanRequest"]["properties"]["model"]["enum"]
+    assert schemas["FirmwareUpdateRequest"]["properties"]["version"]["enum"] == ["2.20.0", "2.21.0", "2.22.0",
+                                                                                  "2.23.0"]

@@ -1,0 +1,41 @@
+"""Chips numbered node by node, the head first; liveness from ``ray.nodes()`` records;
+pinning selectors and the health check (``fabric/ray/nodes.py``: no Ray needed)."""
+
+from __future__ import annotations
+
+from podfleet.fabric.ray.nodes import HEAD_RESOURCE, NODE_ID_LABEL, NodeMap
+
+
+def rec(node_id: str, ip: str, cpus: float, *, head: bool = False, alive: bool = True) -> dict:
+    res = {"CPU": cpus, f"node:{ip}": 1.0, **({HEAD_RESOURCE: 1.0} if head else {})}
+    return {"NodeID": node_id, "NodeManagerAddress": ip, "Alive": alive, "Resources": res}
+
+
+NODES = [rec("b" * 56, "10.0.0.2", 1.0), rec("a" * 56, "10.0.0.1", 2.0, head=True), rec("c" * 56, "10.0.0.3", 0.0),
+         rec("d" * 56, "10.0.0.4", 4.0, alive=False)]
+
+
+def test_chips_fill_the_head_first_then_the_other_nodes() -> None:
+    m = NodeMap(NODES, "CPU", 1.0, 3)
+    assert m.chip_node == ["a" * 56, "a" * 56, "b" * 56]
+    assert [m.host(c) for c in range(3)] == ["10.0.0.1", "10.0.0.1", "10.0.0.2"]
+    assert m.chips_on("b" * 56) == [2] and m.selectors([2, 0]) == [{NODE_ID_LABEL: "b" * 56},
+                                                                  {NODE_ID_LABEL: "a" * 56}]
+    assert [d["chips"] for d in m.describe()] == [[0, 1], [2]]
+
+
+def test_fractional_chips_and_leftovers() -> None:
+    m = NodeMap(NODES, "CPU", 0.5, 7)  # head holds 4, the other node 2: chip 6 has no node
+    assert m.chip_node.count("a" * 56) == 4 and m.chip_node[6] is None
+    assert m.selectors([6]) == [{}] and m.check(6) is None and m.host(6) == ""
+
+
+def test_a_node_that_dies_fails_the_check_and_is_reported_once() -> None:
+    m = NodeMap(NODES, "CPU", 1.0, 3)
+    assert m.check(2) is None
+    alive = [r for r in NODES if r["NodeID"] != "b" * 56]
+    [died] = m.update(alive)
+    assert died.node_id == "b" * 56 and m.update(alive) == []
+    assert "is not alive" in (m.check(2) or "") and m.check(0) is None
+    m.updated_mono -= 3600
+    assert "no fresh view" in (m.check(0) or "")
