@@ -17,7 +17,10 @@ healthy step time (the same job with no faults). That charges everything: detect
 recovery, the partial step lost at each interruption, steps recomputed after a
 checkpoint restore, and slowdowns (a rank moved to the other pod). ``running_ratio`` is
 the looser figure: time running minus time recomputing checkpoint-lost steps, over wall
-time.
+time. ``slowdown_s``: what the steps run slower than the healthy step cost (a rank in the
+other pod until it is brought back, ``rehomes``, once a chip of the job's pod is free).
+``recoveries`` count fault recoveries; the moves back home are ``rehomes`` (each a short
+pause, counted in ``interruptions``).
 """
 
 from __future__ import annotations
@@ -38,24 +41,29 @@ JOB = {"model": "llama3-70b", "chips": 64, "steps": 10**7, "checkpoint_interval"
 
 def run(quick: bool = False, seed: int = 1) -> dict[str, Any]:
     days = 0.25 if quick else 7.0
+    nominal_step_s = _healthy_step_s(seed)
     r = rehearse(seed, fault_rates=FaultRates().scaled(SCALE), repair_s=4 * 3600.0)
     t0 = r.tl.now
     job = r.submit(dict(JOB))
     fab = r.fabric
     acc: dict[str, Any] = {"running_s": 0.0, "since": r.tl.now, "recompute_s": 0.0, "interruptions": 0, "paused_at_step": 0,
-           "step_s": 0.0}
+           "step_s": 0.0, "slowdown_s": 0.0, "last_step": fab.job(job).step}
 
     def on(ev: FabricEvent) -> None:
         if ev.job_id != job:
             return
         if ev.kind == "progress":
             acc["step_s"] = float(ev.detail.get("step_time_s", acc["step_s"]))
+            step = int(ev.detail.get("step", acc["last_step"]))
+            acc["slowdown_s"] += max(step - acc["last_step"], 0) * max(acc["step_s"] - nominal_step_s, 0.0)
+            acc["last_step"] = step
         elif ev.kind == "job-paused":
             acc["running_s"] += ev.t - acc["since"]
             acc["interruptions"] += 1
             acc["paused_at_step"] = int(ev.detail.get("step", 0))
         elif ev.kind == "job-resumed":
             acc["since"] = ev.t
+            acc["last_step"] = int(ev.detail.get("step", acc["last_step"]))
             lost = acc["paused_at_step"] - int(ev.detail.get("step", acc["paused_at_step"]))
             acc["recompute_s"] += max(lost, 0) * acc["step_s"]
 
@@ -65,8 +73,9 @@ def run(quick: bool = False, seed: int = 1) -> dict[str, Any]:
     run0 = fab.job(job)
     if str(run0.state) == "running":
         acc["running_s"] += r.tl.now - acc["since"]
-    nominal_step_s = _healthy_step_s(seed)
-    recs = [x for x in r.recoveries() if x["job_id"] == job]
+    mine = [x for x in r.recoveries() if x["job_id"] == job]
+    recs = [x for x in mine if x["kind"] != "rehome"]
+    rehomes = [x for x in mine if x["kind"] == "rehome"]
     done = [x for x in recs if x["state"] == "done"]
     return {
         "ettr": round(run0.step * nominal_step_s / wall, 5),
@@ -81,6 +90,8 @@ def run(quick: bool = False, seed: int = 1) -> dict[str, Any]:
         "recovery_s_total": round(sum(x["t_end"] - x["t_start"] for x in done), 1),
         "detect_s_total": round(sum(x["detected_t"] - x["t_start"] for x in done), 1),
         "recompute_s": round(acc["recompute_s"], 1),
+        "slowdown_s": round(acc["slowdown_s"], 1),
+        "rehomes": len(rehomes),
         "job_state": r.plane.jobs.describe(job)["state"],
         "simulated_days": days,
     }

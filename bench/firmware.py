@@ -1,7 +1,14 @@
 """Rolling firmware update of a 64-chip job's chips on the real control plane, in virtual
 time: ``health.start_firmware`` one chip at a time; each chip's rank moves to a free chip
-first (a live copy: the measured rank-move cost plus the rank's state over the copy
-path), 60 s per update, a health check after.
+first (a live copy at a step boundary: the measured rank-move cost plus the rank's state
+over the copy path), 60 s per update, a health check after.
+
+The job fills its pod, so the first rank must move to the other pod; every later rank
+moves to the chip updated just before it (same pod, a NeuronLink copy), and at the end
+the rank outside comes back to the last updated chip: each rank moves once, two moves
+cross pods (``cross_pod_moves``; each pause is the measured move plus 16.7 GB at the
+network tier's 25 GB/s, ~1.23 s, which bounds ``max_interruption_s`` from below while
+the job fills its pod).
 
 The rehearsal path (``podfleet.twin.recovery_rehearsal``): two-pod twin cluster (128
 chips, 4 spares), llama3-70b on 64 chips (tp 8, pp 4, dp 2) submitted through
@@ -20,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from podfleet.fabric.base import FabricEvent
+from podfleet.recovery.spares import group_of
 from podfleet.twin.recovery_rehearsal import CLUSTER, rehearse
 
 NAME = "firmware"
@@ -67,6 +75,9 @@ def run(quick: bool = False) -> dict[str, Any]:
     lost = acc["paused_s"] + acc["partial_s"] + acc["slowdown_s"]
     steps = r.fabric.job(job).step - step0
     ints = view["interruptions_s"]
+    topo = r.fabric.topology
+    moves = [st["detail"] for x in r.recoveries() if x["job_id"] == job and x["t_start"] >= acc["window"]
+             for st in x["steps"] if st["name"] == "move-rank"]
     return {
         "max_interruption_s": round(max(ints, default=0.0), 4),
         "compute_lost_ratio": round(lost / window, 6) if window else 0.0,
@@ -74,6 +85,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "partial_step_lost_ratio": round(acc["partial_s"] / window, 6) if window else 0.0,
         "slowdown_ratio": round(acc["slowdown_s"] / window, 6) if window else 0.0,
         "steps_in_window": steps,
+        "rank_moves": len(moves),
+        "cross_pod_moves": sum(group_of(topo, m["from_chip"]) != group_of(topo, m["to_chip"]) for m in moves),
         "healthy_step_s": round(healthy_s, 3),
         "slowest_step_s": round(acc["max_step_s"], 3),
         "chips_updated": len(view["done"]),

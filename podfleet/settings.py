@@ -17,6 +17,11 @@
     PODFLEET_KEY_DIR / _KEY_COMMAND / _KEY_URL  where podfleet's keys come from
     PODFLEET_AUDIT_DIGESTS_DIR / _AUDIT_DIGEST_INTERVAL_S  signed audit digests
     PODFLEET_AUDIT_RETENTION_DAYS  audit records kept in the database (90); older ones archived
+    PODFLEET_WORKER_USER         who local workers run as when the server is root (default:
+                                 podfleet-worker if it exists, else root with a warning)
+    PODFLEET_WORKER_PYTHON       the interpreter workers run (default: the server's own)
+    PODFLEET_WORKER_LIMIT_NOFILE / _NPROC / _CORE / _AS  workers' resource limits (16384,
+                                 16384, 0, unchanged); 0 leaves NOFILE/NPROC/AS as they are
 """
 
 from __future__ import annotations
@@ -60,6 +65,14 @@ class Settings(BaseSettings):
     audit_digests_dir: str | None = None  # default: beside the SQLite file, or ~/.podfleet/audit-digests
     audit_digest_interval_s: float = Field(300.0, gt=0)
     audit_retention_days: float = Field(90.0, gt=0)  # older records are archived, then pruned
+    report_retention_days: float = Field(30.0, gt=0)  # health reports older than this are pruned
+    # Local workers (security/sandbox.py reads these variables where it starts workers).
+    worker_user: str | None = None  # default: podfleet-worker if it exists; "root" to keep root
+    worker_python: str | None = None  # the interpreter workers run (default: the server's)
+    worker_limit_nofile: int = Field(16384, ge=-1)
+    worker_limit_nproc: int = Field(16384, ge=-1)
+    worker_limit_core: int = Field(0, ge=-1)
+    worker_limit_as: int = Field(-1, ge=-1)  # bytes; -1: unchanged (CUDA reserves huge address space)
 
 
 def get_settings(**overrides: object) -> Settings:

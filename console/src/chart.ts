@@ -11,7 +11,8 @@ export function chart(ctx: Ctx, title: string, t: number[], series: Series[], un
   const box = h("figure", { class: "chart", role: "group", "aria-label": title }, h("figcaption", {}, title));
   const opts: uPlot.Options = {
     width: 520, height: 200,
-    scales: { x: { time: true } },
+    // One sample alone would stretch the axis over years: give it the minute before it.
+    scales: { x: { time: true, range: (_u, min, max) => (min === max ? [min - 60, max + 1] : [min, max]) } },
     axes: [{}, { label: unit, size: 90 }],
     series: [{}, ...series.map((sr, i) => ({ label: sr.label, stroke: OKABE_ITO[(i + 4) % OKABE_ITO.length], width: 2 }))],
   };

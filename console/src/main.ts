@@ -52,7 +52,7 @@ async function render(): Promise<void> {
   }
   if (path === "/login") { history.replaceState(null, "", "/"); return render(); }
   const route = ROUTES.find((r) => r.re.test(path));
-  const main = h("main", { id: "main", tabindex: -1 });
+  const main = h("main", { id: "main", tabindex: -1, "aria-busy": "false" }); // busy only while a page loads
   clear(app, shell(), main);
   if (!route) { main.append(h("h1", {}, "Not found"), h("p", {}, `No console page at ${path}.`)); return; }
   document.title = `${route.title} · podfleet`;

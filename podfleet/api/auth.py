@@ -64,6 +64,7 @@ RULES: dict[str, Role] = {
     "PutUserPolicy": Role.ADMIN,
     "DeleteUserPolicy": Role.ADMIN,
     "EnableMfa": Role.ADMIN,
+    "RotateKeys": Role.ADMIN,  # api/routes/keys.py
     # Operations intelligence (api/routes/ops.py): verify runs probes and a drill; apply acts.
     "VerifyCluster": Role.OPERATOR,
     "DiagnoseCluster": Role.VIEWER,

@@ -12,6 +12,7 @@ from podfleet.api.guard import Guard, GuardConfig
 from podfleet.api.metrics import ApiMetrics, MetricsMiddleware
 from podfleet.api.routes import audit, chips, clusters, health, jobs, plan, system, tokens
 from podfleet.api.routes import code as code_routes
+from podfleet.api.routes import keys as key_routes
 from podfleet.api.routes import ops as ops_routes
 from podfleet.api.routes import users as user_routes
 from podfleet.api.schemas import Problem
@@ -54,7 +55,8 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.on_invalid = on_invalid
     problems.install(app)
     v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
-    for module in (clusters, chips, jobs, plan, audit, health, tokens, code_routes, ops_routes, user_routes):
+    for module in (clusters, chips, jobs, plan, audit, health, tokens, code_routes, ops_routes, user_routes,
+                   key_routes):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(system.router)

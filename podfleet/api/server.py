@@ -17,7 +17,6 @@ from podfleet.api.main import create_app
 from podfleet.compose import build
 from podfleet.console import mount as mount_console
 from podfleet.control.plane import ControlPlane
-from podfleet.control.workdir import workdir_root
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.factory import available_fabrics
@@ -105,8 +104,8 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
 
         digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain)
     app = create_app(plane, parts.health, guard_config(settings))
-    # Health reports: archived under the work directory, every active cluster's generated daily.
-    app.state.reports = reports.ReportArchive(workdir_root(None) / "reports")
+    # Health reports: archived in the store with retention, every active cluster's generated daily.
+    app.state.reports = reports.StoredReports(store, settings.report_retention_days)
     reports.schedule_daily(plane, parts.health, app.state.reports)
     app.state.mfa_key = current_key(provider, "mfa-seal", create=True)[1]  # seals users' TOTP secrets
     if digests is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from podfleet.checkpoint.shard import atomic_write
-from podfleet.errors import ChecksumError, NotFoundError
+from podfleet.errors import ChecksumError, InvalidInputError, NotFoundError
 
 MANIFEST = "manifest.json"
 
@@ -50,9 +50,15 @@ class Manifest:
 
 def commit(root: str | Path, job_id: str, step: int, n_shards: int, *, kind: str = "checkpoint") -> Manifest:
     d = step_dir(root, step)
+    # Workers may own the checkpoint tree (an unprivileged worker user): a step directory or
+    # shard they turned into a symlink would make the server write or read elsewhere.
+    if d.is_symlink() or not d.resolve().is_relative_to(Path(root).resolve()):
+        raise InvalidInputError(f"checkpoint {d} is a link out of {root}; refusing to commit", field="checkpoint")
     entries = []
     for r in range(n_shards):
         p = d / shard_name(r)
+        if p.is_symlink():
+            raise InvalidInputError(f"checkpoint {d}: shard {p.name} is a link; refusing to commit", field="checkpoint")
         if not p.exists():
             raise NotFoundError(f"checkpoint {d}: shard {p.name} is missing; cannot commit")
         data = p.read_bytes()

@@ -15,6 +15,7 @@ the wrap too) still decrypt.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -158,7 +159,12 @@ def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None,
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # The directory may belong to a worker's (unprivileged) user while the server writes a
+    # manifest into it: never follow or reuse what sits at the temporary name (a planted
+    # link would have the server overwrite the file it points at).
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
         view = memoryview(data)
         while view:

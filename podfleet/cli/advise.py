@@ -37,7 +37,7 @@ def advise(
         line(f"{target}: no advice ({result['candidates']} candidates rehearsed over {result['horizon_s']:g} s, "
              f"none with a gain of {result['min_gain']:.0%} or more)")
         return
-    emit([{"id": r["id"], "title": r["title"], "predicted_gain": f"{r['predicted_gain']:.1%}",
+    emit([{"id": r["id"], "kind": r.get("kind"), "title": r["title"], "predicted_gain": f"{r['predicted_gain']:.1%}",
            "confidence": r["confidence"], "action": r["action"]["op"]} for r in recs], output,
          title=f"advice for {target}")
     line("apply one with: podfleet advise apply ID", err=True)

@@ -157,6 +157,7 @@ def events(cluster: str = typer.Argument(..., help="id, name, or a unique id pre
 @app.command("delete")
 def delete(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
            yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
+           mfa: str | None = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens need one)"),
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Stop the cluster's jobs and delete it (asks first unless --yes)."""
     with errors():
@@ -170,4 +171,5 @@ def delete(cluster: str = typer.Argument(..., help="id, name, or a unique id pre
             if not typer.confirm(f"delete cluster {cl['name']} ({cl['id']}) and stop its "
                                  f"{cl.get('jobs_running', 0)} running job(s)?", err=True):
                 raise typer.Exit(1)
+        c.use_mfa(mfa)  # after the describe: a code works once, for the call that needs it
         emit(c.delete_cluster(cluster), output, columns=["id", "name", "state"], title=f"cluster {cluster}")

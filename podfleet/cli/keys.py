@@ -1,5 +1,7 @@
 """``podfleet keys rotate|rewrap|retire``: versioned key-encryption keys for checkpoints,
-and the audit chain's MAC key (run on the control-plane host; no server needed)."""
+and the audit chain's MAC key. ``keys rotate --cluster NAME`` asks the server
+(``RotateKeys``: admin, audited, a second factor for a user's token); the other forms run
+on the control-plane host with no server."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 
 app = typer.Typer(help="Key versions: rotate, rewrap stored data keys, retire old versions.", no_args_is_help=True)
@@ -29,14 +32,26 @@ def _key_file(key_file: str | None, workdir: str | None) -> Path:
 
 @app.command("rotate")
 def rotate(
+    cluster: str | None = typer.Option(None, "--cluster", help="through the server: this cluster's checkpoint key"),
     key_file: str | None = KeyFileOpt,
     cluster_workdir: str | None = WorkdirOpt,
     audit: bool = typer.Option(False, "--audit", help="rotate the audit chain's MAC key instead"),
     key_dir: str | None = typer.Option(None, "--key-dir", help="with --audit: the key directory"),
+    mfa: str | None = typer.Option(None, "--mfa", help="with --cluster: a fresh TOTP or recovery code"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Add a key version: new data is protected by it, older versions still decrypt/verify."""
     with errors():
+        if cluster is not None:
+            if key_file or cluster_workdir or audit:
+                raise InvalidInputError("--cluster asks the server; drop --key-file, --cluster-workdir and --audit",
+                                        field="cluster")
+            c = client(url, token)
+            c.use_mfa(mfa)
+            emit(c.rotate_keys(cluster), output, title="rotated")
+            return
         if audit:
             from podfleet.security.keyring import FileKeyProvider
             from podfleet.security.keyring import rotate as rotate_named

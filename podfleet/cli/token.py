@@ -15,13 +15,16 @@ app = typer.Typer(help="Access tokens: issue, list, revoke (admin).", no_args_is
 def create(
     name: str = typer.Argument(..., help="who or what the token is for"),
     role: str = typer.Option(..., "--role", help="admin, operator or viewer"),
+    mfa: str | None = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens need one)"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Issue a token; it is printed once and stored only as a hash."""
     with errors():
-        out = client(url, token).create_access_token(name, role)
+        c = client(url, token)
+        c.use_mfa(mfa)
+        out = c.create_access_token(name, role)
         if output == OutputFormat.json:
             emit(out, output)
         else:

@@ -17,10 +17,13 @@ MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code, for ca
 
 @app.command("create")
 def create(name: str, policy: list[str] = typer.Option([], "--policy", help="built-in policy to attach"),
-           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+           mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+           output: OutputFormat = OutputOpt) -> None:
     """Create a user; tokens named NAME then act with its policies."""
     with errors():
-        emit(client(url, token).create_user(name, policies=policy), output, title="user")
+        c = client(url, token)
+        c.use_mfa(mfa)
+        emit(c.create_user(name, policies=policy), output, title="user")
 
 
 @app.command("list")

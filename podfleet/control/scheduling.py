@@ -20,7 +20,7 @@ import numpy as np
 from podfleet.control.presets import resolve_model
 from podfleet.control.specs import ClusterSpec
 from podfleet.errors import PodfleetError
-from podfleet.fabric.base import ChipState
+from podfleet.fabric.base import ChipState, LinkTraffic
 from podfleet.hardware.topology import Topology
 from podfleet.perf.models import MODELS, ModelSpec
 from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, cluster_metrics
@@ -54,7 +54,8 @@ def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str
 def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | None, *,
                 preemptible: bool = True) -> JobRequest:
     """What the scheduler needs of a job: gang size, team, priority, TP degree, and for
-    ``parallelism: auto`` the model, so block shape and plan are chosen together."""
+    ``parallelism: auto`` the model and its gradient compression, so block shape and plan
+    (its step time with that compression) are chosen together."""
     chips = int(spec["chips"])
     par = spec.get("parallelism")
     tp = int(par["tp"]) if isinstance(par, Mapping) else int((plan or {}).get("tp", 1) or 1)
@@ -70,6 +71,7 @@ def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | 
     return JobRequest(
         job_id, chips, team=spec.get("team") or "default", priority=int(spec.get("priority", 0)), tp=tp,
         parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
+        grad_compression=str(spec.get("grad_compression") or "none"),
     )
 
 
@@ -87,6 +89,12 @@ def plan_fields(plan: object) -> dict[str, Any] | None:
     est = best.estimate
     d.update(step_time_s=float(est.step_time_s), tokens_per_s=float(est.tokens_per_s), mfu=float(est.mfu),
              memory_per_chip_bytes=int(est.memory.total_bytes), fits=bool(est.fits))
+    comp = str(getattr(plan, "grad_compression", "none") or "none")
+    if comp != "none":  # planned with the job's gradient compression: say so, and what it changed
+        d["grad_compression"] = comp
+        raw = getattr(plan, "uncompressed", None)
+        if raw is not None:
+            d["uncompressed_step_time_s"] = float(raw.step_time_s)
     return d
 
 
@@ -114,7 +122,9 @@ def pending_allocation(reason: str) -> dict[str, Any]:
 
 def sync(rt: ClusterRuntime) -> None:
     """Fold the fabric's chip states, link states and the owner map into the scheduler
-    (engine thread). Links that are down or degraded keep new placements off them.
+    (engine thread). Links that are down or degraded keep new placements off them; on a
+    fabric that reports its links' traffic (``LinkTraffic``), links other jobs' rings load
+    count against a candidate block too.
 
     Spares are left out of the owner arrays: a rank recovery moved onto a spare does not
     make the spare look allocated, and the scheduler never places on spares anyway.
@@ -141,6 +151,13 @@ def sync(rt: ClusterRuntime) -> None:
         if rt.synced_links is None or rt.synced_links[0] != key or rt.synced_links[1] != links:
             sched.set_link_states(links)
             rt.synced_links = (sum(p.link_version for p in cl.pods), links)
+    if isinstance(rt.fabric, LinkTraffic) and cl.links_per_pod:
+        # The running rings' load per directed link: placement scores a candidate block by
+        # the traffic its ring would add (``scheduler.traffic``). Compared pod by pod, so an
+        # unchanged load costs one array comparison per pod that carries traffic.
+        traffic = rt.fabric.link_traffic()
+        if traffic.size == 2 * cl.links_per_pod * len(cl.pods):
+            sched.set_link_traffic(traffic)
     want = np.full(cl.n_chips, FREE, dtype=np.int64)
     for chip, job_id in list(rt.owner.items()):
         r = sched.jobs.get(job_id)

@@ -290,6 +290,17 @@ class Rebalanceable(Protocol):
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None: ...
 
 
+@runtime_checkable
+class LinkTraffic(Protocol):
+    """The fabric knows the collective traffic its running jobs put on its links, so
+    placement can keep a new job's ring off links already in use (``scheduler.traffic``)."""
+
+    def link_traffic(self) -> np.ndarray:
+        """float [2 * links]: ring edges of the running jobs on each directed link
+        (``2 * link + direction``, links indexed as ``link_states()``; 0 where idle).
+        Read-only; answers from what the fabric already knows: it never blocks."""
+
+
 # --- probes: acceptance checks ask the fabric to measure (podfleet.ops.verify) -------------
 
 

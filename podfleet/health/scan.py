@@ -109,8 +109,13 @@ class _MaskRule:
 def _same_frozen(arrays: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
     """The very arrays of the last scan, read-only (so not changed since): the twin and the
     neuron fabric replace a metric array when it changes, never write it."""
-    return len(arrays) == len(last) and all(
-        a is b and isinstance(a, np.ndarray) and not a.flags.writeable for a, b in zip(arrays, last, strict=True))
+    if len(arrays) != len(last):
+        return False
+    # A plain loop: ``all()`` over a generator cost more than the check, three times a scan.
+    for a, b in zip(arrays, last, strict=True):
+        if a is not b or not isinstance(a, np.ndarray) or a.flags.writeable:
+            return False
+    return True
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
@@ -203,6 +208,7 @@ class HealthScanner:
         self._unc_src: tuple[Any, ...] = ()
         self._corr_src: tuple[Any, ...] = ()
         self._link_src: tuple[Any, ...] = ()
+        self._thr_src: tuple[Any, ...] = ()
         self._burst_t = np.full(n_links, -np.inf)
         self._burst_last = -np.inf
         self._prev_util: np.ndarray | None = None
@@ -282,7 +288,8 @@ class HealthScanner:
         alerting, base = self.deviation.observe(values, now)
         if alerting is not self.deviation.quiet:
             alerting = alerting & (usable & ~settling)
-        if not _same(alerting, self._dev_active):
+        # The bank's shared quiet mask again (the common case) is no change: no byte compare.
+        if alerting is not self._dev_active and not _same(alerting, self._dev_active):
             self._dev_active = alerting
             for j, (m, rule) in enumerate(self._dev_rules.items()):
                 rule.apply(book, cid, alerting[j], now, res, values=values[j],
@@ -335,9 +342,12 @@ class HealthScanner:
             rate = (corr - c0) / max(now - t0, cfg.interval_s) * 60.0
             rule.apply(book, cid, rate > cfg.ecc_rate_warn_per_min, now, res, values=rate,
                        message=lambda i, v: f"corrected ECC errors at {v:.1f}/min")
-        self._rules["thermal-throttle"].apply(
-            book, cid, chip["throttle"], now, res, values=temp,
-            message=lambda i, v: f"throttling at {v:.1f} C")
+        raw_thr = (chip["throttle"],)
+        if not _same_frozen(raw_thr, self._thr_src):  # the very array of the last scan: no change
+            self._thr_src = raw_thr
+            self._rules["thermal-throttle"].apply(
+                book, cid, raw_thr[0], now, res, values=temp,
+                message=lambda i, v: f"throttling at {v:.1f} C")
         if states_changed:
             self._states_key = skey
             self._rules["chip-down"].apply(
@@ -413,12 +423,13 @@ class HealthScanner:
         """Stalled (running, no step for ``job_stall_s``) and slow (tokens/s > 10% under its
         median of the last samples) jobs."""
         book, cid, cfg = self.book, self.cluster_id, self.cfg
+        job_last, job_tps = self._job_last, self._job_tps
         for job_id, j in jobs.items():
             step = float(j.get("step", 0))
-            last = self._job_last.get(job_id)
+            last = job_last.get(job_id)
             if last is None or step != last[0]:
-                self._job_last[job_id] = (step, now)
-            moved_t = self._job_last[job_id][1]
+                last = job_last[job_id] = (step, now)
+            moved_t = last[1]
             running = str(j.get("state", "")).lower() == "running"
             target = f"job:{job_id}"
             if running and now - moved_t >= cfg.job_stall_s:
@@ -431,11 +442,11 @@ class HealthScanner:
                 if stalled_cleared is not None:
                     res.resolved.append(stalled_cleared)
             tps = float(j.get("tokens_per_s") or 0.0)
-            hist = self._job_tps.get(job_id)
+            hist = job_tps.get(job_id)
             if hist is None:
-                hist = self._job_tps[job_id] = _Throughputs(60)
+                hist = job_tps[job_id] = _Throughputs(60)
             if running and tps > 0:
-                base = hist.median() if len(hist) >= 10 else None
+                base = hist.median() if len(hist.sorted) >= 10 else None  # no ``__len__`` call per job
                 slow = base is not None and tps < (1 - cfg.rel) * base
                 if not slow:
                     hist.add(tps)
@@ -449,9 +460,11 @@ class HealthScanner:
                     slow_cleared = book.clear(cid, target, "job-slow", now)
                     if slow_cleared is not None:
                         res.resolved.append(slow_cleared)
-        for gone in set(self._job_last) - set(jobs):
-            self._job_last.pop(gone, None)
-            self._job_tps.pop(gone, None)
+        # Every job seen this scan is in ``job_last`` now: more entries means some left
+        # (no set difference built at every scan).
+        for gone in [g for g in job_last if g not in jobs] if len(job_last) > len(jobs) else ():
+            job_last.pop(gone, None)
+            job_tps.pop(gone, None)
             for rule in ("job-stalled", "job-slow"):
                 cleared = book.clear(cid, f"job:{gone}", rule, now)
                 if cleared is not None:
@@ -460,8 +473,12 @@ class HealthScanner:
     def _health(self, states: np.ndarray, skey: bytes, link_states: np.ndarray | None) -> None:
         rules = self._all_rules
         key = (skey, None if link_states is None else link_states.tobytes())
-        if key == self._health_key and not any(r.changed for r in rules):
-            return
+        if key == self._health_key:
+            for r in rules:  # a plain loop: ``any()`` over a generator cost more, every scan
+                if r.changed:
+                    break
+            else:
+                return
         self._health_key = key
         for r in rules:
             r.changed = False

@@ -19,16 +19,16 @@ Commands (engine thread; the API calls them through ``plane.call``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
-from podfleet.control.lifecycle import TERMINAL, ClusterState, JobState
+from podfleet.control.lifecycle import TERMINAL, ClusterState
 from podfleet.control.runtime import HealthSource
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import FirmwareUpdate, TelemetrySource
 from podfleet.health.alerts import AlertBook, AlertState
 from podfleet.health.monitor import HealthMonitor
 from podfleet.health.scan import HealthConfig
-from podfleet.health.telemetry import ALL_METRICS, HOUR_S, MINUTE_S, RETENTION_S, RollupRow
+from podfleet.health.telemetry import ALL_METRICS, HOUR_S, MINUTE_S, RETENTION_S, RollupRow, frozen
 from podfleet.recovery.firmware import FirmwareRollouts
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.recovery.service import RecoveryService
@@ -50,6 +50,7 @@ class HealthService:
         self.scan_s: list[float] = []
         self._last_prune = -HOUR_S
         self._declares: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares TelemetrySource)
+        self._mounts_seen: dict[str, tuple[tuple[str, str, int], list[dict[str, Any]]]] = {}
 
     def start(self) -> None:
         """Scan on the plane's timeline every ``interval_s``."""
@@ -93,8 +94,12 @@ class HealthService:
         epoch = self.plane.epoch
 
         def sink(rows: list[RollupRow]) -> None:
+            # The read-only arrays as they are: both stores only read a record's values as a
+            # sequence of floats (the memory store keeps them, SQL writes them as JSON), and a
+            # fleet's minute as lists was millions of Python floats made and dropped again.
             self.plane.store.save_rollups([RollupRecord(r.cluster_id, r.scope, r.metric, r.resolution_s,
-                                                        epoch + r.t_start, list(r.avg), list(r.min), list(r.max),
+                                                        epoch + r.t_start, cast("list[float]", r.avg),
+                                                        cast("list[float]", r.min), cast("list[float]", r.max),
                                                         r.count) for r in rows])
 
         # Job views are replaced whole on every change: a view seen before gives the same entry.
@@ -102,12 +107,19 @@ class HealthService:
 
         def jobs() -> dict[str, dict[str, Any]]:
             out: dict[str, dict[str, Any]] = {}
+            cid = rt.id
             for jid, v in list(self.plane.jobs.views.items()):
                 hit = seen.get(jid)
                 if hit is None or hit[0] is not v:
-                    live = v["cluster_id"] == rt.id and JobState(v["state"]) not in TERMINAL
-                    hit = seen[jid] = (v, {"state": v["state"], "step": v["progress"].get("step", 0),
-                                           "tokens_per_s": v["progress"].get("tokens_per_s")} if live else None)
+                    # A running job's view is replaced at nearly every tick (its progress and
+                    # balance degree move): the state string is looked up in the StrEnum set
+                    # as it is (the same hash and equality as its member), no enum built.
+                    state = v["state"]
+                    entry = None
+                    if v["cluster_id"] == cid and state not in TERMINAL:
+                        p = v["progress"]
+                        entry = {"state": state, "step": p.get("step", 0), "tokens_per_s": p.get("tokens_per_s")}
+                    hit = seen[jid] = (v, entry)
                 if hit[1] is not None:
                     out[jid] = hit[1]
             return out
@@ -123,18 +135,26 @@ class HealthService:
         for res in (MINUTE_S, HOUR_S):
             rows = self.plane.store.list_rollups(rt.id, resolution_s=res, since=self.plane.now() - RETENTION_S[res])
             mon.history.load([RollupRow(r.cluster_id, r.scope, r.metric, r.resolution_s, r.t_start - epoch,
-                                        tuple(r.avg), tuple(r.min), tuple(r.max), r.count) for r in rows],
+                                        frozen(r.avg), frozen(r.min), frozen(r.max), r.count) for r in rows],
                              now=self.plane.tl.now)
         self.monitors[rt.id] = mon
         return mon
 
-    @staticmethod
-    def _mounts(rt: ClusterRuntime) -> list[dict[str, Any]]:
+    def _mounts(self, rt: ClusterRuntime) -> list[dict[str, Any]]:
         """The cluster's storage mounts as the deployment left them (the twin models no
         capacity, so only their state is scanned)."""
-        steps = {s["name"]: s["state"] for s in rt.deployment.get("steps", [])}
-        state = "ok" if steps.get("storage-mounts", "done") in ("done", "succeeded", "ok") else "unavailable"
-        return [{"name": f"storage-{i}", "state": state} for i in range(rt.spec.storage_nodes)]
+        step = "done"
+        for s in rt.deployment.get("steps", ()):
+            if s["name"] == "storage-mounts":
+                step = s["state"]  # the last one, as a dict of the steps by name keeps it
+        state = "ok" if step in ("done", "succeeded", "ok") else "unavailable"
+        # Asked every scan: the same mounts in the same state are the same (unchanged) list.
+        key = (rt.id, state, rt.spec.storage_nodes)
+        hit = self._mounts_seen.get(rt.id)
+        if hit is None or hit[0] != key:
+            hit = self._mounts_seen[rt.id] = (key, [{"name": f"storage-{i}", "state": state}
+                                                    for i in range(rt.spec.storage_nodes)])
+        return hit[1]
 
     # --- reads and commands -----------------------------------------------------------
     def _mon(self, ref: str) -> tuple[ClusterRuntime, HealthMonitor]:

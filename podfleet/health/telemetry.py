@@ -41,16 +41,19 @@ LINK_METRICS = ("utilization_ratio", "bandwidth_bytes_per_s", "errors")
 ALL_METRICS = tuple(sorted({*CHIP_METRICS, *LINK_METRICS}))  # what GetTelemetry may name, any scope
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # array fields: compared (and hashed) by identity
 class RollupRow:
     cluster_id: str
     scope: str  # "chip" | "link"
     metric: str
     resolution_s: float
     t_start: float
-    avg: tuple[float, ...]
-    min: tuple[float, ...]
-    max: tuple[float, ...]
+    # Values over targets, rounded to 6 decimals: read-only float64 arrays (rows of one
+    # block per closed bucket). A fleet's minute is millions of values, which as tuples
+    # of Python floats took 4x the memory and most of a rollup's time.
+    avg: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
     count: int
 
 
@@ -172,9 +175,21 @@ class _Accumulator:
         return closed  # type: ignore[return-value]
 
 
-def _rows(a: np.ndarray) -> list[tuple[float, ...]]:
-    """Per metric, the values over targets rounded to 6 decimals."""
-    return [tuple(r) for r in np.round(a, 6).tolist()]
+def frozen(values: Iterable[float] | np.ndarray) -> np.ndarray:
+    """Rollup values as a read-only float64 array (no copy when they already are one)."""
+    a = np.asarray(values, np.float64)
+    if a.flags.writeable:
+        a = a.copy() if a is values else a
+        a.flags.writeable = False
+    return a
+
+
+def _rows(a: np.ndarray) -> list[np.ndarray]:
+    """Per metric, the values over targets rounded to 6 decimals (read-only views of one
+    rounded block)."""
+    r = np.round(a, 6)
+    r.flags.writeable = False
+    return list(r)
 
 
 class TelemetryHistory:
@@ -198,14 +213,16 @@ class TelemetryHistory:
             self._x[scope] = self._flat[sl].reshape(len(w.metrics), w.n)
             off += sizes[scope]
         self._acc = _Accumulator(off, RESOLUTIONS_S)
+        # Per scope: its window, its rows of the flat sample and (row, metric) pairs, made
+        # once (``add`` runs at every tick).
+        self._feeds = [(scope, w, self._x[scope], tuple(enumerate(w.metrics))) for scope, w in self.raw.items()]
         self.rows: dict[tuple[str, str, float], deque[RollupRow]] = {}
 
     def add(self, t: float, chip: Mapping[str, np.ndarray], link: Mapping[str, np.ndarray]) -> list[RollupRow]:
         """One sample of everything; returns the rollup rows closed by it (already sunk)."""
-        for scope, sample in (("chip", chip), ("link", link)):
-            w = self.raw[scope]
-            x = self._x[scope]
-            for j, m in enumerate(w.metrics):
+        for scope, w, x, rows in self._feeds:
+            sample = chip if scope == "chip" else link
+            for j, m in rows:
                 x[j] = sample[m]
             w.add(t, x)
         closed = self._acc.add(t, self._flat)
@@ -255,9 +272,9 @@ class TelemetryHistory:
             return {"range": range_, "resolution_s": None, "t": t.tolist(), "avg": vals, "min": vals, "max": vals}
         rows = [r for r in self.rows.get((scope, metric, res), ()) if r.t_start >= now - span]
         if target is not None:
-            avg = [r.avg[target] for r in rows]
-            mn = [r.min[target] for r in rows]
-            mx = [r.max[target] for r in rows]
+            avg = [float(r.avg[target]) for r in rows]
+            mn = [float(r.min[target]) for r in rows]
+            mx = [float(r.max[target]) for r in rows]
         else:
             avg = [float(np.mean(r.avg)) for r in rows]
             mn = [float(np.min(r.min)) for r in rows]

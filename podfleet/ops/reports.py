@@ -13,10 +13,14 @@ What a report holds, each read from the control plane's own records:
   at the end of the period;
 * ``jobs``: each job's state, steps and ETTR (steps x planned step time / time running).
 
-Charts are drawn with matplotlib (SVG, embedded in the HTML). Reports are archived as
-files (0600) under the archive's directory (``<workdir>/reports``), one folder per
-cluster, and pruned after ``retention_days``; ``podfleet up`` generates every active
-cluster's 24 h report once a day of timeline (``schedule_daily``).
+Charts are drawn with matplotlib (SVG, embedded in the HTML). Reports are archived in
+the store (``StoredReports``: table ``health_reports``, migration 0005, on SQLite and
+PostgreSQL alike), JSON and HTML as generated, and pruned after ``retention_days`` each
+time one is saved; the API lists them (``ListHealthReports``) and serves either form
+(``GetHealthReport``). ``ReportArchive`` keeps the older archive as files (0600) under
+``<workdir>/reports``, one folder per cluster. ``podfleet up`` generates every active
+cluster's 24 h report once a day of timeline (``schedule_daily``), into whichever archive
+it is given.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from podfleet.control.plane import ControlPlane
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import HardwareErrors
 from podfleet.ops.diagnose import diagnose
+from podfleet.store.protocol import StoreProtocol
+from podfleet.store.records import ReportRecord
 
 OUTLIER_MADS = 5.0
 RETENTION_DAYS = 30.0
@@ -213,6 +219,54 @@ def to_html(report: Mapping[str, Any]) -> str:
            + "\n".join(parts) + "</body></html>"
 
 
+class Archive(Protocol):
+    """Where reports are kept: the store (``StoredReports``) or files (``ReportArchive``)."""
+
+    def save(self, report: Mapping[str, Any], *, now: float) -> None: ...
+
+    def list(self, cluster_id: str) -> list[dict[str, Any]]: ...
+
+    def get(self, cluster_id: str, report_id: str, fmt: str = "json") -> str: ...
+
+
+def _listing(r: Mapping[str, Any]) -> dict[str, Any]:
+    return {"id": r["id"], "created_at": r["created_at"], "period_s": r["period_s"],
+            "chip_availability": r["availability"]["chip_availability"], "findings": len(r["findings"])}
+
+
+class StoredReports:
+    """Reports in the store, one row each; rows older than ``retention_days`` are pruned
+    whenever a report of the same cluster is saved (``prune``)."""
+
+    def __init__(self, store: StoreProtocol, retention_days: float = RETENTION_DAYS) -> None:
+        if not retention_days > 0:
+            raise InvalidInputError(f"retention_days must be > 0, got {retention_days}", field="retention_days")
+        self.store = store
+        self.retention_s = retention_days * 86400.0
+
+    def save(self, report: Mapping[str, Any], *, now: float) -> None:
+        cid = str(report["cluster_id"])
+        self.store.save_report(ReportRecord(str(report["id"]), cid, _unix(str(report["created_at"])),
+                                            float(report["period_s"]), _listing(report), json.dumps(report),
+                                            to_html(report)))
+        self.prune(cid, now=now)
+
+    def prune(self, cluster_id: str | None = None, *, now: float) -> int:
+        return self.store.prune_reports(before=now - self.retention_s, cluster_id=cluster_id)
+
+    def list(self, cluster_id: str) -> list[dict[str, Any]]:
+        return [dict(r.summary) for r in self.store.list_reports(cluster_id)]
+
+    def get(self, cluster_id: str, report_id: str, fmt: str = "json") -> str:
+        if fmt not in ("json", "html"):
+            raise InvalidInputError(f"format must be json or html, got {fmt!r}", field="format",
+                                    allowed=["json", "html"])
+        rec = self.store.get_report(report_id)
+        if rec is None or rec.cluster_id != cluster_id:
+            raise NotFoundError(f"report {report_id!r} not found", field="report")
+        return rec.html_text if fmt == "html" else rec.json_text
+
+
 class ReportArchive:
     """Reports as files: ``<root>/<cluster_id>/<report id>.json`` and ``.html`` (0600)."""
 
@@ -248,9 +302,7 @@ class ReportArchive:
         d = self._dir(cluster_id)
         out = []
         for p in sorted(d.glob("rp-*.json")) if d.is_dir() else []:
-            r = json.loads(p.read_text())
-            out.append({"id": r["id"], "created_at": r["created_at"], "period_s": r["period_s"],
-                        "chip_availability": r["availability"]["chip_availability"], "findings": len(r["findings"])})
+            out.append(_listing(json.loads(p.read_text())))
         return sorted(out, key=lambda r: r["created_at"])
 
     def get(self, cluster_id: str, report_id: str, fmt: str = "json") -> str:
@@ -263,7 +315,7 @@ class ReportArchive:
         return (self._dir(cluster_id) / f"{report_id}.{fmt}").read_text()
 
 
-def generate_all(plane: ControlPlane, health: HealthPort | None, archive: ReportArchive,
+def generate_all(plane: ControlPlane, health: HealthPort | None, archive: Archive,
                  period: str = "24h") -> list[str]:
     """A report of every active cluster over ``period``, archived (engine thread); their ids."""
     made = []
@@ -278,7 +330,7 @@ def generate_all(plane: ControlPlane, health: HealthPort | None, archive: Report
     return made
 
 
-def schedule_daily(plane: ControlPlane, health: HealthPort | None, archive: ReportArchive, *,
+def schedule_daily(plane: ControlPlane, health: HealthPort | None, archive: Archive, *,
                    interval_s: float = 86400.0) -> None:
     """Generate every active cluster's 24 h report once per ``interval_s`` of timeline."""
     plane.tl.every(interval_s, lambda: generate_all(plane, health, archive))

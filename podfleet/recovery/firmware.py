@@ -135,6 +135,10 @@ class FirmwareRollouts:
     def _run(self, r: Rollout) -> Generator[simpy.Event, Any, None]:
         env = self.tl.env
         versions = self.fab.chip_metrics()["firmware_version"]
+        # While the rollout frees the pod's chips one by one, a rank it moved out comes home
+        # only at the end: brought back to each freshly updated chip, it would leave again
+        # for the next one (two moves per chip instead of one).
+        self.orch.hold_rehome = True
         for batch in r.batches:
             r.current = list(batch)
             self.orch.reserved = set(batch)
@@ -178,6 +182,12 @@ class FirmwareRollouts:
                                         "done": len(r.done), "total": r.total})
         r.current = []
         self.orch.reserved = set()
+        # Ranks the rollout moved to another pod come back to the pod's last freed chips
+        # (part of the rollout: the job is whole again when it ends).
+        self.orch.hold_rehome = False
+        for rec in self.orch.rehome_all():
+            while rec.state.value in ("running", "waiting"):
+                yield env.timeout(0.05)
         self._finish(r, RolloutState.SUCCEEDED, f"{len(r.done)} chips on {r.version}" + (
             f"; skipped (out of service): {r.skipped}" if r.skipped else ""))
 
@@ -194,6 +204,9 @@ class FirmwareRollouts:
 
     def _finish(self, r: Rollout, state: RolloutState, reason: str, bad: int | None = None) -> None:
         self.orch.reserved = set()
+        if self.orch.hold_rehome:
+            self.orch.hold_rehome = False
+            self.tl.call_at(0, self.orch.rehome_all)
         check_transition("firmware rollout", ROLLOUT_TRANSITIONS, r.state, state)
         r.state, r.reason, r.failed_chip, r.t_end = state, reason, bad, self.tl.now
         self.tl.emit("firmware-rollout-end", rollout=r.id, state=state.value, reason=reason)

@@ -127,7 +127,7 @@ class Step:
 @dataclass
 class Recovery:
     id: str
-    kind: str  # chip-failure, ecc, link, thermal, drain, firmware
+    kind: str  # chip-failure, ecc, link, thermal, drain, firmware, rehome (a rank back to its job's pod)
     target: str  # "chip:12", "link:3-7"
     reason: str
     t_start: float

@@ -15,7 +15,13 @@ the job's ``Recovery`` journal, which the listener persists and shows on the job
 * link down / flap: reroute around the link (``hardware.routing.Router``) -> mark it
   degraded -> tell the scheduler (listener ``link_changed``); jobs keep running;
 * no free chip: ``shrink`` drops the failed rank's data-parallel replica and goes on
-  with the rest, or ``wait`` parks the flow until a chip is repaired (per job policy).
+  with the rest, or ``wait`` parks the flow until a chip is repaired (per job policy);
+* back home (``rehome``): a job that fits one pod but had a rank moved to another pod
+  (its own pod had no free chip) talks over the network tier until the rank is back, so
+  once a chip of its pod is free again (repaired, updated) the rank moves home at a
+  step boundary (a live copy, one short pause), unless a firmware rollout holds moves
+  (``hold_rehome``: it frees the pod's chips one after another and brings ranks home
+  at its end).
 
 Every flow of a fault starts with ``detect``: the time until the control plane can know
 (``recovery.costs.detect_delay_s``, drawn from the timeline's seeded RNG: the heartbeat
@@ -30,6 +36,7 @@ after a control-plane restart (``adopt``) finishes what the old one started.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Generator
 from typing import Any
@@ -52,11 +59,12 @@ from podfleet.recovery.model import (
     Step,
     Timings,
 )
-from podfleet.recovery.spares import choose_spare, free_chips
+from podfleet.recovery.spares import choose_spare, free_chips, group_of, home_group
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
-LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update")
-BOUNDARY_CAUSES = ("predicted-failure", "firmware-update")  # live moves that can wait for a step to end
+REHOME = "rehome"  # a rank in another pod moving back to a free chip of its job's pod
+LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME)
+BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME)  # live moves that can wait for a step to end
 
 
 class RecoveryOrchestrator(LinkFlows):
@@ -81,6 +89,7 @@ class RecoveryOrchestrator(LinkFlows):
         self.fenced: dict[int, float] = {}  # chip -> share of HBM fenced
         self.reserved: set[int] = set()  # chips no rank may move to (e.g. being updated)
         self.cordoned: set[int] = set()  # chips the operator cordoned (control.chips): never a target
+        self.hold_rehome = False  # a firmware rollout is freeing the pod's chips one by one
         self._procs: list[simpy.Process] = []
         self._wake: simpy.Event = timeline.env.event()
         self._seq = 0
@@ -88,6 +97,8 @@ class RecoveryOrchestrator(LinkFlows):
         self._copy_bw: dict[str, float] = {}  # recovery id -> slowest peer-copy path of its moves
         self._state_bytes: dict[tuple[str, int], float] = {}
         self._unsub: Callable[[], None] | None = None
+        self._step_end: dict[str, simpy.Event] = {}  # job id -> fires when its next step ends
+        self._proc_of: dict[str, simpy.Process] = {}  # recovery id -> its flow
         if subscribe:
             self._unsub = fabric.subscribe(lambda ev: timeline.call_at(0, lambda: self.handle(ev)))
 
@@ -114,6 +125,10 @@ class RecoveryOrchestrator(LinkFlows):
 
     # --- events ----------------------------------------------------------------------
     def handle(self, ev: FabricEvent) -> None:
+        if ev.kind == "progress":
+            if ev.job_id is not None:
+                self.step_ended(ev.job_id)
+            return
         d = dict(ev.detail)
         if ev.kind == "chip-failed" and ev.chip is not None:
             self.chip_fault(ev.chip, str(d.get("cause") or d.get("reason") or "chip-failure"))
@@ -129,6 +144,7 @@ class RecoveryOrchestrator(LinkFlows):
             if ev.kind == "job-finished" and ev.job_id is not None and ev.job_id in self.policies:
                 self.release(ev.job_id)
             self._notify_free()
+            self.rehome_all()
 
     def chip_fault(self, chip: int, cause: str) -> Recovery | None:
         job_id = self.owner.get(chip)
@@ -137,6 +153,12 @@ class RecoveryOrchestrator(LinkFlows):
         if job_id not in self.policies:
             return None  # a job this orchestrator does not manage: its owner handles it
         rec = self.active.get(job_id)
+        if rec is not None and rec.kind == REHOME and not any(s.name == "move-rank" for s in rec.steps):
+            # A move back home that has moved nothing yet (waiting for its step boundary):
+            # the fault goes first, with its own detection and flow (a fault never hides
+            # inside a planned move); the move home is tried again once it is over.
+            self._cancel(rec, f"chip {chip} {cause}: its recovery goes first")
+            rec = None
         if rec is not None:  # a second fault during a recovery joins the running flow
             if [chip, cause] not in rec.pending:
                 rec.pending.append([chip, cause])
@@ -161,6 +183,61 @@ class RecoveryOrchestrator(LinkFlows):
         self.tl.emit("drain", chip=chip, reason=reason)
         return self.chip_fault(chip, "predicted-failure")
 
+    # --- back home ---------------------------------------------------------------------
+    def away(self, job_id: str) -> list[int]:
+        """Chips of a job outside its home pod (empty when it fits none or sits in one)."""
+        run = self.fab.job(job_id)
+        home = home_group(self.fab.topology, run.chips)
+        if home is None:
+            return []
+        return [c for c in run.chips if group_of(self.fab.topology, c) != home]
+
+    def _home_free(self, job_id: str) -> list[int]:
+        run = self.fab.job(job_id)
+        home = home_group(self.fab.topology, run.chips)
+        if home is None:
+            return []
+        states = [str(s) for s in self.fab.chip_states()]
+        cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved, *self.cordoned))
+        return [c for c in cand if group_of(self.fab.topology, c) == home]
+
+    def rehome(self, job_id: str) -> Recovery | None:
+        """Move the job's ranks that sit in another pod back to free chips of its pod (as
+        many as there are free ones); a live move at a step boundary. None when there is
+        nothing to do (in one pod, no free chip at home, a recovery already running)."""
+        if job_id not in self.policies or job_id in self.active or self.hold_rehome:
+            return None
+        run = self.fab.job(job_id)
+        if str(run.state) != "running":
+            return None
+        away = [c for c in self.away(job_id)
+                if self.fab.chip_state(c) in (ChipState.HEALTHY, ChipState.DEGRADED)]
+        if not away:
+            return None  # the common case, without a look at every chip
+        free = self._home_free(job_id)
+        if not free:
+            return None
+        moving = away[: len(free)]
+        rec = self._new(REHOME, f"chip:{moving[0]}", f"ranks on {moving} are outside the job's pod; "
+                        f"{len(free)} chip(s) free there", job_id)
+        rec.pending.extend([c, REHOME] for c in moving)
+        self._start(rec)
+        return rec
+
+    def rehome_all(self) -> list[Recovery]:
+        """``rehome`` every managed job that has ranks away from its pod."""
+        if self.hold_rehome:
+            return []
+        out = []
+        for job_id in list(self.policies):
+            try:
+                rec = self.rehome(job_id)
+            except PodfleetError:
+                continue  # the fabric no longer knows the job: nothing to bring home
+            if rec is not None:
+                out.append(rec)
+        return out
+
     def _standalone_chip(self, chip: int, cause: str) -> Recovery | None:
         """A fault on a chip no managed job holds: take it out of service until repaired."""
         if self.fab.chip_state(chip) != ChipState.ISOLATED:
@@ -180,7 +257,19 @@ class RecoveryOrchestrator(LinkFlows):
         assert rec.job_id is not None
         self.active[rec.job_id] = rec
         self.listener.recovery_changed(rec)
-        self._procs.append(self.tl.process(self._job_flow(rec)))
+        proc = self.tl.process(self._job_flow(rec))
+        self._procs.append(proc)
+        self._proc_of[rec.id] = proc
+
+    def _cancel(self, rec: Recovery, reason: str) -> None:
+        """End a move back home that has moved nothing yet: nothing to undo (a pause it
+        made is the next flow's to end)."""
+        self._step(rec, "cancelled", reason)
+        rec.pending.clear()
+        proc = self._proc_of.pop(rec.id, None)
+        self._finish(rec, RecoveryState.DONE, hand_back=False)
+        if proc is not None and proc.is_alive:
+            proc.interrupt("cancelled")
 
     def adopt(self, journal: dict[str, Any], policy: JobPolicy | None = None) -> Recovery:
         """Continue a recovery journaled by a previous control plane."""
@@ -258,6 +347,11 @@ class RecoveryOrchestrator(LinkFlows):
             return None
         rank = run.chips.index(chip)
         live = cause in LIVE_CAUSES and self.fab.chip_state(chip) in (ChipState.HEALTHY, ChipState.DEGRADED)
+        if cause == REHOME and (not live or not self._home_free(job_id)):
+            # The chip failed meanwhile (its own fault flow moves the rank) or the free
+            # chip at home was taken: nothing to bring home now.
+            rec.pending.pop(0)
+            return None
         if live and cause in BOUNDARY_CAUSES and str(run.state) == "running":
             # A live copy needs the rank's state at a step boundary: the job trains on
             # until its running step ends, and loses nothing. (A runaway chip cannot wait
@@ -268,6 +362,9 @@ class RecoveryOrchestrator(LinkFlows):
                 rec.pending.pop(0)
                 return None
             live = self.fab.chip_state(chip) in (ChipState.HEALTHY, ChipState.DEGRADED)
+            if cause == REHOME and (not live or not self._home_free(job_id)):
+                rec.pending.pop(0)
+                return None
         if str(run.state) == "running":
             self.fab.pause(job_id, f"recovery {rec.id}: {cause} on chip {chip}")
         if cause not in LIVE_CAUSES and self.fab.chip_state(chip) == ChipState.HEALTHY:
@@ -290,7 +387,10 @@ class RecoveryOrchestrator(LinkFlows):
                 return self._restore_source(job_id, rank, chip)[0]
         self._step(rec, "select-spare", f"rank {rank} needs a chip near its ring neighbours", rank=rank)
         yield env.timeout(tm.select_s)
-        spare = self._pick(job_id, rank)
+        spare = self._pick(job_id, rank, home_only=cause == REHOME)
+        if spare is None and cause == REHOME:
+            rec.pending.pop(0)
+            return "replica"  # paused for nothing: resume as it was
         if spare is None:
             shrunk = yield from self._no_spare(rec, chip, rank)
             return "replica" if shrunk else None
@@ -306,13 +406,21 @@ class RecoveryOrchestrator(LinkFlows):
         if src == "replica" and holder is not None:
             bw = costs.copy_bw_bytes_per_s(self.fab.topology, holder, spare, tm.replica_bw_bytes_per_s)
             self._copy_bw[rec.id] = min(self._copy_bw.get(rec.id, bw), bw)
-        if live and cause != "firmware-update":  # an update needs the chip free, not isolated
+        if live and cause not in ("firmware-update", REHOME):  # an update needs the chip free, not isolated
             self._isolate(chip, cause)
         rec.pending.pop(0)
         return src
 
+    def step_ended(self, job_id: str) -> None:
+        """The fabric reported a finished step of the job (a ``progress`` event)."""
+        ev = self._step_end.pop(job_id, None)
+        if ev is not None and not ev.triggered:
+            ev.succeed()
+
     def _to_step_boundary(self, rec: Recovery, job_id: str) -> Generator[simpy.Event, Any, None]:
-        """Wait (at most one step and a half) for the running step of the job to end."""
+        """Wait (at most one step and a half) for the running step of the job to end: at
+        the fabric's progress report of that step (the moment it ends), else at the next
+        poll (a fabric that reports progress less often than every step)."""
         run = self.fab.job(job_id)
         st = float(run.step_time_s or 0.0)
         if not st > 0.0:  # no step finished yet (NaN): nothing to wait for
@@ -321,11 +429,15 @@ class RecoveryOrchestrator(LinkFlows):
         self._step(rec, "step-boundary", f"let step {start + 1} finish: a live copy needs a consistent state",
                    at_step=start)
         end = self.tl.now + 1.5 * st
+        env = self.tl.env
         while self.tl.now < end:
             run = self.fab.job(job_id)
             if run.step != start or str(run.state) != "running":
                 return
-            yield self.tl.env.timeout(poll)
+            done = self._step_end.get(job_id)
+            if done is None or done.triggered:
+                done = self._step_end[job_id] = env.event()
+            yield env.any_of([done, env.timeout(poll)])
 
     def _restore(self, rec: Recovery, source: str) -> Generator[simpy.Event, Any, None]:
         job_id = rec.job_id
@@ -356,16 +468,18 @@ class RecoveryOrchestrator(LinkFlows):
             self._state_bytes[key] = got if got is not None else DEFAULT_STATE_BYTES_PER_RANK
         return self._state_bytes[key]
 
-    def _finish(self, rec: Recovery, state: RecoveryState) -> None:
+    def _finish(self, rec: Recovery, state: RecoveryState, *, hand_back: bool = True) -> None:
         if rec.state in (RecoveryState.DONE, RecoveryState.FAILED):
             return
         if rec.steps and rec.steps[-1].t_end is None:
             rec.steps[-1].t_end = self.tl.now
         rec.set_state(state)
         rec.t_end = self.tl.now
+        self._proc_of.pop(rec.id, None)
         if rec.job_id is not None:
-            self.active.pop(rec.job_id, None)
-            if state == RecoveryState.DONE:
+            if self.active.get(rec.job_id) is rec:
+                self.active.pop(rec.job_id)
+            if state == RecoveryState.DONE and hand_back:
                 self.listener.job_recovered(rec.job_id, tuple(self.fab.job(rec.job_id).chips), rec)
         self._copy_bw.pop(rec.id, None)
         self.listener.recovery_changed(rec)
@@ -373,6 +487,14 @@ class RecoveryOrchestrator(LinkFlows):
         self.tl.emit("recovery-end", recovery=rec.id, job_id=rec.job_id, state=state.value,
                      duration_s=rec.t_end - rec.t_start, detect_s=(rec.detected_t or rec.t_end) - rec.t_start,
                      restored_from=rec.restored_from)
+        if state == RecoveryState.DONE and hand_back and rec.job_id is not None and rec.kind != REHOME:
+            # A chip of the job's pod may have come free while it recovered.
+            job_id = rec.job_id
+            self.tl.call_at(0, lambda: self._rehome_quietly(job_id))
+
+    def _rehome_quietly(self, job_id: str) -> None:
+        with contextlib.suppress(PodfleetError):  # the job is gone
+            self.rehome(job_id)
 
     # --- pieces --------------------------------------------------------------------
     def _isolate(self, chip: int, cause: str) -> None:
@@ -417,10 +539,13 @@ class RecoveryOrchestrator(LinkFlows):
             self._schedule_repair(chip)
         return fits
 
-    def _pick(self, job_id: str, rank: int) -> int | None:
+    def _pick(self, job_id: str, rank: int, *, home_only: bool = False) -> int | None:
         run = self.fab.job(job_id)
-        states = [str(s) for s in self.fab.chip_states()]
-        cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved, *self.cordoned))
+        if home_only:
+            cand = self._home_free(job_id)
+        else:
+            states = [str(s) for s in self.fab.chip_states()]
+            cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved, *self.cordoned))
         return choose_spare(self.fab.topology, run.chips, rank, cand, self.spares)
 
     def _restore_source(self, job_id: str, rank: int, chip: int) -> tuple[str, int | None]:
@@ -487,4 +612,8 @@ def cause_kind(cause: str) -> str:
         return "thermal"
     if cause == "predicted-failure":
         return "drain"
+    if cause == "firmware-update":
+        return "firmware"
+    if cause == REHOME:
+        return REHOME
     return "chip-failure"

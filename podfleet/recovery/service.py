@@ -145,8 +145,13 @@ class RecoveryService:
 
     def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
         """Handle a fabric event; True when the orchestrator took the fault over."""
+        if ev.kind == "progress" and ev.job_id is not None:
+            o = self.orch.get(rt.id)
+            if o is not None:
+                o.step_ended(ev.job_id)  # a live move waiting for the step's end goes now
+            return False  # and the job driver's
         if not (ev.kind.startswith(("link-", "chip-")) or ev.kind in ("job-finished", "job-stopped")):
-            return False  # progress, checkpoints: the job driver's
+            return False  # checkpoints: the job driver's
         o = self.manage_running(rt)
         if o is None:
             return False

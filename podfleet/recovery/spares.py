@@ -1,24 +1,51 @@
-"""Which chip takes a failed rank: a free one, spares first, closest to the rank's ring
-neighbours (so the ring all-reduce keeps short hops)."""
+"""Which chip takes a failed rank: a free one in the group (pod) the job's other ranks
+sit in, then closest to the rank's ring neighbours (so the ring all-reduce keeps short
+hops), spares first.
+
+In a fleet of pods a hop to another pod counts as 2 (``FleetTopology.hops``), fewer
+than many hops inside a 4x4x4 torus; but a gang that spans pods talks over the network
+tier, whose per-chip bandwidth is a fraction of NeuronLink's (the twin stretches the
+job's communication by it), and a rank's state copies over it. So a free chip in the
+job's own pod always wins over one in another pod, whatever the hops.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
-from podfleet.hardware.topology import Topology
+from podfleet.hardware.topology import FleetTopology, Topology
+
+
+def group_of(topology: Topology, chip: int) -> int:
+    """The pod (fleet group) a chip is in; 0 outside a fleet."""
+    return topology.split(chip)[0] if isinstance(topology, FleetTopology) else 0
+
+
+def home_group(topology: Topology, chips: Sequence[int]) -> int | None:
+    """The group holding most of a gang's chips (lowest on a tie); None outside a fleet or
+    for a gang larger than a group (it spans groups by design)."""
+    if not isinstance(topology, FleetTopology) or not chips or len(chips) > topology.group.n_chips:
+        return None
+    counts = Counter(group_of(topology, c) for c in chips)
+    return min(counts, key=lambda g: (-counts[g], g))
 
 
 def choose_spare(topology: Topology, chips: Sequence[int], rank: int, candidates: Iterable[int],
                  spares: frozenset[int] | set[int] = frozenset()) -> int | None:
-    """The candidate with the fewest hops to ``chips[rank-1]``, ``chips[rank+1]`` and the
-    rank's old chip; designated spares win ties over other free chips, then the lowest index."""
+    """The candidate that leaves the fewest of the job's other ranks in another group,
+    then with the fewest hops to ``chips[rank-1]``, ``chips[rank+1]`` and the rank's old
+    chip; designated spares win ties over other free chips, then the lowest index."""
     n = len(chips)
     anchors = {chips[rank]}
     if n > 1:
         anchors |= {chips[(rank - 1) % n], chips[(rank + 1) % n]}
-    best: tuple[tuple[int, int, int], int] | None = None
+    fleet = isinstance(topology, FleetTopology)
+    others = Counter(group_of(topology, c) for i, c in enumerate(chips) if i != rank) if fleet else Counter()
+    best: tuple[tuple[int, int, bool, int], int] | None = None
     for c in candidates:
-        key = (sum(topology.hops(c, a) for a in anchors), c not in spares, c)
+        outside = (n - 1 - others[group_of(topology, c)]) if fleet else 0
+        key = (outside, sum(topology.hops(c, a) for a in anchors), c not in spares, c)
         if best is None or key < best[0]:
             best = (key, c)
     return None if best is None else best[1]

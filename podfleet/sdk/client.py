@@ -134,6 +134,11 @@ class PodfleetClient:
     def delete_cluster(self, cluster: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}")
 
+    def rotate_keys(self, cluster: str) -> dict[str, Any]:
+        """RotateKeys: add a version to the cluster's checkpoint key ring (admin; a user's
+        token needs a fresh code, ``use_mfa``)."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate")
+
     def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None) -> dict[str, Any]:
         return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params={"chip": chip})
 

@@ -137,8 +137,11 @@ def _policy(name: str, *statements: dict[str, Any]) -> Policy:
 
 
 READ_ACTIONS = ["Describe*", "List*", "Get*", "PlanParallelism"]
-# Changes that need a second factor when MFA is enforced (``MFA_REQUIRED`` policy).
-MFA_ACTIONS = ["CreateAccessToken", "Put*Policy", "Attach*Policy", "Delete*Policy", "RotateKeys", "DeleteCluster"]
+# Changes that need a second factor when MFA is enforced (``MFA_REQUIRED`` policy): token
+# creation, policy changes (creating a user attaches policies), key rotation, cluster
+# deletion. EnableMfa is not among them: a user without MFA must be able to enrol.
+MFA_ACTIONS = ["CreateAccessToken", "CreateUser", "Put*Policy", "Attach*Policy", "Delete*Policy", "RotateKeys",
+               "DeleteCluster"]
 
 BUILTIN: dict[str, Policy] = {
     "ClusterAdmin": _policy("ClusterAdmin", {"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}),

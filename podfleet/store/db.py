@@ -35,6 +35,7 @@ from podfleet.store.models import (
     CheckpointRow,
     ChipHealthRow,
     ClusterRow,
+    HealthReportRow,
     IdempotencyKeyRow,
     JobMetricRollupRow,
     JobRow,
@@ -48,6 +49,7 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    ReportRecord,
     RollupRecord,
     TokenRecord,
 )
@@ -309,6 +311,38 @@ class Store(AuditLog, UserStore):
         ).order_by(JobMetricRollupRow.t_start).limit(limit)
         with self._reading() as s:
             return [JobMetricRecord(r.job_id, r.resolution_s, r.t_start, dict(r.data)) for r in s.execute(q).scalars()]
+
+    # ---- health reports ----------------------------------------------------------------
+    def save_report(self, rec: ReportRecord) -> None:
+        row = {"id": rec.id, "cluster_id": rec.cluster_id, "created_at": float(rec.created_at),
+               "period_s": float(rec.period_s), "summary": dict(rec.summary), "json_text": rec.json_text,
+               "html_text": rec.html_text}
+        with self._writing() as s:
+            self._upsert(s, HealthReportRow, [row], ["id"])
+
+    @staticmethod
+    def _report(r: HealthReportRow) -> ReportRecord:
+        return ReportRecord(r.id, r.cluster_id, r.created_at, r.period_s, dict(r.summary), r.json_text, r.html_text)
+
+    def get_report(self, report_id: str) -> ReportRecord | None:
+        with self._reading() as s:
+            r = s.get(HealthReportRow, report_id)
+            return self._report(r) if r is not None else None
+
+    def list_reports(self, cluster_id: str, *, limit: int = 1000) -> list[ReportRecord]:
+        check_limit(limit)
+        q = select(HealthReportRow).where(HealthReportRow.cluster_id == cluster_id).order_by(
+            HealthReportRow.created_at, HealthReportRow.id).limit(limit)
+        with self._reading() as s:
+            return [self._report(r) for r in s.execute(q).scalars()]
+
+    def prune_reports(self, *, before: float, cluster_id: str | None = None) -> int:
+        q = delete(HealthReportRow).where(HealthReportRow.created_at < before)
+        if cluster_id is not None:
+            q = q.where(HealthReportRow.cluster_id == cluster_id)
+        with self._writing() as s:
+            res = cast("CursorResult[Any]", s.execute(q))
+            return int(res.rowcount or 0)
 
     # ---- idempotency -----------------------------------------------------------------
     def _idem(self, operation: str, client_token: str) -> IdempotencyKeyRow | None:

@@ -189,3 +189,16 @@ class JobMetricRollupRow(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "resolution_s", "t_start", name="uq_job_metric_rollups_bucket"),
     )
+
+
+class HealthReportRow(Base):
+    __tablename__ = "health_reports"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Double)
+    period_s: Mapped[float] = mapped_column(Double)
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON)
+    json_text: Mapped[str] = mapped_column(Text)
+    html_text: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_health_reports_cluster_id_created_at", "cluster_id", "created_at"),)

@@ -20,6 +20,7 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    ReportRecord,
     RollupRecord,
     TokenRecord,
     UserRecord,
@@ -55,6 +56,12 @@ class StoreProtocol(Protocol):
     # job metrics history (per-job rollup buckets; upsert by (job, resolution, t_start))
     def save_job_metrics(self, records: Sequence[JobMetricRecord]) -> None: ...
     def list_job_metrics(self, job_id: str, *, resolution_s: float, since: float = 0.0, limit: int = 100_000) -> list[JobMetricRecord]: ...
+
+    # health reports (retention by prune_reports)
+    def save_report(self, rec: ReportRecord) -> None: ...  # upsert by id
+    def get_report(self, report_id: str) -> ReportRecord | None: ...
+    def list_reports(self, cluster_id: str, *, limit: int = 1000) -> list[ReportRecord]: ...  # oldest first
+    def prune_reports(self, *, before: float, cluster_id: str | None = None) -> int: ...
 
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...

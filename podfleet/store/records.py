@@ -116,3 +116,17 @@ class JobMetricRecord:
     resolution_s: float
     t_start: float  # unix seconds (UTC)
     data: dict[str, Any]
+
+
+@dataclass
+class ReportRecord:
+    """An archived health report (``podfleet.ops.reports``): its JSON and its HTML (with
+    charts) as generated, and the figures a listing shows. Pruned after the retention."""
+
+    id: str  # "rp-..."
+    cluster_id: str
+    created_at: float  # unix seconds (UTC)
+    period_s: float
+    summary: dict[str, Any]
+    json_text: str
+    html_text: str

@@ -17,7 +17,12 @@ Contract (shared by fabric/local and fabric/ray):
   may also have ``send(type, **fields)`` (a ``MessageReporter``): it then gets
   ``running`` (imports done) and ``replica`` messages too. Without it, a survivor's replica path is in
   ``WorkerResult.extra["replica"]`` (exit code 75).
-* ``main()``: ``python -m podfleet.training.worker --config JSON [--report-fd N]``.
+* ``main()``: ``python -m podfleet.training.worker --config JSON [--report-fd N]
+  [--key-fd N] [--rlimits JSON]``. The checkpoint key may come over a pipe (``--key-fd``,
+  or ``key`` in a standby's assignment): a JSON line ``{source, data: base64}`` holding
+  what the key file or variable holds, so a worker running as another user needs neither
+  read access to the key file nor the key in its environment. ``--rlimits`` are applied
+  before anything else (``podfleet.security.sandbox.apply_limits``).
   Reports go to fd N (default: the original stdout, with the user's prints moved
   to stderr) as JSON lines (see ``JsonLineReporter``): hello, progress, heartbeat
   (every ``heartbeat_interval_s`` from a thread), log, checkpoint, replica, error,
@@ -57,6 +62,42 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["JsonLineReporter", "MessageReporter", "NullReporter", "Reporter", "WorkerConfig", "WorkerResult", "main", "run_worker"]
+
+
+# The checkpoint key handed over by the fabric (``--key-fd`` / a standby's assignment):
+# (what the file or variable holds, where it came from), or None: read cfg.key_file / key_env.
+_delivered_key: tuple[bytes, str] | None = None
+
+
+def _take_key(line: str | bytes) -> None:
+    global _delivered_key
+    import base64
+
+    doc = json.loads(line)
+    _delivered_key = (base64.b64decode(doc["data"]), str(doc["source"]))
+
+
+def deliver_key(material: bytes) -> None:
+    """Hand this process's ``run_worker`` the checkpoint key (``security.sandbox.key_material``'s
+    JSON line) in memory: a Ray actor takes it out of its environment before job code runs."""
+    _take_key(material)
+
+
+def _read_key_fd(fd: int) -> None:
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    if data.strip():
+        _take_key(data)
+
+
+def _kek(cfg: WorkerConfig) -> bytes | None:
+    if _delivered_key is None or not cfg.encrypt_checkpoints:
+        from podfleet.training import helpers
+
+        return helpers.kek_for(cfg)
+    from podfleet.checkpoint.keys import parse_key_file
+
+    return parse_key_file(_delivered_key[0], source=_delivered_key[1])
 
 
 class BadInput(Exception):
@@ -122,7 +163,6 @@ def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
     import torch
     import torch.distributed as dist
 
-    from podfleet.training import helpers
 
     reporter.log(f"startup: torch ready {time.perf_counter() - t0:.2f} s")
     torch.set_num_threads(cfg.threads)
@@ -130,7 +170,7 @@ def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
     use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
     device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
     needs_key = cfg.encrypt_checkpoints and bool(cfg.checkpoint_dir or cfg.resume_from or cfg.replica_dir)
-    kek = helpers.kek_for(cfg) if needs_key else None
+    kek = _kek(cfg) if needs_key else None
     if cfg.world_size > 1:
         from datetime import timedelta
 
@@ -264,6 +304,8 @@ def _await_assignment(fd: int) -> WorkerConfig:
     if not line:
         os._exit(EXIT_OK)  # the fabric closed the pool
     msg = json.loads(line)
+    if msg.get("key"):
+        _take_key(msg["key"])
     os.environ.update(msg.get("env", {}))
     if msg.get("cwd"):
         os.chdir(msg["cwd"])  # the job's own directory, like a freshly spawned worker
@@ -283,7 +325,15 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--standby", action="store_true",
                      help="warm standby: preload torch, report ready, read {config, env, log} JSON from stdin")
     ap.add_argument("--report-fd", type=int, default=1, help="fd for JSON-line reports (default: stdout)")
+    ap.add_argument("--key-fd", type=int, help="a pipe holding the checkpoint key (JSON line: source, data)")
+    ap.add_argument("--rlimits", default="", help="resource limits to apply first (JSON: NOFILE, NPROC, CORE, AS)")
     args = ap.parse_args(argv)
+    if args.rlimits:
+        from podfleet.security.sandbox import apply_limits
+
+        apply_limits(args.rlimits)  # before the job is read, let alone run
+    if args.key_fd is not None:
+        _read_key_fd(args.key_fd)
     fd = args.report_fd
     if fd == 1:
         # Keep the report channel clean: the user's prints go to stderr.

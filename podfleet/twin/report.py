@@ -128,7 +128,16 @@ def recoveries(r: Rehearsal) -> dict[str, Any]:
     by_path: Counter[str] = Counter()
     times: list[float] = []
     seq: list[dict[str, Any]] = []
+    moves_home = 0
     for j in journals:
+        if j["kind"] == "rehome":
+            # A rank moving back from the other pod is not a recovery from a fault: counted
+            # apart, kept in the sequence, out of the recovery times.
+            moves_home += 1
+            seq.append({"t": round(j["t_start"] - r.t0, 3), "kind": j["kind"], "target": j["target"],
+                        "job": r.tracker.names.get(j["job_id"], j["job_id"]), "state": j["state"],
+                        "path": "move-home", "steps": [s["name"] for s in j["steps"]]})
+            continue
         path = j.get("restored_from") or "none"
         by_path[path] += 1
         if j.get("t_end") is not None and j.get("state") == "done":
@@ -143,9 +152,9 @@ def recoveries(r: Rehearsal) -> dict[str, Any]:
                     "job": r.tracker.names.get(q["job_id"], q["job_id"]), "state": "done", "path": "requeue",
                     "steps": ["requeue", "relaunch"]})
     seq.sort(key=lambda s: s["t"])
-    return {"count": len(seq), "by_path": {p: by_path.get(p, 0) for p in ("replica", "checkpoint", "requeue")}
+    return {"count": len(seq) - moves_home, "by_path": {p: by_path.get(p, 0) for p in ("replica", "checkpoint", "requeue")}
             | {p: n for p, n in by_path.items() if p not in ("replica", "checkpoint", "requeue")},
-            "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "sequence": seq}
+            "moves_home": moves_home, "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "sequence": seq}
 
 
 def alerts(r: Rehearsal) -> dict[str, Any]:

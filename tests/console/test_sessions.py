@@ -132,3 +132,30 @@ def test_sessions_expire_and_are_bounded() -> None:
 @pytest.mark.parametrize("value", ["", None])
 def test_no_cookie_presents_no_token(value: str | None) -> None:
     assert SessionStore().get(value) is None
+
+
+def test_the_overview_reads_degrade_to_empty_listings_not_errors(served: Served) -> None:
+    """The overview reads every cluster's firing alerts, the firmware page its rollouts: a
+    cluster that cannot have any answers an empty list (a failed request is an error in the
+    browser's console), and an unknown cluster is still a 404."""
+    with served.client() as c:
+        state = served.server.app.state
+        health, state.health = state.health, None  # as an app built without health monitoring
+        try:
+            r = c.get("/v1/clusters/pod-0/alerts?state=firing")
+            assert r.status_code == 200 and r.json() == {"alerts": []}
+            assert c.get("/v1/clusters/no-such/alerts").status_code == 404
+        finally:
+            state.health = health
+        r = c.post("/v1/clusters", json={"name": "cpu-fw", "type": "custom", "dims": [2], "fabric": "local"})
+        assert r.status_code in (200, 201, 202), r.text
+        try:
+            wait_active(c, "cpu-fw")
+            r = c.get("/v1/clusters/cpu-fw/firmware")
+            assert r.status_code == 200 and r.json()["rollouts"] == []
+            assert "cannot update firmware online" in r.json()["unavailable"]
+            refused = c.post("/v1/clusters/cpu-fw/firmware", json={"version": "2.22.0"})
+            assert refused.status_code == 400 and refused.json()["detail"] == r.json()["unavailable"]
+            assert c.get("/v1/clusters/pod-0/firmware").json().get("unavailable") is None
+        finally:
+            c.delete("/v1/clusters/cpu-fw")

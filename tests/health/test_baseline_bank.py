@@ -89,8 +89,9 @@ def test_rollups_match_a_naive_fold() -> None:
             s += v
         r = minute[m]
         assert r.count == 30 and r.t_start == 0.0
-        assert r.avg == tuple(float(x) for x in np.round(s / 30, 6))
-        assert r.min == tuple(float(x) for x in np.round(np.min(vals, axis=0), 6))
-        assert r.max == tuple(float(x) for x in np.round(np.max(vals, axis=0), 6))
+        assert r.avg.tolist() == [float(x) for x in np.round(s / 30, 6)]
+        assert r.min.tolist() == [float(x) for x in np.round(np.min(vals, axis=0), 6)]
+        assert r.max.tolist() == [float(x) for x in np.round(np.max(vals, axis=0), 6)]
+        assert not r.avg.flags.writeable  # rows are shared with the store: read-only
     t, v = h.raw["chip"].series("temperature_c")
     assert len(t) == 31 and v.shape == (31, 3)

@@ -64,8 +64,9 @@ def test_thermal_step_and_bursts_show_as_rise_and_hot_minutes() -> None:
     x = f.features()
     r, hot = FEATURES.index("r_rise"), FEATURES.index("r_hot60")
     assert abs(x[0, r]) < 1e-9 and x[0, hot] == 0.0
-    # One 300 W sample a minute: the rise is shrunk by the noise of the 5-minute mean.
-    margin = NOISE_Z * SENSOR_NOISE_C / (np.sqrt(5) * 300.0) / 0.1
+    # One 300 W sample a minute: the rise is shrunk by the noise of the difference of the
+    # 5-minute mean and the baseline's (90 steady minutes, 30-119 ago).
+    margin = NOISE_Z * SENSOR_NOISE_C * np.sqrt(1 / 5 + 1 / 90) / 300.0 / 0.1
     assert abs(x[1, r] - (0.3 - margin)) < 1e-6 and x[1, hot] == 10 / 60
     assert x[2, hot] == 8 / 60
 
@@ -98,8 +99,9 @@ def _features_from_the_ring(f: PrecursorFeatures) -> np.ndarray:
     have = (kb >= 20) & (k5 >= 2)
     base = np.where(have, r[30:120].sum(0) / np.maximum(kb, 1), 1.0)
     d = r[:5].sum(0) / np.maximum(k5, 1) - base
-    p5 = np.maximum(f.ps[idx][:5].sum(0) / np.maximum(k5, 1), 1.0)
-    margin = NOISE_Z * SENSOR_NOISE_C / (np.sqrt(np.maximum(f.ks[idx][:5].sum(0), 1)) * p5)
+    iv = f.iv[idx]
+    var = iv[:5].sum(0) / np.maximum(k5, 1) ** 2 + np.where(have, iv[30:120].sum(0) / np.maximum(kb, 1) ** 2, 0.0)
+    margin = NOISE_Z * SENSOR_NOISE_C * np.sqrt(var)
     d = np.sign(d) * np.maximum(np.abs(d) - margin, 0.0)
     rise = np.clip(np.where(have, d / base, 0.0), -1.0, 2.0)
     hot = np.where(st60 >= 5, f.hot[idx][:60].sum(0) / np.maximum(st60, 1), 0.0)

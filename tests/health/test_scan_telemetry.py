@@ -136,7 +136,8 @@ def test_hour_rollups_equal_the_samples_of_the_hour() -> None:
     row = next(r for r in h.rows[("chip", "temperature_c", 3600.0)] if r.t_start == 3600.0)
     seen = np.array(temps)
     assert row.count == len(temps) == 1800
-    assert row.min == tuple(np.round(seen.min(axis=0), 6)) and row.max == tuple(np.round(seen.max(axis=0), 6))
+    np.testing.assert_array_equal(row.min, np.round(seen.min(axis=0), 6))
+    np.testing.assert_array_equal(row.max, np.round(seen.max(axis=0), 6))
     np.testing.assert_allclose(row.avg, seen.mean(axis=0), atol=1e-6)
 
 

@@ -117,3 +117,27 @@ def test_restart_during_recovery_finishes_after_restart() -> None:
     assert v["state"] == "RUNNING" and chip not in v["allocation"]["chips"]
     assert v["recovery"]["state"] == "done"
     assert v["recovery"]["steps"][-1]["name"] == "finished-after-restart"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_rollup_arrays_reach_the_store_as_floats_and_reload_the_same(kind: str, tmp_path) -> None:
+    # The monitor hands its read-only rollup arrays to the store as they are: either store
+    # must give plain floats back, and a new monitor must reload the same buckets.
+    from sqlalchemy.engine import URL
+
+    from podfleet.store import Store
+
+    store = MemoryStore() if kind == "memory" else Store(URL.create("sqlite", database=str(tmp_path / "p.db")))
+    plane, svc, _job = setup(store)  # type: ignore[arg-type]
+    plane.tl.run(plane.tl.now + 3 * 60)
+    cid = plane.names["pod"]
+    kept = {r.t_start: r for r in svc.monitors[cid].history.rows[("chip", "power_w", 60.0)]}
+    got = store.list_rollups(cid, resolution_s=60.0, scope="chip", metric="power_w")
+    assert got and len(got) == len(kept)
+    for rec in got:
+        row = kept[rec.t_start - plane.epoch]
+        assert type(rec.avg) is list and all(type(v) is float for v in rec.avg + rec.min + rec.max)
+        assert (rec.avg, rec.min, rec.max) == (row.avg.tolist(), row.min.tolist(), row.max.tolist())
+    before = svc.telemetry("pod", scope="chip", metric="power_w", range_="hour", target=3)
+    del svc.monitors[cid]  # the next read builds a monitor that reloads from the store
+    assert svc.telemetry("pod", scope="chip", metric="power_w", range_="hour", target=3) == before

@@ -58,3 +58,43 @@ def test_node_unit_updates_sixteen_chips_per_batch() -> None:
     assert len(r.batches) == 1
     pod.tl.run(until=pod.tl.now + 600.0)
     assert r.state.value == "succeeded" and len(r.done) == 16
+
+
+def test_rolling_update_moves_each_rank_once_and_brings_the_job_home() -> None:
+    # The job fills pod 0 (64 chips); the only free chips are spares in pod 1. The first
+    # rank must leave the pod; every later rank moves to the chip updated just before
+    # (same pod, NeuronLink copy), and the rank outside comes back at the end.
+    pod, fw = rollout_pod()
+    chips = list(pod.fab.job("job-0").chips[:6])
+    moves: list[dict] = []
+    pod.tl.log.subscribe(lambda r: moves.append(r) if r["kind"] == "recovery-step" and r["step"] == "move-rank"
+                         else None)
+    r = fw.start("2.22.0", chips=chips)
+    pod.tl.run(until=pod.tl.now + 3000.0)
+    assert r.state.value == "succeeded" and r.done == chips
+    crossing = [m for m in moves if (m["from_chip"] < 64) != (m["to_chip"] < 64)]
+    assert len(moves) == len(chips) + 1 and len(crossing) == 2  # out once, home once
+    assert [m["to_chip"] for m in moves[1:-1]] == chips[:-1]  # rank i takes chip i-1, freshly updated
+    assert sorted({m["rank"] for m in moves}) == list(range(len(chips)))
+    run = pod.fab.job("job-0")
+    assert all(c < 64 for c in run.chips) and str(run.state) == "running"
+    assert len(r.interruptions_s) == len(chips) + 1
+    assert sorted(r.interruptions_s)[-3] < 1.0  # only the two pod crossings copy over the network tier
+
+
+def test_live_move_pauses_at_the_step_end() -> None:
+    pod, fw = rollout_pod()
+    pod.fab.runner.progress_every_steps = 1  # as the control plane's twin clusters report
+    ends: list[float] = []
+    paused: list[float] = []
+
+    def on(ev) -> None:
+        if ev.job_id == "job-0" and ev.kind == "progress":
+            ends.append(ev.t)
+        elif ev.job_id == "job-0" and ev.kind == "job-paused":
+            paused.append(ev.t)
+
+    pod.fab.subscribe(on)
+    fw.start("2.22.0", chips=[0])
+    pod.tl.run(until=pod.tl.now + 400.0)
+    assert paused and paused[0] in ends  # no partial step thrown away

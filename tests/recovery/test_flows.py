@@ -226,3 +226,65 @@ def test_job_stopped_during_recovery_ends_the_flow_cleanly() -> None:
     pod.tl.run(until=pod.tl.now + 100.0)
     assert "job-0" not in pod.orch.active and str(pod.fab.job("job-0").state) == "stopped"
     assert last(pod).state in (RecoveryState.DONE, RecoveryState.FAILED)
+
+
+def test_spare_in_the_jobs_pod_beats_one_in_another_pod() -> None:
+    from podfleet.hardware.catalog import get_topology
+    from podfleet.recovery.spares import choose_spare
+
+    topo = get_topology("trn2-ultraserver:2")
+    chips = list(range(64, 128))
+    # Chip 0 is 2 "hops" away (another pod); chip 127 of the job's pod is several hops away.
+    assert topo.hops(64, 0) < topo.hops(64, 127)
+    assert choose_spare(topo, chips, 0, [0, 127], spares={0}) == 127
+    assert choose_spare(topo, chips, 0, [0, 4], spares={0}) == 0  # only other-pod chips: spares first
+
+
+def test_rank_moved_to_another_pod_comes_home_when_its_chip_is_repaired() -> None:
+    pod = started(timings=Timings(repair_s=1800.0))
+    fab = pod.fab
+    fab.inject_fault("chip-failure", chip=5)
+    pod.tl.run(until=pod.tl.now + 10.0)
+    run = fab.job("job-0")
+    assert run.chips[5] >= 64  # the job's pod is full: the rank went to a spare in pod 1
+    pod.tl.run(until=pod.tl.now + 1800.0 + 200.0)  # repaired, then the next step boundary
+    run = fab.job("job-0")
+    assert fab.chip_state(5) == ChipState.HEALTHY and run.chips[5] == 5 and str(run.state) == "running"
+    home = last(pod)
+    assert home.kind == "rehome" and home.state == RecoveryState.DONE
+    assert steps(home) == ["step-boundary", "select-spare", "move-rank", "restore", "resume"]
+    assert check_invariants(pod) == []
+
+
+def test_no_rehome_while_a_firmware_rollout_frees_chips() -> None:
+    pod = started()
+    pod.orch.hold_rehome = True
+    fab = pod.fab
+    fab.inject_fault("chip-failure", chip=5)
+    pod.tl.run(until=pod.tl.now + 10.0)
+    fab.repair_chip(5)
+    pod.tl.run(until=pod.tl.now + 300.0)
+    assert fab.job("job-0").chips[5] >= 64 and last(pod).kind == "chip-failure"
+    pod.orch.hold_rehome = False
+    assert pod.orch.rehome_all()
+    pod.tl.run(until=pod.tl.now + 300.0)
+    assert fab.job("job-0").chips[5] == 5
+
+
+def test_fault_during_a_move_home_gets_its_own_flow_first() -> None:
+    pod = started()
+    fab = pod.fab
+    fab.inject_fault("chip-failure", chip=5)
+    pod.tl.run(until=pod.tl.now + 10.0)
+    fab.repair_chip(5)
+    pod.tl.run(until=pod.tl.now + 1.0)
+    home = pod.orch.active["job-0"]
+    assert home.kind == "rehome" and home.step == "step-boundary"  # the job still trains
+    fab.inject_fault("chip-failure", chip=7)
+    pod.tl.run(until=pod.tl.now + 10.0)
+    assert home.state == RecoveryState.DONE and home.step == "cancelled"
+    rec = last(pod)
+    assert rec.kind == "chip-failure" and steps(rec)[0] == "detect" and rec.state == RecoveryState.DONE
+    run = fab.job("job-0")
+    assert run.chips[7] == 5  # the free chip of the job's own pod, before any spare in the other
+    assert check_invariants(pod) == []

@@ -41,3 +41,27 @@ def test_real_planner_when_present() -> None:
     [d] = s.schedule()
     assert d.placement.plan is not None
     assert d.placement.plan.step_time_s > 0
+
+
+def test_a_compressed_job_is_planned_with_its_compression() -> None:
+    """The plan chosen with the block is estimated with the job's gradient compression,
+    so its step time is the one the twin runs the job at (``perf.compression``)."""
+    pytest.importorskip("podfleet.planner")
+    from podfleet.control.scheduling import plan_fields
+
+    def placed(comp: str) -> dict:
+        s = Scheduler(POD)
+        s.submit(JobRequest("auto", 16, parallelism="auto", model="llama3-8b", grad_compression=comp))
+        [d] = s.schedule()
+        assert d.kind is DecisionKind.BIND
+        out = plan_fields(d.placement.plan)
+        assert out is not None
+        return out
+
+    plain, lossless = placed("none"), placed("lossless")
+    assert "grad_compression" not in plain
+    assert lossless["grad_compression"] == "lossless"
+    # Without compression the job's best block and plan are the fastest: compression
+    # cannot make the uncompressed figure better, and lossless costs this model time.
+    assert lossless["uncompressed_step_time_s"] >= plain["step_time_s"] * (1 - 1e-9)
+    assert lossless["step_time_s"] > plain["step_time_s"]

@@ -41,7 +41,7 @@ def test_worker_environment_is_scrubbed() -> None:
     env = worker_env(server, {"PODFLEET_CHIP": "3"})
     assert env == {"PATH": "/usr/bin", "HOME": "/root", "LC_ALL": "C", "NEURON_RT_LOG_LEVEL": "INFO",
                    "PODFLEET_CHIP": "3"}
-    # The checkpoint key passes only when the fabric says its key lives there.
+    # A name the caller keeps passes (the local pool keeps none: the key goes over a pipe).
     assert worker_env(server, keep=("PODFLEET_CHECKPOINT_KEY",))["PODFLEET_CHECKPOINT_KEY"] == "k" * 64
 
 

@@ -1,6 +1,7 @@
 import { allows, api, enc } from "../api";
 import { clear, h, table, time } from "../dom";
 import { every, field, report, select, status, type Ctx } from "../app";
+import type { Hardware } from "../metrics";
 
 async function clusterPicker(root: HTMLElement, ctx: Ctx, title: string): Promise<HTMLSelectElement | null> {
   const { clusters } = await api("GET", "/v1/clusters");
@@ -62,31 +63,87 @@ export async function recoveriesPage(root: HTMLElement, ctx: Ctx): Promise<void>
   every(ctx, 5000, () => void refresh().catch(() => undefined));
 }
 
+/** The firmware versions the server accepts (the API's own contract: the enum of
+ * StartFirmwareUpdate's `version`); empty where the document is not served. */
+async function knownVersions(): Promise<string[]> {
+  try {
+    const doc = await api("GET", "/openapi.json");
+    const v = doc.components?.schemas?.FirmwareUpdateRequest?.properties?.version;
+    return Array.isArray(v?.enum) ? v.enum.map(String) : [];
+  } catch { return []; }
+}
+
+const FW_MARK: Record<string, string> = { updated: "✓", updating: "U", skipped: "S", failed: "✕", "not-updated": "·" };
+
+/** A chip's place in a rollout: updated, updating (its turn now), skipped (out of service
+ * at its turn), failed (rolled back the rollout), or not updated (yet, or not in it). */
+function fwState(r: any, chip: number): string {
+  if (r.failed_chip === chip) return "failed";
+  if ((r.current ?? []).includes(chip)) return "updating";
+  if ((r.done ?? []).includes(chip)) return "updated";
+  if ((r.skipped ?? []).includes(chip)) return "skipped";
+  return "not-updated";
+}
+
 /** Rolling firmware updates: start one (operators), watch it chip by chip. */
 export async function firmwarePage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const sel = await clusterPicker(root, ctx, "Firmware");
   if (!sel) return;
   const list = h("div", { "aria-live": "polite" }), msg = status();
+  const unavailable = h("p", { class: "hint", "data-testid": "firmware-unavailable", hidden: true });
+  const chipsBox = h("section", { "aria-labelledby": "fw-chips-h" });
+  let card: HTMLElement | null = null;
   if (allows(ctx.me, "operator")) {
-    const version = h("input", { name: "version", required: true, pattern: "[0-9A-Za-z.\\-]+", placeholder: "e.g. 2.22.0" });
+    const versions = await knownVersions();
+    const version = versions.length ? select("version", versions, versions[versions.length - 1])
+      : h("input", { name: "version", required: true, pattern: "[0-9A-Za-z.\\-]+", placeholder: "e.g. 2.22.0" });
     const unit = select("unit", ["chip", "node"]);
-    const form = h("form", { class: "grid-form" }, field("Version", version), field("Unit", unit), h("button", { type: "submit" }, "Start rolling update"));
+    const only = h("input", { name: "chips", placeholder: "e.g. 62,63 (default: every chip)", "aria-describedby": "fw-chips-help" });
+    const form = h("form", { class: "grid-form" }, field("Version", version), field("Unit", unit),
+      h("div", { class: "field" }, h("label", { for: "fw-chips" }, "Chips"), Object.assign(only, { id: "fw-chips" }),
+        h("small", { id: "fw-chips-help" }, "optional: only these chips, one at a time")),
+      h("button", { type: "submit" }, "Start rolling update"));
     form.addEventListener("submit", async (e) => {
       e.preventDefault();
-      try { const r = await api("POST", `/v1/clusters/${enc(sel.value)}/firmware`, { version: version.value, unit: unit.value });
-        report(msg, `Rollout ${r.id} ${r.state}`); await refresh(); }
-      catch (err) { report(msg, `Update refused: ${(err as Error).message}`, true); }
+      const body: Record<string, unknown> = { version: version.value, unit: unit.value };
+      const chips = only.value.split(",").map((x) => x.trim()).filter(Boolean).map(Number);
+      if (chips.length) body.chips = chips;
+      try {
+        const r = await api("POST", `/v1/clusters/${enc(sel.value)}/firmware`, body);
+        report(msg, `Rollout ${r.id} to ${r.version}: ${r.state}`); await refresh();
+      } catch (err) { report(msg, `Update refused: ${(err as Error).message}`, true); }
     });
-    root.append(h("section", { class: "card" }, h("h2", {}, "Start a rolling update"), form, msg));
+    card = h("section", { class: "card", "aria-labelledby": "fw-start-h" }, h("h2", { id: "fw-start-h" }, "Start a rolling update"), form, msg);
+    root.append(card);
   }
-  root.append(list);
+  root.append(unavailable, list, chipsBox);
   const refresh = async () => {
-    const { rollouts } = await api("GET", `/v1/clusters/${enc(sel.value)}/firmware`);
-    clear(list, rollouts.length ? table("Rollouts", ["id", "version", "state", "progress", "chips done"],
-      rollouts.map((r: any) => [r.id, r.version, r.state,
+    const cluster = sel.value;
+    const [fw, hw] = await Promise.all([api("GET", `/v1/clusters/${enc(cluster)}/firmware`),
+      api<Hardware>("GET", `/v1/clusters/${enc(cluster)}/hardware`)]);
+    if (cluster !== sel.value) return; // another cluster was picked meanwhile
+    unavailable.hidden = !fw.unavailable;
+    unavailable.textContent = fw.unavailable ?? "";
+    if (card) card.hidden = Boolean(fw.unavailable);
+    const rollouts: any[] = fw.rollouts;
+    clear(list, rollouts.length ? table("Rollouts", ["id", "version", "unit", "state", "progress", "chips updated", "updating now", "skipped", "reason"],
+      rollouts.map((r) => [r.id, r.version, r.unit, h("span", { "data-testid": "rollout-state" }, r.state),
         h("progress", { max: 1, value: r.progress, "aria-label": `rollout ${r.id} progress` }),
-        `${(r.done ?? []).length} / ${r.chips ?? "?"}${(r.done ?? []).length ? ` (last: ${r.done[r.done.length - 1]})` : ""}`]), { "data-testid": "rollouts" })
-      : h("p", {}, "No rollouts yet."));
+        h("span", { "data-testid": "rollout-done" }, `${(r.done ?? []).length} / ${r.chips ?? "?"}`),
+        (r.current ?? []).join(", ") || "—", (r.skipped ?? []).join(", ") || "—", r.reason || "—"]), { "data-testid": "rollouts" })
+      : fw.unavailable ? "" : h("p", {}, "No rollouts yet."));
+    const last = rollouts[rollouts.length - 1];
+    chipsBox.hidden = Boolean(fw.unavailable); // no versions to show where none can change
+    clear(chipsBox, h("h2", { id: "fw-chips-h" }, last ? `Chip by chip: rollout ${last.id} to ${last.version}` : "Firmware by chip"),
+      h("ul", { class: "fw-chips", "data-testid": "firmware-chips" }, ...hw.chips.map((c) => {
+        const st = last ? fwState(last, c.index) : "not-updated";
+        const ver = String(c.metrics.firmware_version ?? "?");
+        return h("li", { "data-fw-chip": c.index, "data-fw-state": st, "data-version": ver },
+          h("span", { class: "fw-mark", "aria-hidden": "true" }, FW_MARK[st]), h("b", {}, String(c.index)), " ", ver,
+          h("span", { class: "visually-hidden" }, `: ${st.replace("-", " ")}`));
+      })),
+      h("ul", { class: "state-legend", "aria-label": "rollout states" }, ...Object.entries(FW_MARK).map(([st, m]) =>
+        h("li", {}, h("span", { class: "swatch", "data-fw-swatch": st }, m), st.replace("-", " ")))));
   };
   sel.addEventListener("change", () => void refresh());
   await refresh();

@@ -13,30 +13,54 @@ export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const refresh = async () => {
     const { clusters } = await api<{ clusters: Cluster[] }>("GET", "/v1/clusters");
     const rows = await Promise.all(clusters.map(async (c) => {
-      let healthy = 0, failed = 0, spare = 0, alerts = 0;
-      try {
-        const hw = await api("GET", `/v1/clusters/${enc(c.id)}/hardware`);
-        for (const chip of hw.chips) {
+      let healthy = 0, failed = 0, spare = 0;
+      // Each figure on its own: one the server cannot give (a cluster going away meanwhile)
+      // leaves its cell "—" and never hides the others.
+      const [hw, al] = await Promise.allSettled([api("GET", `/v1/clusters/${enc(c.id)}/hardware`),
+        api("GET", `/v1/clusters/${enc(c.id)}/alerts?state=firing`)]);
+      if (hw.status === "fulfilled") {
+        for (const chip of hw.value.chips) {
           if (chip.spare) spare++;
           if (chip.state === "healthy") healthy++;
           else if (chip.state === "failed" || chip.state === "isolated") failed++;
         }
-        alerts = (await api("GET", `/v1/clusters/${enc(c.id)}/alerts?state=firing`)).alerts.length;
-      } catch { /* a cluster still deploying has no snapshot yet */ }
+      }
+      const alerts = al.status === "fulfilled" ? String(al.value.alerts.length) : "—";
       const sch = c.scheduler ?? {};
       return [link(ctx, `/clusters/${enc(c.name)}`, c.name), c.state, c.type ?? "", c.fabric ?? "", String(c.chips ?? ""),
-        `${healthy} / ${failed} / ${spare}`, `${Math.round((sch.utilization ?? 0) * 100)}%`,
-        `${sch.running_jobs ?? 0} / ${sch.pending_jobs ?? 0}`, String(alerts),
+        hw.status === "fulfilled" ? `${healthy} / ${failed} / ${spare}` : "—", `${Math.round((sch.utilization ?? 0) * 100)}%`,
+        `${sch.running_jobs ?? 0} / ${sch.pending_jobs ?? 0}`, alerts,
         link(ctx, `/clusters/${enc(c.name)}/dashboard`, "dashboard", { "aria-label": `dashboard of ${c.name}` })];
     }));
     clear(list, clusters.length ? table("Clusters", ["name", "state", "type", "fabric", "chips",
-      "healthy / failed / spare", "utilization", "running / pending jobs", "firing alerts", ""], rows, { "data-testid": "clusters" })
+      "healthy / failed / spare", "utilization", "running / pending jobs", "firing alerts", "views"], rows, { "data-testid": "clusters" })
       : h("p", {}, "No clusters yet."));
     list.setAttribute("aria-busy", "false");
   };
   await refresh();
   every(ctx, 5000, () => void refresh().catch(() => undefined));
-  if (allows(ctx.me, "operator")) root.append(createForm(ctx, refresh));
+  if (allows(ctx.me, "operator")) root.append(createForm(ctx, refresh), deleteForm(refresh));
+}
+
+/** Delete a cluster (its jobs are stopped): the name typed again confirms it. */
+function deleteForm(refresh: () => Promise<void>): HTMLElement {
+  const name = h("input", { name: "delete-name", required: true, autocomplete: "off", pattern: "[a-z][a-z0-9\\-]*" });
+  const again = h("input", { name: "delete-confirm", required: true, autocomplete: "off" });
+  const msg = status();
+  const form = h("form", { class: "grid-form", "aria-labelledby": "delete-h" },
+    field("Cluster", name), field("Type its name again", again),
+    h("button", { type: "submit", class: "danger" }, "Delete cluster"));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (again.value !== name.value) { report(msg, "The names differ: nothing deleted.", true); return; }
+    try {
+      const c = await api("DELETE", `/v1/clusters/${enc(name.value)}`);
+      report(msg, `Cluster ${c.name} is ${c.state}; its jobs were stopped.`);
+      name.value = again.value = "";
+      await refresh();
+    } catch (err) { report(msg, `Delete failed: ${(err as Error).message}`, true); }
+  });
+  return h("section", { class: "card", "aria-labelledby": "delete-h" }, h("h2", { id: "delete-h" }, "Delete a cluster"), form, msg);
 }
 
 function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
@@ -44,12 +68,19 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
   const type = select("type", ["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]);
   const fabric = select("fabric", ["(server default)", "sim", "local", "ray", "neuron"]);
   const dims = h("input", { name: "dims", placeholder: "custom only, e.g. 2,2" });
-  const chips = h("input", { name: "chips", type: "number", min: 1, max: 4096 });
+  const chipType = select("chip_type", ["(default)", "trn2", "trn1"]);
+  const chips = h("input", { name: "chips", type: "number", min: 1, max: 256 });
   const hbm = h("input", { name: "hbm_gib", type: "number", min: 1, max: 1024, step: "any" });
   const bw = h("input", { name: "link_bw_gbps", type: "number", min: 1, max: 10000, step: "any" });
   const storage = h("input", { name: "storage_nodes", type: "number", min: 0, max: 16, value: 1 });
   const spares = h("input", { name: "spares", type: "number", min: 0, max: 4, value: 0 });
   const spareChips = h("input", { name: "spare_chips", placeholder: "e.g. 0,63 (optional)" });
+  const restore = h("input", { name: "restore_spares", type: "checkbox", checked: true });
+  const ray = h("input", { name: "rayAddress", maxlength: 512, placeholder: "HOST:6379, ray://HOST:10001 or auto" });
+  // Commands the server runs on its own host: admins only (the API refuses others anyway).
+  const admin = allows(ctx.me, "admin");
+  const neuronLs = h("input", { name: "neuronLs", maxlength: 1024, placeholder: "neuron-ls --json-output" });
+  const neuronMon = h("input", { name: "neuronMonitor", maxlength: 1024, placeholder: "neuron-monitor" });
   const quotas = h("input", { name: "quotas", placeholder: "team=chips, e.g. research=32,prod=32" });
   const encryption = h("input", { name: "encryption", type: "checkbox", checked: true });
   const isolation = h("input", { name: "network_isolation", type: "checkbox", checked: true });
@@ -59,17 +90,26 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
   const ints = (v: string) => v.split(",").map((x) => x.trim()).filter(Boolean).map(Number);
   const form = h("form", { class: "grid-form", "aria-labelledby": "create-h" },
     field("Name", name), field("Type", type), field("Fabric", fabric), field("Dims", dims),
-    field("Chips", chips, "custom only"), field("Per-chip memory (GiB)", hbm), field("Link bandwidth (GB/s)", bw),
+    field("Chip type", chipType, "custom only"), field("Chips", chips, "custom only"),
+    field("Per-chip memory (GiB)", hbm), field("Link bandwidth (GB/s)", bw),
     field("Storage nodes", storage), field("Spares (0-4)", spares), field("Spare chips", spareChips),
-    field("Quotas", quotas), field("Encryption", encryption), field("Network isolation", isolation),
+    field("Restore spares", restore), field("Quotas", quotas), field("Encryption", encryption),
+    field("Network isolation", isolation), field("Ray address", ray, "fabric ray only"),
+    admin ? field("neuron-ls command", neuronLs, "fabric neuron only") : null,
+    admin ? field("neuron-monitor command", neuronMon, "fabric neuron only") : null,
     h("button", { type: "submit" }, "Create cluster"));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const body: Record<string, unknown> = { name: name.value, type: type.value, storage_nodes: Number(storage.value),
-      spares: Number(spares.value), encryption: encryption.checked, network_isolation: isolation.checked };
+      spares: Number(spares.value), restore_spares: restore.checked, encryption: encryption.checked,
+      network_isolation: isolation.checked };
     if (fabric.value !== "(server default)") body.fabric = fabric.value;
     if (dims.value) body.dims = ints(dims.value);
+    if (chipType.value !== "(default)") body.chip_type = chipType.value;
     if (chips.value) body.chips = Number(chips.value);
+    if (ray.value) body.rayAddress = ray.value;
+    if (admin && neuronLs.value) body.neuronLs = neuronLs.value;
+    if (admin && neuronMon.value) body.neuronMonitor = neuronMon.value;
     if (hbm.value) body.hbm_gib = Number(hbm.value);
     if (bw.value) body.link_bw_gbps = Number(bw.value);
     if (spareChips.value) body.spare_chips = ints(spareChips.value);

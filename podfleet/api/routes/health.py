@@ -1,19 +1,24 @@
 """Health, recovery and firmware: alerts, telemetry ranges, recoveries, rolling updates.
 
 Served by the ``HealthService`` the composition root built (``podfleet.compose``); an app
-without one answers 409 with a sentence, never a 500.
+without one answers 409 with a sentence, never a 500, except for listings whose honest answer
+is empty: nothing monitors the cluster, so no alert fires (``ListAlerts``), and a fabric that
+cannot update firmware online has no rollouts (``ListFirmwareUpdates``, which says why). A
+page reading every cluster's alerts or rollouts thus gets no error for such a cluster.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Depends, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import AlertRef, ClusterRef, Health, Plane, RolloutRef
 from podfleet.api.schemas import MAX_CHIP_INDEX, MAX_CHIPS, MAX_LINK_INDEX, RequestBody
+from podfleet.errors import InvalidInputError
+from podfleet.health.service import HealthService
 from podfleet.health.telemetry import ALL_METRICS, CHIP_METRICS, LINK_METRICS
 from podfleet.recovery.firmware import KNOWN_VERSIONS
 
@@ -65,11 +70,26 @@ class FirmwareRollout(BaseModel):
 
 class FirmwareRolloutList(BaseModel):
     rollouts: list[FirmwareRollout]
+    unavailable: str | None = Field(None, description="why this cluster can have no rollouts (its fabric cannot "
+                                    "update firmware online); null where it can")
+
+
+async def optional_health(request: Request) -> HealthService | None:
+    svc: HealthService | None = request.app.state.health
+    return svc
+
+
+MaybeHealth = Annotated[HealthService | None, Depends(optional_health)]
 
 
 @router.get("/clusters/{cluster}/alerts", operation_id="ListAlerts", response_model=AlertList)
-async def list_alerts(cluster: ClusterRef, plane: Plane, svc: Health, state: AlertStateName | None = None) -> dict[str, Any]:
-    """Alerts of a cluster (kept after they resolve), oldest first."""
+async def list_alerts(cluster: ClusterRef, plane: Plane, svc: MaybeHealth,
+                      state: AlertStateName | None = None) -> dict[str, Any]:
+    """Alerts of a cluster (kept after they resolve), oldest first; none where no health
+    monitoring runs (nothing watches the cluster, so nothing fires)."""
+    if svc is None:
+        plane.resolve(cluster)  # an unknown cluster is still a 404
+        return {"alerts": []}
     return {"alerts": await plane.call(svc.list_alerts, cluster, state)}
 
 
@@ -113,7 +133,12 @@ async def start_firmware(cluster: ClusterRef, body: FirmwareUpdateRequest, plane
 
 @router.get("/clusters/{cluster}/firmware", operation_id="ListFirmwareUpdates", response_model=FirmwareRolloutList)
 async def list_firmware(cluster: ClusterRef, plane: Plane, svc: Health) -> dict[str, Any]:
-    return {"rollouts": await plane.call(svc.firmware_rollouts, cluster)}
+    """Rollouts of a cluster, newest last; for a fabric that cannot update firmware online,
+    none, and ``unavailable`` says why (``StartFirmwareUpdate`` refuses it with that sentence)."""
+    try:
+        return {"rollouts": await plane.call(svc.firmware_rollouts, cluster)}
+    except InvalidInputError as exc:  # the fabric's capability, not the request: an empty listing
+        return {"rollouts": [], "unavailable": exc.message}
 
 
 @router.get("/clusters/{cluster}/firmware/{rollout}", operation_id="DescribeFirmwareUpdate",

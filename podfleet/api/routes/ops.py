@@ -8,6 +8,7 @@ thread, so the timeline keeps its pace meanwhile.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -18,7 +19,6 @@ from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import ClusterRef, Plane
 from podfleet.api.schemas import RequestBody
 from podfleet.control.plane import ControlPlane
-from podfleet.control.workdir import workdir_root
 from podfleet.fabric.base import COLLECTIVE_OPS
 from podfleet.health.service import HealthService
 from podfleet.ops import advise, diagnose, kb, reports, verify
@@ -163,11 +163,22 @@ class ReportList(BaseModel):
     reports: list[dict[str, Any]]
 
 
-def _archive(request: Request, plane: ControlPlane) -> reports.ReportArchive:
-    arch: reports.ReportArchive | None = getattr(request.app.state, "reports", None)
+def _archive(request: Request, plane: ControlPlane) -> reports.Archive:
+    """The store's archive (``StoredReports``, retention ``PODFLEET_REPORT_RETENTION_DAYS``),
+    unless the app was given another one as ``app.state.reports``."""
+    arch: reports.Archive | None = getattr(request.app.state, "reports", None)
     if arch is None:
-        arch = request.app.state.reports = reports.ReportArchive(workdir_root(plane.workdir) / "reports")
+        arch = request.app.state.reports = reports.StoredReports(plane.store, _retention_days())
     return arch
+
+
+def _retention_days() -> float:
+    raw = os.environ.get("PODFLEET_REPORT_RETENTION_DAYS", "")
+    try:
+        days = float(raw) if raw else reports.RETENTION_DAYS
+    except ValueError:
+        days = reports.RETENTION_DAYS
+    return days if days > 0 else reports.RETENTION_DAYS
 
 
 def _report_on_engine(plane: ControlPlane, svc: HealthService | None, cluster: str, period_s: float) -> dict[str, Any]:

@@ -2,6 +2,10 @@
 
 Warm standbys (torch already imported) make a recovered gang start in ~1 s, not ~5-10 s.
 Callers hold the fabric's lock; a refill is handed to the engine thread (``deliver``).
+
+Workers run in the sandbox the settings ask for (``security.sandbox``: an unprivileged
+user where the server is root, resource limits); the pool hands each job's directory to
+that user and the checkpoint key to each worker over a pipe.
 """
 
 from __future__ import annotations
@@ -13,17 +17,28 @@ from pathlib import Path
 from typing import Any
 
 from podfleet.fabric.local.process import OnExit, OnMessage, WorkerProcess
+from podfleet.security.sandbox import (
+    WorkerSandbox,
+    from_env,
+    key_material,
+    prepare_job_dir,
+    stage_entrypoint,
+)
 from podfleet.security.workerenv import worker_env
-from podfleet.training.config import WorkerConfig
+from podfleet.training.config import KEY_ENV_DEFAULT, WorkerConfig
 
 
 class WorkerPool:
     def __init__(self, workdir: Path, *, n_gpus: int, warm_workers: int, refill_delay_s: float,
                  closed: threading.Event, deliver: Callable[..., Any],
-                 extra_env: Callable[[int], Mapping[str, str]] | None = None, keep_env: tuple[str, ...] = ()) -> None:
+                 extra_env: Callable[[int], Mapping[str, str]] | None = None, keep_env: tuple[str, ...] = (),
+                 sandbox: WorkerSandbox | None = None) -> None:
         self.workdir, self.n_gpus, self.extra_env = workdir, n_gpus, extra_env
-        # Server variables a worker may still see (the checkpoint key's, when it lives there).
-        self.keep_env = keep_env
+        # Server variables a worker may still see. The checkpoint key's is not among them
+        # even when named here: the key goes over a pipe (``key_material``).
+        self.keep_env = tuple(k for k in keep_env if k != KEY_ENV_DEFAULT)
+        self.sandbox = sandbox if sandbox is not None else from_env()
+        self._prepared: set[Path] = set()  # job directories already handed over
         self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
         self.closed, self.deliver = closed, deliver
         self.standbys: list[WorkerProcess] = []
@@ -39,16 +54,26 @@ class WorkerPool:
     def spawn(self, cfg: WorkerConfig, chip: int, attempt: int, log_path: Path, on_message: OnMessage,
               on_exit: OnExit) -> WorkerProcess:
         """One rank's worker: a standby given the rank, else a fresh process."""
+        jobdir = log_path.parent
+        cfg = cfg.replace(entrypoint=stage_entrypoint(self.sandbox, cfg.entrypoint, jobdir))
+        if cfg.rank == 0 or jobdir not in self._prepared:
+            # Once per gang (rank 0 starts it): files the server wrote since the last gang
+            # (checkpoint manifests) go to the worker's user too.
+            prepare_job_dir(self.sandbox, jobdir)
+            self._prepared.add(jobdir)
+        key = key_material(cfg.key_file, cfg.key_env) if cfg.encrypt_checkpoints else None
+        ident = self.sandbox.env(jobdir)
         standby = self._take_standby()
         if standby is not None:
-            standby.assign(cfg, chip, attempt, log_path, self.chip_env(chip), on_message, on_exit)
+            standby.assign(cfg, chip, attempt, log_path, {**self.chip_env(chip), **ident}, on_message, on_exit,
+                           key=key)
             self._took = True
             return standby
         # Scrubbed: a job's code must not read the server's secrets (PODFLEET_ADMIN_TOKEN, ...).
-        env = worker_env(os.environ, {**self.chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads)},
+        env = worker_env(os.environ, {**self.chip_env(chip), "OMP_NUM_THREADS": str(cfg.threads), **ident},
                          keep=self.keep_env)
         return WorkerProcess(cfg=cfg, chip=chip, attempt=attempt, log_path=log_path, env=env,
-                             on_message=on_message, on_exit=on_exit, cwd=log_path.parent)
+                             on_message=on_message, on_exit=on_exit, cwd=jobdir, sandbox=self.sandbox, key=key)
 
     def gang_started(self) -> None:
         if self._took:
@@ -69,8 +94,8 @@ class WorkerPool:
         while not self.closed.is_set() and len(self.standbys) < self.warm_workers:
             self._made += 1
             self.standbys.append(WorkerProcess(
-                env=worker_env(os.environ, {"OMP_NUM_THREADS": "1"}, keep=self.keep_env),
-                log_path=self.workdir / "standby" / f"standby-{self._made}.log",
+                env=worker_env(os.environ, {"OMP_NUM_THREADS": "1", **self.sandbox.env(None)}, keep=self.keep_env),
+                log_path=self.workdir / "standby" / f"standby-{self._made}.log", sandbox=self.sandbox,
                 on_message=lambda wp, msg: None,
                 on_exit=lambda wp, code: None,  # a dead standby is dropped at the next take/refill
             ))

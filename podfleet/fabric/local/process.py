@@ -8,6 +8,11 @@ noticed within milliseconds; the reader thread then reaps it and reports the cod
 A *standby* (``cfg=None``) is a warm process that has already imported torch and waits
 for an assignment on stdin; ``assign`` hands it a rank. Recovery takes standbys so a
 replacement gang skips the multi-second torch import.
+
+A worker may run as another, unprivileged user under resource limits (``sandbox``,
+``podfleet.security.sandbox``); the checkpoint key reaches it over a pipe of its own
+(``--key-fd``) or, for a standby, in its assignment on stdin: never in its environment
+or in a file it could read.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from podfleet.security.files import open_private_append, private_dir
+from podfleet.security.sandbox import WorkerSandbox, key_pipe
 from podfleet.training.config import WorkerConfig
 
 Message = dict[str, Any]
@@ -44,6 +49,8 @@ class WorkerProcess:
         chip: int = -1,
         attempt: int = 0,
         cwd: Path | None = None,
+        sandbox: WorkerSandbox | None = None,
+        key: bytes | None = None,
     ) -> None:
         self.cfg: WorkerConfig | None = cfg
         self.chip, self.attempt, self.log_path = chip, attempt, log_path
@@ -57,18 +64,32 @@ class WorkerProcess:
         self.error: Message | None = None  # the worker's last "error" report, if any
         self.hang_reported = False
         self._on_message, self._on_exit = on_message, on_exit
+        self.sandbox = sandbox or WorkerSandbox()
         r_fd, w_fd = os.pipe()
         args = ["--standby"] if cfg is None else ["--config", cfg.to_json()]
+        args += ["--rlimits", self.sandbox.limits_arg()]
+        fds = [w_fd]
+        switch = self.sandbox.switches_user
+        if key is not None:
+            fds.append(key_pipe(key))
+            args += ["--key-fd", str(fds[-1])]
         # Logs are the job's: owner-only (0600), in the job's own directory, which is also
         # the worker's working directory.
-        with os.fdopen(open_private_append(log_path), "ab") as log:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "podfleet.training.worker", *args, "--report-fd", str(w_fd)],
-                stdin=subprocess.PIPE if cfg is None else subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=env, start_new_session=True,
-                cwd=cwd,
-            )
-        os.close(w_fd)
+        try:
+            with os.fdopen(open_private_append(log_path), "ab") as log:
+                self.popen = subprocess.Popen(
+                    [self.sandbox.executable, "-m", "podfleet.training.worker", *args, "--report-fd", str(w_fd)],
+                    stdin=subprocess.PIPE if cfg is None else subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, pass_fds=tuple(fds), env=env, start_new_session=True,
+                    cwd=cwd, user=self.sandbox.uid if switch else None, group=self.sandbox.gid if switch else None,
+                    extra_groups=[] if switch else None,  # subprocess's own: no preexec_fn in a threaded server
+                )
+        except BaseException:
+            os.close(r_fd)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
         self.pid = self.popen.pid
         self._reader = threading.Thread(target=self._read, args=(r_fd,), name=f"worker-{self.pid}", daemon=True)
         self._reader.start()
@@ -82,15 +103,18 @@ class WorkerProcess:
         return self.exit_code is None
 
     def assign(self, cfg: WorkerConfig, chip: int, attempt: int, log_path: Path, env: dict[str, str],
-               on_message: OnMessage, on_exit: OnExit) -> None:
-        """Give a standby its rank; its output moves to ``log_path``."""
+               on_message: OnMessage, on_exit: OnExit, key: bytes | None = None) -> None:
+        """Give a standby its rank (and the checkpoint key); its output moves to ``log_path``."""
         self.cfg, self.chip, self.attempt, self.log_path = cfg, chip, attempt, log_path
         self._on_message, self._on_exit = on_message, on_exit
         self.started_mono = self.last_beat_mono = time.monotonic()
-        private_dir(log_path.parent)
+        if not self.sandbox.switches_user:
+            private_dir(log_path.parent)  # else the pool handed the job's directory to the worker's user
         assert self.popen.stdin is not None
-        line = json.dumps({"config": cfg.to_json(), "env": env, "log": str(log_path),
-                           "cwd": str(log_path.parent)}) + "\n"
+        msg = {"config": cfg.to_json(), "env": env, "log": str(log_path), "cwd": str(log_path.parent)}
+        if key is not None:
+            msg["key"] = key.decode()
+        line = json.dumps(msg) + "\n"
         try:
             self.popen.stdin.write(line.encode())
             self.popen.stdin.close()

@@ -5,6 +5,14 @@ imports without Ray. The actor is threaded (``max_concurrency`` > 1): ``run`` tr
 one thread while ``poll`` answers from another, returning the reports buffered since
 the last poll plus the process's own CPU and memory (psutil), so the driver needs no
 access to the worker's host.
+
+An actor's process inherits the environment of the raylet that started it, and a
+private Ray instance started by the server inherits the server's (``PODFLEET_ADMIN_TOKEN``,
+database URLs...). ``run`` therefore scrubs the process's environment before the job's
+code runs (``scrub_environment``): the same allow-list as a local worker, plus Ray's own
+``RAY_*`` variables (the process is Ray's, connected to its cluster either way) and what
+the fabric's ``runtime_env`` declares in ``env_vars``. A checkpoint key declared there is
+taken out of the environment and handed to the worker in memory.
 """
 
 from __future__ import annotations
@@ -18,6 +26,8 @@ from typing import Any
 
 import psutil
 
+from podfleet.security.sandbox import key_material
+from podfleet.security.workerenv import worker_env
 from podfleet.training.config import WorkerConfig
 
 
@@ -82,6 +92,7 @@ class WorkerActor:
         from podfleet.training.worker import run_worker
 
         cfg = WorkerConfig.from_json(cfg_json)
+        scrub_environment(cfg, _declared_env())
         self.running = True
         try:
             result = run_worker(cfg, self.reporter)
@@ -100,6 +111,32 @@ class WorkerActor:
             cpu, rss = 0.0, 0.0
         return {"msgs": msgs, "cpu_percent": cpu, "mem_bytes": rss, "heartbeat_age_s": beat_age_s,
                 "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total)}
+
+
+def _declared_env() -> set[str]:
+    """The variable names the actor's ``runtime_env`` sets (``env_vars``)."""
+    try:
+        import ray
+
+        renv = ray.get_runtime_context().runtime_env
+    except Exception:  # outside Ray (tests): nothing declared
+        return set()
+    return set((renv or {}).get("env_vars") or {})
+
+
+def scrub_environment(cfg: WorkerConfig, declared: set[str]) -> None:
+    """Leave this process only the environment a worker may have (see the module's docstring)."""
+    from podfleet.training.worker import deliver_key
+
+    if cfg.encrypt_checkpoints and not cfg.key_file:
+        material = key_material(None, cfg.key_env)
+        if material is not None:
+            deliver_key(material)
+    keep = (declared - {cfg.key_env}) | {k for k in os.environ if k.startswith("RAY_")}
+    clean = worker_env(os.environ, keep=keep)
+    for k in list(os.environ):
+        if k not in clean:
+            del os.environ[k]
 
 
 def _free_port() -> int:

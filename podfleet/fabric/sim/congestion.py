@@ -27,8 +27,11 @@ flows only, vectorised over their (flow, link) entries.
 Routing (``Congestion.routing``): ``dor`` is dimension-ordered (x, then y, then z;
 the + way on a tie), around down links by the router's precomputed detour;
 ``adaptive`` spreads a ring edge over the minimal paths (every axis order, both ways
-on a tie) and takes the one whose links carry the least traffic already, so a
-collective detours around hot links.
+on a tie) and takes the one whose links carry the least traffic already; where every
+minimal path is down or already carries traffic, it also weighs the paths two hops
+longer (a step sideways, a minimal path beside the direct one, a step back; the
+router's detour among them) and takes one when its hottest link is quieter, so a
+collective detours around hot and failed links.
 """
 
 from __future__ import annotations
@@ -147,6 +150,33 @@ class GridPaths:
         return seen
 
 
+    def detours(self, src: int, dst: int) -> list[list[int]]:
+        """Paths two hops longer than minimal: a step sideways (along an axis, either way),
+        a minimal path beside the direct one, a step back; none visits a chip twice."""
+        out: list[list[int]] = []
+        for k in range(len(self.sizes)):
+            for d in (0, 1):
+                a2, b2 = int(self.nbr[k, d, src]), int(self.nbr[k, d, dst])
+                if a2 < 0 or b2 < 0 or a2 in (src, dst) or b2 in (src, dst):
+                    continue
+                for mid in self.minimal(a2, b2):
+                    p = [int(self.dlink[k, d, src]), *mid, int(self.dlink[k, 1 - d, b2])]
+                    if self._simple(src, p) and p not in out:
+                        out.append(p)
+        return out
+
+    def _simple(self, src: int, path: list[int]) -> bool:
+        """True when ``path`` (directed links from ``src``) visits no chip twice."""
+        seen, cur = {src}, src
+        for dl in path:
+            ln, d = divmod(dl, 2)
+            cur = int(self.topo.links[ln].dst if d == 0 else self.topo.links[ln].src)
+            if cur in seen:
+                return False
+            seen.add(cur)
+        return True
+
+
 @functools.lru_cache(maxsize=16)
 def grid_paths(topo: GridTopology) -> GridPaths:
     return GridPaths(topo)
@@ -222,6 +252,7 @@ class Congestion:
         self._routers: dict[int, Router] = {}
         self._dirty = True
         self._util: np.ndarray | None = None  # cached utilization(); None after any change
+        self._load: np.ndarray | None = None  # cached directed_load(); None after any change
 
     # --- what runs ------------------------------------------------------------------
     def set_routing(self, mode: str) -> None:
@@ -313,9 +344,13 @@ class Congestion:
         return self._route(tuple(int(c) for c in ring))
 
     def directed_load(self) -> np.ndarray:
-        """float [2 * n_links]: ring edges of the running jobs on each directed link."""
+        """float [2 * n_links]: ring edges of the running jobs on each directed link
+        (read-only; the same array until a job or a link changes)."""
         self._refresh()
-        return self._hot()
+        if self._load is None:
+            self._load = self._hot()
+            self._load.setflags(write=False)
+        return self._load
 
     def capacity(self) -> np.ndarray:
         """float [2 * n_links]: bandwidth per direction (0 when down)."""
@@ -327,6 +362,15 @@ class Congestion:
         count = np.zeros(self.n_links, dtype=np.int64)
         for f in self._flows.values():
             count[np.unique(f.links // 2)] += 1
+        return count
+
+    def flows_per_directed_link(self) -> np.ndarray:
+        """int [2 * n_links]: jobs whose rings cross each link in each direction (two or
+        more: they share its bandwidth)."""
+        self._refresh()
+        count = np.zeros(2 * self.n_links, dtype=np.int64)
+        for f in self._flows.values():
+            count[f.links] += 1
         return count
 
     def _refresh(self) -> None:
@@ -344,6 +388,7 @@ class Congestion:
         self._ideal = {j: float(r) for j, r in zip(jobs, ideal, strict=True)}
         self._dirty = False
         self._util = None
+        self._load = None
 
     # --- routing ----------------------------------------------------------------------
     def _group(self) -> tuple[GridTopology | None, int, int]:
@@ -376,7 +421,10 @@ class Congestion:
             redo[e_idx[np.isin(dl // 2, np.fromiter(self._down, dtype=np.int64))]] = True
         hot = self._hot() if self.routing == "adaptive" else None
         if hot is not None:
+            # Multi-hop edges choose among minimal paths; a one-hop edge whose link another
+            # ring already loads may take a detour around it.
             redo |= hops > 1
+            redo[e_idx[hot[dl] > 0]] = True
         keep = ~redo[e_idx]
         direct = dl[keep]
         load: dict[int, float] = {}
@@ -408,13 +456,23 @@ class Congestion:
             if ok(p):
                 return [off + dl for dl in p]
         else:
-            cands = [p for p in paths.minimal(a, b) if ok(p)]
-            if cands:
-                def cost(p: list[int]) -> tuple[float, float]:
-                    loads = [hot[off + dl] + own.get(off + dl, 0.0) for dl in p]
-                    return max(loads, default=0.0), sum(loads)
+            def cost(p: list[int]) -> tuple[float, float, int]:
+                loads = [hot[off + dl] + own.get(off + dl, 0.0) for dl in p]
+                return max(loads, default=0.0), sum(loads), len(p)
 
-                return [off + dl for dl in min(cands, key=cost)]
+            cands = [p for p in paths.minimal(a, b) if ok(p)]
+            best = min(cands, key=cost) if cands else None
+            if best is None or cost(best)[0] > 0:
+                # Every minimal path is down or carries traffic already: a path two hops
+                # longer over quieter links (the router's detour among them) may be faster.
+                detour = [dl - off for dl in self._detoured(grid, group, a, b, local_down)]
+                more = [p for p in [*paths.detours(a, b), detour] if p and ok(p)]
+                if more:
+                    alt = min(more, key=cost)
+                    if best is None or cost(alt)[0] < cost(best)[0]:
+                        best = alt
+            if best is not None:
+                return [off + dl for dl in best]
         return [off + dl for dl in self._detoured(grid, group, a, b, local_down)]
 
     def _detoured(self, grid: GridTopology, group: int, a: int, b: int, down: set[int]) -> list[int]:

@@ -9,7 +9,7 @@ fabric. Every state change is logged on the timeline and delivered to subscriber
 ``FabricEvent``.
 
 Capabilities: ``Introspection``, ``ResumableRuns``, ``FaultInjection``,
-``FirmwareUpdate``, ``TelemetrySource``, ``Rebalanceable``, and for acceptance checks
+``FirmwareUpdate``, ``TelemetrySource``, ``Rebalanceable``, ``LinkTraffic``, and for acceptance checks
 ``ComputeProbe``, ``CollectiveProbe``, ``HardwareErrors`` (``probes``).
 """
 
@@ -205,6 +205,10 @@ class SimFabric:
         """Link sharing between running jobs: ``set_routing("dor"|"adaptive")``,
         ``slowdown(job)``, ``utilization()``, ``flows_per_link()``."""
         return self.runner.congestion
+
+    def link_traffic(self) -> np.ndarray:
+        """``LinkTraffic``: ring edges of the running jobs on each directed link."""
+        return self.runner.congestion.directed_load()
 
     @property
     def link_utilization(self) -> np.ndarray:

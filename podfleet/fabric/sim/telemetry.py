@@ -81,6 +81,7 @@ class ChipTelemetry:
         # the noisy arrays of the latest sample are built only when someone reads them.
         self._off = 0
         self._lazy: dict[str, np.ndarray] = {}
+        self._metrics: dict[str, np.ndarray] | None = None  # ``metrics()`` of the latest sample
         self.voltage_v = ro(np.full(n, thermal.nominal_voltage_v))
         self.clock_mhz = ro(np.full(n, thermal.base_clock_mhz))
         self.throttle = ro(np.zeros(n, bool))
@@ -114,12 +115,14 @@ class ChipTelemetry:
         a = getattr(self, name).copy()
         a[chips] += amount
         setattr(self, name, ro(a))
+        self._metrics = None
 
     def put(self, name: str, chips: int | np.ndarray, value: object) -> None:
         """Set a metric's value on some chips (copy-on-write)."""
         a = getattr(self, name).copy()
         a[chips] = value
         setattr(self, name, ro(a))
+        self._metrics = None
 
     @property
     def any_throttled(self) -> bool:
@@ -162,6 +165,7 @@ class ChipTelemetry:
         self.hbm_bw_bytes_per_s = ro(busy * 0.55 * spec.hbm_bw_bytes_per_s * cf)
         self._tx_acc = self.link_tx_bytes
         self._lazy.pop("tx", None)
+        self._metrics = None
         self._tx_t0 = self._clock_s
         self._tx_rate = comm * self._chip_link_bw * cf
         self._alpha = (-1.0, 0.0)  # recompute the relaxation terms on the next tick
@@ -230,6 +234,7 @@ class ChipTelemetry:
             self._derive()
         self._off = self._offset()
         self._lazy.clear()
+        self._metrics = None
         self._clock_s += dt
         # T <- T + (T_ss - T) * alpha, as T * (1 - alpha) + T_ss * alpha with T_ss * alpha cached.
         if self._alpha[0] != dt:
@@ -258,8 +263,15 @@ class ChipTelemetry:
 
     def metrics(self) -> dict[str, np.ndarray]:
         """Every metric of the latest sample: read-only arrays that are never changed in
-        place (safe to keep; copy before modifying)."""
-        return {name: getattr(self, name) for name in METRIC_NAMES}
+        place (safe to keep; copy before modifying).
+
+        The health monitor and the balancer both read every sample: the arrays are looked
+        up once per sample (and again after any ``bump``/``put``), each caller gets its own
+        dict of them."""
+        m = self._metrics
+        if m is None:
+            m = self._metrics = {name: getattr(self, name) for name in METRIC_NAMES}
+        return dict(m)
 
 
 METRIC_NAMES = (

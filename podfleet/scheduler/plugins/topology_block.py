@@ -84,26 +84,29 @@ def preferred_shape(grid: GridTopology, size: int, tp: int = 1, comm: str = "rin
 
 
 def _planned(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
-             shape: tuple[int, ...]) -> tuple[Any, str | None]:
+             shape: tuple[int, ...], comp: str = "none") -> tuple[Any, str | None]:
     """(plan, None) or (None, why the shape cannot run the model). Plans are pure
     functions of their inputs (a frozen result): a fleet placing many jobs of one model
-    plans each shape once, not once per job."""
+    plans each shape once, not once per job. ``comp``: the job's gradient compression
+    (``perf.compression``), so the plan's step time is the one the job will run at."""
     try:
-        return _planned_cached(plan_fn, model, chips, grid, shape)
+        return _planned_cached(plan_fn, model, chips, grid, shape, comp)
     except TypeError:  # an unhashable model: planned without the cache
-        return _plan_shape(plan_fn, model, chips, grid, shape)
+        return _plan_shape(plan_fn, model, chips, grid, shape, comp)
 
 
 @functools.lru_cache(maxsize=1024)
 def _planned_cached(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
-                    shape: tuple[int, ...]) -> tuple[Any, str | None]:
-    return _plan_shape(plan_fn, model, chips, grid, shape)
+                    shape: tuple[int, ...], comp: str = "none") -> tuple[Any, str | None]:
+    return _plan_shape(plan_fn, model, chips, grid, shape, comp)
 
 
 def _plan_shape(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
-                shape: tuple[int, ...]) -> tuple[Any, str | None]:
+                shape: tuple[int, ...], comp: str = "none") -> tuple[Any, str | None]:
     try:
-        p = plan_fn(model, chips, topology=grid, block_shape=shape)
+        # Only a compressed job passes the argument: a planner without it still plans the rest.
+        kw = {"grad_compression": comp} if comp != "none" else {}
+        p = plan_fn(model, chips, topology=grid, block_shape=shape, **kw)
         _step_time_s(p)
         return p, None
     except (PodfleetError, TypeError, ValueError) as exc:
@@ -163,7 +166,7 @@ class TopologyBlock:
             return {}
         plans, out = state.setdefault("plans", {}), {}
         for shape, sid in zip(shapes, sids, strict=True):
-            p, err = _planned(plan_fn, job.model, job.chips, grid, shape)
+            p, err = _planned(plan_fn, job.model, job.chips, grid, shape, job.grad_compression)
             if err is None:
                 out[int(sid)] = _step_time_s(p)
                 plans[shape] = p

@@ -105,6 +105,46 @@ def test_adaptive_routing_spreads_a_ring_over_quiet_links() -> None:
     assert adaptive.weights.sum() == dor.weights.sum()  # still a minimal path
 
 
+def test_adaptive_routing_detours_a_one_hop_edge_off_a_busy_link() -> None:
+    topo = get_topology("trn2-ultraserver")
+    cong = Congestion(topo, len(topo.links))
+    cong.set_job("job-busy", [topo.index([x, 0, 0]) for x in range(4)])  # the x ring of row y=0, z=0
+    a, b = topo.index([0, 0, 0]), topo.index([1, 0, 0])  # neighbours on that row
+    dor = cong.preview((a, b))
+    cong.set_routing("adaptive")
+    detour = cong.preview((a, b))
+    load = cong.directed_load()
+    assert load[dor.links].max() >= 1  # the direct link carries the busy ring's edge
+    assert load[detour.links].max() == 0 and detour.weights.sum() == dor.weights.sum() + 2
+    cong.set_job("job-edge", (a, b))
+    assert cong.flows_per_directed_link().max() == 1  # no link carries both rings one way
+    # A quiet one-hop edge keeps its direct link.
+    c, d = topo.index([0, 2, 2]), topo.index([1, 2, 2])
+    assert cong.preview((c, d)).weights.sum() == 2  # there and back, one link each way
+    cong.set_routing("dor")
+    assert cong.flows_per_directed_link().max() == 2  # routed directly, the two rings share
+
+
+def test_adaptive_routing_takes_a_quiet_detour_around_a_down_link() -> None:
+    topo = get_topology("trn2-ultraserver")
+    cong = Congestion(topo, len(topo.links))
+    cap = np.array([ln.bw_bytes_per_s for ln in topo.links])
+    a, b = topo.index([0, 0, 0]), topo.index([1, 0, 0])
+    down = next(ln.index for ln in topo.links if {ln.src, ln.dst} == {a, b})
+    cap[down] = 0.0
+    cong.set_capacity(cap, [down])
+    router_way = cong.preview((a, b))
+    # Another ring (two chips, one edge each way) loads the router's detour's first link:
+    # the adaptive edge goes around both.
+    first = topo.links[int(router_way.links[0]) // 2]
+    cong.set_job("job-busy", [first.src, first.dst])
+    cong.set_routing("adaptive")
+    load = cong.directed_load()
+    assert load[router_way.links].max() >= 1
+    around = cong.preview((a, b))
+    assert down not in (around.links // 2).tolist() and load[around.links].max() == 0
+
+
 def test_unknown_routing_lists_the_valid_ones() -> None:
     topo = get_topology("trn2-ultraserver")
     with pytest.raises(Exception, match="dor"):

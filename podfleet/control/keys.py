@@ -1,0 +1,34 @@
+"""``RotateKeys``: add a version to a cluster's checkpoint key ring, through the API.
+
+The cluster's key-encryption key lives outside its work directory
+(``checkpoint.keys.kek_path_for``); rotating adds a version that encrypts new checkpoints
+while older versions keep decrypting. Workers receive the ring when their gang starts, so
+a running gang finishes under the version it started with. Audited like every change;
+for a user's token the ``MFARequired`` policy asks for a second factor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from podfleet.checkpoint import keys
+from podfleet.control.workdir import cluster_workdir
+from podfleet.errors import ConflictError
+
+if TYPE_CHECKING:
+    from podfleet.control.plane import ControlPlane
+
+
+def rotate_cluster_key(plane: ControlPlane, cluster: str, *, actor: str) -> dict[str, Any]:
+    def do() -> tuple[dict[str, Any], str]:
+        rt = plane.resolve(cluster)
+        path = keys.kek_path_for(cluster_workdir(plane.workdir, rt.rec.id))
+        if not path.is_file():
+            raise ConflictError(f"cluster {rt.rec.name} has no checkpoint key file (a simulated cluster, or its "
+                                "key comes from PODFLEET_CHECKPOINT_KEY or a job option)", field="cluster")
+        version = keys.rotate(path)
+        ring = keys.load_ring(path)
+        return {"cluster": rt.rec.name, "key": "checkpoint", "version": version,
+                "versions": list(ring.versions), "retired": sorted(ring.retired)}, rt.rec.name
+
+    return plane.mutation("RotateKeys", actor, cluster, do, body={"cluster": cluster, "key": "checkpoint"})
