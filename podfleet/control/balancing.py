@@ -44,6 +44,7 @@ from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
 from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
+from podfleet.health.scan import util_ratio
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
 from podfleet.scheduler.metrics import degree_groups, grouped_balance_degrees
 
@@ -92,11 +93,9 @@ class ClusterBalancer:
         lm = fab.link_metrics()
         clock = m["clock_mhz"]
         speed = self._speed.get((clock,), lambda: _speed(clock), mon.window)
-        util = np.asarray(m["neuroncore_utilization"])
-        # ``mean(axis=1) / 100`` without the wrapper (the same sum and divisions), summed in
-        # float64 without a float64 copy of the [chips, cores] array first.
-        util = np.add.reduce(util, axis=1, dtype=np.float64) / util.shape[1] / 100.0 if util.ndim == 2 \
-            else np.asarray(util, float) / 100.0
+        # The health monitor's ratio (``mean(axis=1) / 100``, the same sum and divisions),
+        # computed once per fabric sample for both of them.
+        util = util_ratio(m)
         bw, nominal = lm["bandwidth_bytes_per_s"], lm["nominal_bandwidth_bytes_per_s"]
         slow = self._slow.get((bw, nominal), lambda: _slowdown(bw, nominal), mon.window)
         mon.sample(self.plane.tl.now, speed, util, np.asarray(m["hbm_bw_bytes_per_s"], float), slow)
@@ -176,7 +175,7 @@ class ClusterBalancer:
             checked.append((rec, job))
         # Load-balance degrees of all checked jobs at once (jobs of one size together), from
         # the window mean of their chips' utilization (per chip the same sum as over all chips).
-        gkey = tuple((rec.id, id(job.idx)) for rec, job in checked)
+        gkey = tuple([(rec.id, id(job.idx)) for rec, job in checked])
         if self._gather is None or self._gather[0] != gkey:
             idx = np.concatenate([job.idx for _, job in checked]) if checked else np.zeros(0, np.int64)
             pos: dict[str, np.ndarray] = {}
@@ -199,7 +198,7 @@ class ClusterBalancer:
             degree = round(degrees[rec.id], 4)
             if st.balance_degree != degree:
                 st.balance_degree = degree
-                table.refresh(rec)
+                table.refresh_scheduling(rec)  # the degree alone moved: the rest of the view stands
 
     def _apply(self, rec: Job, chips: tuple[int, ...], job: DPJob, *, ring: bool) -> None:
         """Hand the job's new split (rank order) and ring to the fabric, if it can take them."""
@@ -242,6 +241,17 @@ def _slowdown(bw: np.ndarray, nominal: np.ndarray) -> np.ndarray:
     return out
 
 
+def _same_snapshots(sources: tuple[np.ndarray, ...], last: tuple[np.ndarray, ...]) -> bool:
+    """The very arrays of the last sample, read-only (so unchanged). A plain loop: ``all()``
+    over a generator cost more than the check, twice a sample."""
+    if len(sources) != len(last):
+        return False
+    for a, b in zip(sources, last, strict=True):
+        if a is not b or not isinstance(a, np.ndarray) or a.flags.writeable:
+            return False
+    return True
+
+
 class _Derived:
     """An array derived from fabric metric arrays, derived again only when they are other
     arrays (or could have been written: not read-only), and the generation of the monitor
@@ -259,9 +269,7 @@ class _Derived:
 
     def get(self, sources: tuple[np.ndarray, ...], derive: Callable[[], np.ndarray], window: int) -> np.ndarray:
         value = self._value
-        if value is None or len(sources) != len(self._sources) or not all(
-                a is b and isinstance(a, np.ndarray) and not a.flags.writeable
-                for a, b in zip(sources, self._sources, strict=True)):
+        if value is None or not _same_snapshots(sources, self._sources):
             self._sources, self._value = sources, derive()
             value = self._value
             self._gen += 1

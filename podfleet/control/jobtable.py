@@ -65,15 +65,32 @@ class SchedulingInfo:
         # Only what happened: no "preemptions: 0" on a job never preempted.
         # (Built field by field: ``asdict``'s recursion was a hot spot of view rendering.)
         out: dict[str, Any] = {}
+        d = self.__dict__  # the fields by name: a dict lookup, not ``getattr``
         for name in _SCHEDULING_FIELDS:
-            v = getattr(self, name)
-            if v is None or (name in ("preemptions", "rebalances") and v == 0):
+            v = d[name]
+            if v is None or (name in _COUNTERS and v == 0):
                 continue
-            out[name] = copy.deepcopy(v) if isinstance(v, dict) else v
+            out[name] = _plain_copy(v) if isinstance(v, dict) else v
         return out
 
 
 _SCHEDULING_FIELDS = tuple(f.name for f in fields(SchedulingInfo))
+_COUNTERS = frozenset(("preemptions", "rebalances"))
+_SCALARS = frozenset((int, float, str, bool, type(None)))
+
+
+def _plain_copy(v: Any) -> Any:
+    """``copy.deepcopy`` of JSON-like data (plain dicts and lists of scalars: the balancer's
+    work split is re-rendered at nearly every tick) without its memo and dispatch, which
+    cost most of a view's rendering; anything else still goes through ``deepcopy``."""
+    t = type(v)
+    if t is dict:
+        return {k: x if type(x) in _SCALARS else _plain_copy(x) for k, x in v.items()}
+    if t is list:
+        return list(v) if _SCALARS.issuperset(map(type, v)) else [_plain_copy(x) for x in v]
+    if t in _SCALARS:
+        return v
+    return copy.deepcopy(v)
 
 
 @dataclass
@@ -291,6 +308,17 @@ class JobTable:
     def refresh(self, job: Job) -> None:
         """Re-render the job's view after a memory-only change."""
         self._views[job.id] = self.view_of(job)
+
+    def refresh_scheduling(self, job: Job) -> None:
+        """Re-render only the ``scheduling`` part of the job's view, after a change to
+        ``status.scheduling`` alone (the balancer's degree moves at nearly every tick): the
+        rest of the view is the last one's (every other change re-rendered it already).
+        A new view object all the same: views are replaced, never mutated."""
+        view = self._views.get(job.id)
+        if view is None:
+            self.refresh(job)
+            return
+        self._views[job.id] = {**view, "scheduling": job.status.scheduling.to_dict()}
 
     def log(self, job: Job, message: str) -> None:
         self._logs.setdefault(job.id, LogBuffer()).append(self.now(), message)

@@ -100,12 +100,13 @@ class RollingBaseline:
 
     def update(self, values: np.ndarray) -> None:
         """One sample: [rows, n] (or [n] for one row)."""
-        flat = np.reshape(values, -1)
+        flat = values.reshape(-1) if isinstance(values, np.ndarray) else np.reshape(values, -1)
         self.buf[:, self._i] = flat
         self._updates += 1
-        # A NaN reading (the sum is NaN then); summed over the sample, not the buffer's
-        # column (strided: a fleet's column touches a cache line per chip and metric).
-        if math.isnan(np.add.reduce(flat)):
+        # A NaN reading (the dot product with itself is NaN then: one BLAS call, cheaper
+        # than a reduction); over the sample, not the buffer's column (strided: a fleet's
+        # column touches a cache line per chip and metric).
+        if math.isnan(flat.dot(flat)):
             self._clean_at = self._updates + self.window + 1
         self._i = (self._i + 1) % self.window
         self._count = min(self._count + 1, self.window)
@@ -139,8 +140,12 @@ class RollingBaseline:
             lo, hi = (k - 1) // 2, k // 2
             if self._spans is None:
                 cols = self._cols[phase]
-                srt = np.sort(buf[cols], axis=1)
-                cached[cols] = 0.5 * (srt[:, lo] + srt[:, hi])
+                # The gather is a copy already: sorted in place, no second copy.
+                srt = buf.take(cols, axis=0)
+                srt.sort(axis=1)
+                mid = srt[:, lo] + srt[:, hi]
+                mid *= 0.5
+                cached[cols] = mid
             else:
                 for a, b in self._spans[phase]:
                     srt = np.sort(buf[a:b], axis=1)
@@ -213,7 +218,7 @@ class DeviationBank:
             for j in self._both_rows:
                 np.abs(delta[j], out=signed[j])
         dev = signed > ref
-        if dev.any():
+        if np.count_nonzero(dev):  # ``dev.any()`` without the method's wrapper
             since = self.since
             since = self.since = np.where(dev, np.where(np.isnan(since), now, since), np.nan)
             self._since_clear = False

@@ -109,6 +109,15 @@ def fit(x: np.ndarray, y: np.ndarray, *, scale: tuple[float, ...] = SCALE,
     return tuple(float(v) for v in w)
 
 
+def _same_counters(raw: tuple[object, ...], last: tuple[object, ...]) -> bool:
+    """The very integer counter arrays of the last sample, read-only (so unchanged). A
+    plain loop: ``all()`` over a generator cost more than the check, every sample."""
+    for a, b in zip(raw, last, strict=True):
+        if a is not b or not isinstance(a, np.ndarray) or a.flags.writeable or a.dtype.kind not in "iu":
+            return False
+    return True
+
+
 class PrecursorFeatures:
     """Per-minute history of the raw signals (a ring) with running window sums, and the
     feature matrix over chips."""
@@ -151,6 +160,8 @@ class PrecursorFeatures:
         self._prev_ecc: np.ndarray | None = None
         self._counter_src: tuple[object, ...] = (None, None)  # the counter arrays last read
         self._prev_link: np.ndarray | None = None
+        self._lag_key: tuple[float, float] | None = None  # (interval, tau) ``_lag_a`` is for
+        self._lag_a = 0.0
         self._acc_ecc = np.zeros(n)
         self._acc_link = np.zeros(n)
 
@@ -176,17 +187,18 @@ class PrecursorFeatures:
                 # Unknown history: assume the chip at steady state for the latest power.
                 self._p_lag = power.copy()
             else:
-                a = 1.0 - np.exp(-(now - self._t_last) / self.tau_s)
-                self._p_lag += (power - self._p_lag) * a
+                dt = now - self._t_last
+                key = (dt, self.tau_s)
+                if key != self._lag_key:  # else the factor of the last interval (a fixed rate)
+                    self._lag_key, self._lag_a = key, 1.0 - np.exp(-dt / self.tau_s)
+                self._p_lag += (power - self._p_lag) * self._lag_a
             self._t_last = now
             eff = np.maximum(self._p_lag, 1.0)
         self._acc_r += (temp - self.ambient_c) / eff
         self._acc_p += power
         self._acc_k += 1
         raw = (metrics["mem_ecc_corrected"], metrics["link_errors"])
-        if self._prev_ecc is not None and all(
-                a is b and isinstance(a, np.ndarray) and not a.flags.writeable and a.dtype.kind in "iu"
-                for a, b in zip(raw, self._counter_src, strict=True)):
+        if self._prev_ecc is not None and _same_counters(raw, self._counter_src):
             return  # the very integer counters of the last sample (read-only): no new errors
         self._counter_src = raw
         ecc = np.asarray(raw[0], np.float64)

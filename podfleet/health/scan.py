@@ -128,39 +128,64 @@ class _Throughputs:
     without a sort: the middle value, or the halved sum of the two middle ones, as
     ``np.median`` gives it)."""
 
-    __slots__ = ("keep", "order", "sorted")
+    __slots__ = ("_median", "keep", "order", "sorted")
 
     def __init__(self, keep: int = 60) -> None:
         self.keep = keep
         self.order: deque[float] = deque()
         self.sorted: list[float] = []
+        self._median: float | None = None  # of ``sorted`` as it is, once asked
 
     def __len__(self) -> int:
         return len(self.order)
 
     def add(self, x: float) -> None:
-        self.order.append(x)
-        bisect.insort(self.sorted, x)
-        if len(self.order) > self.keep:
-            old = self.order.popleft()
+        order = self.order
+        order.append(x)
+        if len(order) > self.keep:
+            old = order.popleft()
+            if old == x:  # a steady job: the same value in and out, the same sorted values
+                return
             del self.sorted[bisect.bisect_left(self.sorted, old)]
+        bisect.insort(self.sorted, x)
+        self._median = None
 
     def median(self) -> float:
-        s, k = self.sorted, len(self.sorted)
-        return float(s[k // 2]) if k % 2 else (s[k // 2 - 1] + s[k // 2]) / 2
+        m = self._median
+        if m is None:
+            s, k = self.sorted, len(self.sorted)
+            m = self._median = float(s[k // 2]) if k % 2 else (s[k // 2 - 1] + s[k // 2]) / 2
+        return m
+
+
+# The last read-only utilization array ``util_ratio`` was given, and its ratio (read-only).
+_util_memo: list[Any] = [None, None]
 
 
 def util_ratio(chip: Mapping[str, np.ndarray]) -> np.ndarray:
-    """NeuronCore utilization per chip as a ratio (the mean over cores / 100)."""
-    util = np.asarray(chip["neuroncore_utilization"])
+    """NeuronCore utilization per chip as a ratio (the mean over cores / 100).
+
+    The health monitor and the balancer both read it from the same sample: for the very
+    read-only array of the last call (a fabric replaces its arrays, never writes them)
+    the last ratio is returned again, itself read-only."""
+    src = chip["neuroncore_utilization"]
+    memo = _util_memo
+    if memo[0] is src:  # only ever a read-only array
+        out: np.ndarray = memo[1]
+        return out
+    util = np.asarray(src)
     if util.ndim == 2:
         # ``util.mean(axis=1) / 100`` without the wrapper: the same sum and divisions,
         # summed in float64 without a float64 copy of the [chips, cores] array first.
         out = np.add.reduce(util, axis=1, dtype=np.float64)
         out /= util.shape[1]
         out /= 100.0
-        return out
-    return np.asarray(util, np.float64) / 100.0
+    else:
+        out = np.asarray(util, np.float64) / 100.0
+    if isinstance(src, np.ndarray) and not src.flags.writeable:  # as ``_same_frozen``: a snapshot
+        out.flags.writeable = False
+        memo[0], memo[1] = src, out
+    return out
 
 
 class HealthScanner:
@@ -263,7 +288,7 @@ class HealthScanner:
             moved = np.abs(util - prev_util) > cfg.load_change
             if not self._all_usable:
                 moved |= ~usable
-        if moved.any():
+        if np.count_nonzero(moved):  # ``moved.any()`` without the method's wrapper
             self._settle_until[moved] = now + cfg.settle_s
             self._settle_last = now + cfg.settle_s
         if self._settle_last > now:
@@ -424,20 +449,22 @@ class HealthScanner:
         median of the last samples) jobs."""
         book, cid, cfg = self.book, self.cluster_id, self.cfg
         job_last, job_tps = self._job_last, self._job_tps
+        is_open, stall_s, keep = book.is_open, cfg.job_stall_s, 1 - cfg.rel  # looked up once a scan
         for job_id, j in jobs.items():
             step = float(j.get("step", 0))
             last = job_last.get(job_id)
             if last is None or step != last[0]:
                 last = job_last[job_id] = (step, now)
             moved_t = last[1]
-            running = str(j.get("state", "")).lower() == "running"
+            state = j.get("state", "")
+            running = state == "RUNNING" or str(state).lower() == "running"  # no ``lower()`` when upper
             target = f"job:{job_id}"
-            if running and now - moved_t >= cfg.job_stall_s:
+            if running and now - moved_t >= stall_s:
                 a, new = book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",
                                    message=f"no training step for {now - moved_t:.0f} s", now=now)
                 if new:
                     res.fired.append(a)
-            elif book.is_open(cid, target, "job-stalled"):
+            elif is_open(cid, target, "job-stalled"):
                 stalled_cleared = book.clear(cid, target, "job-stalled", now)
                 if stalled_cleared is not None:
                     res.resolved.append(stalled_cleared)
@@ -447,7 +474,7 @@ class HealthScanner:
                 hist = job_tps[job_id] = _Throughputs(60)
             if running and tps > 0:
                 base = hist.median() if len(hist.sorted) >= 10 else None  # no ``__len__`` call per job
-                slow = base is not None and tps < (1 - cfg.rel) * base
+                slow = base is not None and tps < keep * base
                 if not slow:
                     hist.add(tps)
                 if slow:
@@ -456,7 +483,7 @@ class HealthScanner:
                                        now=now, value=tps)
                     if new:
                         res.fired.append(a)
-                elif book.is_open(cid, target, "job-slow"):
+                elif is_open(cid, target, "job-slow"):
                     slow_cleared = book.clear(cid, target, "job-slow", now)
                     if slow_cleared is not None:
                         res.resolved.append(slow_cleared)

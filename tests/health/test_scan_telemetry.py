@@ -150,3 +150,32 @@ def test_job_slow_baseline_is_the_median_of_its_last_samples() -> None:
         hist.add(x)
         kept = [*kept, x][-60:]
         assert hist.median() == float(np.median(kept))
+
+
+def test_util_ratio_is_computed_once_per_read_only_sample() -> None:
+    from podfleet.health.scan import util_ratio
+
+    a = np.arange(12, dtype=np.float64).reshape(4, 3)
+    a.flags.writeable = False
+    first = util_ratio({"neuroncore_utilization": a})
+    assert np.array_equal(first, a.mean(axis=1) / 100.0)
+    assert util_ratio({"neuroncore_utilization": a}) is first and not first.flags.writeable
+    # A writable array could change in place: never taken from the last call.
+    b = np.arange(12, dtype=np.float64).reshape(4, 3)
+    one = util_ratio({"neuroncore_utilization": b})
+    b += 1.0
+    assert np.array_equal(util_ratio({"neuroncore_utilization": b}), b.mean(axis=1) / 100.0)
+    assert np.array_equal(one, a.mean(axis=1) / 100.0)
+
+
+def test_throughput_median_is_numpys_over_the_last_samples() -> None:
+    from collections import deque
+
+    from podfleet.health.scan import _Throughputs
+
+    rng = np.random.default_rng(5)
+    hist, last = _Throughputs(60), deque(maxlen=60)
+    for x in rng.choice([100.0, 101.5, 99.25, 250.0], size=400).tolist():  # repeats: steady spells
+        hist.add(x)
+        last.append(x)
+        assert hist.median() == float(np.median(list(last))) and hist.sorted == sorted(last)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,11 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     # The control plane calls the fabric on the engine thread; so does this test.
     tl.submit(fab.launch, WorkerGroupSpec("job-dp", (0, 1), "debug", STEPS, options={"global_batch": BATCH})).result(5)
     st = fab.wait("job-dp", 120)
+    # The run's state is final before its last events reach the engine thread (they are
+    # delivered there, in order): let them arrive before the timeline stops.
+    deadline = time.monotonic() + 30
+    while "job-finished" not in kinds and time.monotonic() < deadline:
+        time.sleep(0.05)
     tl.stop()
     engine.join(5)
     fab.close()
