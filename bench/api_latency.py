@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import signal
 import subprocess
 import tempfile
 import time
@@ -127,6 +126,8 @@ def _run_loop(coro: Any) -> Any:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
+    from podfleet.api.testing import stop_server
+
     duration_s = 5.0 if quick else 30.0
     with tempfile.TemporaryDirectory() as tmp:
         port = _free_port()
@@ -147,8 +148,4 @@ def run(quick: bool = False) -> dict[str, Any]:
             figures["server"] = "podfleet up, uvicorn, SQLite store, speed 1, telemetry tick 1 s"
             return figures
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc, 10)

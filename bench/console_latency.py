@@ -19,7 +19,6 @@ consoles <= 50 ms. Quick mode: 3 loads, 10 s of live samples, 5 consoles, 5 s of
 from __future__ import annotations
 
 import importlib.util
-import signal
 import subprocess
 import tempfile
 import threading
@@ -66,7 +65,7 @@ def _load(api: Any, url: str, duration_s: float) -> dict[str, Any]:
 def run(quick: bool = False) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
-    from podfleet.api.testing import free_port, spawn_server
+    from podfleet.api.testing import free_port, spawn_server, stop_server
     from podfleet.console.routes import DIST
 
     if not (DIST / "index.html").is_file():
@@ -146,8 +145,4 @@ def run(quick: bool = False) -> dict[str, Any]:
             figures["browser"] = "Debian chromium, headless, one browser; each console its own context"
             return figures
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop_server(proc, 10)

@@ -19,6 +19,7 @@ from podfleet.api.schemas import Problem
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
+from podfleet.ops import reports
 from podfleet.security.ratelimit import DenialLog
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -39,6 +40,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.denials = DenialLog(guard.denial_window_s)
     app.state.audit_trail = None  # signed digests to verify against (set by ``podfleet up``)
     app.state.users = UserCache(plane.store)
+    app.state.reports = reports.StoredReports(plane.store)  # default retention; ``podfleet up`` sets its own
     app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
     app.state.metrics = metrics = ApiMetrics(plane)
     metrics.registry.register(HealthCollector(plane, health_service))

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -80,3 +81,14 @@ def spawn_server(db: Path, port: int, token: str, *args: str, log: Path | None =
         time.sleep(0.1)
     proc.kill()
     raise AssertionError(f"podfleet up did not answer /healthz within {timeout_s:.0f} s")
+
+
+def stop_server(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """Stop a server from ``spawn_server`` the way an operator does (SIGTERM: a clean
+    shutdown), killing it only if it has not exited within ``timeout_s``."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)

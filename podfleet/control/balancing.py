@@ -44,7 +44,7 @@ from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
 from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
-from podfleet.health.scan import util_ratio
+from podfleet.health.scan import same_frozen, util_ratio
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
 from podfleet.scheduler.metrics import degree_groups, grouped_balance_degrees
 
@@ -241,17 +241,6 @@ def _slowdown(bw: np.ndarray, nominal: np.ndarray) -> np.ndarray:
     return out
 
 
-def _same_snapshots(sources: tuple[np.ndarray, ...], last: tuple[np.ndarray, ...]) -> bool:
-    """The very arrays of the last sample, read-only (so unchanged). A plain loop: ``all()``
-    over a generator cost more than the check, twice a sample."""
-    if len(sources) != len(last):
-        return False
-    for a, b in zip(sources, last, strict=True):
-        if a is not b or not isinstance(a, np.ndarray) or a.flags.writeable:
-            return False
-    return True
-
-
 class _Derived:
     """An array derived from fabric metric arrays, derived again only when they are other
     arrays (or could have been written: not read-only), and the generation of the monitor
@@ -269,7 +258,7 @@ class _Derived:
 
     def get(self, sources: tuple[np.ndarray, ...], derive: Callable[[], np.ndarray], window: int) -> np.ndarray:
         value = self._value
-        if value is None or not _same_snapshots(sources, self._sources):
+        if value is None or not same_frozen(sources, self._sources):
             self._sources, self._value = sources, derive()
             value = self._value
             self._gen += 1

@@ -106,7 +106,7 @@ class _MaskRule:
         self.on = bool(mask.any())
 
 
-def _same_frozen(arrays: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
+def same_frozen(arrays: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
     """The very arrays of the last scan, read-only (so not changed since): the twin and the
     neuron fabric replace a metric array when it changes, never write it."""
     if len(arrays) != len(last):
@@ -182,7 +182,7 @@ def util_ratio(chip: Mapping[str, np.ndarray]) -> np.ndarray:
         out /= 100.0
     else:
         out = np.asarray(util, np.float64) / 100.0
-    if isinstance(src, np.ndarray) and not src.flags.writeable:  # as ``_same_frozen``: a snapshot
+    if isinstance(src, np.ndarray) and not src.flags.writeable:  # as ``same_frozen``: a snapshot
         out.flags.writeable = False
         memo[0], memo[1] = src, out
     return out
@@ -325,7 +325,7 @@ class HealthScanner:
         # report): as zero, so the first report that shows an error raises the alert.
         raw_unc = (chip["mem_ecc_uncorrected"], chip["sram_ecc_uncorrected"])
         moved_unc = False  # the very arrays of the last scan, read-only: the same counts
-        if not _same_frozen(raw_unc, self._unc_src):
+        if not same_frozen(raw_unc, self._unc_src):
             self._unc_src = raw_unc
             mem_unc = np.asarray(raw_unc[0], np.float64)
             sram_unc = np.asarray(raw_unc[1], np.float64)
@@ -349,7 +349,7 @@ class HealthScanner:
                        message=lambda i, v: f"uncorrectable ECC error (total {v:.0f})")
         raw_corr = chip["mem_ecc_corrected"]
         hist = self._ecc_hist
-        if hist and _same_frozen((raw_corr,), self._corr_src):
+        if hist and same_frozen((raw_corr,), self._corr_src):
             _t, corr, cbytes = hist[-1]
         else:
             self._corr_src = (raw_corr,)
@@ -368,7 +368,7 @@ class HealthScanner:
             rule.apply(book, cid, rate > cfg.ecc_rate_warn_per_min, now, res, values=rate,
                        message=lambda i, v: f"corrected ECC errors at {v:.1f}/min")
         raw_thr = (chip["throttle"],)
-        if not _same_frozen(raw_thr, self._thr_src):  # the very array of the last scan: no change
+        if not same_frozen(raw_thr, self._thr_src):  # the very array of the last scan: no change
             self._thr_src = raw_thr
             self._rules["thermal-throttle"].apply(
                 book, cid, raw_thr[0], now, res, values=temp,
@@ -393,7 +393,7 @@ class HealthScanner:
     def _scan_links(self, now: float, link: Mapping[str, np.ndarray], st: np.ndarray, res: ScanResult) -> None:
         book, cid = self.book, self.cluster_id
         src = (link["errors"],)
-        if _same_frozen(src, self._link_src) and self.cfg.link_error_burst > 0:
+        if same_frozen(src, self._link_src) and self.cfg.link_error_burst > 0:
             rkey = self._prev_link_raw  # the very array of the last scan, read-only
         else:
             self._link_src = src

@@ -36,7 +36,6 @@ after a control-plane restart (``adopt``) finishes what the old one started.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable, Generator
 from typing import Any
@@ -49,6 +48,7 @@ from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.hardware.routing import Router
 from podfleet.recovery import costs
+from podfleet.recovery.home import REHOME, HomeFlows
 from podfleet.recovery.journal import MemoryJournal, RecoveryListener
 from podfleet.recovery.links import LinkFlows
 from podfleet.recovery.model import (
@@ -59,15 +59,14 @@ from podfleet.recovery.model import (
     Step,
     Timings,
 )
-from podfleet.recovery.spares import choose_spare, free_chips, group_of, home_group
+from podfleet.recovery.spares import choose_spare, free_chips
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
-REHOME = "rehome"  # a rank in another pod moving back to a free chip of its job's pod
 LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME)
 BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME)  # live moves that can wait for a step to end
 
 
-class RecoveryOrchestrator(LinkFlows):
+class RecoveryOrchestrator(LinkFlows, HomeFlows):
     # The twin's fabric (runs, chip states, rank moves); not yet a declared protocol.
     fab: Any
 
@@ -182,61 +181,6 @@ class RecoveryOrchestrator(LinkFlows):
             return None
         self.tl.emit("drain", chip=chip, reason=reason)
         return self.chip_fault(chip, "predicted-failure")
-
-    # --- back home ---------------------------------------------------------------------
-    def away(self, job_id: str) -> list[int]:
-        """Chips of a job outside its home pod (empty when it fits none or sits in one)."""
-        run = self.fab.job(job_id)
-        home = home_group(self.fab.topology, run.chips)
-        if home is None:
-            return []
-        return [c for c in run.chips if group_of(self.fab.topology, c) != home]
-
-    def _home_free(self, job_id: str) -> list[int]:
-        run = self.fab.job(job_id)
-        home = home_group(self.fab.topology, run.chips)
-        if home is None:
-            return []
-        states = [str(s) for s in self.fab.chip_states()]
-        cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved, *self.cordoned))
-        return [c for c in cand if group_of(self.fab.topology, c) == home]
-
-    def rehome(self, job_id: str) -> Recovery | None:
-        """Move the job's ranks that sit in another pod back to free chips of its pod (as
-        many as there are free ones); a live move at a step boundary. None when there is
-        nothing to do (in one pod, no free chip at home, a recovery already running)."""
-        if job_id not in self.policies or job_id in self.active or self.hold_rehome:
-            return None
-        run = self.fab.job(job_id)
-        if str(run.state) != "running":
-            return None
-        away = [c for c in self.away(job_id)
-                if self.fab.chip_state(c) in (ChipState.HEALTHY, ChipState.DEGRADED)]
-        if not away:
-            return None  # the common case, without a look at every chip
-        free = self._home_free(job_id)
-        if not free:
-            return None
-        moving = away[: len(free)]
-        rec = self._new(REHOME, f"chip:{moving[0]}", f"ranks on {moving} are outside the job's pod; "
-                        f"{len(free)} chip(s) free there", job_id)
-        rec.pending.extend([c, REHOME] for c in moving)
-        self._start(rec)
-        return rec
-
-    def rehome_all(self) -> list[Recovery]:
-        """``rehome`` every managed job that has ranks away from its pod."""
-        if self.hold_rehome:
-            return []
-        out = []
-        for job_id in list(self.policies):
-            try:
-                rec = self.rehome(job_id)
-            except PodfleetError:
-                continue  # the fabric no longer knows the job: nothing to bring home
-            if rec is not None:
-                out.append(rec)
-        return out
 
     def _standalone_chip(self, chip: int, cause: str) -> Recovery | None:
         """A fault on a chip no managed job holds: take it out of service until repaired."""
@@ -491,10 +435,6 @@ class RecoveryOrchestrator(LinkFlows):
             # A chip of the job's pod may have come free while it recovered.
             job_id = rec.job_id
             self.tl.call_at(0, lambda: self._rehome_quietly(job_id))
-
-    def _rehome_quietly(self, job_id: str) -> None:
-        with contextlib.suppress(PodfleetError):  # the job is gone
-            self.rehome(job_id)
 
     # --- pieces --------------------------------------------------------------------
     def _isolate(self, chip: int, cause: str) -> None:

@@ -12,7 +12,6 @@ that need real identifiers: stopping a job, revoking a token, acknowledging an a
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from podfleet.api.testing import free_port, spawn_server
+from podfleet.api.testing import free_port, spawn_server, stop_server
 
 pytestmark = pytest.mark.realproc
 
@@ -48,12 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_server(proc, 30)
 
 
 def _firing_alert(api: httpx.Client) -> str:

@@ -3,7 +3,6 @@ row of the store's table, and a new server on the same database lists and serves
 
 from __future__ import annotations
 
-import signal
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from podfleet.api.testing import free_port, spawn_server
+from podfleet.api.testing import free_port, spawn_server, stop_server
 
 pytestmark = pytest.mark.realproc
 
@@ -26,11 +25,6 @@ def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
-
-
 def test_a_report_outlives_the_server_that_made_it(tmp_path: Path) -> None:
     db = tmp_path / "pf.db"
     proc, url = _serve(db)
@@ -40,7 +34,7 @@ def test_a_report_outlives_the_server_that_made_it(tmp_path: Path) -> None:
             assert r.status_code == 201, r.text
             made = r.json()["id"]
     finally:
-        _stop(proc)
+        stop_server(proc)
     # In the store (table health_reports), not in files somewhere beside it.
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT count(*) FROM health_reports WHERE id = ?", (made,)).fetchone() == (1,)
@@ -52,4 +46,4 @@ def test_a_report_outlives_the_server_that_made_it(tmp_path: Path) -> None:
             html = c.get(f"/v1/clusters/pod-0/reports/{made}", params={"format": "html"})
             assert html.status_code == 200 and "<svg" in html.text
     finally:
-        _stop(proc)
+        stop_server(proc)

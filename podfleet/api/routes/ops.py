@@ -8,7 +8,6 @@ thread, so the timeline keeps its pace meanwhile.
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -163,22 +162,11 @@ class ReportList(BaseModel):
     reports: list[dict[str, Any]]
 
 
-def _archive(request: Request, plane: ControlPlane) -> reports.Archive:
-    """The store's archive (``StoredReports``, retention ``PODFLEET_REPORT_RETENTION_DAYS``),
-    unless the app was given another one as ``app.state.reports``."""
-    arch: reports.Archive | None = getattr(request.app.state, "reports", None)
-    if arch is None:
-        arch = request.app.state.reports = reports.StoredReports(plane.store, _retention_days())
+def _archive(request: Request) -> reports.Archive:
+    """Where reports are kept: the store (``StoredReports``; ``podfleet up`` gives it the
+    configured retention, ``PODFLEET_REPORT_RETENTION_DAYS``)."""
+    arch: reports.Archive = request.app.state.reports
     return arch
-
-
-def _retention_days() -> float:
-    raw = os.environ.get("PODFLEET_REPORT_RETENTION_DAYS", "")
-    try:
-        days = float(raw) if raw else reports.RETENTION_DAYS
-    except ValueError:
-        days = reports.RETENTION_DAYS
-    return days if days > 0 else reports.RETENTION_DAYS
 
 
 def _report_on_engine(plane: ControlPlane, svc: HealthService | None, cluster: str, period_s: float) -> dict[str, Any]:
@@ -192,14 +180,14 @@ async def create_report(cluster: ClusterRef, body: ReportRequest, plane: Plane, 
     """Generate a health report over the period and archive it (JSON and HTML with charts)."""
     period_s = reports.parse_period(body.period)
     rep = await plane.call(_report_on_engine, plane, _health(request), cluster, period_s)
-    await asyncio.to_thread(_archive(request, plane).save, rep, now=plane.now())
+    await asyncio.to_thread(_archive(request).save, rep, now=plane.now())
     return rep
 
 
 @router.get("/clusters/{cluster}/reports", operation_id="ListHealthReports", response_model=ReportList)
 async def list_reports(cluster: ClusterRef, plane: Plane, request: Request) -> dict[str, Any]:
     cid = (await plane.call(plane.resolve, cluster)).id
-    return {"cluster_id": cid, "reports": _archive(request, plane).list(cid)}
+    return {"cluster_id": cid, "reports": _archive(request).list(cid)}
 
 
 @router.get("/clusters/{cluster}/reports/{report}", operation_id="GetHealthReport",
@@ -208,7 +196,7 @@ async def get_report(cluster: ClusterRef, report: ReportId, plane: Plane, reques
                      format_: Annotated[str, Query(alias="format", pattern="^(json|html)$")] = "json") -> Response:
     """An archived report, as JSON or as HTML (with its charts)."""
     cid = (await plane.call(plane.resolve, cluster)).id
-    text = _archive(request, plane).get(cid, report, format_)
+    text = _archive(request).get(cid, report, format_)
     if format_ == "html":
         return HTMLResponse(text)
     return Response(text, media_type="application/json")
