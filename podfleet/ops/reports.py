@@ -17,10 +17,8 @@ Charts are drawn with matplotlib (SVG, embedded in the HTML). Reports are archiv
 the store (``StoredReports``: table ``health_reports``, migration 0005, on SQLite and
 PostgreSQL alike), JSON and HTML as generated, and pruned after ``retention_days`` each
 time one is saved; the API lists them (``ListHealthReports``) and serves either form
-(``GetHealthReport``). ``ReportArchive`` keeps the older archive as files (0600) under
-``<workdir>/reports``, one folder per cluster. ``podfleet up`` generates every active
-cluster's 24 h report once a day of timeline (``schedule_daily``), into whichever archive
-it is given.
+(``GetHealthReport``). ``podfleet up`` generates every active cluster's 24 h report once
+a day of timeline (``schedule_daily``).
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ import hashlib
 import html
 import io
 import json
-import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -220,7 +216,7 @@ def to_html(report: Mapping[str, Any]) -> str:
 
 
 class Archive(Protocol):
-    """Where reports are kept: the store (``StoredReports``) or files (``ReportArchive``)."""
+    """Where reports are kept (``StoredReports``: the store)."""
 
     def save(self, report: Mapping[str, Any], *, now: float) -> None: ...
 
@@ -265,54 +261,6 @@ class StoredReports:
         if rec is None or rec.cluster_id != cluster_id:
             raise NotFoundError(f"report {report_id!r} not found", field="report")
         return rec.html_text if fmt == "html" else rec.json_text
-
-
-class ReportArchive:
-    """Reports as files: ``<root>/<cluster_id>/<report id>.json`` and ``.html`` (0600)."""
-
-    def __init__(self, root: str | Path, retention_days: float = RETENTION_DAYS) -> None:
-        self.root = Path(root)
-        self.retention_s = retention_days * 86400.0
-
-    def _dir(self, cluster_id: str) -> Path:
-        if not cluster_id.replace("-", "").isalnum():
-            raise InvalidInputError(f"bad cluster id {cluster_id!r}", field="cluster")
-        return self.root / cluster_id
-
-    def save(self, report: Mapping[str, Any], *, now: float) -> None:
-        d = self._dir(str(report["cluster_id"]))
-        d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for suffix, text in (("json", json.dumps(report)), ("html", to_html(report))):
-            path = d / f"{report['id']}.{suffix}"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-        self.prune(str(report["cluster_id"]), now=now)
-
-    def prune(self, cluster_id: str, *, now: float) -> int:
-        gone = 0
-        for p in self._dir(cluster_id).glob("rp-*.json"):
-            if now - _unix(json.loads(p.read_text())["created_at"]) > self.retention_s:
-                p.unlink()
-                p.with_suffix(".html").unlink(missing_ok=True)
-                gone += 1
-        return gone
-
-    def list(self, cluster_id: str) -> list[dict[str, Any]]:
-        d = self._dir(cluster_id)
-        out = []
-        for p in sorted(d.glob("rp-*.json")) if d.is_dir() else []:
-            out.append(_listing(json.loads(p.read_text())))
-        return sorted(out, key=lambda r: r["created_at"])
-
-    def get(self, cluster_id: str, report_id: str, fmt: str = "json") -> str:
-        if fmt not in ("json", "html"):
-            raise InvalidInputError(f"format must be json or html, got {fmt!r}", field="format",
-                                    allowed=["json", "html"])
-        known = {r["id"] for r in self.list(cluster_id)}
-        if report_id not in known:  # only a listed id is read: a path never comes from the caller
-            raise NotFoundError(f"report {report_id!r} not found", field="report")
-        return (self._dir(cluster_id) / f"{report_id}.{fmt}").read_text()
 
 
 def generate_all(plane: ControlPlane, health: HealthPort | None, archive: Archive,
