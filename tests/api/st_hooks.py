@@ -3,28 +3,19 @@
 Generated clusters stay on the twin: a `local` or `ray` cluster starts real worker
 processes (a Ray instance per example would take minutes) and a `neuron` one runs the
 command lines it is given on the test machine. The server is `podfleet up --fabric sim`,
-so such a request is sent with `fabric: sim` instead, and a cluster of more than 256 chips
-is sent smaller (schemathesis revalidates an edited case, so its positive or negative label
-stays true); every other field is left as drawn.
+so such a request is sent with `fabric: sim` instead (schemathesis revalidates an edited
+case, so its positive or negative label stays true); every other field is left as drawn,
+sizes included: the server refuses a cluster past its bound (256 chips) with a 422 before
+building anything.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import schemathesis
 
 REAL_FABRICS = ("local", "ray", "neuron")
-
-
-# The API's own bound (control/specs.py MAX_CLUSTER_CHIPS); kept here so a later rise of
-# that bound does not silently make the fuzzing run out of memory.
-MAX_TEST_CHIPS = 256
-
-
-def _ints(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
 
 
 @schemathesis.hook
@@ -34,12 +25,6 @@ def before_call(ctx: Any, case: Any, _kwargs: dict[str, Any]) -> None:
     body = case.body
     if body.get("fabric") in REAL_FABRICS:
         body["fabric"] = "sim"
-    dims = body.get("dims")
-    if _ints(dims) and math.prod(dims) > MAX_TEST_CHIPS:
-        body["dims"] = [min(d, 2) for d in dims]
-    chips = body.get("chips")
-    if isinstance(chips, int) and not isinstance(chips, bool) and chips > MAX_TEST_CHIPS:
-        body["chips"] = MAX_TEST_CHIPS
 
 
 # UploadCode takes a gzipped tarball as raw bytes: send generated binaries as they are.
