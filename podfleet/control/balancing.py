@@ -46,7 +46,7 @@ from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
 from podfleet.health.scan import same_frozen, util_ratio
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
-from podfleet.scheduler.metrics import degree_groups, grouped_balance_degrees
+from podfleet.scheduler.metrics import DegreePlan, degree_groups, planned_balance_degrees
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
@@ -76,7 +76,7 @@ class ClusterBalancer:
         self._slow = _Derived()  # link bandwidths -> slowdown, and its window
         self._inputs: tuple[tuple[int, int], tuple[bytes, bytes]] | None = None
         # The checked jobs' chips as one index, and each job's positions in it.
-        self._gather: tuple[tuple[tuple[str, int], ...], np.ndarray, list[tuple[list[str], np.ndarray]]] | None = None
+        self._gather: tuple[tuple[tuple[str, int], ...], np.ndarray, DegreePlan, DegreePlan] | None = None
         plane.tl.every(interval_s, self.tick)
 
     def tick(self) -> None:
@@ -92,12 +92,12 @@ class ClusterBalancer:
         m = fab.chip_metrics()
         lm = fab.link_metrics()
         clock = m["clock_mhz"]
-        speed = self._speed.get((clock,), lambda: _speed(clock), mon.window)
+        speed = self._speed.get((clock,), _speed, mon.window)
         # The health monitor's ratio (``mean(axis=1) / 100``, the same sum and divisions),
         # computed once per fabric sample for both of them.
         util = util_ratio(m)
         bw, nominal = lm["bandwidth_bytes_per_s"], lm["nominal_bandwidth_bytes_per_s"]
-        slow = self._slow.get((bw, nominal), lambda: _slowdown(bw, nominal), mon.window)
+        slow = self._slow.get((bw, nominal), _slowdown, mon.window)
         mon.sample(self.plane.tl.now, speed, util, np.asarray(m["hbm_bw_bytes_per_s"], float), slow)
 
     def _decision_inputs(self) -> tuple[bytes, bytes]:
@@ -128,10 +128,11 @@ class ClusterBalancer:
         if rt.owners.version != self._owners_version:  # chip -> job, re-derived only when it moved
             self._running = {j: frozenset(c) for j, c in rt.owners.jobs().items()}
             self._owners_version = rt.owners.version
+            # Jobs are tracked only while in ``running`` (below): one can leave only now.
+            for gone in [j for j in self.jobs if j not in self._running]:
+                del self.jobs[gone]
+                self._settled.pop(gone, None)
         running = self._running
-        for gone in [j for j in self.jobs if j not in running]:
-            del self.jobs[gone]
-            self._settled.pop(gone, None)
         # What ``Rebalancer.step`` decides from (window means of speed and link slowdown):
         # a job whose last step changed nothing, on the same inputs, would change nothing again.
         inputs = self._decision_inputs()
@@ -183,16 +184,20 @@ class ClusterBalancer:
             for rec, job in checked:
                 pos[rec.id] = np.arange(off, off + len(job.idx))
                 off += len(job.idx)
-            self._gather = (gkey, idx, degree_groups(pos))
-        _, idx, groups = self._gather
+            # Each job's chips as positions in ``idx`` (the gathered columns) and as chips.
+            self._gather = (gkey, idx, DegreePlan(degree_groups(pos)),
+                            DegreePlan(degree_groups({rec.id: job.idx for rec, job in checked})))
+        _, idx, groups, chip_groups = self._gather
         rows = slice(0, min(mon.n, mon.window))
         window = mon.util[rows]
         # Per chip the same sum either way: over the jobs' chips only where they are few
-        # (a fleet), over all chips then picked where they are most of them (a pod).
+        # (a fleet), over all chips where they are most of them (a pod; the degrees then
+        # index the chips directly, no gather of the jobs' chips first).
         k = window.shape[0]  # window means as ``mean(axis=0)``: the same sum, divided by the rows
-        util = np.add.reduce(window.take(idx, axis=1), axis=0) / k if 2 * len(idx) < window.shape[1] \
-            else (np.add.reduce(window, axis=0) / k)[idx]
-        degrees = grouped_balance_degrees(util, groups)
+        if 2 * len(idx) < window.shape[1]:
+            degrees = planned_balance_degrees(np.add.reduce(window.take(idx, axis=1), axis=0) / k, groups)
+        else:
+            degrees = planned_balance_degrees(np.add.reduce(window, axis=0) / k, chip_groups)
         for rec, _ in checked:
             st = rec.status.scheduling
             degree = round(degrees[rec.id], 4)
@@ -256,10 +261,11 @@ class _Derived:
         self._run = 0  # consecutive samples of the same derived array (at most the window)
         self._window = 1
 
-    def get(self, sources: tuple[np.ndarray, ...], derive: Callable[[], np.ndarray], window: int) -> np.ndarray:
+    def get(self, sources: tuple[np.ndarray, ...], derive: Callable[..., np.ndarray], window: int) -> np.ndarray:
+        """The derived array: ``derive(*sources)``, called again only when they changed."""
         value = self._value
         if value is None or not same_frozen(sources, self._sources):
-            self._sources, self._value = sources, derive()
+            self._sources, self._value = sources, derive(*sources)
             value = self._value
             self._gen += 1
             self._run = 0

@@ -158,19 +158,27 @@ class Timeline:
         env = self.env
         self.engine_thread = threading.get_ident()
         stop_at = float("inf") if until is None else until
-        wake = self._wake
+        wake_set, stopping = self._wake.is_set, self._stop.is_set
         step, peek, n = env.step, env.peek, 0
         try:
-            while peek() < stop_at and not self._stop.is_set():
-                if wake.is_set():
-                    wake.clear()
-                    self.drain()
-                step()
-                n += 1
+            # ``stop()`` raises the wake flag after the stop flag, and only the engine thread
+            # lowers it: the stop flag is read only when the wake flag is up (one flag read
+            # per event, not two).
+            if not stopping():
+                while peek() < stop_at:
+                    if wake_set():
+                        if stopping():
+                            break
+                        self._wake.clear()
+                        self.drain()
+                        if stopping():  # stopped meanwhile: seen after this step, as before
+                            self._wake.set()
+                    step()
+                    n += 1
         finally:
             self.events_processed += n
-        if wake.is_set():
-            wake.clear()
+        if self._wake.is_set():
+            self._wake.clear()
             self.drain()
         if until is not None and env.now < until and not self._stop.is_set():
             # Nothing left before ``until``: SimPy's own ``run(until)`` moves the clock there

@@ -90,6 +90,8 @@ class RollingBaseline:
                  for p in range(r)]
         self._spans: list[list[tuple[int, int]]] | None = spans if n >= 4096 else None
         self._cols = [np.concatenate([np.arange(lo, hi) for lo, hi in sp]) for sp in spans]
+        # 0.5 per gathered row (the gathering path only, a pod's).
+        self._halves = [np.full(len(c), 0.5) for c in self._cols] if self._spans is None else []
         self._phase = 0
         self._cached: np.ndarray | None = None  # flat [rows * n]
         # NaN can be in the buffer (a reset, or a NaN reading) until ``_clean_at`` updates
@@ -144,7 +146,7 @@ class RollingBaseline:
                 srt = buf.take(cols, axis=0)
                 srt.sort(axis=1)
                 mid = srt[:, lo] + srt[:, hi]
-                mid *= 0.5
+                mid *= self._halves[phase]  # 0.5 as an array operand (cheaper than a scalar)
                 cached[cols] = mid
             else:
                 for a, b in self._spans[phase]:
@@ -185,6 +187,10 @@ class DeviationBank:
         # The alerting mask when nothing deviates (shared, read-only).
         self.quiet = np.zeros((k, n), dtype=bool)
         self.quiet.flags.writeable = False
+        self._quiet_bytes = self.quiet.tobytes()
+        # Per-observe scratch: reference, deviation, its signed size, the deviating mask.
+        self._ref, self._delta, self._signed = np.zeros((k, n)), np.zeros((k, n)), np.zeros((k, n))
+        self._dev = np.zeros((k, n), dtype=bool)
 
     def reset(self, mask: np.ndarray) -> None:
         """Start the baselines of the chips in ``mask`` afresh (a job started or stopped)."""
@@ -207,18 +213,22 @@ class DeviationBank:
             fresh = np.isnan(base)  # a chip whose history was reset: it learns first
             if fresh.any():
                 base = np.where(fresh, values, base)
-        ref = np.abs(base)
+        # The same operations as ``ref = rel * max(|base|, floor)``, ``delta = values - base``
+        # and ``dev = |delta| (or signed) > ref``, into the bank's own buffers: none of them
+        # outlives this call (the deviating path below makes new arrays from them).
+        ref, delta, signed, dev = self._ref, self._delta, self._signed, self._dev
+        np.abs(base, out=ref)
         np.maximum(ref, self._floor, out=ref)
         ref *= self._rel
-        delta = values - base
+        np.subtract(values, base, out=delta)
         if self._all_both:
-            signed = np.abs(delta)
+            np.abs(delta, out=signed)
         else:
-            signed = delta * self._sign
+            np.multiply(delta, self._sign, out=signed)
             for j in self._both_rows:
                 np.abs(delta[j], out=signed[j])
-        dev = signed > ref
-        if np.count_nonzero(dev):  # ``dev.any()`` without the method's wrapper
+        np.greater(signed, ref, out=dev)
+        if dev.tobytes() != self._quiet_bytes:  # ``dev.any()`` without a reduction
             since = self.since
             since = self.since = np.where(dev, np.where(np.isnan(since), now, since), np.nan)
             self._since_clear = False

@@ -21,8 +21,8 @@ from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import ChipState, Fabric, LinkState
 from podfleet.health.alerts import AlertBook
 from podfleet.health.predict import DEFAULT_MODEL, Alarm, LogisticModel, Predictor
-from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult, util_ratio
-from podfleet.health.telemetry import RollupRow, TelemetryHistory, chip_sample, link_sample
+from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult, thermal_inputs, util_ratio
+from podfleet.health.telemetry import RollupRow, TelemetryHistory
 
 # State codes the scanner reads: the order of the state enums.
 _CHIP_CODE = {s: i for i, s in enumerate(ChipState)}
@@ -59,6 +59,9 @@ class HealthMonitor:
         self._states: np.ndarray | None = None
         self._usable: np.ndarray | None = None
         self._proc: object | None = None  # the timeline process, once started
+        # ``thermal_inputs`` operands over chips (array operands cost less than scalars).
+        self._ambient = np.full(n, cfg.ambient_c)
+        self._floor_w = np.ones(n)
 
     def start(self) -> None:
         if self._proc is None:
@@ -82,10 +85,14 @@ class HealthMonitor:
         lstates = np.asarray(lm["state"]) if "state" in lm else \
             np.fromiter((_LINK_CODE[s] for s in fab.link_states()), dtype=np.int64)
         util = util_ratio(metrics)
-        self.history.add(now, chip_sample(metrics, util), link_sample(lm))
+        self.history.add_fabric(now, metrics, util, lm)
+        # Temperature rise and floored power: read by the scan (thermal resistance) and the
+        # predictor (its lagged resistance) alike, computed once for both.
+        rise, power_floor = thermal_inputs(metrics, self._ambient, self._floor_w)
         res = self.scanner.scan(now, metrics, states, lm, lstates,
                                 mounts=self.mounts() if self.mounts else (),
-                                jobs=self.jobs() if self.jobs else None, util=util)
+                                jobs=self.jobs() if self.jobs else None, util=util,
+                                rise=rise, power_floor=power_floor)
         # A chip back from isolation (a repaired or replaced one) or from a firmware
         # update (new firmware, and a power history the update broke): no history.
         prev = self._prev_states
@@ -94,7 +101,9 @@ class HealthMonitor:
             if back.any():
                 self.predictor.reset(back)
         self._prev_states = states
-        for alarm in self.predictor.observe(now, metrics, self._usable):
+        same_ambient = self.predictor.feat.ambient_c == self.cfg.ambient_c
+        for alarm in self.predictor.observe(now, metrics, self._usable, rise=rise if same_ambient else None,
+                                            power_floor=power_floor):
             if states[alarm.chip] > 1:
                 continue
             self.alarms.append(alarm)

@@ -112,8 +112,10 @@ def fit(x: np.ndarray, y: np.ndarray, *, scale: tuple[float, ...] = SCALE,
 def _same_counters(raw: tuple[object, ...], last: tuple[object, ...]) -> bool:
     """The very integer counter arrays of the last sample, read-only (so unchanged). A
     plain loop: ``all()`` over a generator cost more than the check, every sample."""
-    for a, b in zip(raw, last, strict=True):
-        if a is not b or not isinstance(a, np.ndarray) or a.flags.writeable or a.dtype.kind not in "iu":
+    if len(raw) != len(last):
+        return False
+    for i, a in enumerate(raw):  # no ``zip`` (its strict check cost more than the loop)
+        if a is not last[i] or not isinstance(a, np.ndarray) or a.flags.writeable or a.dtype.kind not in "iu":
             return False
     return True
 
@@ -156,6 +158,9 @@ class PrecursorFeatures:
         self._st60 = np.zeros(n)
         self._acc_r = np.zeros(n)
         self._acc_p = np.zeros(n)
+        self._tmp = np.zeros(n)  # scratch of ``sample`` (nothing kept in it between samples)
+        self._eff = np.zeros(n)
+        self._ones = np.ones(n)  # the 1 W floor as an array operand (cheaper than a scalar)
         self._acc_k = 0
         self._prev_ecc: np.ndarray | None = None
         self._counter_src: tuple[object, ...] = (None, None)  # the counter arrays last read
@@ -175,12 +180,17 @@ class PrecursorFeatures:
                       self._rb, self._kb, self._ivb, self._hot60, self._st60):
                 s[mask] = 0.0
 
-    def sample(self, metrics: Mapping[str, np.ndarray], now: float | None = None) -> None:
+    def sample(self, metrics: Mapping[str, np.ndarray], now: float | None = None, *,
+               rise: np.ndarray | None = None, power_floor: np.ndarray | None = None) -> None:
         """One telemetry sample (any rate); folded into the current minute. With ``now``,
         the resistance is read against the power the temperature follows (first-order
-        lag, ``tau_s``), so thermal transients after power changes are not rise."""
-        temp = np.asarray(metrics["temperature_c"], np.float64)
-        power = np.maximum(np.asarray(metrics["power_w"], np.float64), 1.0)
+        lag, ``tau_s``), so thermal transients after power changes are not rise.
+        ``rise``/``power_floor``: temperature - ambient and power floored at 1 W (float64),
+        when the caller has them already (``scan.thermal_inputs``)."""
+        if rise is None or power_floor is None:
+            rise = np.asarray(metrics["temperature_c"], np.float64) - self.ambient_c
+            power_floor = np.maximum(np.asarray(metrics["power_w"], np.float64), 1.0)
+        power = power_floor
         eff = power
         if now is not None and self.tau_s > 0:
             if self._p_lag is None or self._t_last is None or now < self._t_last:
@@ -191,10 +201,14 @@ class PrecursorFeatures:
                 key = (dt, self.tau_s)
                 if key != self._lag_key:  # else the factor of the last interval (a fixed rate)
                     self._lag_key, self._lag_a = key, 1.0 - np.exp(-dt / self.tau_s)
-                self._p_lag += (power - self._p_lag) * self._lag_a
+                # ``p_lag += (power - p_lag) * a`` through one scratch array (no temporaries).
+                tmp = self._tmp
+                np.subtract(power, self._p_lag, out=tmp)
+                tmp *= self._lag_a
+                self._p_lag += tmp
             self._t_last = now
-            eff = np.maximum(self._p_lag, 1.0)
-        self._acc_r += (temp - self.ambient_c) / eff
+            eff = np.maximum(self._p_lag, self._ones, out=self._eff)  # floored at 1 W
+        self._acc_r += np.divide(rise, eff, out=self._tmp)
         self._acc_p += power
         self._acc_k += 1
         raw = (metrics["mem_ecc_corrected"], metrics["link_errors"])
@@ -314,13 +328,14 @@ class Predictor:
         self._streak[mask] = 0
         self.alarmed[mask] = False
 
-    def observe(self, now: float, metrics: Mapping[str, np.ndarray], usable: np.ndarray | None = None) -> list[Alarm]:
+    def observe(self, now: float, metrics: Mapping[str, np.ndarray], usable: np.ndarray | None = None, *,
+                rise: np.ndarray | None = None, power_floor: np.ndarray | None = None) -> list[Alarm]:
         """Feed one sample; at each minute boundary evaluate and return new alarms.
         ``usable``: chips that run work; the others (failed, isolated) have nothing left
-        to predict and their history restarts."""
+        to predict and their history restarts. ``rise``/``power_floor``: as ``sample``."""
         if self._minute_end is None:
             self._minute_end = now + self.minute_s
-        self.feat.sample(metrics, now)
+        self.feat.sample(metrics, now, rise=rise, power_floor=power_floor)
         if now < self._minute_end:
             return []
         self._minute_end += self.minute_s

@@ -76,11 +76,15 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 class _MaskRule:
     """Open/close alerts for one rule from a boolean mask over targets."""
 
-    def __init__(self, name: str, severity: str, prefix: str, n: int) -> None:
+    def __init__(self, name: str, severity: str, prefix: str, n: int, flag: list[bool] | None = None) -> None:
         self.name, self.severity, self.prefix = name, severity, prefix
         self.active = np.zeros(n, dtype=bool)
         self.on = False  # some target is alerting
         self.changed = True
+        # Raised with ``changed``, shared by the rules health is derived from: one read
+        # tells the scan whether any of them changed.
+        self.flag = [True] if flag is None else flag
+        self.flag[0] = True
 
     def apply(self, book: AlertBook, cluster_id: str, mask: np.ndarray, now: float, res: ScanResult,
               message: Any, values: np.ndarray | None = None, names: Sequence[str] | None = None) -> None:
@@ -88,6 +92,7 @@ class _MaskRule:
         if mask.shape == self.active.shape and _same(mask, self.active):
             return  # the common case: nothing opened or closed
         self.changed = True
+        self.flag[0] = True
         new = mask & ~self.active
         gone = self.active & ~mask
         for i in np.flatnonzero(new).tolist():
@@ -109,9 +114,18 @@ class _MaskRule:
 def same_frozen(arrays: tuple[Any, ...], last: tuple[Any, ...]) -> bool:
     """The very arrays of the last scan, read-only (so not changed since): the twin and the
     neuron fabric replace a metric array when it changes, never write it."""
-    if len(arrays) != len(last):
+    n = len(arrays)
+    if n != len(last):
         return False
-    # A plain loop: ``all()`` over a generator cost more than the check, three times a scan.
+    # Six times a tick (the scan, the balancer): the one- and two-array cases without a
+    # ``zip`` and a loop, which cost more than the checks.
+    if n == 1:
+        a = arrays[0]
+        return a is last[0] and isinstance(a, np.ndarray) and not a.flags.writeable
+    if n == 2:
+        a, b = arrays
+        return a is last[0] and b is last[1] and isinstance(a, np.ndarray) and isinstance(b, np.ndarray) \
+            and not a.flags.writeable and not b.flags.writeable
     for a, b in zip(arrays, last, strict=True):
         if a is not b or not isinstance(a, np.ndarray) or a.flags.writeable:
             return False
@@ -158,6 +172,19 @@ class _Throughputs:
         return m
 
 
+class _JobWatch:
+    """What the scan keeps per job: its alert target, its last step and the time that step
+    was first seen, its recent throughputs (one object per job: fewer lookups a scan)."""
+
+    __slots__ = ("moved_t", "step", "target", "tps")
+
+    def __init__(self, job_id: str, step: float, now: float) -> None:
+        self.target = f"job:{job_id}"
+        self.step = step
+        self.moved_t = now
+        self.tps = _Throughputs(60)
+
+
 # The last read-only utilization array ``util_ratio`` was given, and its ratio (read-only).
 _util_memo: list[Any] = [None, None]
 
@@ -178,14 +205,30 @@ def util_ratio(chip: Mapping[str, np.ndarray]) -> np.ndarray:
         # ``util.mean(axis=1) / 100`` without the wrapper: the same sum and divisions,
         # summed in float64 without a float64 copy of the [chips, cores] array first.
         out = np.add.reduce(util, axis=1, dtype=np.float64)
-        out /= util.shape[1]
-        out /= 100.0
+        k = util.shape[1]
+        if k and not k & (k - 1):
+            # A power of two (8 cores): ``x / k`` is exact, so ``(x / k) / 100`` is the one
+            # rounding of ``x / (100 k)``: a single division, the same values.
+            out /= k * 100.0
+        else:
+            out /= k
+            out /= 100.0
     else:
         out = np.asarray(util, np.float64) / 100.0
     if isinstance(src, np.ndarray) and not src.flags.writeable:  # as ``same_frozen``: a snapshot
         out.flags.writeable = False
         memo[0], memo[1] = src, out
     return out
+
+
+def thermal_inputs(chip: Mapping[str, np.ndarray], ambient_c: float | np.ndarray,
+                   floor_w: float | np.ndarray = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(temperature rise over ambient, power floored at 1 W) per chip, float64: the thermal
+    resistance is their ratio. The scanner and the failure predictor both read them from
+    the same sample: the health monitor computes them once for both (passing ``ambient_c``
+    and ``floor_w`` as arrays over chips: the same values, cheaper operands than scalars)."""
+    rise = np.subtract(np.asarray(chip["temperature_c"], np.float64), ambient_c)
+    return rise, np.maximum(np.asarray(chip["power_w"], np.float64), floor_w)
 
 
 class HealthScanner:
@@ -205,18 +248,20 @@ class HealthScanner:
         self._values = np.zeros((len(self.dev_metrics), n_chips))
         # Where each row's values come from: a chip metric, or None (thermal resistance).
         self._sources = [(j, None if m == "thermal_resistance" else m) for j, m in enumerate(self.dev_metrics)]
-        self._dev_rules = {m: _MaskRule(f"deviation:{m}", "warning", "chip", n_chips) for m in self.dev_metrics}
+        self._health_flag = [True]  # some rule of ``_all_rules`` changed since ``_health`` last ran
+        flag = self._health_flag
+        self._dev_rules = {m: _MaskRule(f"deviation:{m}", "warning", "chip", n_chips, flag) for m in self.dev_metrics}
         self._dev_active = np.zeros((len(self.dev_metrics), n_chips), bool)
         c = n_chips
         self._rules = {
-            "ecc-uncorrected": _MaskRule("ecc-uncorrected", "critical", "chip", c),
-            "ecc-corrected-rate": _MaskRule("ecc-corrected-rate", "warning", "chip", c),
-            "thermal-throttle": _MaskRule("thermal-throttle", "warning", "chip", c),
-            "chip-down": _MaskRule("chip-down", "critical", "chip", c),
-            "chip-degraded": _MaskRule("chip-degraded", "warning", "chip", c),
-            "link-down": _MaskRule("link-down", "critical", "link", n_links),
-            "link-degraded": _MaskRule("link-degraded", "warning", "link", n_links),
-            "link-errors": _MaskRule("link-errors", "warning", "link", n_links),
+            "ecc-uncorrected": _MaskRule("ecc-uncorrected", "critical", "chip", c, flag),
+            "ecc-corrected-rate": _MaskRule("ecc-corrected-rate", "warning", "chip", c, flag),
+            "thermal-throttle": _MaskRule("thermal-throttle", "warning", "chip", c, flag),
+            "chip-down": _MaskRule("chip-down", "critical", "chip", c, flag),
+            "chip-degraded": _MaskRule("chip-degraded", "warning", "chip", c, flag),
+            "link-down": _MaskRule("link-down", "critical", "link", n_links, flag),
+            "link-degraded": _MaskRule("link-degraded", "warning", "link", n_links, flag),
+            "link-errors": _MaskRule("link-errors", "warning", "link", n_links, flag),
         }
         self._all_rules = (*self._dev_rules.values(), *self._rules.values())
         self._mount_rules: dict[str, _MaskRule] = {}
@@ -240,8 +285,7 @@ class HealthScanner:
         self._settle_until = np.full(n_chips, -np.inf)
         self._settle_last = -np.inf  # the latest settle end of any chip
         self._was_settling = np.zeros(n_chips, bool)
-        self._job_last: dict[str, tuple[float, float]] = {}  # job -> (last step, time it moved)
-        self._job_tps: dict[str, _Throughputs] = {}
+        self._job_watch: dict[str, _JobWatch] = {}  # job -> its last step, when it moved, throughputs
         self.chip_health = np.zeros(n_chips, np.int8)
         self.link_health = np.zeros(n_links, np.int8)
         self._health_key: tuple[bytes, bytes | None] | None = None
@@ -252,6 +296,11 @@ class HealthScanner:
         self._lstates_key: bytes | None = None
         self._no_chips = np.zeros(n_chips, bool)
         self._no_chips.flags.writeable = False
+        self._no_chips_bytes = self._no_chips.tobytes()
+        self._du = np.zeros(n_chips)  # utilization change, and whether it moved (per scan)
+        self._moved = np.zeros(n_chips, bool)
+        # ``load_change`` over chips: an array operand costs less than a Python float.
+        self._load_change = np.full(n_chips, cfg.load_change)
         self._no_links = np.zeros(n_links, bool)
         self._no_links.flags.writeable = False
         self.scans = 0
@@ -260,11 +309,13 @@ class HealthScanner:
     def scan(self, now: float, chip: Mapping[str, np.ndarray], chip_states: np.ndarray,
              link: Mapping[str, np.ndarray] | None = None, link_states: np.ndarray | None = None,
              mounts: Sequence[Mapping[str, Any]] = (), jobs: Mapping[str, Mapping[str, Any]] | None = None,
-             util: np.ndarray | None = None) -> ScanResult:
+             util: np.ndarray | None = None, rise: np.ndarray | None = None,
+             power_floor: np.ndarray | None = None) -> ScanResult:
         """``chip``: the fabric's chip metrics; ``chip_states``: state codes over chips
         (``ChipState`` order); ``link``/``link_states`` likewise; ``mounts``: dicts with
         name, state, used_bytes, capacity_bytes; ``jobs``: job id -> {state, step,
-        tokens_per_s}; ``util``: ``util_ratio(chip)`` when the caller has it already."""
+        tokens_per_s}; ``util``: ``util_ratio(chip)`` when the caller has it already;
+        ``rise``/``power_floor``: ``thermal_inputs(chip, ambient_c)`` likewise."""
         cfg, book, cid = self.cfg, self.book, self.cluster_id
         res = ScanResult(now)
         self.scans += 1
@@ -275,8 +326,6 @@ class HealthScanner:
             self._usable = states <= 1
             self._all_usable = bool(self._usable.all())
         usable = self._usable
-        temp = np.asarray(chip["temperature_c"], np.float64)
-        power = np.asarray(chip["power_w"], np.float64)
         if util is None:
             util = util_ratio(chip)
         # A new operating point (load changed, chip not usable): baselines restart once
@@ -285,10 +334,15 @@ class HealthScanner:
         if prev_util is None:
             moved = np.ones(self.n_chips, bool)
         else:
-            moved = np.abs(util - prev_util) > cfg.load_change
+            # ``abs(util - prev_util) > load_change`` into the scan's own buffers (no
+            # temporaries; ``moved`` is not kept past this scan).
+            du, moved = self._du, self._moved
+            np.subtract(util, prev_util, out=du)
+            np.abs(du, out=du)
+            np.greater(du, self._load_change, out=moved)
             if not self._all_usable:
                 moved |= ~usable
-        if np.count_nonzero(moved):  # ``moved.any()`` without the method's wrapper
+        if moved.tobytes() != self._no_chips_bytes:  # ``moved.any()`` without a reduction
             self._settle_until[moved] = now + cfg.settle_s
             self._settle_last = now + cfg.settle_s
         if self._settle_last > now:
@@ -306,8 +360,9 @@ class HealthScanner:
         values = self._values
         for j, m in self._sources:
             if m is None:  # thermal resistance
-                np.subtract(temp, cfg.ambient_c, out=values[j])
-                values[j] /= np.maximum(power, 1.0)
+                if rise is None or power_floor is None:
+                    rise, power_floor = thermal_inputs(chip, cfg.ambient_c)
+                np.divide(rise, power_floor, out=values[j])
             else:
                 values[j] = chip[m]
         alerting, base = self.deviation.observe(values, now)
@@ -371,7 +426,7 @@ class HealthScanner:
         if not same_frozen(raw_thr, self._thr_src):  # the very array of the last scan: no change
             self._thr_src = raw_thr
             self._rules["thermal-throttle"].apply(
-                book, cid, raw_thr[0], now, res, values=temp,
+                book, cid, raw_thr[0], now, res, values=np.asarray(chip["temperature_c"], np.float64),
                 message=lambda i, v: f"throttling at {v:.1f} C")
         if states_changed:
             self._states_key = skey
@@ -448,17 +503,19 @@ class HealthScanner:
         """Stalled (running, no step for ``job_stall_s``) and slow (tokens/s > 10% under its
         median of the last samples) jobs."""
         book, cid, cfg = self.book, self.cluster_id, self.cfg
-        job_last, job_tps = self._job_last, self._job_tps
+        watch = self._job_watch
         is_open, stall_s, keep = book.is_open, cfg.job_stall_s, 1 - cfg.rel  # looked up once a scan
         for job_id, j in jobs.items():
             step = float(j.get("step", 0))
-            last = job_last.get(job_id)
-            if last is None or step != last[0]:
-                last = job_last[job_id] = (step, now)
-            moved_t = last[1]
+            w = watch.get(job_id)
+            if w is None:
+                w = watch[job_id] = _JobWatch(job_id, step, now)
+            elif step != w.step:
+                w.step, w.moved_t = step, now
+            moved_t = w.moved_t
             state = j.get("state", "")
             running = state == "RUNNING" or str(state).lower() == "running"  # no ``lower()`` when upper
-            target = f"job:{job_id}"
+            target = w.target
             if running and now - moved_t >= stall_s:
                 a, new = book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",
                                    message=f"no training step for {now - moved_t:.0f} s", now=now)
@@ -469,9 +526,7 @@ class HealthScanner:
                 if stalled_cleared is not None:
                     res.resolved.append(stalled_cleared)
             tps = float(j.get("tokens_per_s") or 0.0)
-            hist = job_tps.get(job_id)
-            if hist is None:
-                hist = job_tps[job_id] = _Throughputs(60)
+            hist = w.tps
             if running and tps > 0:
                 base = hist.median() if len(hist.sorted) >= 10 else None  # no ``__len__`` call per job
                 slow = base is not None and tps < keep * base
@@ -487,11 +542,10 @@ class HealthScanner:
                     slow_cleared = book.clear(cid, target, "job-slow", now)
                     if slow_cleared is not None:
                         res.resolved.append(slow_cleared)
-        # Every job seen this scan is in ``job_last`` now: more entries means some left
+        # Every job seen this scan is in ``watch`` now: more entries means some left
         # (no set difference built at every scan).
-        for gone in [g for g in job_last if g not in jobs] if len(job_last) > len(jobs) else ():
-            job_last.pop(gone, None)
-            job_tps.pop(gone, None)
+        for gone in [g for g in watch if g not in jobs] if len(watch) > len(jobs) else ():
+            watch.pop(gone, None)
             for rule in ("job-stalled", "job-slow"):
                 cleared = book.clear(cid, f"job:{gone}", rule, now)
                 if cleared is not None:
@@ -500,13 +554,10 @@ class HealthScanner:
     def _health(self, states: np.ndarray, skey: bytes, link_states: np.ndarray | None) -> None:
         rules = self._all_rules
         key = (skey, None if link_states is None else link_states.tobytes())
-        if key == self._health_key:
-            for r in rules:  # a plain loop: ``any()`` over a generator cost more, every scan
-                if r.changed:
-                    break
-            else:
-                return
+        if key == self._health_key and not self._health_flag[0]:
+            return  # no rule changed (the flag they share), nor any state
         self._health_key = key
+        self._health_flag[0] = False
         for r in rules:
             r.changed = False
         sev = np.zeros(self.n_chips, np.int8)

@@ -90,18 +90,24 @@ class RawWindow:
     the memory of a large fabric is only taken as samples arrive (a row counts once its
     time is set: ``t`` is NaN until then)."""
 
-    def __init__(self, n: int, metrics: Iterable[str], interval_s: float, window_s: float = 15 * MINUTE_S) -> None:
+    def __init__(self, n: int, metrics: Iterable[str], interval_s: float, window_s: float = 15 * MINUTE_S, *,
+                 block: np.ndarray | None = None, t: np.ndarray | None = None,
+                 cursor: list[int] | None = None) -> None:
         self.n = n
         self.metrics = tuple(metrics)
         self.size = max(2, round(window_s / interval_s) + 1)
-        self.t = np.full(self.size, np.nan)
-        self.block = np.zeros((self.size, len(self.metrics), n), np.float32)
+        # ``block``/``t``: storage shared with other windows sampled at the same times (a
+        # ``TelemetryHistory`` writes all of its scopes' rows in one assignment).
+        self.t = np.full(self.size, np.nan) if t is None else t
+        self.block = np.zeros((self.size, len(self.metrics), n), np.float32) if block is None else block
         self.buf = {m: self.block[:, j, :] for j, m in enumerate(self.metrics)}
-        self._i = 0
+        # The next row to write, in a list the owner of a shared block moves for every
+        # window on it at once.
+        self.cursor = [0] if cursor is None else cursor
 
     def add(self, t: float, sample: Mapping[str, np.ndarray] | np.ndarray) -> None:
         """One sample: metric -> values over targets, or the [metrics, targets] array."""
-        i = self._i
+        i = self.cursor[0]
         self.t[i] = t
         if isinstance(sample, np.ndarray):
             self.block[i] = sample
@@ -109,11 +115,11 @@ class RawWindow:
             row = self.block[i]
             for j, m in enumerate(self.metrics):
                 row[j] = sample[m]
-        self._i = (i + 1) % self.size
+        self.cursor[0] = (i + 1) % self.size
 
     def series(self, metric: str, since: float = -np.inf) -> tuple[np.ndarray, np.ndarray]:
         """(times [k], values [k, n]) in time order, samples at or after ``since``."""
-        order = np.roll(np.arange(self.size), -self._i)
+        order = np.roll(np.arange(self.size), -self.cursor[0])
         t = self.t[order]
         keep = ~np.isnan(t) & (t >= since)
         return t[keep], self.buf[metric][order][keep]
@@ -137,6 +143,10 @@ class _Accumulator:
         self.sum = np.zeros(shape)
         self.min = np.full(shape, np.inf)
         self.max = np.full(shape, -np.inf)
+        # What each sample's min and max go into: the finest bucket's rows when nested
+        # (views, made once: the arrays are only ever written in place).
+        self._lo = self.min[0] if self._nested else self.min
+        self._hi = self.max[0] if self._nested else self.max
         self.count = [0] * len(self.res)
         self.bucket: list[float | None] = [None] * len(self.res)
         self._span = [(np.inf, -np.inf)] * len(self.res)  # [start, end) of each open bucket
@@ -168,10 +178,8 @@ class _Accumulator:
             self._span[k] = (bucket, bucket + res) if math.floor(bucket / res) * res == bucket and \
                 math.floor(math.nextafter(bucket + res, -math.inf) / res) * res == bucket else (np.inf, -np.inf)
         np.add(self.sum, x, out=self.sum)
-        lo_ = self.min[0] if self._nested else self.min
-        hi_ = self.max[0] if self._nested else self.max
-        np.minimum(lo_, x, out=lo_)
-        np.maximum(hi_, x, out=hi_)
+        np.minimum(self._lo, x, out=self._lo)
+        np.maximum(self._hi, x, out=self._hi)
         return closed  # type: ignore[return-value]
 
 
@@ -199,12 +207,27 @@ class TelemetryHistory:
                  sink: Callable[[list[RollupRow]], None] | None = None, window_s: float = 15 * MINUTE_S) -> None:
         self.cluster_id = cluster_id
         self.sink = sink
-        self.raw = {"chip": RawWindow(n_chips, CHIP_METRICS, interval_s, window_s),
-                    "link": RawWindow(n_links, LINK_METRICS, interval_s, window_s)}
+        scopes = (("chip", n_chips, CHIP_METRICS), ("link", n_links, LINK_METRICS))
+        sizes = {scope: len(metrics) * n for scope, n, metrics in scopes}
+        total = sum(sizes.values())
+        # Both raw windows are views of one float32 block [samples, everything] and share
+        # one time column: a sample is one converting assignment of the flat float64 row
+        # (below), not one per scope and metric.
+        size = max(2, round(window_s / interval_s) + 1)
+        self._block = np.zeros((size, total), np.float32)
+        self._t = np.full(size, np.nan)
+        self._cursor = [0]  # the next row of the shared block, of both windows
+        self.raw: dict[str, RawWindow] = {}
+        off = 0
+        for scope, n, metrics in scopes:
+            view = self._block[:, off:off + sizes[scope]].reshape(size, len(metrics), n)
+            assert n == 0 or np.shares_memory(view, self._block)  # a view, never a copy
+            self.raw[scope] = RawWindow(n, metrics, interval_s, window_s, block=view, t=self._t, cursor=self._cursor)
+            off += sizes[scope]
+        self._size = size
         # One float64 sample of everything, flattened (chip metrics, then link metrics);
         # ``_x[scope]`` is its [metrics, targets] view.
-        sizes = {scope: len(w.metrics) * w.n for scope, w in self.raw.items()}
-        self._flat = np.zeros(sum(sizes.values()))
+        self._flat = np.zeros(total)
         self._x: dict[str, np.ndarray] = {}
         self._slices: dict[str, slice] = {}
         off = 0
@@ -220,12 +243,33 @@ class TelemetryHistory:
 
     def add(self, t: float, chip: Mapping[str, np.ndarray], link: Mapping[str, np.ndarray]) -> list[RollupRow]:
         """One sample of everything; returns the rollup rows closed by it (already sunk)."""
-        for scope, w, x, rows in self._feeds:
-            sample = chip if scope == "chip" else link
-            for j, m in rows:
-                x[j] = sample[m]
-            w.add(t, x)
-        closed = self._acc.add(t, self._flat)
+        return self.add_values(t, [chip[m] for m in CHIP_METRICS] + [link[m] for m in LINK_METRICS])
+
+    def add_fabric(self, t: float, chip: Mapping[str, np.ndarray], util: np.ndarray,
+                   link: Mapping[str, np.ndarray]) -> list[RollupRow]:
+        """``add(t, chip_sample(chip, util), link_sample(link))`` without the two dicts:
+        ``chip``/``link`` are a fabric's ``chip_metrics()``/``link_metrics()``."""
+        return self.add_values(t, [chip["temperature_c"], chip["power_w"], util, chip["hbm_used_bytes"],
+                                   chip["clock_mhz"], chip["mem_ecc_corrected"], chip["link_errors"],
+                                   link["utilization"], link["bandwidth_bytes_per_s"], link["errors"]])
+
+    def add_values(self, t: float, values: list[np.ndarray]) -> list[RollupRow]:
+        """One sample: the values over targets of ``CHIP_METRICS`` then ``LINK_METRICS``, in
+        that order. Returns the rollup rows closed by it (already sunk)."""
+        flat = self._flat
+        try:
+            # One call fills the flat sample (the same casts as one assignment per row).
+            np.concatenate(values, out=flat)
+        except ValueError:  # a scalar or mis-shaped metric: broadcast row by row, as before
+            rows = [x[j] for _scope, _w, x, _m in self._feeds for j in range(x.shape[0])]
+            for row, v in zip(rows, values, strict=True):
+                row[...] = v
+        cursor = self._cursor
+        i = cursor[0]
+        self._t[i] = t
+        self._block[i] = flat
+        cursor[0] = (i + 1) % self._size
+        closed = self._acc.add(t, flat)
         if not closed:
             return []
         out: list[RollupRow] = []

@@ -126,11 +126,72 @@ def grouped_balance_degrees(utilization: np.ndarray, groups: Sequence[tuple[list
             continue
         rows = u[idx]
         top = np.maximum.reduce(rows, axis=1)  # ``rows.max(axis=1)`` without the wrapper
-        mean = np.add.reduce(rows, axis=1) / n
+        total = np.add.reduce(rows, axis=1)
+        if len(jobs) <= 64:
+            # A handful of jobs (a pod): mean / max per job in Python, IEEE float64 divisions
+            # with the same values as numpy's, which for so few cost more as array calls.
+            # As ``balance_degree``: idle (max <= 0) is 1.0; a NaN max gives NaN.
+            degree.update((j, 1.0 if t <= 0 else (s / n) / t)
+                          for j, s, t in zip(jobs, total.tolist(), top.tolist(), strict=True))
+            continue
+        mean = total / n
         if np.minimum.reduce(top) > 0:  # every job busy (the common case; False with a NaN)
             d = mean / top
         else:
             busy = ~(top <= 0)  # as ``balance_degree``: idle (max <= 0) is 1.0, NaN stays NaN
+            d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
+        degree.update(zip(jobs, d.tolist(), strict=True))
+    return degree
+
+
+class DegreePlan:
+    """``degree_groups`` laid out for ``planned_balance_degrees``: every job's chips in one
+    index (group after group), where each job's chips start, and per group its slice of
+    it. Made once while the jobs' chips stay the same (the balancer keeps it)."""
+
+    __slots__ = ("groups", "idx", "starts")
+
+    def __init__(self, groups: Sequence[tuple[list[str], np.ndarray]]) -> None:
+        parts: list[np.ndarray] = []
+        self.groups: list[tuple[list[str], int, int]] = []  # (jobs, offset in idx, chips per job)
+        off = 0
+        for jobs, idx in groups:
+            n = idx.shape[1]
+            self.groups.append((jobs, off, n))
+            if n:
+                parts.append(idx.reshape(-1))
+                off += len(jobs) * n
+        self.idx = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        self.starts = np.concatenate([np.arange(o, o + len(jobs) * n, n) for jobs, o, n in self.groups if n]) \
+            if parts else np.zeros(0, np.int64)
+
+
+def planned_balance_degrees(utilization: np.ndarray, plan: DegreePlan) -> dict[str, float]:
+    """``grouped_balance_degrees`` with one gather of all jobs' chips and one ``reduceat`` for
+    their maxima (the maximum is the same in any order); the sums stay one reduction per
+    group of jobs of one size, as there (the same summation order, so the same values)."""
+    v = np.asarray(utilization, dtype=float)[plan.idx]
+    tops_all = np.maximum.reduceat(v, plan.starts) if plan.starts.size else v
+    degree: dict[str, float] = {}
+    i = 0
+    for jobs, off, n in plan.groups:
+        k = len(jobs)
+        if n == 0:
+            degree.update((j, 1.0) for j in jobs)
+            continue
+        total = np.add.reduce(v[off:off + k * n].reshape(k, n), axis=1)
+        top = tops_all[i:i + k]
+        i += k
+        if k <= 64:
+            # As ``grouped_balance_degrees``: Python divisions for a handful of jobs.
+            degree.update((j, 1.0 if t <= 0 else (s / n) / t)
+                          for j, s, t in zip(jobs, total.tolist(), top.tolist(), strict=True))
+            continue
+        mean = total / n
+        if np.minimum.reduce(top) > 0:
+            d = mean / top
+        else:
+            busy = ~(top <= 0)
             d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
         degree.update(zip(jobs, d.tolist(), strict=True))
     return degree

@@ -51,7 +51,7 @@ class Board:
         self._ltx_acc = np.zeros(nl)  # link bytes accumulate lazily, like the chips'
         self._ltx_t0 = 0.0
         self._link_rate = np.zeros(nl)
-        self._tx_cache: tuple[tuple[Any, ...], np.ndarray] | None = None
+        self._tx_cache: tuple[float, float, np.ndarray, np.ndarray, np.ndarray] | None = None  # (now, t0, acc, rate, tx)
         self._links_dirty = True
         self._link_cache: dict[int, tuple[Any, tuple[np.ndarray, np.ndarray, bool]]] = {}
         # Chip-time accounting (for chip-hours lost and observed fault rates).
@@ -171,12 +171,12 @@ class Board:
     def _tx_now(self) -> np.ndarray:
         """``link_tx_bytes`` now, read-only, computed once per instant (the health monitor
         and the balancer both read the links at every tick)."""
-        key = (self.ctx.now, self._ltx_t0, self._ltx_acc, self._link_rate)
+        now, t0, acc, rate = self.ctx.now, self._ltx_t0, self._ltx_acc, self._link_rate
         hit = self._tx_cache
-        if hit is None or hit[0][0] != key[0] or hit[0][1] != key[1] or hit[0][2] is not key[2] \
-                or hit[0][3] is not key[3]:
-            hit = self._tx_cache = (key, ro(self.link_tx_bytes))
-        return hit[1]
+        if hit is None or hit[0] != now or hit[1] != t0 or hit[2] is not acc or hit[3] is not rate:
+            # ``link_tx_bytes`` at ``now`` (read once for the key and the value).
+            hit = self._tx_cache = (now, t0, acc, rate, ro(acc + rate * (now - t0)))
+        return hit[4]
 
     def link_metrics(self) -> dict[str, np.ndarray]:
         lt = self.ctx.links

@@ -107,6 +107,10 @@ class ChipTelemetry:
         self._next_off = 0
         self._rng = rng
         self._any_throttled = False
+        # An upper bound of the model temperatures' maximum (``tick``): unknown yet.
+        self._temp_bound = math.inf
+        self._tss_alpha_max = math.inf
+        self._keep = np.ones(n)  # 1 - alpha over chips (``tick``)
         self._derive()
         self.dirty = False  # set when inputs change: recompute the derived arrays on the next tick
 
@@ -241,11 +245,21 @@ class ChipTelemetry:
             a = 1.0 - math.exp(-dt / p.tau_s)
             self._alpha = (dt, 1.0 - a)
             self._tss_alpha = self._t_ss * a
+            self._tss_alpha_max = float(np.maximum.reduce(self._tss_alpha)) if self.n else -math.inf
+            self._keep = np.full(self.n, 1.0 - a)  # an array operand costs less than a scalar
+        keep = self._alpha[1]
         temp = self._temp_true
-        temp *= self._alpha[1]
+        temp *= self._keep
         temp += self._tss_alpha
-
-        tmax = float(temp.max())
+        # An upper bound of ``temp.max()`` without reading the array: the same two roundings
+        # applied to the last bound (rounding is monotonic, so every chip's new temperature
+        # is at most this). Only when it reaches the throttle point is the maximum read
+        # (and the bound tightened to it); NaN anywhere makes it NaN, and so read too.
+        bound = self._temp_bound * keep + self._tss_alpha_max
+        if not self._any_throttled and bound <= p.throttle_c:
+            self._temp_bound = bound
+            return recomputed, _NONE, _NONE
+        tmax = self._temp_bound = float(np.maximum.reduce(temp)) if self.n else -math.inf
         if not self._any_throttled and tmax <= p.throttle_c:
             return recomputed, _NONE, _NONE
         was = self.throttle
@@ -270,7 +284,18 @@ class ChipTelemetry:
         dict of them."""
         m = self._metrics
         if m is None:
-            m = self._metrics = {name: getattr(self, name) for name in METRIC_NAMES}
+            # Attribute reads, not ``getattr`` by name (once a tick): in ``METRIC_NAMES`` order.
+            tx = self.link_tx_bytes
+            m = self._metrics = {
+                "neuroncore_utilization": self.neuroncore_utilization, "hbm_used_bytes": self.hbm_used_bytes,
+                "hbm_bw_bytes_per_s": self.hbm_bw_bytes_per_s, "mem_ecc_corrected": self.mem_ecc_corrected,
+                "mem_ecc_uncorrected": self.mem_ecc_uncorrected, "sram_ecc_corrected": self.sram_ecc_corrected,
+                "sram_ecc_uncorrected": self.sram_ecc_uncorrected, "temperature_c": self.temperature_c,
+                "power_w": self.power_w, "voltage_v": self.voltage_v, "clock_mhz": self.clock_mhz,
+                "throttle": self.throttle, "link_tx_bytes": tx, "link_rx_bytes": tx,
+                "link_errors": self.link_errors, "execution_errors": self.execution_errors,
+                "firmware_version": self.firmware_version,
+            }
         return dict(m)
 
 
