@@ -104,35 +104,61 @@ export function torus(hw: Hardware, metric: ColorMetric, handlers: TorusHandlers
     (chipEls[i].g as unknown as HTMLElement).focus();
   };
   let selected: number | null = null;
+  // Live updates write only what changed since the last frame: each write invalidates
+  // style and repaints the element, and a page open on a busy pod gets an update a second
+  // (with many consoles open, unchanged rewrites were most of the browsers' and so the
+  // machine's work at every telemetry tick).
+  const shown = new WeakMap<Element, Map<string, string | null>>();
+  const put = (el: Element, name: string, value: string | null): void => {
+    let attrs = shown.get(el);
+    if (!attrs) shown.set(el, (attrs = new Map()));
+    if (attrs.has(name) && attrs.get(name) === value) return;
+    attrs.set(name, value);
+    if (value === null) el.removeAttribute(name); else el.setAttribute(name, value);
+  };
+  const text = (el: Element, value: string): void => { if (el.textContent !== value) el.textContent = value; };
+  // What each chip and link was last drawn from: an element whose inputs did not move is
+  // skipped without building its colours and label (most of a pod is idle most ticks).
+  const chipWas: { st: string; v: number; max: number; job: string | null; sel: boolean; metric: string }[] = [];
+  const linkWas = new Map<string, { state: string; u: number }>();
   const update = (next: Hardware, m: ColorMetric): void => {
     const max = m.max(next) || 1;
     for (const c of next.chips) {
       const el = chipEls[c.index];
       if (!el) continue;
-      const v = m.value(c), t = v / max, st = shownState(c);
-      el.g.setAttribute("data-state", st);
-      el.rect.setAttribute("fill", viridis(t));
+      const v = m.value(c), st = shownState(c), sel = selected === c.index;
+      const was = chipWas[c.index];
+      if (was && was.st === st && Object.is(was.v, v) && was.max === max && was.job === c.job && was.sel === sel
+          && was.metric === m.key) continue;
+      chipWas[c.index] = { st, v, max, job: c.job, sel, metric: m.key };
+      const t = v / max;
+      put(el.g, "data-state", st);
+      put(el.rect, "fill", viridis(t));
       const mark = STATE_MARK[st] ?? STATE_MARK.healthy;
-      el.rect.setAttribute("stroke", mark.color === "transparent" ? "#333" : mark.color);
-      el.rect.setAttribute("stroke-width", st === "healthy" ? "1" : "4");
-      el.label.setAttribute("fill", ink(t));
-      el.glyph.setAttribute("fill", ink(t));
-      el.glyph.textContent = mark.glyph;
-      el.mark.setAttribute("stroke", c.job ? categorical(c.job) : "none");
-      if (c.job) el.g.setAttribute("data-job", c.job); else el.g.removeAttribute("data-job");
-      el.g.setAttribute("aria-label", `chip ${c.index}, ${st}, ${m.label} ${Number.isFinite(v) ? v.toFixed(1) : "n/a"}${m.unit}` +
+      put(el.rect, "stroke", mark.color === "transparent" ? "#333" : mark.color);
+      put(el.rect, "stroke-width", st === "healthy" ? "1" : "4");
+      put(el.label, "fill", ink(t));
+      put(el.glyph, "fill", ink(t));
+      text(el.glyph, mark.glyph);
+      put(el.mark, "stroke", c.job ? categorical(c.job) : "none");
+      put(el.g, "data-job", c.job ? c.job : null);
+      put(el.g, "aria-label", `chip ${c.index}, ${st}, ${m.label} ${Number.isFinite(v) ? v.toFixed(1) : "n/a"}${m.unit}` +
         (c.job ? `, job ${c.job}` : ""));
-      el.g.setAttribute("aria-pressed", String(selected === c.index));
+      put(el.g, "aria-pressed", String(sel));
     }
     for (const l of next.links) {
-      const el = linkEls.get(linkKey(l));
+      const key = linkKey(l);
+      const el = linkEls.get(key);
       if (!el) continue;
       const u = Number(l.metrics.utilization ?? 0);
+      const was = linkWas.get(key);
+      if (was && was.state === l.state && Object.is(was.u, u)) continue;
+      linkWas.set(key, { state: l.state, u });
       const ls = LINK_STATE[l.state] ?? LINK_STATE.up;
-      el.g.setAttribute("data-state", l.state);
-      el.line.setAttribute("stroke", ls.color || viridis(0.15 + 0.85 * u));
-      el.line.setAttribute("stroke-dasharray", ls.dash);
-      el.g.setAttribute("aria-label", `link ${linkKey(l)} (${l.axis}), ${l.state}, ${(u * 100).toFixed(0)}% of bandwidth in use`);
+      put(el.g, "data-state", l.state);
+      put(el.line, "stroke", ls.color || viridis(0.15 + 0.85 * u));
+      put(el.line, "stroke-dasharray", ls.dash);
+      put(el.g, "aria-label", `link ${key} (${l.axis}), ${l.state}, ${(u * 100).toFixed(0)}% of bandwidth in use`);
     }
   };
   update(hw, metric);
@@ -141,7 +167,7 @@ export function torus(hw: Hardware, metric: ColorMetric, handlers: TorusHandlers
     select: (chip) => {
       selected = chip;
       if (chip !== null) chipEls.forEach((el, j) => el.g.setAttribute("tabindex", j === chip ? "0" : "-1"));
-      chipEls.forEach((el, i) => { el.g.classList.toggle("selected", i === chip); el.g.setAttribute("aria-pressed", String(i === chip)); });
+      chipEls.forEach((el, i) => { el.g.classList.toggle("selected", i === chip); put(el.g, "aria-pressed", String(i === chip)); });
     },
   };
 }

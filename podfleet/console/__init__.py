@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from podfleet.console.csrf import CsrfGuard
+from podfleet.console.live import SnapshotHub
 from podfleet.console.routes import DIST, router
 from podfleet.console.sessions import SessionStore
 
@@ -23,6 +24,7 @@ def mount(app: FastAPI, sessions: SessionStore | None = None) -> SessionStore:
     store = sessions or SessionStore()
     app.state.console_sessions = store
     app.state.cookie_auth = store.presented_token
+    app.state.snapshot_hub = SnapshotHub(app.state.plane)  # the live streams' fan-out
     app.include_router(router)
     app.add_middleware(CsrfGuard, sessions=store)  # added last: outermost, before authentication
     if (DIST / "assets").is_dir():  # unbuilt: the pages answer 503 with how to build them

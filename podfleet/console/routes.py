@@ -5,6 +5,7 @@ through the ``/v1`` API with the session cookie (``podfleet.console.sessions``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -16,18 +17,18 @@ from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import authorize, client_address, deny
+from podfleet.console.live import SnapshotHub
 from podfleet.console.sessions import COOKIE, SessionStore, same_origin
 from podfleet.control.plane import ControlPlane
-from podfleet.engine.timeline import PacedEnvironment
 from podfleet.errors import AuthError, ForbiddenError, PodfleetError
 
 DIST = Path(__file__).parent / "dist"
 # Console paths answered with the page (the page routes itself); everything else is the API's.
 PAGES = ("/", "/login", "/clusters", "/clusters/{rest:path}", "/jobs", "/jobs/{rest:path}", "/alerts",
          "/recoveries", "/firmware", "/audit", "/tokens")
-STREAM_POLL_S = 0.05
 STREAM_MAX_S = 3600.0
 HEARTBEAT_S = 10.0
+STREAM_RECHECK_MIN_S = 0.5  # the shortest wait before a stream re-checks an unchanged snapshot
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                                 "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
@@ -104,51 +105,54 @@ async def sign_out(request: Request, store: Sessions) -> Response:
 async def hardware_stream(request: Request, cluster: str) -> StreamingResponse:
     """Server-sent ``hardware`` events: the cluster's snapshot each time it is re-rendered
     (every telemetry tick, and at once after a fault); each event's id is the wall-clock
-    time of its sample in unix ms (``sample_wall_ms``)."""
+    time of its sample in unix ms (``podfleet.console.live.sample_wall_ms``)."""
     plane = request.app.state.plane
     plane.resolve(cluster)  # 404 before the stream starts
     return StreamingResponse(_hardware_events(request, cluster), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def sample_wall_ms(plane: ControlPlane, rendered_at: float) -> int | None:
-    """Wall-clock time (unix ms) of a snapshot rendered at timeline time ``rendered_at``:
-    now, less its age on the timeline scaled to the wall (any ``--speed``). None in
-    virtual time, where timeline time has no wall clock."""
-    env = plane.tl.env
-    if not isinstance(env, PacedEnvironment):
-        return None
-    return round((time.time() - (env.wall_now() - rendered_at) * env.factor) * 1000)
-
-
-async def _hardware_events(request: Request, cluster: str) -> AsyncIterator[str]:
-    plane = request.app.state.plane
+async def _hardware_events(request: Request, cluster: str) -> AsyncIterator[bytes]:
+    plane: ControlPlane = request.app.state.plane
+    hub: SnapshotHub = request.app.state.snapshot_hub
+    cid = plane.resolve(cluster).id
     last: bytes | None = None
-    idle = waited = 0.0
-    while waited < STREAM_MAX_S:
-        try:
-            if plane.snapshot_stale(cluster):
-                await plane.call(plane.refresh_hardware, cluster)
-            rendered_at = plane.resolve(cluster).rendered_at  # read first: the bytes are as new or newer
-            snap: bytes = plane.hardware(cluster)
-        except PodfleetError as exc:  # the cluster went away (deleted): say so and end
-            yield f"event: end\ndata: {json.dumps({'reason': exc.message})}\n\n"
-            return
-        if snap is not last:
-            last = snap
-            idle = 0.0
-            # The event id is the sample's wall-clock time (ms): the page measures its lag by it.
-            sampled = sample_wall_ms(plane, rendered_at)
-            head = f"id: {sampled}\n" if sampled is not None else ""
-            yield f"{head}event: hardware\ndata: {snap.decode()}\n\n"
-        elif idle >= HEARTBEAT_S:
-            idle = 0.0
-            yield ": keep-alive\n\n"
-        if await request.is_disconnected():
-            return
-        await asyncio.sleep(STREAM_POLL_S)
-        idle += STREAM_POLL_S
-        waited += STREAM_POLL_S
+    # No disconnect probe here: the response listens for the disconnect itself and
+    # cancels this generator at its next wait.
+    hub.opened()
+    try:
+        deadline = time.monotonic() + STREAM_MAX_S
+        quiet_since = time.monotonic()
+        while True:
+            changed = hub.changed(cid)  # before the read: a render after it sets this
+            try:
+                if plane.snapshot_stale(cid):  # nobody read it lately: a fresh one first
+                    await plane.call(plane.refresh_hardware, cid)
+                rt = plane.resolve(cid)
+                rendered_at = rt.rendered_at  # read first: the bytes are as new or newer
+                snap: bytes = plane.hardware(cid)  # marks it wanted: the next tick re-renders it
+            except PodfleetError as exc:  # the cluster went away (deleted): say so and end
+                hub.forget(cid)
+                yield f"event: end\ndata: {json.dumps({'reason': exc.message})}\n\n".encode()
+                return
+            now = time.monotonic()
+            if snap is not last:
+                last, quiet_since = snap, now
+                yield hub.frame(cid, snap, rendered_at).event
+            elif now - quiet_since >= HEARTBEAT_S:
+                quiet_since = now
+                yield b": keep-alive\n\n"
+            left = deadline - now
+            if left <= 0:
+                return
+            # Woken by the next render (each telemetry tick while watched, at once after a
+            # fault); after two ticks without one the snapshot is re-checked (and refreshed
+            # if stale); the heartbeat keeps idle proxies from closing the stream.
+            wait_s = min(left, HEARTBEAT_S, max(2 * plane.telemetry_interval_s, STREAM_RECHECK_MIN_S))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), wait_s)
+    finally:
+        hub.closed()
 
 
 def _not_built() -> HTMLResponse:

@@ -16,6 +16,7 @@ or a log line with its reason:
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
 from podfleet.control import scheduling
@@ -25,40 +26,67 @@ from podfleet.scheduler import Decision, DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.types import fmt_shape
 
-WAIT_REFRESH_S = 5.0  # how stale a pending job's shown queue wait may get
+WAIT_REFRESH_S = 5.0  # how far a pending job's shown queue wait may drift before it is re-rendered
 
 if TYPE_CHECKING:
     from podfleet.control.drivers.base import JobOps
     from podfleet.control.runtime import ClusterRuntime
 
 
-def cycle(jm: JobOps, rt: ClusterRuntime) -> None:
-    """One scheduling cycle for a cluster: settle preemptions, place, show reasons."""
+def cycle(jm: JobOps, rt: ClusterRuntime, only: Collection[str] | None = None) -> bool:
+    """One scheduling cycle for a cluster: settle preemptions, place, show reasons.
+
+    ``only``: re-render the shown reason and wait of just these pending jobs (the ones
+    queued since the last sweep), unless the cycle bound or preempted something; None:
+    of every pending job. Returns True when every pending job's view was brought up to
+    date (the caller then knows when the last whole sweep was)."""
     sched = rt.scheduler
-    table = jm.table
     scheduling.sync(rt)
+    preempting = bool(rt.preempting)
     for pid in list(rt.preempting):
         settle(jm, rt, pid)
+    decided = False
     if sched.pending:
         for d in sched.schedule():
             apply(jm, rt, d)
+            decided = True
+    # What was placed, preempted or settled changed the cluster, so other jobs' reasons
+    # may have changed too: every pending job then, else only the new ones.
+    if only is None or decided or preempting:
+        show_pending(jm, rt, sched.pending)
+        return True
+    show_pending(jm, rt, [j for j in only if j in sched.pending])
+    return False
+
+
+def show_pending(jm: JobOps, rt: ClusterRuntime, job_ids: Iterable[str]) -> None:
+    """Bring the shown reason and queue wait of these pending jobs up to date (memory
+    only: a reason or a wait is not a transition; persisted with the next one)."""
+    sched = rt.scheduler
+    find, records = jm.table.find, sched.jobs
     now = sched.clock()
-    for jid in list(sched.pending):
-        job = table.find(jid)
-        if job is None or jid not in sched.jobs or job.state != JobState.PENDING:
+    for jid in list(job_ids):
+        rec = records.get(jid)
+        job = find(jid)
+        if rec is None or job is None or job.state != JobState.PENDING:
             continue
-        reason = sched.reason(jid)
+        reason = rec.reason
         st = job.status.scheduling
-        wait = round(scheduling.queue_wait(sched, jid, now), 1)
+        # ``scheduling.queue_wait``, inlined: this runs for every pending job of a sweep.
+        if rec.phase is JobPhase.REJECTED:
+            wait = 0.0
+        elif rec.phase is JobPhase.PENDING or rec.phase is JobPhase.NOMINATED:
+            wait = round(rec.wait_s + now - rec.enqueued_s, 1)
+        else:
+            wait = round(rec.wait_s, 1)
         # Re-render a pending job's view when its reason changes or its wait moved by
         # 5 s: re-rendering every pending job on every cycle made a cycle O(queue) in
         # dict copies, which dominated submit latency with a long queue.
         if job.status.reason != reason or abs(wait - float(st.queue_wait_s or 0.0)) >= WAIT_REFRESH_S:
-            # Memory only: a reason or a wait is not a transition (persisted with the next one).
             job.status.allocation = scheduling.pending_allocation(reason)
             st.queue_wait_s = wait
             job.status.reason = reason
-            table.refresh(job)
+            jm.table.refresh(job)
 
 
 def apply(jm: JobOps, rt: ClusterRuntime, d: Decision) -> None:

@@ -35,6 +35,11 @@ if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
+# How often, at most, a cluster's scheduling cycles re-render the shown reason and wait of
+# every pending job (the cycles between show only the jobs queued since): with a long
+# queue that sweep was half of every submit's cycle. A sweep is due at most this long
+# after a cycle that skipped it.
+SWEEP_S = 0.5
 
 
 class JobManager:
@@ -44,6 +49,11 @@ class JobManager:
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
         self.recovery: RecoveryPort | None = None
         self._relaunch_retry: set[str] = set()  # recovering jobs with a relaunch retry due
+        # Per cluster id: jobs queued since its last sweep of the pending views, when that
+        # sweep was (timeline time), and whether a deferred one is due (``schedule``).
+        self._unshown: dict[str, set[str]] = {}
+        self._swept_at: dict[str, float] = {}
+        self._sweep_due: set[str] = set()
         table.on_end(self._release)
         table.on_checkpoint(self._report_checkpoint)
 
@@ -58,6 +68,8 @@ class JobManager:
 
     def detach(self, rt: ClusterRuntime) -> None:
         self.drivers.pop(rt.id, None)
+        self._unshown.pop(rt.id, None)
+        self._swept_at.pop(rt.id, None)
 
     def driver(self, rt: ClusterRuntime) -> JobDriver:
         return self.drivers[rt.id]
@@ -183,18 +195,48 @@ class JobManager:
         drv = self.driver(rt)
         recovering = sorted((j for j in waiting if j.state == JobState.RECOVERING),
                             key=lambda j: (-int(j.spec.get("priority", 0)), j.id))
+        now = self.plane.tl.now
+        unshown = self._unshown.get(rt.id, set())
+        whole = now - self._swept_at.get(rt.id, float("-inf")) >= SWEEP_S
         # One commit for every transition of this pass (each job's PLACING and RUNNING too).
         with self.plane.store.transaction():
             for job in recovering:
                 if not drv.owns(job.id):
                     self.relaunch(rt, job)
-            dispatch.cycle(self, rt)
+            swept = dispatch.cycle(self, rt, None if whole else unshown)
+        self._unshown.pop(rt.id, None)  # shown now (kept if the cycle failed: the next one shows them)
+        if swept:
+            self._swept_at[rt.id] = now
+        elif rt.scheduler.pending:
+            self._sweep_later(rt)
         # Scheduler figures (DescribeCluster, /metrics) refresh once per telemetry tick.
+
+    def _sweep_later(self, rt: ClusterRuntime) -> None:
+        """Show every pending job's reason and wait within ``SWEEP_S`` of a cycle that
+        showed only the new ones (memory only: no cycle, no commit)."""
+        if rt.id in self._sweep_due:
+            return
+        self._sweep_due.add(rt.id)
+
+        def sweep() -> None:
+            self._sweep_due.discard(rt.id)
+            if rt.id not in self.drivers or self.plane.clusters.get(rt.id) is not rt:
+                return  # deleted meanwhile
+            now = self.plane.tl.now
+            if now - self._swept_at.get(rt.id, float("-inf")) >= SWEEP_S:
+                dispatch.show_pending(self, rt, rt.scheduler.pending)
+                self._swept_at[rt.id] = now
+
+        self.plane.tl.call_at(SWEEP_S, sweep)
 
     def _enqueue(self, rt: ClusterRuntime, job: Job) -> None:
         """Hand a (new or reloaded) job to the cluster's scheduler."""
         req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=self.driver(rt).preemptible)
-        d = rt.scheduler.submit(req)
+        # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
+        # block of its size could ever be found (spares move as recoveries use them) does
+        # not apply to it, and must not end it.
+        holds = job.state == JobState.RECOVERING and bool((job.status.allocation or {}).get("chips"))
+        d = rt.scheduler.submit(req, check=not holds)
         if d.kind is DecisionKind.REJECTED:  # the cluster changed since the submit check
             self.table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
             return
@@ -203,6 +245,7 @@ class JobManager:
             job.status.reason = reason
             job.status.allocation = scheduling.pending_allocation(reason)
             self.table.refresh(job)
+            self._unshown.setdefault(rt.id, set()).add(job.id)  # its first cycle shows its reason
 
     def launch(self, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:
         """Start a PLACING or RECOVERING job on ``alloc``'s chips from its checkpoint step."""

@@ -94,6 +94,9 @@ class ControlPlane:
         self.health: HealthPort | None = None
         self.call_timeout_s = 30.0  # how long ``call_sync`` waits for the engine
         self._thread: threading.Thread | None = None
+        # Told (on the engine thread) each time a cluster's snapshot is re-rendered: live
+        # streams wait on this instead of polling the snapshot (see ``on_render``).
+        self._render_listeners: list[Callable[[str], object]] = []
 
     def use_health(self, health: HealthPort) -> None:
         """Show ``health``'s chip and link health in hardware snapshots (composition root)."""
@@ -239,6 +242,13 @@ class ControlPlane:
     def render(self, rt: ClusterRuntime) -> None:
         """Re-render a cluster's hardware snapshot now (engine thread)."""
         rt.render_hardware(self.now(), self.tl.now, self.health.source(rt.id) if self.health else None)
+        for fn in self._render_listeners:
+            fn(rt.id)
+
+    def on_render(self, fn: Callable[[str], object]) -> None:
+        """Call ``fn(cluster_id)`` on the engine thread after every re-render of a cluster's
+        snapshot (it must be quick and thread-safe: hand the news to another thread)."""
+        self._render_listeners.append(fn)
 
     def _on_engine(self) -> bool:
         return threading.get_ident() == self.tl.engine_thread or self._thread is None

@@ -62,6 +62,15 @@ def test_unresolvable_is_rejected_at_submit(job: JobRequest, spares: int, quotas
     assert s.jobs["x"].phase is JobPhase.REJECTED
 
 
+def test_a_job_that_holds_its_chips_skips_the_fit_check() -> None:
+    """A job reloaded after a restart resumes on the chips it holds: the check whether a
+    fresh block of its size could ever be found (here none avoids the spares) is skipped."""
+    s = Scheduler(POD, spares=4)
+    d = s.submit(JobRequest("held", 64), check=False)
+    assert d.kind is DecisionKind.PENDING and s.jobs["held"].phase is not JobPhase.REJECTED
+    assert s.submit(JobRequest("fresh", 64)).kind is DecisionKind.REJECTED
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [({"chips": 0}, "chips"), ({"chips": 8, "tp": 3}, "tp"), ({"chips": 8, "comm": "tree"}, "comm"),
