@@ -1,14 +1,18 @@
 """Rolling firmware update of a 64-chip job's chips on the real control plane, in virtual
-time: ``health.start_firmware`` one chip at a time; each chip's rank moves to a free chip
-first (a live copy at a step boundary: the measured rank-move cost plus the rank's state
-over the copy path), 60 s per update, a health check after.
+time: ``health.start_firmware`` with ``unit: chip``, which updates the chips of one
+tensor-parallel group together (8 chips here); their ranks move to free chips first (live
+copies at a step boundary, in one pause: the measured rank-move cost plus a rank's state
+over the copy path, the group's copies side by side), 60 s per update, a health check
+after.
 
-The job fills its pod, so the first rank must move to the other pod; every later rank
-moves to the chip updated just before it (same pod, a NeuronLink copy), and at the end
-the rank outside comes back to the last updated chip: each rank moves once, two moves
-cross pods (``cross_pod_moves``; each pause is the measured move plus 16.7 GB at the
-network tier's 25 GB/s, ~1.23 s, which bounds ``max_interruption_s`` from below while
-the job fills its pod).
+The job fills its pod, so the first group must move to the other pod; every later group
+moves to the chips updated just before it (same pod, NeuronLink copies), and at the end
+the group outside comes back to the last updated chips: each rank moves once, 16 moves
+cross pods (``cross_pod_moves``; each such pause is the measured move plus 16.7 GB at
+the network tier's 25 GB/s, ~1.23 s, which bounds ``max_interruption_s`` from below
+while the job fills its pod). While the group is away only its pipeline sends and
+gradient reduction cross pods; a single rank moved out alone would drag its group's
+all-reduces over the network tier (121 -> 325 s per step).
 
 The rehearsal path (``podfleet.twin.recovery_rehearsal``): two-pod twin cluster (128
 chips, 4 spares), llama3-70b on 64 chips (tp 8, pp 4, dp 2) submitted through

@@ -38,7 +38,7 @@ class Progress:
     steps: int = 0
     loss: float | None = None
     tokens_per_s: float | None = 0.0
-    step_time_s: float | None = None  # process fabrics measure it; the twin does not report it
+    step_time_s: float | None = None  # measured by process fabrics, modelled by the twin
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"step": self.step, "steps": self.steps, "loss": self.loss,

@@ -22,6 +22,7 @@ from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
+from podfleet.recovery.spares import tp_group
 from podfleet.states import check_transition
 
 KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
@@ -104,19 +105,49 @@ class FirmwareRollouts:
             raise InvalidInputError("no chips to update", field="chips")
         versions = self.fab.chip_metrics()["firmware_version"]
         todo = [c for c in targets if str(versions[c]) != version]
-        size = 1 if unit == "chip" else NODE_CHIPS
-        batches: list[list[int]] = []
-        for c in todo:
-            if batches and len(batches[-1]) < size and batches[-1][0] // size == c // size:
-                batches[-1].append(c)
-            else:
-                batches.append([c])
+        batches = self._tp_batches(todo) if unit == "chip" else self._node_batches(todo)
         r = Rollout(f"fw-{len(self.rollouts) + 1:04d}", version, unit, batches, self.tl.now)
         self.rollouts[r.id] = r
         self.tl.emit("firmware-rollout-start", rollout=r.id, version=version, unit=unit, chips=r.total)
         self._current = r
         self.tl.process(self._run(r))
         return r
+
+    @staticmethod
+    def _node_batches(todo: list[int]) -> list[list[int]]:
+        batches: list[list[int]] = []
+        for c in todo:
+            if batches and len(batches[-1]) < NODE_CHIPS and batches[-1][0] // NODE_CHIPS == c // NODE_CHIPS:
+                batches[-1].append(c)
+            else:
+                batches.append([c])
+        return batches
+
+    def _tp_batches(self, todo: list[int]) -> list[list[int]]:
+        """One chip at a time, except that the chips of one tensor-parallel group of a
+        running job go together: the group's ranks then move as one (one pause), and
+        wherever they land (another pod, when the job fills its own) their all-reduces,
+        the job's heaviest traffic, stay on NeuronLink; a single rank moved out alone
+        would drag its whole group's collectives over the network tier."""
+        batches: list[list[int]] = []
+        placed: set[int] = set()
+        wanted = set(todo)
+        for c in todo:
+            if c in placed:
+                continue
+            group = [x for x in self._tp_group(c) if x in wanted and x not in placed] or [c]
+            placed.update(group)
+            batches.append(group)
+        return batches
+
+    def _tp_group(self, chip: int) -> list[int]:
+        """The chips of ``chip``'s tensor-parallel group, or just ``chip`` when no managed
+        job runs on it."""
+        job_id = self.orch.owner.get(chip)
+        if job_id is None or job_id not in self.orch.policies:
+            return [chip]
+        run = self.fab.job(job_id)
+        return tp_group(run.chips, run.spec.options, chip)
 
     def get(self, rollout_id: str) -> Rollout:
         if rollout_id not in self.rollouts:

@@ -15,7 +15,7 @@ from podfleet.control.owners import ChipOwners
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState
 from podfleet.recovery.model import JobPolicy, Recovery
-from podfleet.recovery.spares import free_chips, group_of, home_group
+from podfleet.recovery.spares import free_chips, group_of, home_group, tp_group
 
 REHOME = "rehome"  # a rank in another pod moving back to a free chip of its job's pod
 
@@ -71,12 +71,30 @@ class HomeFlows(ABC):
         free = self._home_free(job_id)
         if not free:
             return None
-        moving = away[: len(free)]
+        moving = self._whole_groups(run, away, len(free))
+        if not moving:
+            return None  # not enough free chips at home for a whole tensor-parallel group yet
         rec = self._new(REHOME, f"chip:{moving[0]}", f"ranks on {moving} are outside the job's pod; "
                         f"{len(free)} chip(s) free there", job_id)
         rec.pending.extend([c, REHOME] for c in moving)
         self._start(rec)
         return rec
+
+    @staticmethod
+    def _whole_groups(run: Any, away: list[int], free: int) -> list[int]:
+        """The away chips to bring home, whole tensor-parallel groups at a time (at most
+        ``free``): a group split between pods runs its all-reduces over the network
+        tier, slower than the whole group away (``_follow`` in the orchestrator)."""
+        moving: list[int] = []
+        seen: set[int] = set()
+        for c in away:
+            if c in seen:
+                continue
+            group = [x for x in tp_group(run.chips, run.spec.options, c) if x in away] or [c]
+            seen.update(group)
+            if len(moving) + len(group) <= free:
+                moving.extend(group)
+        return moving
 
     def rehome_all(self) -> list[Recovery]:
         """``rehome`` every managed job that has ranks away from its pod."""

@@ -59,11 +59,14 @@ from podfleet.recovery.model import (
     Step,
     Timings,
 )
-from podfleet.recovery.spares import choose_spare, free_chips
+from podfleet.recovery.spares import choose_spare, free_chips, group_of, home_group, tp_group
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
-LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME)
-BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME)  # live moves that can wait for a step to end
+# A healthy rank following its tensor-parallel group mate out of a full pod (see ``_follow``).
+FOLLOW = "tp-group-follow"
+LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME, FOLLOW)
+# Live moves that can wait for a step to end.
+BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME, FOLLOW)
 
 
 class RecoveryOrchestrator(LinkFlows, HomeFlows):
@@ -98,6 +101,15 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         self._unsub: Callable[[], None] | None = None
         self._step_end: dict[str, simpy.Event] = {}  # job id -> fires when its next step ends
         self._proc_of: dict[str, simpy.Process] = {}  # recovery id -> its flow
+        # Recovery ids whose current pause already paid a planned rank move: the planned
+        # moves asked for together (a firmware batch, a drained node) run concurrently,
+        # one worker restart per chip, so the pause pays the move once.
+        self._moved_in_pause: set[str] = set()
+        # recovery id -> (the pod a tensor-parallel group is moving to, the group's chips)
+        self._follow_to: dict[str, tuple[int, frozenset[int]]] = {}
+        # (job id, rank) -> the home-pod chip a rank left for another pod: back home it
+        # takes that chip again when free, so the job's rings keep their one-hop edges.
+        self._origin: dict[tuple[str, int], int] = {}
         if subscribe:
             self._unsub = fabric.subscribe(lambda ev: timeline.call_at(0, lambda: self.handle(ev)))
 
@@ -109,6 +121,8 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         self.policies[job_id] = policy or JobPolicy()
 
     def release(self, job_id: str) -> None:
+        for key in [k for k in self._origin if k[0] == job_id]:
+            self._origin.pop(key)
         self.owner.release(job_id)
         self.policies.pop(job_id, None)
         self._notify_free()
@@ -311,6 +325,7 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
                 return None
         if str(run.state) == "running":
             self.fab.pause(job_id, f"recovery {rec.id}: {cause} on chip {chip}")
+            self._moved_in_pause.discard(rec.id)
         if cause not in LIVE_CAUSES and self.fab.chip_state(chip) == ChipState.HEALTHY:
             # Failed chips are never healthy again without a repair: this one was replaced
             # in place while the job waited for a chip.
@@ -329,9 +344,12 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
             if stays:
                 rec.pending.pop(0)
                 return self._restore_source(job_id, rank, chip)[0]
+        concurrent = live and cause in BOUNDARY_CAUSES and rec.id in self._moved_in_pause
         self._step(rec, "select-spare", f"rank {rank} needs a chip near its ring neighbours", rank=rank)
-        yield env.timeout(tm.select_s)
-        spare = self._pick(job_id, rank, home_only=cause == REHOME)
+        if not concurrent:
+            yield env.timeout(tm.select_s)
+        spare = self._pick(job_id, rank, home_only=cause == REHOME,
+                           in_group=self._group_target(rec.id, chip))
         if spare is None and cause == REHOME:
             rec.pending.pop(0)
             return "replica"  # paused for nothing: resume as it was
@@ -339,8 +357,13 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
             shrunk = yield from self._no_spare(rec, chip, rank)
             return "replica" if shrunk else None
         src, holder = ("replica", chip) if live else self._restore_source(job_id, rank, chip)
-        self._step(rec, "move-rank", f"rank {rank}: chip {chip} -> {spare}", rank=rank, from_chip=chip, to_chip=spare)
-        yield env.timeout(tm.move_s)
+        self._step(rec, "move-rank", f"rank {rank}: chip {chip} -> {spare}", rank=rank, from_chip=chip, to_chip=spare,
+                   concurrent=concurrent)
+        if not concurrent:
+            yield env.timeout(tm.move_s)
+        if live and cause in BOUNDARY_CAUSES:
+            self._moved_in_pause.add(rec.id)
+        before = tuple(self.fab.job(job_id).chips)
         try:
             self.fab.move_rank(job_id, rank, spare)
         except PodfleetError as exc:  # the spare failed in the meantime: pick again
@@ -350,10 +373,49 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         if src == "replica" and holder is not None:
             bw = costs.copy_bw_bytes_per_s(self.fab.topology, holder, spare, tm.replica_bw_bytes_per_s)
             self._copy_bw[rec.id] = min(self._copy_bw.get(rec.id, bw), bw)
-        if live and cause not in ("firmware-update", REHOME):  # an update needs the chip free, not isolated
+        topo = self.fab.topology
+        home = home_group(topo, before)
+        if home is not None and group_of(topo, chip) == home != group_of(topo, spare):
+            self._origin.setdefault((job_id, rank), chip)
+        elif cause == REHOME:
+            self._origin.pop((job_id, rank), None)
+        self._follow(rec, before, dict(run.spec.options), chip, spare)
+        if live and cause not in ("firmware-update", REHOME, FOLLOW):  # an update needs the chip free, not isolated
             self._isolate(chip, cause)
         rec.pending.pop(0)
         return src
+
+    def _follow(self, rec: Recovery, chips: tuple[int, ...], options: dict[str, Any], chip: int,
+                spare: int) -> None:
+        """A rank that had to leave its job's pod takes its tensor-parallel group along:
+        alone in another pod it would put the group's all-reduces (the heaviest traffic,
+        every layer) on the network tier and slow every step several times over; the
+        whole group there keeps them on NeuronLink, and only pipeline sends and the
+        gradient reduction cross. The mates move in the same pause, alongside the first
+        move (one worker restart each, concurrently), as live copies of their own state;
+        their chips stay free for the group's way home (``rehome`` moves whole groups)."""
+        topo = self.fab.topology
+        home = home_group(topo, chips)
+        if home is None or group_of(topo, spare) == home or group_of(topo, chip) != home:
+            return
+        queued = {c for c, _ in rec.pending}
+        mates = [m for m in tp_group(chips, options, chip)
+                 if m != chip and m not in queued and group_of(topo, m) == home
+                 and self.fab.chip_state(m) in (ChipState.HEALTHY, ChipState.DEGRADED)]
+        if not mates:
+            return
+        self._step(rec, "group-follows", f"rank on chip {chip} left the pod: its tensor-parallel group "
+                   f"{mates} follows to keep its all-reduces on NeuronLink", chips=mates)
+        rec.pending[1:1] = [[m, FOLLOW] for m in mates]
+        self._follow_to[rec.id] = (group_of(topo, spare), frozenset(tp_group(chips, options, chip)))
+        self._moved_in_pause.add(rec.id)
+
+    def _group_target(self, rec_id: str, chip: int) -> int | None:
+        """The pod a rank on ``chip`` must go to because its tensor-parallel group is
+        moving there (a follower, or a mate queued by the same batch): None if free to
+        go anywhere. A mate must not take a chip a follower just left at home."""
+        got = self._follow_to.get(rec_id)
+        return got[0] if got is not None and chip in got[1] else None
 
     def step_ended(self, job_id: str) -> None:
         """The fabric reported a finished step of the job (a ``progress`` event)."""
@@ -426,6 +488,8 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
             if state == RecoveryState.DONE and hand_back:
                 self.listener.job_recovered(rec.job_id, tuple(self.fab.job(rec.job_id).chips), rec)
         self._copy_bw.pop(rec.id, None)
+        self._moved_in_pause.discard(rec.id)
+        self._follow_to.pop(rec.id, None)
         self.listener.recovery_changed(rec)
         self.done.append(rec)
         self.tl.emit("recovery-end", recovery=rec.id, job_id=rec.job_id, state=state.value,
@@ -479,13 +543,18 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
             self._schedule_repair(chip)
         return fits
 
-    def _pick(self, job_id: str, rank: int, *, home_only: bool = False) -> int | None:
+    def _pick(self, job_id: str, rank: int, *, home_only: bool = False, in_group: int | None = None) -> int | None:
         run = self.fab.job(job_id)
         if home_only:
             cand = self._home_free(job_id)
+            origin = self._origin.get((job_id, rank))
+            if origin in cand:
+                return origin
         else:
             states = [str(s) for s in self.fab.chip_states()]
             cand = free_chips(states, self.owner, exclude=(*run.chips, *self.reserved, *self.cordoned))
+            if in_group is not None:  # a follower goes where its group went, not to a mate's old chip
+                cand = [c for c in cand if group_of(self.fab.topology, c) == in_group]
         return choose_spare(self.fab.topology, run.chips, rank, cand, self.spares)
 
     def _restore_source(self, job_id: str, rank: int, chip: int) -> tuple[str, int | None]:

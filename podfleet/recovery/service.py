@@ -6,7 +6,10 @@ Each step is shown on the job through the job table: state ``RECOVERING``, ``rec
 (the journal with its sub-steps) and a reason naming the current step; the journal is
 saved with the job, so a restarted control plane can see (and close) what was in flight.
 Link flows mark the link degraded on the fabric; placement reads link states from the
-fabric (``control.scheduling.sync``), so new jobs avoid it.
+fabric (``control.scheduling.sync``), so new jobs avoid it. A job whose traffic takes the
+detour and runs measurably slower for it (its step time after the fault against before)
+is shown degraded, with the link in its reason, until the link is repaired
+(``LinkImpact``).
 
 Only fabrics with ``ResumableRuns`` (a rank can be moved and resumed) get an orchestrator;
 elsewhere the process driver and the fabric recover jobs.
@@ -21,6 +24,7 @@ from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
+from podfleet.recovery.linkimpact import LinkImpact, positive
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 
@@ -30,10 +34,17 @@ if TYPE_CHECKING:
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
 
 
-def policy_for(spec: dict[str, Any]) -> JobPolicy:
-    """A job's recovery policy from its spec: data-parallel degree from ``parallelism``."""
+def policy_for(spec: dict[str, Any], n_chips: int | None = None) -> JobPolicy:
+    """A job's recovery policy from its spec: data-parallel degree from ``parallelism``.
+    With ``n_chips`` (the chips it runs on now), the replicas it has now: a job shrunk by
+    an earlier recovery and relaunched after a restart runs fewer than its spec says, and
+    a next shrink must drop one whole replica of ``tp * pp`` chips, not a slice."""
     par = spec.get("parallelism")
     dp = int(par.get("dp", 1)) if isinstance(par, dict) else 1
+    if isinstance(par, dict) and n_chips:
+        group = max(int(par.get("tp", 1)), 1) * max(int(par.get("pp", 1)), 1)
+        if n_chips % group == 0:
+            dp = min(dp, n_chips // group)
     return JobPolicy(dp=max(dp, 1), on_no_spare="shrink" if dp > 1 else "wait")
 
 
@@ -106,6 +117,13 @@ class RecoveryService:
     def __init__(self, table: JobTable, timeline: Timeline, render: Callable[[ClusterRuntime], None]) -> None:
         self.table, self.tl, self.render = table, timeline, render
         self.orch: dict[str, RecoveryOrchestrator] = {}
+        self.impact: dict[str, LinkImpact] = {}  # cluster id -> jobs slowed by its link faults
+
+    def _impact(self, rt: ClusterRuntime) -> LinkImpact:
+        got = self.impact.get(rt.id)
+        if got is None or got.rt is not rt:
+            got = self.impact[rt.id] = LinkImpact(self.table, rt)
+        return got
 
     @staticmethod
     def supports(rt: ClusterRuntime) -> bool:
@@ -126,6 +144,7 @@ class RecoveryService:
 
     def forget(self, cluster_id: str) -> None:
         self.orch.pop(cluster_id, None)
+        self.impact.pop(cluster_id, None)
 
     def owns(self, job_id: str) -> bool:
         return any(job_id in o.active for o in self.orch.values())
@@ -140,7 +159,7 @@ class RecoveryService:
             if job.state in _OURS and job.id not in o.policies:
                 run = fab.run_status(job.id)
                 if run is not None and run.live:
-                    o.manage(job.id, policy_for(job.spec))
+                    o.manage(job.id, policy_for(job.spec, len(run.chips)))
         return o
 
     def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
@@ -149,12 +168,21 @@ class RecoveryService:
             o = self.orch.get(rt.id)
             if o is not None:
                 o.step_ended(ev.job_id)  # a live move waiting for the step's end goes now
+            imp = self.impact.get(rt.id)
+            if imp is not None:
+                d = ev.detail
+                imp.progress(ev.job_id, positive(d.get("step_time_s")), positive(d.get("tokens_per_s")))
             return False  # and the job driver's
         if not (ev.kind.startswith(("link-", "chip-")) or ev.kind in ("job-finished", "job-stopped")):
             return False  # checkpoints: the job driver's
         o = self.manage_running(rt)
         if o is None:
             return False
+        if ev.kind in ("link-down", "link-degraded") and ev.link is not None:
+            # Before the reroute: the job's last report is its rate on the direct path.
+            self._impact(rt).link_fault(ev.link, ev.kind.removeprefix("link-"))
+        elif ev.kind == "link-up" and ev.link is not None:
+            self._impact(rt).link_up(ev.link)
         if ev.kind.startswith("link-") or ev.kind in ("chip-healthy", "job-finished", "job-stopped"):
             o.handle(ev)
             return False

@@ -55,3 +55,25 @@ def free_chips(states: Sequence[str], owner: Mapping[int, str], exclude: Iterabl
     """Healthy chips no job holds."""
     ex = set(exclude)
     return [i for i, s in enumerate(states) if s == "healthy" and i not in owner and i not in ex]
+
+
+def tp_size(options: Mapping[str, object]) -> int:
+    """The tensor-parallel degree of a job's plan (its ``plan`` or ``parallelism``
+    option, as the control plane resolved it); 1 without one."""
+    plan = options.get("plan") or options.get("parallelism")
+    if isinstance(plan, Mapping):
+        try:
+            return max(int(plan.get("tp", 1)), 1)
+        except (TypeError, ValueError):
+            return 1
+    return 1
+
+
+def tp_group(chips: Sequence[int], options: Mapping[str, object], chip: int) -> list[int]:
+    """The chips of ``chip``'s tensor-parallel group, in rank order (Megatron order puts
+    tp fastest: ranks ``k*tp .. k*tp+tp-1``); just ``[chip]`` without a plan."""
+    tp = tp_size(options)
+    if tp <= 1 or chip not in chips or len(chips) % tp:
+        return [chip]
+    start = list(chips).index(chip) // tp * tp
+    return list(chips[start:start + tp])

@@ -46,7 +46,9 @@ SETTLE_S = 600.0  # a job not running again 10 simulated minutes after a fault i
 GAP_S = 120.0  # one fault every 2 minutes of twin time
 RATE_TOLERANCE = 0.05  # a rerouted job runs within 5% of its pre-fault tokens/s
 GRACE_S = 5.0  # how long an invariant may be broken while a fault is being handled
-# A job view's step may trail the twin by one progress report (a step: ~20 s here).
+# A job view's step may lead the twin's after a rollback until the recovery hands the job
+# back and the view is set to the restored step (seconds: detect, isolate, restore); the
+# window does not depend on the step time (37-130 s for the resident jobs on the perf model).
 PROGRESS_GRACE_S = 60.0
 REPAIR_S = 1800.0  # a technician replaces a down chip or reseats a down link (an assumption)
 EVAL_S = 5.0  # how often pending faults are evaluated and technicians walk the floor
@@ -74,6 +76,10 @@ class Fault:
     view_mark: int = -1  # the job view's reported step at the fault (a link's rate must be fresh)
     outcome: str | None = None  # "recovered" | "lost"
     why: str = ""
+    # Why it was not recovered the last time its job was seen running: a fault judged lost
+    # may end its window while the job is in the next fault's recovery, whose state alone
+    # would hide what kept this one from counting.
+    why_running: str = ""
 
 
 @dataclass
@@ -295,7 +301,13 @@ class ChaosRun:
             ok, why = self._recovered(f)
             if ok:
                 f.outcome, f.why = "recovered", why
-            elif now - f.t > SETTLE_S:
+                continue
+            # ``_recovered``'s reasons for a job not running (or gone) start with "job" / "the job".
+            if not why.startswith(("job ", "the job")):
+                f.why_running = why
+            if now - f.t > SETTLE_S:
+                if f.why_running and f.why_running != why:
+                    why = f"{why}; last seen running: {f.why_running}"
                 f.outcome, f.why = "lost", why
                 self.lost_jobs.append(f"{f.job} after {f.kind} at {f.target} (t={f.t:.1f}): {why}")
 

@@ -28,6 +28,7 @@ from podfleet.fabric.base import (
     RunState,
     WorkerGroupSpec,
 )
+from podfleet.perf.models import MODELS
 
 if TYPE_CHECKING:
     from podfleet.control.drivers.base import JobOps
@@ -67,8 +68,12 @@ class TwinDriver:
 
     def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
         spec, st = job.spec, job.status
+        # ``params`` makes the twin use its simple step model; a model the performance
+        # model knows (a preset or custom dims) must get its step time from the plan the
+        # job runs with, its compression and the links it crosses, so it is not passed.
+        simple = st.params and spec["model"] not in MODELS and not spec.get("model_dims")
         return {"start_step": start_step, **scheduling.worker_options(spec, st.plan),
-                **({"params": st.params} if st.params else {}), "model_dims": spec.get("model_dims"),
+                **({"params": st.params} if simple else {}), "model_dims": spec.get("model_dims"),
                 **({"grad_compression": spec["grad_compression"]}
                    if spec.get("grad_compression", "none") != "none" else {})}
 
@@ -112,7 +117,10 @@ class TwinDriver:
             return
         d = dict(ev.detail)
         if ev.kind == "progress":
-            table.progress(job, step=d.get("step"), loss=d.get("loss"), tokens_per_s=d.get("tokens_per_s"))
+            # The step time too: a slowdown (a link detour, a rank in another pod) is read
+            # from it against the time before (``recovery.service.LinkImpact``).
+            table.progress(job, step=d.get("step"), loss=d.get("loss"), tokens_per_s=d.get("tokens_per_s"),
+                           step_time_s=d.get("step_time_s"))
         elif ev.kind == "checkpoint":
             step = int(d.get("step", job.status.progress.step))
             self.jobs.checkpointed(job, step, str(d.get("path", f"twin://{job.id}/step-{step}")), d)

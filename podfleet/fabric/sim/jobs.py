@@ -90,6 +90,7 @@ class JobRunner:
         if not 0 <= start_step < group.steps:
             raise InvalidInputError(f"start_step must be 0-{group.steps - 1}, got {start_step}", field="start_step")
         run = JobRun(spec=group, started_t=self.ctx.now, step=start_step, last_checkpoint=start_step)
+        run.extra["launch_chips"] = tuple(int(c) for c in group.chips)
         self.jobs[group.job_id] = run
         for c in group.chips:
             self.board.claim(int(c), group.job_id)
@@ -163,9 +164,15 @@ class JobRunner:
         self.board.release(old, job_id)
         self.board.claim(new_chip, job_id)
         run.spec = dataclasses.replace(run.spec, chips=tuple(chips))
-        run.ring = ()  # the old ring named the old chip; the balancer sets a new one
+        # The communicator is rebuilt over the new chips, and collective libraries lay
+        # their rings along the topology, not in rank order: once the job is back on the
+        # chips it was placed on (ranks shuffled among them by moves out and home again)
+        # its ring is the placement's again. Otherwise the rank order (the old ring named
+        # the old chip; the balancer may set a better one).
+        launch = run.extra.get("launch_chips", ())
+        run.ring = launch if launch != run.chips and set(launch) == set(run.chips) else ()
         if run.state == JobState.RUNNING:
-            self.congestion.set_job(job_id, run.chips)
+            self.congestion.set_job(job_id, run.ring or run.chips)
         self._note(run, "rank-moved", job_id=job_id, rank=rank, from_chip=old, to_chip=new_chip)
 
     def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
@@ -358,6 +365,9 @@ class JobRunner:
             if ci:
                 left = min(left, ci - run.step % ci)
             k = max(1, min(left, int(window // st)))
+            # The step time in force now, not the last batch's: a rank just moved across
+            # pods stretches the steps, and a wait for the next step boundary must know.
+            run.step_time_s = st
             # Communication hidden behind compute still moves bytes: keep the links loaded.
             self._set_load(run, load, max(1.0 - compute_frac, MIN_COMM_SHARE), hbm)
             start = env.now

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import WorkerGroupSpec
 from podfleet.hardware.topology import FleetTopology, GridTopology
@@ -39,8 +41,16 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class HealthyStep:
     compute_s: float  # compute + bubble + optimizer: scales with the slowest clock
-    comm_s: float  # exposed communication: scales with the slowest link
+    tp_s: float  # exposed communication by group kind: scales with the slowest link,
+    pp_s: float  # and with the network tier's bandwidth where a group of that kind
+    dp_s: float  # spans pods (``_spanning``)
     tokens_per_step: float
+    tp: int = 1
+    dp: int = 1
+
+    @property
+    def comm_s(self) -> float:
+        return self.tp_s + self.pp_s + self.dp_s
 
     @property
     def step_s(self) -> float:
@@ -66,8 +76,8 @@ def _plan_of(spec: WorkerGroupSpec, model: ModelSpec, fabric: SimFabric) -> Plan
 def _healthy(model: ModelSpec, n: int, topology: Any, plan: Plan, comp: GradCompression = NONE) -> HealthyStep:
     est = estimate_step(model, n, topology, plan=plan, grad_compression=comp)
     compute = est.compute_s + est.bubble_s + est.optimizer_s + est.grad_codec_s  # the codec computes
-    comm = est.tp_comm_s + est.pp_comm_s + est.dp_comm_exposed_s
-    return HealthyStep(compute, comm, est.tokens_per_s * est.step_time_s)
+    return HealthyStep(compute, est.tp_comm_s, est.pp_comm_s, est.dp_comm_exposed_s,
+                       est.tokens_per_s * est.step_time_s, plan.tp, plan.dp)
 
 
 def healthy_step(spec: WorkerGroupSpec, fabric: SimFabric) -> HealthyStep | None:
@@ -85,17 +95,33 @@ def healthy_step(spec: WorkerGroupSpec, fabric: SimFabric) -> HealthyStep | None
         return None
 
 
-def _spanning_ratio(chips: tuple[int, ...], topology: Any) -> float:
-    """A gang that fits in one group (the healthy estimate places it there) but now spans
-    groups, e.g. a rank moved to a spare in another pod, talks over the network tier: its
-    exposed communication stretches by the group's slowest link over the network's."""
+def _spanning(chips: tuple[int, ...], topology: Any, tp: int, dp: int) -> tuple[float, float, float]:
+    """Bandwidth factors (tensor, pipeline, data parallel) of a gang that fits in one
+    group (the healthy estimate places it there) but now spans groups, e.g. ranks moved
+    to chips of another pod: a communicator group whose ranks sit in two pods talks over
+    the network tier, so its exposed communication stretches by the group's slowest
+    link over the network's; groups still inside one pod keep their NeuronLinks.
+
+    Ranks follow Megatron's order (``perf.layout``: tp fastest, then dp, then pp), so a
+    tensor-parallel group moved whole keeps its all-reduces on NeuronLink and only its
+    pipeline sends and gradient reduction cross. The data-parallel factor stretches only
+    the reduction the healthy estimate left exposed (what it hid behind the backward is
+    assumed to stay hidden: an underestimate when the network is much slower)."""
     if not isinstance(topology, FleetTopology) or not isinstance(topology.group, GridTopology):
-        return 1.0
+        return 1.0, 1.0, 1.0
     g = topology.group.n_chips
-    if len(chips) > g or min(chips) // g == max(chips) // g:
-        return 1.0
+    n = len(chips)
+    if n > g or min(chips) // g == max(chips) // g:
+        return 1.0, 1.0, 1.0
     inside = min(ax.link_bw_bytes_per_s for ax in topology.group.axes)
-    return min(1.0, topology.net_bw_per_chip_bytes_per_s / inside)
+    slow = min(1.0, topology.net_bw_per_chip_bytes_per_s / inside)
+    if tp < 1 or dp < 1 or n % (tp * dp):
+        return slow, slow, slow  # ranks not laid out by a plan: every group may cross
+    pods = (np.asarray(chips) // g).reshape(n // (tp * dp), dp, tp)  # (pp, dp, tp)
+    tp_span = bool((pods.max(axis=2) != pods.min(axis=2)).any())
+    dp_span = bool((pods.max(axis=1) != pods.min(axis=1)).any())
+    pp_span = bool((np.diff(pods, axis=0) != 0).any())
+    return tuple(slow if x else 1.0 for x in (tp_span, pp_span, dp_span))  # type: ignore[return-value]
 
 
 def perf_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float] | None:
@@ -104,8 +130,8 @@ def perf_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, flo
     if h is None:
         return None
     clock = fabric.gang_clock_factor(spec.chips)
-    link_ratio = min(1.0, fabric.job_link_bw(spec.chips) / fabric.job_nominal_link_bw(spec.chips))
-    link_ratio *= _spanning_ratio(spec.chips, fabric.topology)
+    link_ratio = max(min(1.0, fabric.job_link_bw(spec.chips) / fabric.job_nominal_link_bw(spec.chips)), 1e-3)
+    f_tp, f_pp, f_dp = _spanning(spec.chips, fabric.topology, h.tp, h.dp)
     compute = h.compute_s / clock
-    comm = h.comm_s / max(link_ratio, 1e-3)
+    comm = (h.tp_s / f_tp + h.pp_s / f_pp + h.dp_s / f_dp) / link_ratio
     return compute, comm, compute + comm

@@ -53,3 +53,22 @@ def test_unknown_model_falls_back_to_simple_model() -> None:
     spec = WorkerGroupSpec("j", tuple(range(16)), "mystery-1b", 10)
     assert perf_breakdown(spec, fab) is None
     assert step_breakdown(spec, fab)[2] > 0
+
+
+def test_only_the_groups_that_span_pods_slow_down() -> None:
+    """A 64-chip job on the first pod of two: a tensor-parallel group moved whole to the
+    other pod keeps its all-reduces on NeuronLink (only pipeline and gradient traffic
+    cross the network); one rank moved alone drags its group's all-reduces across."""
+    from podfleet.hardware.catalog import get_topology
+
+    fab = SimFabric(get_topology("trn2-ultraserver:2"), Timeline(3))
+    opts = {"parallelism": {"tp": 8, "pp": 4, "dp": 2}}
+    home = tuple(range(64))
+    group_out = tuple(range(64, 72)) + home[8:]
+    rank_out = (64, *home[1:])
+    steps = [perf_breakdown(WorkerGroupSpec("j", c, "llama3-70b", 10, options=opts), fab) for c in
+             (home, group_out, rank_out)]
+    assert all(s is not None for s in steps)
+    healthy, group, rank = (s[2] for s in steps if s is not None)
+    assert healthy < group < 1.05 * healthy
+    assert rank > 1.5 * healthy
