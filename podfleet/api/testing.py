@@ -23,6 +23,20 @@ from fastapi import FastAPI
 from podfleet.api.main import create_app
 from podfleet.control.plane import ControlPlane
 from podfleet.health.service import HealthService
+from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
+from podfleet.store.protocol import StoreProtocol
+from podfleet.store.records import TokenRecord
+
+
+def role_tokens(store: StoreProtocol, admin_token: str) -> dict[str, str]:
+    """Role -> bearer token: ``admin_token`` for admin, and a fresh operator and viewer
+    token added to ``store`` (for tests that act as each role)."""
+    tokens = {"admin": admin_token}
+    for role in (Role.OPERATOR, Role.VIEWER):
+        tok = generate_token()
+        store.add_token(TokenRecord(new_token_id(), role.value, role.value, hash_token(tok), 0.0))
+        tokens[role.value] = tok
+    return tokens
 
 
 def free_port() -> int:

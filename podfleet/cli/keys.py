@@ -48,8 +48,7 @@ def rotate(
             if key_file or cluster_workdir or audit:
                 raise InvalidInputError("--cluster asks the server; drop --key-file, --cluster-workdir and --audit",
                                         field="cluster")
-            c = client(url, token)
-            c.use_mfa(mfa)
+            c = client(url, token, mfa=mfa)
             emit(c.rotate_keys(cluster), output, title="rotated")
             return
         if audit:

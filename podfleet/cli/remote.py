@@ -89,8 +89,9 @@ def load_profile(name: str | None = None) -> Profile | None:
     return Profile(key, entry.get("url"), entry.get("token_file"))
 
 
-def client(url: str | None, token: str | None, *, timeout_s: float = 30.0) -> PodfleetClient:
-    """``timeout_s``: per request; long-running calls (verify, advise) pass more."""
+def client(url: str | None, token: str | None, *, timeout_s: float = 30.0, mfa: str | None = None) -> PodfleetClient:
+    """``timeout_s``: per request; long-running calls (verify, advise) pass more. ``mfa``:
+    a TOTP or recovery code sent with the calls that follow (``PodfleetClient.use_mfa``)."""
     if not url or not token:
         prof = load_profile(selected_profile)
         if prof is not None:
@@ -99,4 +100,6 @@ def client(url: str | None, token: str | None, *, timeout_s: float = 30.0) -> Po
     if not token:
         raise AuthError("no token: set PODFLEET_TOKEN, pass --token, or name a token_file in a profile of "
                         f"{config_path()} (podfleet up prints the admin token)")
-    return PodfleetClient(url or DEFAULT_URL, token, timeout_s=timeout_s)
+    c = PodfleetClient(url or DEFAULT_URL, token, timeout_s=timeout_s)
+    c.use_mfa(mfa)
+    return c

@@ -22,8 +22,7 @@ def create(
 ) -> None:
     """Issue a token; it is printed once and stored only as a hash."""
     with errors():
-        c = client(url, token)
-        c.use_mfa(mfa)
+        c = client(url, token, mfa=mfa)
         out = c.create_access_token(name, role)
         if output == OutputFormat.json:
             emit(out, output)

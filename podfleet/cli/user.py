@@ -21,8 +21,7 @@ def create(name: str, policy: list[str] = typer.Option([], "--policy", help="bui
            output: OutputFormat = OutputOpt) -> None:
     """Create a user; tokens named NAME then act with its policies."""
     with errors():
-        c = client(url, token)
-        c.use_mfa(mfa)
+        c = client(url, token, mfa=mfa)
         emit(c.create_user(name, policies=policy), output, title="user")
 
 
@@ -43,8 +42,7 @@ def attach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, 
            output: OutputFormat = OutputOpt) -> None:
     """Attach a built-in policy (ClusterAdmin, Scheduler, StorageAccess, ReadOnly, Auditor)."""
     with errors():
-        c = client(url, token)
-        c.use_mfa(mfa)
+        c = client(url, token, mfa=mfa)
         emit(c.put_user_policy(name, policy), output, title="user")
 
 
@@ -58,8 +56,7 @@ def put_policy(name: str, policy: str, file: Path = typer.Argument(..., help="th
             doc = json.loads(file.read_text())
         except (OSError, ValueError) as exc:
             raise InvalidInputError(f"cannot read policy {file}: {exc}", field="file") from None
-        c = client(url, token)
-        c.use_mfa(mfa)
+        c = client(url, token, mfa=mfa)
         emit(c.put_user_policy(name, policy, doc), output, title="user")
 
 
@@ -67,8 +64,7 @@ def put_policy(name: str, policy: str, file: Path = typer.Argument(..., help="th
 def detach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     with errors():
-        c = client(url, token)
-        c.use_mfa(mfa)
+        c = client(url, token, mfa=mfa)
         emit(c.delete_user_policy(name, policy), output, title="user")
 
 

@@ -72,13 +72,7 @@ def show_pending(jm: JobOps, rt: ClusterRuntime, job_ids: Iterable[str]) -> None
             continue
         reason = rec.reason
         st = job.status.scheduling
-        # ``scheduling.queue_wait``, inlined: this runs for every pending job of a sweep.
-        if rec.phase is JobPhase.REJECTED:
-            wait = 0.0
-        elif rec.phase is JobPhase.PENDING or rec.phase is JobPhase.NOMINATED:
-            wait = round(rec.wait_s + now - rec.enqueued_s, 1)
-        else:
-            wait = round(rec.wait_s, 1)
+        wait = round(scheduling.record_wait(rec, now), 1)
         # Re-render a pending job's view when its reason changes or its wait moved by
         # 5 s: re-rendering every pending job on every cycle made a cycle O(queue) in
         # dict copies, which dominated submit latency with a long queue.

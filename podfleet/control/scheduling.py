@@ -24,7 +24,7 @@ from podfleet.fabric.base import ChipState, LinkTraffic
 from podfleet.hardware.topology import Topology
 from podfleet.perf.models import MODELS, ModelSpec
 from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, cluster_metrics
-from podfleet.scheduler.jobs import JobPhase
+from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.state import FREE
 
 if TYPE_CHECKING:
@@ -198,20 +198,23 @@ def scheduler_metrics(rt: ClusterRuntime, util: np.ndarray | None = None) -> dic
     return m
 
 
+def record_wait(r: SchedulerJob, now: float) -> float:
+    """Total time a scheduler record has queued (all stints) at ``now``."""
+    if r.phase is JobPhase.REJECTED:
+        return 0.0
+    return r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)
+
+
 def queue_wait(sched: Scheduler, job_id: str, now: float | None = None) -> float:
     """Total time ``job_id`` has queued (all stints), without walking every job."""
     r = sched.jobs.get(job_id)
-    if r is None or r.phase is JobPhase.REJECTED:
-        return 0.0
-    now = sched.clock() if now is None else now
-    return r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)
+    return 0.0 if r is None else record_wait(r, sched.clock() if now is None else now)
 
 
 def queue_waits(sched: Scheduler) -> dict[str, float]:
     """Total time queued per job (all stints), for the queue-wait histogram."""
     now = sched.clock()
-    return {j: r.wait_s + (now - r.enqueued_s if r.phase in (JobPhase.PENDING, JobPhase.NOMINATED) else 0.0)
-            for j, r in sched.jobs.items() if r.phase is not JobPhase.REJECTED}
+    return {j: record_wait(r, now) for j, r in sched.jobs.items() if r.phase is not JobPhase.REJECTED}
 
 
 def _plain(v: Any) -> Any:

@@ -205,14 +205,8 @@ def util_ratio(chip: Mapping[str, np.ndarray]) -> np.ndarray:
         # ``util.mean(axis=1) / 100`` without the wrapper: the same sum and divisions,
         # summed in float64 without a float64 copy of the [chips, cores] array first.
         out = np.add.reduce(util, axis=1, dtype=np.float64)
-        k = util.shape[1]
-        if k and not k & (k - 1):
-            # A power of two (8 cores): ``x / k`` is exact, so ``(x / k) / 100`` is the one
-            # rounding of ``x / (100 k)``: a single division, the same values.
-            out /= k * 100.0
-        else:
-            out /= k
-            out /= 100.0
+        out /= util.shape[1]
+        out /= 100.0
     else:
         out = np.asarray(util, np.float64) / 100.0
     if isinstance(src, np.ndarray) and not src.flags.writeable:  # as ``same_frozen``: a snapshot

@@ -48,7 +48,7 @@ from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.hardware.routing import Router
 from podfleet.recovery import costs
-from podfleet.recovery.home import REHOME, HomeFlows
+from podfleet.recovery.home import FOLLOW, REHOME, HomeFlows
 from podfleet.recovery.journal import MemoryJournal, RecoveryListener
 from podfleet.recovery.links import LinkFlows
 from podfleet.recovery.model import (
@@ -59,11 +59,9 @@ from podfleet.recovery.model import (
     Step,
     Timings,
 )
-from podfleet.recovery.spares import choose_spare, free_chips, group_of, home_group, tp_group
+from podfleet.recovery.spares import choose_spare, free_chips, group_of
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
-# A healthy rank following its tensor-parallel group mate out of a full pod (see ``_follow``).
-FOLLOW = "tp-group-follow"
 LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME, FOLLOW)
 # Live moves that can wait for a step to end.
 BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME, FOLLOW)
@@ -105,10 +103,7 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         # moves asked for together (a firmware batch, a drained node) run concurrently,
         # one worker restart per chip, so the pause pays the move once.
         self._moved_in_pause: set[str] = set()
-        # recovery id -> (the pod a tensor-parallel group is moving to, the group's chips)
-        self._follow_to: dict[str, tuple[int, frozenset[int]]] = {}
-        # (job id, rank) -> the home-pod chip a rank left for another pod: back home it
-        # takes that chip again when free, so the job's rings keep their one-hop edges.
+        self._follow_to: dict[str, tuple[int, frozenset[int]]] = {}  # see ``HomeFlows``
         self._origin: dict[tuple[str, int], int] = {}
         if subscribe:
             self._unsub = fabric.subscribe(lambda ev: timeline.call_at(0, lambda: self.handle(ev)))
@@ -121,8 +116,7 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         self.policies[job_id] = policy or JobPolicy()
 
     def release(self, job_id: str) -> None:
-        for key in [k for k in self._origin if k[0] == job_id]:
-            self._origin.pop(key)
+        self._forget_origins(job_id)
         self.owner.release(job_id)
         self.policies.pop(job_id, None)
         self._notify_free()
@@ -373,49 +367,12 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         if src == "replica" and holder is not None:
             bw = costs.copy_bw_bytes_per_s(self.fab.topology, holder, spare, tm.replica_bw_bytes_per_s)
             self._copy_bw[rec.id] = min(self._copy_bw.get(rec.id, bw), bw)
-        topo = self.fab.topology
-        home = home_group(topo, before)
-        if home is not None and group_of(topo, chip) == home != group_of(topo, spare):
-            self._origin.setdefault((job_id, rank), chip)
-        elif cause == REHOME:
-            self._origin.pop((job_id, rank), None)
+        self._moved_between_pods(job_id, rank, before, chip, spare, cause)
         self._follow(rec, before, dict(run.spec.options), chip, spare)
         if live and cause not in ("firmware-update", REHOME, FOLLOW):  # an update needs the chip free, not isolated
             self._isolate(chip, cause)
         rec.pending.pop(0)
         return src
-
-    def _follow(self, rec: Recovery, chips: tuple[int, ...], options: dict[str, Any], chip: int,
-                spare: int) -> None:
-        """A rank that had to leave its job's pod takes its tensor-parallel group along:
-        alone in another pod it would put the group's all-reduces (the heaviest traffic,
-        every layer) on the network tier and slow every step several times over; the
-        whole group there keeps them on NeuronLink, and only pipeline sends and the
-        gradient reduction cross. The mates move in the same pause, alongside the first
-        move (one worker restart each, concurrently), as live copies of their own state;
-        their chips stay free for the group's way home (``rehome`` moves whole groups)."""
-        topo = self.fab.topology
-        home = home_group(topo, chips)
-        if home is None or group_of(topo, spare) == home or group_of(topo, chip) != home:
-            return
-        queued = {c for c, _ in rec.pending}
-        mates = [m for m in tp_group(chips, options, chip)
-                 if m != chip and m not in queued and group_of(topo, m) == home
-                 and self.fab.chip_state(m) in (ChipState.HEALTHY, ChipState.DEGRADED)]
-        if not mates:
-            return
-        self._step(rec, "group-follows", f"rank on chip {chip} left the pod: its tensor-parallel group "
-                   f"{mates} follows to keep its all-reduces on NeuronLink", chips=mates)
-        rec.pending[1:1] = [[m, FOLLOW] for m in mates]
-        self._follow_to[rec.id] = (group_of(topo, spare), frozenset(tp_group(chips, options, chip)))
-        self._moved_in_pause.add(rec.id)
-
-    def _group_target(self, rec_id: str, chip: int) -> int | None:
-        """The pod a rank on ``chip`` must go to because its tensor-parallel group is
-        moving there (a follower, or a mate queued by the same batch): None if free to
-        go anywhere. A mate must not take a chip a follower just left at home."""
-        got = self._follow_to.get(rec_id)
-        return got[0] if got is not None and chip in got[1] else None
 
     def step_ended(self, job_id: str) -> None:
         """The fabric reported a finished step of the job (a ``progress`` event)."""
@@ -548,7 +505,7 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         if home_only:
             cand = self._home_free(job_id)
             origin = self._origin.get((job_id, rank))
-            if origin in cand:
+            if origin in cand:  # the chip it left, so the job's rings keep their one-hop edges
                 return origin
         else:
             states = [str(s) for s in self.fab.chip_states()]

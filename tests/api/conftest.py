@@ -10,12 +10,10 @@ import httpx
 import pytest
 
 from podfleet.api.server import bootstrap_admin
-from podfleet.api.testing import serve_in_thread
+from podfleet.api.testing import role_tokens, serve_in_thread
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
-from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
 from podfleet.store.memory import MemoryStore
-from podfleet.store.records import TokenRecord
 
 ADMIN_TOKEN = "pf_test-admin-token-0123456789abcdef"
 
@@ -36,11 +34,7 @@ def start_live(speed: float = 50.0) -> Iterator[Live]:
     store = MemoryStore()
     plane = ControlPlane(store, Timeline(seed=3, speed=speed), telemetry_interval_s=1.0)
     bootstrap_admin(plane, ADMIN_TOKEN)
-    tokens = {"admin": ADMIN_TOKEN}
-    for role in (Role.OPERATOR, Role.VIEWER):
-        tok = generate_token()
-        store.add_token(TokenRecord(new_token_id(), role.value, role.value, hash_token(tok), 0.0))
-        tokens[role.value] = tok
+    tokens = role_tokens(store, ADMIN_TOKEN)
     with serve_in_thread(plane) as url:
         yield Live(url, plane, store, tokens)
 

@@ -15,12 +15,11 @@ import pytest
 from podfleet.api.auth import RULES, flush_denials
 from podfleet.api.main import create_app
 from podfleet.api.server import bootstrap_admin
-from podfleet.api.testing import serve_in_thread
+from podfleet.api.testing import role_tokens, serve_in_thread
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
-from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
+from podfleet.security.tokens import Role
 from podfleet.store.memory import MemoryStore
-from podfleet.store.records import TokenRecord
 from tests.api.conftest import ADMIN_TOKEN, Live
 
 PUBLIC = {"Healthz", "Metrics"}
@@ -40,11 +39,7 @@ def live() -> Iterator[AppLive]:
     store = MemoryStore()
     plane = ControlPlane(store, Timeline(seed=3, speed=50.0), telemetry_interval_s=1.0)
     bootstrap_admin(plane, ADMIN_TOKEN)
-    tokens = {"admin": ADMIN_TOKEN}
-    for role in (Role.OPERATOR, Role.VIEWER):
-        tok = generate_token()
-        store.add_token(TokenRecord(new_token_id(), role.value, role.value, hash_token(tok), 0.0))
-        tokens[role.value] = tok
+    tokens = role_tokens(store, ADMIN_TOKEN)
     app = create_app(plane)
     with serve_in_thread(plane, app=app) as url:
         yield AppLive(url, plane, store, tokens, app)

@@ -13,12 +13,10 @@ import pytest
 import uvicorn
 
 from podfleet.api.server import Server, build_server, ensure_default_cluster
-from podfleet.api.testing import free_port
+from podfleet.api.testing import free_port, role_tokens
 from podfleet.console.routes import DIST
-from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
 from podfleet.settings import Settings
 from podfleet.store.memory import MemoryStore
-from podfleet.store.records import TokenRecord
 
 ADMIN_TOKEN = "pf_console-admin-token-0123456789abcdef"
 
@@ -36,11 +34,7 @@ class Served:
 def serve(speed: float = 1.0, default_cluster: str | None = "pod-0") -> Iterator[Served]:
     settings = Settings(speed=speed, admin_token=ADMIN_TOKEN, rate_limit_per_s=10_000, rate_limit_burst=10_000)
     server = build_server(settings, MemoryStore())
-    tokens = {"admin": ADMIN_TOKEN}
-    for role in (Role.OPERATOR, Role.VIEWER):
-        tok = generate_token()
-        server.store.add_token(TokenRecord(new_token_id(), role.value, role.value, hash_token(tok), 0.0))
-        tokens[role.value] = tok
+    tokens = role_tokens(server.store, ADMIN_TOKEN)
     port = free_port()
     uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning",
                                        access_log=False, lifespan="off"))

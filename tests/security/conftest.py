@@ -16,11 +16,11 @@ from podfleet.api.auth import flush_denials
 from podfleet.api.guard import GuardConfig
 from podfleet.api.main import create_app
 from podfleet.api.server import bootstrap_admin
-from podfleet.api.testing import serve_in_thread
+from podfleet.api.testing import role_tokens, serve_in_thread
 from podfleet.compose import build
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
-from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
+from podfleet.security.tokens import generate_token, hash_token, new_token_id
 from podfleet.store.memory import MemoryStore
 from podfleet.store.records import TokenRecord
 
@@ -57,11 +57,7 @@ def serve(workdir: Path, guard: GuardConfig | None = None) -> Iterator[Api]:
     parts = build(store, Timeline(seed=5, speed=50.0), telemetry_interval_s=1.0, workdir=str(workdir))
     plane = parts.plane
     bootstrap_admin(plane, ADMIN_TOKEN)
-    tokens = {"admin": ADMIN_TOKEN}
-    for role in (Role.OPERATOR, Role.VIEWER):
-        tok = generate_token()
-        store.add_token(TokenRecord(new_token_id(), role.value, role.value, hash_token(tok), 0.0))
-        tokens[role.value] = tok
+    tokens = role_tokens(store, ADMIN_TOKEN)
     app = create_app(plane, parts.health, guard)
     with serve_in_thread(plane, app=app, health=parts.health) as url:
         yield Api(url, plane, store, app, workdir, tokens)
