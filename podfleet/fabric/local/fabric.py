@@ -231,7 +231,8 @@ class LocalFabric:
             live = [wp for wp in job.workers.values() if wp.alive]
             for wp in live:
                 wp.kill("stop", signal.SIGTERM)
-            if not live:
+            # Exits not yet handled will finish the job from handle_exit, in event order.
+            if all(wp.exit_handled for wp in job.workers.values()):
                 self.finish(job, JobState.STOPPED, "stopped")
                 return
             attempt = job.attempt

@@ -59,6 +59,10 @@ class WorkerProcess:
         self.armed = False  # hang detection starts once torch is imported (the import can starve heartbeats)
         self.ready = False  # a standby that finished preloading
         self.exit_code: int | None = None
+        # Set on the engine thread once the exit was handled. ``exit_code`` is set on the
+        # reader thread earlier, so judging "the gang is down" by it would let the job's
+        # final event overtake the last ``worker-exited``.
+        self.exit_handled = False
         self.killed_by: str | None = None  # "fault", "hang", "stop", "recovery": why *we* killed it
         self.kill_mono: float | None = None
         self.error: Message | None = None  # the worker's last "error" report, if any

@@ -44,6 +44,7 @@ def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
 
 def handle_exit(fab: LocalFabric, wp: WorkerProcess, code: int, detected_mono: float) -> None:
     assert wp.cfg is not None  # a standby's exits are not reported here
+    wp.exit_handled = True
     job = fab.state.jobs.get(wp.cfg.job_id)
     cause = classify_exit(code, wp.killed_by)
     msg = _message(wp, code, cause)
@@ -52,7 +53,7 @@ def handle_exit(fab: LocalFabric, wp: WorkerProcess, code: int, detected_mono: f
     if job is None or wp.attempt != job.attempt or job.state in TERMINAL:
         return
     job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] exited {code} ({cause.value}): {msg}")
-    gang_down = all(not w.alive for w in job.workers.values())
+    gang_down = all(w.exit_handled for w in job.workers.values())
     if job.state is JobState.STOPPING:
         if gang_down:
             fab.finish(job, JobState.STOPPED, "stopped")
