@@ -126,3 +126,33 @@ def test_declares_exactly_its_capabilities(fab: LocalFabric) -> None:
 def test_unknown_job_has_no_run_status_and_no_logs(fab: LocalFabric) -> None:
     assert fab.run_status("job-none") is None
     assert fab.run_logs("job-none") == []
+
+
+def test_the_final_event_waits_for_every_handled_exit(fab: LocalFabric) -> None:
+    """Both ranks have exited (their reader threads set ``exit_code``) but only rank 0's
+    exit has been handled: the job may not finish yet, or ``job-finished`` would overtake
+    rank 1's ``worker-exited`` (a flaky CI failure before the fix)."""
+    from types import SimpleNamespace
+
+    from podfleet.fabric.local.jobs import LocalJob
+    from podfleet.fabric.local.recovery import handle_exit
+
+    cfg = WorkerConfig(job_id="job-order", rank=0, world_size=2, steps=1)
+    spec = WorkerGroupSpec("job-order", (0, 1), "debug", 1)
+
+    def worker(rank: int) -> SimpleNamespace:
+        return SimpleNamespace(cfg=cfg, rank=rank, chip=rank, attempt=0, exit_code=0, alive=False,
+                               exit_handled=False, killed_by=None, kill_mono=None, error=None,
+                               log_tail=lambda n=3: [])
+
+    job = LocalJob(spec=spec, chips=[0, 1], base_cfg=cfg, max_retries=0, recover=True)
+    job.workers = {0: worker(0), 1: worker(1)}
+    fab.state.jobs["job-order"] = job
+    kinds: list[str] = []
+    fab.subscribe(lambda ev: kinds.append(ev.kind))
+    with fab.state.lock:
+        handle_exit(fab, job.workers[0], 0, 0.0)  # type: ignore[arg-type]
+        assert kinds == ["worker-exited"] and job.state is JobState.RUNNING
+        handle_exit(fab, job.workers[1], 0, 0.0)  # type: ignore[arg-type]
+    assert kinds == ["worker-exited", "worker-exited", "job-finished"]
+    assert job.state is JobState.FINISHED
