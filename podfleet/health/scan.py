@@ -80,9 +80,8 @@ class _MaskRule:
         self.name, self.severity, self.prefix = name, severity, prefix
         self.active = np.zeros(n, dtype=bool)
         self.on = False  # some target is alerting
-        self.changed = True
-        # Raised with ``changed``, shared by the rules health is derived from: one read
-        # tells the scan whether any of them changed.
+        # Raised when a target opens or closes; shared by the rules health is derived
+        # from, so one read tells the scan whether any of them changed.
         self.flag = [True] if flag is None else flag
         self.flag[0] = True
 
@@ -91,7 +90,6 @@ class _MaskRule:
         mask = np.asarray(mask, bool)
         if mask.shape == self.active.shape and _same(mask, self.active):
             return  # the common case: nothing opened or closed
-        self.changed = True
         self.flag[0] = True
         new = mask & ~self.active
         gone = self.active & ~mask
@@ -247,16 +245,16 @@ class HealthScanner:
         self._dev_rules = {m: _MaskRule(f"deviation:{m}", "warning", "chip", n_chips, flag) for m in self.dev_metrics}
         self._dev_active = np.zeros((len(self.dev_metrics), n_chips), bool)
         c = n_chips
-        self._rules = {
-            "ecc-uncorrected": _MaskRule("ecc-uncorrected", "critical", "chip", c, flag),
-            "ecc-corrected-rate": _MaskRule("ecc-corrected-rate", "warning", "chip", c, flag),
-            "thermal-throttle": _MaskRule("thermal-throttle", "warning", "chip", c, flag),
-            "chip-down": _MaskRule("chip-down", "critical", "chip", c, flag),
-            "chip-degraded": _MaskRule("chip-degraded", "warning", "chip", c, flag),
-            "link-down": _MaskRule("link-down", "critical", "link", n_links, flag),
-            "link-degraded": _MaskRule("link-degraded", "warning", "link", n_links, flag),
-            "link-errors": _MaskRule("link-errors", "warning", "link", n_links, flag),
-        }
+        self._rules = {name: _MaskRule(name, severity, prefix, n, flag) for name, severity, prefix, n in (
+            ("ecc-uncorrected", "critical", "chip", c),
+            ("ecc-corrected-rate", "warning", "chip", c),
+            ("thermal-throttle", "warning", "chip", c),
+            ("chip-down", "critical", "chip", c),
+            ("chip-degraded", "warning", "chip", c),
+            ("link-down", "critical", "link", n_links),
+            ("link-degraded", "warning", "link", n_links),
+            ("link-errors", "warning", "link", n_links),
+        )}
         self._all_rules = (*self._dev_rules.values(), *self._rules.values())
         self._mount_rules: dict[str, _MaskRule] = {}
         self._job_rules: dict[str, _MaskRule] = {}
@@ -552,8 +550,6 @@ class HealthScanner:
             return  # no rule changed (the flag they share), nor any state
         self._health_key = key
         self._health_flag[0] = False
-        for r in rules:
-            r.changed = False
         sev = np.zeros(self.n_chips, np.int8)
         for r in rules:
             if r.prefix == "chip":

@@ -57,29 +57,23 @@ class RollupRow:
     count: int
 
 
+# Where each kept metric comes from in a fabric's ``chip_metrics()``/``link_metrics()``
+# (None: the utilization ratio, which the caller derives).
+_CHIP_SOURCE = tuple(None if m == "utilization_ratio" else m for m in CHIP_METRICS)
+_LINK_SOURCE = tuple("utilization" if m == "utilization_ratio" else m for m in LINK_METRICS)
+
+
 def chip_sample(metrics: Mapping[str, np.ndarray], util: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The kept chip metrics from a fabric's ``chip_metrics()`` (utilization as a ratio;
     ``util``: that ratio when the caller has it already)."""
     if util is None:
         util = np.asarray(metrics["neuroncore_utilization"], dtype=np.float64)
         util = util.mean(axis=1) / 100.0 if util.ndim == 2 else util / 100.0
-    return {
-        "temperature_c": metrics["temperature_c"],
-        "power_w": metrics["power_w"],
-        "utilization_ratio": util,
-        "hbm_used_bytes": metrics["hbm_used_bytes"],
-        "clock_mhz": metrics["clock_mhz"],
-        "mem_ecc_corrected": metrics["mem_ecc_corrected"],
-        "link_errors": metrics["link_errors"],
-    }
+    return {m: util if src is None else metrics[src] for m, src in zip(CHIP_METRICS, _CHIP_SOURCE, strict=True)}
 
 
 def link_sample(metrics: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {
-        "utilization_ratio": metrics["utilization"],
-        "bandwidth_bytes_per_s": metrics["bandwidth_bytes_per_s"],
-        "errors": metrics["errors"],
-    }
+    return {m: metrics[src] for m, src in zip(LINK_METRICS, _LINK_SOURCE, strict=True)}
 
 
 class RawWindow:
@@ -249,9 +243,8 @@ class TelemetryHistory:
                    link: Mapping[str, np.ndarray]) -> list[RollupRow]:
         """``add(t, chip_sample(chip, util), link_sample(link))`` without the two dicts:
         ``chip``/``link`` are a fabric's ``chip_metrics()``/``link_metrics()``."""
-        return self.add_values(t, [chip["temperature_c"], chip["power_w"], util, chip["hbm_used_bytes"],
-                                   chip["clock_mhz"], chip["mem_ecc_corrected"], chip["link_errors"],
-                                   link["utilization"], link["bandwidth_bytes_per_s"], link["errors"]])
+        return self.add_values(t, [util if src is None else chip[src] for src in _CHIP_SOURCE]
+                               + [link[src] for src in _LINK_SOURCE])
 
     def add_values(self, t: float, values: list[np.ndarray]) -> list[RollupRow]:
         """One sample: the values over targets of ``CHIP_METRICS`` then ``LINK_METRICS``, in

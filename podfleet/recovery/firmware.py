@@ -22,7 +22,7 @@ from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
-from podfleet.recovery.spares import tp_group
+from podfleet.recovery.spares import tp_group, whole_groups
 from podfleet.states import check_transition
 
 KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
@@ -129,16 +129,7 @@ class FirmwareRollouts:
         wherever they land (another pod, when the job fills its own) their all-reduces,
         the job's heaviest traffic, stay on NeuronLink; a single rank moved out alone
         would drag its whole group's collectives over the network tier."""
-        batches: list[list[int]] = []
-        placed: set[int] = set()
-        wanted = set(todo)
-        for c in todo:
-            if c in placed:
-                continue
-            group = [x for x in self._tp_group(c) if x in wanted and x not in placed] or [c]
-            placed.update(group)
-            batches.append(group)
-        return batches
+        return whole_groups(todo, self._tp_group)
 
     def _tp_group(self, chip: int) -> list[int]:
         """The chips of ``chip``'s tensor-parallel group, or just ``chip`` when no managed

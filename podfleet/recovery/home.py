@@ -21,7 +21,7 @@ from podfleet.control.owners import ChipOwners
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState
 from podfleet.recovery.model import JobPolicy, Recovery
-from podfleet.recovery.spares import free_chips, group_of, home_group, tp_group
+from podfleet.recovery.spares import free_chips, group_of, home_group, tp_group, whole_groups
 
 REHOME = "rehome"  # a rank in another pod moving back to a free chip of its job's pod
 FOLLOW = "tp-group-follow"  # a healthy rank following its tensor-parallel group mate out of a full pod
@@ -151,12 +151,7 @@ class HomeFlows(ABC):
         ``free``): a group split between pods runs its all-reduces over the network
         tier, slower than the whole group away (``_follow`` in the orchestrator)."""
         moving: list[int] = []
-        seen: set[int] = set()
-        for c in away:
-            if c in seen:
-                continue
-            group = [x for x in tp_group(run.chips, run.spec.options, c) if x in away] or [c]
-            seen.update(group)
+        for group in whole_groups(away, lambda c: tp_group(run.chips, run.spec.options, c)):
             if len(moving) + len(group) <= free:
                 moving.extend(group)
         return moving

@@ -86,8 +86,7 @@ class LinkImpact:
             if lk.src not in chips or lk.dst not in chips:
                 continue
             p = job.status.progress
-            st = p.step_time_s if p.step_time_s and p.step_time_s > 0 else None
-            tps = p.tokens_per_s if p.tokens_per_s and p.tokens_per_s > 0 else None
+            st, tps = positive(p.step_time_s), positive(p.tokens_per_s)
             if st is not None or tps is not None:  # a job with no step done yet has no rate to lose
                 w.jobs[job.id] = (st, tps)
 

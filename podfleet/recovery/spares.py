@@ -12,7 +12,7 @@ job's own pod always wins over one in another pod, whatever the hops.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from podfleet.hardware.topology import FleetTopology, Topology
 
@@ -77,3 +77,17 @@ def tp_group(chips: Sequence[int], options: Mapping[str, object], chip: int) -> 
         return [chip]
     start = list(chips).index(chip) // tp * tp
     return list(chips[start:start + tp])
+
+
+def whole_groups(chips: Sequence[int], group: Callable[[int], Sequence[int]]) -> list[list[int]]:
+    """``chips`` split into whole groups, in order of first appearance: each chip with the
+    members of ``group(chip)`` (its tensor-parallel group) that are among ``chips``."""
+    wanted, placed = set(chips), set()
+    out: list[list[int]] = []
+    for c in chips:
+        if c in placed:
+            continue
+        g = [x for x in group(c) if x in wanted and x not in placed] or [c]
+        placed.update(g)
+        out.append(g)
+    return out

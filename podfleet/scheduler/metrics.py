@@ -126,22 +126,26 @@ def grouped_balance_degrees(utilization: np.ndarray, groups: Sequence[tuple[list
             continue
         rows = u[idx]
         top = np.maximum.reduce(rows, axis=1)  # ``rows.max(axis=1)`` without the wrapper
-        total = np.add.reduce(rows, axis=1)
-        if len(jobs) <= 64:
-            # A handful of jobs (a pod): mean / max per job in Python, IEEE float64 divisions
-            # with the same values as numpy's, which for so few cost more as array calls.
-            # As ``balance_degree``: idle (max <= 0) is 1.0; a NaN max gives NaN.
-            degree.update((j, 1.0 if t <= 0 else (s / n) / t)
-                          for j, s, t in zip(jobs, total.tolist(), top.tolist(), strict=True))
-            continue
-        mean = total / n
-        if np.minimum.reduce(top) > 0:  # every job busy (the common case; False with a NaN)
-            d = mean / top
-        else:
-            busy = ~(top <= 0)  # as ``balance_degree``: idle (max <= 0) is 1.0, NaN stays NaN
-            d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
-        degree.update(zip(jobs, d.tolist(), strict=True))
+        _put_degrees(degree, jobs, np.add.reduce(rows, axis=1), top, n)
     return degree
+
+
+def _put_degrees(degree: dict[str, float], jobs: list[str], total: np.ndarray, top: np.ndarray, n: int) -> None:
+    """``degree[job] = (total / n) / top`` per job of one size, as ``balance_degree``:
+    idle (max <= 0) is 1.0; a NaN max gives NaN."""
+    if len(jobs) <= 64:
+        # A handful of jobs (a pod): mean / max per job in Python, IEEE float64 divisions
+        # with the same values as numpy's, which for so few cost more as array calls.
+        degree.update((j, 1.0 if t <= 0 else (s / n) / t)
+                      for j, s, t in zip(jobs, total.tolist(), top.tolist(), strict=True))
+        return
+    mean = total / n
+    if np.minimum.reduce(top) > 0:  # every job busy (the common case; False with a NaN)
+        d = mean / top
+    else:
+        busy = ~(top <= 0)
+        d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
+    degree.update(zip(jobs, d.tolist(), strict=True))
 
 
 class DegreePlan:
@@ -179,21 +183,8 @@ def planned_balance_degrees(utilization: np.ndarray, plan: DegreePlan) -> dict[s
         if n == 0:
             degree.update((j, 1.0) for j in jobs)
             continue
-        total = np.add.reduce(v[off:off + k * n].reshape(k, n), axis=1)
-        top = tops_all[i:i + k]
+        _put_degrees(degree, jobs, np.add.reduce(v[off:off + k * n].reshape(k, n), axis=1), tops_all[i:i + k], n)
         i += k
-        if k <= 64:
-            # As ``grouped_balance_degrees``: Python divisions for a handful of jobs.
-            degree.update((j, 1.0 if t <= 0 else (s / n) / t)
-                          for j, s, t in zip(jobs, total.tolist(), top.tolist(), strict=True))
-            continue
-        mean = total / n
-        if np.minimum.reduce(top) > 0:
-            d = mean / top
-        else:
-            busy = ~(top <= 0)
-            d = np.where(busy, mean / np.where(busy, top, 1.0), 1.0)
-        degree.update(zip(jobs, d.tolist(), strict=True))
     return degree
 
 

@@ -284,18 +284,7 @@ class ChipTelemetry:
         dict of them."""
         m = self._metrics
         if m is None:
-            # Attribute reads, not ``getattr`` by name (once a tick): in ``METRIC_NAMES`` order.
-            tx = self.link_tx_bytes
-            m = self._metrics = {
-                "neuroncore_utilization": self.neuroncore_utilization, "hbm_used_bytes": self.hbm_used_bytes,
-                "hbm_bw_bytes_per_s": self.hbm_bw_bytes_per_s, "mem_ecc_corrected": self.mem_ecc_corrected,
-                "mem_ecc_uncorrected": self.mem_ecc_uncorrected, "sram_ecc_corrected": self.sram_ecc_corrected,
-                "sram_ecc_uncorrected": self.sram_ecc_uncorrected, "temperature_c": self.temperature_c,
-                "power_w": self.power_w, "voltage_v": self.voltage_v, "clock_mhz": self.clock_mhz,
-                "throttle": self.throttle, "link_tx_bytes": tx, "link_rx_bytes": tx,
-                "link_errors": self.link_errors, "execution_errors": self.execution_errors,
-                "firmware_version": self.firmware_version,
-            }
+            m = self._metrics = {name: getattr(self, name) for name in METRIC_NAMES}
         return dict(m)
 
 
