@@ -8,7 +8,8 @@
     ├── ConflictError                   (409, exit 4)  the current state forbids the operation
     │   └── InvalidTransitionError      (409, exit 4)  a state machine refused a transition
     ├── AuthError                       (401, exit 5)  missing or bad credentials
-    │   └── ForbiddenError              (403, exit 5)  the role does not allow the operation
+    │   ├── ForbiddenError              (403, exit 5)  the role does not allow the operation
+    │   └── RateLimitedError            (429, exit 5)  too many failed authentications; retry later
     └── ChecksumError                   (422, exit 6)  data failed verification (tamper, corruption)
 
 Each error carries a stable ``code`` string used in problem+json bodies and a ``field``
@@ -80,6 +81,13 @@ class AuthError(PodfleetError):
 class ForbiddenError(AuthError):
     code = "forbidden"
     http_status = 403
+
+
+class RateLimitedError(AuthError):
+    """``retry_after_s`` (in ``extra``) becomes the response's ``Retry-After``."""
+
+    code = "rate-limited"
+    http_status = 429
 
 
 class ChecksumError(PodfleetError):

@@ -12,6 +12,10 @@
     PODFLEET_MAX_BODY_BYTES      largest request body (1 MiB); code uploads: _CODE_MAX_BYTES
     PODFLEET_RATE_LIMIT_PER_S / _RATE_LIMIT_BURST  requests per token
     PODFLEET_AUTH_FAIL_PER_S / _AUTH_FAIL_BURST    failed authentications per client address
+    PODFLEET_TRUSTED_PROXIES     addresses/CIDRs (comma-separated) whose X-Forwarded-For names
+                                 the client (default none: the connection's own address)
+    PODFLEET_HEADER_TIMEOUT_S / _BODY_TIMEOUT_S  a request's headers (10 s) and body (60 s)
+                                 must arrive within these, or 408 and the connection closes
     PODFLEET_CODE_DIRS           directories (os.pathsep-separated) an admin allows job
                                  entrypoints from, besides pushed code artifacts
     PODFLEET_KEY_DIR / _KEY_COMMAND / _KEY_URL  where podfleet's keys come from
@@ -58,6 +62,9 @@ class Settings(BaseSettings):
     rate_limit_burst: float = Field(2000.0, ge=1)
     auth_fail_per_s: float = Field(2.0, gt=0)
     auth_fail_burst: float = Field(60.0, ge=1)
+    trusted_proxies: str | None = None  # api/proxies.py
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(60.0, gt=0)
     code_dirs: str | None = None
     key_dir: str | None = None  # default ~/.podfleet/keys (outside the data directory)
     key_command: str | None = None  # an external KMS: `CMD NAME` prints the key

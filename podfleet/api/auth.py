@@ -101,6 +101,14 @@ def presented_token(conn: HTTPConnection) -> str | None:
     return token.strip() if scheme.lower() == "bearer" else ""
 
 
+def credential_live(conn: HTTPConnection) -> bool:
+    """Whether the credential a request was let in with still stands: its token is not
+    revoked and, for the console, its session is not signed out or expired. A stream
+    outlives the request that authorised it, so every stream asks this on every loop."""
+    token = presented_token(conn)
+    return bool(token) and conn.app.state.tokens.lookup(token) is not None
+
+
 class TokenCache:
     """Token hash -> principal, for a few seconds: a store read per request would
     dominate a snapshot read. Revocation takes effect within ``ttl_s``."""

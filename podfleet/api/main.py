@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from podfleet.api import openapi, problems
 from podfleet.api.auth import TokenCache, UserCache, authorize
@@ -20,7 +21,7 @@ from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
 from podfleet.ops import reports
-from podfleet.security.ratelimit import DenialLog
+from podfleet.security.ratelimit import DenialLog, TokenBuckets
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "content": {"application/problem+json": {}}} for code in (400, 401, 403, 404, 409, 422)
@@ -38,6 +39,8 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.tokens = TokenCache(plane.store)
     guard = guard or GuardConfig()
     app.state.denials = DenialLog(guard.denial_window_s)
+    # Failed authentications per client address: the guard's and the console sign-in's.
+    app.state.auth_failures = TokenBuckets(guard.auth_fail_rate_per_s, guard.auth_fail_burst)
     app.state.audit_trail = None  # signed digests to verify against (set by ``podfleet up``)
     app.state.users = UserCache(plane.store)
     app.state.reports = reports.StoredReports(plane.store)  # default retention; ``podfleet up`` sets its own
@@ -66,4 +69,6 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     # Added first, so it runs inside metrics: refused requests are counted too.
     app.add_middleware(Guard, config=guard)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if guard.trusted_proxies:  # outside the guard: the client it limits is the one the proxy names
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(guard.trusted_proxies))
     return app

@@ -23,7 +23,7 @@ log = logging.getLogger("podfleet.api")
 MEDIA_TYPE = "application/problem+json"
 TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
           405: "Method Not Allowed", 409: "Conflict", 415: "Unsupported Media Type",
-          422: "Unprocessable Content", 500: "Internal Server Error"}
+          422: "Unprocessable Content", 429: "Too Many Requests", 500: "Internal Server Error"}
 _HTTP_CODES = {404: "not-found", 405: "method-not-allowed", 401: "unauthorized", 403: "forbidden",
                415: "unsupported-media-type"}
 
@@ -41,6 +41,9 @@ def problem(status: int, code: str, detail: str, *, field: str | None = None,
 
 def from_error(exc: PodfleetError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+    wait = exc.extra.get("retry_after_s")
+    if isinstance(wait, int | float):
+        headers = {"Retry-After": f"{max(1, round(wait))}"}
     return problem(exc.http_status, exc.code, exc.message, field=exc.field,
                    allowed=exc.extra.get("allowed"), headers=headers)
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.hardware.catalog import TOPOLOGY_NAMES
 from podfleet.hardware.faults import FAULT_KINDS
 from podfleet.perf.models import MODELS
+from podfleet.security.text import unprintable
 
 ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
 FabricKind = Literal["sim", "local", "ray", "neuron"]
@@ -30,6 +32,19 @@ MAX_CHIP_INDEX = MAX_CHIPS - 1
 MAX_LINK_INDEX = 6 * MAX_CHIPS - 1  # the most links: a 6-axis torus of MAX_CHIPS chips
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="idempotency key: a retry with the same token returns the same object")
+
+
+def _printable(value: str) -> str:
+    bad = unprintable(value)
+    if bad is not None:
+        raise PydanticCustomError("unprintable", "contains {char}: names and commands are printable text (no "
+                                  "control, bidirectional or other invisible characters)", {"char": bad})
+    return value
+
+
+# Free text an operator names something with (security/text.py): refused with a 400 that
+# names the character. Fields with an ASCII pattern refuse such characters already.
+Printable = AfterValidator(_printable)
 
 
 def _has_int(annotation: Any) -> bool:
@@ -88,13 +103,13 @@ class CreateClusterRequest(_In):
     encryption: bool = True
     network_isolation: bool = True
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")
-    rayAddress: str | None = Field(None, min_length=1, max_length=512,
+    rayAddress: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=512,
                                    description="fabric ray: HOST:6379, ray://HOST:10001 or auto; "
                                                "default PODFLEET_RAY_ADDRESS, else a private local instance")
-    neuronLs: str | None = Field(None, min_length=1, max_length=1024,
+    neuronLs: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=1024,
                                  description="fabric neuron: the command that prints neuron-ls JSON, run once at "
                                              "create (default 'neuron-ls --json-output'; no shell)")
-    neuronMonitor: str | None = Field(None, min_length=1, max_length=1024,
+    neuronMonitor: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=1024,
                                       description="fabric neuron: the command that streams neuron-monitor reports, "
                                                   "kept running (default 'neuron-monitor'; no shell)")
     clientToken: str | None = ClientToken
@@ -129,7 +144,7 @@ class SubmitJobRequest(_In):
     entrypoint: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^(/|code:[0-9a-f]{64}/).+$",
                                    description="local/ray: an absolute path in an allowed code directory, or "
                                                "code:<sha256>/<path> from UploadCode")
-    name: str | None = Field(None, min_length=1, max_length=63)
+    name: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=63)
     team: str | None = Field(None, min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$",
                              description="quota owner (the cluster's quotas); default 'default'")
     max_retries: int = Field(0, ge=0, le=100, description="local/ray: crashes in the job's own code allowed "

@@ -13,8 +13,10 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from podfleet.api import connections
 from podfleet.api.guard import GuardConfig
 from podfleet.api.main import create_app
+from podfleet.api.proxies import parse_trusted_proxies
 from podfleet.compose import build
 from podfleet.console import mount as mount_console
 from podfleet.control.plane import ControlPlane
@@ -123,6 +125,7 @@ def guard_config(settings: Settings) -> GuardConfig:
         max_body_bytes=settings.max_body_bytes, route_body_bytes={"UploadCode": settings.code_max_bytes},
         token_rate_per_s=settings.rate_limit_per_s, token_burst=settings.rate_limit_burst,
         auth_fail_rate_per_s=settings.auth_fail_per_s, auth_fail_burst=settings.auth_fail_burst,
+        body_timeout_s=settings.body_timeout_s, trusted_proxies=parse_trusted_proxies(settings.trusted_proxies),
         tls=bool(settings.tls_cert),
     )
 
@@ -148,7 +151,8 @@ def ensure_default_cluster(plane: ControlPlane, name: str | None) -> str | None:
 
 
 def run(server: Server, host: str, port: int, default_cluster: str | None = None, *,
-        tls_cert: str | None = None, tls_key: str | None = None) -> None:
+        tls_cert: str | None = None, tls_key: str | None = None,
+        header_timeout_s: float = connections.HEADER_TIMEOUT_S) -> None:
     """Reload + reconcile, then serve until interrupted."""
     check_tls(tls_cert, tls_key)
     warning = files.exposure_warning(host, tls=bool(tls_cert))
@@ -164,8 +168,8 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     # process before the cleanup below (the final audit digest, the store's close).
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(server.app, host=host, port=port, log_level="warning", access_log=False,
-                    ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+        uvicorn.run(server.app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
+                    **connections.options(header_timeout_s=header_timeout_s))
     finally:
         # Refusals counted but not yet written as a summary row go to the trail now.
         with contextlib.suppress(Exception):

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Callable
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from podfleet.api.auth import credential_live
 from podfleet.control.logbuf import LogBuffer
 
 POLL_S = 0.1
 HEARTBEAT_S = 10.0
-RECHECK_S = 1.0  # how often a stream re-checks its token (revocation ends it)
 
 
 def _event(kind: str, data: object, event_id: int | None = None) -> str:
@@ -28,15 +28,12 @@ async def _stream(request: Request, buf: LogBuffer, since: int,
     last_progress: object = None
     idle = 0.0
     waited = 0.0
-    checked = 0.0
-    token_hash = request.scope.get("state", {}).get("token_hash")
     while True:
-        if token_hash is not None and waited - checked >= RECHECK_S:
-            checked = waited
-            # A stream outlives the request that authorised it: a revoked token ends it.
-            if request.app.state.tokens.lookup_hash(token_hash) is None:
-                yield _event("end", {"next": offset, "reason": "token revoked"})
-                return
+        # A stream outlives the request that authorised it: every loop asks again (a
+        # cached lookup), so a revoked token or a closed session ends it within a poll.
+        if not credential_live(request):
+            yield _event("end", {"next": offset, "reason": "token revoked"})
+            return
         lines = buf.since(offset)
         for ln in lines:
             yield _event("log", ln, ln["offset"])

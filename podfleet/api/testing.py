@@ -20,6 +20,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from podfleet.api import connections
 from podfleet.api.main import create_app
 from podfleet.control.plane import ControlPlane
 from podfleet.health.service import HealthService
@@ -47,12 +48,15 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True,
-                    health: HealthService | None = None, app: FastAPI | None = None) -> Iterator[str]:
-    """``app``: serve this one (built by ``create_app`` with other settings) instead."""
+                    health: HealthService | None = None, app: FastAPI | None = None,
+                    header_timeout_s: float = connections.HEADER_TIMEOUT_S, http: str = "auto") -> Iterator[str]:
+    """``app``: serve this one (built by ``create_app`` with other settings) instead.
+    Served as ``podfleet up`` serves (``api/connections.options``); ``http``: auto,
+    httptools or h11."""
     port = free_port()
     app = app if app is not None else create_app(plane, health)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                           **connections.options(header_timeout_s=header_timeout_s, impl=http)))
     if start_plane:
         plane.start()
     thread = threading.Thread(target=server.run, daemon=True)

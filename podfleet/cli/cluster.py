@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, stderr
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, record, stderr
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.sdk import PodfleetClient
@@ -145,7 +145,7 @@ def events(cluster: str = typer.Argument(..., help="id, name, or a unique id pre
                     if output == OutputFormat.json:
                         print(json.dumps(ev, default=str), flush=True)
                     else:
-                        line(f"{ev['time']}  {ev['message']}")
+                        record(f"{ev['time']}  {ev['message']}")
                 offset = int(page.get("next", offset))
                 if not follow:
                     return

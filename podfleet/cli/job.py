@@ -12,7 +12,7 @@ import typer
 from rich.text import Text
 
 from podfleet.cli.follow import ETA_COLUMNS, WAIT_CODES, wait_for, watch
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, stdout
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, record, stdout
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
@@ -253,7 +253,7 @@ def logs(job_id: str = typer.Argument(..., help="job id or a unique prefix of on
                 emit(lines, output)
             else:
                 for ln in lines:
-                    line(f"{ln['time']}  {ln['message']}")
+                    record(f"{ln['time']}  {ln['message']}")
             return
         from rich.progress import Progress
 
@@ -268,7 +268,7 @@ def logs(job_id: str = typer.Argument(..., help="job id or a unique prefix of on
                     if output == OutputFormat.json:
                         print(_json_line(data), flush=True)
                     else:
-                        line(f"{data['time']}  {data['message']}")
+                        record(f"{data['time']}  {data['message']}")
 
 
 def _json_line(data: Any) -> str:

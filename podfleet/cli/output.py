@@ -8,6 +8,9 @@ them); everything else goes to stderr. Tables never lose text:
   are ``Text`` objects;
 * piped output (not a terminal) is never wrapped or cut: a row is one line however
   long; on a terminal long cells fold onto more lines rather than end in an ellipsis;
+* control characters never reach the terminal raw (an ESC sequence or a bidi override
+  in a name or a log line would rewrite what is shown): every cell, key and title is
+  written through ``security/text.visible``;
 * figures are for people: bytes in GiB, unix times in ISO 8601 (UTC), rates as 48.6k,
   nested objects as ``key=value`` pairs rather than JSON.
 """
@@ -29,6 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from podfleet.errors import PodfleetError
+from podfleet.security.text import visible
 
 
 def _console(*, stderr: bool) -> Console:
@@ -65,15 +69,15 @@ def emit(data: Any, fmt: OutputFormat, *, columns: Sequence[str] | None = None, 
             # to the widest value, easy to grep.
             width = max((len(k) for k, _ in pairs), default=0)
             if title:
-                line(f"{title}:")
+                line(f"{visible(title)}:")
             for k, v in pairs:
-                line(f"{'  ' if title else ''}{k:<{width}}  {v}")
+                line(f"{'  ' if title else ''}{visible(k):<{width}}  {v}")
             return
         table = _table(title, show_header=False)
         _column(table, "field", style="bold")
         _column(table, "value")
         for k, v in pairs:
-            table.add_row(Text(k), Text(v))
+            table.add_row(Text(visible(k)), Text(v))
         print_table(table)
     else:
         line(str(data))
@@ -91,12 +95,12 @@ def table_of(rows: list[dict[str, Any]], columns: Sequence[str] | None = None, t
 
 
 def _table(title: str | None, *, show_header: bool = True) -> Table:
-    return Table(title=Text(title) if title else None, show_header=show_header)
+    return Table(title=Text(visible(title)) if title else None, show_header=show_header)
 
 
 def _column(table: Table, name: str, **kw: Any) -> None:
     # Folded, never cut with an ellipsis; piped, never wrapped at all.
-    table.add_column(Text(name), overflow="fold", no_wrap=not stdout.is_terminal, **kw)
+    table.add_column(Text(visible(name)), overflow="fold", no_wrap=not stdout.is_terminal, **kw)
 
 
 def print_table(table: Table) -> None:
@@ -110,6 +114,12 @@ def print_table(table: Table) -> None:
 def line(text: str, *, err: bool = False) -> None:
     """One line of data, as it is (no markup, no wrapping)."""
     (stderr if err else stdout).print(Text(text), soft_wrap=True)
+
+
+def record(text: str, *, err: bool = False) -> None:
+    """One line of data from elsewhere (a worker's log line, an event): as ``line``, with
+    control characters escaped, so a worker cannot write ESC sequences to the terminal."""
+    line(visible(text), err=err)
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -127,7 +137,12 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 # --- human units ----------------------------------------------------------------------------
 
 def cell(v: Any, key: str = "") -> str:
-    """A value for a table cell, in units people read (the column name says which)."""
+    """A value for a table cell, in units people read (the column name says which),
+    with control characters escaped."""
+    return visible(_cell(v, key))
+
+
+def _cell(v: Any, key: str = "") -> str:
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -135,11 +150,11 @@ def cell(v: Any, key: str = "") -> str:
     if isinstance(v, int | float):
         return number(float(v), key) if isinstance(v, float) or _unit_key(key) else str(v)
     if isinstance(v, Mapping):
-        return ", ".join(f"{k}={cell(x, str(k))}" for k, x in v.items())
+        return ", ".join(f"{k}={_cell(x, str(k))}" for k, x in v.items())
     if isinstance(v, list | tuple):
         if all(not isinstance(x, Mapping | list | tuple) for x in v):
-            return ", ".join(cell(x, key) for x in v)
-        return "; ".join(cell(x, key) for x in v)
+            return ", ".join(_cell(x, key) for x in v)
+        return "; ".join(_cell(x, key) for x in v)
     return str(v)
 
 

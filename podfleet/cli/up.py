@@ -69,7 +69,7 @@ def up(
                          f"a minute in. Watch it: podfleet job list --watch · podfleet cluster events "
                          f"{settings.default_cluster} -f · the console at {url}/")
         run(server, settings.host, settings.port, settings.default_cluster,
-            tls_cert=settings.tls_cert, tls_key=settings.tls_key)
+            tls_cert=settings.tls_cert, tls_key=settings.tls_key, header_timeout_s=settings.header_timeout_s)
 
 
 @contextmanager

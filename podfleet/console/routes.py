@@ -16,11 +16,12 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from podfleet.api.auth import authorize, client_address, deny
+from podfleet.api.auth import authorize, client_address, credential_live, deny
+from podfleet.api.guard import failed_authentication
 from podfleet.console.live import SnapshotHub
 from podfleet.console.sessions import COOKIE, SessionStore, same_origin
 from podfleet.control.plane import ControlPlane
-from podfleet.errors import AuthError, ForbiddenError, PodfleetError
+from podfleet.errors import AuthError, ForbiddenError, PodfleetError, RateLimitedError
 
 DIST = Path(__file__).parent / "dist"
 # Console paths answered with the page (the page routes itself); everything else is the API's.
@@ -29,6 +30,8 @@ PAGES = ("/", "/login", "/clusters", "/clusters/{rest:path}", "/jobs", "/jobs/{r
 STREAM_MAX_S = 3600.0
 HEARTBEAT_S = 10.0
 STREAM_RECHECK_MIN_S = 0.5  # the shortest wait before a stream re-checks an unchanged snapshot
+# The longest a stream waits between two checks of its token (revocation ends it).
+TOKEN_RECHECK_S = 1.0
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                                 "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; "
@@ -67,8 +70,13 @@ async def sign_in(body: SignIn, request: Request, response: Response, store: Ses
         raise ForbiddenError(f"cross-origin sign-in refused (Origin {origin!r} is not this server)", field="Origin")
     plane = request.app.state.plane
     principal = request.app.state.tokens.lookup(body.token.strip())
-    if principal is None:
-        await deny(request.app, client=client_address(request), actor="anonymous", action="ConsoleSignIn",
+    if principal is None:  # the same per-address limit as the API's failed authentications
+        client = client_address(request)
+        wait = failed_authentication(request.app, client)
+        if wait is not None:
+            raise RateLimitedError(f"too many failed authentications from {client}; retry in {wait:.0f} s",
+                                   field="token", retry_after_s=wait)
+        await deny(request.app, client=client, actor="anonymous", action="ConsoleSignIn",
                    target="/console/session", detail={"reason": "invalid or revoked token"})
         raise AuthError("invalid or revoked token", field="token")
     sid, s = store.open(body.token.strip())
@@ -124,6 +132,10 @@ async def _hardware_events(request: Request, cluster: str) -> AsyncIterator[byte
         deadline = time.monotonic() + STREAM_MAX_S
         quiet_since = time.monotonic()
         while True:
+            # Every loop: a stream outlives the request that authorised it (a cached lookup).
+            if not credential_live(request):
+                yield b'event: end\ndata: {"reason": "token revoked"}\n\n'
+                return
             changed = hub.changed(cid)  # before the read: a render after it sets this
             try:
                 if plane.snapshot_stale(cid):  # nobody read it lately: a fresh one first
@@ -147,8 +159,10 @@ async def _hardware_events(request: Request, cluster: str) -> AsyncIterator[byte
                 return
             # Woken by the next render (each telemetry tick while watched, at once after a
             # fault); after two ticks without one the snapshot is re-checked (and refreshed
-            # if stale); the heartbeat keeps idle proxies from closing the stream.
-            wait_s = min(left, HEARTBEAT_S, max(2 * plane.telemetry_interval_s, STREAM_RECHECK_MIN_S))
+            # if stale); the heartbeat keeps idle proxies from closing the stream; and the
+            # token is asked again at least every TOKEN_RECHECK_S.
+            wait_s = min(left, HEARTBEAT_S, TOKEN_RECHECK_S,
+                         max(2 * plane.telemetry_interval_s, STREAM_RECHECK_MIN_S))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), wait_s)
     finally:

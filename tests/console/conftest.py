@@ -12,6 +12,7 @@ import httpx
 import pytest
 import uvicorn
 
+from podfleet.api import connections
 from podfleet.api.server import Server, build_server, ensure_default_cluster
 from podfleet.api.testing import free_port, role_tokens
 from podfleet.console.routes import DIST
@@ -36,8 +37,8 @@ def serve(speed: float = 1.0, default_cluster: str | None = "pod-0") -> Iterator
     server = build_server(settings, MemoryStore())
     tokens = role_tokens(server.store, ADMIN_TOKEN)
     port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=port, log_level="warning",
-                                       access_log=False, lifespan="off"))
+    uv = uvicorn.Server(uvicorn.Config(server.app, host="127.0.0.1", port=port, lifespan="off",
+                                       **connections.options(header_timeout_s=settings.header_timeout_s)))
     server.plane.start()
     ensure_default_cluster(server.plane, default_cluster)
     thread = threading.Thread(target=uv.run, daemon=True)

@@ -94,10 +94,7 @@ def test_a_flood_of_bogus_tokens_is_rate_limited_and_aggregated(tmp_path: Path) 
         rows = api.denied(before)
         assert len(rows) == 2 and sum(r.detail["count"] for r in rows) == 50
         assert rows[1].detail["aggregated"] is True and rows[1].detail["reason"] == "invalid or revoked token"
-        # A valid token from the same address still works: only failures are limited.
-        with api.client("viewer") as ok:
-            assert ok.get("/v1/clusters").status_code == 429  # the address is cooling down
-        time.sleep(1.1)
+        # A valid token from the same address still works, at once: only failures are limited.
         with api.client("viewer") as ok:
             assert ok.get("/v1/clusters").status_code == 200
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import Plane
+from podfleet.api.schemas import Printable
 from podfleet.control import users
 from podfleet.errors import ConflictError
 
@@ -20,13 +21,13 @@ PolicyRef = Annotated[str, Path(pattern=r"^[A-Za-z][A-Za-z0-9._:-]{0,63}$",
                                 description="a built-in policy, or (PUT with a body) an inline one's name")]
 
 
-Text = Annotated[str, Field(min_length=1, max_length=256)]
+Text = Annotated[str, Field(min_length=1, max_length=256), Printable]
 Texts = Text | Annotated[list[Text], Field(min_length=1, max_length=100)]
 
 
 class PolicyStatement(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    Sid: str | None = Field(None, max_length=64)
+    Sid: Annotated[str, Printable] | None = Field(None, max_length=64)
     Effect: Literal["Allow", "Deny"]
     Action: Texts = Field(..., description="operationIds, with * and ? wildcards")
     Resource: Texts = Field("*", description="cluster/NAME, job/ID, ... with wildcards")
@@ -37,7 +38,7 @@ class PolicyDocument(BaseModel):
     """An IAM-style policy: explicit deny > allow > implicit deny."""
 
     model_config = ConfigDict(extra="forbid")
-    Version: str | None = Field(None, max_length=32)
+    Version: Annotated[str, Printable] | None = Field(None, max_length=32)
     Statement: list[PolicyStatement] = Field(..., min_length=1, max_length=100)
 
 

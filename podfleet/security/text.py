@@ -1,0 +1,43 @@
+"""Text an operator names things with, and text a terminal shows.
+
+A name (a job's, a cluster's, a user's, a token's, a policy statement's) is printable
+text: no C0 or C1 control characters (NUL, ESC, newlines), no bidirectional overrides
+or isolates, no other invisible format characters, no lone surrogates. Such a character
+in a name can rewrite a terminal (ESC sequences), reorder what a table shows (U+202E
+prints ``exe.txt`` as ``txt.exe``), or end a log line early. ``unprintable`` says which
+one a name holds; ``visible`` escapes them for display, for text that is not a name
+(worker logs, names stored before this rule).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Cc: C0, DEL, C1. Cf: format (bidi embeddings, overrides, isolates and marks, zero-width
+# characters, soft hyphen). Zl/Zp: line and paragraph separators. Cs: lone surrogates.
+UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _bad(ch: str) -> bool:
+    return unicodedata.category(ch) in UNPRINTABLE_CATEGORIES
+
+
+def unprintable(text: str) -> str | None:
+    """A description of the first control or invisible format character of ``text``
+    (``U+202E RIGHT-TO-LEFT OVERRIDE``), or None when it has none."""
+    for ch in text:
+        if _bad(ch):
+            return f"U+{ord(ch):04X} {unicodedata.name(ch, 'control character')}"
+    return None
+
+
+def visible(text: str) -> str:
+    """``text`` with every such character written as an escape (``\\x1b``, ``\\u202e``)."""
+    if not any(_bad(ch) for ch in text):
+        return text
+    return "".join(_escape(ch) if _bad(ch) else ch for ch in text)
+
+
+def _escape(ch: str) -> str:
+    n = ord(ch)
+    return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
