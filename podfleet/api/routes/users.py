@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import Plane
-from podfleet.api.schemas import Printable
 from podfleet.control import users
-from podfleet.errors import ConflictError
+from podfleet.errors import ConflictError, InvalidInputError
+from podfleet.security.text import unprintable
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 # The schema lists the built-in policies, so a client (and the contract test) knows them.
@@ -21,13 +21,13 @@ PolicyRef = Annotated[str, Path(pattern=r"^[A-Za-z][A-Za-z0-9._:-]{0,63}$",
                                 description="a built-in policy, or (PUT with a body) an inline one's name")]
 
 
-Text = Annotated[str, Field(min_length=1, max_length=256), Printable]
+Text = Annotated[str, Field(min_length=1, max_length=256)]
 Texts = Text | Annotated[list[Text], Field(min_length=1, max_length=100)]
 
 
 class PolicyStatement(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    Sid: Annotated[str, Printable] | None = Field(None, max_length=64)
+    Sid: str | None = Field(None, max_length=64)
     Effect: Literal["Allow", "Deny"]
     Action: Texts = Field(..., description="operationIds, with * and ? wildcards")
     Resource: Texts = Field("*", description="cluster/NAME, job/ID, ... with wildcards")
@@ -38,7 +38,7 @@ class PolicyDocument(BaseModel):
     """An IAM-style policy: explicit deny > allow > implicit deny."""
 
     model_config = ConfigDict(extra="forbid")
-    Version: Annotated[str, Printable] | None = Field(None, max_length=32)
+    Version: str | None = Field(None, max_length=32)
     Statement: list[PolicyStatement] = Field(..., min_length=1, max_length=100)
 
 
@@ -70,9 +70,27 @@ async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, p
                           document: Annotated[dict[str, Any] | None, Body()] = None) -> dict[str, Any]:
     """Attach the built-in ``policy`` (no body), or set an inline one (the body: a policy
     document of Statements)."""
+    _printable(document, "document")
     out = await plane.call(users.put_policy, plane, user, policy, document or None, actor=who.actor)
     request.app.state.users.forget(user)
     return out
+
+
+def _printable(value: object, where: str) -> None:
+    """Every string of a policy document (Sids, actions, resources, condition keys) is
+    printable text (``security/text.py``): the document is shown back in tables and logs."""
+    if isinstance(value, str):
+        bad = unprintable(value)
+        if bad is not None:
+            raise InvalidInputError(f"{where} contains {bad}: policy text is printable (no control, "
+                                    "bidirectional or other invisible characters)", field=where)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _printable(k, where)
+            _printable(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _printable(v, f"{where}[{i}]")
 
 
 @router.delete("/{user}/policies/{policy}", operation_id="DeleteUserPolicy")
