@@ -55,8 +55,8 @@ def test_a_trusted_proxy_names_the_client(tmp_path: Path) -> None:
     config = GuardConfig(auth_fail_rate_per_s=0.01, auth_fail_burst=5, denial_window_s=0,
                          trusted_proxies=("127.0.0.0/8",))
     for api in serve(tmp_path, config):
-        def get(client: str, headers: dict[str, str]) -> int:
-            return httpx.get(f"{api.url}/v1/clusters", headers={**headers, "X-Forwarded-For": client}).status_code
+        def get(client: str, headers: dict[str, str], url: str = api.url) -> int:
+            return httpx.get(f"{url}/v1/clusters", headers={**headers, "X-Forwarded-For": client}).status_code
 
         assert [get("203.0.113.7", BOGUS) for _ in range(7)] == [401] * 5 + [429] * 2
         assert get("203.0.113.8", BOGUS) == 401  # another client behind the proxy has its own slots
@@ -67,7 +67,7 @@ def test_a_trusted_proxy_names_the_client(tmp_path: Path) -> None:
 def test_trusted_proxies_setting_is_checked() -> None:
     assert parse_trusted_proxies(" 10.0.0.5, 10.1.2.3/16 ,::1") == ("10.0.0.5", "10.1.0.0/16", "::1")
     assert parse_trusted_proxies(None) == parse_trusted_proxies("") == ()
-    with pytest.raises(InvalidInputError, match="'proxy.example' is not an IP address or CIDR"):
+    with pytest.raises(InvalidInputError, match=r"'proxy\.example' is not an IP address or CIDR"):
         parse_trusted_proxies("10.0.0.1,proxy.example")
     assert guard_config(Settings(trusted_proxies="10.0.0.0/8")).trusted_proxies == ("10.0.0.0/8",)
     assert guard_config(Settings()).trusted_proxies == ()  # default: none
