@@ -52,14 +52,15 @@ class Api:
         return [r for r in list(self.store.iter_audit())[since:] if r.result == "denied"]
 
 
-def serve(workdir: Path, guard: GuardConfig | None = None) -> Iterator[Api]:
+def serve(workdir: Path, guard: GuardConfig | None = None, **serving: Any) -> Iterator[Api]:
+    """``serving``: ``serve_in_thread``'s header_timeout_s and http (uvicorn's implementation)."""
     store = MemoryStore()
     parts = build(store, Timeline(seed=5, speed=50.0), telemetry_interval_s=1.0, workdir=str(workdir))
     plane = parts.plane
     bootstrap_admin(plane, ADMIN_TOKEN)
     tokens = role_tokens(store, ADMIN_TOKEN)
     app = create_app(plane, parts.health, guard)
-    with serve_in_thread(plane, app=app, health=parts.health) as url:
+    with serve_in_thread(plane, app=app, health=parts.health, **serving) as url:
         yield Api(url, plane, store, app, workdir, tokens)
 
 
