@@ -5,15 +5,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
 
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.hardware.catalog import TOPOLOGY_NAMES
 from podfleet.hardware.faults import FAULT_KINDS
 from podfleet.perf.models import MODELS
-from podfleet.security.text import unprintable
+from podfleet.security.text import printable_pattern, unprintable
 
 ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
 FabricKind = Literal["sim", "local", "ray", "neuron"]
@@ -42,9 +51,29 @@ def _printable(value: str) -> str:
     return value
 
 
-# Free text an operator names something with (security/text.py): refused with a 400 that
-# names the character. Fields with an ASCII pattern refuse such characters already.
-Printable = AfterValidator(_printable)
+class _Printable:
+    """Free text an operator names something with (``security/text.py``): refused with a
+    400 that names the character, and stated in the schema as a pattern, so a request
+    the schema allows is never refused for it. (Fields with an ASCII pattern refuse such
+    characters already.)"""
+
+    pattern = printable_pattern()
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(_printable, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        out["pattern"] = self.pattern
+        return out
+
+
+Printable = _Printable()
+# Lengths inside, so they are checked (and worded) as a string's before the characters are.
+Name = Annotated[str, StringConstraints(min_length=1, max_length=63), Printable]
+Command = Annotated[str, StringConstraints(min_length=1, max_length=1024), Printable]
+Address = Annotated[str, StringConstraints(min_length=1, max_length=512), Printable]
 
 
 def _has_int(annotation: Any) -> bool:
@@ -103,13 +132,13 @@ class CreateClusterRequest(_In):
     encryption: bool = True
     network_isolation: bool = True
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")
-    rayAddress: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=512,
+    rayAddress: Address | None = Field(None,
                                    description="fabric ray: HOST:6379, ray://HOST:10001 or auto; "
                                                "default PODFLEET_RAY_ADDRESS, else a private local instance")
-    neuronLs: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=1024,
+    neuronLs: Command | None = Field(None,
                                  description="fabric neuron: the command that prints neuron-ls JSON, run once at "
                                              "create (default 'neuron-ls --json-output'; no shell)")
-    neuronMonitor: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=1024,
+    neuronMonitor: Command | None = Field(None,
                                       description="fabric neuron: the command that streams neuron-monitor reports, "
                                                   "kept running (default 'neuron-monitor'; no shell)")
     clientToken: str | None = ClientToken
@@ -144,7 +173,7 @@ class SubmitJobRequest(_In):
     entrypoint: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^(/|code:[0-9a-f]{64}/).+$",
                                    description="local/ray: an absolute path in an allowed code directory, or "
                                                "code:<sha256>/<path> from UploadCode")
-    name: Annotated[str, Printable] | None = Field(None, min_length=1, max_length=63)
+    name: Name | None = None
     team: str | None = Field(None, min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$",
                              description="quota owner (the cluster's quotas); default 'default'")
     max_retries: int = Field(0, ge=0, le=100, description="local/ray: crashes in the job's own code allowed "

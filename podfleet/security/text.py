@@ -18,6 +18,26 @@ import unicodedata
 UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
+def _ranges() -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for n in range(0x110000):
+        if unicodedata.category(chr(n)) in UNPRINTABLE_CATEGORIES - {"Cs"}:
+            if out and out[-1][1] == n - 1:
+                out[-1] = (out[-1][0], n)
+            else:
+                out.append((n, n))
+    return out
+
+
+def printable_pattern() -> str:
+    """The same rule as a regular expression, for a JSON schema (``^[^...]*$``), so a
+    client knows it from the document. Surrogates are left out (a regex class cannot hold
+    them; ``unprintable`` still refuses them)."""
+    def esc(n: int) -> str:
+        return f"\\x{n:02x}" if n < 0x100 else (f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    return "^[^" + "".join(esc(a) if a == b else f"{esc(a)}-{esc(b)}" for a, b in _ranges()) + "]*$"
+
+
 def _bad(ch: str) -> bool:
     return unicodedata.category(ch) in UNPRINTABLE_CATEGORIES
 

@@ -10,7 +10,6 @@ import select
 import socket
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
