@@ -106,7 +106,9 @@ class Guard:
             return
         timeout_s = self.config.body_timeout_s
         deadline = asyncio.get_running_loop().time() + timeout_s
-        started = refused = body_done = False
+        # refused: our 413/408 went out (the app's answer is dropped); cut: the app was told
+        # the client left, mid-body (and what it raises about that is moot).
+        started = refused = cut = body_done = False
         seen = 0
 
         async def send_tracking(message: Message) -> None:
@@ -120,15 +122,16 @@ class Guard:
         async def refuse(status: int, code: str, detail: str) -> Message:
             # The client gets its answer now and the app sees a disconnect: raising here
             # instead would reach the framework's body parser, which answers any error with 400.
-            nonlocal refused
+            nonlocal refused, cut
+            cut = True
             if not started:
                 await _problem(send, status, code, detail, field="body", headers=CLOSE)
-            refused = True
+                refused = True
             return {"type": "http.disconnect"}
 
         async def receive_limited() -> Message:
             nonlocal seen, body_done
-            if refused:
+            if cut:
                 return {"type": "http.disconnect"}
             if body_done:  # a stream waiting for the client to go away: no deadline
                 return await receive()
@@ -149,7 +152,7 @@ class Guard:
         try:
             await self.app(scope, receive_limited, send_tracking)
         except Exception:
-            if not refused:
+            if not cut:
                 raise
             # What the app made of a body cut short (ClientDisconnect, a parse error) is
             # moot: the client has its 413 or 408, and the server log no traceback.

@@ -70,7 +70,9 @@ async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, p
                           document: Annotated[dict[str, Any] | None, Body()] = None) -> dict[str, Any]:
     """Attach the built-in ``policy`` (no body), or set an inline one (the body: a policy
     document of Statements)."""
-    _printable(document, "document")
+    if document:
+        users.describe(plane, user)  # an unknown user is a 404 before the document is read, as on the engine
+        _printable(document, "document")
     out = await plane.call(users.put_policy, plane, user, policy, document or None, actor=who.actor)
     request.app.state.users.forget(user)
     return out
