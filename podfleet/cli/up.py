@@ -32,6 +32,7 @@ def up(
 ) -> None:
     """Serve the control plane: embedded SQLite and a simulated pod by default."""
     from podfleet.api.demo import DEMO_DB, DEMO_SPEED, start_demo
+    from podfleet.api.proxies import parse_trusted_proxies
     from podfleet.api.server import build_server, check_tls, run
 
     with errors():
@@ -42,6 +43,7 @@ def up(
         settings = get_settings(fabric=fabric, db=db, host=host, port=port, speed=speed, seed=seed,
                                     default_cluster=default_cluster, tls_cert=tls_cert, tls_key=tls_key)
         check_tls(settings.tls_cert, settings.tls_key)
+        parse_trusted_proxies(settings.trusted_proxies)  # a typo stops the start before a token is made
         # Before the store is opened or a token made: nothing is printed, and no admin
         # token is issued that nobody could use, when the server cannot listen.
         check_port(settings.host, settings.port)

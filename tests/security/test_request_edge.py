@@ -73,6 +73,19 @@ def test_trusted_proxies_setting_is_checked() -> None:
     assert guard_config(Settings()).trusted_proxies == ()  # default: none
 
 
+def test_a_malformed_trusted_proxy_stops_up_before_anything_is_made(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from podfleet.cli.main import app
+
+    db = tmp_path / "pf.db"
+    r = CliRunner().invoke(app, ["up", "--db", f"sqlite:///{db}", "--port", "0"],
+                           env={"PODFLEET_TRUSTED_PROXIES": "10.0.0.1,proxy.example",
+                                "PODFLEET_KEY_DIR": str(tmp_path / "keys")})
+    assert r.exit_code == 2 and "'proxy.example' is not an IP address or CIDR" in r.stderr
+    assert not db.exists()  # no store, no admin token nobody was shown
+
+
 # --- finding 12: the guard knows every route ---------------------------------------------
 
 def _concrete(path: str) -> str:
