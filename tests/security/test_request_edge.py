@@ -223,3 +223,40 @@ def test_tables_never_print_control_characters(api: Api, capsys: pytest.CaptureF
     assert "\x1b" not in out and "\u202e" not in out and out.count("\\u202e") == 2
     emit([{"name": evil}], OutputFormat.json)  # JSON stays exact (escaped by JSON itself)
     assert json.loads(capsys.readouterr().out) == [{"name": evil}]
+
+
+# --- finding 10: every API stream ends when its token is revoked ---------------------------
+
+def test_a_cluster_log_stream_ends_when_its_token_is_revoked(api: Api) -> None:
+    import threading
+    import time
+
+    with api.client("admin") as c:
+        assert c.post("/v1/clusters", json={"name": "deploying", "type": "trn2-node"}).status_code == 201
+        deadline = time.monotonic() + 20
+        while c.get("/v1/clusters/deploying").json()["state"] == "deploying" and time.monotonic() < deadline:
+            time.sleep(0.05)
+    plane = api.plane
+    rt = plane.resolve("deploying")
+
+    def reopen() -> None:  # deployed; reopened as while it ran, so a follower waits for more
+        rt.logs.closed = False
+
+    plane.call_sync(reopen)
+    tid, tok = api.add_token("viewer", "cluster-watcher")
+    events: list[str] = []
+
+    def follow() -> None:
+        with httpx.stream("GET", f"{api.url}/v1/clusters/deploying/logs", params={"follow": "true"},
+                          headers={"Authorization": f"Bearer {tok}"}, timeout=30) as r:
+            events.extend(r.iter_lines())
+
+    t = threading.Thread(target=follow, daemon=True)
+    t.start()
+    time.sleep(1.0)
+    assert t.is_alive(), events[-3:]
+    with api.client("admin") as c:
+        assert c.delete(f"/v1/tokens/{tid}").status_code == 200
+    t.join(timeout=10)
+    assert not t.is_alive(), "the stream outlived its token"
+    assert any("token revoked" in e for e in events)
