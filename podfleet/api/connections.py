@@ -69,6 +69,8 @@ class HeaderDeadline(asyncio.Protocol):
         self._deadline = None
         if self.transport.is_closing() or self.cycle is not self._waiting_after:
             return
+        if self.transport.get_protocol() is not self:  # upgraded (a websocket): no longer HTTP's
+            return
         self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
                              b"connection: close\r\ncontent-length: " + str(len(TIMEOUT_BODY)).encode()
                              + b"\r\n\r\n" + TIMEOUT_BODY)
