@@ -57,15 +57,13 @@ class _Printable:
     the schema allows is never refused for it. (Fields with an ASCII pattern refuse such
     characters already.)"""
 
-    pattern = printable_pattern()
-
     def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(_printable, handler(source))
 
     def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
                                      handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         out = handler(schema)
-        out["pattern"] = self.pattern
+        out["pattern"] = printable_pattern()
         return out
 
 

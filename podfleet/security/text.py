@@ -11,16 +11,20 @@ one a name holds; ``visible`` escapes them for display, for text that is not a n
 
 from __future__ import annotations
 
+import functools
 import unicodedata
 
 # Cc: C0, DEL, C1. Cf: format (bidi embeddings, overrides, isolates and marks, zero-width
 # characters, soft hyphen). Zl/Zp: line and paragraph separators. Cs: lone surrogates.
+# In the Basic Multilingual Plane: past it, format characters are emoji tag sequences (a
+# flag) and musical or shorthand notation, and a JSON schema pattern (ECMA-262, no ``u``
+# flag) cannot name them; every control character and bidi control is in the BMP.
 UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def _ranges() -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
-    for n in range(0x110000):
+    for n in range(0x10000):
         if unicodedata.category(chr(n)) in UNPRINTABLE_CATEGORIES - {"Cs"}:
             if out and out[-1][1] == n - 1:
                 out[-1] = (out[-1][0], n)
@@ -29,17 +33,18 @@ def _ranges() -> list[tuple[int, int]]:
     return out
 
 
+@functools.cache
 def printable_pattern() -> str:
     """The same rule as a regular expression, for a JSON schema (``^[^...]*$``), so a
     client knows it from the document. Surrogates are left out (a regex class cannot hold
-    them; ``unprintable`` still refuses them)."""
-    def esc(n: int) -> str:
-        return f"\\x{n:02x}" if n < 0x100 else (f"\\u{n:04x}" if n < 0x10000 else f"\\U{n:08x}")
+    them; ``unprintable`` still refuses them). Computed once, when first asked."""
+    def esc(n: int) -> str:  # escapes JavaScript's regular expressions read alike
+        return f"\\x{n:02x}" if n < 0x100 else f"\\u{n:04x}"
     return "^[^" + "".join(esc(a) if a == b else f"{esc(a)}-{esc(b)}" for a, b in _ranges()) + "]*$"
 
 
 def _bad(ch: str) -> bool:
-    return unicodedata.category(ch) in UNPRINTABLE_CATEGORIES
+    return ord(ch) < 0x10000 and unicodedata.category(ch) in UNPRINTABLE_CATEGORIES
 
 
 def unprintable(text: str) -> str | None:

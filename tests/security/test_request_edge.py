@@ -197,6 +197,26 @@ def test_printable_text_is_unicode_but_never_control() -> None:
     assert unprintable("a\x7fb") == "U+007F control character"
     assert visible("ok\x1b[31m\u202e\n") == "ok\\x1b[31m\\u202e\\x0a"
     assert cell({"name": "x\x00y"}) == "name=x\\x00y"
+    # The schema's pattern is the same rule (every character but lone surrogates, which no
+    # regular expression class can name), written in escapes JavaScript reads alike.
+    import re
+
+    from podfleet.security.text import printable_pattern
+
+    pattern = re.compile(printable_pattern())
+    assert "\\U" not in printable_pattern()
+    for n in range(0x10000):
+        if not 0xD800 <= n <= 0xDFFF:
+            assert (pattern.fullmatch(f"a{chr(n)}b") is None) == (unprintable(chr(n)) is not None), hex(n)
+    assert unprintable("flag \U0001f3f4\U000e0067\U000e0062\U000e007f") is None  # an emoji tag sequence
+
+
+def test_the_schema_states_which_names_are_refused(api: Api) -> None:
+    from podfleet.security.text import printable_pattern
+
+    doc = httpx.get(f"{api.url}/openapi.json").json()
+    name = doc["components"]["schemas"]["SubmitJobRequest"]["properties"]["name"]["anyOf"][0]
+    assert name["pattern"] == printable_pattern() and name["maxLength"] == 63
 
 
 def test_tables_never_print_control_characters(api: Api, capsys: pytest.CaptureFixture[str]) -> None:
