@@ -350,6 +350,10 @@ class PodfleetClient:
         """EnableMfa: ``otpauth_uri`` and ``recovery_codes``, shown once."""
         return self._request("POST", f"/v1/users/{_seg(name)}/mfa")
 
+    def unlock_user(self, name: str) -> dict[str, Any]:
+        """UnlockUser: clear the user's wrong-MFA-code count and lock (admin)."""
+        return self._request("POST", f"/v1/users/{_seg(name)}/unlock")
+
     def push_code(self, directory: str) -> dict[str, Any]:
         """Pack ``directory`` (links, ``.git`` and ``__pycache__`` left out) and upload it."""
         from podfleet.security.code import pack_dir
