@@ -4,8 +4,8 @@
 clock skew either way. A code is accepted once: the step it matched is remembered and any
 code for that step or an earlier one is refused (replay). Recovery codes are stored
 hashed and each works once. Wrong codes are counted per user, TOTP and recovery codes
-apart (``Attempts``): after each failure the next try waits twice as long (1 s, 2 s, 4 s...
-up to ``BACKOFF_CAP_S``), and after ``MAX_FAILURES`` in a row the user's second factor is
+apart (``Attempts``): after the first ``FREE_FAILURES`` (a mistyped code) each failure makes
+the next try wait twice as long (1 s, 2 s, 4 s... up to ``BACKOFF_CAP_S``), and after ``MAX_FAILURES`` in a row the user's second factor is
 locked until an admin unlocks it. A six-digit code has a million values; ten tries leave an
 attacker holding a stolen token a one-in-100,000 chance. TOTP secrets are sealed at rest with AES-256-GCM under a key
 from the key provider, bound to the user they belong to (associated data), so a sealed
@@ -35,6 +35,7 @@ SKEW_STEPS = 1
 SECRET_BYTES = 20  # 160 bits, RFC 4226's recommendation for HMAC-SHA1
 RECOVERY_CODES = 10
 MAX_FAILURES = 10  # consecutive wrong codes of one kind before the second factor locks
+FREE_FAILURES = 2  # wrong codes in a row before the back-off starts
 BACKOFF_BASE_S = 1.0
 BACKOFF_CAP_S = 300.0
 
@@ -133,9 +134,9 @@ class Attempts:
 
 def backoff_s(failures: int) -> float:
     """How long the next try waits after ``failures`` consecutive wrong codes."""
-    if failures <= 0:
+    if failures <= FREE_FAILURES:
         return 0.0
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (failures - 1))
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (failures - FREE_FAILURES - 1))
 
 
 def gate(attempts: Attempts, *, now: float, user: str) -> None:

@@ -125,8 +125,15 @@ def test_policy_matrix_for_every_operation(live: AppLive) -> None:
     """Every operationId, and every option action, against every built-in policy and role
     policy (from /openapi.json)."""
     from podfleet.api.auth import OPTION_RULES, role_policies
-    from podfleet.security.policy import ADMIN_READS, AUDIT_READS, BUILTIN, MFA_ACTIONS, MFA_KEY, OPTION_ACTIONS, \
-        evaluate
+    from podfleet.security.policy import (
+        ADMIN_READS,
+        AUDIT_READS,
+        BUILTIN,
+        MFA_ACTIONS,
+        MFA_KEY,
+        OPTION_ACTIONS,
+        evaluate,
+    )
 
     ops = {(op, method) for op, method, path in operations(live) if path.startswith("/v1/")}
     for op, method in sorted(ops):
