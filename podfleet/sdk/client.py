@@ -217,8 +217,10 @@ class PodfleetClient:
     def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
         return self._request("GET", "/v1/audit", params={"nextToken": next_token, "maxResults": max_results})
 
-    def verify_audit_chain(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/audit/verify")
+    def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> dict[str, Any]:
+        """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
+        return self._request("GET", "/v1/audit/verify",
+                             params={"allowMissingDigests": "true" if allow_missing_digests else None})
 
     def create_access_token(self, name: str, role: str) -> dict[str, Any]:
         return self._request("POST", "/v1/tokens", json={"name": name, "role": role})
