@@ -293,7 +293,7 @@ def privileged_options(options: object) -> list[str]:
 
 
 async def require_action(request: Request, who: Principal, action: str, resource: str, *, op: str, target: str,
-                         used: list[str], why: str) -> None:
+                         used: list[str], why: str, field: str) -> None:
     """403 (audited) unless this request's grants allow the option ``action`` on
     ``resource``: the user's policies for a user's token, the role's for a role token."""
     grants: Grants | None = getattr(request.state, "grants", None)
@@ -311,7 +311,7 @@ async def require_action(request: Request, who: Principal, action: str, resource
         detail.update(role=who.role.value, required=need)
         message = f"role {who.role.value} may not set {', '.join(used)} ({action}, needs {need}): {why}"
     await deny(request.app, client=client_address(request), actor=who.actor, action=op, target=target, detail=detail)
-    raise ForbiddenError(message, field=used[0] if len(used) == 1 else "options",
+    raise ForbiddenError(message, field=field,
                          allowed=[r.value for r in Role if r.allows(OPTION_RULES[action])])
 
 
@@ -320,7 +320,7 @@ async def require_checkpoint_options(request: Request, who: Principal, cluster: 
     used = privileged_options(options)
     if used:
         await require_action(request, who, CHECKPOINT_OPTIONS_ACTION, f"cluster/{cluster}", op="SubmitTrainingJob",
-                             target=cluster, used=used,
+                             target=cluster, used=used, field="options",
                              why="checkpoints go encrypted under the cluster's data directory; leave these out")
 
 
@@ -329,6 +329,6 @@ async def require_fabric_commands(request: Request, who: Principal, cluster: str
     own host (rayAddress, neuronLs, neuronMonitor) needs UseFabricCommands."""
     if used:
         await require_action(request, who, FABRIC_COMMANDS_ACTION, f"cluster/{cluster}", op="CreateTrainiumCluster",
-                             target=cluster, used=used,
+                             target=cluster, used=used, field=used[0],
                              why="they name what the control plane connects to or runs on its own host; leave "
                                  "them out for the defaults")
