@@ -10,7 +10,8 @@ to a second location (``security/digest_sinks.py``) when one is configured.
 
 ``verify_trail`` checks, in order: every digest's signature, over the digests of every
 location together (the same name must hold the same bytes everywhere); that each digest
-names the previous one's signature (no digest removed from the middle); the chain itself
+names the previous one's signature, and the first one none (no digest removed from the
+middle or the start: deleting every digest beside a running server is seen too); the chain itself
 (MACs, links, sequence: modification, deletion, reordering; no unkeyed record where MAC
 keys exist); that the chain still holds every signed head with the signed hash
 (truncation, rewriting); and that the newest digest signs the chain's last record (or the
@@ -133,6 +134,19 @@ def newest(directory: Path) -> Digest | None:
     return parse_digest(names[-1], sink.get(names[-1])) if names else None
 
 
+def _newest_of(sinks: Sequence[DigestSink]) -> Digest | None:
+    """The newest digest of any reachable location (an unreachable one is skipped)."""
+    best: Digest | None = None
+    for sink in sinks:
+        try:
+            names = sink.names()
+            if names and (best is None or names[-1] > best.name):
+                best = parse_digest(names[-1], sink.get(names[-1]))
+        except (SinkError, ValueError, KeyError, TypeError) as exc:
+            log.warning("audit digests at %s not read: %s", sink.where, exc)
+    return best
+
+
 def _gather(sources: Sequence[DigestSink]) -> tuple[list[tuple[str, bytes]], str | None]:
     """Every digest of every location, by name; a name whose bytes differ between two
     locations is a problem (one of them was replaced)."""
@@ -153,9 +167,9 @@ def load_digests(sources: Path | Sequence[DigestSink], public_key: Ed25519Public
     """The digests in order (from a directory, or several locations together), each
     signature checked; or the first problem found."""
     found, problem = _gather([DirectorySink(sources)] if isinstance(sources, Path) else sources)
-    out: list[Digest] = []
     if problem:
-        return out, problem
+        return [], problem
+    signed: list[Digest] = []
     for name, data in found:
         try:
             doc = json.loads(data)
@@ -163,14 +177,41 @@ def load_digests(sources: Path | Sequence[DigestSink], public_key: Ed25519Public
             sig = base64.b64decode(doc["signature"], validate=True)
             public_key.verify(sig, canonical_json(doc["payload"]).encode())
         except InvalidSignature:
-            return out, f"digest {name}: signature does not verify (forged, altered, or another key)"
+            return [], f"digest {name}: signature does not verify (forged, altered, or another key)"
         except (ValueError, KeyError, TypeError) as exc:
-            return out, f"digest {name}: unreadable ({type(exc).__name__})"
-        if out and d.prev_signature != out[-1].signature:
-            return out, f"digest {name}: does not follow {out[-1].name} (a digest was removed or replaced)"
-        if out and d.seq < out[-1].seq:
-            return out, f"digest {name}: signs fewer records ({d.seq}) than {out[-1].name} ({out[-1].seq})"
+            return [], f"digest {name}: unreadable ({type(exc).__name__})"
+        signed.append(d)
+    return _linked(signed)
+
+
+def _linked(signed: list[Digest]) -> tuple[list[Digest], str | None]:
+    """The digests in the order they were signed, by their links (each names the one
+    before it; the first names none): a clock that stepped back cannot reorder them, and
+    a digest signing fewer records than the one before it is seen as such."""
+    if not signed:
+        return [], None
+    after: dict[str | None, list[Digest]] = {}
+    for d in signed:
+        after.setdefault(d.prev_signature, []).append(d)
+    roots = after.get(None, [])
+    if not roots:
+        first = min(signed, key=lambda d: (d.time, d.name))
+        return [], f"digest {first.name}: follows a digest that is in no location (older digests were removed)"
+    if len(roots) > 1:
+        return [], (f"digests {roots[0].name} and {roots[1].name} both start a chain of digests (older digests "
+                    "were removed, or two servers wrote here)")
+    out = [roots[0]]
+    while nxt := after.get(out[-1].signature):
+        if len(nxt) > 1:
+            return out, f"digests {nxt[0].name} and {nxt[1].name} both follow {out[-1].name} (one was replaced)"
+        d = nxt[0]
+        if d.seq < out[-1].seq:
+            return out, f"digest {d.name}: signs fewer records ({d.seq}) than {out[-1].name} ({out[-1].seq})"
         out.append(d)
+    if len(out) < len(signed):
+        linked = {d.name for d in out}
+        stray = min((d for d in signed if d.name not in linked), key=lambda d: (d.time, d.name))
+        return out, f"digest {stray.name}: does not follow {out[-1].name} or any digest here (a digest was removed)"
     return out, None
 
 
@@ -257,7 +298,9 @@ class DigestWriter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.RLock()
-        self._last: Digest | None = newest(directory)
+        # Follow the newest digest of any location: one lost beside the database (or
+        # deleted there) is still followed, so the chain of digests stays whole.
+        self._last: Digest | None = _newest_of([DirectorySink(directory), *self.copies])
         self._last_at = time.monotonic()
         self._pending: list[tuple[DigestSink, Digest]] = []  # copies not stored yet
 

@@ -128,6 +128,17 @@ def test_the_second_location_keeps_what_the_first_lost(tmp_path: Path) -> None:
     t.copies = (DirectorySink(tmp_path / "elsewhere"),)
     ok, bad, msg = t.verify()
     assert not ok and bad == 6 and "were deleted" in msg, msg
+    # A restart: its start-up digest follows the newest digest of any location, so it
+    # cannot paper over the loss.
+    DigestWriter(t.store.audit_head, t.digests, t.writer.key, copies=t.copies).write(force=True)
+    ok, _, msg = t.verify()
+    assert not ok and "signs fewer records (5) than digest-000000000012" in msg, msg
+    for p in t.digests.glob("digest-*"):  # every digest beside the database deleted, none copied:
+        p.unlink()
+    t.copies = ()
+    t.writer.write(force=True)  # ... the running server's next digest follows one that is gone
+    ok, _, msg = t.verify()
+    assert not ok and "older digests were removed" in msg, msg
     t.store.close()
 
 
