@@ -28,7 +28,7 @@ def create(name: str, policy: list[str] = typer.Option([], "--policy", help="bui
 @app.command("list")
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     with errors():
-        emit(client(url, token).list_users()["users"], output, columns=["name", "policies", "mfa", "created_at"])
+        emit(client(url, token).list_users()["users"], output, columns=["name", "policies", "mfa", "mfa_locked", "created_at"])
 
 
 @app.command("describe")
