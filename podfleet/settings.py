@@ -19,7 +19,11 @@
     PODFLEET_CODE_DIRS           directories (os.pathsep-separated) an admin allows job
                                  entrypoints from, besides pushed code artifacts
     PODFLEET_KEY_DIR / _KEY_COMMAND / _KEY_URL  where podfleet's keys come from
-    PODFLEET_AUDIT_DIGESTS_DIR / _AUDIT_DIGEST_INTERVAL_S  signed audit digests
+    PODFLEET_AUDIT_DIGESTS_DIR   signed audit digests (default: beside a SQLite file)
+    PODFLEET_AUDIT_DIGEST_EVERY / _AUDIT_DIGEST_INTERVAL_S  a digest every N records (100)
+                                 and every S seconds while the chain grows (60)
+    PODFLEET_AUDIT_DIGESTS       a second location for every digest: a directory, or a URL
+                                 (s3://...) stored through PODFLEET_AUDIT_DIGESTS_COMMAND
     PODFLEET_AUDIT_RETENTION_DAYS  audit records kept in the database (90); older ones archived
     PODFLEET_WORKER_USER         who local workers run as when the server is root (default:
                                  podfleet-worker if it exists, else root with a warning)
@@ -70,7 +74,10 @@ class Settings(BaseSettings):
     key_command: str | None = None  # an external KMS: `CMD NAME` prints the key
     key_url: str | None = None  # an external KMS: GET URL/NAME answers the key
     audit_digests_dir: str | None = None  # default: beside the SQLite file, or ~/.podfleet/audit-digests
-    audit_digest_interval_s: float = Field(300.0, gt=0)
+    audit_digest_interval_s: float = Field(60.0, gt=0)
+    audit_digest_every: int = Field(100, ge=1, le=1_000_000)
+    audit_digests: str | None = None  # a second location: a directory, or a URL for the command below
+    audit_digests_command: str | None = None  # `CMD put|get|list LOCATION [NAME]` (security/digest_sinks.py)
     audit_retention_days: float = Field(90.0, gt=0)  # older records are archived, then pruned
     report_retention_days: float = Field(30.0, gt=0)  # health reports older than this are pruned
     # Local workers (security/sandbox.py reads these variables where it starts workers).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -20,7 +21,15 @@ from starlette.requests import HTTPConnection
 
 from podfleet.control import users
 from podfleet.errors import AuthError, ChecksumError, ForbiddenError, InvalidInputError
-from podfleet.security.policy import MFA_KEY, Policy, evaluate, resource_of, role_policy
+from podfleet.security.policy import (
+    CHECKPOINT_OPTIONS_ACTION,
+    FABRIC_COMMANDS_ACTION,
+    MFA_KEY,
+    Policy,
+    evaluate,
+    resource_of,
+    role_policy,
+)
 from podfleet.security.ratelimit import DenialLog
 from podfleet.security.tokens import Role, hash_token
 from podfleet.store.protocol import StoreProtocol
@@ -64,6 +73,7 @@ RULES: dict[str, Role] = {
     "PutUserPolicy": Role.ADMIN,
     "DeleteUserPolicy": Role.ADMIN,
     "EnableMfa": Role.ADMIN,
+    "UnlockUser": Role.ADMIN,
     "RotateKeys": Role.ADMIN,  # api/routes/keys.py
     # Operations intelligence (api/routes/ops.py): verify runs probes and a drill; apply acts.
     "VerifyCluster": Role.OPERATOR,
@@ -76,6 +86,24 @@ RULES: dict[str, Role] = {
     "ListHealthReports": Role.VIEWER,
     "GetHealthReport": Role.VIEWER,
 }
+
+
+# Actions inside an operation (``security/policy.OPTION_ACTIONS``): the least role whose
+# tokens may use the option. A user's token is decided by the user's policies instead.
+OPTION_RULES: dict[str, Role] = {
+    CHECKPOINT_OPTIONS_ACTION: Role.ADMIN,
+    FABRIC_COMMANDS_ACTION: Role.ADMIN,
+}
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What decided this request (set by ``authorize``), so a handler can ask about an
+    option action on the same terms: the user's policies, or the token's role policy."""
+
+    policies: tuple[Policy, ...]
+    context: Mapping[str, str]
+    user: str | None  # None: a role token
 
 
 @dataclass(frozen=True)
@@ -187,24 +215,25 @@ async def authorize(request: Request) -> Principal:
     user_policies = request.app.state.users.policies(principal.name)
     if user_policies is not None:  # a user's token: the user's policies decide, with MFA
         mfa_ok = await _second_factor(request, principal, op, target)
-        decision = evaluate(user_policies, op, resource, {MFA_KEY: "true" if mfa_ok else "false"})
+        grants = Grants(tuple(user_policies), {MFA_KEY: "true" if mfa_ok else "false"}, principal.name)
+        decision = evaluate(grants.policies, op, resource, grants.context)
         if required is None or not decision.allowed:
             await deny(request.app, client=client_address(request), actor=principal.actor, action=op,
                        target=target, detail={"reason": "not allowed", "user": principal.name,
                                               "decision": decision.describe()})
             hint = "; send a fresh code in X-Podfleet-MFA" if decision.policy == "MFARequired" else ""
             raise ForbiddenError(f"user {principal.name} may not {op} on {resource}: {decision.describe()}{hint}")
-        request.state.principal = principal
+        request.state.principal, request.state.grants = principal, grants
         return principal
-    decision = evaluate([role_policies()[principal.role]], op, resource,
-                        {"podfleet:PrincipalRole": principal.role.value})
+    grants = Grants((role_policies()[principal.role],), {"podfleet:PrincipalRole": principal.role.value}, None)
+    decision = evaluate(grants.policies, op, resource, grants.context)
     if required is None or not decision.allowed:
         need = required.value if required else "a rule (none defined: denied)"
         await deny(request.app, client=client_address(request), actor=principal.actor, action=op, target=target,
                    detail={"reason": "not allowed", "role": principal.role.value, "required": need})
         raise ForbiddenError(f"role {principal.role.value} may not {op} (needs {need})",
                              allowed=[r.value for r in Role if required and r.allows(required)])
-    request.state.principal = principal
+    request.state.principal, request.state.grants = principal, grants
     return principal
 
 
@@ -251,13 +280,16 @@ class UserCache:
 
 @functools.cache
 def role_policies() -> dict[Role, Policy]:
-    """Each role's built-in policy, derived from ``RULES`` (``security/policy.role_policy``)."""
+    """Each role's built-in policy, derived from ``RULES`` and ``OPTION_RULES``
+    (``security/policy.role_policy``)."""
     ranks = {r.value: r.rank for r in Role}
-    rules = {op: r.value for op, r in RULES.items()}
+    rules = {op: r.value for op, r in {**RULES, **OPTION_RULES}.items()}
     return {r: role_policy(r.value, rules, ranks) for r in Role}
 
+
 # Job options that move checkpoints or their key out of the cluster's data directory, or
-# turn encryption off: an operator's job writes encrypted checkpoints where podfleet puts them.
+# turn encryption off: without UseCheckpointOptions a job writes encrypted checkpoints
+# where podfleet puts them.
 PRIVILEGED_JOB_OPTIONS = ("checkpoint_dir", "key_file", "encrypt_checkpoints")
 
 
@@ -268,14 +300,43 @@ def privileged_options(options: object) -> list[str]:
             if k in options and not (k == "encrypt_checkpoints" and options[k] is True)]
 
 
-async def require_admin_for_options(request: Request, who: Principal, op: str, target: str,
-                                    options: object) -> None:
-    """403 (audited) unless an admin asks for a privileged job option."""
-    used = privileged_options(options)
-    if not used or who.role.allows(Role.ADMIN):
+async def require_action(request: Request, who: Principal, action: str, resource: str, *, op: str, target: str,
+                         used: list[str], why: str, field: str) -> None:
+    """403 (audited) unless this request's grants allow the option ``action`` on
+    ``resource``: the user's policies for a user's token, the role's for a role token."""
+    grants: Grants | None = getattr(request.state, "grants", None)
+    decision = evaluate(grants.policies, action, resource, grants.context) if grants is not None else None
+    if decision is not None and decision.allowed:
         return
-    await deny(request.app, client=client_address(request), actor=who.actor, action=op, target=target,
-               detail={"reason": "privileged option", "role": who.role.value, "options": used})
-    raise ForbiddenError(f"role {who.role.value} may not set {', '.join(used)} (needs admin): checkpoints go "
-                         "encrypted under the cluster's data directory; leave these options out",
-                         field="options", allowed=[Role.ADMIN.value])
+    described = decision.describe() if decision is not None else "no grants (not authorized)"
+    detail: dict[str, Any] = {"reason": "privileged option", "action": action, "options": used,
+                              "decision": described}
+    if grants is not None and grants.user is not None:
+        detail["user"] = grants.user
+        message = f"user {grants.user} may not {action} ({', '.join(used)}) on {resource}: {described}; {why}"
+    else:
+        need = OPTION_RULES[action].value
+        detail.update(role=who.role.value, required=need)
+        message = f"role {who.role.value} may not set {', '.join(used)} ({action}, needs {need}): {why}"
+    await deny(request.app, client=client_address(request), actor=who.actor, action=op, target=target, detail=detail)
+    raise ForbiddenError(message, field=field,
+                         allowed=[r.value for r in Role if r.allows(OPTION_RULES[action])])
+
+
+async def require_checkpoint_options(request: Request, who: Principal, cluster: str, options: object) -> None:
+    """SubmitTrainingJob with a privileged job option needs UseCheckpointOptions."""
+    used = privileged_options(options)
+    if used:
+        await require_action(request, who, CHECKPOINT_OPTIONS_ACTION, f"cluster/{cluster}", op="SubmitTrainingJob",
+                             target=cluster, used=used, field="options",
+                             why="checkpoints go encrypted under the cluster's data directory; leave these out")
+
+
+async def require_fabric_commands(request: Request, who: Principal, cluster: str, used: list[str]) -> None:
+    """CreateTrainiumCluster naming what the control plane connects to or runs on its
+    own host (rayAddress, neuronLs, neuronMonitor) needs UseFabricCommands."""
+    if used:
+        await require_action(request, who, FABRIC_COMMANDS_ACTION, f"cluster/{cluster}", op="CreateTrainiumCluster",
+                             target=cluster, used=used, field=used[0],
+                             why="they name what the control plane connects to or runs on its own host; leave "
+                                 "them out for the defaults")

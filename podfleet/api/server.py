@@ -25,6 +25,7 @@ from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.factory import available_fabrics
 from podfleet.ops import reports
 from podfleet.security import files
+from podfleet.security.digest_sinks import copy_sink
 from podfleet.security.digests import AuditTrail, DigestWriter, default_digests_dir, signing_key
 from podfleet.security.keyring import current_key, provider_for
 from podfleet.security.retention import ARCHIVE_KEY, DAY_S, archive_old
@@ -108,14 +109,17 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             return archive_old(store, archives, key=archive_key, signer=signer, now=plane.now(),
                                retention_s=retention_s)
 
-        digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain)
+        copies = (copy_sink(settings.audit_digests, settings.audit_digests_command, primary=Path(where)),) \
+            if settings.audit_digests else ()
+        digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain,
+                               every_records=settings.audit_digest_every, copies=copies)
     app = create_app(plane, parts.health, guard_config(settings))
     # Health reports: archived in the store with retention, every active cluster's generated daily.
     app.state.reports = reports.StoredReports(store, settings.report_retention_days)
     reports.schedule_daily(plane, parts.health, app.state.reports)
     app.state.mfa_key = current_key(provider, "mfa-seal", create=True)[1]  # seals users' TOTP secrets
     if digests is not None:
-        app.state.audit_trail = AuditTrail(digests.directory, signer.public_key())
+        app.state.audit_trail = AuditTrail(digests.directory, signer.public_key(), digests.copies, digests)
     mount_console(app)  # the web console at / (the API stays under /v1)
     return Server(app, plane, store, token, from_env, digests)
 
@@ -162,7 +166,7 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     server.plane.start()
     ensure_default_cluster(server.plane, default_cluster)
     if server.digests is not None:
-        server.digests.start()
+        server.digests.start()  # the start-up digest, then one every N records and every interval
     quiet_gc()
     # uvicorn re-raises SIGTERM after its graceful shutdown; by default that would end the
     # process before the cleanup below (the final audit digest, the store's close).

@@ -1,4 +1,4 @@
-"""``podfleet user create|list|describe|attach|put-policy|detach|enable-mfa`` (admin)."""
+"""``podfleet user create|list|describe|attach|put-policy|detach|enable-mfa|unlock`` (admin)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def create(name: str, policy: list[str] = typer.Option([], "--policy", help="bui
 @app.command("list")
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     with errors():
-        emit(client(url, token).list_users()["users"], output, columns=["name", "policies", "mfa", "created_at"])
+        emit(client(url, token).list_users()["users"], output, columns=["name", "policies", "mfa", "mfa_locked", "created_at"])
 
 
 @app.command("describe")
@@ -79,3 +79,12 @@ def enable_mfa(name: str, url: str = UrlOpt, token: str = TokenOpt, output: Outp
             stderr.print("shown once: add the URI to an authenticator app, keep the recovery codes offline")
             print(out["otpauth_uri"])
             print("\n".join(out["recovery_codes"]))
+
+
+@app.command("unlock")
+def unlock(name: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+           output: OutputFormat = OutputOpt) -> None:
+    """Clear NAME's wrong-MFA-code count and the lock ten of them set (audited)."""
+    with errors():
+        c = client(url, token, mfa=mfa)
+        emit(c.unlock_user(name), output, title="user")

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from podfleet.control.logbuf import rfc3339
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
+from podfleet.errors import AuthError, ConflictError, InvalidInputError, NotFoundError
 from podfleet.security import mfa
 from podfleet.security.policy import BUILTIN, Policy, builtin, parse_policy
 from podfleet.store.records import UserRecord
@@ -27,6 +27,7 @@ MAX_INLINE = 20
 def view(u: UserRecord) -> dict[str, Any]:
     return {"name": u.name, "policies": list(u.policies), "inline_policies": sorted(u.inline),
             "mfa": u.mfa_secret is not None, "recovery_codes_left": len(u.recovery or []),
+            "mfa_locked": u.mfa_locked, "mfa_failures": u.mfa_failures, "recovery_failures": u.recovery_failures,
             "created_at": rfc3339(u.created_at)}
 
 
@@ -113,19 +114,59 @@ def enable_mfa(plane: ControlPlane, name: str, seal_key: bytes, *, actor: str) -
     return plane.mutation("EnableMfa", actor, name, do, body={"user": name})
 
 
-def check_mfa(plane: ControlPlane, name: str, code: str, seal_key: bytes) -> None:
-    """Accept a fresh TOTP code (or a recovery code) for ``name``; remembers what was used."""
+def _attempts(u: UserRecord) -> mfa.Attempts:
+    return mfa.Attempts(u.mfa_failures, u.recovery_failures, u.mfa_blocked_until, u.mfa_locked)
+
+
+def _set_attempts(u: UserRecord, a: mfa.Attempts) -> None:
+    u.mfa_failures, u.recovery_failures = a.totp_failures, a.recovery_failures
+    u.mfa_blocked_until, u.mfa_locked = a.blocked_until, a.locked
+
+
+def check_mfa(plane: ControlPlane, name: str, code: str, seal_key: bytes, *, now: float | None = None) -> None:
+    """Accept a fresh TOTP code (or a recovery code) for ``name``; remembers what was used.
+
+    A wrong code is counted and persisted before the refusal is raised (a restart keeps
+    the count); while the user backs off or is locked no code is checked at all. The
+    lock is audited when it falls. ``now``: wall-clock seconds (tests pass their own)."""
+    # Wall-clock time: authenticator apps know no timeline (which may run faster).
+    now = time.time() if now is None else now
     u = _get(plane, name)
     if u.mfa_secret is None:
         raise InvalidInputError(f"user {name!r} has no MFA enrolled", field="mfa")
-    with plane.store.transaction():
-        if len(code) == mfa.DIGITS and code.isdigit():
-            secret = mfa.unseal(mfa.Sealed.from_bytes(base64.b64decode(u.mfa_secret)), seal_key, owner=f"user/{name}")
-            # Wall-clock time: authenticator apps know no timeline (which may run faster).
-            u.mfa_last_step = mfa.verify_code(secret, code, now=time.time(), last_step=u.mfa_last_step)
-        else:
+    mfa.gate(_attempts(u), now=now, user=name)
+    recovery = not (len(code) == mfa.DIGITS and code.isdigit())
+    try:
+        if recovery:
             u.recovery = mfa.use_recovery_code(code, u.recovery or [])
+        else:
+            secret = mfa.unseal(mfa.Sealed.from_bytes(base64.b64decode(u.mfa_secret)), seal_key, owner=f"user/{name}")
+            u.mfa_last_step = mfa.verify_code(secret, code, now=now, last_step=u.mfa_last_step)
+    except AuthError:
+        was_locked = u.mfa_locked
+        after = mfa.after_failure(_attempts(u), recovery=recovery, now=now)
+        _set_attempts(u, after)
+        with plane.store.transaction():
+            plane.store.save_user(u)
+            if after.locked and not was_locked:
+                plane.audit("system", "LockMfa", name, "ok",
+                            {"user": name, "totp_failures": after.totp_failures,
+                             "recovery_failures": after.recovery_failures})
+        raise
+    _set_attempts(u, mfa.Attempts())
+    plane.store.save_user(u)
+
+
+def unlock(plane: ControlPlane, name: str, *, actor: str) -> dict[str, Any]:
+    """Clear a user's failed-code count and lock (admin; audited)."""
+    def do() -> tuple[dict[str, Any], str]:
+        u = _get(plane, name)
+        before = _attempts(u)
+        _set_attempts(u, mfa.Attempts())
         plane.store.save_user(u)
+        return {**view(u), "was_locked": before.locked}, name
+
+    return plane.mutation("UnlockUser", actor, name, do, body={"user": name})
 
 
 def listing(plane: ControlPlane) -> list[dict[str, Any]]:

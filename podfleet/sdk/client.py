@@ -217,8 +217,10 @@ class PodfleetClient:
     def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
         return self._request("GET", "/v1/audit", params={"nextToken": next_token, "maxResults": max_results})
 
-    def verify_audit_chain(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/audit/verify")
+    def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> dict[str, Any]:
+        """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
+        return self._request("GET", "/v1/audit/verify",
+                             params={"allowMissingDigests": "true" if allow_missing_digests else None})
 
     def create_access_token(self, name: str, role: str) -> dict[str, Any]:
         return self._request("POST", "/v1/tokens", json={"name": name, "role": role})
@@ -349,6 +351,10 @@ class PodfleetClient:
     def enable_mfa(self, name: str) -> dict[str, Any]:
         """EnableMfa: ``otpauth_uri`` and ``recovery_codes``, shown once."""
         return self._request("POST", f"/v1/users/{_seg(name)}/mfa")
+
+    def unlock_user(self, name: str) -> dict[str, Any]:
+        """UnlockUser: clear the user's wrong-MFA-code count and lock (admin)."""
+        return self._request("POST", f"/v1/users/{_seg(name)}/unlock")
 
     def push_code(self, directory: str) -> dict[str, Any]:
         """Pack ``directory`` (links, ``.git`` and ``__pycache__`` left out) and upload it."""

@@ -6,7 +6,10 @@ canonical JSON of its fields (``canonical_json``: sorted keys, no spaces, UTF-8,
 Changing any field of any record, or removing or moving one, breaks the chain at that
 record or the one after it; and because the MAC needs the key, someone who edits the
 database cannot recompute the chain after an edit. Records written before the chain was
-keyed (``key_id`` None) carry a plain SHA-256; none may follow a keyed one (a downgrade).
+keyed (``key_id`` None) carry a plain SHA-256; none may follow a keyed one (a downgrade),
+and where the verifier holds MAC keys none is accepted at all: a chain recomputed as plain
+SHA-256 from its first record would otherwise verify (archive an older, unkeyed trail with
+retention before keying it).
 
 What the chain alone cannot show, that its newest records were deleted, the signed
 digests show (``security/digests.py``).
@@ -116,6 +119,9 @@ def verify_chain(records: Iterable[Any], keys: Mapping[str, bytes] | None = None
         if key_id is None and keyed:
             return ChainResult(False, rec.seq, f"record {rec.seq}: not keyed, after keyed records "
                                "(rewritten without the MAC key)", checked)
+        if key_id is None and keys:
+            return ChainResult(False, rec.seq, f"record {rec.seq}: not keyed, in a trail with MAC keys "
+                               "(recomputed as plain SHA-256 without the key)", checked)
         key = None
         if key_id is not None:
             keyed = True

@@ -3,7 +3,11 @@
 30-second steps, 6 digits, HMAC-SHA1 (what authenticator apps implement), one step of
 clock skew either way. A code is accepted once: the step it matched is remembered and any
 code for that step or an earlier one is refused (replay). Recovery codes are stored
-hashed and each works once. TOTP secrets are sealed at rest with AES-256-GCM under a key
+hashed and each works once. Wrong codes are counted per user, TOTP and recovery codes
+apart (``Attempts``): after the first ``FREE_FAILURES`` (a mistyped code) each failure makes
+the next try wait twice as long (1 s, 2 s, 4 s... up to ``BACKOFF_CAP_S``), and after ``MAX_FAILURES`` in a row the user's second factor is
+locked until an admin unlocks it. A six-digit code has a million values; ten tries leave an
+attacker holding a stolen token a one-in-100,000 chance. TOTP secrets are sealed at rest with AES-256-GCM under a key
 from the key provider, bound to the user they belong to (associated data), so a sealed
 secret copied onto another user does not open.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import os
 import secrets
 from dataclasses import dataclass
@@ -29,6 +34,10 @@ DIGITS = 6
 SKEW_STEPS = 1
 SECRET_BYTES = 20  # 160 bits, RFC 4226's recommendation for HMAC-SHA1
 RECOVERY_CODES = 10
+MAX_FAILURES = 10  # consecutive wrong codes of one kind before the second factor locks
+FREE_FAILURES = 2  # wrong codes in a row before the back-off starts
+BACKOFF_BASE_S = 1.0
+BACKOFF_CAP_S = 300.0
 
 
 def new_secret() -> bytes:
@@ -111,3 +120,40 @@ def unseal(sealed: Sealed, key: bytes, *, owner: str) -> bytes:
     except InvalidTag:
         raise ChecksumError(f"MFA secret of {owner} does not open with this key (altered, or not theirs)",
                             field="mfa") from None
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """A user's failed second-factor attempts (persisted with the user)."""
+
+    totp_failures: int = 0
+    recovery_failures: int = 0
+    blocked_until: float = 0.0  # wall-clock seconds: no code is even checked before then
+    locked: bool = False
+
+
+def backoff_s(failures: int) -> float:
+    """How long the next try waits after ``failures`` consecutive wrong codes."""
+    if failures <= FREE_FAILURES:
+        return 0.0
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** (failures - FREE_FAILURES - 1))
+
+
+def gate(attempts: Attempts, *, now: float, user: str) -> None:
+    """Refuse before checking a code while the user is locked or backing off (a code
+    checked during the back-off would still be an oracle for the attacker)."""
+    if attempts.locked:
+        raise AuthError(f"MFA for user {user} is locked after {MAX_FAILURES} wrong codes; an admin unlocks it "
+                        f"with `podfleet user unlock {user}`")
+    wait = attempts.blocked_until - now
+    if wait > 0:
+        raise AuthError(f"too many wrong MFA codes for user {user}: retry in {math.ceil(wait)} s",
+                        retry_after_s=math.ceil(wait))
+
+
+def after_failure(attempts: Attempts, *, recovery: bool, now: float) -> Attempts:
+    """The attempts after one more wrong code of its kind: longer back-off, maybe locked."""
+    totp = attempts.totp_failures + (0 if recovery else 1)
+    rec = attempts.recovery_failures + (1 if recovery else 0)
+    n = rec if recovery else totp
+    return Attempts(totp, rec, now + backoff_s(n), attempts.locked or n >= MAX_FAILURES)

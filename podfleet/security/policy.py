@@ -2,8 +2,9 @@
 
 A policy is ``{"Statement": [{"Effect": "Allow"|"Deny", "Action": ..., "Resource": ...,
 "Condition": ...}]}``. ``Action`` names operationIds (``DeleteCluster``) with ``*`` and
-``?`` wildcards (``Describe*``); ``Resource`` names ``cluster/NAME``, ``job/ID``,
-``token/ID``, ``audit``, ``code``... with wildcards (``job/*``). ``Condition`` supports
+``?`` wildcards (``Describe*``), and the option actions a handler asks for when a request
+uses a privileged option (``UseCheckpointOptions``, ``UseFabricCommands``); ``Resource``
+names ``cluster/NAME``, ``job/ID``, ``token/ID``, ``audit``, ``code``... with wildcards (``job/*``). ``Condition`` supports
 ``Bool`` / ``BoolIfExists`` / ``StringEquals`` / ``StringLike`` over the request context
 (``podfleet:MultiFactorAuthPresent``, ``podfleet:PrincipalRole``...).
 
@@ -12,8 +13,10 @@ any matching statement allows; else the request is denied implicitly. The order 
 policies and statements never matters.
 
 Built-in policies: ``ClusterAdmin``, ``Scheduler`` (jobs), ``StorageAccess`` (checkpoint
-options), ``ReadOnly``, ``Auditor``; and one per role, derived from the API's table of
-operations (``role_policy``), so existing role tokens keep exactly their rights.
+options), ``ReadOnly``, ``Auditor``; their reads are named one by one (``READ_ACTIONS``),
+so the admin-only reads (``ADMIN_READS``: tokens, users) stay ClusterAdmin's. And one
+policy per role, derived from the API's table of operations and option actions
+(``role_policy``), so role tokens keep exactly the rights the role model gives them.
 """
 
 from __future__ import annotations
@@ -136,12 +139,31 @@ def _policy(name: str, *statements: dict[str, Any]) -> Policy:
     return parse_policy(name, {"Statement": list(statements)})
 
 
-READ_ACTIONS = ["Describe*", "List*", "Get*", "PlanParallelism"]
+# The reads anyone with a read policy may make, named one by one: wildcards such as
+# ``List*`` would also grant the admin-only reads below, and any read added later.
+READ_ACTIONS = ["ListClusters", "DescribeCluster", "DescribeClusterHardware", "GetClusterLogs",
+                "ListTrainingJobs", "DescribeTrainingJob", "GetJobLogs", "GetJobMetrics", "GetTelemetry",
+                "PlanParallelism", "ListAlerts", "ListRecoveries", "ListFirmwareUpdates", "DescribeFirmwareUpdate",
+                "DiagnoseCluster", "GetRecommendations", "ListGuides", "GetGuide", "ListHealthReports",
+                "GetHealthReport"]
+AUDIT_READS = ["ListAuditEvents", "VerifyAuditChain"]
+# Reads only ClusterAdmin (or an inline policy naming them) grants: who holds which
+# credential, and who may do what.
+ADMIN_READS = ["ListAccessTokens", "ListUsers", "DescribeUser"]
+# Actions that are parts of an operation, not operations: the handler asks for them when
+# a request uses the option. UseCheckpointOptions: a job's checkpoint_dir, key_file or
+# encrypt_checkpoints false (checkpoints leave the cluster's encrypted data directory).
+# UseFabricCommands: a cluster's rayAddress, neuronLs or neuronMonitor (the control plane
+# connects to, or runs, what they name on its own host).
+CHECKPOINT_OPTIONS_ACTION = "UseCheckpointOptions"
+FABRIC_COMMANDS_ACTION = "UseFabricCommands"
+OPTION_ACTIONS = [CHECKPOINT_OPTIONS_ACTION, FABRIC_COMMANDS_ACTION]
 # Changes that need a second factor when MFA is enforced (``MFA_REQUIRED`` policy): token
 # creation, policy changes (creating a user attaches policies), key rotation, cluster
-# deletion. EnableMfa is not among them: a user without MFA must be able to enrol.
+# deletion, unlocking a user's second factor. EnableMfa is not among them: a user without
+# MFA must be able to enrol.
 MFA_ACTIONS = ["CreateAccessToken", "CreateUser", "Put*Policy", "Attach*Policy", "Delete*Policy", "RotateKeys",
-               "DeleteCluster"]
+               "DeleteCluster", "UnlockUser"]
 
 BUILTIN: dict[str, Policy] = {
     "ClusterAdmin": _policy("ClusterAdmin", {"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}),
@@ -156,7 +178,7 @@ BUILTIN: dict[str, Policy] = {
                         {"Sid": "NotAudit", "Effect": "Deny", "Action": ["ListAuditEvents", "VerifyAuditChain"],
                          "Resource": "*"}),
     "Auditor": _policy("Auditor", {"Sid": "Audit", "Effect": "Allow", "Resource": "*",
-                                   "Action": ["ListAuditEvents", "VerifyAuditChain", *READ_ACTIONS]}),
+                                   "Action": [*AUDIT_READS, *READ_ACTIONS]}),
     "MFARequired": _policy("MFARequired", {"Sid": "SecondFactor", "Effect": "Deny", "Action": MFA_ACTIONS,
                                            "Resource": "*", "Condition": {"BoolIfExists": {MFA_KEY: "false"}}}),
 }

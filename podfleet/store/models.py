@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -147,6 +148,10 @@ class UserRow(Base):
     mfa_secret: Mapped[str | None] = mapped_column(Text, nullable=True)
     mfa_last_step: Mapped[int] = mapped_column(Integer)
     recovery: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    mfa_failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    recovery_failures: Mapped[int] = mapped_column(Integer, server_default="0")
+    mfa_blocked_until: Mapped[float] = mapped_column(Double, server_default="0")
+    mfa_locked: Mapped[bool] = mapped_column(Boolean, server_default=false())
 
 
 class AuditArchiveRow(Base):

@@ -89,6 +89,11 @@ class UserRecord:
     mfa_secret: str | None = None  # sealed TOTP secret (base64), None: not enrolled
     mfa_last_step: int = 0  # the newest TOTP step accepted (replay guard)
     recovery: list[str] | None = None  # hashes of unused recovery codes
+    # Failed second-factor attempts (security/mfa.Attempts): back-off and lockout.
+    mfa_failures: int = 0
+    recovery_failures: int = 0
+    mfa_blocked_until: float = 0.0  # wall-clock seconds
+    mfa_locked: bool = False
 
 
 @dataclass

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 def _record(r: UserRow) -> UserRecord:
     return UserRecord(r.name, list(r.policies), dict(r.inline), r.created_at, r.mfa_secret, r.mfa_last_step,
-                      list(r.recovery) if r.recovery is not None else None)
+                      list(r.recovery) if r.recovery is not None else None, r.mfa_failures, r.recovery_failures,
+                      r.mfa_blocked_until, bool(r.mfa_locked))
 
 
 class UserStore:
@@ -30,7 +31,9 @@ class UserStore:
 
     def save_user(self, rec: UserRecord) -> None:
         row = {"name": rec.name, "policies": rec.policies, "inline": rec.inline, "created_at": rec.created_at,
-               "mfa_secret": rec.mfa_secret, "mfa_last_step": rec.mfa_last_step, "recovery": rec.recovery}
+               "mfa_secret": rec.mfa_secret, "mfa_last_step": rec.mfa_last_step, "recovery": rec.recovery,
+               "mfa_failures": rec.mfa_failures, "recovery_failures": rec.recovery_failures,
+               "mfa_blocked_until": rec.mfa_blocked_until, "mfa_locked": rec.mfa_locked}
         ins = (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table_of(UserRow))
         stmt = ins.values(**row).on_conflict_do_update(
             index_elements=["name"], set_={k: v for k, v in row.items() if k != "name"})

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from podfleet.cli.main import app as cli
 from podfleet.security.audit import audit_hash
-from podfleet.security.digests import DigestWriter, signing_key, verify_trail
+from podfleet.security.digests import DigestWriter, signing_key, verify_trail, write_digest
 from podfleet.security.keyring import FileKeyProvider, current_key, rotate, versions
 from podfleet.store import Store, open_store
 
@@ -148,6 +148,7 @@ def test_rotation_keeps_old_records_verifiable(trail) -> None:
     store.use_audit_keys(kid, key, known)
     rec = store.append_audit(time=1.0, actor="a", action="b", target="c", result="ok", detail={})
     assert rec.key_id == "audit-mac-v2"
+    write_digest(store.audit_head(), digests, signing_key(keys, create=False))  # the server signs it
     assert store.verify_audit()[0] and check(store, digests, keys)[0]
     store.use_audit_keys("audit-mac-v2", key)  # v1 forgotten: its records no longer verify
     ok, bad, msg = store.verify_audit()

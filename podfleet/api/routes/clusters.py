@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
 
-from podfleet.api.auth import CurrentPrincipal
+from podfleet.api.auth import CurrentPrincipal, require_fabric_commands
 from podfleet.api.deps import ChipQuery, ClusterRef, MaxResults, NextToken, Plane
 from podfleet.api.schemas import (
     ChipOut,
@@ -19,24 +19,20 @@ from podfleet.api.schemas import (
     Logs,
 )
 from podfleet.api.sse import stream
-from podfleet.errors import ForbiddenError
-from podfleet.security.tokens import Role
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 
 
 @router.post("", operation_id="CreateTrainiumCluster", response_model=Cluster,
              status_code=status.HTTP_201_CREATED)
-async def create_cluster(body: CreateClusterRequest, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+async def create_cluster(body: CreateClusterRequest, request: Request, plane: Plane,
+                         who: CurrentPrincipal) -> dict[str, Any]:
     """Create a cluster; its deployment runs as steps (follow them with GetClusterLogs?follow=true).
-    ``neuronLs`` / ``neuronMonitor`` name programs the control plane runs on its own host:
-    admins only."""
-    if (body.neuronLs is not None or body.neuronMonitor is not None) and not who.role.allows(Role.ADMIN):
-        await plane.call(plane.audit, who.actor, "CreateTrainiumCluster", body.name, "denied",
-                         {"role": who.role.value, "required": "admin", "field": "neuronLs/neuronMonitor"})
-        raise ForbiddenError(f"role {who.role.value} may not set neuronLs or neuronMonitor: they run commands "
-                             "on the control-plane host (needs admin); leave them out for the defaults",
-                             allowed=[Role.ADMIN.value])
+    ``rayAddress`` names a Ray cluster the control plane joins, ``neuronLs`` /
+    ``neuronMonitor`` programs it runs on its own host: they need UseFabricCommands (admins;
+    a user's policies must grant it)."""
+    host = {"rayAddress": body.rayAddress, "neuronLs": body.neuronLs, "neuronMonitor": body.neuronMonitor}
+    await require_fabric_commands(request, who, body.name, [k for k, v in host.items() if v is not None])
     data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor"}, exclude_none=True)
     named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor}
     data.update({k: v for k, v in named.items() if v is not None})

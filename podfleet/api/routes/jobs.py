@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, status
 
-from podfleet.api.auth import CurrentPrincipal, require_admin_for_options
+from podfleet.api.auth import CurrentPrincipal, require_checkpoint_options
 from podfleet.api.deps import ClusterRef, JobRef, MaxResults, NextToken, Plane
 from podfleet.api.schemas import Job, JobList, JobMetricsOut, JobStateName, Logs, SubmitJobRequest
 from podfleet.api.sse import stream
@@ -28,11 +28,12 @@ async def submit_job(cluster: ClusterRef, body: SubmitJobRequest, request: Reque
                      who: CurrentPrincipal) -> dict[str, Any]:
     """Submit a training job; it is placed (all chips or none) when chips are free.
     Options that move checkpoints or their key (``checkpoint_dir``, ``key_file``) or turn
-    encryption off (``encrypt_checkpoints: false``) are admin only, and audited."""
+    encryption off (``encrypt_checkpoints: false``) need UseCheckpointOptions (admins; a
+    user's policies must grant it, e.g. StorageAccess), and are audited."""
     data = body.model_dump(exclude={"clientToken", "gradCompression"}, exclude_none=True)
     if body.gradCompression is not None:
         data["grad_compression"] = body.gradCompression
-    await require_admin_for_options(request, who, "SubmitTrainingJob", cluster, data.get("options"))
+    await require_checkpoint_options(request, who, cluster, data.get("options"))
     return await plane.call(plane.jobs.submit, cluster, data, actor=who.actor, client_token=body.clientToken)
 
 

@@ -1,4 +1,4 @@
-"""Users (admin): create, list, describe; attach or set policies; enrol TOTP MFA."""
+"""Users (admin): create, list, describe; attach or set policies; enrol TOTP MFA; unlock it."""
 
 from __future__ import annotations
 
@@ -112,3 +112,10 @@ async def enable_mfa(user: UserName, request: Request, plane: Plane, who: Curren
     out = await plane.call(users.enable_mfa, plane, user, key, actor=who.actor)
     request.app.state.users.forget(user)
     return out
+
+
+@router.post("/{user}/unlock", operation_id="UnlockUser")
+async def unlock_user(user: UserName, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    """Clear the user's count of wrong MFA codes and the lock that ten of them set
+    (audited; a user's token needs a second factor of its own)."""
+    return await plane.call(users.unlock, plane, user, actor=who.actor)
