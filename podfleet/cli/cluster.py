@@ -65,8 +65,9 @@ def create(
     hbm_gib: float = typer.Option(None, "--hbm-gib", help="per-chip memory, GiB"),
     link_bw_gbps: float = typer.Option(None, "--link-bw-gbps", help="interconnect bandwidth per link, GB/s"),
     storage_nodes: int = typer.Option(1, "--storage-nodes", help="storage nodes to mount (0-16)"),
-    encryption: bool = typer.Option(True, "--encryption/--no-encryption"),
-    network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation"),
+    encryption: bool = typer.Option(True, "--encryption/--no-encryption", help="encrypt storage mounts and checkpoints"),
+    network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation",
+                                           help="keep the cluster's interconnect and storage network apart from others"),
     fabric: str = typer.Option(None, "--fabric", help="sim | local | ray | neuron (default: the server's)"),
     ray_address: str = typer.Option(None, "--ray-address", help="fabric ray: HOST:6379, ray://HOST:10001 or auto "
                                     "(default PODFLEET_RAY_ADDRESS, else a private local Ray)"),

@@ -55,13 +55,13 @@ def submit(
     model: str | None = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
                               "local/ray clusters debug, tiny, small (optional with --entrypoint)"),
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
-    steps: int = typer.Option(1000, "--steps"),
+    steps: int = typer.Option(1000, "--steps", help="training steps to run (1 or more)"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
     priority: int = typer.Option(50, "--priority", help="0-100, higher first"),
     team: str | None = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
     parallelism: str = typer.Option("auto", "--parallelism", help="auto or TP,PP,DP"),
     entrypoint: Path | None = typer.Option(None, "--entrypoint", help="training script (real fabrics)"),
-    name: str | None = typer.Option(None, "--name"),
+    name: str | None = typer.Option(None, "--name", help="a name to show beside the id (default: none)"),
     max_retries: int | None = typer.Option(None, "--max-retries", help="local/ray: crashes in the job's code allowed"),
     option: list[str] = typer.Option(None, "--option", help="local/ray worker option KEY=VALUE (repeatable): "
                                      "seed, global_batch, seq_len, lr, step_delay_s, threads, checkpoint_dir, ..."),
