@@ -139,9 +139,9 @@ def refusal(err: Mapping[str, Any], field: str, *, allowed: list[Any] | str | No
     if kind in ("string_too_short", "string_too_long", "too_short", "too_long"):
         unit = "characters" if kind.startswith("string") else "items"
         lo, hi = ctx.get("min_length"), ctx.get("max_length")
-        size = len(value) if isinstance(value, str | list | tuple | dict) else ctx.get("actual_length")
+        count = len(value) if isinstance(value, str | list | tuple | dict) else ctx.get("actual_length")
         bound = f"at least {lo}" if kind.endswith("short") else f"at most {hi}"
-        return Refusal(field, f"{field}: {size} {unit} is too {'few' if kind.endswith('short') else 'many'}; "
+        return Refusal(field, f"{field}: {count} {unit} is too {'few' if kind.endswith('short') else 'many'}; "
                        f"give {bound} {unit}", allowed)
     if kind == "missing":
         return Refusal(field, f"{field} is required", allowed)

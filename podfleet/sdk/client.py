@@ -210,13 +210,15 @@ class PodfleetClient:
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
 
     # --- chip lifecycle ---------------------------------------------------------------------
-    def cordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
-        """CordonChip: no new placement lands on the chip."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon")
+    def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
+        """CordonChip: no new placement lands on the chip (``reason``: kept in the audit record)."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
+                             params={"reason": reason})
 
-    def drain_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+    def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
         """DrainChip: cordon, and move the chip's rank off through the recovery path."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain")
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
+                             params={"reason": reason})
 
     def uncordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
         """UncordonChip: back to placement."""
@@ -399,6 +401,24 @@ class PodfleetClient:
     def enable_mfa(self, name: str) -> dict[str, Any]:
         """EnableMfa: ``otpauth_uri`` and ``recovery_codes``, shown once."""
         return self._request("POST", f"/v1/users/{_seg(name)}/mfa")
+
+    def push_file(self, path: str) -> dict[str, Any]:
+        """Upload one script alone (``podfleet job submit --entrypoint FILE``); its ``ref``
+        plus the file's name is the entrypoint. A script that imports its neighbours is
+        pushed with its directory (``push_code``)."""
+        import io
+        import tarfile
+        from pathlib import Path
+
+        src = Path(path)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar, src.open("rb") as f:
+            info = tar.gettarinfo(str(src), arcname=src.name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0  # the same script gives the same digest
+            tar.addfile(info, f)
+        return self.upload_code(buf.getvalue())
 
     def push_code(self, directory: str) -> dict[str, Any]:
         """Pack ``directory`` (links, ``.git`` and ``__pycache__`` left out) and upload it."""
