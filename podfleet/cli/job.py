@@ -19,7 +19,7 @@ from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
-COLUMNS = ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens_per_s", "reason"]
+COLUMNS = ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens_per_s", "why", "reason"]
 CODE_REF = re.compile(r"code:[0-9a-f]{64}/[^\x00]+")
 JOB_STATES = ("PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING", "SUCCEEDED", "FAILED", "STOPPED")
 
@@ -90,6 +90,8 @@ def submit(
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
             **({"gradCompression": grad_compression} if grad_compression is not None else {}),
         )
+        if output == OutputFormat.table:
+            out = {**out, "why": reason_code(str(out.get("state", "")), str(out.get("reason") or ""))}
         emit(out, output, columns=[*COLUMNS, "allocation"], title="job")
 
 
@@ -164,10 +166,39 @@ def cluster_names(c: PodfleetClient) -> dict[str, str]:
     return {cl["id"]: cl["name"] for cl in c.iter_clusters()}
 
 
+# Short reason codes beside the sentence, like squeue's NODELIST(REASON): the first rule
+# whose words the scheduler's reason holds. Order matters: "no lower-priority job to
+# preempt" is a job waiting for resources, not one behind a higher priority.
+REASON_CODES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("QuotaExceeded", ("over quota", "quota is")),
+    ("Dependency", ("depends on", "dependency")),
+    ("Preempted", ("preempted", "requeued")),
+    ("Preempting", ("preempting ", "to checkpoint")),
+    ("Priority", ("nominated for another job", "held for", "higher-priority job")),
+    ("Resources", ("no free ", "waiting for free chips", "healthy chip", "not spares", "are no longer free",
+                   "gang incomplete")),
+    ("None", ("next scheduling cycle",)),
+)
+WAITING = ("PENDING", "PLACING")
+
+
+def reason_code(state: str, reason: str) -> str:
+    """``Resources``, ``Priority``, ``QuotaExceeded``, ``Dependency``, ``Preempted``,
+    ``Preempting`` or ``None`` for a waiting job; ``Recovering`` for one that recovers;
+    "" for the others (their reason is what happened, not why they wait)."""
+    if state == "RECOVERING":
+        return "Recovering"
+    if state not in WAITING:
+        return ""
+    text = reason.lower()
+    return next((code for code, words in REASON_CODES if any(w in text for w in words)), "Resources")
+
+
 def table_row(j: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     p = j.get("progress") or {}
     return {**j, "cluster": names.get(j["cluster_id"], j["cluster_id"]),
-            "progress": f"{p.get('step', 0)}/{p.get('steps', 0)}", "tokens_per_s": p.get("tokens_per_s")}
+            "progress": f"{p.get('step', 0)}/{p.get('steps', 0)}", "tokens_per_s": p.get("tokens_per_s"),
+            "why": reason_code(str(j.get("state", "")), str(j.get("reason") or ""))}
 
 
 @app.command("describe")
