@@ -175,7 +175,7 @@ REASON_CODES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Preempted", ("preempted", "requeued")),
     ("Preempting", ("preempting ", "to checkpoint")),
     ("Priority", ("nominated for another job", "held for", "higher-priority job")),
-    ("Resources", ("no free ", "waiting for free chips", "healthy chip", "not spares", "are no longer free",
+    ("Resources", ("no free ", "healthy chip", "not spares", "are no longer free",
                    "gang incomplete")),
     ("None", ("next scheduling cycle",)),
 )
