@@ -34,6 +34,7 @@ PATTERN_WORDS: dict[str, tuple[str, Callable[[str], str] | None]] = {
                             lambda v: re.sub(r"[^A-Za-z0-9._:-]+", "-", v)),
     r"^\d{1,5}-\d{1,5}$": ("a link is A-B, two chip indices (e.g. 0-1)", None),
     r"^(/|code:[0-9a-f]{64}/).+$": ("an absolute path, or code:<sha256>/<script> from podfleet code push", None),
+    r"^[^\x00-\x1f\x7f]+$": ("one line of text, without control characters", None),
 }
 
 _TYPE_WORDS = {

@@ -62,8 +62,7 @@ def _allowed_from_schema(req: Request, field: str) -> Any:
             meta = param.field_info.metadata
             lo = next((m.ge for m in meta if hasattr(m, "ge")), None)
             hi = next((m.le for m in meta if hasattr(m, "le")), None)
-            if lo is not None and hi is not None:
-                return f"{lo}-{hi}"
+            return f"{lo}-{hi}" if lo is not None and hi is not None else None
     body = getattr(route, "body_field", None)
     model = getattr(getattr(body, "field_info", None), "annotation", None)
     if model is None or not hasattr(model, "model_json_schema") or "." in field:

@@ -102,3 +102,13 @@ def test_rank_moved_names_job_rank_and_chips() -> None:
     ev = FabricEvent("rank-moved", 1.0, job_id="job-1", detail={"rank": 3, "from_chip": 5, "to_chip": 63})
     assert event_line(ev) == "fabric: rank-moved: job job-1 rank 3 chip 5 -> chip 63"
     assert event_line(FabricEvent("chip-failed", 1.0, chip=5)) == "fabric: chip-failed"  # reports match it
+
+
+def test_chip_reason_is_one_line_of_text(live: Live, busy: dict[str, str]) -> None:
+    code, _, err = run(live, "chip", "cordon", "ops-node", "3", "--reason", "fan\nnoise")
+    assert code == 2 and "--reason: 'fan\\nnoise' is not valid: one line of text" in err, err
+    code, out, err = run(live, "chip", "cordon", "ops-node", "3", "--reason", "fan noise", "-o", "json")
+    assert code == 0 and json.loads(out)["mode"] == "cordoned", err
+    code, out, _ = run(live, "cluster", "events", "ops-node")
+    assert "chip 3: cordon (schedulable -> cordoned): fan noise" in out
+    assert run(live, "chip", "uncordon", "ops-node", "3")[0] == 0
