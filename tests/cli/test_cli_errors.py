@@ -275,3 +275,28 @@ def test_up_refuses_bad_settings_in_one_line(args: list[str], env: dict[str, str
     assert r.exit_code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, r.output
     for w in words:
         assert w in err, (w, err)
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["plan", "--model", "lama3-8b", "--chips", "8"], ["did you mean 'llama3-8b'?"]),
+    (["plan", "--model", "llama3-8b", "--chips", "0"], ["chips"]),
+    (["plan", "--model", "llama3-8b", "--chips", "8", "--topology", "nope"], ["trn2-ultraserver"]),
+    (["plan", "--model", "llama3-8b", "--chips", "8", "--chip-type", "tpu"], ["trn2"]),
+    (["plan", "--model", "llama3-8b", "--chips", "8", "--grad-compression", "zip"], ["powersgd:RANK"]),
+    (["plan", "--model", "llama3-8b", "--chips", "8", "--tp", "3"], ["tp (3) does not divide chips (8)"]),
+    (["plan", "--model", "llama3-8b", "--chips", "8", "--zero-stage", "9"], ["0, 1, 2 or 3"]),
+    (["topology", "show", "nope"], ["trn2-ultraserver"]),
+    (["docs", "nope"], ["guides: "]),
+    (["bench", "run", "nope"], ["api-latency"]),
+    (["policy", "simulate", "nobody", "Nope"], ["ReadOnly"]),
+    (["keys", "rotate", "--key-file", "/nonexistent/k"], ["no key file"]),
+    (["sim", "/nonexistent.yaml"], ["does not exist"]),
+    (["up", "--tls-cert", "/nonexistent"], ["--tls-key"]),
+    (["up", "--host", "no such host"], ["--host no such host"]),
+])
+def test_local_commands_refuse_in_one_line(args: list[str], words: list[str], tmp_path: Path) -> None:
+    r = runner.invoke(app, args, env={"HOME": str(tmp_path)})
+    err = r.stderr.strip()
+    assert r.exit_code != 0 and len(err.splitlines()) == 1 and "Traceback" not in r.output, r.output
+    for w in words:
+        assert w in err, (w, err)
