@@ -18,6 +18,7 @@ when the problem is attributable to one input field.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 
@@ -44,8 +45,10 @@ class UnknownNameError(InvalidInputError):
 
     def __init__(self, kind: str, name: object, valid: Iterable[str], *, field: str | None = None):
         self.valid = sorted(valid)
+        near = difflib.get_close_matches(str(name), self.valid, n=1, cutoff=0.6)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
         super().__init__(
-            f"unknown {kind} {name!r}; valid: {', '.join(self.valid)}",
+            f"unknown {kind} {name!r}{hint}; valid: {', '.join(self.valid)}",
             field=field or kind.replace(" ", "_"),
             allowed=self.valid,
         )
@@ -94,3 +97,14 @@ class ChecksumError(PodfleetError):
     code = "integrity"
     http_status = 422
     exit_code = 6
+
+
+def error_class(code: str) -> type[PodfleetError]:
+    """The class of the error whose stable ``code`` this is (PodfleetError when none is)."""
+    todo: list[type[PodfleetError]] = [PodfleetError]
+    while todo:
+        cls = todo.pop()
+        if cls.code == code:
+            return cls
+        todo.extend(cls.__subclasses__())
+    return PodfleetError

@@ -34,10 +34,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from podfleet.errors import InvalidInputError
+from podfleet.validation import range_of, refusal
 
 
 class Settings(BaseSettings):
@@ -46,7 +49,7 @@ class Settings(BaseSettings):
     db: str | None = None
     host: str = "127.0.0.1"
     port: int = Field(8470, ge=0, le=65535)
-    fabric: str = "sim"
+    fabric: Literal["sim", "local", "ray", "neuron"] = "sim"
     speed: float = Field(1.0, gt=0)
     seed: int = 0
     telemetry_interval_s: float = Field(1.0, gt=0)
@@ -94,4 +97,12 @@ def get_settings(**overrides: object) -> Settings:
     # Unvalidated input on its way into the validator: pydantic checks and coerces each
     # value against its field, so the mapping is typed as what the validator accepts.
     given: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
-    return Settings(**given)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        # One line naming where the value came from: the flag, or the environment variable.
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err.get("loc") else "settings"
+        where = f"--{name.replace('_', '-')}" if name in given else f"PODFLEET_{name.upper()}"
+        out = refusal(err, where, allowed=range_of(Settings, err.get("loc", ())), what=name)
+        raise InvalidInputError(out.message, field=name, allowed=out.allowed) from None

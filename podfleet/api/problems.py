@@ -8,7 +8,6 @@ here too, so bad input is always a 4xx problem, never a 500 or a bare ``{"detail
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from podfleet.errors import PodfleetError
+from podfleet.validation import first_refusal
 
 log = logging.getLogger("podfleet.api")
 MEDIA_TYPE = "application/problem+json"
@@ -56,21 +56,6 @@ def _validation_field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-def _allowed(err: Mapping[str, Any]) -> list[str] | str | None:
-    ctx = err.get("ctx") or {}
-    if "expected" in ctx:
-        return [s.strip().strip("'") for s in str(ctx["expected"]).replace(" or ", ", ").split(",")]
-    lo = ctx.get("ge", ctx.get("gt"))
-    hi = ctx.get("le", ctx.get("lt"))
-    if lo is not None or hi is not None:
-        left = "" if lo is None else (f"{lo}" if "ge" in ctx else f">{lo}")
-        right = "" if hi is None else (f"{hi}" if "le" in ctx else f"<{hi}")
-        return f"{left}-{right}" if left and right else (f">= {left}" if left else f"<= {right}")
-    if "pattern" in ctx:
-        return f"pattern {ctx['pattern']}"
-    return None
-
-
 def _allowed_from_schema(req: Request, field: str) -> Any:
     """Allowed values of a body field from its JSON schema: enum, or min-max range."""
     route = req.scope.get("route")
@@ -80,19 +65,23 @@ def _allowed_from_schema(req: Request, field: str) -> Any:
             meta = param.field_info.metadata
             lo = next((m.ge for m in meta if hasattr(m, "ge")), None)
             hi = next((m.le for m in meta if hasattr(m, "le")), None)
-            if lo is not None and hi is not None:
-                return f"{lo}-{hi}"
+            return f"{lo}-{hi}" if lo is not None and hi is not None else None
     body = getattr(route, "body_field", None)
     model = getattr(getattr(body, "field_info", None), "annotation", None)
     if model is None or not hasattr(model, "model_json_schema") or "." in field:
         return None
-    prop = model.model_json_schema().get("properties", {}).get(field, {})
+    props = model.model_json_schema().get("properties", {})
+    if field not in props:  # an unknown field: the fields there are
+        return sorted(props)
+    prop = props[field]
     options = prop.get("anyOf", [prop])
+    # A union of names (FaultKind | 'kill-worker') allows every member's names.
+    names = [v for o in options for v in (o.get("enum") or ([o["const"]] if "const" in o else []))]
+    if names and all("enum" in o or "const" in o or o.get("type") == "null" for o in options):
+        return names
     for o in options:
         if "enum" in o:
             return list(o["enum"])
-        if "const" in o and len(options) == 1:
-            return [o["const"]]
         lo, hi = o.get("minimum"), o.get("maximum")
         if lo is not None and hi is not None:
             return f"{lo}-{hi}"
@@ -119,16 +108,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
-        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
-        field = _validation_field(tuple(first.get("loc", ())))
-        msg = str(first.get("msg", "invalid"))
-        detail = f"{field}: {msg}" + (f" ({len(errs) - 1} more)" if len(errs) > 1 else "")
+        # One sentence that names the field, the value, what is allowed and the fix
+        # (podfleet.validation), never pydantic's own words.
+        out = first_refusal(exc.errors(), lambda e: _validation_field(tuple(e.get("loc", ()))),
+                            lambda f: _allowed_from_schema(req, f))
         hook = getattr(req.app.state, "on_invalid", None)
         if hook is not None:
-            await hook(req, detail)
-        allowed = _allowed_from_schema(req, field) or _allowed(first)
-        return problem(400, "invalid-input", detail, field=field, allowed=allowed)
+            await hook(req, out.message)
+        return problem(400, "invalid-input", out.message, field=out.field, allowed=out.allowed)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException) -> JSONResponse:

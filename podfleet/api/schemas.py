@@ -327,7 +327,8 @@ class ChipLifecycleOut(_Out):
     cluster: str
     chip: int
     state: str = Field(..., description="the fabric's: healthy, degraded, failed, isolated, updating")
-    mode: str = Field(..., description="the operator's: schedulable, cordoned, draining")
+    mode: str = Field(..., description="the operator's: schedulable, cordoned, draining; or unavailable: left "
+                      "schedulable, but its state (not healthy) keeps placement off it")
     spare: bool
     job: str | None = None
 

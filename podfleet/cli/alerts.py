@@ -1,5 +1,9 @@
-"""``podfleet alerts list CLUSTER [--state S]`` / ``podfleet alerts ack ALERT_ID`` /
-``podfleet alerts recoveries CLUSTER``."""
+"""``podfleet alerts list [CLUSTER] [--state S]`` / ``podfleet alerts ack ALERT_ID... [--cluster C]`` /
+``podfleet alerts recoveries CLUSTER``.
+
+Both ``list`` and ``ack`` take a cluster the same way, and neither needs one: alert ids
+are unique across clusters, so ``ack`` checks the cluster only when given one, and
+``list`` without a cluster lists every cluster's alerts."""
 
 from __future__ import annotations
 
@@ -7,41 +11,56 @@ import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InvalidInputError, NotFoundError
 
 app = typer.Typer(help="Health alerts and recovery flows.", no_args_is_help=True)
 STATES = ("firing", "acknowledged", "resolved")
 
 
+ALERT_COLUMNS = ["id", "cluster", "state", "severity", "target", "jobs", "rule", "message", "count", "last_seen_at"]
+
+
 @app.command("list")
 def list_alerts(
-    cluster: str = typer.Argument(..., help="id or name"),
-    state: str | None = typer.Option(None, "--state", help="firing, acknowledged or resolved"),
+    cluster: str | None = typer.Argument(None, help="id or name; default: every cluster"),
+    state: str | None = typer.Option(None, "--state", help="firing, acknowledged or resolved (any case)"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
-    """Alerts of a cluster (resolved ones are kept)."""
+    """Alerts of a cluster, or of every cluster (resolved ones are kept)."""
     with errors():
         state = state.strip().lower() if state is not None else None
         if state is not None and state not in STATES:
             raise InvalidInputError(f"--state must be one of {', '.join(STATES)} (any case), got {state!r}",
                                     field="state", allowed=list(STATES))
-        out = client(url, token).list_alerts(cluster, state)
-        emit(out["alerts"], output, title="alerts",
-             columns=["id", "state", "severity", "target", "jobs", "rule", "message", "count", "last_seen_at"])
+        c = client(url, token)
+        clusters = [c.describe_cluster(cluster)] if cluster else list(c.iter_clusters())
+        alerts = [{**a, "cluster": cl["name"]} for cl in clusters for a in c.list_alerts(cl["id"], state)["alerts"]]
+        emit(alerts, output, title="alerts", columns=ALERT_COLUMNS)
 
 
 @app.command("ack")
 def ack(
-    alert_id: str = typer.Argument(..., help="al-..."),
+    alert_ids: list[str] = typer.Argument(..., help="al-... (one or more, from alerts list)"),
+    cluster: str | None = typer.Option(None, "--cluster", help="only if the alert is this cluster's (id or name)"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
-    """Acknowledge a firing alert."""
+    """Acknowledge firing alerts: they stay open, marked as seen by you."""
     with errors():
-        emit(client(url, token).acknowledge_alert(alert_id), output, title="alert")
+        c = client(url, token)
+        want = c.describe_cluster(cluster)["id"] if cluster else None
+        if want is not None:
+            theirs = {a["id"] for a in c.list_alerts(want)["alerts"]}
+            stray = [a for a in alert_ids if a not in theirs]
+            if stray:
+                raise NotFoundError(f"alert {stray[0]} is not an alert of cluster {cluster} "
+                                    f"(podfleet alerts list {cluster})", field="alert")
+        out = [c.acknowledge_alert(a) for a in alert_ids]
+        emit(out[0] if len(out) == 1 else out, output, title="alert", columns=None if len(out) == 1 else
+             ["id", "state", "severity", "target", "rule", "acknowledged_by", "last_seen_at"])
 
 
 @app.command("recoveries")

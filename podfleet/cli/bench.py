@@ -19,7 +19,7 @@ def list_(output: OutputFormat = OutputOpt) -> None:
 
 @app.command("run")
 def run(
-    name: str,
+    name: str = typer.Argument(..., help="a benchmark (podfleet bench list)"),
     quick: bool = typer.Option(False, "--quick", help="a shortened run for smoke checks"),
     output: OutputFormat = OutputOpt,
 ) -> None:

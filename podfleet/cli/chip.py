@@ -21,18 +21,24 @@ def _run(action: Callable[[PodfleetClient], dict[str, Any]], url: str, token: st
         emit(action(client(url, token)), output, columns=COLUMNS, title=title)
 
 
+ReasonOpt = typer.Option(None, "--reason", help="why, in a few words (kept in the audit trail and the "
+                         "cluster's events)")
+
+
 @app.command("cordon")
 def cordon(cluster: str = typer.Argument(..., help="id or name"), chip: int = typer.Argument(..., help="chip index"),
+           reason: str | None = ReasonOpt,
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Keep new placements and rank moves off the chip (work on it keeps running)."""
-    _run(lambda c: c.cordon_chip(cluster, chip), url, token, output, f"chip {chip} cordoned")
+    _run(lambda c: c.cordon_chip(cluster, chip, reason=reason), url, token, output, f"chip {chip} cordoned")
 
 
 @app.command("drain")
 def drain(cluster: str = typer.Argument(..., help="id or name"), chip: int = typer.Argument(..., help="chip index"),
+          reason: str | None = ReasonOpt,
           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Cordon, and move the chip's rank to a spare or free chip (mode draining, then cordoned)."""
-    _run(lambda c: c.drain_chip(cluster, chip), url, token, output, f"chip {chip} drain")
+    _run(lambda c: c.drain_chip(cluster, chip, reason=reason), url, token, output, f"chip {chip} drain")
 
 
 @app.command("uncordon")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -16,7 +17,24 @@ from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Cluster lifecycle.", no_args_is_help=True)
-COLUMNS = ["id", "name", "state", "type", "fabric", "chips", "spares", "cordoned", "jobs_running", "reason"]
+COLUMNS = ["id", "name", "state", "type", "fabric", "chips", "spares", "spare_chips", "cordoned", "jobs_running",
+           "reason"]
+
+
+def for_people(view: dict[str, Any], fmt: OutputFormat) -> dict[str, Any]:
+    """A cluster as a table shows it: the API's ``spares`` is a list of chip ids, which a
+    table cell would print as ``0`` for "chip 0"; tables say ``spares 1, spare_chips 0``.
+    JSON stays the API's."""
+    if fmt == OutputFormat.json or not isinstance(view.get("spares"), list):
+        return view
+    out: dict[str, Any] = {}
+    for k, v in view.items():
+        if k == "spares":
+            out["spares"] = len(v)
+            out["spare_chips"] = ", ".join(map(str, v)) or "none"
+        else:
+            out[k] = v
+    return out
 
 
 def _dims(text: str | None) -> list[int] | None:
@@ -65,8 +83,9 @@ def create(
     hbm_gib: float = typer.Option(None, "--hbm-gib", help="per-chip memory, GiB"),
     link_bw_gbps: float = typer.Option(None, "--link-bw-gbps", help="interconnect bandwidth per link, GB/s"),
     storage_nodes: int = typer.Option(1, "--storage-nodes", help="storage nodes to mount (0-16)"),
-    encryption: bool = typer.Option(True, "--encryption/--no-encryption"),
-    network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation"),
+    encryption: bool = typer.Option(True, "--encryption/--no-encryption", help="encrypt storage mounts and checkpoints"),
+    network_isolation: bool = typer.Option(True, "--network-isolation/--no-network-isolation",
+                                           help="keep the cluster's interconnect and storage network apart from others"),
     fabric: str = typer.Option(None, "--fabric", help="sim | local | ray | neuron (default: the server's)"),
     ray_address: str = typer.Option(None, "--ray-address", help="fabric ray: HOST:6379, ray://HOST:10001 or auto "
                                     "(default PODFLEET_RAY_ADDRESS, else a private local Ray)"),
@@ -94,7 +113,7 @@ def create(
         if wait and out["state"] == "deploying":
             _follow(c, out["id"], show=output == OutputFormat.table)
             out = c.describe_cluster(out["id"])
-        emit(out, output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
+        emit(for_people(out, output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
         if out["state"] == "failed":
             raise PodfleetError(f"cluster {name} deployment failed: {out.get('reason', '')}")
 
@@ -116,7 +135,7 @@ def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """All live clusters (every page)."""
     with errors():
-        emit(list(client(url, token).iter_clusters()), output, columns=COLUMNS)
+        emit([for_people(cl, output) for cl in client(url, token).iter_clusters()], output, columns=COLUMNS)
 
 
 @app.command("describe")
@@ -125,7 +144,7 @@ def describe(cluster: str = typer.Argument(..., help="id, name, or a unique id p
     """One cluster: spec, state, deployment steps, spares, cordoned and draining chips."""
     with errors():
         out = client(url, token).describe_cluster(cluster)
-        emit(out, output, title=f"cluster {out.get('name', cluster)}")
+        emit(for_people(out, output), output, title=f"cluster {out.get('name', cluster)}")
 
 
 @app.command("events")

@@ -15,7 +15,7 @@ def docs(
     topic: str | None = typer.Argument(None, help="a guide's topic; none: list them"),
     output: OutputFormat = OutputOpt,
 ) -> None:
-    """List the guides, or print one (e.g. podfleet docs runbook-link-down)."""
+    """List the guides, or print one: podfleet docs runbook-link-down."""
     with errors():
         if topic is None:
             emit(kb.list_guides(), output, columns=["topic", "title"], title="guides (podfleet docs TOPIC)")

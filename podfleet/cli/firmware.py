@@ -12,6 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
+from podfleet.recovery.firmware import KNOWN_VERSIONS
 from podfleet.sdk.client import PodfleetClient
 
 app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)
@@ -21,7 +22,7 @@ UNITS = ("chip", "node")
 @app.command("update")
 def update(
     cluster: str = typer.Argument(..., help="id or name"),
-    version: str = typer.Option(..., "--version", help="firmware version to roll out"),
+    version: str = typer.Option(..., "--version", help=f"firmware version to roll out: {', '.join(KNOWN_VERSIONS)}"),
     unit: str = typer.Option("chip", "--unit", help="chip or node (16 chips) at a time"),
     chip: list[int] = typer.Option(None, "--chip", help="only these chips (repeat); default: all"),
     wait: bool = typer.Option(False, "--wait", help="follow the rollout to its end"),

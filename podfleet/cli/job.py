@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -18,7 +19,8 @@ from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
-COLUMNS = ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens_per_s", "reason"]
+COLUMNS = ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens_per_s", "why", "reason"]
+CODE_REF = re.compile(r"code:[0-9a-f]{64}/[^\x00]+")
 JOB_STATES = ("PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING", "SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -55,13 +57,17 @@ def submit(
     model: str | None = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
                               "local/ray clusters debug, tiny, small (optional with --entrypoint)"),
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
-    steps: int = typer.Option(1000, "--steps"),
+    steps: int = typer.Option(1000, "--steps", help="training steps to run (1 or more)"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
     priority: int = typer.Option(50, "--priority", help="0-100, higher first"),
     team: str | None = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
     parallelism: str = typer.Option("auto", "--parallelism", help="auto or TP,PP,DP"),
-    entrypoint: Path | None = typer.Option(None, "--entrypoint", help="training script (real fabrics)"),
-    name: str | None = typer.Option(None, "--name"),
+    entrypoint: str | None = typer.Option(None, "--entrypoint", help="training script (real fabrics): a local "
+                                          "file (pushed for you, as podfleet code push does) or code:<sha256>/<script> "
+                                          "from podfleet code push"),
+    server_path: bool = typer.Option(False, "--server-path", help="send --entrypoint as a path on the server's host "
+                                     "(a directory an admin allowed: PODFLEET_CODE_DIRS) instead of pushing it"),
+    name: str | None = typer.Option(None, "--name", help="a name to show beside the id (default: none)"),
     max_retries: int | None = typer.Option(None, "--max-retries", help="local/ray: crashes in the job's code allowed"),
     option: list[str] = typer.Option(None, "--option", help="local/ray worker option KEY=VALUE (repeatable): "
                                      "seed, global_batch, seq_len, lr, step_delay_s, threads, checkpoint_dir, ..."),
@@ -76,18 +82,38 @@ def submit(
     with errors():
         if model is None and entrypoint is None:
             raise InvalidInputError("give --model PRESET or --entrypoint FILE", field="model")
-        entry = None
-        if entrypoint is not None:
-            if not entrypoint.is_file():
-                raise InvalidInputError(f"--entrypoint {entrypoint} is not a file", field="entrypoint")
-            entry = str(entrypoint.resolve())
-        out = client(url, token).submit_training_job(
+        c = client(url, token)
+        entry = None if entrypoint is None else entrypoint_ref(c, entrypoint, server_path=server_path)
+        out = c.submit_training_job(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
             priority=priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
             **({"gradCompression": grad_compression} if grad_compression is not None else {}),
         )
+        if output == OutputFormat.table:
+            out = {**out, "why": reason_code(str(out.get("state", "")), str(out.get("reason") or ""))}
         emit(out, output, columns=[*COLUMNS, "allocation"], title="job")
+
+
+def entrypoint_ref(c: PodfleetClient, text: str, *, server_path: bool = False) -> str:
+    """What ``--entrypoint`` names, as the API takes it: a ``code:`` reference as it is; a
+    local file pushed (UploadCode) and referenced; with ``--server-path``, an absolute
+    path on the server's host."""
+    if text.startswith("code:"):
+        if not CODE_REF.fullmatch(text):
+            raise InvalidInputError(f"--entrypoint {text!r} is not a code reference: code:<sha256>/<script>, "
+                                    "as podfleet code push prints it", field="entrypoint")
+        return text
+    if server_path:
+        if not text.startswith("/"):
+            raise InvalidInputError(f"--entrypoint {text!r} with --server-path must be an absolute path on the "
+                                    "server's host", field="entrypoint")
+        return text
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise InvalidInputError(f"--entrypoint {text!r} is neither a file here nor a code:<sha256>/<script> "
+                                "reference (podfleet code push DIR prints one)", field="entrypoint")
+    return str(c.push_file(str(path))["ref"]) + path.name
 
 
 @app.command("list")
@@ -140,10 +166,39 @@ def cluster_names(c: PodfleetClient) -> dict[str, str]:
     return {cl["id"]: cl["name"] for cl in c.iter_clusters()}
 
 
+# Short reason codes beside the sentence, like squeue's NODELIST(REASON): the first rule
+# whose words the scheduler's reason holds. Order matters: "no lower-priority job to
+# preempt" is a job waiting for resources, not one behind a higher priority.
+REASON_CODES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("QuotaExceeded", ("over quota", "quota is")),
+    ("Dependency", ("depends on", "dependency")),
+    ("Preempted", ("preempted", "requeued")),
+    ("Preempting", ("preempting ", "to checkpoint")),
+    ("Priority", ("nominated for another job", "held for", "higher-priority job")),
+    ("Resources", ("no free ", "healthy chip", "not spares", "are no longer free",
+                   "gang incomplete")),
+    ("None", ("next scheduling cycle",)),
+)
+WAITING = ("PENDING", "PLACING")
+
+
+def reason_code(state: str, reason: str) -> str:
+    """``Resources``, ``Priority``, ``QuotaExceeded``, ``Dependency``, ``Preempted``,
+    ``Preempting`` or ``None`` for a waiting job; ``Recovering`` for one that recovers;
+    "" for the others (their reason is what happened, not why they wait)."""
+    if state == "RECOVERING":
+        return "Recovering"
+    if state not in WAITING:
+        return ""
+    text = reason.lower()
+    return next((code for code, words in REASON_CODES if any(w in text for w in words)), "Resources")
+
+
 def table_row(j: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     p = j.get("progress") or {}
     return {**j, "cluster": names.get(j["cluster_id"], j["cluster_id"]),
-            "progress": f"{p.get('step', 0)}/{p.get('steps', 0)}", "tokens_per_s": p.get("tokens_per_s")}
+            "progress": f"{p.get('step', 0)}/{p.get('steps', 0)}", "tokens_per_s": p.get("tokens_per_s"),
+            "why": reason_code(str(j.get("state", "")), str(j.get("reason") or ""))}
 
 
 @app.command("describe")

@@ -30,12 +30,15 @@ from podfleet.cli import plan as plan_cli
 from podfleet.cli import policy as policy_cli
 from podfleet.cli import report as report_cli
 from podfleet.cli import sim as sim_cli
+from podfleet.cli import status as status_cli
 from podfleet.cli import user as user_cli
 from podfleet.cli import verify as verify_cli
+from podfleet.cli.group import PANELS, PodfleetGroup
 from podfleet.errors import PodfleetError
 
 app = typer.Typer(
     name="podfleet",
+    cls=PodfleetGroup,
     help="Control plane for AI-training pods, with a built-in digital twin.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -68,30 +71,33 @@ def _root(
     """Control plane for AI-training pods, with a built-in digital twin."""
     remote.selected_profile = profile
 
-# One line per command group; each module owns its Typer app or commands.
-app.add_typer(topology.app, name="topology")
-app.add_typer(bench.app, name="bench")
-app.command("sim")(sim_cli.sim)
-app.command("plan")(plan_cli.plan)
-app.command("up")(up.up)
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(hardware.app, name="hardware")
-app.add_typer(job.app, name="job")
-app.add_typer(fault.app, name="fault")
-app.add_typer(audit.app, name="audit")
-app.add_typer(alerts.app, name="alerts")
-app.add_typer(firmware.app, name="firmware")
-app.add_typer(token.app, name="token")
-app.add_typer(code_cli.app, name="code")
-app.add_typer(policy_cli.app, name="policy")
-app.add_typer(keys_cli.app, name="keys")
-app.add_typer(user_cli.app, name="user")
-app.add_typer(chip.app, name="chip")
-app.command("verify")(verify_cli.verify)
-app.command("diagnose")(diagnose_cli.diagnose)
-app.command("advise")(advise_cli.advise)
-app.command("docs")(docs_cli.docs)
-app.command("report")(report_cli.report)
+# One line per command group; each module owns its Typer app or commands. The panel
+# groups the top-level help (cli.group draws the panels, sorted within each).
+CLUSTERS, JOBS, CHIPS, HEALTH, SECURITY, TOOLS = PANELS
+app.add_typer(cluster.app, name="cluster", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
+app.add_typer(hardware.app, name="hardware", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
+app.add_typer(firmware.app, name="firmware", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
+app.command("status", rich_help_panel=CLUSTERS)(status_cli.status)
+app.add_typer(job.app, name="job", rich_help_panel=JOBS, cls=PodfleetGroup)
+app.add_typer(code_cli.app, name="code", rich_help_panel=JOBS, cls=PodfleetGroup)
+app.command("plan", rich_help_panel=JOBS)(plan_cli.plan)
+app.add_typer(chip.app, name="chip", rich_help_panel=CHIPS, cls=PodfleetGroup)
+app.add_typer(fault.app, name="fault", rich_help_panel=CHIPS, cls=PodfleetGroup)
+app.add_typer(alerts.app, name="alerts", rich_help_panel=HEALTH, cls=PodfleetGroup)
+app.command("verify", rich_help_panel=HEALTH)(verify_cli.verify)
+app.command("diagnose", rich_help_panel=HEALTH)(diagnose_cli.diagnose)
+app.command("advise", rich_help_panel=HEALTH)(advise_cli.advise)
+app.command("report", rich_help_panel=HEALTH)(report_cli.report)
+app.add_typer(audit.app, name="audit", rich_help_panel=SECURITY, cls=PodfleetGroup)
+app.add_typer(token.app, name="token", rich_help_panel=SECURITY, cls=PodfleetGroup)
+app.add_typer(user_cli.app, name="user", rich_help_panel=SECURITY, cls=PodfleetGroup)
+app.add_typer(policy_cli.app, name="policy", rich_help_panel=SECURITY, cls=PodfleetGroup)
+app.add_typer(keys_cli.app, name="keys", rich_help_panel=SECURITY, cls=PodfleetGroup)
+app.command("up", rich_help_panel=TOOLS)(up.up)
+app.command("sim", rich_help_panel=TOOLS)(sim_cli.sim)
+app.add_typer(topology.app, name="topology", rich_help_panel=TOOLS, cls=PodfleetGroup)
+app.add_typer(bench.app, name="bench", rich_help_panel=TOOLS, cls=PodfleetGroup)
+app.command("docs", rich_help_panel=TOOLS)(docs_cli.docs)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from podfleet.cli.clickcompat import get_current_context
 from podfleet.errors import PodfleetError
 from podfleet.security.text import visible
 
@@ -215,13 +217,28 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def in_flag_words(exc: PodfleetError) -> str:
+    """The error's sentence, with the field it names in the words the operator typed: the
+    API says ``chips: 0 is too small``, the CLI ``--chips: 0 is too small``."""
+    msg, field = exc.message, exc.field
+    ctx = get_current_context(silent=True)
+    if not field or ctx is None:
+        return msg
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", field).lower()  # gradCompression: grad_compression
+    for param in ctx.command.params:
+        flags = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        if param.name == snake and flags and param.param_type_name == "option" and msg.startswith(f"{field}:"):
+            return flags[0] + msg[len(field):]
+    return msg
+
+
 @contextmanager
 def errors() -> Iterator[None]:
     """Turn podfleet errors into one line on stderr and their exit code; never a traceback."""
     try:
         yield
     except PodfleetError as exc:
-        fail(exc.message, exc.exit_code)
+        fail(in_flag_words(exc), exc.exit_code)
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:

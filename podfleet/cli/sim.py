@@ -4,11 +4,13 @@ virtual time and print its report."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, fail, stderr
+from podfleet.errors import error_class
 
 
 def sim(
@@ -37,6 +39,7 @@ def sim(
             report = rehearse(sc, store=store, events_path=events, progress=lambda f: bar.update(task, completed=f))
         if output == OutputFormat.json:
             emit(report, output)
+            _exit_if_refused(report["commands"])
             return
         jobs = report.pop("jobs")
         faults = report.pop("faults_by_kind")
@@ -56,9 +59,26 @@ def sim(
         emit({"total": alerts["total"], **{f"rule {k}": v for k, v in alerts["by_rule"].items()},
               **{f"severity {k}": v for k, v in alerts["by_severity"].items()}}, output, title="alerts")
         emit(pred, output, title="predictions (strict)")
-        refused = [c for c in commands if c["result"] != "ok"]
-        if refused:
+        if refused := _refused(commands):
             emit(refused, output, columns=["t", "command", "target", "result"], title="refused commands")
         if jobs:
             emit(jobs, output, columns=["job_id", "state", "step", "steps", "ettr", "balance_degree", "recoveries",
                                         "tokens_per_s"], title="jobs")
+        _exit_if_refused(commands)
+
+
+def _refused(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in commands if c["result"] != "ok"]
+
+
+def _exit_if_refused(commands: list[dict[str, Any]]) -> None:
+    """A scenario whose commands the control plane refused did not rehearse what it says:
+    the report stands (stdout), and the exit code is the first refusal's, as the API's
+    answer to that command would have given the CLI."""
+    refused = _refused(commands)
+    if not refused:
+        return
+    first = refused[0]
+    cls = error_class(str(first.get("code", "")))
+    fail(f"{len(refused)} of {len(commands)} scenario command(s) refused; first at t={first['t']:g} s: "
+         f"{first['command']} {first['target']}: {first['result'].removeprefix('error: ')}", cls.exit_code)

@@ -40,7 +40,7 @@ def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = Outpu
 
 
 @app.command("revoke")
-def revoke(token_id: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+def revoke(token_id: str = typer.Argument(..., help="the token's id (tok-..., from token list)"), url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Revoke a token; this server refuses it from the next request on."""
     with errors():
         emit(client(url, token).revoke_access_token(token_id), output, title="token")

@@ -15,7 +15,7 @@ from podfleet.settings import get_settings
 
 
 def up(
-    fabric: str | None = typer.Option(None, "--fabric", help="default fabric for clusters: sim|local|ray"),
+    fabric: str | None = typer.Option(None, "--fabric", help="default fabric for clusters: sim, local, ray or neuron (PODFLEET_FABRIC)"),
     db: str | None = typer.Option(None, "--db", help="store URL (default ~/.podfleet/podfleet.db)"),
     host: str | None = typer.Option(None, "--host", help="listen address (127.0.0.1)"),
     port: int | None = typer.Option(None, "--port", help="listen port (8470)"),

@@ -11,12 +11,14 @@ from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 
+UserArg = typer.Argument(..., help="the user's name")
+PolicyArg = typer.Argument(..., help="a policy name (podfleet policy list)")
 app = typer.Typer(help="Users, their policies and MFA (admin).", no_args_is_help=True)
 MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code, for calls that need one")
 
 
 @app.command("create")
-def create(name: str, policy: list[str] = typer.Option([], "--policy", help="built-in policy to attach"),
+def create(name: str = UserArg, policy: list[str] = typer.Option([], "--policy", help="built-in policy to attach"),
            mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Create a user; tokens named NAME then act with its policies."""
@@ -32,13 +34,13 @@ def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = Outpu
 
 
 @app.command("describe")
-def describe(name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+def describe(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     with errors():
         emit(client(url, token).describe_user(name), output, title="user")
 
 
 @app.command("attach")
-def attach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+def attach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Attach a built-in policy (ClusterAdmin, Scheduler, StorageAccess, ReadOnly, Auditor)."""
     with errors():
@@ -47,7 +49,7 @@ def attach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, 
 
 
 @app.command("put-policy")
-def put_policy(name: str, policy: str, file: Path = typer.Argument(..., help="the policy document (JSON)"),
+def put_policy(name: str = UserArg, policy: str = PolicyArg, file: Path = typer.Argument(..., help="the policy document (JSON)"),
                mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
                output: OutputFormat = OutputOpt) -> None:
     """Set an inline policy from a JSON file of Statements."""
@@ -61,7 +63,7 @@ def put_policy(name: str, policy: str, file: Path = typer.Argument(..., help="th
 
 
 @app.command("detach")
-def detach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+def detach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     with errors():
         c = client(url, token, mfa=mfa)
@@ -69,7 +71,7 @@ def detach(name: str, policy: str, mfa: str | None = MfaOpt, url: str = UrlOpt, 
 
 
 @app.command("enable-mfa")
-def enable_mfa(name: str, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+def enable_mfa(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Enrol TOTP: add the otpauth URI to an authenticator app; keep the recovery codes."""
     with errors():
         out = client(url, token).enable_mfa(name)

@@ -121,8 +121,10 @@ class ChipModes(Mapping[int, ChipMode]):
 
 # --- commands (engine thread) ------------------------------------------------------------------
 
-def chip_command(plane: ControlPlane, ref: str, chip: int, action: str, *, actor: str = "system") -> dict[str, Any]:
-    """Run one operator command on a chip, audited as Cordon/Drain/Uncordon/RepairChip."""
+def chip_command(plane: ControlPlane, ref: str, chip: int, action: str, *, actor: str = "system",
+                 reason: str | None = None) -> dict[str, Any]:
+    """Run one operator command on a chip, audited as Cordon/Drain/Uncordon/RepairChip;
+    ``reason`` (the operator's words) goes into the audit record and the cluster's log."""
     if action not in _TARGET:
         raise InvalidInputError(f"chip action must be one of {', '.join(ACTIONS)}, got {action!r}",
                                 field="action", allowed=list(ACTIONS))
@@ -133,27 +135,29 @@ def chip_command(plane: ControlPlane, ref: str, chip: int, action: str, *, actor
         if action == "repair":
             _repair(plane, rt, chip)
         else:
-            _set_mode(plane, rt, chip, action)
+            _set_mode(plane, rt, chip, action, reason)
         plane.save_health(rt)
         persist(plane, rt)
         plane.render(rt)
         return chip_view(rt, chip), f"{rt.id}/chip/{chip}"
 
-    out = plane.mutation(OPERATIONS[action], actor, f"{ref}/chip/{chip}", do, body={"chip": chip})
+    body: dict[str, Any] = {"chip": chip, **({"reason": reason} if reason else {})}
+    out = plane.mutation(OPERATIONS[action], actor, f"{ref}/chip/{chip}", do, body=body)
     rt = plane.clusters.get(str(out["cluster_id"]))
     if rt is not None:  # after the commit: a repaired or uncordoned chip may take waiting work
         plane.jobs.schedule(rt)
     return out
 
 
-def _set_mode(plane: ControlPlane, rt: ClusterRuntime, chip: int, action: str) -> None:
+def _set_mode(plane: ControlPlane, rt: ClusterRuntime, chip: int, action: str, reason: str | None = None) -> None:
     dst = _TARGET[action]
     assert dst is not None
     holder = rt.owners.get(chip)
     if dst is ChipMode.DRAINING and holder is None:
         dst = ChipMode.CORDONED  # nothing to move off: drained already
     src = rt.modes.set(chip, dst)
-    rt.logs.append(plane.now(), f"chip {chip}: {action} ({src.value} -> {dst.value})", chip=chip)
+    why = f": {reason}" if reason else ""
+    rt.logs.append(plane.now(), f"chip {chip}: {action} ({src.value} -> {dst.value}){why}", chip=chip)
     recovery = plane.jobs.recovery
     if recovery is not None:
         recovery.set_cordoned(rt, rt.modes.listed())
@@ -161,14 +165,14 @@ def _set_mode(plane: ControlPlane, rt: ClusterRuntime, chip: int, action: str) -
         return
     job = plane.table.find(holder)
     if job is not None:
-        plane.table.log(job, f"chip {chip} is being drained by the operator; its rank moves off")
-    if recovery is not None and recovery.drain(rt, chip, "drained by the operator"):
+        plane.table.log(job, f"chip {chip} is being drained by the operator{why}; its rank moves off")
+    if recovery is not None and recovery.drain(rt, chip, f"drained by the operator{why}"):
         return  # a live migration by the recovery orchestrator
     # Fabrics of worker processes: take the slot out of service; the fabric (or the
     # process driver, when the gang ends) moves the rank to a spare or free slot.
     state = rt.chip_states()[chip]
     if state in (ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING):
-        rt.fabric.set_chip_state(chip, ChipState.ISOLATED, "drained by the operator")
+        rt.fabric.set_chip_state(chip, ChipState.ISOLATED, f"drained by the operator{why}")
     # A fabric whose slots do not evict their workers when isolated (Ray actors) is asked
     # to end the rank's worker; the local fabric has evicted it already (then this is a no-op).
     fab = rt.fabric
@@ -207,9 +211,22 @@ def _repair(plane: ControlPlane, rt: ClusterRuntime, chip: int) -> None:
     rt.logs.append(plane.now(), f"chip {chip}: repaired ({state.value} -> healthy)", chip=chip)
 
 
+UNAVAILABLE = "unavailable"
+
+
+def shown_mode(mode: ChipMode, state: str) -> str:
+    """The mode a view shows: the operator's, except that a chip the operator left
+    schedulable but the fabric took out of service (failed, isolated, updating, degraded:
+    placement takes healthy chips only) reads ``unavailable``, never ``schedulable``."""
+    if mode is ChipMode.SCHEDULABLE and state != ChipState.HEALTHY.value:
+        return UNAVAILABLE
+    return mode.value
+
+
 def chip_view(rt: ClusterRuntime, chip: int) -> dict[str, Any]:
-    return {"cluster_id": rt.id, "cluster": rt.rec.name, "chip": chip, "state": rt.chip_states()[chip].value,
-            "mode": rt.modes.mode(chip).value, "spare": bool(rt.spare_mask[chip]), "job": rt.owners.get(chip)}
+    state = rt.chip_states()[chip].value
+    return {"cluster_id": rt.id, "cluster": rt.rec.name, "chip": chip, "state": state,
+            "mode": shown_mode(rt.modes.mode(chip), state), "spare": bool(rt.spare_mask[chip]), "job": rt.owners.get(chip)}
 
 
 def persist(plane: ControlPlane, rt: ClusterRuntime) -> None:

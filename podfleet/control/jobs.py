@@ -96,11 +96,11 @@ class JobManager:
             if spec.entrypoint is not None:  # only pushed artifacts or admin-allowed dirs run
                 spec = replace(spec, entrypoint=confine_entrypoint(
                     spec.entrypoint, code_root=code_root(plane.workdir), allowed_dirs=allowed_code_dirs()))
-            drv = self.driver(rt)
-            layout, params = drv.check_submit(spec)
             if rt.state not in (ClusterState.ACTIVE, ClusterState.DEPLOYING):
                 raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; jobs need an active cluster",
                                     field="cluster")
+            # The gang's size first: what the driver checks next (batch splits, worker
+            # options) is about a world of that size, and would blame the wrong field.
             capacity = rt.topology.n_chips - len(rt.spares)
             if spec.chips > capacity:
                 raise InfeasibleError(
@@ -108,6 +108,8 @@ class JobManager:
                     f"({rt.topology.n_chips} chips - {len(rt.spares)} spares = {capacity})",
                     field="chips", allowed=f"1-{capacity}",
                 )
+            drv = self.driver(rt)
+            layout, params = drv.check_submit(spec)
             # A request no pod can ever satisfy is refused here, with the scheduler's reason.
             job_id = new_id("job")
             verdict = rt.scheduler.check(scheduling.job_request(job_id, spec.to_dict(), layout,

@@ -55,6 +55,17 @@ def request_hash(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
+
+def event_line(ev: FabricEvent) -> str:
+    """A fabric event as a line of the cluster's log. Chip and link events keep their bare
+    kind (reports match them; the line carries the chip or link beside it); a moved rank
+    names the job, the rank and both chips, which no field beside the line carries."""
+    d = ev.detail
+    if ev.kind == "rank-moved":
+        return (f"fabric: rank-moved: job {ev.job_id} rank {d.get('rank')} chip {d.get('from_chip')} -> "
+                f"chip {d.get('to_chip')}")
+    return f"fabric: {ev.kind}"
+
 class ControlPlane:
     def __init__(
         self,
@@ -367,9 +378,11 @@ class ControlPlane:
         return self.job_metrics.query(job_id, resolution_s=resolution_s, since=since, limit=limit)
 
     # --- chip lifecycle (control.chips) -------------------------------------------------------
-    def chip_command(self, ref: str, chip: int, action: str, *, actor: str = "system") -> dict[str, Any]:
-        """cordon | drain | uncordon | repair one chip (audited); its chip view."""
-        return chips.chip_command(self, ref, chip, action, actor=actor)
+    def chip_command(self, ref: str, chip: int, action: str, *, actor: str = "system",
+                     reason: str | None = None) -> dict[str, Any]:
+        """cordon | drain | uncordon | repair one chip (audited, with the operator's
+        ``reason`` when given); its chip view."""
+        return chips.chip_command(self, ref, chip, action, actor=actor, reason=reason)
 
     # --- fabric events ----------------------------------------------------------------------
     def _fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
@@ -385,7 +398,7 @@ class ControlPlane:
             self._fabric_health(rt, ev)
             return
         if ev.kind not in ("progress", "checkpoint", "thermal-throttle") and not ev.kind.startswith("job-"):
-            rt.logs.append(self.now(), f"fabric: {ev.kind}", chip=ev.chip, link=ev.link)
+            rt.logs.append(self.now(), event_line(ev), chip=ev.chip, link=ev.link)
         if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
             self.jobs.on_event(rt, ev)
             if ev.job_id is not None:

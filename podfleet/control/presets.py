@@ -8,6 +8,7 @@ from podfleet.errors import InvalidInputError, PodfleetError, UnknownNameError
 from podfleet.perf.models import MODELS, ModelSpec, custom_model, get_model
 
 MODEL_DIM_FIELDS = ("layers", "hidden", "heads", "vocab", "seq_len")
+SCRIPT_LABEL = "script"
 
 
 def model_names() -> list[str]:
@@ -30,6 +31,10 @@ def resolve_model(name: str, dims: dict[str, Any] | None) -> ModelSpec:
             raise InvalidInputError(f"model_dims: {exc.message}", field="model_dims") from None
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"model_dims: {exc}", field="model_dims") from None
+    if name == SCRIPT_LABEL:  # JobSpec.parse's label for an entrypoint job without a model
+        raise InvalidInputError("an --entrypoint script runs on a local, ray or neuron cluster; this cluster is "
+                                "the twin (fabric sim), which trains model presets: give --model NAME",
+                                field="entrypoint", allowed=[*model_names(), "custom"])
     if name not in MODELS:
         raise UnknownNameError("model", name, [*model_names(), "custom"], field="model")
     return get_model(name)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from podfleet.control.chips import ChipMode, ChipModes
+from podfleet.control.chips import ChipMode, ChipModes, shown_mode
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
@@ -272,7 +272,7 @@ class ClusterRuntime:
                 "coords": self._coords[i],
                 "state": states[i],
                 "spare": bool(self.spare_mask[i]),
-                "mode": self.modes.mode(i).value,
+                "mode": shown_mode(self.modes.mode(i), states[i]),
                 "health": chip_health[i] if chip_health else None,
                 "job": self.owners.get(i),
                 "metrics": {k: v[i] for k, v in metrics.items()},

@@ -54,15 +54,17 @@ class Alert:
         return (self.cluster_id, self.target, self.rule)
 
     def to_dict(self, epoch: float | None = None) -> dict[str, Any]:
-        """The alert as JSON; with ``epoch`` (unix time of timeline 0) its times are also
-        given as RFC 3339 (``first_seen_at``, ``last_seen_at``, ``resolved_at_time``),
-        like every other time the API shows."""
+        """The alert as JSON. With ``epoch`` (unix time of timeline 0), as the API shows it:
+        every ``*_at`` is RFC 3339 like every other time the API shows (``first_seen_at``,
+        ``last_seen_at``, ``resolved_at``), beside the timeline seconds (``first_seen``,
+        ``last_seen``, ``resolved_t``). Without, the timeline seconds alone (rehearsals)."""
         d = asdict(self)
         d["state"] = self.state.value
         if epoch is not None:
             d["first_seen_at"] = _rfc3339(epoch + self.first_seen)
             d["last_seen_at"] = _rfc3339(epoch + self.last_seen)
-            d["resolved_at_time"] = _rfc3339(epoch + self.resolved_at) if self.resolved_at is not None else None
+            d["resolved_t"] = self.resolved_at
+            d["resolved_at"] = _rfc3339(epoch + self.resolved_at) if self.resolved_at is not None else None
         return d
 
 

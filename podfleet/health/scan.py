@@ -171,8 +171,9 @@ class _Throughputs:
 
 
 class _JobWatch:
-    """What the scan keeps per job: its alert target, its last step and the time that step
-    was first seen, its recent throughputs (one object per job: fewer lookups a scan)."""
+    """What the scan keeps per job: its alert target, its last step and when the stall
+    clock started (the later of that step's first sight and the job's last start or
+    resume), its recent throughputs (one object per job: fewer lookups a scan)."""
 
     __slots__ = ("moved_t", "step", "target", "tps")
 
@@ -492,7 +493,8 @@ class HealthScanner:
             r.apply(self.book, self.cluster_id, mask, now, res, values=ratio, names=names, message=msg)
 
     def _scan_jobs(self, now: float, jobs: Mapping[str, Mapping[str, Any]], res: ScanResult) -> None:
-        """Stalled (running, no step for ``job_stall_s``) and slow (tokens/s > 10% under its
+        """Stalled (running, no step for ``job_stall_s`` since its last step or its last start
+        or resume, whichever is later: time queued never counts) and slow (tokens/s > 10% under its
         median of the last samples) jobs."""
         book, cid, cfg = self.book, self.cluster_id, self.cfg
         watch = self._job_watch
@@ -504,9 +506,13 @@ class HealthScanner:
                 w = watch[job_id] = _JobWatch(job_id, step, now)
             elif step != w.step:
                 w.step, w.moved_t = step, now
-            moved_t = w.moved_t
             state = j.get("state", "")
             running = state == "RUNNING" or str(state).lower() == "running"  # no ``lower()`` when upper
+            if not running:
+                # Queued, placing, recovering, checkpointing: no step is due, so the stall
+                # clock starts over when the job (re)starts running, not at its submit.
+                w.moved_t = now
+            moved_t = w.moved_t
             target = w.target
             if running and now - moved_t >= stall_s:
                 a, new = book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",

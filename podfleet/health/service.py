@@ -189,7 +189,7 @@ class HealthService:
 
     def acknowledge(self, alert_id: str, *, actor: str = "system") -> dict[str, Any]:
         def do() -> tuple[dict[str, Any], str]:
-            return self.book.acknowledge(alert_id, actor).to_dict(), alert_id
+            return self.book.acknowledge(alert_id, actor).to_dict(self.plane.epoch), alert_id
 
         return self.plane.mutation("AcknowledgeAlert", actor, alert_id, do)
 

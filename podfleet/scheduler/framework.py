@@ -229,8 +229,11 @@ class Framework:
         pod = cl.pods[best]
         largest = cl.blocks.largest_free_shape(self._free[best])
         where = "" if len(cl.pods) == 1 else f" in any pod (best pod {best})"
-        parts = [f"no free {want} block{where}{other}; largest free block {fmt_shape(largest)}"]
-        parts.append(f"{int(self._free_count[best])} usable chips")
+        # The block's own size beside its shape, then the pod's counts: "largest free block
+        # 2x4x3 (24 chips); 30 usable chips free" never reads as a 30-chip block.
+        size = int(np.prod(largest)) if largest else 0
+        parts = [f"no free {want} block{where}{other}; largest free block {fmt_shape(largest)} ({size} chips)"]
+        parts.append(f"{int(self._free_count[best])} usable chips free")
         held = int((pod.owner >= 0).sum())
         if held:
             parts.append(f"{held} allocated")
@@ -239,7 +242,7 @@ class Framework:
         unhealthy = int((~pod.healthy).sum())
         if unhealthy:
             parts.append(f"{unhealthy} unhealthy")
-        return parts[0] + " (" + ", ".join(parts[1:]) + ")"
+        return parts[0] + "; " + ", ".join(parts[1:])
 
     def score(self, state: CycleState, job: JobRequest, cands: Candidates) -> tuple[Status, np.ndarray]:
         total = np.zeros(len(cands))

@@ -4,27 +4,21 @@ with the same code a local error would)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from podfleet.errors import InvalidInputError, PodfleetError, UnknownNameError
-
-
-def _error_classes() -> dict[str, type[PodfleetError]]:
-    out: dict[str, type[PodfleetError]] = {}
-    todo: list[type[PodfleetError]] = [PodfleetError]
-    while todo:
-        cls = todo.pop()
-        out.setdefault(cls.code, cls)
-        todo.extend(cls.__subclasses__())
-    return out
-
-
-_CLASSES = _error_classes()
+from podfleet.errors import (
+    InvalidInputError,
+    NotFoundError,
+    PodfleetError,
+    UnknownNameError,
+    error_class,
+)
 
 
 def _seg(value: object) -> str:
@@ -38,7 +32,7 @@ def _seg(value: object) -> str:
 
 
 def error_from_problem(status: int, body: dict[str, Any]) -> PodfleetError:
-    cls = _CLASSES.get(str(body.get("code")), PodfleetError)
+    cls = error_class(str(body.get("code")))
     exc = cls.__new__(cls)
     detail = str(body.get("detail") or body.get("title") or f"HTTP {status}")
     allowed = body.get("allowed")
@@ -53,11 +47,45 @@ def error_from_problem(status: int, body: dict[str, Any]) -> PodfleetError:
     return exc
 
 
+def check_url(url: str) -> str:
+    """The server's root URL. One that names the API's version (``.../v1``) would aim every
+    call at ``/v1/v1/...``: refused with the fix, rather than answered "no such route"."""
+    root = url.strip().rstrip("/")
+    parts = urlsplit(root)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidInputError(f"server URL {url!r} must look like http://HOST:PORT or https://HOST:PORT "
+                                "(PODFLEET_URL or --url)", field="url")
+    if parts.path.endswith("/v1"):
+        fixed = root[: -len("/v1")]
+        raise InvalidInputError(f"server URL {url!r} ends in /v1: give the server's root, {fixed} "
+                                "(drop /v1; podfleet adds it)", field="url")
+    return root
+
+
+def unreachable(url: str, exc: httpx.HTTPError) -> PodfleetError:
+    """A connection that failed, in one line with the likely cause."""
+    text = str(exc)
+    if url.startswith("https://") and ("SSL" in text or "WRONG_VERSION_NUMBER" in text or "record layer" in text):
+        plain = "http://" + url[len("https://"):]
+        return PodfleetError(f"cannot reach podfleet at {url}: the server does not answer TLS; if it serves "
+                             f"plain HTTP (podfleet up without --tls-cert), use {plain}")
+    if url.startswith("http://") and isinstance(exc, httpx.RemoteProtocolError):
+        return PodfleetError(f"cannot reach podfleet at {url}: the server did not answer HTTP; if it serves "
+                             f"HTTPS (podfleet up --tls-cert), use https://{url[len('http://'):]}")
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        return PodfleetError(f"cannot reach podfleet at {url}: its TLS certificate is not trusted "
+                             "(SSL_CERT_FILE names a CA bundle that holds it)")
+    if isinstance(exc, httpx.ConnectError):
+        return PodfleetError(f"cannot reach podfleet at {url}: {text or 'connection failed'} "
+                             "(is podfleet up running there? PODFLEET_URL or --url names the server)")
+    return PodfleetError(f"cannot reach podfleet at {url}: {text or type(exc).__name__}")
+
+
 class PodfleetClient:
     def __init__(self, url: str = "http://127.0.0.1:8470", token: str | None = None, *,
                  timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
+        self.url = check_url(url)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
 
     def close(self) -> None:
@@ -78,15 +106,35 @@ class PodfleetClient:
         try:
             r = self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise PodfleetError(f"cannot reach podfleet at {self.url}: {exc}") from None
+            raise unreachable(self.url, exc) from None
         if r.status_code >= 400:
             try:
                 body = r.json()
             except ValueError:
                 body = {"detail": r.text[:200] or f"HTTP {r.status_code}"}
-            raise error_from_problem(r.status_code, body if isinstance(body, dict) else {})
+            err = error_from_problem(r.status_code, body if isinstance(body, dict) else {})
+            if isinstance(err, NotFoundError) and err.field == "cluster":
+                err = self._with_cluster_names(err, path, kw.get("params") or {})
+            raise err
         ctype = r.headers.get("content-type", "")
         return r.json() if "json" in ctype else r.text
+
+    def _with_cluster_names(self, err: NotFoundError, path: str, params: dict[str, Any]) -> NotFoundError:
+        """An unknown cluster: say which clusters there are, and the likeliest one. Asked with
+        the caller's own token, so it lists only clusters the caller may see."""
+        parts = path.split("/")
+        ref = unquote(parts[3]) if len(parts) > 3 and parts[:3] == ["", "v1", "clusters"] else params.get("cluster")
+        try:
+            names = sorted(c["name"] for c in self.iter_clusters())
+        except PodfleetError:  # the list is a courtesy; the error stands without it
+            return err
+        near = difflib.get_close_matches(str(ref), names, n=1, cutoff=0.6) if ref else []
+        hint = (f"; did you mean {near[0]!r}?" if near else "") + (
+            f" (clusters: {', '.join(names[:20])}{', ...' if len(names) > 20 else ''})" if names
+            else " (no clusters yet: podfleet cluster create NAME)")
+        out = NotFoundError(err.message + hint, field="cluster", allowed=names)
+        out.status = 404  # type: ignore[attr-defined]
+        return out
 
     def _sse(self, path: str, params: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         """Yield (event, data) from a server-sent-event stream until it ends."""
@@ -105,6 +153,8 @@ class PodfleetClient:
                         yield event, json.loads("\n".join(data))
                         event, data = "message", []
         except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                raise unreachable(self.url, exc) from None
             raise PodfleetError(f"lost the event stream from {self.url}: {exc}") from None
 
     # --- clusters -------------------------------------------------------------------------
@@ -160,13 +210,15 @@ class PodfleetClient:
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
 
     # --- chip lifecycle ---------------------------------------------------------------------
-    def cordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
-        """CordonChip: no new placement lands on the chip."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon")
+    def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
+        """CordonChip: no new placement lands on the chip (``reason``: kept in the audit record)."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
+                             params={"reason": reason})
 
-    def drain_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+    def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
         """DrainChip: cordon, and move the chip's rank off through the recovery path."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain")
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
+                             params={"reason": reason})
 
     def uncordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
         """UncordonChip: back to placement."""
@@ -355,6 +407,24 @@ class PodfleetClient:
     def unlock_user(self, name: str) -> dict[str, Any]:
         """UnlockUser: clear the user's wrong-MFA-code count and lock (admin)."""
         return self._request("POST", f"/v1/users/{_seg(name)}/unlock")
+
+    def push_file(self, path: str) -> dict[str, Any]:
+        """Upload one script alone (``podfleet job submit --entrypoint FILE``); its ``ref``
+        plus the file's name is the entrypoint. A script that imports its neighbours is
+        pushed with its directory (``push_code``)."""
+        import io
+        import tarfile
+        from pathlib import Path
+
+        src = Path(path)
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar, src.open("rb") as f:
+            info = tar.gettarinfo(str(src), arcname=src.name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0  # the same script gives the same digest
+            tar.addfile(info, f)
+        return self.upload_code(buf.getvalue())
 
     def push_code(self, directory: str) -> dict[str, Any]:
         """Pack ``directory`` (links, ``.git`` and ``__pycache__`` left out) and upload it."""

@@ -76,7 +76,9 @@ class WorkerConfig:
             raise InvalidInputError(f"steps must be >= 0, got {self.steps}", field="steps")
         if self.global_batch % self.world_size:
             raise InvalidInputError(
-                f"global_batch ({self.global_batch}) is not divisible by world_size ({self.world_size})",
+                f"global_batch ({self.global_batch}) is not divisible by world_size ({self.world_size}); "
+                f"give a multiple of {self.world_size}, e.g. global_batch="
+                f"{max(1, round(self.global_batch / self.world_size)) * self.world_size}",
                 field="global_batch",
             )
         if self.shares and (len(self.shares) != self.world_size or min(self.shares) < 1

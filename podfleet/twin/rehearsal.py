@@ -169,6 +169,7 @@ class Rehearsal:
                 rec["id"] = out["id"]
         except PodfleetError as exc:
             rec["result"] = f"error: {exc.code}: {exc.message}"
+            rec["code"] = exc.code
             self.tl.emit("scenario-command-refused", command=name, target=what, code=exc.code, message=exc.message)
         self.command_log.append(rec)
 

@@ -19,7 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
@@ -29,6 +37,8 @@ from podfleet.fabric.sim.faults import FaultRates, PrecursorParams
 from podfleet.fabric.sim.workload import JobState
 from podfleet.hardware.catalog import TOPOLOGY_NAMES, get_topology
 from podfleet.hardware.faults import FaultKind
+from podfleet.perf.models import MODELS
+from podfleet.validation import range_of, refusal
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -88,6 +98,14 @@ class ScriptedFault(_Strict):
 class JobConfig(_Strict):
     id: str = Field(min_length=1)
     model: str = "llama3-8b"
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        # Checked at load: a job the control plane would refuse leaves an empty rehearsal.
+        if v not in MODELS:
+            raise ValueError(UnknownNameError("model", v, MODELS).message)
+        return v
     chips: int | list[int] = Field(description="a count (first free chips) or explicit chip ids")
     steps: int = Field(ge=1)
     checkpoint_interval: int = Field(default=0, ge=0)
@@ -242,11 +260,11 @@ def parse_scenario(data: Any) -> Scenario:
             raise InvalidInputError(f"unknown field {field!r}; valid: {', '.join(valid)}", field=field) from None
         if err["type"] == "missing":
             raise InvalidInputError(f"missing required field {field!r}", field=field) from None
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        got = err.get("input")
-        where = f"invalid {field}: " if field else "invalid scenario: "
-        tail = "" if isinstance(got, dict) else f" (got {got!r})"  # a whole mapping is too long for one line
-        raise InvalidInputError(f"{where}{msg}{tail}", field=field or "scenario") from None
+        if err["type"] == "value_error":  # our own validators' sentences already name the value
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise InvalidInputError(f"{field or 'scenario'}: {msg}", field=field or "scenario") from None
+        out = refusal(err, field or "scenario", allowed=range_of(Scenario, loc))
+        raise InvalidInputError(out.message, field=out.field, allowed=out.allowed) from None
     try:
         get_topology(sc.topology_name)
     except UnknownNameError:

@@ -3,6 +3,8 @@ virtual time."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from podfleet.compose import build
@@ -117,6 +119,17 @@ def test_repair_returns_an_isolated_chip(plane: ControlPlane) -> None:
     plane.inject_fault("node", "chip-failure", chip=5, actor="t")
     advance(plane, 30)
     assert plane.clusters[plane.names["node"]].chip_states()[5].value == "isolated"
+    rt = plane.clusters[plane.names["node"]]
+    plane.render(rt)
+    # Isolated by the fabric, left schedulable by the operator: placement skips it, so
+    # every view says so rather than "schedulable".
+    assert json.loads(plane.hardware("node", 5))["mode"] == "unavailable"
+    out = plane.chip_command("node", 5, "cordon", actor="op", reason="hbm retest")
+    assert out["state"] == "isolated" and out["mode"] == "cordoned"  # the operator's mode shows as it is
+    assert any(ln["message"] == "chip 5: cordon (schedulable -> cordoned): hbm retest" for ln in rt.logs.since())
+    assert plane.store.list_audit(limit=10_000)[-1].detail.get("reason") == "hbm retest"
+    out = plane.chip_command("node", 5, "uncordon", actor="op")
+    assert out["mode"] == "unavailable"
     out = plane.chip_command("node", 5, "repair", actor="op")
     assert out["state"] == "healthy" and out["mode"] == "schedulable"
     job = plane.jobs.submit("node", {"model": "debug", "chips": 16, "steps": 10**6}, actor="t")

@@ -27,6 +27,9 @@ def test_alert_dedup_and_lifecycle() -> None:
         book.acknowledge(a.id, "bob")
     book.clear("cl-1", "chip:3", "deviation:temp", 5.0)
     assert a.state == AlertState.RESOLVED and a.resolved_at == 5.0
+    shown = a.to_dict(epoch=1_700_000_000.0)  # as the API shows it: every *_at is RFC 3339
+    assert shown["resolved_at"] == "2023-11-14T22:13:25.000Z" and shown["resolved_t"] == 5.0
+    assert shown["first_seen_at"] == "2023-11-14T22:13:21.000Z" and shown["first_seen"] == 1.0
     c, new3 = fire(book, 6.0)  # the condition returns: a new alert
     assert new3 and c.id != a.id
     assert len(book.all()) == 2 and book.open_alerts() == [c]

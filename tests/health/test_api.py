@@ -44,6 +44,10 @@ def test_alerts_telemetry_and_hardware_health(api: httpx.Client) -> None:
     assert any(a["rule"] == "link-down" for a in alerts)
     ack = api.post(f"/v1/alerts/{alerts[0]['id']}/acknowledge")
     assert ack.status_code == 200 and ack.json()["state"] == "acknowledged"
+    # Acknowledged, as listed: every *_at is RFC 3339 (the timeline seconds beside).
+    a = ack.json()
+    assert a["first_seen_at"].endswith("Z") and a["last_seen_at"].endswith("Z") and a["resolved_at"] is None
+    assert isinstance(a["first_seen"], float) and a["resolved_t"] is None
     again = api.post(f"/v1/alerts/{alerts[0]['id']}/acknowledge")
     assert again.status_code == 409 and again.headers["content-type"].startswith("application/problem+json")
     tel = api.get("/v1/clusters/hpod/telemetry", params={"metric": "temperature_c", "range": "realtime", "target": 2})
@@ -99,6 +103,12 @@ def test_cli_alerts_and_firmware(api: httpx.Client) -> None:
     assert r.exit_code == 0 and isinstance(json.loads(r.stdout), list)
     r = run(app, ["alerts", "recoveries", "hpod", "--output", "json"], env=env)
     assert r.exit_code == 0, r.output
+    r = run(app, ["alerts", "list", "--output", "json"], env=env)  # every cluster's
+    assert r.exit_code == 0 and all(a["cluster"] == "hpod" for a in json.loads(r.stdout)), r.output
+    r = run(app, ["alerts", "ack", "al-nope", "--cluster", "hpod"], env=env)
+    assert r.exit_code == 3 and "is not an alert of cluster hpod" in r.stderr, r.output
+    assert "--reason" in run(app, ["chip", "drain", "-h"]).stdout
+    assert "2.22.0" in " ".join(run(app, ["firmware", "update", "-h"]).stdout.split())
 
 
 def test_job_shows_its_recovery_through_the_api(api: httpx.Client) -> None:

@@ -93,6 +93,27 @@ def test_mounts_and_jobs() -> None:
     assert ("job:job-1", "job-stalled") in got  # no step for 120 s
 
 
+def test_queue_wait_is_no_stall() -> None:
+    # Queued for 500 s, then running: the stall clock starts when it runs, not at submit,
+    # and a resume (after recovering) starts it over again.
+    jobs = {"job-q": {"state": "PENDING", "step": 0, "tokens_per_s": 0.0}}
+    tl, _fab, mon = monitor(jobs=lambda: jobs)
+    tl.run(until=500.0)
+    jobs["job-q"] = {"state": "RUNNING", "step": 0, "tokens_per_s": 0.0}
+    tl.run(until=560.0)
+    assert ("job:job-q", "job-stalled") not in rules(mon)
+    jobs["job-q"] = {"state": "RUNNING", "step": 3, "tokens_per_s": 10.0}
+    tl.run(until=600.0)
+    jobs["job-q"] = {"state": "RECOVERING", "step": 3, "tokens_per_s": 0.0}
+    tl.run(until=900.0)
+    jobs["job-q"] = {"state": "RUNNING", "step": 3, "tokens_per_s": 0.0}
+    tl.run(until=960.0)
+    assert ("job:job-q", "job-stalled") not in rules(mon)
+    tl.run(until=1100.0)  # 120 s running without a step: now it is a stall
+    stalled = [a for a in mon.book.all() if a.rule == "job-stalled"]
+    assert len(stalled) == 1 and stalled[0].first_seen >= 900 + 110, stalled[0]
+
+
 def test_history_windows_and_rollups() -> None:
     sunk = []
     tl, _fab, mon = monitor(sink=sunk.extend)

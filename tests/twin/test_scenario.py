@@ -39,10 +39,12 @@ def test_same_seed_gives_byte_identical_event_log(tmp_path: Path) -> None:
         ({"duration": "1h", "faults": [{"at": 1, "kind": "gremlin"}]}, "faults.0.kind", ["chip-failure", "link-flap"]),
         ({"duration": "forever"}, "duration", ["24h"]),
         ({}, "duration", ["missing"]),
-        ({"duration": "1h", "pods": 0}, "pods", ["greater than or equal to 1"]),
+        ({"duration": "1h", "pods": 0}, "pods", ["0 is too small", "1-4096"]),
         ({"duration": "1h", "fault_rates": {"gremlin": 1.0}}, "fault_rates", ["chip-failure"]),
         ({"duration": "1h", "fault_rates": "lots"}, "fault_rates", ["default", "none"]),
-        ({"duration": "1h", "telemetry_interval_s": 0}, "telemetry_interval_s", ["greater than 0"]),
+        ({"duration": "1h", "telemetry_interval_s": 0}, "telemetry_interval_s", ["0 is too small", "> 0"]),
+        ({"duration": "1h", "jobs": [{"id": "a", "model": "lama3-8b", "chips": 8, "steps": 9}]}, "jobs.0.model",
+         ["unknown model 'lama3-8b'", "did you mean 'llama3-8b'?"]),
     ],
 )
 def test_validation_names_field_and_choices(data: dict, field: str, words: list[str]) -> None:
@@ -219,3 +221,17 @@ def test_rehearsal_is_deterministic_for_a_seed() -> None:
     a = figures()
     assert a == figures()
     assert sum(a["faults_by_kind"].values()) > 0
+
+
+def test_cli_sim_refused_command_exits_non_zero(tmp_path: Path) -> None:
+    # The job is over by the time it is stopped: the control plane refuses the stop, the
+    # report still prints, and the exit code says the scenario did not run as written.
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"name": "late-stop", "pod_type": "trn2-node", "duration": "10m",
+                                 "jobs": [{"id": "j1", "chips": 4, "steps": 5, "model": "tiny"}],
+                                 "commands": [{"at": "9m", "stop": "j1"}]}))
+    r = CliRunner().invoke(app, ["sim", str(p)])
+    assert r.exit_code == 4, r.output
+    assert "refused commands" in r.stdout and "j1" in r.stdout
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and "1 of 2 scenario command(s) refused" in err and "stop j1" in err
