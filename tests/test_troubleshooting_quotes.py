@@ -19,7 +19,7 @@ PAGE = ROOT / "docs" / "troubleshooting.md"
 STAR = "\x00"
 # Quotes in the symptom column that are not messages: states, commands, field names.
 NOT_MESSAGES = {"PENDING", "RECOVERING", "RUNNING", "FAILED", "RUNNING → RECOVERING → RUNNING", "api-latency",
-                "podfleet audit verify", "runtime.infra_failures", "allocation.reason", "ps",
+                "podfleet audit verify", "--db URL", "runtime.infra_failures", "allocation.reason", "ps",
                 "podfleet.training.worker", "kill -9", "job list", "Resources", "QuotaExceeded"}
 # What the CLI puts before a message it prints.
 PREFIXES = ("error: ",)

@@ -84,7 +84,7 @@ def enable_mfa(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, ou
 
 
 @app.command("unlock")
-def unlock(name: str, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
+def unlock(name: str = UserArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Clear NAME's wrong-MFA-code count and the lock ten of them set (audited)."""
     with errors():
