@@ -17,6 +17,7 @@ import sys
 
 PR_SET_DUMPABLE = 4
 PR_GET_DUMPABLE = 3
+PR_SET_PDEATHSIG = 1
 
 
 def _prctl(option: int, arg: int = 0) -> int:
@@ -53,3 +54,12 @@ def drop_privileges(uid: int, gid: int) -> None:
         except PermissionError:
             return
         raise PermissionError("privileges were not dropped: setuid(0) still works")
+
+
+def die_with_parent(parent: int, sig: int = 9) -> None:
+    """Be sent ``sig`` (default SIGKILL) when ``parent`` dies: a Ray actor's child must not
+    outlive the actor (Linux; elsewhere a no-op). The kernel clears this on a uid change."""
+    if sys.platform.startswith("linux"):
+        _prctl(PR_SET_PDEATHSIG, sig)
+        if os.getppid() != parent:  # it died before the request took hold
+            os._exit(75)

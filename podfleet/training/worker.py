@@ -336,10 +336,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--key-fd", type=int, help="a pipe holding the checkpoint key (JSON line: source, data)")
     ap.add_argument("--rlimits", default="", help="resource limits to apply first (JSON: NOFILE, NPROC, CORE, AS)")
     ap.add_argument("--allow-root", action="store_true", help="run the job even as root (PODFLEET_WORKER_USER=root)")
+    ap.add_argument("--die-with-parent", type=int, metavar="PID", help="exit when PID, the parent (a Ray actor), dies")
     args = ap.parse_args(argv)
-    from podfleet.security.harden import set_undumpable
+    from podfleet.security.harden import die_with_parent, set_undumpable
 
     set_undumpable()  # first: nothing of this process is readable by its uid's other processes
+    if args.die_with_parent is not None:
+        die_with_parent(args.die_with_parent)
     if args.rlimits:
         from podfleet.security.sandbox import apply_limits
 
