@@ -11,6 +11,7 @@ import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 from podfleet.errors import ConflictError, InvalidInputError
+from podfleet.fabric.factory import check_worker_settings
 from podfleet.settings import get_settings
 
 
@@ -45,6 +46,8 @@ def up(
         # Before the store is opened or a token made: nothing is printed, and no admin
         # token is issued that nobody could use, when the server cannot listen.
         check_port(settings.host, settings.port)
+        # A root server that would run job code as root refuses here, before it serves.
+        check_worker_settings(settings.fabric)
         with store_errors(settings.db):
             server = build_server(settings)
         if demo:
