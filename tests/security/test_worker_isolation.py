@@ -20,6 +20,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,6 +77,18 @@ def test_a_root_server_with_no_worker_isolation_refuses_with_the_fix(monkeypatch
         from_env({"PODFLEET_WORKER_USER": "root"})
     assert sb.root_opt_in and not sb.switches_user
     assert sum("SECURITY" in r.getMessage() and "ROOT" in r.getMessage() for r in caplog.records) == 2
+
+
+@ROOT_ONLY
+def test_cluster_create_on_a_root_server_with_no_isolation_is_refused_in_one_line(
+        api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PODFLEET_WORKER_USER", raising=False)
+    monkeypatch.setenv("PODFLEET_WORKER_UIDS", "off")
+    with api.client() as c:
+        r = c.post("/v1/clusters", json={"name": "iso-refused", "fabric": "local", "chips": 1})
+        assert r.status_code == 400, r.text
+        assert r.json()["detail"] == REFUSED
+        assert c.get("/v1/clusters/iso-refused").status_code == 404  # nothing half-made
 
 
 @ROOT_ONLY

@@ -54,6 +54,7 @@ from podfleet.hardware.topology import SwitchedTopology
 from podfleet.security.files import private_dir
 from podfleet.security.jobfiles import write_for_job
 from podfleet.security.redact import Redactor
+from podfleet.security.sandbox import from_env
 from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
 from podfleet.training.data import split_samples
 
@@ -103,6 +104,9 @@ class LocalFabric:
         if bad:
             raise InvalidInputError(f"spares {bad} not in [0, {n_slots})", field="spares")
         self.n_slots, self.spares = n_slots, tuple(spares)
+        # Who workers run as, first: a root server that would run job code as root refuses
+        # here (the fix in the message), before any thread or directory exists.
+        sandbox = from_env()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
         private_dir(self.workdir)  # checkpoints and logs: owner-only
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
@@ -132,7 +136,8 @@ class LocalFabric:
         self._dispatcher.start()
         self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
                                 refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
-                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else ())
+                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else (),
+                                sandbox=sandbox)
         self._monitor = Monitor(self.state, sampler=telemetry.ProcessSampler(), nvml=self._nvml, n_gpus=self.n_gpus,
                                 hang_timeout_s=hang_timeout_s, startup_timeout_s=startup_timeout_s,
                                 sample_interval_s=sample_interval_s, deliver=self.deliver, emit=self.emit)
