@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 MASK = "[redacted]"
-_TOKEN = re.compile(r"pf_[A-Za-z0-9_-]{20,}")
+_TOKEN = re.compile(r"pf_[A-Za-z0-9_-]{32,}")  # generate_token: pf_ + 43
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD")
 _HEXKEY = re.compile(r"\b[0-9a-fA-F]{64}\b")
 _MIN_LEN = 8  # shorter values would blank ordinary words

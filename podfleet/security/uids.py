@@ -61,12 +61,11 @@ def parse_range(raw: str | None) -> tuple[int, int] | None:
     return start, end
 
 
-def processes_of(uid: int) -> list[int]:
-    """Pids of processes whose real, effective, saved or filesystem uid is ``uid``.
-
-    Read from ``/proc/PID/status``, not the owner of ``/proc/PID``: a worker that made
-    itself undumpable shows as root there."""
-    out: list[int] = []
+def _scan() -> dict[int, set[int]]:
+    """pid -> the uids (real, effective, saved, filesystem) it runs with, from
+    ``/proc/PID/status``, not the owner of ``/proc/PID``: a worker that made itself
+    undumpable shows as root there."""
+    out: dict[int, set[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -74,12 +73,20 @@ def processes_of(uid: int) -> list[int]:
             with open(f"/proc/{entry.name}/status", encoding="ascii", errors="replace") as f:
                 for line in f:
                     if line.startswith("Uid:"):
-                        if str(uid) in line.split()[1:]:
-                            out.append(int(entry.name))
+                        out[int(entry.name)] = {int(x) for x in line.split()[1:]}
                         break
-        except OSError:
+        except (OSError, ValueError):
             continue  # gone meanwhile
     return out
+
+
+def processes_of(uid: int) -> list[int]:
+    """Pids of processes running with ``uid`` as any of their uids."""
+    return sorted(pid for pid, ids in _scan().items() if uid in ids)
+
+
+def uids_in_use() -> set[int]:
+    return {u for ids in _scan().values() for u in ids}
 
 
 def _alive(pid: int) -> bool:
@@ -141,16 +148,17 @@ class UidLeases:
             os.close(fd)  # releases the lock
 
     @staticmethod
-    def _stale(entry: Mapping[str, object], uid: int) -> bool:
+    def _stale(entry: Mapping[str, object], uid: int, busy: set[int]) -> bool:
         holders = entry.get("holders")
         live = [p for p in holders if isinstance(p, int) and _alive(p)] if isinstance(holders, list) else []
-        return not live and not processes_of(uid)
+        return not live and uid not in busy
 
     def acquire(self, owner: str, holder: int | None = None) -> int:
         """The uid ``owner`` runs as: its current lease (one more holder), else a free uid."""
         holder = os.getpid() if holder is None else holder
         with self._locked() as state:
-            for key in [k for k, v in state.items() if v.get("owner") != owner and self._stale(v, int(k))]:
+            busy = uids_in_use()  # one scan of /proc for the whole decision
+            for key in [k for k, v in state.items() if v.get("owner") != owner and self._stale(v, int(k), busy)]:
                 del state[key]
             for key, entry in state.items():
                 if entry.get("owner") == owner:
@@ -158,7 +166,7 @@ class UidLeases:
                     entry["holders"] = sorted({*holders, holder})
                     return int(key)
             for uid in range(self.start, self.end + 1):
-                if str(uid) in state or _has_account(uid) or processes_of(uid):
+                if str(uid) in state or uid in busy or _has_account(uid):
                     continue
                 state[str(uid)] = {"owner": owner, "holders": [holder], "since": time.time()}
                 return uid

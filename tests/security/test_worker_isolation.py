@@ -401,3 +401,44 @@ def test_links_a_job_plants_are_not_followed_on_its_retry(isolated: Path, monkey
         assert not (fab.workdir / "staged" / "job-retry").exists()  # the job's end took the staged copy away
     finally:
         fab.close()
+
+
+STANDBY_PROBE = """
+    import json, os
+    with open("probe.json", "w") as f:
+        json.dump({"ids": [os.getresuid(), os.getresgid(), os.getgroups()], "pid": os.getpid()}, f)
+"""
+
+
+@ROOT_ONLY
+@pytest.mark.realproc
+def test_a_warm_standby_drops_to_its_jobs_uid_before_the_job(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from podfleet.fabric.base import WorkerGroupSpec
+    from podfleet.fabric.local import JobState, LocalFabric
+
+    src = isolated / "src"
+    src.mkdir(mode=0o755)
+    script = _write(src, "probe.py", STANDBY_PROBE)
+    data = isolated / "data"
+    data.mkdir(mode=0o700)
+    fab = LocalFabric(1, workdir=data / "clusters" / "c1", hang_timeout_s=60, warm_workers=1)
+    try:
+        deadline = time.monotonic() + 120
+        while fab.warm_ready() < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert fab.warm_ready() == 1
+        import psutil
+
+        standbys = [p.pid for p in psutil.Process().children() if "--standby" in p.cmdline()]
+        assert len(standbys) == 1 and psutil.Process(standbys[0]).uids().real == 0  # root until assigned
+        fab.launch(WorkerGroupSpec("job-warm", (0,), "custom", 1, entrypoint=str(script)))
+        st = fab.wait("job-warm", 120)
+        jobdir = fab.workdir / "jobs" / "job-warm"
+        assert st.state is JobState.FINISHED, (st, jobfiles.read_tail(jobdir / "attempt-1-rank-0.log", 20))
+        probe = json.loads((jobdir / "probe.json").read_text())
+        (ruid, euid, suid), (rgid, egid, sgid), groups = probe["ids"]
+        lo, hi = (int(x) for x in _range().split("-"))
+        assert lo <= ruid <= hi and ruid == euid == suid == rgid == egid == sgid and groups == []
+        assert probe["pid"] == standbys[0]  # the standby ran the job, under the job's uid
+    finally:
+        fab.close()
