@@ -12,6 +12,7 @@ import typer
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 from podfleet.errors import ConflictError, InvalidInputError
 from podfleet.fabric.factory import check_worker_settings
+from podfleet.security.harden import set_undumpable
 from podfleet.settings import get_settings
 
 
@@ -48,6 +49,9 @@ def up(
         check_port(settings.host, settings.port)
         # A root server that would run job code as root refuses here, before it serves.
         check_worker_settings(settings.fabric)
+        # Before any secret is read: where workers share the server's uid (a server that
+        # is not root), they cannot read its memory or /proc/PID/environ (the admin token).
+        set_undumpable()
         with store_errors(settings.db):
             server = build_server(settings)
         if demo:

@@ -27,6 +27,7 @@ Contract (shared by fabric/local and fabric/ray):
   other process of its uid can read its memory, environment or key. A standby told a
   ``uid`` in its assignment drops to it before it takes anything else from the message.
   A worker that is root when its job is due exits with code 2 unless ``--allow-root``.
+  ``--die-with-parent PID`` (a Ray actor's child): SIGKILL when that parent dies.
   Reports go to fd N (default: the original stdout, with the user's prints moved
   to stderr) as JSON lines (see ``JsonLineReporter``): hello, progress, heartbeat
   (every ``heartbeat_interval_s`` from a thread), log, checkpoint, replica, error,
