@@ -34,6 +34,7 @@ SCRIPT = """
             probe[name] = type(exc).__name__
     pf.save_state({"w": torch.ones(2)}, step=1)
     pf.report(step=1, loss=1.0)
+    pf.log("found " + sys.argv[2])  # as if it had found the admin token: the job log must not show it
     with open("probe.json", "w") as f:
         json.dump(probe, f)
 """
@@ -59,7 +60,8 @@ def test_a_root_actor_runs_job_code_under_the_jobs_own_uid(outside: Path, monkey
     monkeypatch.delenv("PODFLEET_CHECKPOINT_KEY", raising=False)
     monkeypatch.setenv("PODFLEET_WORKER_UIDS", f"{start}-{start + 3}")
     monkeypatch.setenv("PODFLEET_WORKER_UID_DIR", str(outside / "leases"))
-    monkeypatch.setenv("PODFLEET_ADMIN_TOKEN", "pf_" + "R" * 43)
+    admin = "pf_" + "R" * 43
+    monkeypatch.setenv("PODFLEET_ADMIN_TOKEN", admin)
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 1024 * 1024,
@@ -74,7 +76,7 @@ def test_a_root_actor_runs_job_code_under_the_jobs_own_uid(outside: Path, monkey
         script = src / "probe.py"
         script.write_text(textwrap.dedent(SCRIPT))
         fabric.launch(WorkerGroupSpec("job-iso", (0,), "custom", 1, 1, entrypoint=str(script),
-                                      options={"entrypoint_args": [str(kek_file)]}))
+                                      options={"entrypoint_args": [str(kek_file), admin]}))
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline:
             st = fabric.run_status("job-iso")
@@ -88,6 +90,8 @@ def test_a_root_actor_runs_job_code_under_the_jobs_own_uid(outside: Path, monkey
         assert start <= probe["uid"] <= start + 3 and probe["gid"] == probe["uid"]
         assert probe["parent_environ"] == "PermissionError" and probe["kek"] == "PermissionError"
         assert not [n for n in probe["env"] if n.startswith("RAY_") or n == "PODFLEET_ADMIN_TOKEN"], probe["env"]
+        logs = "\n".join(fabric.run_logs("job-iso"))
+        assert "found [redacted]" in logs and admin not in logs, logs
         d = manifest.latest(jobdir / "checkpoints")
         assert d is not None
         entry = manifest.read(d).shards[0]
