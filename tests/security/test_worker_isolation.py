@@ -442,3 +442,16 @@ def test_a_warm_standby_drops_to_its_jobs_uid_before_the_job(isolated: Path, mon
         assert probe["pid"] == standbys[0]  # the standby ran the job, under the job's uid
     finally:
         fab.close()
+
+
+def test_a_step_directory_swapped_for_a_link_is_not_written_through(tmp_path: Path) -> None:
+    from podfleet.checkpoint.shard import atomic_write
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    step = tmp_path / "checkpoints" / "step-00000004"  # the job owns this tree
+    step.parent.mkdir()
+    step.symlink_to(victim)  # swapped in after the server checked it
+    with pytest.raises(OSError):
+        atomic_write(step / "manifest.json", b"{}")
+    assert list(victim.iterdir()) == []
