@@ -29,6 +29,7 @@ from podfleet.fabric.factory import check_worker_settings
 from podfleet.security import harden, jobfiles, uids
 from podfleet.security.redact import MASK, Redactor
 from podfleet.security.sandbox import REFUSED, WorkerSandbox, from_env
+from tests.security.isolation import skip_unless_workers_can_run
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs a root server")
 ADMIN = "pf_" + "Q" * 43  # what a server's admin token looks like
@@ -48,6 +49,8 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.delenv("PODFLEET_WORKER_PYTHON", raising=False)
     monkeypatch.setenv("PODFLEET_WORKER_UIDS", _range())
     monkeypatch.setenv("PODFLEET_WORKER_UID_DIR", str(tmp_path / "leases"))
+    if os.geteuid() == 0:
+        skip_unless_workers_can_run()
     d = Path(tempfile.mkdtemp(prefix="podfleet-iso-"))  # outside pytest's 0700 base directory
     d.chmod(0o755)
     yield d

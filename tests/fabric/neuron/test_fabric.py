@@ -245,6 +245,9 @@ def test_a_neuron_worker_runs_under_its_own_uid_with_nothing_of_the_server(
     monkeypatch.setenv("PODFLEET_WORKER_UIDS", f"{start}-{start + 3}")
     monkeypatch.setenv("PODFLEET_WORKER_UID_DIR", str(tmp_path / "leases"))
     monkeypatch.setenv("PODFLEET_ADMIN_TOKEN", "pf_" + "N" * 43)
+    from tests.security.isolation import skip_unless_workers_can_run
+
+    skip_unless_workers_can_run()
     outside = Path(tempfile.mkdtemp(prefix="podfleet-neuron-iso-"))  # outside pytest's 0700 base
     try:
         outside.chmod(0o755)

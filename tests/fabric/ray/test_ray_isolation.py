@@ -62,6 +62,9 @@ def test_a_root_actor_runs_job_code_under_the_jobs_own_uid(outside: Path, monkey
     monkeypatch.setenv("PODFLEET_WORKER_UID_DIR", str(outside / "leases"))
     admin = "pf_" + "R" * 43
     monkeypatch.setenv("PODFLEET_ADMIN_TOKEN", admin)
+    from tests.security.isolation import skip_unless_workers_can_run
+
+    skip_unless_workers_can_run()
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=1, include_dashboard=False, object_store_memory=80 * 1024 * 1024,
