@@ -120,7 +120,11 @@ class WorkerActor:
                     return run_as_child(cfg, sandbox, self.reporter, where, keep_env=declared - {cfg.key_env})
                 finally:
                     self.running = False
-        set_undumpable()  # before the key: no other process of this uid can read it out of memory
+        if os.geteuid() != 0:
+            # Before the key: no other process of this uid can read it out of memory. (A root
+            # actor here runs root job code on purpose, which could read everything anyway;
+            # observed: an undumpable root actor made torch's start-up in it much slower.)
+            set_undumpable()
         scrub_environment(cfg, declared)
         self.running = True
         try:
