@@ -25,8 +25,9 @@
     PODFLEET_AUDIT_DIGESTS       a second location for every digest: a directory, or a URL
                                  (s3://...) stored through PODFLEET_AUDIT_DIGESTS_COMMAND
     PODFLEET_AUDIT_RETENTION_DAYS  audit records kept in the database (90); older ones archived
-    PODFLEET_WORKER_USER         who local workers run as when the server is root (default:
-                                 podfleet-worker if it exists, else root with a warning)
+    PODFLEET_WORKER_USER         who workers run as when the server is root (default: one
+                                 uid per job from PODFLEET_WORKER_UIDS; "root": root, loudly)
+    PODFLEET_WORKER_UIDS         START-END: the uids jobs are given (default 0x70000000+64Ki)
     PODFLEET_WORKER_PYTHON       the interpreter workers run (default: the server's own)
     PODFLEET_WORKER_LIMIT_NOFILE / _NPROC / _CORE / _AS  workers' resource limits (16384,
                                  16384, 0, unchanged); 0 leaves NOFILE/NPROC/AS as they are
@@ -84,7 +85,9 @@ class Settings(BaseSettings):
     audit_retention_days: float = Field(90.0, gt=0)  # older records are archived, then pruned
     report_retention_days: float = Field(30.0, gt=0)  # health reports older than this are pruned
     # Local workers (security/sandbox.py reads these variables where it starts workers).
-    worker_user: str | None = None  # default: podfleet-worker if it exists; "root" to keep root
+    worker_user: str | None = None  # default: one uid per job; "root" to keep root (loudly)
+    worker_uids: str | None = None  # START-END (security/uids.py); "off" refuses root workers
+    worker_uid_dir: str | None = None  # where uid leases live (default /run/podfleet/worker-uids)
     worker_python: str | None = None  # the interpreter workers run (default: the server's)
     worker_limit_nofile: int = Field(16384, ge=-1)
     worker_limit_nproc: int = Field(16384, ge=-1)

@@ -12,6 +12,14 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
+# Worker isolation (docs/security.md): a root server gives every job its own uid, which
+# must reach the interpreter and the job's files. Tests that are not about isolation keep
+# their workers (local, Ray, CLI servers started as subprocesses) as root on purpose, the
+# single-user opt-in; tests/security/test_worker_isolation.py and test_worker_sandbox.py
+# take it away and run jobs under their own uids for real.
+ISOLATION_OPT_OUT = ("PODFLEET_WORKER_USER", "root")
+os.environ.setdefault(*ISOLATION_OPT_OUT)
+
 
 def pytest_collection_modifyitems(items: list) -> None:
     """Run the tests that connect this process to an external Ray cluster first.

@@ -158,23 +158,29 @@ def decode(blob: bytes, *, job_id: str, step: int, rank: int, kek: bytes | None,
 
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = f".{path.name}.tmp-{os.getpid()}"
     # The directory may belong to a worker's (unprivileged) user while the server writes a
     # manifest into it: never follow or reuse what sits at the temporary name (a planted
-    # link would have the server overwrite the file it points at).
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    # link would have the server overwrite the file it points at), and work through one
+    # descriptor of the directory, never followed either (a directory swapped for a link
+    # after the caller checked it would have the server write elsewhere).
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        os.fsync(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dfd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
     finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+        os.close(dfd)
 
 
 def fsync_dir(directory: Path) -> None:

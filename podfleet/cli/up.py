@@ -11,6 +11,8 @@ import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 from podfleet.errors import ConflictError, InvalidInputError
+from podfleet.fabric.factory import check_worker_settings
+from podfleet.security.harden import set_undumpable
 from podfleet.settings import get_settings
 
 
@@ -47,6 +49,11 @@ def up(
         # Before the store is opened or a token made: nothing is printed, and no admin
         # token is issued that nobody could use, when the server cannot listen.
         check_port(settings.host, settings.port)
+        # A root server that would run job code as root refuses here, before it serves.
+        check_worker_settings(settings.fabric)
+        # Before any secret is read: where workers share the server's uid (a server that
+        # is not root), they cannot read its memory or /proc/PID/environ (the admin token).
+        set_undumpable()
         with store_errors(settings.db):
             server = build_server(settings)
         if demo:

@@ -7,6 +7,7 @@ the control plane, which calls this, imports none of them."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -42,6 +43,19 @@ def available_fabrics() -> list[str]:
     return out
 
 
+def check_worker_settings(kind: str, *, ray_address: str | None = None) -> None:
+    """Refuse, with the fix in the message (InvalidInputError), a fabric whose workers the
+    settings would run as root or could not run at all (``security.sandbox.from_env``):
+    ``podfleet up`` asks before it serves, ``cluster create`` when it builds the fabric.
+    A Ray cluster of its own (an address) decides on its nodes; a private one inherits
+    this server's settings, so they are checked here."""
+    if kind == "sim" or (kind == "ray" and (ray_address or os.environ.get("PODFLEET_RAY_ADDRESS"))):
+        return
+    from podfleet.security.sandbox import from_env
+
+    from_env()
+
+
 def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
                 *, options: Mapping[str, Any] | None = None) -> Fabric:
     """A fresh fabric for one cluster, attached to the timeline. A non-twin fabric may
@@ -71,6 +85,8 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
                             neuron_monitor=opts.get("neuron_monitor") or DEFAULT_NEURON_MONITOR,
                             spares=spares, workdir=opts.get("workdir"), hang_timeout_s=LOCAL_HANG_TIMEOUT_S)
     from podfleet.fabric.ray import make_ray_fabric
+
+    check_worker_settings(kind, ray_address=opts.get("ray_address"))
 
     # The cluster's workdir also keeps its checkpoint KEK (make_ray_fabric), which the
     # fabric hands to its workers itself.

@@ -50,10 +50,15 @@ def write_private(path: str | Path, data: bytes) -> Path:
 
 
 def open_private_append(path: str | Path) -> int:
-    """A 0600 file descriptor for appending (logs)."""
+    """A 0600 file descriptor for appending (logs). Never through a link: a log lies in a
+    job's directory, where the job could plant one to have the server append to another
+    file; a link found there is removed (and one planted again meanwhile fails the open)."""
     p = Path(path)
     private_dir(p.parent)
-    return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    if p.is_symlink():
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    return os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, FILE_MODE)
 
 
 def tighten(*paths: str | Path) -> None:

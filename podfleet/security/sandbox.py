@@ -1,27 +1,34 @@
-"""Who a local worker runs as, and under which resource limits.
+"""Who a worker runs as, and under which resource limits.
 
-A job's code runs inside its worker, so the worker must not hold the server's powers.
-Where the server runs as root, workers run as an unprivileged user (like nginx's
-``user`` directive or a CI runner's job user), chosen by ``PODFLEET_WORKER_USER``:
+A job's code runs inside its worker, so the worker must not hold the server's powers,
+nor share a uid with another job (a uid guards files, signals and, through ``ptrace``
+and ``/proc/PID/mem``, memory). Where the server (or a Ray actor) runs as root:
 
-* unset: ``podfleet-worker`` when that user exists; otherwise workers stay root and the
-  fabric logs a loud warning once (create the user with
-  ``useradd --system --no-create-home podfleet-worker``);
-* a user name or uid: that user (an unknown one is refused when the fabric starts);
-* ``root``: run workers as root on purpose (no warning).
+* ``PODFLEET_WORKER_USER`` unset: every job gets its own uid, drawn from
+  ``PODFLEET_WORKER_UIDS`` (``START-END``; default ``security.uids.DEFAULT_RANGE``), gid the
+  same number, no account needed (``security.uids``: leases, released at job end);
+  ``PODFLEET_WORKER_UIDS=off`` with no user is refused, as is any set-up under which the
+  uids cannot run a worker (the error names the fix);
+* a user name or uid: every job runs as that one user (an unknown one is refused when the
+  fabric starts). Jobs then share a uid: a warning says so;
+* ``root``: workers run as root on purpose, for a single-user host; every fabric start
+  logs a SECURITY warning.
 
-A server that is not root cannot switch users; its workers run as itself. The worker's
-user must be able to run the interpreter and read podfleet (install it outside
-``/root``, e.g. a venv in ``/opt``), else the fabric refuses to start and says which
-directory is in the way; ``PODFLEET_WORKER_PYTHON`` names another interpreter for
-workers (with ``PYTHONPATH`` pointing at podfleet and its dependencies).
+A server that is not root cannot switch users; its workers run as itself (and are still
+undumpable, ``security.harden``). The worker's uid must be able to run the interpreter
+and read podfleet: when the server's own interpreter is out of its reach (a venv or
+pyenv under ``/root``), workers run the system's Python of the same version with the
+server's packages on ``PYTHONPATH`` (``fallback_python``) if that can be reached; else
+``PODFLEET_WORKER_PYTHON`` names the interpreter (with ``PYTHONPATH`` pointing at podfleet
+and its dependencies), or install podfleet outside ``/root`` (e.g. a venv under ``/opt``).
 
 The switch uses ``subprocess``'s own ``user``/``group``/``extra_groups`` (no
-``preexec_fn``: the server is threaded). Before a worker starts, its job's directory is
-handed to that user (``prepare_job_dir``: owned by it, the directories above it made
-traversable, never listable), so it can write its logs and checkpoints; the key
-directory and the database stay root's 0600/0700 files it cannot read. The checkpoint
-key reaches it over a pipe (``key_material``), never through a file it could read.
+``preexec_fn``: the server is threaded); a warm standby, started before its job (and so
+its uid) is known, drops to the job's uid itself on assignment, before it reads the key
+or any of the job's code (``security.harden.drop_privileges``). The job's directory is
+handed to its uid (``security.jobfiles``) and taken back when the job ends; pushed code
+is staged read-only beside it. The key directory and the database stay root's 0600/0700
+files; the checkpoint key reaches a worker over a pipe (``key_material``).
 
 Resource limits (``PODFLEET_WORKER_LIMIT_*``; 0 leaves a limit as it is) are applied by
 the worker to itself as the very first thing it does, before it reads a job or runs
@@ -36,22 +43,21 @@ import json
 import logging
 import os
 import pwd
-import re
 import resource
-import shutil
 import stat
 import sys
+import sysconfig
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from podfleet.errors import InvalidInputError
+from podfleet.security.uids import UIDS_ENV, parse_range
 
 log = logging.getLogger("podfleet.security.sandbox")
 
 USER_ENV = "PODFLEET_WORKER_USER"
 PYTHON_ENV = "PODFLEET_WORKER_PYTHON"
-DEFAULT_USER = "podfleet-worker"
 LIMIT_ENV_PREFIX = "PODFLEET_WORKER_LIMIT_"
 # name -> (RLIMIT_*, default). NPROC counts every thread of the user's processes, so it
 # only bounds fork bombs; AS is off by default (CUDA and torch reserve huge address space).
@@ -61,19 +67,25 @@ LIMITS: dict[str, tuple[int, int]] = {
     "CORE": (resource.RLIMIT_CORE, 0),  # no core dumps: a dump holds the checkpoint key
     "AS": (resource.RLIMIT_AS, -1),  # bytes; -1: unchanged
 }
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_warned = False
+REFUSED = (f"the server runs as root and will not run job code as root: leave {USER_ENV} and {UIDS_ENV} unset "
+           f"(one uid per job from a default range), set {UIDS_ENV}=START-END (a free uid range), "
+           f"{USER_ENV}=NAME (an unprivileged user), or {USER_ENV}=root to accept root workers on a single-user host")
+_warned: set[str] = set()
 
 
 @dataclass(frozen=True)
 class WorkerSandbox:
-    """``uid``/``gid`` None: the worker runs as the server's user."""
+    """``uid``/``gid`` None: the worker runs as the server's user, or (``uid_range`` set) is
+    a template whose jobs each get a uid of their own (``for_uid``)."""
 
     user: str | None = None
     uid: int | None = None
     gid: int | None = None
     limits: Mapping[str, int] = field(default_factory=dict)  # LIMITS name -> value (-1: unchanged)
     python: str | None = None  # the interpreter workers run; None: the server's own
+    uid_range: tuple[int, int] | None = None  # one uid per job from this range
+    pythonpath: str | None = None  # with ``python``: where it finds podfleet and its dependencies
+    root_opt_in: bool = False  # PODFLEET_WORKER_USER=root on a root server
 
     @property
     def executable(self) -> str:
@@ -83,15 +95,25 @@ class WorkerSandbox:
     def switches_user(self) -> bool:
         return self.uid is not None and self.uid != os.geteuid()
 
+    @property
+    def per_job(self) -> bool:
+        return self.uid_range is not None
+
+    def for_uid(self, uid: int) -> WorkerSandbox:
+        """A job's own sandbox: its leased uid, gid the same number, no account needed."""
+        return replace(self, user=f"podfleet-{uid}", uid=uid, gid=uid, uid_range=None)
+
     def limits_arg(self) -> str:
         """The worker's ``--rlimits`` argument."""
         return json.dumps({k: v for k, v in self.limits.items() if v >= 0}, sort_keys=True)
 
     def env(self, jobdir: Path | None) -> dict[str, str]:
-        """What the worker's environment says about who it is (HOME: a place it can write)."""
-        if not self.switches_user or self.user is None:
-            return {}
-        out = {"USER": self.user, "LOGNAME": self.user}
+        """What the worker's environment says about who it is (HOME: a place it can write)
+        and, with a fallback interpreter, where it finds podfleet."""
+        out = {"PYTHONPATH": self.pythonpath} if self.pythonpath else {}
+        if (not self.switches_user and not self.per_job) or self.user is None:
+            return out
+        out.update({"USER": self.user, "LOGNAME": self.user})
         if jobdir is not None:
             out["HOME"] = str(jobdir)
         return out
@@ -102,8 +124,8 @@ def _lookup(name: str) -> pwd.struct_passwd:
         return pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
     except (KeyError, ValueError):
         raise InvalidInputError(f"{USER_ENV}={name}: no such user on this host; create it "
-                                f"(useradd --system --no-create-home {name}) or unset {USER_ENV}",
-                                field="worker_user") from None
+                                f"(useradd --system --no-create-home {name}) or unset {USER_ENV} "
+                                f"(one uid per job)", field="worker_user") from None
 
 
 def _limits(env: Mapping[str, str]) -> dict[str, int]:
@@ -120,40 +142,73 @@ def _limits(env: Mapping[str, str]) -> dict[str, int]:
     return out
 
 
+def _warn(key: str, msg: str, *args: object, every_time: bool = False) -> None:
+    if every_time or key not in _warned:
+        _warned.add(key)
+        log.warning(msg, *args)
+
+
 def from_env(env: Mapping[str, str] | None = None) -> WorkerSandbox:
-    """The sandbox the settings ask for (see the module's docstring)."""
-    global _warned
+    """The sandbox the settings ask for (see the module's docstring); InvalidInputError,
+    with the fix in its message, where a root server would run job code as root."""
     env = os.environ if env is None else env
     limits = _limits(env)
     python = env.get(PYTHON_ENV, "").strip() or None
     wanted = env.get(USER_ENV, "").strip()
     if os.geteuid() != 0:
         if wanted and wanted != pwd.getpwuid(os.geteuid()).pw_name:
-            log.warning("%s=%s ignored: only a root server can run workers as another user", USER_ENV, wanted)
+            _warn("ignored", "%s=%s ignored: only a root server can run workers as another user", USER_ENV, wanted)
         return WorkerSandbox(limits=limits, python=python)
-    if not wanted:
-        try:
-            pw = pwd.getpwnam(DEFAULT_USER)
-        except KeyError:
-            if not _warned:
-                _warned = True
-                log.warning(
-                    "SECURITY: the server runs as root and no %s user exists, so job workers run as ROOT. "
-                    "Create it (useradd --system --no-create-home %s), set %s to an unprivileged user, "
-                    "or set %s=root to accept this.", DEFAULT_USER, DEFAULT_USER, USER_ENV, USER_ENV)
-            return WorkerSandbox(limits=limits, python=python)
-    else:
+    if wanted:
         pw = _lookup(wanted)
-    if pw.pw_uid == 0:
-        return WorkerSandbox(limits=limits, python=python)
-    sb = WorkerSandbox(pw.pw_name, pw.pw_uid, pw.pw_gid, limits, python)
-    blocked = unreachable(sb)
-    if blocked is not None:
-        raise InvalidInputError(
-            f"workers run as {pw.pw_name} ({USER_ENV}), but {pw.pw_name} cannot reach {blocked}: install podfleet "
-            f"and its interpreter where that user can read them (e.g. a venv under /opt), or set {PYTHON_ENV}",
-            field="worker_user")
-    return sb
+        if pw.pw_uid == 0:
+            _warn("root", "SECURITY: %s=%s: job workers run as ROOT and can read every key, token and the "
+                  "database of this server. Only for a single-user host; unset %s for one uid per job.",
+                  USER_ENV, wanted, USER_ENV, every_time=True)
+            return WorkerSandbox(limits=limits, python=python, root_opt_in=True)
+        _warn("shared", "%s=%s: every job runs as uid %d, so jobs can read each other's files; unset it "
+              "for one uid per job", USER_ENV, pw.pw_name, pw.pw_uid)
+        sb = WorkerSandbox(pw.pw_name, pw.pw_uid, pw.pw_gid, limits, python)
+        probe = sb
+    else:
+        rng = parse_range(env.get(UIDS_ENV))
+        if rng is None:
+            raise InvalidInputError(REFUSED, field="worker_user")
+        sb = WorkerSandbox(limits=limits, python=python, uid_range=rng)
+        probe = sb.for_uid(rng[0])
+    return _reachable(sb, probe, explicit_python=python is not None)
+
+
+def _reachable(sb: WorkerSandbox, probe: WorkerSandbox, *, explicit_python: bool) -> WorkerSandbox:
+    blocked = unreachable(probe)
+    if blocked is None:
+        return sb
+    if not explicit_python:
+        fb = fallback_python(probe)
+        if fb is not None:
+            _warn("fallback", "workers run %s (the server's interpreter is under %s, out of their reach)",
+                  fb[0], blocked)
+            return replace(sb, python=fb[0], pythonpath=fb[1])
+    who = probe.user if sb.uid_range is None else "a job's uid"
+    raise InvalidInputError(
+        f"workers cannot reach {blocked} as {who}: install podfleet and its interpreter where any user can "
+        f"read them (e.g. a venv under /opt), or set {PYTHON_ENV} (and PYTHONPATH)", field="worker_user")
+
+
+def fallback_python(probe: WorkerSandbox) -> tuple[str, str] | None:
+    """The system's Python of this version and a PYTHONPATH of this server's packages, if
+    ``probe``'s user can reach them all (the server's interpreter under /root, say)."""
+    import podfleet
+
+    exe = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    paths = list(dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                str(Path(podfleet.__file__).resolve().parents[1])]))
+    for d in ("/usr/bin", "/usr/local/bin"):
+        cand = WorkerSandbox(probe.user, probe.uid, probe.gid, python=os.path.join(d, exe))
+        if os.path.isfile(cand.executable) and unreachable(cand) is None \
+                and all(_path_blocked(Path(p), probe) is None for p in paths):
+            return cand.executable, os.pathsep.join(paths)
+    return None
 
 
 def _can(st: os.stat_result, uid: int, gid: int, bits: tuple[int, int, int]) -> bool:
@@ -176,14 +231,23 @@ def unreachable(sb: WorkerSandbox) -> Path | None:
     import podfleet
 
     exe = Path(sb.executable)
-    targets = [exe, exe.resolve(), Path(podfleet.__file__).resolve().parent]
-    for t in targets:
-        for d in reversed(t.parents):
-            if not _can(d.stat(), sb.uid, sb.gid, _SEARCH):
-                return d
-        if not _can(t.stat(), sb.uid, sb.gid, _READ):
-            return t
+    for t in (exe, exe.resolve(), Path(podfleet.__file__).resolve().parent):
+        blocked = _path_blocked(t, sb)
+        if blocked is not None:
+            return blocked
     return None
+
+
+def _path_blocked(t: Path, sb: WorkerSandbox) -> Path | None:
+    assert sb.uid is not None and sb.gid is not None
+    for d in reversed(t.parents):
+        if not _can(d.stat(), sb.uid, sb.gid, _SEARCH):
+            return d
+    try:
+        st = t.stat()
+    except FileNotFoundError:
+        return t
+    return None if _can(st, sb.uid, sb.gid, _READ) else t
 
 
 def apply_limits(spec: str) -> None:
@@ -194,63 +258,6 @@ def apply_limits(spec: str) -> None:
         new_hard = value if hard == resource.RLIM_INFINITY else min(hard, value)
         new_soft = new_hard if soft == resource.RLIM_INFINITY else min(soft, new_hard)
         resource.setrlimit(which, (new_soft, new_hard))
-
-
-# --- the job's directory ---------------------------------------------------------------
-
-
-def prepare_job_dir(sandbox: WorkerSandbox, jobdir: Path) -> None:
-    """Hand ``jobdir`` (logs, checkpoints, replicas) to the sandbox's user.
-
-    The tree becomes the user's (files the server wrote since the last attempt too, such
-    as checkpoint manifests, which the worker reads to resume); links are never followed
-    and a file with several hard links is left alone (a link the worker made to a file
-    of the server's must not be handed over). Directories above it get search permission
-    for others (``o+x``: they can be crossed, not listed), nothing more.
-    """
-    if not sandbox.switches_user:
-        return
-    uid, gid = sandbox.uid, sandbox.gid
-    assert uid is not None and gid is not None
-    jobdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for parent in jobdir.resolve().parents:
-        st = parent.stat()
-        if not _can(st, uid, gid, _SEARCH):
-            os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
-    for root, dirs, files in os.walk(jobdir, followlinks=False):
-        for name in (*dirs, *files):
-            p = os.path.join(root, name)
-            st = os.lstat(p)
-            if stat.S_ISLNK(st.st_mode) or st.st_uid == uid:
-                continue
-            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                continue
-            os.chown(p, uid, gid, follow_symlinks=False)
-    os.chown(jobdir, uid, gid, follow_symlinks=False)
-    os.chmod(jobdir, 0o700)
-
-
-def stage_entrypoint(sandbox: WorkerSandbox, entrypoint: str | None, jobdir: Path) -> str | None:
-    """A pushed code artifact (``<code root>/<sha256>/...``, private to the server) is
-    copied into the job's directory for a worker of another user; the path to run."""
-    if entrypoint is None or not sandbox.switches_user:
-        return entrypoint
-    path = Path(entrypoint)
-    root = next((p for p in path.parents if _HEX64.match(p.name)), None)
-    if root is None:
-        return entrypoint  # an admin-allowed code directory: it must be readable by the worker's user
-    dest = jobdir / "code" / root.name
-    if not dest.is_dir():
-        tmp = dest.with_name(f".{root.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(root, tmp, symlinks=True)  # an artifact holds no links (refused at push)
-        assert sandbox.uid is not None and sandbox.gid is not None
-        for d, _, files in os.walk(tmp):
-            for p in (d, *(os.path.join(d, f) for f in files)):
-                os.chown(p, sandbox.uid, sandbox.gid, follow_symlinks=False)
-        os.chown(dest.parent, sandbox.uid, sandbox.gid, follow_symlinks=False)
-        os.replace(tmp, dest)
-    return str(dest / path.relative_to(root))
 
 
 # --- the checkpoint key -----------------------------------------------------------------

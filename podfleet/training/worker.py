@@ -22,7 +22,12 @@ Contract (shared by fabric/local and fabric/ray):
   or ``key`` in a standby's assignment): a JSON line ``{source, data: base64}`` holding
   what the key file or variable holds, so a worker running as another user needs neither
   read access to the key file nor the key in its environment. ``--rlimits`` are applied
-  before anything else (``podfleet.security.sandbox.apply_limits``).
+  before anything else (``podfleet.security.sandbox.apply_limits``). Before that still,
+  the worker makes itself undumpable (``PR_SET_DUMPABLE`` 0, ``security.harden``): no
+  other process of its uid can read its memory, environment or key. A standby told a
+  ``uid`` in its assignment drops to it before it takes anything else from the message.
+  A worker that is root when its job is due exits with code 2 unless ``--allow-root``.
+  ``--die-with-parent PID`` (a Ray actor's child): SIGKILL when that parent dies.
   Reports go to fd N (default: the original stdout, with the user's prints moved
   to stderr) as JSON lines (see ``JsonLineReporter``): hello, progress, heartbeat
   (every ``heartbeat_interval_s`` from a thread), log, checkpoint, replica, error,
@@ -304,6 +309,10 @@ def _await_assignment(fd: int) -> WorkerConfig:
     if not line:
         os._exit(EXIT_OK)  # the fabric closed the pool
     msg = json.loads(line)
+    if msg.get("uid") is not None:
+        from podfleet.security.harden import drop_privileges
+
+        drop_privileges(int(msg["uid"]), int(msg["gid"]))  # before the key, the directory, the code
     if msg.get("key"):
         _take_key(msg["key"])
     os.environ.update(msg.get("env", {}))
@@ -327,7 +336,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--report-fd", type=int, default=1, help="fd for JSON-line reports (default: stdout)")
     ap.add_argument("--key-fd", type=int, help="a pipe holding the checkpoint key (JSON line: source, data)")
     ap.add_argument("--rlimits", default="", help="resource limits to apply first (JSON: NOFILE, NPROC, CORE, AS)")
+    ap.add_argument("--allow-root", action="store_true", help="run the job even as root (PODFLEET_WORKER_USER=root)")
+    ap.add_argument("--die-with-parent", type=int, metavar="PID", help="exit when PID, the parent (a Ray actor), dies")
     args = ap.parse_args(argv)
+    from podfleet.security.harden import die_with_parent, set_undumpable
+
+    set_undumpable()  # first: nothing of this process is readable by its uid's other processes
+    if args.die_with_parent is not None:
+        die_with_parent(args.die_with_parent)
     if args.rlimits:
         from podfleet.security.sandbox import apply_limits
 
@@ -344,6 +360,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         cfg = WorkerConfig.from_json(args.config if args.config is not None else Path(args.config_file).read_text())
     reporter = JsonLineReporter(fd, cfg.rank)
+    if os.geteuid() == 0 and not args.allow_root:
+        reporter.send("error", code=EXIT_BAD_INPUT, kind="root", step=0,
+                      message="refusing to run job code as root (set PODFLEET_WORKER_USER=root to allow it)")
+        os._exit(EXIT_BAD_INPUT)
     reporter.send("hello", pid=os.getpid(), job_id=cfg.job_id, world_size=cfg.world_size)
     t0 = time.perf_counter()
     result = run_worker(cfg, reporter)

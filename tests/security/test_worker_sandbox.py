@@ -26,7 +26,8 @@ from podfleet.checkpoint import keys, manifest, shard
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.security import sandbox
 from podfleet.security.code import pack_dir, store_artifact
-from podfleet.security.sandbox import WorkerSandbox, from_env, prepare_job_dir
+from podfleet.security.jobfiles import prepare_job_dir
+from podfleet.security.sandbox import WorkerSandbox, from_env
 
 TEST_USER = "podfleet-test-worker"
 
@@ -93,7 +94,7 @@ def test_settings_choose_the_user_and_refuse_an_unknown_one(worker_user: pwd.str
     hidden = tmp_path / "private"
     hidden.mkdir(mode=0o700)
     (hidden / "python").symlink_to(sys.executable)
-    with pytest.raises(InvalidInputError, match=r"cannot reach /.*where that user can read"):  # at start, not per job
+    with pytest.raises(InvalidInputError, match=r"cannot reach /.*where any user can read"):  # at start, not per job
         from_env({"PODFLEET_WORKER_USER": TEST_USER, "PODFLEET_WORKER_PYTHON": str(hidden / "python")})
 
 
@@ -194,8 +195,9 @@ def test_workers_run_unprivileged_and_still_train_with_encrypted_checkpoints(
         st = fab.wait("job-sbx", 150)
         assert st.state is JobState.FINISHED, _logs(fab.workdir / "jobs" / "job-sbx")
         jobdir = fab.workdir / "jobs" / "job-sbx"
-        staged = jobdir / "code" / art.digest / "train.py"
-        assert staged.stat().st_uid == worker_user.pw_uid
+        # Staged read-only for the job (the server's file, the job's group), beside its directory.
+        staged = fab.workdir / "staged" / "job-sbx" / art.digest / "train.py"
+        assert (staged.stat().st_uid, staged.stat().st_gid) == (0, worker_user.pw_gid)
         assert (root / "code" / art.digest / "train.py").stat().st_uid == 0  # the store stays the server's
         # The standby opened its own log (in the directory handed to it); the fresh worker got an open one.
         assert (jobdir / "attempt-1-rank-0.log").stat().st_uid == worker_user.pw_uid

@@ -5,6 +5,9 @@ hang detection). Those threads never change fabric or job state themselves: they
 a callable to ``timeline.submit`` (or, with no timeline attached, to a dispatcher
 thread), so state changes and ``FabricEvent`` callbacks happen on one thread, the
 engine's. An RLock guards the state too, for callers on other threads (tests, the CLI).
+
+What leaves the fabric from a worker (logs, failure tails, event details) passes a
+``security.redact.Redactor`` first: a secret a job got hold of is not published.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from podfleet.fabric.local.speed import RankSpeed
 from podfleet.fabric.local.state import LocalState
 from podfleet.hardware.topology import SwitchedTopology
 from podfleet.security.files import private_dir
+from podfleet.security.jobfiles import write_for_job
+from podfleet.security.redact import Redactor
+from podfleet.security.sandbox import from_env
 from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
 from podfleet.training.data import split_samples
 
@@ -98,6 +104,9 @@ class LocalFabric:
         if bad:
             raise InvalidInputError(f"spares {bad} not in [0, {n_slots})", field="spares")
         self.n_slots, self.spares = n_slots, tuple(spares)
+        # Who workers run as, first: a root server that would run job code as root refuses
+        # here (the fix in the message), before any thread or directory exists.
+        sandbox = from_env()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
         private_dir(self.workdir)  # checkpoints and logs: owner-only
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
@@ -115,6 +124,7 @@ class LocalFabric:
             # and kept outside the workdir so the checkpoint tree never holds its own key.
             key_file = str(keys.ensure_kek_file(self.workdir))
         self.key_file = key_file
+        self.redactor = Redactor.for_server(key_files=[key_file])
         self._chips = [ChipState.HEALTHY] * n_slots
         self._busy: dict[int, str] = {}
         self._subs: list[Callable[[FabricEvent], None]] = []
@@ -126,7 +136,8 @@ class LocalFabric:
         self._dispatcher.start()
         self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
                                 refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
-                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else ())
+                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else (),
+                                sandbox=sandbox)
         self._monitor = Monitor(self.state, sampler=telemetry.ProcessSampler(), nvml=self._nvml, n_gpus=self.n_gpus,
                                 hang_timeout_s=hang_timeout_s, startup_timeout_s=startup_timeout_s,
                                 sample_interval_s=sample_interval_s, deliver=self.deliver, emit=self.emit)
@@ -250,9 +261,11 @@ class LocalFabric:
             samples = split_samples([float(x) for x in shares], cfg.global_batch)
             job.base_cfg = cfg.replace(shares=samples)
             if cfg.split_file:
-                tmp = Path(cfg.split_file + ".tmp")
-                tmp.write_text(json.dumps({"shares": list(samples)}))
-                os.replace(tmp, cfg.split_file)  # atomic: rank 0 never reads half a file
+                # Atomic (rank 0 never reads half a file), and never through a link the job
+                # planted at the temporary name in its own directory.
+                split = Path(cfg.split_file)
+                owner = self._pool.job_owner(split.parent) or (None, None)
+                write_for_job(split, json.dumps({"shares": list(samples)}).encode(), *owner)
             job.log.append(f"work split {list(samples)} (samples of {cfg.global_batch})")
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
@@ -302,7 +315,7 @@ class LocalFabric:
     def run_logs(self, job_id: str) -> list[str]:
         with self.state.lock:
             job = self.state.jobs.get(job_id)
-            return list(job.log) if job is not None else []
+            return self.redactor.lines(job.log) if job is not None else []
 
     # --- probes (ComputeProbe, CollectiveProbe): real kernels on this host's workers -----------
     def matmul_dtypes(self) -> tuple[str, ...]:
@@ -340,15 +353,16 @@ class LocalFabric:
         with self.state.lock:
             j = self._job(job_id)
             tail = [ln for wp in j.workers.values() for ln in wp.log_tail(10)]
+            red = self.redactor
             return JobStatus(
                 j.spec.job_id, j.state, tuple(j.chips), j.step, j.loss, j.attempt, j.infra_failures,
-                j.user_failures, j.max_retries, j.reason, j.checkpoint_step, dict(j.losses),
-                tuple(dict(r) for r in j.recoveries), tuple(list(j.log)[-40:] + tail),
+                j.user_failures, j.max_retries, red.redact(j.reason) if j.reason else j.reason, j.checkpoint_step,
+                dict(j.losses), tuple(dict(r) for r in j.recoveries), tuple(red.lines(list(j.log)[-40:] + tail)),
             )
 
     def job_logs(self, job_id: str) -> list[str]:
         with self.state.lock:
-            return list(self._job(job_id).log)
+            return self.redactor.lines(self._job(job_id).log)
 
     def pids(self, job_id: str) -> dict[int, int]:
         with self.state.lock:
@@ -424,6 +438,9 @@ class LocalFabric:
                 del self._busy[c]
         kind = {JobState.FINISHED: "job-finished", JobState.FAILED: "job-failed"}.get(state, "job-stopped")
         self.emit(kind, job_id=job.spec.job_id, reason=reason, step=job.step, loss=job.loss)
+        # Its uid back to the pool (and anything still running as it killed), its directory
+        # back to the server: the next job to draw the uid finds nothing of this one.
+        self._pool.release(self.workdir / "jobs" / job.spec.job_id)
 
     def pick_spare(self) -> int | None:
         """A healthy idle spare first, else any healthy idle slot."""
@@ -452,6 +469,7 @@ class LocalFabric:
 
     def emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None:
         t = float(self._timeline.now) if self._timeline is not None else time.time()
+        detail = {k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in detail.items()}
         ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
         self.events.append(ev)
         for cb in list(self._subs):

@@ -12,7 +12,10 @@ replacement gang skips the multi-second torch import.
 A worker may run as another, unprivileged user under resource limits (``sandbox``,
 ``podfleet.security.sandbox``); the checkpoint key reaches it over a pipe of its own
 (``--key-fd``) or, for a standby, in its assignment on stdin: never in its environment
-or in a file it could read.
+or in a file it could read. A standby of a per-job-uid server starts as root and is told
+the job's uid in its assignment; it drops to it before it reads anything else of the job.
+A worker that finds itself root refuses to run unless root was opted into
+(``--allow-root``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from podfleet.security.files import open_private_append, private_dir
+from podfleet.security.jobfiles import read_tail
 from podfleet.security.sandbox import WorkerSandbox, key_pipe
 from podfleet.training.config import WorkerConfig
 
@@ -72,6 +76,10 @@ class WorkerProcess:
         r_fd, w_fd = os.pipe()
         args = ["--standby"] if cfg is None else ["--config", cfg.to_json()]
         args += ["--rlimits", self.sandbox.limits_arg()]
+        if self.sandbox.root_opt_in or os.geteuid() != 0:
+            # Root on purpose (or a server that is not root anyway): any other worker that is
+            # still root when its job's code is due (a standby told no uid) refuses to run it.
+            args.append("--allow-root")
         fds = [w_fd]
         switch = self.sandbox.switches_user
         if key is not None:
@@ -107,15 +115,22 @@ class WorkerProcess:
         return self.exit_code is None
 
     def assign(self, cfg: WorkerConfig, chip: int, attempt: int, log_path: Path, env: dict[str, str],
-               on_message: OnMessage, on_exit: OnExit, key: bytes | None = None) -> None:
-        """Give a standby its rank (and the checkpoint key); its output moves to ``log_path``."""
+               on_message: OnMessage, on_exit: OnExit, key: bytes | None = None,
+               sandbox: WorkerSandbox | None = None) -> None:
+        """Give a standby its rank (and the checkpoint key); its output moves to ``log_path``.
+        ``sandbox``: the job's, when the standby must first drop to the job's uid."""
         self.cfg, self.chip, self.attempt, self.log_path = cfg, chip, attempt, log_path
         self._on_message, self._on_exit = on_message, on_exit
         self.started_mono = self.last_beat_mono = time.monotonic()
-        if not self.sandbox.switches_user:
+        job_sb = sandbox or self.sandbox
+        if not job_sb.switches_user:
             private_dir(log_path.parent)  # else the pool handed the job's directory to the worker's user
         assert self.popen.stdin is not None
-        msg = {"config": cfg.to_json(), "env": env, "log": str(log_path), "cwd": str(log_path.parent)}
+        msg: dict[str, Any] = {"config": cfg.to_json(), "env": env, "log": str(log_path),
+                               "cwd": str(log_path.parent)}
+        if job_sb.switches_user and job_sb.uid != self.sandbox.uid:
+            msg["uid"], msg["gid"] = job_sb.uid, job_sb.gid
+            self.sandbox = job_sb
         if key is not None:
             msg["key"] = key.decode()
         line = json.dumps(msg) + "\n"
@@ -159,8 +174,5 @@ class WorkerProcess:
         return time.monotonic() - self.last_beat_mono
 
     def log_tail(self, n: int = 20) -> list[str]:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return lines[-n:]
+        # The log lies in a directory the worker owns: never follow what it put there.
+        return read_tail(self.log_path, n)

@@ -13,6 +13,13 @@ code runs (``scrub_environment``): the same allow-list as a local worker, plus R
 ``RAY_*`` variables (the process is Ray's, connected to its cluster either way) and what
 the fabric's ``runtime_env`` declares in ``env_vars``. A checkpoint key declared there is
 taken out of the environment and handed to the worker in memory.
+
+An actor that runs as root (a raylet started as root) never runs job code in its own
+process: ``run`` hands the rank to a child under the job's own uid (``child.run_as_child``),
+unless the node's settings opt into root workers (``PODFLEET_WORKER_USER=root``); a node
+whose settings refuse root (``PODFLEET_WORKER_UIDS=off``, no user) fails the rank with the
+fix in the message. An unprivileged actor runs the rank in-process, undumpable
+(``security.harden``) before the key is taken.
 """
 
 from __future__ import annotations
@@ -20,15 +27,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
 
-from podfleet.security.sandbox import key_material
+from podfleet.errors import PodfleetError
+from podfleet.security.harden import set_undumpable
+from podfleet.security.sandbox import from_env, key_material
 from podfleet.security.workerenv import worker_env
-from podfleet.training.config import WorkerConfig
+from podfleet.training.config import EXIT_BAD_INPUT, WorkerConfig
 
 
 class _BufferReporter:
@@ -88,11 +99,33 @@ class WorkerActor:
             "neuron_rt_visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"),
         }
 
-    def run(self, cfg_json: str) -> dict[str, Any]:
+    def run(self, cfg_json: str, jobdir: str | None = None) -> dict[str, Any]:
         from podfleet.training.worker import run_worker
 
         cfg = WorkerConfig.from_json(cfg_json)
-        scrub_environment(cfg, _declared_env())
+        declared = _declared_env()
+        if os.geteuid() == 0:
+            try:
+                sandbox = from_env()
+            except PodfleetError as exc:
+                return {"rank": cfg.rank, "steps_done": 0, "final_loss": None, "exit_code": EXIT_BAD_INPUT,
+                        "error": exc.message, "extra": {"kind": "sandbox"}}
+            if not sandbox.root_opt_in:
+                from podfleet.fabric.ray.child import run_as_child
+
+                where = Path(jobdir) if jobdir else Path(tempfile.mkdtemp(prefix=f"podfleet-{cfg.job_id}-"))
+                self.running = True
+                try:
+                    # The child is not Ray's: it keeps what the runtime_env declares, not RAY_*.
+                    return run_as_child(cfg, sandbox, self.reporter, where, keep_env=declared - {cfg.key_env})
+                finally:
+                    self.running = False
+        if os.geteuid() != 0:
+            # Before the key: no other process of this uid can read it out of memory. (A root
+            # actor here runs root job code on purpose, which could read everything anyway;
+            # observed: an undumpable root actor made torch's start-up in it much slower.)
+            set_undumpable()
+        scrub_environment(cfg, declared)
         self.running = True
         try:
             result = run_worker(cfg, self.reporter)

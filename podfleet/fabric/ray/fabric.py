@@ -17,6 +17,7 @@ this module without it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import os
@@ -47,6 +48,7 @@ from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, Ra
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
 from podfleet.fabric.ray.runner import JobRunner
 from podfleet.hardware.topology import SwitchedTopology, Topology
+from podfleet.security.redact import Redactor
 from podfleet.training.config import WorkerConfig
 
 RESOURCES = ("CPU", "GPU", "neuron_cores")
@@ -125,6 +127,8 @@ class RayFabric:
             raise InvalidInputError(f"per_chip must be positive, got {per_chip}", field="per_chip")
         ray = _import_ray()
         self.key_file = key_file
+        # What leaves the fabric from a worker passes this first (security.redact).
+        self.redactor = Redactor.for_server(key_files=[key_file])
         self.address = address
         self.resource = resource
         self.per_chip = float(per_chip)
@@ -363,16 +367,24 @@ class RayFabric:
     def run_status(self, job_id: str) -> RunStatus | None:
         with self.state.lock:
             job = self.state.jobs.get(job_id)
-            return job.run_status() if job is not None else None
+            st = job.run_status() if job is not None else None
+        if st is None:
+            return None
+        red = self.redactor
+        return dataclasses.replace(st, reason=red.redact(st.reason) if st.reason else st.reason,
+                                   log_tail=tuple(red.lines(st.log_tail)))
 
     def run_logs(self, job_id: str) -> list[str]:
         with self.state.lock:
             job = self.state.jobs.get(job_id)
-            return list(job.log) if job is not None else []
+            return self.redactor.lines(job.log) if job is not None else []
 
     def job_status(self, job_id: str) -> dict[str, Any]:
         with self.state.lock:
-            return self._job(job_id).status()
+            out = self._job(job_id).status()
+        if out.get("reason"):
+            out["reason"] = self.redactor.redact(out["reason"])
+        return out
 
     def close(self) -> None:
         """Stop every job and the poller; disconnect from Ray when the last fabric that
@@ -455,6 +467,7 @@ class RayFabric:
 
     def _publish(self, kind: str, job_id: str | None, chip: int | None, detail: dict[str, Any]) -> None:
         t = float(self.timeline.now) if self.timeline is not None else time.monotonic() - self._t0
+        detail = {k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in detail.items()}
         ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
         for cb in self._subscribers:
             cb(ev)

@@ -103,7 +103,7 @@ class JobRunner:
                 for r, info in zip(job.ranks, infos, strict=True):
                     r.info = info
                     cfg = f.worker_config(job, r.rank, master["ip"], int(master["port"]))
-                    r.run_ref = r.actor.run.remote(cfg.to_json())
+                    r.run_ref = r.actor.run.remote(cfg.to_json(), job.workdir)
                     job.log.append(f"[fabric] rank {r.rank} on chip {r.chip}: node {str(info.get('node_id'))[:12]} "
                                    f"ip {info.get('ip')} pid {info.get('pid')}")
                 job.set_state(RayJobState.RUNNING)

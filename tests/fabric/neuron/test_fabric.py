@@ -216,3 +216,54 @@ def test_a_worker_sees_its_devices_cores(make, tmp_path: Path) -> None:
     st = fab.run_status("job-env")
     assert st is not None and "cores=12-15" in (st.reason or "")
     assert fab.run_logs("job-env")
+
+
+NEURON_PROBE = """
+import json, os
+probe = {"uid": os.getuid(), "names": sorted(os.environ), "cores": os.environ.get("NEURON_RT_VISIBLE_CORES")}
+try:
+    open(f"/proc/{os.getppid()}/environ", "rb").read()
+    probe["server_environ"] = "read"
+except OSError as exc:
+    probe["server_environ"] = type(exc).__name__
+raise RuntimeError("probe=" + json.dumps(probe))
+"""
+
+
+@pytest.mark.realproc
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="a job's own uid needs a root server")
+def test_a_neuron_worker_runs_under_its_own_uid_with_nothing_of_the_server(
+        make, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: the neuron fabric's workers are local workers, isolated the same way."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    start = 1879400000 + (os.getpid() % 4000) * 4
+    monkeypatch.delenv("PODFLEET_WORKER_USER", raising=False)  # tests/conftest.py's opt-in, taken away
+    monkeypatch.setenv("PODFLEET_WORKER_UIDS", f"{start}-{start + 3}")
+    monkeypatch.setenv("PODFLEET_WORKER_UID_DIR", str(tmp_path / "leases"))
+    monkeypatch.setenv("PODFLEET_ADMIN_TOKEN", "pf_" + "N" * 43)
+    from tests.security.isolation import skip_unless_workers_can_run
+
+    skip_unless_workers_can_run()
+    outside = Path(tempfile.mkdtemp(prefix="podfleet-neuron-iso-"))  # outside pytest's 0700 base
+    try:
+        outside.chmod(0o755)
+        script = outside / "probe.py"
+        script.write_text(NEURON_PROBE)
+        script.chmod(0o644)
+        fab, events = make(monitor_cmd(STREAM48, "--delay", "0.05", "--then", "sleep"), workdir=outside / "w")
+        fab.launch(WorkerGroupSpec("job-iso", (3,), "custom", 1, entrypoint=str(script)))
+        wait(lambda: "job-failed" in kinds(events), 120)
+        st = fab.run_status("job-iso")
+        assert st is not None and "probe=" in (st.reason or ""), st
+        probe = json.loads((st.reason or "").split("probe=", 1)[1])
+        assert start <= probe["uid"] <= start + 3 and probe["cores"] == "12-15"
+        assert probe["server_environ"] == "PermissionError"
+        assert not [n for n in probe["names"] if n.startswith("PODFLEET_") and n not in
+                    ("PODFLEET_CHIP", "PODFLEET_JOB_ID", "PODFLEET_CHECKPOINT_DIR", "PODFLEET_NEURON_DEVICE")], \
+            probe["names"]  # the fabric's own variables, none of the server's
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)

@@ -1,0 +1,112 @@
+"""A rank's job code, run by a root Ray actor as a child process under the job's own uid.
+
+A raylet started as root starts its actors as root. Job code must never run there: it
+could read every key on the node, the server's files and (a private instance) the
+server's own memory. So an actor that finds itself root runs the rank the way a local
+worker runs (``python -m podfleet.training.worker``) as a child under the sandbox the
+node's settings ask for (``security.sandbox``: one uid per job, leased on this node from
+``security.uids``, the same for every rank of the job here), with an allow-listed
+environment, the job's directory handed to the uid and pushed code staged read-only
+(``security.jobfiles``), the key over a pipe. The child makes itself undumpable, and dies
+with the actor (``PR_SET_PDEATHSIG``). Its JSON-line reports are relayed to the actor's
+reporter, which the driver polls as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from podfleet.security.files import open_private_append, private_dir
+from podfleet.security.jobfiles import prepare_job_dir, reclaim_job_dir, stage_code
+from podfleet.security.sandbox import WorkerSandbox, key_material, key_pipe
+from podfleet.security.uids import UidLeases
+from podfleet.security.workerenv import worker_env
+from podfleet.training.config import EXIT_USER_ERROR, Reporter, WorkerConfig
+
+
+def _relay(fd: int, reporter: Reporter) -> dict[str, Any]:
+    """Forward the child's reports; returns its last ``error`` / ``done`` message."""
+    last: dict[str, Any] = {}
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = msg.get("type")
+            if kind == "progress":
+                reporter.progress(int(msg["step"]), float(msg["loss"]), float(msg.get("tokens_per_s", 0.0)),
+                                  float(msg.get("step_time_s", 0.0)))
+            elif kind == "checkpoint":
+                reporter.checkpoint(int(msg["step"]), str(msg.get("path", "")))
+            elif kind == "log":
+                reporter.log(str(msg.get("line", "")))
+            elif kind in ("error", "done"):
+                last = msg
+            else:
+                reporter.heartbeat()
+    return last
+
+
+def run_as_child(cfg: WorkerConfig, sandbox: WorkerSandbox, reporter: Reporter, jobdir: Path,
+                 keep_env: Iterable[str] = ()) -> dict[str, Any]:
+    """Run rank ``cfg.rank`` in a child under its job's uid; the ``WorkerResult``-shaped dict."""
+    owner = f"ray:{jobdir.resolve()}"
+    leases = UidLeases(sandbox.uid_range) if sandbox.uid_range is not None else None
+    sb = sandbox.for_uid(leases.acquire(owner)) if leases is not None else sandbox
+    stage_dir = jobdir.parent / "staged" / f"{jobdir.name}.rank-{cfg.rank}"
+    try:
+        private_dir(jobdir)
+        entry = stage_code(sb, cfg.entrypoint, stage_dir)
+        prepare_job_dir(sb, jobdir)
+        if cfg.checkpoint_dir and not Path(cfg.checkpoint_dir).resolve().is_relative_to(jobdir.resolve()):
+            prepare_job_dir(sb, Path(cfg.checkpoint_dir))
+        cfg = cfg.replace(entrypoint=entry)
+        key = key_material(cfg.key_file, cfg.key_env) if cfg.encrypt_checkpoints else None
+        env = worker_env(os.environ, {**sb.env(jobdir), "OMP_NUM_THREADS": str(cfg.threads)}, keep=keep_env)
+        r_fd, w_fd = os.pipe()
+        fds = [w_fd]
+        args = ["--config", cfg.to_json(), "--rlimits", sb.limits_arg(), "--report-fd", str(w_fd),
+                "--die-with-parent", str(os.getpid())]
+        if key is not None:
+            fds.append(key_pipe(key))
+            args += ["--key-fd", str(fds[-1])]
+        if sb.root_opt_in:
+            args.append("--allow-root")
+        switch = sb.switches_user
+        try:
+            with os.fdopen(open_private_append(jobdir / f"rank-{cfg.rank}.log"), "ab") as log:
+                proc = subprocess.Popen(
+                    [sb.executable, "-m", "podfleet.training.worker", *args], stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, pass_fds=tuple(fds), env=env, cwd=jobdir,
+                    start_new_session=True, user=sb.uid if switch else None, group=sb.gid if switch else None,
+                    extra_groups=[] if switch else None)
+        except BaseException:
+            os.close(r_fd)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            last = _relay(r_fd, reporter)
+        finally:
+            code = proc.wait()
+        if last.get("type") == "done":
+            return {"rank": cfg.rank, "steps_done": int(last.get("step", 0)), "final_loss": last.get("final_loss"),
+                    "exit_code": code, "error": None, "extra": {}}
+        err = last.get("message") or f"exit code {code}"
+        return {"rank": cfg.rank, "steps_done": int(last.get("step") or 0), "final_loss": None,
+                "exit_code": code if code > 0 else EXIT_USER_ERROR, "error": str(err),
+                "extra": {"kind": last.get("kind")} if last.get("kind") else {}}
+    finally:
+        shutil.rmtree(stage_dir, ignore_errors=True)  # the node's own tree, never the job's
+        if leases is not None and leases.release(owner) is not None:
+            with contextlib.suppress(OSError):
+                reclaim_job_dir(jobdir)  # the last rank of the job on this node
