@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from podfleet.control.connect import DEFAULT_CONNECT_TIMEOUT_S
+from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.factory import FabricFactory
@@ -35,12 +37,14 @@ class Parts:
 def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFactory | None = None,
           telemetry_interval_s: float = 1.0, default_fabric: str = "sim", workdir: str | None = None,
           balance_interval_s: float | None = None, schedule_interval_s: float = 10.0,
-          health_config: HealthConfig | None = None) -> Parts:
+          health_config: HealthConfig | None = None, fabric_access: FabricAccess | None = None,
+          connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S) -> Parts:
     """The whole control plane on ``timeline``: call ``plane.start()`` (served) or
     ``plane.load()`` (virtual time) next."""
     plane = ControlPlane(store, timeline, fabric_factory=fabric_factory, telemetry_interval_s=telemetry_interval_s,
                          default_fabric=default_fabric, workdir=workdir, balance_interval_s=balance_interval_s,
-                         schedule_interval_s=schedule_interval_s)
+                         schedule_interval_s=schedule_interval_s, fabric_access=fabric_access,
+                         connect_timeout_s=connect_timeout_s)
     recovery = RecoveryService(plane.table, timeline, plane.render)
     plane.jobs.use_recovery(recovery)
     health = HealthService(plane, recovery, health_config)

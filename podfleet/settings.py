@@ -20,6 +20,14 @@
     PODFLEET_WORKER_USER         who local workers run as when the server is root (default:
                                  podfleet-worker if it exists, else root with a warning)
     PODFLEET_WORKER_PYTHON       the interpreter workers run (default: the server's own)
+    PODFLEET_RAY_ADDRESSES       Ray addresses clusters may name (comma-separated); unset:
+                                 only PODFLEET_RAY_ADDRESS or a private local Ray
+    PODFLEET_NEURON_COMMANDS     JSON list of command lines neuronLs/neuronMonitor may start
+                                 with (default ["neuron-ls", "neuron-monitor"])
+    PODFLEET_FABRIC_CONNECT_TIMEOUT_S  how long connecting a cluster's fabric (Ray,
+                                 neuron-ls) may take before the cluster fails (60)
+    PODFLEET_HANG_RESTARTS       restarts of a job whose workers stopped heartbeating before
+                                 it fails as hung user code (2)
     PODFLEET_WORKER_LIMIT_NOFILE / _NPROC / _CORE / _AS  workers' resource limits (16384,
                                  16384, 0, unchanged); 0 leaves NOFILE/NPROC/AS as they are
 """
@@ -66,6 +74,12 @@ class Settings(BaseSettings):
     audit_digest_interval_s: float = Field(300.0, gt=0)
     audit_retention_days: float = Field(90.0, gt=0)  # older records are archived, then pruned
     report_retention_days: float = Field(30.0, gt=0)  # health reports older than this are pruned
+    # Fabrics that reach outside (control/fabricaccess.py, control/connect.py).
+    ray_addresses: str | None = None
+    neuron_commands: str | None = None
+    fabric_connect_timeout_s: float = Field(60.0, gt=0)
+    # fabric/factory.py reads PODFLEET_HANG_RESTARTS where it builds real fabrics.
+    hang_restarts: int = Field(2, ge=0)
     # Local workers (security/sandbox.py reads these variables where it starts workers).
     worker_user: str | None = None  # default: podfleet-worker if it exists; "root" to keep root
     worker_python: str | None = None  # the interpreter workers run (default: the server's)

@@ -17,6 +17,7 @@ from podfleet.api.guard import GuardConfig
 from podfleet.api.main import create_app
 from podfleet.compose import build
 from podfleet.console import mount as mount_console
+from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError, InvalidInputError
@@ -91,7 +92,10 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             field="fabric", allowed=available_fabrics(),
         )
     # Plane, health scans and alerts, recovery flows, firmware rollouts (podfleet.compose).
-    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric)
+    access = FabricAccess.parse(settings.ray_addresses, os.environ.get("PODFLEET_RAY_ADDRESS") or None,
+                                settings.neuron_commands)
+    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric,
+                  fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s)
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied)

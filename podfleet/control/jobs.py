@@ -11,7 +11,7 @@ would).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -353,9 +353,32 @@ class JobManager:
         if job.ended:
             self.table.close_log(job)
             return
+        if rt is None and job.cluster_id in self.plane.connecting:
+            # Its cluster's fabric is being reached off the engine thread: the job waits
+            # for it (``resume_restored``), as it is.
+            self.plane.connecting[job.cluster_id].held_jobs.append(job.id)
+            return
         if rt is None:
             self.table.transition(job, JobState.FAILED, "its cluster no longer exists after a restart")
             return
+        self._reattach(rt, job)
+
+    def resume_restored(self, job_ids: Sequence[str], reason: str | None = None) -> None:
+        """Jobs restored while their cluster's fabric was reached off the engine thread:
+        re-attached to the cluster now installed, or failed with ``reason`` when its
+        fabric could not be reached."""
+        for job_id in job_ids:
+            job = self.table.find(job_id)
+            if job is None or job.ended:
+                continue
+            rt = self.plane.clusters.get(job.cluster_id)
+            if rt is None:
+                self.table.transition(job, JobState.FAILED, reason or "its cluster no longer exists after a restart")
+                continue
+            self._reattach(rt, job)
+            self.schedule(rt)
+
+    def _reattach(self, rt: ClusterRuntime, job: Job) -> None:
         state = job.state
         self.table.log(job, f"reloaded after a control-plane restart in state {state.value}")
         if state == JobState.PLACING:

@@ -31,6 +31,16 @@ class FabricFactory(Protocol):
 LOCAL_HANG_TIMEOUT_S = 3.0
 
 
+# Fabrics whose construction reaches outside this process (a Ray cluster's GCS, the host's
+# neuron-ls): the control plane builds them off its engine thread, with a timeout.
+REACHES_OUT = frozenset({"ray", "neuron"})
+
+
+def reaches_out(kind: str) -> bool:
+    """True when building fabric ``kind`` may wait on the network or an external command."""
+    return kind in REACHES_OUT
+
+
 def available_fabrics() -> list[str]:
     out = ["sim"]
     if importlib.util.find_spec("podfleet.fabric.local") is not None:
