@@ -7,6 +7,7 @@ import gc
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,11 @@ AUDIT_MAC_KEY = "audit-mac"
 # While serving, a full collection of the cyclic GC runs after this many collections of
 # the middle generation (CPython's default: 10; see ``quiet_gc``).
 GC_FULL_AFTER = 100
+# SIGTERM stops the server within 10 s whatever hangs: open requests (live streams) get
+# this long to finish, and the cleanup after them this long before the process exits
+# anyway (everything acknowledged is already committed; a restart reloads the store).
+GRACEFUL_S = 3
+CLEANUP_S = 5.0
 
 
 @dataclass
@@ -169,11 +175,11 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(server.app, host=host, port=port, log_level="warning", access_log=False,
-                    ssl_certfile=tls_cert, ssl_keyfile=tls_key)
+                    ssl_certfile=tls_cert, ssl_keyfile=tls_key, timeout_graceful_shutdown=GRACEFUL_S)
     finally:
         # Refusals counted but not yet written as a summary row go to the trail now.
         with contextlib.suppress(Exception):
-            server.plane.call_sync(pending_denials, server.app)
+            server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
         server.plane.stop()
         if server.digests is not None:
             server.digests.stop()  # the last digest signs the chain's final head
@@ -199,6 +205,11 @@ def quiet_gc() -> None:
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # The cleanup (jobs stopped, fabrics closed, the last digest) may wait on something
+    # that hangs (a Ray head gone, a worker that ignores signals): it gets CLEANUP_S.
+    watchdog = threading.Timer(CLEANUP_S, os._exit, args=(128 + signum,))
+    watchdog.daemon = True
+    watchdog.start()
     raise SystemExit(128 + signum)
 
 

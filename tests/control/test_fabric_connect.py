@@ -159,7 +159,7 @@ def test_a_build_error_is_the_reason(plane: ControlPlane, factory: Factory) -> N
     until(lambda: state(plane, "r") == "failed")
     reason = plane.call_sync(plane.describe_cluster, "r")["reason"]
     assert reason == f"cannot connect to fabric ray at {ADDR}: the Ray cluster has 1 CPU; a chip needs 2"
-    with pytest.raises(ConflictError, match="has no fabric: .*delete it"):
+    with pytest.raises(ConflictError, match=r"has no fabric: .*delete it"):
         plane.call_sync(plane.refresh_hardware, "r")
 
 
