@@ -78,8 +78,7 @@ class Settings(BaseSettings):
     ray_addresses: str | None = None
     neuron_commands: str | None = None
     fabric_connect_timeout_s: float = Field(60.0, gt=0)
-    # fabric/factory.py reads PODFLEET_HANG_RESTARTS where it builds real fabrics.
-    hang_restarts: int = Field(2, ge=0)
+    hang_restarts: int = Field(2, ge=0)  # control plane -> fabrics and the process driver
     # Local workers (security/sandbox.py reads these variables where it starts workers).
     worker_user: str | None = None  # default: podfleet-worker if it exists; "root" to keep root
     worker_python: str | None = None  # the interpreter workers run (default: the server's)

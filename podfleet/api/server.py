@@ -101,7 +101,8 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     access = FabricAccess.parse(settings.ray_addresses, os.environ.get("PODFLEET_RAY_ADDRESS") or None,
                                 settings.neuron_commands)
     parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric,
-                  fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s)
+                  fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
+                  hang_restarts=settings.hang_restarts)
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied)

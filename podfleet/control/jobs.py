@@ -57,6 +57,11 @@ class JobManager:
         table.on_end(self._release)
         table.on_checkpoint(self._report_checkpoint)
 
+    @property
+    def hang_restarts(self) -> int:
+        """Relaunches of a job whose ranks hang before it fails as its code's fault."""
+        return self.plane.hang_restarts
+
     def use_recovery(self, recovery: RecoveryPort) -> None:
         """Chip faults of running twin jobs go to ``recovery`` first (composition root)."""
         self.recovery = recovery

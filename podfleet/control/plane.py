@@ -43,7 +43,7 @@ from podfleet.errors import (
     NotFoundError,
     PodfleetError,
 )
-from podfleet.fabric.base import ChipState, Fabric, FabricEvent
+from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, ChipState, Fabric, FabricEvent
 from podfleet.fabric.factory import FabricFactory, close_fabric, make_fabric, reaches_out
 from podfleet.hardware.topology import Topology
 from podfleet.store.protocol import StoreProtocol
@@ -79,6 +79,7 @@ class ControlPlane:
         schedule_interval_s: float = 10.0,
         fabric_access: FabricAccess | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        hang_restarts: int = DEFAULT_HANG_RESTARTS,
     ) -> None:
         self.store = store
         # Group commit: commands queued together commit in one store transaction and are
@@ -105,6 +106,10 @@ class ControlPlane:
         # PODFLEET_NEURON_COMMANDS), and the builds of fabrics that reach outside.
         self.access = fabric_access or FabricAccess.from_env()
         self.connector = FabricConnector(timeline, connect_timeout_s)
+        # Restarts of a job whose ranks stopped heartbeating before it fails as its code's
+        # fault (PODFLEET_HANG_RESTARTS): given to the fabrics that restart ranks themselves
+        # and read by the process driver, which relaunches the others.
+        self.hang_restarts = hang_restarts
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
@@ -239,7 +244,8 @@ class ControlPlane:
                      cluster_id: str, timeline: Timeline | None = None) -> Fabric:
         # A fabric of worker processes keeps checkpoints, logs and its key in the
         # cluster's own directory; the twin ignores options.
-        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), **spec.fabric_options()}
+        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), **spec.fabric_options(),
+                "hang_restarts": self.hang_restarts}
         return self.fabric_factory(spec.fabric, topology, timeline or self.tl, spares, self.tl.seed, options=opts)
 
     # --- fabrics built off the engine thread (control.connect) ---------------------------------
