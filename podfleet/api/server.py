@@ -76,6 +76,9 @@ def bootstrap_admin(plane: ControlPlane, supplied: str | None) -> tuple[str | No
 
 
 def build_server(settings: Settings, store: StoreProtocol | None = None) -> Server:
+    # The allow-lists first: a malformed one is refused before anything is opened.
+    access = FabricAccess.parse(settings.ray_addresses, os.environ.get("PODFLEET_RAY_ADDRESS") or None,
+                                settings.neuron_commands)
     if store is None:
         from podfleet.store import open_store
 
@@ -98,8 +101,6 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             field="fabric", allowed=available_fabrics(),
         )
     # Plane, health scans and alerts, recovery flows, firmware rollouts (podfleet.compose).
-    access = FabricAccess.parse(settings.ray_addresses, os.environ.get("PODFLEET_RAY_ADDRESS") or None,
-                                settings.neuron_commands)
     parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric,
                   fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
                   hang_restarts=settings.hang_restarts)

@@ -269,3 +269,13 @@ def test_neuron_command_allow_list(allowed: str | None, command: str, ok: bool) 
 def test_a_malformed_command_list_names_the_setting(bad: str) -> None:
     with pytest.raises(InvalidInputError, match="PODFLEET_NEURON_COMMANDS"):
         FabricAccess.parse(None, None, bad)
+
+
+def test_a_malformed_allow_list_stops_the_server_before_it_opens_anything(tmp_path: Path) -> None:
+    from podfleet.api.server import build_server
+    from podfleet.settings import Settings
+
+    db = tmp_path / "pf.db"
+    with pytest.raises(InvalidInputError, match="PODFLEET_NEURON_COMMANDS must be a JSON list"):
+        build_server(Settings(neuron_commands="neuron-ls,neuron-monitor", db=f"sqlite:///{db}"))
+    assert not db.exists()
