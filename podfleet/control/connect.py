@@ -134,11 +134,10 @@ class FabricConnector:
         self.tl = timeline
         self.timeout_s = timeout_s
         self._threads: set[threading.Thread] = set()
-
-    @property
-    def in_flight(self) -> int:
-        """Builds still running (a hung one stays counted: its thread never returns)."""
-        return sum(t.is_alive() for t in self._threads)
+        # A build's thread outlives the fabric it built: Linux sends a child's
+        # PR_SET_PDEATHSIG when the *thread* that started it exits, and Ray starts its
+        # private GCS and raylet that way, so they would die with a finished build thread.
+        self._released = threading.Event()
 
     def start(self, name: str, build: Callable[[], Fabric], done: Done) -> None:
         """Build on a thread; ``done(fabric, None)`` or ``done(None, reason)`` runs once,
@@ -163,6 +162,7 @@ class FabricConnector:
                 answer(None, f"{type(exc).__name__}: {text[0][:300] if text else ''}".rstrip(": "))
             else:
                 answer(fabric, None)
+                self._released.wait()  # see __init__: the fabric's processes live on
 
         timer = threading.Timer(self.timeout_s, answer, args=(None, f"timed out after {self.timeout_s:g} s"))
         timer.daemon = True
@@ -170,6 +170,11 @@ class FabricConnector:
         self._threads = {t for t in self._threads if t.is_alive()} | {worker}
         worker.start()
         timer.start()
+
+
+    def close(self) -> None:
+        """Let the threads of finished builds end (at shutdown, after the fabrics closed)."""
+        self._released.set()
 
 
 def discard(fabric: Fabric) -> None:

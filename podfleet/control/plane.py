@@ -154,6 +154,7 @@ class ControlPlane:
             self._thread.join(timeout=10)
         for rt in list(self.clusters.values()):
             close_fabric(rt.fabric)
+        self.connector.close()
         # A build still hanging (a Ray address that never answers) is a daemon thread: it
         # holds nothing this process must close, and the fabric it might bring is discarded.
 

@@ -279,3 +279,39 @@ def test_a_malformed_allow_list_stops_the_server_before_it_opens_anything(tmp_pa
     with pytest.raises(InvalidInputError, match="PODFLEET_NEURON_COMMANDS must be a JSON list"):
         build_server(Settings(neuron_commands="neuron-ls,neuron-monitor", db=f"sqlite:///{db}"))
     assert not db.exists()
+
+
+def test_processes_a_build_starts_outlive_its_thread(tmp_path: Path) -> None:
+    # Ray starts its private GCS and raylet with PR_SET_PDEATHSIG, which Linux sends when
+    # the *thread* that started them exits: a finished build thread must not exit.
+    import ctypes
+    import signal
+    import subprocess
+
+    def die_with_parent_thread() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+    factory = Factory(tmp_path)
+    factory.gate.set()
+    children: list[subprocess.Popen[bytes]] = []
+    real_call = factory.__call__
+
+    def build(kind: str, topology: Topology, timeline: Any, spares: tuple[int, ...], seed: int,
+              *, options: Mapping[str, Any] | None = None) -> Fabric:
+        if kind == "ray":
+            children.append(subprocess.Popen(["sleep", "60"], preexec_fn=die_with_parent_thread))
+        return real_call(kind, topology, timeline, spares, seed, options=options)
+
+    plane = ControlPlane(MemoryStore(), Timeline(seed=1, speed=1.0), fabric_factory=build,
+                         fabric_access=FabricAccess(ray_addresses=(ADDR,)), connect_timeout_s=TIMEOUT_S)
+    plane.start()
+    try:
+        plane.call_sync(plane.create_cluster, ray_body(), actor="t")
+        until(lambda: state(plane, "r") == "active")
+        time.sleep(0.5)
+        assert children and children[0].poll() is None, "the build thread's exit killed its child"
+    finally:
+        plane.stop()
+        for child in children:
+            child.kill()
+            child.wait(5)
