@@ -358,13 +358,16 @@ class JobManager:
         if job.ended:
             self.table.close_log(job)
             return
-        if rt is None and job.cluster_id in self.plane.connecting:
+        pending = self.plane.connecting.get(job.cluster_id) if rt is None else None
+        if pending is not None and pending.failed is None:
             # Its cluster's fabric is being reached off the engine thread: the job waits
             # for it (``resume_restored``), as it is.
-            self.plane.connecting[job.cluster_id].held_jobs.append(job.id)
+            pending.held_jobs.append(job.id)
             return
         if rt is None:
-            self.table.transition(job, JobState.FAILED, "its cluster no longer exists after a restart")
+            why = f"its cluster has no fabric after a restart: {pending.failed}" if pending is not None else \
+                "its cluster no longer exists after a restart"
+            self.table.transition(job, JobState.FAILED, why)
             return
         self._reattach(rt, job)
 

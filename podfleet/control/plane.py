@@ -629,12 +629,22 @@ class ControlPlane:
             rec.state = ClusterState.DELETED.value
             self.store.save_cluster(rec)
             return
-        if rec.status.get("fabric_connected") is False or self._builds_off_engine(spec):
-            # Never connected (listed, failed, until deleted), or connected again off the
-            # engine thread: its jobs wait for the fabric (``JobManager.resume_restored``).
+        try:
+            self.access.check(spec)  # an address or command no longer allowed is not reached
+            refused = None
+        except PodfleetError as exc:
+            refused = exc.message
+        if rec.status.get("fabric_connected") is False or refused or self._builds_off_engine(spec):
+            # Never connected or no longer allowed (listed, failed, until deleted), or
+            # connected again off the engine thread: its jobs wait for the fabric
+            # (``JobManager.resume_restored``).
             pending = ConnectingCluster(rec, spec, topology, spares, _target(spec), restored=True)
-            if rec.status.get("fabric_connected") is False:
-                pending.settled, pending.failed = True, str(rec.status.get("reason") or "no fabric")
+            if rec.status.get("fabric_connected") is False or refused:
+                pending.settled = True
+                pending.failed = refused or str(rec.status.get("reason") or "no fabric")
+                if refused:  # shown, not persisted: allowed again, it reconnects at a restart
+                    rec.status["reason"] = f"not reconnected after a restart: {refused}"
+                pending.logs.append(self.now(), pending.failed)
                 pending.logs.closed = True
                 self.connecting[pending.id] = pending
                 self.names[rec.name] = pending.id

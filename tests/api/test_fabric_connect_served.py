@@ -71,7 +71,7 @@ def test_a_ray_address_that_never_answers_blocks_nothing(tmp_path: Path, silent:
             t0 = time.monotonic()
             r = c.post("/v1/clusters", json={"name": "hung", "fabric": "ray", "chips": 1, "rayAddress": silent})
             assert r.status_code == 201, r.text
-            assert time.monotonic() - t0 < 3 and r.json()["state"] == "deploying"
+            assert time.monotonic() - t0 < 5 and r.json()["state"] == "deploying"  # loose: a loaded CI
             # A refused port fails at once, with the reason (no ray.init at all).
             r = c.post("/v1/clusters", json={"name": "refused", "fabric": "ray", "chips": 1,
                                              "rayAddress": "127.0.0.1:1"})
@@ -85,11 +85,11 @@ def test_a_ray_address_that_never_answers_blocks_nothing(tmp_path: Path, silent:
                 r = c.post("/v1/clusters", json={"name": f"sim-{i}", "type": "trn2-node"})
                 assert r.status_code == 201, r.text
                 assert c.delete(f"/v1/clusters/sim-{i}").status_code == 200
-                assert time.monotonic() - t < 3
+                assert time.monotonic() - t < 5
             for name, needle in (("refused", "Connection refused"),
                                  ("hung", f"timed out after {CONNECT_TIMEOUT_S} s")):
                 while (view := c.get(f"/v1/clusters/{name}").json())["state"] == "deploying":
-                    assert time.monotonic() - t0 < CONNECT_TIMEOUT_S + 5, view
+                    assert time.monotonic() - t0 < CONNECT_TIMEOUT_S + 20, view
                     time.sleep(0.2)
                 assert view["state"] == "failed" and needle in view["reason"], view
         # SIGTERM while ray.init still hangs on its thread.

@@ -109,21 +109,23 @@ def test_a_hanging_connection_blocks_no_write_and_fails_the_cluster_in_time(plan
                                                                            factory: Factory) -> None:
     t0 = time.monotonic()
     view = plane.call_sync(plane.create_cluster, ray_body(), actor="t")
-    assert time.monotonic() - t0 < 1.0  # answered while the build waits
+    # Answered while the build waits (a blocked engine would not answer at all: call_sync
+    # gives up after 30 s); the bound is loose for a loaded machine.
+    assert time.monotonic() - t0 < 5.0
     assert view["state"] == "deploying" and view["deployment"]["state"] == "connecting"
     assert f"connecting to fabric ray at {ADDR}" in view["reason"]
     assert factory.threads == [f"podfleet-connect-{view['id']}"]  # never the engine thread
-    # Writes to other clusters keep answering while it connects.
+    # Writes to other clusters keep answering while it connects (the build is still held).
     for i in range(3):
         t = time.monotonic()
         other = plane.call_sync(plane.create_cluster, {"name": f"sim-{i}", "type": "trn2-node"}, actor="t")
         plane.call_sync(plane.delete_cluster, other["id"], actor="t")
-        assert time.monotonic() - t < 1.0
+        assert time.monotonic() - t < 5.0 and not factory.gate.is_set()
     # Reads and writes naming it say it is connecting, never hang.
     with pytest.raises(ConflictError, match="still connecting"):
         plane.call_sync(plane.jobs.submit, "r", {"model": "debug", "chips": 1}, actor="t")
-    until(lambda: state(plane, "r") == "failed", TIMEOUT_S + 5)
-    assert time.monotonic() - t0 < TIMEOUT_S + 2
+    until(lambda: state(plane, "r") == "failed", TIMEOUT_S + 10)
+    assert time.monotonic() - t0 < TIMEOUT_S + 10  # the timeout, not the build, ended it
     out = plane.call_sync(plane.describe_cluster, "r")
     assert out["reason"] == f"cannot connect to fabric ray at {ADDR}: timed out after {TIMEOUT_S:g} s"
     assert out["deployment"]["state"] == "failed"
@@ -212,6 +214,27 @@ def test_a_deployed_cluster_reconnects_off_the_engine_after_a_restart(tmp_path: 
         until(lambda: "r" in [c["name"] for c in p2.call_sync(p2.list_clusters)[0]] and "r" not in p2.connecting
               and p2.names["r"] in p2.clusters)
         assert p2.call_sync(p2.describe_cluster, "r")["reason"] == "fabric reconnected after a restart"
+    finally:
+        p2.stop()
+
+
+def test_an_address_no_longer_allowed_is_not_reconnected_after_a_restart(tmp_path: Path) -> None:
+    store, factory = MemoryStore(), Factory(tmp_path)
+    factory.gate.set()
+    p1 = served(store, factory)
+    try:
+        p1.call_sync(p1.create_cluster, ray_body(), actor="t")
+        until(lambda: state(p1, "r") == "active")
+    finally:
+        p1.stop()
+    p2 = served(store, factory, FabricAccess())  # the administrator removed the address
+    try:
+        out = p2.call_sync(p2.describe_cluster, "r")
+        assert out["reason"].startswith(f"not reconnected after a restart: rayAddress '{ADDR}' is not allowed")
+        assert factory.builds == 1
+        with pytest.raises(ConflictError, match="has no fabric: rayAddress"):
+            p2.call_sync(p2.jobs.submit, "r", {"model": "debug", "chips": 1}, actor="t")
+        p2.call_sync(p2.delete_cluster, "r", actor="t")
     finally:
         p2.stop()
 
