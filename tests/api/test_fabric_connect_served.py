@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.realproc, pytest.mark.ray]
 pytest.importorskip("ray")
 
 TOKEN = "pf_test-admin-token-0123456789abcdef"
-CONNECT_TIMEOUT_S = 4
+CONNECT_TIMEOUT_S = 15  # covers importing Ray on a loaded machine; the refused port fails well before
 
 
 def _port() -> int:
@@ -101,5 +101,6 @@ def test_a_ray_address_that_never_answers_blocks_nothing(tmp_path: Path, silent:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+    print(f"SIGTERM to exit while ray.init hangs: {took:.2f} s")  # shown with -s
     assert took < 10, f"SIGTERM took {took:.1f} s"
     assert rc == 128 + signal.SIGTERM, err.read_text()
