@@ -75,6 +75,7 @@ def _shape(plane: Any, address: str, raylet: str, *, spare: bool, warm_steps: in
 
 def run(quick: bool = False) -> dict:
     from podfleet import compose
+    from podfleet.control.fabricaccess import FabricAccess
     from podfleet.engine.timeline import Timeline
     from podfleet.fabric.ray.local_cluster import LocalRayCluster
     from podfleet.store.memory import MemoryStore
@@ -83,7 +84,9 @@ def run(quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-recovery-ray-") as wd, \
             LocalRayCluster(head_cpus=2, node_cpus=(1,), env={"RAY_AUTH_MODE": "disabled"}) as cluster:
         [raylet] = cluster.wait_nodes()
-        parts = compose.build(MemoryStore(), Timeline(seed=7, speed=1.0), workdir=wd)
+        # The bench's own Ray cluster is the one address its clusters may name.
+        parts = compose.build(MemoryStore(), Timeline(seed=7, speed=1.0), workdir=wd,
+                              fabric_access=FabricAccess(ray_addresses=(cluster.address,)))
         plane = parts.plane
         plane.start()
         plane.call_timeout_s = 120

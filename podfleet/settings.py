@@ -29,6 +29,14 @@
                                  uid per job from PODFLEET_WORKER_UIDS; "root": root, loudly)
     PODFLEET_WORKER_UIDS         START-END: the uids jobs are given (default 0x70000000+64Ki)
     PODFLEET_WORKER_PYTHON       the interpreter workers run (default: the server's own)
+    PODFLEET_RAY_ADDRESSES       Ray addresses clusters may name (comma-separated); unset:
+                                 only PODFLEET_RAY_ADDRESS or a private local Ray
+    PODFLEET_NEURON_COMMANDS     JSON list of command lines neuronLs/neuronMonitor may start
+                                 with (default ["neuron-ls", "neuron-monitor"])
+    PODFLEET_FABRIC_CONNECT_TIMEOUT_S  how long connecting a cluster's fabric (Ray,
+                                 neuron-ls) may take before the cluster fails (60)
+    PODFLEET_HANG_RESTARTS       restarts of a job whose workers stopped heartbeating before
+                                 it fails as hung user code (2)
     PODFLEET_WORKER_LIMIT_NOFILE / _NPROC / _CORE / _AS  workers' resource limits (16384,
                                  16384, 0, unchanged); 0 leaves NOFILE/NPROC/AS as they are
 """
@@ -84,6 +92,11 @@ class Settings(BaseSettings):
     audit_digests_command: str | None = None  # `CMD put|get|list LOCATION [NAME]` (security/digest_sinks.py)
     audit_retention_days: float = Field(90.0, gt=0)  # older records are archived, then pruned
     report_retention_days: float = Field(30.0, gt=0)  # health reports older than this are pruned
+    # Fabrics that reach outside (control/fabricaccess.py, control/connect.py).
+    ray_addresses: str | None = None
+    neuron_commands: str | None = None
+    fabric_connect_timeout_s: float = Field(60.0, gt=0)
+    hang_restarts: int = Field(2, ge=0)  # control plane -> fabrics and the process driver
     # Local workers (security/sandbox.py reads these variables where it starts workers).
     worker_user: str | None = None  # default: one uid per job; "root" to keep root (loudly)
     worker_uids: str | None = None  # START-END (security/uids.py); "off" refuses root workers

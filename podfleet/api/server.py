@@ -7,6 +7,7 @@ import gc
 import os
 import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from podfleet.api.main import create_app
 from podfleet.api.proxies import parse_trusted_proxies
 from podfleet.compose import build
 from podfleet.console import mount as mount_console
+from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError, InvalidInputError
@@ -44,6 +46,11 @@ AUDIT_MAC_KEY = "audit-mac"
 # While serving, a full collection of the cyclic GC runs after this many collections of
 # the middle generation (CPython's default: 10; see ``quiet_gc``).
 GC_FULL_AFTER = 100
+# SIGTERM stops the server within 10 s whatever hangs: open requests (live streams) get
+# this long to finish, and the cleanup after them this long before the process exits
+# anyway (everything acknowledged is already committed; a restart reloads the store).
+GRACEFUL_S = 3
+CLEANUP_S = 5.0
 
 
 @dataclass
@@ -72,6 +79,9 @@ def bootstrap_admin(plane: ControlPlane, supplied: str | None) -> tuple[str | No
 
 
 def build_server(settings: Settings, store: StoreProtocol | None = None) -> Server:
+    # The allow-lists first: a malformed one is refused before anything is opened.
+    access = FabricAccess.parse(settings.ray_addresses, os.environ.get("PODFLEET_RAY_ADDRESS") or None,
+                                settings.neuron_commands)
     if store is None:
         from podfleet.store import open_store
 
@@ -94,7 +104,9 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             field="fabric", allowed=available_fabrics(),
         )
     # Plane, health scans and alerts, recovery flows, firmware rollouts (podfleet.compose).
-    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric)
+    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric,
+                  fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
+                  hang_restarts=settings.hang_restarts)
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied)
@@ -173,11 +185,12 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         uvicorn.run(server.app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
-                    **connections.options(header_timeout_s=header_timeout_s))
+                    **connections.options(header_timeout_s=header_timeout_s,
+                                          timeout_graceful_shutdown=GRACEFUL_S))
     finally:
         # Refusals counted but not yet written as a summary row go to the trail now.
         with contextlib.suppress(Exception):
-            server.plane.call_sync(pending_denials, server.app)
+            server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
         server.plane.stop()
         if server.digests is not None:
             server.digests.stop()  # the last digest signs the chain's final head
@@ -203,6 +216,11 @@ def quiet_gc() -> None:
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # The cleanup (jobs stopped, fabrics closed, the last digest) may wait on something
+    # that hangs (a Ray head gone, a worker that ignores signals): it gets CLEANUP_S.
+    watchdog = threading.Timer(CLEANUP_S, os._exit, args=(128 + signum,))
+    watchdog.daemon = True
+    watchdog.start()
     raise SystemExit(128 + signum)
 
 

@@ -11,7 +11,7 @@ would).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,11 @@ class JobManager:
         self._sweep_due: set[str] = set()
         table.on_end(self._release)
         table.on_checkpoint(self._report_checkpoint)
+
+    @property
+    def hang_restarts(self) -> int:
+        """Relaunches of a job whose ranks hang before it fails as its code's fault."""
+        return self.plane.hang_restarts
 
     def use_recovery(self, recovery: RecoveryPort) -> None:
         """Chip faults of running twin jobs go to ``recovery`` first (composition root)."""
@@ -355,9 +360,35 @@ class JobManager:
         if job.ended:
             self.table.close_log(job)
             return
-        if rt is None:
-            self.table.transition(job, JobState.FAILED, "its cluster no longer exists after a restart")
+        pending = self.plane.connecting.get(job.cluster_id) if rt is None else None
+        if pending is not None and pending.failed is None:
+            # Its cluster's fabric is being reached off the engine thread: the job waits
+            # for it (``resume_restored``), as it is.
+            pending.held_jobs.append(job.id)
             return
+        if rt is None:
+            why = f"its cluster has no fabric after a restart: {pending.failed}" if pending is not None else \
+                "its cluster no longer exists after a restart"
+            self.table.transition(job, JobState.FAILED, why)
+            return
+        self._reattach(rt, job)
+
+    def resume_restored(self, job_ids: Sequence[str], reason: str | None = None) -> None:
+        """Jobs restored while their cluster's fabric was reached off the engine thread:
+        re-attached to the cluster now installed, or failed with ``reason`` when its
+        fabric could not be reached."""
+        for job_id in job_ids:
+            job = self.table.find(job_id)
+            if job is None or job.ended:
+                continue
+            rt = self.plane.clusters.get(job.cluster_id)
+            if rt is None:
+                self.table.transition(job, JobState.FAILED, reason or "its cluster no longer exists after a restart")
+                continue
+            self._reattach(rt, job)
+            self.schedule(rt)
+
+    def _reattach(self, rt: ClusterRuntime, job: Job) -> None:
         state = job.state
         self.table.log(job, f"reloaded after a control-plane restart in state {state.value}")
         if state == JobState.PLACING:

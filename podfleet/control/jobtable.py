@@ -102,6 +102,7 @@ class RunCounts:
     user_failures: int = 0
     max_retries: int = 0
     launches: int = 0
+    hang_restarts: int = 0  # relaunches after a rank stopped heartbeating (PODFLEET_HANG_RESTARTS)
     recoveries: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,13 +16,23 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from podfleet.control import chips, faults
 from podfleet.control.balancing import ClusterBalancer
+from podfleet.control.connect import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    ConnectingCluster,
+    FabricConnector,
+    HeldTimeline,
+    discard,
+    pending_deployment,
+)
 from podfleet.control.deploy import start_deployment
+from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.faults import KILL_WORKER
 from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.logbuf import LogBuffer
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
 from podfleet.control.specs import ClusterSpec
@@ -33,8 +43,8 @@ from podfleet.errors import (
     NotFoundError,
     PodfleetError,
 )
-from podfleet.fabric.base import ChipState, Fabric, FabricEvent
-from podfleet.fabric.factory import FabricFactory, close_fabric, make_fabric
+from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, ChipState, Fabric, FabricEvent
+from podfleet.fabric.factory import FabricFactory, close_fabric, make_fabric, reaches_out
 from podfleet.hardware.topology import Topology
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord, ClusterRecord
@@ -78,6 +88,9 @@ class ControlPlane:
         workdir: str | None = None,
         balance_interval_s: float | None = None,
         schedule_interval_s: float = 10.0,
+        fabric_access: FabricAccess | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        hang_restarts: int = DEFAULT_HANG_RESTARTS,
     ) -> None:
         self.store = store
         # Group commit: commands queued together commit in one store transaction and are
@@ -96,7 +109,18 @@ class ControlPlane:
         self.default_fabric = default_fabric
         self.epoch = time.time() - timeline.now  # timestamps = epoch + timeline time
         self.clusters: dict[str, ClusterRuntime] = {}  # live clusters by id
-        self.names: dict[str, str] = {}  # live cluster name -> id
+        self.names: dict[str, str] = {}  # live cluster name -> id (connecting ones too)
+        # Clusters whose fabric is being built off the engine thread, or failed to be
+        # (``control.connect``); a connected one moves to ``clusters``.
+        self.connecting: dict[str, ConnectingCluster] = {}
+        # Which Ray addresses and host commands a spec may name (PODFLEET_RAY_ADDRESSES,
+        # PODFLEET_NEURON_COMMANDS), and the builds of fabrics that reach outside.
+        self.access = fabric_access or FabricAccess.from_env()
+        self.connector = FabricConnector(timeline, connect_timeout_s)
+        # Restarts of a job whose ranks stopped heartbeating before it fails as its code's
+        # fault (PODFLEET_HANG_RESTARTS): given to the fabrics that restart ranks themselves
+        # and read by the process driver, which relaunches the others.
+        self.hang_restarts = hang_restarts
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
@@ -105,6 +129,7 @@ class ControlPlane:
         self.health: HealthPort | None = None
         self.call_timeout_s = 30.0  # how long ``call_sync`` waits for the engine
         self._thread: threading.Thread | None = None
+        self._serving = False
         # Told (on the engine thread) each time a cluster's snapshot is re-rendered: live
         # streams wait on this instead of polling the snapshot (see ``on_render``).
         self._render_listeners: list[Callable[[str], object]] = []
@@ -129,6 +154,7 @@ class ControlPlane:
 
     def start(self) -> None:
         """Paced serving: reload from the store, then run the timeline on its own thread."""
+        self._serving = True  # fabrics that reach outside are built off the engine from now on
         self.load()
         self._thread = threading.Thread(target=self.tl.serve_forever, name="podfleet-engine", daemon=True)
         self._thread.start()
@@ -139,6 +165,9 @@ class ControlPlane:
             self._thread.join(timeout=10)
         for rt in list(self.clusters.values()):
             close_fabric(rt.fabric)
+        self.connector.close()
+        # A build still hanging (a Ray address that never answers) is a daemon thread: it
+        # holds nothing this process must close, and the fabric it might bring is discarded.
 
     # --- the write path ---------------------------------------------------------------------
     def mutation(
@@ -187,15 +216,23 @@ class ControlPlane:
             spec = ClusterSpec.parse({"fabric": self.default_fabric, **body})
             if spec.name in self.names:
                 raise ConflictError(f"a cluster named {spec.name!r} already exists", field="name")
+            self.access.check(spec)
             topology = spec.topology()
             now = self.now()
             rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
                                 {"deployment": None}, now, now)
-            # Build the fabric before persisting: a fabric that is not available fails here.
             # Spares where they keep the largest blocks free (or as named), persisted with
             # the cluster and given to the fabric, so twin, recovery and scheduler agree.
             spares = cluster_spares(spec, topology)
             rec.status["spares"] = list(spares)
+            if self._builds_off_engine(spec):
+                pending = ConnectingCluster(rec, spec, topology, spares, _target(spec))
+                rec.status["deployment"] = pending_deployment("connecting")
+                rec.status["reason"] = f"connecting to {pending.target}"
+                self.store.save_cluster(rec)
+                connecting.append(pending)
+                return pending.view(), rec.id
+            # Build the fabric before persisting: a fabric that is not available fails here.
             fabric = self._make_fabric(spec, topology, spares, rec.id)
             rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock)
             rec.status["deployment"] = rt.deployment
@@ -204,19 +241,126 @@ class ControlPlane:
             return rt.view(), rec.id
 
         created: list[ClusterRuntime] = []
+        connecting: list[ConnectingCluster] = []
         out = self.mutation("CreateTrainiumCluster", actor, str(body.get("name", "")), do, body=body,
                             client_token=client_token, replay=self.describe_cluster)
         for rt in created:  # only after the commit: nothing runs for an unpersisted cluster
             self._install(rt)
             out = rt.view()
+        for pending in connecting:
+            self._connect(pending)
+            out = pending.view()
         return out
 
     def _make_fabric(self, spec: ClusterSpec, topology: Topology, spares: tuple[int, ...],
-                     cluster_id: str) -> Fabric:
+                     cluster_id: str, timeline: Timeline | None = None) -> Fabric:
         # A fabric of worker processes keeps checkpoints, logs and its key in the
         # cluster's own directory; the twin ignores options.
-        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), **spec.fabric_options()}
-        return self.fabric_factory(spec.fabric, topology, self.tl, spares, self.tl.seed, options=opts)
+        opts = {"workdir": str(cluster_workdir(self.workdir, cluster_id)), **spec.fabric_options(),
+                "hang_restarts": self.hang_restarts}
+        return self.fabric_factory(spec.fabric, topology, timeline or self.tl, spares, self.tl.seed, options=opts)
+
+    # --- fabrics built off the engine thread (control.connect) ---------------------------------
+    def _builds_off_engine(self, spec: ClusterSpec) -> bool:
+        """Served (an engine thread runs), a fabric that may wait on the network or an
+        external command is built on a thread; in virtual time the caller is the engine
+        and nothing else runs meanwhile, so it is built inline."""
+        return self._serving and reaches_out(spec.fabric)
+
+    def _connect(self, pending: ConnectingCluster) -> None:
+        """Register ``pending`` and start building its fabric (engine thread)."""
+        self.connecting[pending.id] = pending
+        self.names[pending.rec.name] = pending.id
+        pending.logs.append(self.now(), f"connecting to {pending.target} (timeout "
+                                        f"{self.connector.timeout_s:g} s)", step="fabric-connection")
+        held = HeldTimeline(self.tl)
+        # The fabric keeps the held timeline as its own: it only submits, reads ``now``
+        # and ``stopping``, which the held one forwards.
+        as_timeline: Any = held
+
+        def build() -> Fabric:
+            return self._make_fabric(pending.spec, pending.topology, pending.spares, pending.id, as_timeline)
+
+        self.connector.start(pending.id, build, functools.partial(self._connected, pending, held))
+
+    def _connected(self, pending: ConnectingCluster, held: HeldTimeline, fabric: Fabric | None,
+                   reason: str | None) -> None:
+        """The build answered (engine thread): install the cluster, or fail it with why."""
+        if pending.settled or self.connecting.get(pending.id) is not pending:
+            if fabric is not None:  # deleted (or failed) meanwhile: nobody owns it
+                discard(fabric)
+            return
+        pending.settled = True
+        rt = None
+        if fabric is not None:
+            try:
+                rt = ClusterRuntime(pending.rec, pending.spec, fabric.topology, fabric, spares=pending.spares,
+                                    clock=self._clock)
+            except PodfleetError as exc:
+                reason = exc.message
+                discard(fabric)
+        if rt is None:
+            self._connect_failed(pending, f"cannot connect to {pending.target}: {reason}")
+            return
+        del self.connecting[pending.id]
+        pending.logs.append(self.now(), f"connected to {pending.target}", step="fabric-connection")
+        rt.logs = pending.logs
+        if pending.restored:
+            self._restore_health(rt)
+            rt.rec.status["reason"] = "fabric reconnected after a restart"
+            rt.logs.closed = rt.state != ClusterState.DEPLOYING
+        if rt.state == ClusterState.DEPLOYING:
+            rt.deployment = pending_deployment("pending")
+            rt.rec.status["deployment"] = rt.deployment
+        rt.rec.status.pop("fabric_connected", None)
+        self.store.save_cluster(rt.rec)
+        self._install(rt)
+        held.release()  # the fabric's first events, now that the plane is subscribed
+        if pending.held_jobs:
+            self.jobs.resume_restored(pending.held_jobs)
+
+    def _connect_failed(self, pending: ConnectingCluster, reason: str) -> None:
+        """No fabric: a new cluster (or one still deploying) fails with ``reason``; a
+        deployed one reloaded at a restart keeps its state, shown with the reason, and
+        is tried again at the next restart. Either way it stays listed until deleted."""
+        pending.failed = reason
+        pending.logs.append(self.now(), reason, step="fabric-connection")
+        if pending.state == ClusterState.DEPLOYING:
+            pending.deployment = {**pending.deployment, "state": "failed"}
+            # Not retried at a restart: the operator deletes it and creates it again.
+            pending.rec.status["fabric_connected"] = False
+            self.set_cluster_state(pending, ClusterState.FAILED, reason)
+        else:
+            pending.rec.status["reason"] = reason
+            pending.rec.updated_at = self.now()
+            self.store.save_cluster(pending.rec)
+        pending.logs.closed = True
+        if pending.held_jobs:
+            self.jobs.resume_restored(pending.held_jobs, f"its cluster's fabric could not be reached after a "
+                                                         f"restart: {reason}")
+
+    def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], dict[str, Any]]]:
+        """A cluster's deployment and fabric log, and its deployment progress as it is now
+        (the progress follows the cluster from connecting to deployed)."""
+        pending = self._connecting(ref)
+        rt: ClusterRuntime | ConnectingCluster = pending if pending is not None else self.resolve(ref)
+        cid = rt.id
+
+        def progress() -> dict[str, Any]:
+            now = self.clusters.get(cid) or self.connecting.get(cid)
+            return now.deployment if now is not None else rt.deployment
+
+        return rt.logs, progress
+
+    def _connecting(self, ref: str) -> ConnectingCluster | None:
+        cid = self.names.get(ref, ref)
+        pending = self.connecting.get(cid)
+        if pending is None and self.connecting and cid not in self.clusters:
+            try:
+                pending = self.connecting.get(resolve_ref(ref, self.connecting, "cluster"))
+            except PodfleetError:
+                return None
+        return pending
 
     def _install(self, rt: ClusterRuntime) -> None:
         self.clusters[rt.id] = rt
@@ -275,6 +419,8 @@ class ControlPlane:
         """True when a cluster's scheduler figures were last brought up to date more than
         two ticks ago (nobody read them lately): an API reader should ask the engine to
         refresh them (``refresh_metrics``) before it reads."""
+        if self._connecting(ref) is not None:
+            return False  # no scheduler yet
         rt = self.resolve(ref)
         return self.tl.now - rt.metrics_at > 2 * self.telemetry_interval_s
 
@@ -291,7 +437,7 @@ class ControlPlane:
     def refresh_hardware(self, ref: str) -> None:
         self.render(self.resolve(ref))
 
-    def set_cluster_state(self, rt: ClusterRuntime, dst: ClusterState, reason: str = "") -> None:
+    def set_cluster_state(self, rt: ClusterRuntime | ConnectingCluster, dst: ClusterState, reason: str = "") -> None:
         check_cluster_transition(rt.state, dst)
         rt.rec.state = dst.value
         rt.rec.updated_at = self.now()
@@ -302,6 +448,11 @@ class ControlPlane:
 
     def resolve(self, ref: str) -> ClusterRuntime:
         """A live cluster by id, name, or a unique id prefix."""
+        pending = self._connecting(ref)
+        if pending is not None:
+            what = (f"has no fabric: {pending.failed}; delete it and create it again" if pending.failed
+                    else f"is still connecting to {pending.target}; try again once it is active")
+            raise ConflictError(f"cluster {pending.rec.name} {what}", field="cluster", state=pending.rec.state)
         cid = self.names.get(ref) or resolve_ref(ref, self.clusters, "cluster")
         rt = self.clusters.get(cid)
         if rt is None:
@@ -310,6 +461,14 @@ class ControlPlane:
 
     def delete_cluster(self, ref: str, *, actor: str = "system") -> dict[str, Any]:
         def do() -> tuple[dict[str, Any], str]:
+            pending = self._connecting(ref)
+            if pending is not None:  # its build, if still running, is discarded when it answers
+                self.set_cluster_state(pending, ClusterState.DELETING, "delete requested")
+                self.set_cluster_state(pending, ClusterState.DELETED, "deleted")
+                pending.logs.closed = True
+                del self.connecting[pending.id]
+                del self.names[pending.rec.name]
+                return pending.view(), pending.id
             rt = self.resolve(ref)
             self.set_cluster_state(rt, ClusterState.DELETING, "delete requested")
             self.jobs.stop_all(rt, reason="cluster deleted")
@@ -324,6 +483,9 @@ class ControlPlane:
         return self.mutation("DeleteCluster", actor, ref, do)
 
     def describe_cluster(self, ref: str) -> dict[str, Any]:
+        pending = self._connecting(ref)
+        if pending is not None:
+            return pending.view()
         cid = self.names.get(ref) or resolve_ref(ref, self.clusters, "cluster")
         rt = self.clusters.get(cid)
         if rt is not None:
@@ -336,9 +498,15 @@ class ControlPlane:
                 "reason": rec.status.get("reason", "")}
 
     def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
-        ids = sorted(i for i in list(self.clusters) if next_token is None or i > next_token)
+        ids = sorted(i for i in [*self.clusters, *self.connecting] if next_token is None or i > next_token)
         page = ids[:max_results]
-        views = [self._fresh(rt).view() for i in page if (rt := self.clusters.get(i)) is not None]
+        views = []
+        for i in page:
+            rt = self.clusters.get(i)
+            if rt is not None:
+                views.append(self._fresh(rt).view())
+            elif (pending := self.connecting.get(i)) is not None:
+                views.append(pending.view())
         return views, (page[-1] if len(ids) > max_results else None)
 
     def hardware_gzip(self, ref: str) -> bytes:
@@ -458,6 +626,11 @@ class ControlPlane:
                 self._restore_cluster(rec)
         self.jobs.restore_all()
 
+    def _restore_health(self, rt: ClusterRuntime) -> None:
+        for h in self.store.list_chip_health(rt.id):
+            if h.state in (ChipState.FAILED, ChipState.ISOLATED) and h.chip < rt.topology.n_chips:
+                rt.fabric.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
+
     def _restore_cluster(self, rec: ClusterRecord) -> None:
         spec = ClusterSpec.parse(rec.spec)
         topology = spec.topology()
@@ -470,6 +643,30 @@ class ControlPlane:
             self.store.save_cluster(rec)
             return
         try:
+            self.access.check(spec)  # an address or command no longer allowed is not reached
+            refused = None
+        except PodfleetError as exc:
+            refused = exc.message
+        if rec.status.get("fabric_connected") is False or refused or self._builds_off_engine(spec):
+            # Never connected or no longer allowed (listed, failed, until deleted), or
+            # connected again off the engine thread: its jobs wait for the fabric
+            # (``JobManager.resume_restored``).
+            pending = ConnectingCluster(rec, spec, topology, spares, _target(spec), restored=True)
+            if rec.status.get("fabric_connected") is False or refused:
+                pending.settled = True
+                pending.failed = refused or str(rec.status.get("reason") or "no fabric")
+                if refused:  # shown, not persisted: allowed again, it reconnects at a restart
+                    rec.status["reason"] = f"not reconnected after a restart: {refused}"
+                pending.logs.append(self.now(), pending.failed)
+                pending.logs.closed = True
+                self.connecting[pending.id] = pending
+                self.names[rec.name] = pending.id
+            else:
+                pending.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
+                rec.status["reason"] = f"reconnecting to {pending.target} after a restart"
+                self._connect(pending)
+            return
+        try:
             fabric = self._make_fabric(spec, topology, spares, rec.id)
         except PodfleetError as exc:
             rec.state = ClusterState.FAILED.value if rec.state == "deploying" else rec.state
@@ -477,15 +674,20 @@ class ControlPlane:
             self.store.save_cluster(rec)
             return
         rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock)
-        for h in self.store.list_chip_health(rec.id):
-            if h.state in (ChipState.FAILED, ChipState.ISOLATED) and h.chip < topology.n_chips:
-                fabric.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
+        self._restore_health(rt)
         if rec.state == ClusterState.DEPLOYING:
             rt.deployment = {**rt.deployment, "state": "pending"}
         rt.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
         # A follow of the log ends with the deployment; a deployed cluster has none running.
         rt.logs.closed = rec.state != ClusterState.DEPLOYING
         self._install(rt)
+
+
+def _target(spec: ClusterSpec) -> str:
+    """What a fabric's build reaches, for messages."""
+    if spec.neuron_ls is not None:
+        return f"the host's Neuron devices (neuron-ls {spec.neuron_ls!r})"
+    return f"fabric {spec.fabric}" + (f" at {spec.ray_address}" if spec.ray_address else "")
 
 
 def _audit_detail(body: dict[str, Any] | None) -> dict[str, Any]:

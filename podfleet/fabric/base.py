@@ -64,6 +64,20 @@ class ExitCause(StrEnum):
     STOPPED = "stopped"  # we stopped it (job stop, or the rest of a gang being recovered)
 
 
+# Restarts of a job whose ranks stopped heartbeating (hang detection) before it fails as
+# its own code's fault (PODFLEET_HANG_RESTARTS): a host stall does not follow a job from
+# attempt to attempt; code that holds the GIL in a C call, or deadlocks, does.
+DEFAULT_HANG_RESTARTS = 2
+
+
+def hang_reason(where: str, hangs: int, timeout_s: float | None, limit: int) -> str:
+    """Why a job that kept hanging failed (every fabric and driver that counts hangs)."""
+    silent = f" for over {timeout_s:g} s" if timeout_s else ""
+    return (f"the job's code stopped responding: {where} sent no heartbeat{silent} in {hangs} attempts "
+            f"(hang restarts allowed: {limit}, PODFLEET_HANG_RESTARTS); code that holds the GIL or blocks "
+            "without heartbeats is a user-code failure, not restarted again")
+
+
 @dataclass(frozen=True)
 class WorkerGroupSpec:
     """What a fabric needs to launch one job's gang of workers."""

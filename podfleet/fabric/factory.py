@@ -13,15 +13,16 @@ from typing import Any, Protocol
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
-from podfleet.fabric.base import Closeable, Fabric
+from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, Closeable, Fabric
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
 
 
 class FabricFactory(Protocol):
     """Builds one cluster's fabric (``make_fabric`` is the default). ``options``: ``workdir``
-    (the cluster's own directory, stable across restarts), ``ray_address``, and
-    ``neuron_ls`` / ``neuron_monitor`` (fabric neuron's commands)."""
+    (the cluster's own directory, stable across restarts), ``ray_address``,
+    ``neuron_ls`` / ``neuron_monitor`` (fabric neuron's commands) and ``hang_restarts``
+    (how often a job whose ranks hang is restarted before it fails)."""
 
     def __call__(self, kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
                  *, options: Mapping[str, Any] | None = None) -> Fabric: ...
@@ -30,6 +31,16 @@ class FabricFactory(Protocol):
 # Heartbeat silence that counts as a hang for control-plane local workers: more than the
 # fabric's 1 s default, because the control plane shares its host's cores with them.
 LOCAL_HANG_TIMEOUT_S = 3.0
+
+
+# Fabrics whose construction reaches outside this process (a Ray cluster's GCS, the host's
+# neuron-ls): the control plane builds them off its engine thread, with a timeout.
+REACHES_OUT = frozenset({"ray", "neuron"})
+
+
+def reaches_out(kind: str) -> bool:
+    """True when building fabric ``kind`` may wait on the network or an external command."""
+    return kind in REACHES_OUT
 
 
 def available_fabrics() -> list[str]:
@@ -61,6 +72,7 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
     """A fresh fabric for one cluster, attached to the timeline. A non-twin fabric may
     bring its own topology (``fabric.topology``), which the cluster then uses."""
     opts = dict(options or {})
+    hang_restarts = int(opts.get("hang_restarts", DEFAULT_HANG_RESTARTS))
     if kind not in available_fabrics():
         raise InfeasibleError(
             f"fabric {kind!r} not available on this control plane; available: {', '.join(available_fabrics())}",
@@ -76,14 +88,15 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
         from podfleet.fabric.local import LocalFabric
 
         return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),
-                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S)
+                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S, max_hang_restarts=hang_restarts)
     if kind == "neuron":
         from podfleet.fabric.neuron.fabric import NeuronFabric
 
         # The topology is neuron-ls's (the cluster takes ``fabric.topology``), not ``topology``.
         return NeuronFabric(timeline, neuron_ls=opts.get("neuron_ls") or DEFAULT_NEURON_LS,
                             neuron_monitor=opts.get("neuron_monitor") or DEFAULT_NEURON_MONITOR,
-                            spares=spares, workdir=opts.get("workdir"), hang_timeout_s=LOCAL_HANG_TIMEOUT_S)
+                            spares=spares, workdir=opts.get("workdir"), hang_timeout_s=LOCAL_HANG_TIMEOUT_S,
+                            max_hang_restarts=hang_restarts)
     from podfleet.fabric.ray import make_ray_fabric
 
     check_worker_settings(kind, ray_address=opts.get("ray_address"))

@@ -113,7 +113,10 @@ def test_a_neuron_cluster_exports_what_its_tools_measure_under_the_same_names(tm
     ls = shlex.join([sys.executable, str(data / "replay_ls.py"), str(data / "data" / "neuron-ls-trn2-48xlarge.json")])
     mon = shlex.join([sys.executable, str(data / "replay.py"),
                       str(data / "data" / "neuron-monitor-trn2-48xlarge.jsonl")])
-    built = compose.build(MemoryStore(), Timeline(seed=2), workdir=str(tmp_path))
+    from podfleet.control.fabricaccess import FabricAccess
+
+    built = compose.build(MemoryStore(), Timeline(seed=2), workdir=str(tmp_path),
+                          fabric_access=FabricAccess(neuron_commands=(ls, mon)))  # the replayed tools
     plane = built.plane
     plane.create_cluster({"name": "trn", "fabric": "neuron", "neuron_ls": ls, "neuron_monitor": mon}, actor="t")
     try:

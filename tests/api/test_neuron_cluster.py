@@ -25,6 +25,7 @@ from podfleet.api.testing import serve_in_thread
 from podfleet.cli.main import app
 from podfleet.compose import build
 from podfleet.control import ControlPlane
+from podfleet.control.fabricaccess import FabricAccess
 from podfleet.engine.timeline import Timeline
 from podfleet.store.memory import MemoryStore
 
@@ -52,8 +53,12 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    # The replayed tools (and a missing one) are what an administrator allowed.
+    allowed = FabricAccess(neuron_commands=(shlex.join([sys.executable, str(NEURON / "replay_ls.py")]),
+                                            shlex.join([sys.executable, str(NEURON / "replay.py")]),
+                                            "/nonexistent/neuron-ls"))
     parts = build(MemoryStore(), Timeline(seed=1, speed=1.0), telemetry_interval_s=0.5,
-                  workdir=str(tmp_path_factory.mktemp("work")))
+                  workdir=str(tmp_path_factory.mktemp("work")), fabric_access=allowed)
     plane = parts.plane
     bootstrap_admin(plane, TOKEN)
     with serve_in_thread(plane, health=parts.health) as url:
@@ -151,11 +156,9 @@ def test_a_monitor_that_exits_degrades_the_cluster_and_nothing_crashes(env: Env)
 
 
 @pytest.mark.parametrize(("body", "status", "needle"), [
-    ({"neuronLs": ls_cmd("neuron-ls-trn2-48xlarge.json", "--exit-code", "4")}, 422, "exited with code 4"),
-    ({"neuronLs": ls_cmd("neuron-monitor-trn2-full.json")}, 400, "must be a JSON list of devices"),
-    ({"neuronLs": "/nonexistent/neuron-ls -j"}, 422, "not found"),
     ({"neuronMonitor": "neuron-monitor 'unclosed"}, 400, "cannot be split"),
     ({"fabric": "sim", "neuronMonitor": monitor_cmd()}, 422, "applies to fabric neuron"),
+    ({"neuronMonitor": "/bin/sh -c 'curl example.com'"}, 403, "PODFLEET_NEURON_COMMANDS"),
 ])
 def test_bad_neuron_commands_are_one_line_4xx(env: Env, body: dict, status: int, needle: str) -> None:
     r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuronLs": ls_cmd(), **body})
@@ -163,6 +166,22 @@ def test_bad_neuron_commands_are_one_line_4xx(env: Env, body: dict, status: int,
     detail = r.json()["detail"]
     assert needle in detail and "\n" not in detail and "Traceback" not in detail
     assert env.c.get("/v1/clusters/trn-bad").status_code == 404
+
+
+@pytest.mark.parametrize(("neuron_ls", "needle"), [
+    (ls_cmd("neuron-ls-trn2-48xlarge.json", "--exit-code", "4"), "exited with code 4"),
+    (ls_cmd("neuron-monitor-trn2-full.json"), "must be a JSON list of devices"),
+    ("/nonexistent/neuron-ls -j", "not found"),
+])
+def test_a_neuron_ls_that_fails_fails_the_cluster_with_one_line(env: Env, neuron_ls: str, needle: str) -> None:
+    # neuron-ls runs off the engine thread: the create answers, the cluster then fails.
+    r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuronLs": neuron_ls})
+    assert r.status_code == 201, r.text
+    wait(lambda: env.c.get("/v1/clusters/trn-bad").json()["state"] == "failed")
+    reason = env.c.get("/v1/clusters/trn-bad").json()["reason"]
+    assert reason.startswith("cannot connect to the host's Neuron devices") and needle in reason, reason
+    assert "\n" not in reason and "Traceback" not in reason
+    assert env.c.delete("/v1/clusters/trn-bad").status_code == 200
 
 
 def test_only_admins_may_name_neuron_commands(env: Env) -> None:

@@ -172,3 +172,27 @@ def test_job_table_enforces_transitions_and_round_trips_the_typed_status() -> No
     assert again.status == job.status and again.chips == (3,)
     ck = plane.store.latest_checkpoint("job-x")
     assert ck is not None and (ck.step, ck.detail) == (4, {"why": "test"}) and job.status.checkpoint_step == 4
+
+
+def test_a_gang_that_keeps_hanging_fails_as_user_code_after_the_hang_restarts() -> None:
+    # A fabric that relaunches nothing itself (Ray): each hang ends the gang; the driver
+    # relaunches it PODFLEET_HANG_RESTARTS times, then fails the job as its code's fault.
+    plane, made = fake_plane()
+    plane.hang_restarts = 1
+    plane.create_cluster({"name": "p", "fabric": "local", "chips": 4, "spares": 1}, actor="t")
+    advance(plane, 5)
+    fab = made[0]
+    job = plane.jobs.submit("p", {"model": "debug", "chips": 2, "steps": 100}, actor="t")
+    advance(plane, 0.1)
+    for n in (1, 2):
+        chips = fab.launches[-1].chips
+        fab.emit("worker-exited", job["id"], chip=chips[0], rank=0, cause="infra", gang_ended=True,
+                 killed_by="hang", reason="rank 0 (chip 0) hung: no heartbeat for 30.2 s")
+        advance(plane, 0.1)
+        d = plane.jobs.describe(job["id"])
+        if n == 1:
+            assert d["state"] == "RUNNING" and len(fab.launches) == 2 and d["runtime"]["hang_restarts"] == 1
+    assert len(fab.launches) == 2  # not relaunched a third time
+    assert d["state"] == "FAILED" and d["reason"].startswith("the job's code stopped responding: rank 0"), d
+    assert "hang restarts allowed: 1" in d["reason"] and "user-code failure" in d["reason"]
+    assert d["runtime"]["user_failures"] == 1 and d["runtime"]["infra_failures"] == 1

@@ -81,10 +81,10 @@ async def cluster_logs(request: Request, cluster: ClusterRef, plane: Plane,
                        follow: bool = False, since: Annotated[int, Query(ge=0)] = 0) -> Any:
     """Deployment and fabric log; ``follow=true`` streams server-sent events until the
     deployment ends (``log`` and ``progress`` events, then ``end``)."""
-    rt = plane.resolve(cluster)
+    logs, progress = plane.cluster_log(cluster)  # a cluster still connecting to its fabric too
     if follow:
-        return stream(request, rt.logs, since, progress=lambda: rt.deployment)
-    return {"lines": rt.logs.since(since), "next": rt.logs.end}
+        return stream(request, logs, since, progress=progress)
+    return {"lines": logs.since(since), "next": logs.end}
 
 
 @router.post("/{cluster}/faults", operation_id="InjectFault", response_model=FaultOut,

@@ -83,6 +83,10 @@ class JobOps(Protocol):
     @property
     def recovery(self) -> RecoveryPort | None: ...
 
+    @property
+    def hang_restarts(self) -> int:
+        """Relaunches of a job whose ranks hang before it fails as its code's fault."""
+
     def now(self) -> float: ...
 
     def driver(self, rt: ClusterRuntime) -> JobDriver: ...

@@ -39,6 +39,7 @@ from podfleet.fabric.base import (
     Introspection,
     WorkerGroupSpec,
     WorkerKill,
+    hang_reason,
 )
 from podfleet.training.config import PRESET_NAMES, WorkerConfig
 
@@ -281,6 +282,16 @@ class ProcessDriver:
             self.table.end(job, JobState.FAILED, f"bad input: {reason}")
             self.jobs.schedule(self.rt)
             return
+        if cause == "infra" and d.get("killed_by") == "hang":
+            counts.hang_restarts += 1
+            if counts.hang_restarts > self.jobs.hang_restarts:
+                # Hung again and again: its code (the GIL held in a C call, a deadlock),
+                # not the host. A user-code failure, not relaunched again.
+                counts.user_failures += 1
+                self.table.end(job, JobState.FAILED, hang_reason(f"rank {d.get('rank')} on chip {chip}",
+                                                                 counts.hang_restarts, None, self.jobs.hang_restarts))
+                self.jobs.schedule(self.rt)
+                return
         self.relaunches.open(job, d.get("rank"), cause, chip)
         if cause == "infra":
             counts.infra_failures += 1

@@ -32,6 +32,7 @@ import numpy as np
 from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
+    DEFAULT_HANG_RESTARTS,
     ChipState,
     CollectiveRow,
     FabricEvent,
@@ -91,6 +92,7 @@ class LocalFabric:
         workdir: str | Path | None = None,
         key_file: str | None = None,
         hang_timeout_s: float = 1.0,
+        max_hang_restarts: int = DEFAULT_HANG_RESTARTS,
         startup_timeout_s: float = 180.0,
         replica_grace_s: float = 3.0,
         sample_interval_s: float = 0.5,
@@ -110,6 +112,9 @@ class LocalFabric:
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
         private_dir(self.workdir)  # checkpoints and logs: owner-only
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
+        # A job whose ranks keep hanging (code that holds the GIL, or blocks without a
+        # heartbeat) is restarted this many times, then fails as its own code's fault.
+        self.max_hang_restarts = max_hang_restarts
         self.replica_grace_s, self.sample_interval_s = replica_grace_s, sample_interval_s
         self.warm_workers, self.refill_delay_s = warm_workers, refill_delay_s
         # Extra environment per slot (e.g. the Neuron fabric's NEURON_RT_VISIBLE_CORES).
@@ -399,6 +404,7 @@ class LocalFabric:
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None:
         job.attempt += 1
         job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
+        job.hung_ranks = {}
         port = free_port()
         cfg0 = job.base_cfg
         if job.spec.entrypoint is None and len(job.chips) > 1:

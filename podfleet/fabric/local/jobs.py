@@ -104,6 +104,8 @@ class LocalJob:
     pending_loss: dict[int, dict[int, float]] = field(default_factory=dict)  # step -> rank -> local loss
     replica: tuple[int, str] | None = None  # (step, dir) saved by a survivor this attempt
     failed_ranks: dict[int, Any] = field(default_factory=dict)  # rank -> Cause this attempt
+    hung_ranks: dict[int, str] = field(default_factory=dict)  # rank -> message: killed as hung this attempt
+    hang_restarts: int = 0  # attempts restarted because a rank stopped heartbeating
     recovery: dict[str, Any] | None = None  # the recovery in progress
     recoveries: list[dict[str, Any]] = field(default_factory=list)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))

@@ -12,7 +12,9 @@ checkpoint}, on a fresh rendezvous port. Restarting every rank costs a torch imp
 per process but keeps the process-group logic trivial and correct.
 
 Budget: infrastructure failures (kill -9 from outside, ``kill_worker``, a hang, a
-retired slot) never count against ``max_retries``; an exception or crash in the job's
+retired slot) never count against ``max_retries``, but a job whose ranks hang again
+after ``max_hang_restarts`` restarts fails as a user-code failure (its code holds the
+GIL or blocks; a host stall does not follow a job from attempt to attempt); an exception or crash in the job's
 own code does; bad input (missing entrypoint, wrong key, unwritable checkpoint dir)
 fails the job at once, since a retry would fail the same way.
 """
@@ -24,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from podfleet.checkpoint import manifest
+from podfleet.fabric.base import hang_reason
 from podfleet.fabric.local.jobs import TERMINAL, Cause, JobState, LocalJob, classify_exit
 from podfleet.fabric.local.process import WorkerProcess
 
@@ -64,6 +67,8 @@ def handle_exit(fab: LocalFabric, wp: WorkerProcess, code: int, detected_mono: f
         return
     if cause in (Cause.INFRA, Cause.USER_CODE, Cause.BAD_INPUT):
         job.failed_ranks[wp.rank] = (cause, msg)
+    if wp.killed_by == "hang":
+        job.hung_ranks[wp.rank] = f"rank {wp.rank} on chip {wp.chip}"
     if job.recovery is None:
         job.recovery = {"detect_mono": detected_mono, "attempt": job.attempt, "last_step": job.step,
                         "kill_mono": wp.kill_mono}
@@ -91,6 +96,15 @@ def _relaunch_or_fail(fab: LocalFabric, job: LocalJob) -> None:
     if bad:
         fab.finish(job, JobState.FAILED, f"bad input: {bad[0]}")
         return
+    if job.hung_ranks:
+        job.hang_restarts += 1
+        if job.hang_restarts > fab.max_hang_restarts:
+            # The same job hanging again and again is its code (holding the GIL in a C
+            # call, a deadlock), not the host: a user-code failure, not restarted again.
+            job.user_failures += 1
+            fab.finish(job, JobState.FAILED, hang_reason(next(iter(job.hung_ranks.values())), job.hang_restarts,
+                                                         fab.hang_timeout_s, fab.max_hang_restarts))
+            return
     user = [m for c, m in failed.values() if c is Cause.USER_CODE]
     if user:
         job.user_failures += 1

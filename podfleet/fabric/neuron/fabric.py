@@ -33,7 +33,14 @@ from typing import Any
 import numpy as np
 
 from podfleet.errors import InfeasibleError, InvalidInputError
-from podfleet.fabric.base import ChipState, FabricEvent, LinkState, RunStatus, WorkerGroupSpec
+from podfleet.fabric.base import (
+    DEFAULT_HANG_RESTARTS,
+    ChipState,
+    FabricEvent,
+    LinkState,
+    RunStatus,
+    WorkerGroupSpec,
+)
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR, split_command
 from podfleet.fabric.local import LocalFabric
 from podfleet.fabric.neuron.command import MonitorSupervisor, run_neuron_ls
@@ -79,6 +86,7 @@ class NeuronFabric:
         spares: tuple[int, ...] = (),
         workdir: str | Path | None = None,
         hang_timeout_s: float = 3.0,
+        max_hang_restarts: int = DEFAULT_HANG_RESTARTS,
         ls_timeout_s: float = 30.0,
         backoff_initial_s: float = 1.0,
         backoff_max_s: float = 60.0,
@@ -107,7 +115,7 @@ class NeuronFabric:
         self._degraded: str | None = None  # why telemetry is not trustworthy now
         self._reports = 0
         self._runner = LocalFabric(n, None, spares=spares, workdir=workdir, hang_timeout_s=hang_timeout_s,
-                                   chip_env=self._neuron_env)
+                                   max_hang_restarts=max_hang_restarts, chip_env=self._neuron_env)
         self.workdir = self._runner.workdir
         self._monitor = MonitorSupervisor(
             neuron_monitor, on_report=lambda r: self._runner.deliver(self._apply, r),

@@ -21,7 +21,9 @@ import dataclasses
 import importlib
 import math
 import os
+import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
@@ -70,10 +72,34 @@ class _Connection:
     """A process holds one Ray connection; fabrics share it (Ray allows no second one)."""
 
     started = False  # a RayFabric called ray.init (else the embedding program did)
+    address: str | None = None  # what it was called with (None: a private local instance)
     users = 0
 
 
 _connection = _Connection()
+# Held while ray.init runs: fabrics are built on the control plane's connection threads,
+# and two ray.init calls at once would race for the process's one connection. A build
+# that hangs in ray.init keeps it: later ones give up after CONNECT_WAIT_S with a reason.
+_connect_lock = threading.Lock()
+CONNECT_WAIT_S = 30.0
+# How long the plain TCP check of a HOST:PORT address may take before ray.init, which
+# would otherwise retry a refused or unrouted address for many minutes.
+PROBE_TIMEOUT_S = 5.0
+
+
+def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse at once a Ray address whose port does not accept a TCP connection (``auto``
+    and unparsable addresses are left to ray.init)."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise InfeasibleError(f"cannot connect to Ray at {address!r}: {why}", field="ray_address") from None
 
 
 def _import_ray() -> Any:
@@ -140,19 +166,14 @@ class RayFabric:
         # a remote cluster whose nodes lack podfleet or the key.
         self.runtime_env = dict(runtime_env) if runtime_env else None
         self._closed = False
-        if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                      "configure_logging": False}
-            if address is None:
-                # A private local instance (tests, a laptop): as small as Ray allows.
-                kwargs.update(num_cpus=max(2, n_chips or 2) if resource == "CPU" else 2,
-                              object_store_memory=100 * 1024 * 1024)
-            kwargs.update(init_kwargs or {})
-            try:
-                ray.init(address=address, **kwargs)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise InfeasibleError(f"cannot connect to Ray at {address!r}: {exc}", field="ray_address") from None
-            _connection.started = True
+        if not _connect_lock.acquire(timeout=CONNECT_WAIT_S):
+            raise InfeasibleError(f"cannot connect to Ray at {address!r}: an earlier connection attempt of this "
+                                  "server is still waiting (a Ray address that does not answer holds the "
+                                  "process's one Ray connection until the server restarts)", field="ray_address")
+        try:
+            self._connect(ray, address, n_chips, resource, init_kwargs)
+        finally:
+            _connect_lock.release()
         try:
             self._setup(ray, resource, n_chips, topology, spares, chip_type, workdir)
         except BaseException:
@@ -163,6 +184,30 @@ class RayFabric:
         _connection.users += 1
         if timeline is not None:
             self.attach(timeline)
+
+    @staticmethod
+    def _connect(ray: Any, address: str | None, n_chips: int | None, resource: str,
+                 init_kwargs: Mapping[str, Any] | None) -> None:
+        if ray.is_initialized():
+            if _connection.started and _connection.users and address != _connection.address:
+                raise InfeasibleError(f"cannot connect to Ray at {address!r}: this server is connected to "
+                                      f"{_connection.address or 'its private local Ray'} and a process holds one "
+                                      "Ray connection", field="ray_address")
+            return
+        if address is not None:
+            probe_address(address)
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
+        if address is None:
+            # A private local instance (tests, a laptop): as small as Ray allows.
+            kwargs.update(num_cpus=max(2, n_chips or 2) if resource == "CPU" else 2,
+                          object_store_memory=100 * 1024 * 1024)
+        kwargs.update(init_kwargs or {})
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InfeasibleError(f"cannot connect to Ray at {address!r}: {exc}", field="ray_address") from None
+        _connection.started = True
+        _connection.address = address
 
     def _setup(self, ray: Any, resource: str, n_chips: int | None, topology: Topology | None,
                spares: Iterable[int], chip_type: str, workdir: str | None) -> None:

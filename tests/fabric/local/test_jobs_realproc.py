@@ -144,3 +144,32 @@ def test_stop_ends_a_running_job_and_frees_its_chips(fab: LocalFabric) -> None:
     assert {e.detail["cause"] for e in fab.events if e.kind == "worker-exited" and e.job_id == "job-stop"} == {"stopped"}
     fab.launch(WorkerGroupSpec("job-after-stop", (0,), "custom", 1, entrypoint="/nonexistent.py"))
     assert fab.wait("job-after-stop", 30).state is JobState.FAILED  # the chips were free again
+
+
+GIL_HOLDER = """
+import ctypes
+
+# A C call made through PyDLL keeps the GIL for its whole length (ctypes.CDLL would
+# release it): the worker's heartbeat thread cannot run, exactly like a C extension
+# that never releases the GIL. The process stays alive and silent.
+ctypes.PyDLL(None).sleep(600)
+"""
+
+
+def test_a_job_whose_code_holds_the_gil_fails_after_the_hang_restarts(tmp_path: Path) -> None:
+    script = tmp_path / "gil.py"
+    script.write_text(GIL_HOLDER)
+    fab = LocalFabric(3, spares=(2,), workdir=tmp_path / "work", hang_timeout_s=1.0, max_hang_restarts=1)
+    try:
+        fab.launch(WorkerGroupSpec("job-gil", (0,), "custom", 5, entrypoint=str(script)))
+        st = fab.wait("job-gil", 120)
+        assert st.state is JobState.FAILED, st.reason
+        assert st.reason is not None and st.reason.startswith("the job's code stopped responding: rank 0"), st.reason
+        assert "in 2 attempts" in st.reason and "hang restarts allowed: 1" in st.reason
+        assert "user-code failure" in st.reason
+        assert st.attempt == 2  # restarted once, then failed: not restarted forever
+        assert st.infra_failures == 1 and st.user_failures == 1
+        assert [e.detail["rank"] for e in fab.events if e.kind == "hang" and e.job_id == "job-gil"] == [0, 0]
+        assert [e.kind for e in fab.events if e.job_id == "job-gil"][-1] == "job-failed"
+    finally:
+        fab.close()

@@ -55,10 +55,12 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
 @pytest.fixture(scope="module")
 def parts(ray_cluster: dict[str, Any]) -> Iterator[Any]:
     from podfleet import compose
+    from podfleet.control.fabricaccess import FabricAccess
     from podfleet.engine.timeline import Timeline
     from podfleet.store.memory import MemoryStore
 
-    built = compose.build(MemoryStore(), Timeline(seed=3, speed=1.0), workdir=str(ray_cluster["tmp"] / "work"))
+    built = compose.build(MemoryStore(), Timeline(seed=3, speed=1.0), workdir=str(ray_cluster["tmp"] / "work"),
+                          fabric_access=FabricAccess(ray_addresses=(ray_cluster["address"],)))
     built.plane.start()
     built.plane.call_timeout_s = 120
     try:
