@@ -65,11 +65,11 @@ def _verify_offline(db: str, digests: str | None, key_dir: str | None, public_ke
     from podfleet.security.audit import verify_chain
     from podfleet.security.digests import (
         default_digests_dir,
-        public_key_from_hex,
         signing_key,
         verify_trail,
     )
     from podfleet.security.keyring import provider_for, versions
+    from podfleet.security.pubkeys import public_key_from_hex
     from podfleet.store import open_store
 
     provider = provider_for(key_dir=key_dir)

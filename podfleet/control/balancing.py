@@ -36,27 +36,24 @@ every sample writes the row it replaces again.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
+from podfleet.control.ports import PlaneCore
+from podfleet.control.runtime import ClusterRuntime
 from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
-from podfleet.health.scan import same_frozen, util_ratio
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
 from podfleet.scheduler.metrics import DegreePlan, degree_groups, planned_balance_degrees
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
-    from podfleet.control.runtime import ClusterRuntime
+from podfleet.scheduler.samples import same_frozen, util_ratio
 
 _NEEDS = ("clock_mhz", "neuroncore_utilization", "hbm_bw_bytes_per_s")
 
 
 class ClusterBalancer:
-    def __init__(self, plane: ControlPlane, rt: ClusterRuntime, interval_s: float, window: int = 40) -> None:
+    def __init__(self, plane: PlaneCore, rt: ClusterRuntime, interval_s: float, window: int = 40) -> None:
         self.plane, self.rt = plane, rt
         lm = rt.fabric.link_metrics()
         self.monitor = LoadMonitor(rt.topology.n_chips, len(lm["src"]), window=window)
@@ -122,7 +119,7 @@ class ClusterBalancer:
         self.plane.tl.emit(kind, cluster_id=self.rt.id, **fields)
 
     def step(self) -> None:
-        rt, table, mon = self.rt, self.plane.jobs.table, self.monitor
+        rt, table, mon = self.rt, self.plane.table, self.monitor
         if rt.id not in self.plane.clusters or mon.n == 0:
             return
         if rt.owners.version != self._owners_version:  # chip -> job, re-derived only when it moved

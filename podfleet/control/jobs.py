@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from podfleet.control import dispatch, scheduling
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
@@ -22,6 +22,7 @@ from podfleet.control.jobtable import Job, JobStatus, JobTable, Progress
 from podfleet.control.lifecycle import HOLDS_CHIPS, ClusterState, JobState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.placement import Allocation
+from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
@@ -30,9 +31,6 @@ from podfleet.errors import ConflictError, InfeasibleError, PodfleetError
 from podfleet.fabric.base import ChipCheck, ChipState, FabricEvent
 from podfleet.scheduler import DecisionKind
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
 # How often, at most, a cluster's scheduling cycles re-render the shown reason and wait of
@@ -43,7 +41,7 @@ SWEEP_S = 0.5
 
 
 class JobManager:
-    def __init__(self, plane: ControlPlane, table: JobTable) -> None:
+    def __init__(self, plane: PlaneCore, table: JobTable) -> None:
         self.plane = plane
         self.table = table
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
