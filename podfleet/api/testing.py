@@ -21,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from podfleet.api.main import create_app
+from podfleet.compose import Parts
 from podfleet.control.plane import ControlPlane
 from podfleet.health.service import HealthService
 from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
@@ -47,10 +48,15 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True,
-                    health: HealthService | None = None, app: FastAPI | None = None) -> Iterator[str]:
-    """``app``: serve this one (built by ``create_app`` with other settings) instead."""
+                    health: HealthService | None = None, parts: Parts | None = None,
+                    app: FastAPI | None = None) -> Iterator[str]:
+    """``parts``: serve all of what ``compose.build`` made (health, recovery, firmware);
+    ``health``: the health service alone; ``app``: serve this one (built by ``create_app``
+    with other settings) instead."""
     port = free_port()
-    app = app if app is not None else create_app(plane, health)
+    if app is None:
+        app = (create_app(plane, parts.health, recovery=parts.recovery, firmware=parts.firmware) if parts is not None
+               else create_app(plane, health))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", access_log=False, lifespan="off"))
     if start_plane:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from podfleet.api.auth import authorize, client_address, deny
+from podfleet.console.auth_port import auth_of, authorized
 from podfleet.console.live import SnapshotHub
 from podfleet.console.sessions import COOKIE, SessionStore, same_origin
 from podfleet.control.plane import ControlPlane
@@ -68,8 +68,9 @@ async def sign_in(body: SignIn, request: Request, response: Response, store: Ses
     plane = request.app.state.plane
     principal = request.app.state.tokens.lookup(body.token.strip())
     if principal is None:
-        await deny(request.app, client=client_address(request), actor="anonymous", action="ConsoleSignIn",
-                   target="/console/session", detail={"reason": "invalid or revoked token"})
+        auth = auth_of(request)
+        await auth.deny(request.app, client=auth.client_address(request), actor="anonymous", action="ConsoleSignIn",
+                        target="/console/session", detail={"reason": "invalid or revoked token"})
         raise AuthError("invalid or revoked token", field="token")
     sid, s = store.open(body.token.strip())
     await plane.call(plane.audit, principal.actor, "ConsoleSignIn", principal.id, "ok", {})
@@ -101,7 +102,7 @@ async def sign_out(request: Request, store: Sessions) -> Response:
 
 # Authorized as the operation it streams (the same rule, the same audit of denials).
 @router.get("/console/stream/clusters/{cluster}/hardware", operation_id="DescribeClusterHardware",
-            dependencies=[Depends(authorize)])
+            dependencies=[Depends(authorized)])
 async def hardware_stream(request: Request, cluster: str) -> StreamingResponse:
     """Server-sent ``hardware`` events: the cluster's snapshot each time it is re-rendered
     (every telemetry tick, and at once after a fault); each event's id is the wall-clock

@@ -27,8 +27,8 @@ from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
 from podfleet.control.workdir import code_root
-from podfleet.errors import ConflictError, InfeasibleError, PodfleetError
-from podfleet.fabric.base import ChipCheck, ChipState, FabricEvent
+from podfleet.errors import ConflictError, InfeasibleError
+from podfleet.fabric.base import ChipCheck, ChipState
 from podfleet.scheduler import DecisionKind
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
 
@@ -201,7 +201,7 @@ class JobManager:
             for job in recovering:
                 if not drv.owns(job.id):
                     self.relaunch(rt, job)
-            swept = dispatch.cycle(self, rt, None if whole else unshown)
+            swept = dispatch.cycle(self.table, drv, rt, None if whole else unshown)
         self._unshown.pop(rt.id, None)  # shown now (kept if the cycle failed: the next one shows them)
         if swept:
             self._swept_at[rt.id] = now
@@ -222,7 +222,7 @@ class JobManager:
                 return  # deleted meanwhile
             now = self.plane.tl.now
             if now - self._swept_at.get(rt.id, float("-inf")) >= SWEEP_S:
-                dispatch.show_pending(self, rt, rt.scheduler.pending)
+                dispatch.show_pending(self.table, rt, rt.scheduler.pending)
                 self._swept_at[rt.id] = now
 
         self.plane.tl.call_at(SWEEP_S, sweep)
@@ -244,20 +244,6 @@ class JobManager:
             job.status.allocation = scheduling.pending_allocation(reason)
             self.table.refresh(job)
             self._unshown.setdefault(rt.id, set()).add(job.id)  # its first cycle shows its reason
-
-    def launch(self, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:
-        """Start a PLACING or RECOVERING job on ``alloc``'s chips from its checkpoint step."""
-        rt.owners.assign(job.id, alloc.chips)
-        start = job.status.checkpoint_step
-        try:
-            self.driver(rt).start(job, alloc.chips, start)
-        except PodfleetError as exc:  # the fabric refused: the job cannot run as placed
-            self.table.end(job, JobState.FAILED, f"fabric refused the launch: {exc.message}")
-            return
-        job.status.progress.step = start
-        self.table.transition(job, JobState.RUNNING, f"running on {len(alloc.chips)} chips from step {start}",
-                              allocation=alloc)
-        # No re-render here: the next tick shows the new owner (one render per tick at most).
 
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
@@ -282,7 +268,7 @@ class JobManager:
         job.status.allocation = new.to_dict()
         self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
                             f"{job.status.checkpoint_step}")
-        self.launch(rt, job, new)
+        dispatch.launch(self.table, self.driver(rt), rt, job, new)
 
     def _retry_relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """Look again later: a chip that failed its check may pass it (nothing else wakes a
@@ -323,11 +309,6 @@ class JobManager:
             rt.scheduler.report_checkpoint(job.id, step)
 
     # --- fabric events -------------------------------------------------------------------------
-    def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
-        drv = self.drivers.get(rt.id)
-        if drv is not None:
-            drv.on_event(ev)
-
     # --- restart ------------------------------------------------------------------------------
     def restore_all(self) -> None:
         store = self.plane.store

@@ -28,6 +28,7 @@ from podfleet.control.specs import ClusterSpec
 from podfleet.errors import NotFoundError
 from podfleet.fabric.base import ChipState, Fabric, WorkerPlacement
 from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
+from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.state import FREE
 from podfleet.store.records import ClusterRecord
@@ -61,7 +62,8 @@ DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mo
 
 class ClusterRuntime:
     def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric, *,
-                 spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None) -> None:
+                 spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None,
+                 planner: ShapePlanner | None = None) -> None:
         self.rec = rec
         self.spec = spec
         self.topology = topology
@@ -82,7 +84,7 @@ class ClusterRuntime:
         # The link states last folded into the scheduler, with its pods' link versions then.
         self.synced_links: tuple[int, list[Any]] | None = None
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
-        self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0))
+        self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0), planner)
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
         # DescribeCluster's ``scheduler`` object and the queue waits /metrics shows, computed
         # on the engine thread (readers on API threads only see whole dicts) and only while

@@ -25,6 +25,7 @@ from podfleet.fabric.base import ChipState, Fabric, LinkTraffic
 from podfleet.hardware.topology import Topology
 from podfleet.perf.models import MODELS, ModelSpec
 from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, cluster_metrics
+from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.state import FREE
 
@@ -70,8 +71,8 @@ def cluster_spares(spec: ClusterSpec, topology: Topology, stored: Sequence[int] 
 
 
 def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str, int] | None,
-                  clock: Callable[[], float]) -> Scheduler:
-    return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock)
+                  clock: Callable[[], float], planner: ShapePlanner | None = None) -> Scheduler:
+    return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock, planner=planner)
 
 
 def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | None, *,

@@ -4,7 +4,7 @@ alarms) and, for ground truth only the twin knows, from the fabric's events.
 
 Definitions:
 
-* recoveries: one per recovery journal with a job (``health.recoveries``), by the path
+* recoveries: one per recovery journal with a job (``recovery.recoveries``), by the path
   its state came back by (``replica``: a live peer's copy; ``checkpoint``: the last
   checkpoint), plus ``requeue``: a job relaunched by the job driver (from its checkpoint,
   on replacement chips) after losing a chip. Time: detection to the job running again.
@@ -155,7 +155,7 @@ def _pct(xs: list[float], q: float) -> float | None:
 
 
 def recoveries(r: Rehearsed) -> dict[str, Any]:
-    journals = [j for j in r.parts.health.recoveries(r.cluster_id) if j.get("job_id")]
+    journals = [j for j in r.parts.recovery.recoveries(r.cluster_id) if j.get("job_id")]
     by_path: Counter[str] = Counter()
     times: list[float] = []
     seq: list[dict[str, Any]] = []
@@ -231,7 +231,7 @@ def jobs(r: Rehearsed, now: float) -> list[dict[str, Any]]:
         out.append({"job_id": name, "id": jid, "state": v["state"], "step": step, "steps": prog.get("steps"),
                     "loss": prog.get("loss"), "tokens_per_s": prog.get("tokens_per_s"), "ettr": ettr,
                     "balance_degree": sched.get("balance_degree"), "launches": tr.starts.get(jid, 0),
-                    "recoveries": len([1 for j in r.parts.health.recoveries(r.cluster_id) if j.get("job_id") == jid])})
+                    "recoveries": len([1 for j in r.parts.recovery.recoveries(r.cluster_id) if j.get("job_id") == jid])})
     return out
 
 
