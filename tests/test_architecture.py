@@ -264,3 +264,79 @@ def test_no_helper_of_the_plane_imports_the_plane() -> None:
     bad = {str(p.relative_to(ROOT)) for p in modules("control", "recovery", "health", "scheduler")
            if "podfleet.control.plane" in imports(p) and p.name not in ("__init__.py", "plane.py")}
     assert not bad, sorted(bad)
+
+
+# --- one writer of a job's status --------------------------------------------------------------------
+
+_MUTATORS = frozenset({"append", "extend", "update", "pop", "clear", "insert", "remove", "setdefault"})
+
+
+def _reaches_status(node: ast.AST) -> bool:
+    """``x.status.y...`` or ``x.status``: an attribute chain through a ``status`` attribute.
+    Cluster records keep their status as a dict (``rt.rec.status["reason"]``): subscripts
+    are not followed, so only a job's typed ``JobStatus`` is seen."""
+    while isinstance(node, ast.Attribute):
+        if node.attr == "status":
+            return True
+        node = node.value
+    return False
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node
+
+
+def status_writes(source: str) -> list[int]:
+    """Lines that write a job's status outside the job table: an assignment or augmented
+    assignment to an attribute reached through ``.status``, a mutating call on one, or
+    either through a name bound to such a chain or to a job's run counts."""
+    tree = ast.parse(source)
+
+    def counts_call(v: ast.AST) -> bool:  # ``self.counts(job)``, ``table.run_counts(job)``
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute | ast.Name) and \
+            (v.func.attr if isinstance(v.func, ast.Attribute) else v.func.id) in ("counts", "run_counts")
+
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and (_reaches_status(node.value) or counts_call(node.value)):
+            aliases.add(node.targets[0].id)
+
+    def through(obj: ast.AST) -> bool:  # ``obj`` is a job's status, its run counts, or part of them
+        root = _root(obj)
+        return _reaches_status(obj) or counts_call(root) or (isinstance(root, ast.Name) and root.id in aliases)
+
+    def written(target: ast.AST) -> bool:
+        return isinstance(target, ast.Attribute) and through(target.value)
+
+    bad = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        if any(written(t) for t in targets):
+            bad.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            obj = node.func.value
+            if isinstance(obj, ast.Attribute) and through(obj):
+                bad.append(node.lineno)
+    return bad
+
+
+def test_the_status_write_finder_finds_writes() -> None:
+    assert status_writes("job.status.reason = 'x'\n") == [1]
+    assert status_writes("st = job.status\nst.plan = {}\n") == [2]
+    assert status_writes("c = self.counts(job)\nc.launches += 1\nc.recoveries.append(1)\n") == [2, 3]
+    assert status_writes("self.counts(job).recoveries.append(rec)\n") == [1]
+    assert status_writes("job.status.scheduling.preemptions += 1\n") == [1]
+    assert status_writes("rt.rec.status['reason'] = 'x'\nx = job.status.reason\n") == []
+
+
+def test_only_the_job_table_writes_a_jobs_status() -> None:
+    # ``JobTable`` (transition, end, progress, amend, scheduled, count_run, ...) is the one
+    # writer of ``job.status``; everyone else reads it.
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in modules("control", "recovery", "health", "scheduler", "ops", "twin",
+                                                           "api", "cli")
+           if p.name != "jobtable.py" for n in status_writes(p.read_text())]
+    assert not bad, bad

@@ -73,16 +73,13 @@ def show_pending(table: JobTable, rt: ClusterRuntime, job_ids: Iterable[str]) ->
         if rec is None or job is None or job.state != JobState.PENDING:
             continue
         reason = rec.reason
-        st = job.status.scheduling
         wait = round(scheduling.record_wait(rec, now), 1)
         # Re-render a pending job's view when its reason changes or its wait moved by
         # 5 s: re-rendering every pending job on every cycle made a cycle O(queue) in
         # dict copies, which dominated submit latency with a long queue.
-        if job.status.reason != reason or abs(wait - float(st.queue_wait_s or 0.0)) >= WAIT_REFRESH_S:
-            job.status.allocation = scheduling.pending_allocation(reason)
-            st.queue_wait_s = wait
-            job.status.reason = reason
-            table.refresh(job)
+        if job.status.reason != reason or abs(wait - float(job.status.scheduling.queue_wait_s or 0.0)) >= WAIT_REFRESH_S:
+            table.scheduled(job, queue_wait_s=wait, view="none")
+            table.amend(job, reason=reason, allocation=scheduling.pending_allocation(reason))
 
 
 def apply(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> None:
@@ -106,13 +103,13 @@ def bind(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> No
     if job is None or job.state != JobState.PENDING or p is None:
         rt.scheduler.finish(d.job_id)  # nothing to run any more: give the chips back
         return
-    st = job.status
     plan = scheduling.plan_fields(p.plan)
-    if plan is not None:  # parallelism auto: the plan chosen together with the shape
-        st.plan = {**plan, "block_shape": list(p.shape)}
-    st.checkpoint_step = max(st.checkpoint_step, d.resume_step)
-    st.scheduling.queue_wait_s = round(scheduling.queue_wait(rt.scheduler, job.id), 3)
-    st.scheduling.team = job.spec.get("team") or "default"
+    # parallelism auto: the plan chosen together with the shape (the transition saves it)
+    if plan is not None:
+        table.amend(job, plan={**plan, "block_shape": list(p.shape)}, view=False)
+    table.amend(job, checkpoint_step=d.resume_step, view=False)
+    table.scheduled(job, queue_wait_s=round(scheduling.queue_wait(rt.scheduler, job.id), 3),
+                    team=job.spec.get("team") or "default", view="none")
     table.transition(job, JobState.PLACING,
                         f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
                         allocation=scheduling.allocation_view(p))
@@ -128,7 +125,7 @@ def launch(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, alloc:
     except PodfleetError as exc:  # the fabric refused: the job cannot run as placed
         table.end(job, JobState.FAILED, f"fabric refused the launch: {exc.message}")
         return
-    job.status.progress.step = start
+    table.progress(job, step=start, view=False)
     table.transition(job, JobState.RUNNING, f"running on {len(alloc.chips)} chips from step {start}",
                      allocation=alloc)
     # No re-render here: the next tick shows the new owner (one render per tick at most).
@@ -177,7 +174,7 @@ def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_
                             {"reason": "preemption", "preempted_by": by})
     drv.stop(job.id)
     rt.owners.release(job.id)
-    job.status.scheduling.preemptions += 1
+    table.scheduled(job, preempted=True, view="none")
     reason = f"preempted by {by}; requeued, resumes from checkpoint step {step}"
     table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
     return step

@@ -240,9 +240,7 @@ class JobManager:
             return
         if job.state == JobState.PENDING:
             reason = "waiting for placement" if rt.state != ClusterState.ACTIVE else rt.scheduler.reason(job.id)
-            job.status.reason = reason
-            job.status.allocation = scheduling.pending_allocation(reason)
-            self.table.refresh(job)
+            self.table.amend(job, reason=reason, allocation=scheduling.pending_allocation(reason))
             self._unshown.setdefault(rt.id, set()).add(job.id)  # its first cycle shows its reason
 
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
@@ -265,7 +263,7 @@ class JobManager:
                           for b, (n, path) in plan.moves.items())
         new = Allocation(chips, alloc.shape if not swap else (len(chips),),
                          alloc.reason if not swap else f"recovered: {moved}")
-        job.status.allocation = new.to_dict()
+        self.table.amend(job, allocation=new)
         self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
                             f"{job.status.checkpoint_step}")
         dispatch.launch(self.table, self.driver(rt), rt, job, new)
@@ -326,9 +324,9 @@ class JobManager:
     def _restore(self, job: Job) -> None:
         rt = self.plane.clusters.get(job.cluster_id)
         ckpt = self.plane.store.latest_checkpoint(job.id)
-        if ckpt is not None:
-            job.status.checkpoint_step = max(job.status.checkpoint_step, ckpt.step)
         self.table.add(job)
+        if ckpt is not None:
+            self.table.amend(job, checkpoint_step=ckpt.step)
         if job.ended:
             self.table.close_log(job)
             return

@@ -6,7 +6,13 @@ Everything that changes a job goes through this small interface (engine thread):
     end(job, dst, reason)               a terminal transition; ``on_end`` listeners first
     progress(job, ...)                  step / loss / throughput (memory only)
     record_checkpoint(job, step, ...)   the one writer of ``CheckpointRecord``s
+    amend(job, ...)                     status fields without a transition (reason,
+                                        allocation, plan, checkpoint step, recovery ...)
+    scheduled(job, ...)                 ``status.scheduling`` (waits, preemptions, balance)
+    run_counts(job) / count_run(job, ...) / add_run_recovery(job, rec)   ``status.runtime``
     save(job) / refresh(job) / log(job, message)
+
+No other module writes ``job.status`` (``tests/test_architecture.py`` checks it).
 
 Reads (any thread) go through ``describe`` / ``list`` / ``job_logs``: views are
 replaced whole on every change, never mutated in place.
@@ -267,9 +273,10 @@ class JobTable:
         self._logs[job.id].closed = True
 
     def progress(self, job: Job, *, step: int | None = None, loss: float | None = None,
-                 tokens_per_s: float | None = None, step_time_s: float | None = None) -> None:
+                 tokens_per_s: float | None = None, step_time_s: float | None = None, view: bool = True) -> None:
         """Memory only: progress between checkpoints is not persisted (a restart resumes
-        from the last checkpoint, as a real job would)."""
+        from the last checkpoint, as a real job would). ``view``: False when a transition
+        follows at once (it re-renders the view)."""
         p = job.status.progress
         if step is not None:
             p.step = int(step)
@@ -279,7 +286,8 @@ class JobTable:
             p.tokens_per_s = float(tokens_per_s)
         if step_time_s is not None:
             p.step_time_s = float(step_time_s)
-        self.refresh(job)
+        if view:
+            self.refresh(job)
 
     def record_checkpoint(self, job: Job, step: int, path: str, detail: Mapping[str, Any] | None = None) -> None:
         """Persist a checkpoint of ``job`` at ``step`` (the only place that writes one)."""
@@ -288,6 +296,88 @@ class JobTable:
         job.status.checkpoint_step = max(int(step), job.status.checkpoint_step)
         for fn in self._on_checkpoint:
             fn(job, int(step))
+
+    def amend(self, job: Job, *, reason: str | Literal[_Keep.KEEP] = _KEEP,
+              allocation: Allocation | dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              plan: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              failed_chip: int | Literal[_Keep.KEEP] | None = _KEEP,
+              checkpoint_step: int | None = None, persist: bool = False, view: bool = True) -> None:
+        """Status fields without a transition (``_KEEP``: left as they are). The newest
+        checkpoint step only grows. ``persist``: saved now; else memory only, the view
+        re-rendered unless ``view`` is False (a transition follows at once)."""
+        st = job.status
+        if reason is not _KEEP:
+            st.reason = reason
+        if allocation is not _KEEP:
+            st.allocation = allocation.to_dict() if isinstance(allocation, Allocation) else allocation
+        if plan is not _KEEP:
+            st.plan = plan
+        if recovery is not _KEEP:
+            st.recovery = recovery
+        if failed_chip is not _KEEP:
+            st.failed_chip = failed_chip
+        if checkpoint_step is not None:
+            st.checkpoint_step = max(st.checkpoint_step, int(checkpoint_step))
+        if persist:
+            self.save(job)
+        elif view:
+            self.refresh(job)
+
+    def scheduled(self, job: Job, *, queue_wait_s: float | None = None, team: str | None = None,
+                  preempted: bool = False, rebalance: tuple[str, str] | None = None,
+                  balance_degree: float | None = None,
+                  work_split: dict[str, object] | Literal[_Keep.KEEP] | None = _KEEP,
+                  view: Literal["whole", "scheduling", "none"] = "whole") -> None:
+        """``status.scheduling``: the queue wait, the team, one preemption more, one
+        rebalance (action, reason) more, the load-balance degree, the work split. ``view``:
+        re-render the whole view, only its ``scheduling`` part, or nothing yet (a
+        transition follows)."""
+        s = job.status.scheduling
+        if queue_wait_s is not None:
+            s.queue_wait_s = queue_wait_s
+        if team is not None:
+            s.team = team
+        if preempted:
+            s.preemptions += 1
+        if rebalance is not None:
+            s.rebalances += 1
+            s.last_rebalance = {"action": rebalance[0], "reason": rebalance[1]}
+        if balance_degree is not None:
+            s.balance_degree = balance_degree
+        if work_split is not _KEEP:
+            s.work_split = work_split
+        if view == "whole":
+            self.refresh(job)
+        elif view == "scheduling":
+            self.refresh_scheduling(job)
+
+    def run_counts(self, job: Job) -> RunCounts:
+        """A process fabric's attempts and failures for the job (made on first use). Read
+        it; change it through ``count_run`` and ``add_run_recovery``."""
+        if job.status.runtime is None:
+            job.status.runtime = RunCounts(max_retries=int(job.spec.get("max_retries") or 0))
+        return job.status.runtime
+
+    def count_run(self, job: Job, *, launches: int = 0, infra_failures: int = 0, user_failures: int = 0,
+                  at_least: RunCounts | None = None) -> RunCounts:
+        """Add to the job's run counts; ``at_least``: what the fabric counted itself (each
+        count is then the larger of the two, ``max_retries`` the fabric's when it says).
+        Memory only: persisted with the job's next save."""
+        c = self.run_counts(job)
+        c.launches += launches
+        c.infra_failures += infra_failures
+        c.user_failures += user_failures
+        if at_least is not None:
+            c.attempt = max(c.attempt, at_least.attempt)
+            c.infra_failures = max(c.infra_failures, at_least.infra_failures)
+            c.user_failures = max(c.user_failures, at_least.user_failures)
+            c.max_retries = at_least.max_retries or c.max_retries
+        return c
+
+    def add_run_recovery(self, job: Job, rec: dict[str, Any]) -> None:
+        """One closed recovery of a process fabric's job (``runtime.recoveries``; memory only)."""
+        self.run_counts(job).recoveries.append(rec)
 
     def set_reason(self, job: Job, reason: str, *, persist: bool = True, log: bool = True) -> None:
         """A new reason without a transition (waiting for chips, a recovery step)."""

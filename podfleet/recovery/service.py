@@ -88,12 +88,9 @@ class JobListener:
             if rec.state in (RecoveryState.RUNNING, RecoveryState.WAITING):
                 table.transition(job, JobState.RECOVERING, reason, recovery=rec.to_dict())
             else:  # the closing journal of a recovery that already handed the job back
-                job.status.recovery = rec.to_dict()
-                table.save(job)
+                table.amend(job, recovery=rec.to_dict(), persist=True)
             return
-        job.status.recovery = rec.to_dict()
-        job.status.reason = reason
-        table.save(job)
+        table.amend(job, recovery=rec.to_dict(), reason=reason, persist=True)
         if step is not None:
             table.log(job, f"recovery {rec.id}: {step.name}: {step.reason}")
 
@@ -277,5 +274,4 @@ class RecoveryService:
                                   "the job was relaunched from its checkpoint", now, now))
             rec.state = RecoveryState.DONE
             rec.t_end = now
-            job.status.recovery = rec.to_dict()
-            self.table.save(job)
+            self.table.amend(job, recovery=rec.to_dict(), persist=True)

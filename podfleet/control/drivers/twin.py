@@ -145,7 +145,7 @@ class TwinDriver:
                 rt.scheduler.requeue(job.id)
             table.transition(job, JobState.PENDING, f"chip {chip} failed before launch", allocation=None)
         else:
-            job.status.failed_chip = chip
+            table.amend(job, failed_chip=chip)
             if job.state == JobState.RECOVERING:  # already waiting for chips (e.g. reloaded after a restart)
                 table.set_reason(job, f"chip {chip} failed ({why}) while recovering; moving its rank")
             else:
