@@ -1,5 +1,5 @@
 """Rolling firmware update of a 64-chip job's chips on the real control plane, in virtual
-time: ``health.start_firmware`` with ``unit: chip``, which updates the chips of one
+time: ``firmware.start_firmware`` with ``unit: chip``, which updates the chips of one
 tensor-parallel group together (8 chips here); their ranks move to free chips first (live
 copies at a step boundary, in one pause: the measured rank-move cost plus a rank's state
 over the copy path, the group's copies side by side), 60 s per update, a health check
@@ -70,11 +70,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     acc["window"] = r.tl.now
     acc["last_t"], acc["last_step"] = r.tl.now, r.fabric.job(job).step
     step0 = r.fabric.job(job).step
-    fw = r.parts.health.start_firmware(CLUSTER, "2.22.0", unit="chip", chips=chips, actor="bench")
+    fw = r.parts.firmware.start_firmware(CLUSTER, "2.22.0", unit="chip", chips=chips, actor="bench")
     view = fw
     while view["state"] == "running":
         r.tl.run(r.tl.now + 600.0)
-        view = r.parts.health.firmware_rollout(CLUSTER, fw["id"])
+        view = r.parts.firmware.firmware_rollout(CLUSTER, fw["id"])
     window = (view["t_end"] or r.tl.now) - view["t_start"]
     lost = acc["paused_s"] + acc["partial_s"] + acc["slowdown_s"]
     steps = r.fabric.job(job).step - step0

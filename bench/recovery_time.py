@@ -5,7 +5,7 @@ timeline, a two-pod twin cluster (128 chips, 4 spares), a llama3-70b job of 64 c
 submitted through ``plane.jobs.submit``, faults injected through ``plane.inject_fault``
 one at a time, a minute apart, on a random working chip of the job, round-robin over the
 chip-failing kinds and thermal runaway. Recoveries are read back from
-``health.recoveries`` (each one's journal).
+``recovery.recoveries`` (each one's journal).
 
 Two paths: ``replica`` (tp 8, pp 4, dp 2: a rank's state is copied from the same rank of
 the other data-parallel replica) and ``checkpoint`` (tp 8, pp 8, dp 1: no replica holds

@@ -95,3 +95,248 @@ def test_the_console_is_a_surface_mounted_only_by_the_server() -> None:
     users = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
              if p.parts[-2] != "console" and any(m.startswith("podfleet.console") for m in imports(p))}
     assert users <= {"api/server.py"}, sorted(users)
+
+
+# --- import circles ------------------------------------------------------------------------------
+#
+# Every import counts: at module level, inside a function (a lazy import hides a runtime
+# circle, it does not remove it) and under ``if TYPE_CHECKING:`` (a type-level circle
+# still means the two modules can only be understood together). Where a type must cross
+# back up, the module below declares the Protocol it needs (``control.ports``,
+# ``fabric.sim.context.StepModel``, ``security.retention.ArchivableStore``, ...) and the
+# module above satisfies it structurally. Not counted: the implicit import of a package's
+# ``__init__`` by its submodules (a package re-exporting its parts is no circle);
+# ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
+# ``pkg`` itself.
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the podfleet modules it imports anywhere in its body (see above)."""
+    graph: dict[str, set[str]] = {}
+    for mod, path in MODULES.items():
+        pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package, up ``level - 1``
+                    up = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([node.module] if node.module else [])])
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+            for name in names:
+                while name and name not in MODULES:  # ``podfleet.x.y.Name`` -> its module
+                    name = name.rpartition(".")[0]
+                if name and name != mod:
+                    out.add(name)
+        graph[mod] = out
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    # The rule below cannot pass by a finder that never finds anything.
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+    graph = import_graph()
+    assert "podfleet.control.runtime" in graph["podfleet.control.plane"]  # edges are found
+    assert "podfleet.fabric.sim.perfstep" in graph["podfleet.fabric.sim.workload"]  # lazy ones too
+
+
+def test_no_import_circle_inside_podfleet() -> None:
+    found = circles(import_graph())
+    assert not found, found
+
+
+def test_no_import_circle_between_packages() -> None:
+    # podfleet.<package> -> podfleet.<package>: arrows between packages point one way.
+    def top(mod: str) -> str:
+        return mod.split(".")[1] if mod.count(".") else mod
+
+    graph: dict[str, set[str]] = {}
+    for mod, deps in import_graph().items():
+        graph.setdefault(top(mod), set()).update(top(d) for d in deps if top(d) != top(mod))
+    found = circles(graph)
+    assert not found, found
+
+
+# --- the composition root --------------------------------------------------------------------------
+
+def test_only_the_composition_root_builds_and_wires_the_parts() -> None:
+    # The plane builds no fabric of its own (it is given a FabricFactory) and does not
+    # even import the factory that names them; the services are built in compose.py only.
+    built = re.compile(r"\b(ControlPlane|HealthService|RecoveryService|FirmwareService|PlannerAdapter)\(")
+    bad = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in ROOT.rglob("*.py") if p.name != "compose.py"
+           for n, line in enumerate(p.read_text().splitlines(), 1)
+           if built.search(line) and not line.lstrip().startswith(("#", "``", "class ")) and "``" not in line]
+    assert not bad, bad
+    factory = {f"{p.relative_to(ROOT)}" for p in modules(*CONTROL_PLANE) if "podfleet.fabric.factory" in imports(p)}
+    assert not factory, sorted(factory)
+
+
+def test_health_is_health_only() -> None:
+    # Recovery and firmware rollouts are their own services (podfleet.recovery): the health
+    # service reaches recovery only through the DrainPort compose hands it.
+    from podfleet.health.service import HealthService
+
+    bad = {f"{p.relative_to(ROOT)} imports {m}" for p in modules("health") for m in imports(p)
+           if m.startswith("podfleet.recovery")}
+    assert not bad, sorted(bad)
+    assert not {"recoveries", "start_firmware", "firmware", "firmware_rollouts"} & set(dir(HealthService))
+    # Nobody reaches into the recovery service's orchestrators but recovery itself.
+    reach = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in ROOT.rglob("*.py") if p.parts[-2] != "recovery"
+             for line in p.read_text().splitlines() if re.search(r"\.recovery\.orch\b", line)]
+    assert not reach, reach
+
+
+def test_the_scheduler_reaches_the_planner_only_through_its_port() -> None:
+    # ``ShapePlanner`` (scheduler.extension) is declared by the scheduler and implemented by
+    # ``planner.adapter.PlannerAdapter``; nothing in the scheduler loads or imports a planner.
+    bad = {f"{p.relative_to(ROOT)} imports {m}" for p in modules("scheduler") for m in imports(p)
+           if m.startswith("podfleet.planner") or m == "importlib"}
+    assert not bad, sorted(bad)
+
+
+def test_shared_helpers_sit_below_their_users() -> None:
+    # The balancer and the health scan share their sample helpers from the scheduler
+    # (scheduler.samples); verification takes its collective model from perf, not the twin;
+    # security never imports the store (the store imports security's audit chain);
+    # the console meets the API only through the auth port the server hands it.
+    rules = {
+        "control": ("podfleet.health", "podfleet.recovery", "podfleet.ops", "podfleet.api"),
+        "ops/verify.py": ("podfleet.fabric.sim",),
+        "security": ("podfleet.store", "podfleet.control", "podfleet.api"),
+        "console": ("podfleet.api",),
+        "scheduler": ("podfleet.control", "podfleet.health", "podfleet.recovery"),
+    }
+    bad = {f"{p.relative_to(ROOT)} imports {m}"
+           for where, banned in rules.items()
+           for p in ([ROOT / where] if where.endswith(".py") else modules(where))
+           for m in imports(p) if m.startswith(banned)}
+    assert not bad, sorted(bad)
+
+
+def test_no_helper_of_the_plane_imports_the_plane() -> None:
+    # Helpers get ``control.ports.PlaneCore``/``PlanePort``, never the whole ``ControlPlane``.
+    bad = {str(p.relative_to(ROOT)) for p in modules("control", "recovery", "health", "scheduler")
+           if "podfleet.control.plane" in imports(p) and p.name not in ("__init__.py", "plane.py")}
+    assert not bad, sorted(bad)
+
+
+# --- one writer of a job's status --------------------------------------------------------------------
+
+_MUTATORS = frozenset({"append", "extend", "update", "pop", "clear", "insert", "remove", "setdefault"})
+
+
+def _reaches_status(node: ast.AST) -> bool:
+    """``x.status.y...`` or ``x.status``: an attribute chain through a ``status`` attribute.
+    Cluster records keep their status as a dict (``rt.rec.status["reason"]``): subscripts
+    are not followed, so only a job's typed ``JobStatus`` is seen."""
+    while isinstance(node, ast.Attribute):
+        if node.attr == "status":
+            return True
+        node = node.value
+    return False
+
+
+def _root(node: ast.AST) -> ast.AST:
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    return node
+
+
+def status_writes(source: str) -> list[int]:
+    """Lines that write a job's status outside the job table: an assignment or augmented
+    assignment to an attribute reached through ``.status``, a mutating call on one, or
+    either through a name bound to such a chain or to a job's run counts."""
+    tree = ast.parse(source)
+
+    def counts_call(v: ast.AST) -> bool:  # ``self.counts(job)``, ``table.run_counts(job)``
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute | ast.Name) and \
+            (v.func.attr if isinstance(v.func, ast.Attribute) else v.func.id) in ("counts", "run_counts")
+
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and (_reaches_status(node.value) or counts_call(node.value)):
+            aliases.add(node.targets[0].id)
+
+    def through(obj: ast.AST) -> bool:  # ``obj`` is a job's status, its run counts, or part of them
+        root = _root(obj)
+        return _reaches_status(obj) or counts_call(root) or (isinstance(root, ast.Name) and root.id in aliases)
+
+    def written(target: ast.AST) -> bool:
+        return isinstance(target, ast.Attribute) and through(target.value)
+
+    bad = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        if any(written(t) for t in targets):
+            bad.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            obj = node.func.value
+            if isinstance(obj, ast.Attribute) and through(obj):
+                bad.append(node.lineno)
+    return bad
+
+
+def test_the_status_write_finder_finds_writes() -> None:
+    assert status_writes("job.status.reason = 'x'\n") == [1]
+    assert status_writes("st = job.status\nst.plan = {}\n") == [2]
+    assert status_writes("c = self.counts(job)\nc.launches += 1\nc.recoveries.append(1)\n") == [2, 3]
+    assert status_writes("self.counts(job).recoveries.append(rec)\n") == [1]
+    assert status_writes("job.status.scheduling.preemptions += 1\n") == [1]
+    assert status_writes("rt.rec.status['reason'] = 'x'\nx = job.status.reason\n") == []
+
+
+def test_only_the_job_table_writes_a_jobs_status() -> None:
+    # ``JobTable`` (transition, end, progress, amend, scheduled, count_run, ...) is the one
+    # writer of ``job.status``; everyone else reads it.
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in modules("control", "recovery", "health", "scheduler", "ops", "twin",
+                                                           "api", "cli")
+           if p.name != "jobtable.py" for n in status_writes(p.read_text())]
+    assert not bad, bad

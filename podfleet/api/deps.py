@@ -10,6 +10,8 @@ from podfleet.api.schemas import MAX_CHIP_INDEX
 from podfleet.control.plane import ControlPlane
 from podfleet.errors import ConflictError
 from podfleet.health.service import HealthService
+from podfleet.recovery.rollouts import FirmwareService
+from podfleet.recovery.service import RecoveryService
 
 
 async def get_plane(request: Request) -> ControlPlane:
@@ -24,8 +26,24 @@ async def get_health(request: Request) -> HealthService:
     return svc
 
 
+async def get_recovery(request: Request) -> RecoveryService:
+    svc: RecoveryService | None = request.app.state.recovery
+    if svc is None:
+        raise ConflictError("recovery is not running on this control plane")
+    return svc
+
+
+async def get_firmware(request: Request) -> FirmwareService:
+    svc: FirmwareService | None = request.app.state.firmware
+    if svc is None:
+        raise ConflictError("firmware rollouts are not available on this control plane")
+    return svc
+
+
 Plane = Annotated[ControlPlane, Depends(get_plane)]
 Health = Annotated[HealthService, Depends(get_health)]
+Recovery = Annotated[RecoveryService, Depends(get_recovery)]
+Firmware = Annotated[FirmwareService, Depends(get_firmware)]
 NextToken = Annotated[str | None, Query(alias="nextToken", max_length=128, description="from the previous page")]
 MaxResults = Annotated[int, Query(alias="maxResults", ge=1, le=1000)]
 # A chip index: the schema states the absolute bound (the largest cluster); an index past

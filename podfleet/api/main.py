@@ -21,6 +21,8 @@ from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
 from podfleet.ops import reports
+from podfleet.recovery.rollouts import FirmwareService
+from podfleet.recovery.service import RecoveryService
 from podfleet.security.ratelimit import DenialLog, TokenBuckets
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -29,13 +31,18 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(plane: ControlPlane, health_service: HealthService | None = None,
-               guard: GuardConfig | None = None) -> FastAPI:
+               guard: GuardConfig | None = None, *, recovery: RecoveryService | None = None,
+               firmware: FirmwareService | None = None) -> FastAPI:
+    """The app over the parts ``compose.build`` made (``recovery``: ListRecoveries;
+    ``firmware``: rollouts); a part left out is answered with 409, never a 500."""
     app = FastAPI(
         title="podfleet", version="0.1.0",
         description="Control plane for AI-training pods. Every /v1 call needs `Authorization: Bearer <token>`.",
     )
     app.state.plane = plane
-    app.state.health = health_service  # alerts, telemetry, recoveries, firmware (None: answered with 409)
+    app.state.health = health_service  # alerts, telemetry (None: answered with 409)
+    app.state.recovery = recovery  # ListRecoveries
+    app.state.firmware = firmware  # firmware rollouts
     app.state.tokens = TokenCache(plane.store)
     guard = guard or GuardConfig()
     app.state.denials = DenialLog(guard.denial_window_s)
@@ -46,7 +53,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.reports = reports.StoredReports(plane.store)  # default retention; ``podfleet up`` sets its own
     app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
     app.state.metrics = metrics = ApiMetrics(plane)
-    metrics.registry.register(HealthCollector(plane, health_service))
+    metrics.registry.register(HealthCollector(plane, health_service, recovery))
 
     async def on_invalid(request: Request, detail: str) -> None:
         # Rejected writes are audited too (reads are not: they change nothing).

@@ -15,6 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from podfleet.api import connections
+from podfleet.api.console_port import ApiConsoleAuth
 from podfleet.api.guard import GuardConfig
 from podfleet.api.main import create_app
 from podfleet.api.proxies import parse_trusted_proxies
@@ -125,14 +126,14 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             if settings.audit_digests else ()
         digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain,
                                every_records=settings.audit_digest_every, copies=copies)
-    app = create_app(plane, parts.health, guard_config(settings))
+    app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware)
     # Health reports: archived in the store with retention, every active cluster's generated daily.
     app.state.reports = reports.StoredReports(store, settings.report_retention_days)
-    reports.schedule_daily(plane, parts.health, app.state.reports)
+    reports.schedule_daily(plane, parts.health, parts.recovery, app.state.reports)
     app.state.mfa_key = current_key(provider, "mfa-seal", create=True)[1]  # seals users' TOTP secrets
     if digests is not None:
         app.state.audit_trail = AuditTrail(digests.directory, signer.public_key(), digests.copies, digests)
-    mount_console(app)  # the web console at / (the API stays under /v1)
+    mount_console(app, ApiConsoleAuth())  # the web console at / (the API stays under /v1), through its auth port
     return Server(app, plane, store, token, from_env, digests)
 
 

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from podfleet.api import connections
 from podfleet.api.main import create_app
+from podfleet.compose import Parts
 from podfleet.control.plane import ControlPlane
 from podfleet.health.service import HealthService
 from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
@@ -48,13 +49,17 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True,
-                    health: HealthService | None = None, app: FastAPI | None = None,
+                    health: HealthService | None = None, parts: Parts | None = None,
+                    app: FastAPI | None = None,
                     header_timeout_s: float = connections.HEADER_TIMEOUT_S, http: str = "auto") -> Iterator[str]:
-    """``app``: serve this one (built by ``create_app`` with other settings) instead.
-    Served as ``podfleet up`` serves (``api/connections.options``); ``http``: auto,
-    httptools or h11."""
+    """``parts``: serve all of what ``compose.build`` made (health, recovery, firmware);
+    ``health``: the health service alone; ``app``: serve this one (built by ``create_app``
+    with other settings) instead. Served as ``podfleet up`` serves
+    (``api/connections.options``); ``http``: auto, httptools or h11."""
     port = free_port()
-    app = app if app is not None else create_app(plane, health)
+    if app is None:
+        app = (create_app(plane, parts.health, recovery=parts.recovery, firmware=parts.firmware) if parts is not None
+               else create_app(plane, health))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
                                            **connections.options(header_timeout_s=header_timeout_s, impl=http)))
     if start_plane:

@@ -75,11 +75,11 @@ def _verify_offline(db: str, digests: str | None, key_dir: str | None, public_ke
     from podfleet.security.digest_sinks import copy_sink
     from podfleet.security.digests import (
         default_digests_dir,
-        public_key_from_hex,
         signing_key,
         verify_trail,
     )
     from podfleet.security.keyring import provider_for, versions
+    from podfleet.security.pubkeys import public_key_from_hex
     from podfleet.settings import get_settings
     from podfleet.store import open_store
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from podfleet.console.auth_port import ConsoleAuth
 from podfleet.console.csrf import CsrfGuard
 from podfleet.console.live import SnapshotHub
 from podfleet.console.routes import DIST, router
@@ -17,11 +18,14 @@ from podfleet.console.sessions import SessionStore
 __all__ = ["mount"]
 
 
-def mount(app: FastAPI, sessions: SessionStore | None = None) -> SessionStore:
+def mount(app: FastAPI, auth: ConsoleAuth, sessions: SessionStore | None = None) -> SessionStore:
     """Serve the console on ``app``: its pages, assets and sign-in routes, the CSRF
     check of cookie writes, and the cookie hook ``podfleet.api.auth.presented_token``
-    asks for a token when no bearer is sent. Call after ``create_app``, before serving."""
+    asks for a token when no bearer is sent. ``auth``: how its routes authorise and audit
+    refusals (the server passes ``api.console_port.ApiConsoleAuth()``). Call after ``create_app``, before
+    serving."""
     store = sessions or SessionStore()
+    app.state.console_auth = auth
     app.state.console_sessions = store
     app.state.cookie_auth = store.presented_token
     app.state.snapshot_hub = SnapshotHub(app.state.plane)  # the live streams' fan-out

@@ -16,8 +16,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from podfleet.api.auth import authorize, client_address, credential_live, deny
-from podfleet.api.guard import failed_authentication
+from podfleet.console.auth_port import auth_of, authorized
 from podfleet.console.live import SnapshotHub
 from podfleet.console.sessions import COOKIE, SessionStore, same_origin
 from podfleet.control.plane import ControlPlane
@@ -71,13 +70,14 @@ async def sign_in(body: SignIn, request: Request, response: Response, store: Ses
     plane = request.app.state.plane
     principal = request.app.state.tokens.lookup(body.token.strip())
     if principal is None:  # the same per-address limit as the API's failed authentications
-        client = client_address(request)
-        wait = failed_authentication(request.app, client)
+        auth = auth_of(request)
+        client = auth.client_address(request)
+        wait = auth.failed_authentication(request.app, client)
         if wait is not None:
             raise RateLimitedError(f"too many failed authentications from {client}; retry in {wait:.0f} s",
                                    field="token", retry_after_s=wait)
-        await deny(request.app, client=client, actor="anonymous", action="ConsoleSignIn",
-                   target="/console/session", detail={"reason": "invalid or revoked token"})
+        await auth.deny(request.app, client=client, actor="anonymous", action="ConsoleSignIn",
+                        target="/console/session", detail={"reason": "invalid or revoked token"})
         raise AuthError("invalid or revoked token", field="token")
     sid, s = store.open(body.token.strip())
     await plane.call(plane.audit, principal.actor, "ConsoleSignIn", principal.id, "ok", {})
@@ -109,7 +109,7 @@ async def sign_out(request: Request, store: Sessions) -> Response:
 
 # Authorized as the operation it streams (the same rule, the same audit of denials).
 @router.get("/console/stream/clusters/{cluster}/hardware", operation_id="DescribeClusterHardware",
-            dependencies=[Depends(authorize)])
+            dependencies=[Depends(authorized)])
 async def hardware_stream(request: Request, cluster: str) -> StreamingResponse:
     """Server-sent ``hardware`` events: the cluster's snapshot each time it is re-rendered
     (every telemetry tick, and at once after a fault); each event's id is the wall-clock
@@ -133,7 +133,7 @@ async def _hardware_events(request: Request, cluster: str) -> AsyncIterator[byte
         quiet_since = time.monotonic()
         while True:
             # Every loop: a stream outlives the request that authorised it (a cached lookup).
-            if not credential_live(request):
+            if not auth_of(request).credential_live(request):
                 yield b'event: end\ndata: {"reason": "token revoked"}\n\n'
                 return
             changed = hub.changed(cid)  # before the read: a render after it sets this

@@ -1,7 +1,8 @@
 """The control plane: one writer on the engine thread, commands in, read models out.
 
-``ControlPlane(store, timeline, fabric_factory=None, telemetry_interval_s=1.0,
-balance_interval_s=None, schedule_interval_s=10.0)``
+``ControlPlane(store, timeline, fabric_factory=, planner=None, telemetry_interval_s=1.0,
+balance_interval_s=None, schedule_interval_s=10.0)``: built by the composition root
+(``podfleet.compose.build``), which gives it the fabric factory and the planner port.
 
 Commands (engine thread only; from other threads use ``await plane.call(fn, ...)`` or
 ``plane.call_sync(fn, ...)``, which go through ``Timeline.submit``). Each validates,
@@ -24,7 +25,8 @@ Reads (any thread; views are replaced whole, never mutated in place):
 
 Hooks for health / recovery / scheduler:
 
-    plane.on_fabric_event(fn(rt: ClusterRuntime, ev: FabricEvent))  every fabric event
+    plane.events (control.events.FabricEvents)  every fabric event: the recovery
+        service first (RecoveryPort.on_event), then the cluster's job driver
     plane.clusters: dict[id, ClusterRuntime] (topology, fabric, spares (chosen by
         scheduler.choose_spares unless named; persisted), owner chip->job, scheduler,
         sched_metrics, usable() mask, replacement_chips() for recovery)

@@ -36,27 +36,24 @@ every sample writes the row it replaces again.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
+from podfleet.control.ports import PlaneCore
+from podfleet.control.runtime import ClusterRuntime
 from podfleet.fabric.base import Fabric, Rebalanceable, TelemetrySource
 from podfleet.hardware.topology import GridTopology
-from podfleet.health.scan import same_frozen, util_ratio
 from podfleet.scheduler.balance import DPJob, LoadMonitor, Rebalancer
 from podfleet.scheduler.metrics import DegreePlan, degree_groups, planned_balance_degrees
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
-    from podfleet.control.runtime import ClusterRuntime
+from podfleet.scheduler.samples import same_frozen, util_ratio
 
 _NEEDS = ("clock_mhz", "neuroncore_utilization", "hbm_bw_bytes_per_s")
 
 
 class ClusterBalancer:
-    def __init__(self, plane: ControlPlane, rt: ClusterRuntime, interval_s: float, window: int = 40) -> None:
+    def __init__(self, plane: PlaneCore, rt: ClusterRuntime, interval_s: float, window: int = 40) -> None:
         self.plane, self.rt = plane, rt
         lm = rt.fabric.link_metrics()
         self.monitor = LoadMonitor(rt.topology.n_chips, len(lm["src"]), window=window)
@@ -122,7 +119,7 @@ class ClusterBalancer:
         self.plane.tl.emit(kind, cluster_id=self.rt.id, **fields)
 
     def step(self) -> None:
-        rt, table, mon = self.rt, self.plane.jobs.table, self.monitor
+        rt, table, mon = self.rt, self.plane.table, self.monitor
         if rt.id not in self.plane.clusters or mon.n == 0:
             return
         if rt.owners.version != self._owners_version:  # chip -> job, re-derived only when it moved
@@ -156,12 +153,10 @@ class ClusterBalancer:
                         self._apply(rec, chips, job.dp, ring=False)  # new chips: start again from an even split
                 job.seen(chips, held)
             job.alloc = alloc
-            st = rec.status.scheduling
             if self._settled.get(job_id) != inputs:
                 actions = self.rebalancer.step(job.dp)
                 for a in actions:
-                    st.rebalances += 1
-                    st.last_rebalance = {"action": a.kind, "reason": a.reason}
+                    table.scheduled(rec, rebalance=(a.kind, a.reason), view="none")
                     table.log(rec, f"rebalance ({a.kind}): {a.reason}")
                     # An automatic action: in the audit trail, by the system, like an operator's.
                     self.plane.audit("system:balancer", "Rebalance", rec.id, "ok",
@@ -199,11 +194,10 @@ class ClusterBalancer:
         else:
             degrees = planned_balance_degrees(np.add.reduce(window, axis=0) / k, chip_groups)
         for rec, _ in checked:
-            st = rec.status.scheduling
             degree = round(degrees[rec.id], 4)
-            if st.balance_degree != degree:
-                st.balance_degree = degree
-                table.refresh_scheduling(rec)  # the degree alone moved: the rest of the view stands
+            if rec.status.scheduling.balance_degree != degree:
+                # The degree alone moved: only the scheduling part of the view is re-rendered.
+                table.scheduled(rec, balance_degree=degree, view="scheduling")
 
     def _apply(self, rec: Job, chips: tuple[int, ...], job: DPJob, *, ring: bool) -> None:
         """Hand the job's new split (rank order) and ring to the fabric, if it can take them."""
@@ -218,7 +212,7 @@ class ClusterBalancer:
         split: dict[str, object] = {"shares": shares, "applied": applied, "t": round(self.plane.tl.now, 3)}
         if ring:
             split["ring"] = [int(c) for c in job.chips]
-        rec.status.scheduling.work_split = split
+        self.plane.table.scheduled(rec, work_split=split, view="none")
 
     def _track(self, rec: Job, chips: tuple[int, ...]) -> DPJob:
         # The split's unit is one sequence of the global batch (a rank can take any whole

@@ -33,32 +33,15 @@ Modes persist with the cluster (``status.chip_modes``), spares too (``status.spa
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from podfleet.control.chipmodes import ChipMode, shown_mode
+from podfleet.control.ports import PlanePort
+from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InvalidInputError, PodfleetError
 from podfleet.fabric.base import ChipState, FaultInjection, WorkerKill
-from podfleet.states import check_transition
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
-    from podfleet.control.runtime import ClusterRuntime
-
-
-class ChipMode(StrEnum):
-    SCHEDULABLE = "schedulable"
-    CORDONED = "cordoned"
-    DRAINING = "draining"
-
-
-MODE_TRANSITIONS: dict[ChipMode, frozenset[ChipMode]] = {
-    ChipMode.SCHEDULABLE: frozenset({ChipMode.CORDONED, ChipMode.DRAINING}),
-    ChipMode.CORDONED: frozenset({ChipMode.SCHEDULABLE, ChipMode.DRAINING}),
-    ChipMode.DRAINING: frozenset({ChipMode.CORDONED, ChipMode.SCHEDULABLE}),
-}
 
 # What each operator command does to the mode (None: the mode is left as it is).
 _TARGET: dict[str, ChipMode | None] = {
@@ -71,57 +54,9 @@ ACTIONS = tuple(_TARGET)
 OPERATIONS = {"cordon": "CordonChip", "drain": "DrainChip", "uncordon": "UncordonChip", "repair": "RepairChip"}
 
 
-class ChipModes(Mapping[int, ChipMode]):
-    """One cluster's chips that are not schedulable (the one writer of modes)."""
-
-    def __init__(self, stored: Mapping[str, str] | None = None) -> None:
-        self._modes: dict[int, ChipMode] = {int(c): ChipMode(m) for c, m in (stored or {}).items()
-                                            if ChipMode(m) is not ChipMode.SCHEDULABLE}
-        self.version = 0
-
-    def __getitem__(self, chip: int) -> ChipMode:
-        return self._modes[chip]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(sorted(self._modes))
-
-    def __len__(self) -> int:
-        return len(self._modes)
-
-    def mode(self, chip: int) -> ChipMode:
-        return self._modes.get(chip, ChipMode.SCHEDULABLE)
-
-    def set(self, chip: int, dst: ChipMode) -> ChipMode:
-        """Move ``chip`` to ``dst`` (an illegal move raises with a sentence); returns the old mode."""
-        src = self.mode(chip)
-        if src is dst:
-            return src
-        check_transition(f"chip {chip}", MODE_TRANSITIONS, src, dst)
-        if dst is ChipMode.SCHEDULABLE:
-            del self._modes[chip]
-        else:
-            self._modes[chip] = dst
-        self.version += 1
-        return src
-
-    def to_dict(self) -> dict[str, str]:
-        return {str(c): m.value for c, m in sorted(self._modes.items())}
-
-    def listed(self) -> list[int]:
-        return sorted(self._modes)
-
-    def chips_in(self, mode: ChipMode) -> list[int]:
-        """The chips in ``mode``, sorted (any thread: reads a copy)."""
-        return sorted(c for c, m in self._modes.copy().items() if m is mode)
-
-    def to_modes(self) -> list[ChipMode]:
-        """Every non-schedulable chip's mode (any thread: a copy)."""
-        return list(self._modes.copy().values())
-
-
 # --- commands (engine thread) ------------------------------------------------------------------
 
-def chip_command(plane: ControlPlane, ref: str, chip: int, action: str, *, actor: str = "system",
+def chip_command(plane: PlanePort, ref: str, chip: int, action: str, *, actor: str = "system",
                  reason: str | None = None) -> dict[str, Any]:
     """Run one operator command on a chip, audited as Cordon/Drain/Uncordon/RepairChip;
     ``reason`` (the operator's words) goes into the audit record and the cluster's log."""
@@ -149,7 +84,7 @@ def chip_command(plane: ControlPlane, ref: str, chip: int, action: str, *, actor
     return out
 
 
-def _set_mode(plane: ControlPlane, rt: ClusterRuntime, chip: int, action: str, reason: str | None = None) -> None:
+def _set_mode(plane: PlanePort, rt: ClusterRuntime, chip: int, action: str, reason: str | None = None) -> None:
     dst = _TARGET[action]
     assert dst is not None
     holder = rt.owners.get(chip)
@@ -181,7 +116,7 @@ def _set_mode(plane: ControlPlane, rt: ClusterRuntime, chip: int, action: str, r
             fab.kill_worker(job.id, list(job.chips).index(chip))
 
 
-def _repair(plane: ControlPlane, rt: ClusterRuntime, chip: int) -> None:
+def _repair(plane: PlanePort, rt: ClusterRuntime, chip: int) -> None:
     state = rt.chip_states()[chip]
     if state is ChipState.HEALTHY:
         raise ConflictError(f"chip {chip} of {rt.rec.name} is healthy: nothing to repair"
@@ -211,25 +146,13 @@ def _repair(plane: ControlPlane, rt: ClusterRuntime, chip: int) -> None:
     rt.logs.append(plane.now(), f"chip {chip}: repaired ({state.value} -> healthy)", chip=chip)
 
 
-UNAVAILABLE = "unavailable"
-
-
-def shown_mode(mode: ChipMode, state: str) -> str:
-    """The mode a view shows: the operator's, except that a chip the operator left
-    schedulable but the fabric took out of service (failed, isolated, updating, degraded:
-    placement takes healthy chips only) reads ``unavailable``, never ``schedulable``."""
-    if mode is ChipMode.SCHEDULABLE and state != ChipState.HEALTHY.value:
-        return UNAVAILABLE
-    return mode.value
-
-
 def chip_view(rt: ClusterRuntime, chip: int) -> dict[str, Any]:
     state = rt.chip_states()[chip].value
     return {"cluster_id": rt.id, "cluster": rt.rec.name, "chip": chip, "state": state,
             "mode": shown_mode(rt.modes.mode(chip), state), "spare": bool(rt.spare_mask[chip]), "job": rt.owners.get(chip)}
 
 
-def persist(plane: ControlPlane, rt: ClusterRuntime) -> None:
+def persist(plane: PlanePort, rt: ClusterRuntime) -> None:
     rt.rec.status["chip_modes"] = rt.modes.to_dict()
     rt.rec.status["spares"] = list(rt.spares)
     rt.rec.status["original_spares"] = list(rt.original_spares)
@@ -239,7 +162,7 @@ def persist(plane: ControlPlane, rt: ClusterRuntime) -> None:
 
 # --- accounting (every telemetry tick, engine thread) ------------------------------------------
 
-def settle(plane: ControlPlane, rt: ClusterRuntime) -> None:
+def settle(plane: PlanePort, rt: ClusterRuntime) -> None:
     """Drained chips whose rank left turn cordoned; spares that took a rank stop being
     spares and, where the spec allows, free chips take their places."""
     # The fabric's states as it gives them (a list compared element by element, no
@@ -261,7 +184,7 @@ def settle(plane: ControlPlane, rt: ClusterRuntime) -> None:
         persist(plane, rt)
 
 
-def account_spares(plane: ControlPlane, rt: ClusterRuntime) -> bool:
+def account_spares(plane: PlanePort, rt: ClusterRuntime) -> bool:
     """Keep ``rt.spares`` true to what the chips do. True when the spares changed."""
     used = [c for c in rt.spares if rt.owners.get(c) is not None]
     keep = [c for c in rt.spares if c not in used]
@@ -296,7 +219,7 @@ def account_spares(plane: ControlPlane, rt: ClusterRuntime) -> bool:
     return True
 
 
-def set_spares(plane: ControlPlane, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
+def set_spares(plane: PlanePort, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
     rt.spares = spares
     mask = np.zeros(rt.topology.n_chips, dtype=bool)
     mask[list(spares)] = True

@@ -30,8 +30,7 @@ from podfleet.control.runtime import DEPLOY_STEPS
 from podfleet.control.specs import ClusterSpec
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import PodfleetError
-from podfleet.fabric.base import Fabric
-from podfleet.fabric.factory import close_fabric
+from podfleet.fabric.base import Fabric, close_fabric
 from podfleet.hardware.topology import Topology
 from podfleet.store.records import ClusterRecord
 

@@ -5,17 +5,15 @@ its outcome; on the twin the whole deployment takes a few seconds of timeline ti
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import simpy
 
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import rfc3339
+from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
 from podfleet.fabric.base import ChipState, ResumableRuns
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
 
 _TICKS_PER_STEP = 5
 
@@ -35,11 +33,11 @@ def step_durations_s(rt: ClusterRuntime) -> dict[str, float]:
     }
 
 
-def start_deployment(plane: ControlPlane, rt: ClusterRuntime) -> None:
+def start_deployment(plane: PlanePort, rt: ClusterRuntime) -> None:
     plane.tl.process(_deploy(plane, rt))
 
 
-def _deploy(plane: ControlPlane, rt: ClusterRuntime) -> Generator[simpy.Event, object, None]:
+def _deploy(plane: PlanePort, rt: ClusterRuntime) -> Generator[simpy.Event, object, None]:
     durations = step_durations_s(rt)
     total = sum(durations.values())
     done_s = 0.0

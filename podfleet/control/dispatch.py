@@ -12,28 +12,30 @@ or a log line with its reason:
   resume from that step; then ``victims_checkpointed`` gives the preemptor its BIND. A
   victim that cannot be checkpointed now (recovering, finishing) is retried on the next
   cycle: no victim is ever stopped without its checkpoint.
+
+It is given the job table and the cluster's driver, and calls nothing back in the job
+manager that runs the cycle: a decision goes from here to the driver and the fabric.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
 
 from podfleet.control import scheduling
+from podfleet.control.drivers.base import JobDriver
+from podfleet.control.jobtable import Job, JobTable
 from podfleet.control.lifecycle import JobState
 from podfleet.control.placement import Allocation
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.errors import PodfleetError
 from podfleet.scheduler import Decision, DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.types import fmt_shape
 
 WAIT_REFRESH_S = 5.0  # how far a pending job's shown queue wait may drift before it is re-rendered
 
-if TYPE_CHECKING:
-    from podfleet.control.drivers.base import JobOps
-    from podfleet.control.runtime import ClusterRuntime
 
-
-def cycle(jm: JobOps, rt: ClusterRuntime, only: Collection[str] | None = None) -> bool:
+def cycle(table: JobTable, drv: JobDriver, rt: ClusterRuntime, only: Collection[str] | None = None) -> bool:
     """One scheduling cycle for a cluster: settle preemptions, place, show reasons.
 
     ``only``: re-render the shown reason and wait of just these pending jobs (the ones
@@ -44,26 +46,26 @@ def cycle(jm: JobOps, rt: ClusterRuntime, only: Collection[str] | None = None) -
     scheduling.sync(rt)
     preempting = bool(rt.preempting)
     for pid in list(rt.preempting):
-        settle(jm, rt, pid)
+        settle(table, drv, rt, pid)
     decided = False
     if sched.pending:
         for d in sched.schedule():
-            apply(jm, rt, d)
+            apply(table, drv, rt, d)
             decided = True
     # What was placed, preempted or settled changed the cluster, so other jobs' reasons
     # may have changed too: every pending job then, else only the new ones.
     if only is None or decided or preempting:
-        show_pending(jm, rt, sched.pending)
+        show_pending(table, rt, sched.pending)
         return True
-    show_pending(jm, rt, [j for j in only if j in sched.pending])
+    show_pending(table, rt, [j for j in only if j in sched.pending])
     return False
 
 
-def show_pending(jm: JobOps, rt: ClusterRuntime, job_ids: Iterable[str]) -> None:
+def show_pending(table: JobTable, rt: ClusterRuntime, job_ids: Iterable[str]) -> None:
     """Bring the shown reason and queue wait of these pending jobs up to date (memory
     only: a reason or a wait is not a transition; persisted with the next one)."""
     sched = rt.scheduler
-    find, records = jm.table.find, sched.jobs
+    find, records = table.find, sched.jobs
     now = sched.clock()
     for jid in list(job_ids):
         rec = records.get(jid)
@@ -71,54 +73,65 @@ def show_pending(jm: JobOps, rt: ClusterRuntime, job_ids: Iterable[str]) -> None
         if rec is None or job is None or job.state != JobState.PENDING:
             continue
         reason = rec.reason
-        st = job.status.scheduling
         wait = round(scheduling.record_wait(rec, now), 1)
         # Re-render a pending job's view when its reason changes or its wait moved by
         # 5 s: re-rendering every pending job on every cycle made a cycle O(queue) in
         # dict copies, which dominated submit latency with a long queue.
-        if job.status.reason != reason or abs(wait - float(st.queue_wait_s or 0.0)) >= WAIT_REFRESH_S:
-            job.status.allocation = scheduling.pending_allocation(reason)
-            st.queue_wait_s = wait
-            job.status.reason = reason
-            jm.table.refresh(job)
+        if job.status.reason != reason or abs(wait - float(job.status.scheduling.queue_wait_s or 0.0)) >= WAIT_REFRESH_S:
+            table.scheduled(job, queue_wait_s=wait, view="none")
+            table.amend(job, reason=reason, allocation=scheduling.pending_allocation(reason))
 
 
-def apply(jm: JobOps, rt: ClusterRuntime, d: Decision) -> None:
-    table = jm.table
+def apply(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> None:
     if d.kind is DecisionKind.BIND:
-        bind(jm, rt, d)
+        bind(table, drv, rt, d)
     elif d.kind is DecisionKind.PREEMPT:
         job = table.find(d.job_id)
         if job is not None:
             table.log(job, f"preempting {', '.join(d.victims)}: {d.status}")
         rt.preempting[d.job_id] = None
-        settle(jm, rt, d.job_id)
+        settle(table, drv, rt, d.job_id)
     elif d.kind is DecisionKind.REJECTED:
         job = table.find(d.job_id)
         if job is not None and not job.ended:
             table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
 
 
-def bind(jm: JobOps, rt: ClusterRuntime, d: Decision) -> None:
-    job = jm.table.find(d.job_id)
+def bind(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> None:
+    job = table.find(d.job_id)
     p = d.placement
     if job is None or job.state != JobState.PENDING or p is None:
         rt.scheduler.finish(d.job_id)  # nothing to run any more: give the chips back
         return
-    st = job.status
     plan = scheduling.plan_fields(p.plan)
-    if plan is not None:  # parallelism auto: the plan chosen together with the shape
-        st.plan = {**plan, "block_shape": list(p.shape)}
-    st.checkpoint_step = max(st.checkpoint_step, d.resume_step)
-    st.scheduling.queue_wait_s = round(scheduling.queue_wait(rt.scheduler, job.id), 3)
-    st.scheduling.team = job.spec.get("team") or "default"
-    jm.table.transition(job, JobState.PLACING,
+    # parallelism auto: the plan chosen together with the shape (the transition saves it)
+    if plan is not None:
+        table.amend(job, plan={**plan, "block_shape": list(p.shape)}, view=False)
+    table.amend(job, checkpoint_step=d.resume_step, view=False)
+    table.scheduled(job, queue_wait_s=round(scheduling.queue_wait(rt.scheduler, job.id), 3),
+                    team=job.spec.get("team") or "default", view="none")
+    table.transition(job, JobState.PLACING,
                         f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
                         allocation=scheduling.allocation_view(p))
-    jm.launch(rt, job, Allocation(p.chips, p.shape, p.reason))
+    launch(table, drv, rt, job, Allocation(p.chips, p.shape, p.reason))
 
 
-def settle(jm: JobOps, rt: ClusterRuntime, preemptor: str) -> None:
+def launch(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:
+    """Start a PLACING or RECOVERING job on ``alloc``'s chips from its checkpoint step."""
+    rt.owners.assign(job.id, alloc.chips)
+    start = job.status.checkpoint_step
+    try:
+        drv.start(job, alloc.chips, start)
+    except PodfleetError as exc:  # the fabric refused: the job cannot run as placed
+        table.end(job, JobState.FAILED, f"fabric refused the launch: {exc.message}")
+        return
+    table.progress(job, step=start, view=False)
+    table.transition(job, JobState.RUNNING, f"running on {len(alloc.chips)} chips from step {start}",
+                     allocation=alloc)
+    # No re-render here: the next tick shows the new owner (one render per tick at most).
+
+
+def settle(table: JobTable, drv: JobDriver, rt: ClusterRuntime, preemptor: str) -> None:
     """Checkpoint what victims can be now; bind the preemptor once all are saved."""
     sched = rt.scheduler
     srec = sched.jobs.get(preemptor)
@@ -129,7 +142,7 @@ def settle(jm: JobOps, rt: ClusterRuntime, preemptor: str) -> None:
     for v in srec.victims:
         vr = sched.jobs.get(v)
         if vr is not None and vr.phase is JobPhase.CHECKPOINTING:
-            step = _checkpoint_victim(jm, rt, v, preemptor)
+            step = _checkpoint_victim(table, drv, rt, v, preemptor)
             if step is not None:
                 saved[v] = step
     d = sched.victims_checkpointed(preemptor, saved)
@@ -137,15 +150,13 @@ def settle(jm: JobOps, rt: ClusterRuntime, preemptor: str) -> None:
         return  # some victims could not be saved yet: retried on the next cycle
     rt.preempting.pop(preemptor, None)
     if d.kind is DecisionKind.BIND:
-        bind(jm, rt, d)
+        bind(table, drv, rt, d)
 
 
-def _checkpoint_victim(jm: JobOps, rt: ClusterRuntime, job_id: str, by: str) -> int | None:
-    table = jm.table
+def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_id: str, by: str) -> int | None:
     job = table.find(job_id)
     if job is None or job.ended:
         return None  # it ended: ``finish`` already released it
-    drv = jm.driver(rt)
     if job.state != JobState.RUNNING or drv.owns(job_id):
         return None  # recovering or being placed: its state is not on chips now
     if drv.on_demand_checkpoints:
@@ -163,7 +174,7 @@ def _checkpoint_victim(jm: JobOps, rt: ClusterRuntime, job_id: str, by: str) -> 
                             {"reason": "preemption", "preempted_by": by})
     drv.stop(job.id)
     rt.owners.release(job.id)
-    job.status.scheduling.preemptions += 1
+    table.scheduled(job, preempted=True, view="none")
     reason = f"preempted by {by}; requeued, resumes from checkpoint step {step}"
     table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
     return step

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from podfleet.control import dispatch, scheduling
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
@@ -22,17 +22,15 @@ from podfleet.control.jobtable import Job, JobStatus, JobTable, Progress
 from podfleet.control.lifecycle import HOLDS_CHIPS, ClusterState, JobState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.placement import Allocation
+from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
 from podfleet.control.workdir import code_root
-from podfleet.errors import ConflictError, InfeasibleError, PodfleetError
-from podfleet.fabric.base import ChipCheck, ChipState, FabricEvent
+from podfleet.errors import ConflictError, InfeasibleError
+from podfleet.fabric.base import ChipCheck, ChipState
 from podfleet.scheduler import DecisionKind
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
 # How often, at most, a cluster's scheduling cycles re-render the shown reason and wait of
@@ -43,7 +41,7 @@ SWEEP_S = 0.5
 
 
 class JobManager:
-    def __init__(self, plane: ControlPlane, table: JobTable) -> None:
+    def __init__(self, plane: PlaneCore, table: JobTable) -> None:
         self.plane = plane
         self.table = table
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
@@ -210,7 +208,7 @@ class JobManager:
             for job in recovering:
                 if not drv.owns(job.id):
                     self.relaunch(rt, job)
-            swept = dispatch.cycle(self, rt, None if whole else unshown)
+            swept = dispatch.cycle(self.table, drv, rt, None if whole else unshown)
         self._unshown.pop(rt.id, None)  # shown now (kept if the cycle failed: the next one shows them)
         if swept:
             self._swept_at[rt.id] = now
@@ -231,7 +229,7 @@ class JobManager:
                 return  # deleted meanwhile
             now = self.plane.tl.now
             if now - self._swept_at.get(rt.id, float("-inf")) >= SWEEP_S:
-                dispatch.show_pending(self, rt, rt.scheduler.pending)
+                dispatch.show_pending(self.table, rt, rt.scheduler.pending)
                 self._swept_at[rt.id] = now
 
         self.plane.tl.call_at(SWEEP_S, sweep)
@@ -249,24 +247,8 @@ class JobManager:
             return
         if job.state == JobState.PENDING:
             reason = "waiting for placement" if rt.state != ClusterState.ACTIVE else rt.scheduler.reason(job.id)
-            job.status.reason = reason
-            job.status.allocation = scheduling.pending_allocation(reason)
-            self.table.refresh(job)
+            self.table.amend(job, reason=reason, allocation=scheduling.pending_allocation(reason))
             self._unshown.setdefault(rt.id, set()).add(job.id)  # its first cycle shows its reason
-
-    def launch(self, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:
-        """Start a PLACING or RECOVERING job on ``alloc``'s chips from its checkpoint step."""
-        rt.owners.assign(job.id, alloc.chips)
-        start = job.status.checkpoint_step
-        try:
-            self.driver(rt).start(job, alloc.chips, start)
-        except PodfleetError as exc:  # the fabric refused: the job cannot run as placed
-            self.table.end(job, JobState.FAILED, f"fabric refused the launch: {exc.message}")
-            return
-        job.status.progress.step = start
-        self.table.transition(job, JobState.RUNNING, f"running on {len(alloc.chips)} chips from step {start}",
-                              allocation=alloc)
-        # No re-render here: the next tick shows the new owner (one render per tick at most).
 
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
@@ -288,10 +270,10 @@ class JobManager:
                           for b, (n, path) in plan.moves.items())
         new = Allocation(chips, alloc.shape if not swap else (len(chips),),
                          alloc.reason if not swap else f"recovered: {moved}")
-        job.status.allocation = new.to_dict()
+        self.table.amend(job, allocation=new)
         self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
                             f"{job.status.checkpoint_step}")
-        self.launch(rt, job, new)
+        dispatch.launch(self.table, self.driver(rt), rt, job, new)
 
     def _retry_relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """Look again later: a chip that failed its check may pass it (nothing else wakes a
@@ -332,11 +314,6 @@ class JobManager:
             rt.scheduler.report_checkpoint(job.id, step)
 
     # --- fabric events -------------------------------------------------------------------------
-    def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
-        drv = self.drivers.get(rt.id)
-        if drv is not None:
-            drv.on_event(ev)
-
     # --- restart ------------------------------------------------------------------------------
     def restore_all(self) -> None:
         store = self.plane.store
@@ -354,9 +331,9 @@ class JobManager:
     def _restore(self, job: Job) -> None:
         rt = self.plane.clusters.get(job.cluster_id)
         ckpt = self.plane.store.latest_checkpoint(job.id)
-        if ckpt is not None:
-            job.status.checkpoint_step = max(job.status.checkpoint_step, ckpt.step)
         self.table.add(job)
+        if ckpt is not None:
+            self.table.amend(job, checkpoint_step=ckpt.step)
         if job.ended:
             self.table.close_log(job)
             return

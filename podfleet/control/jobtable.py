@@ -6,183 +6,38 @@ Everything that changes a job goes through this small interface (engine thread):
     end(job, dst, reason)               a terminal transition; ``on_end`` listeners first
     progress(job, ...)                  step / loss / throughput (memory only)
     record_checkpoint(job, step, ...)   the one writer of ``CheckpointRecord``s
+    amend(job, ...)                     status fields without a transition (reason,
+                                        allocation, plan, checkpoint step, recovery ...)
+    scheduled(job, ...)                 ``status.scheduling`` (waits, preemptions, balance)
+    run_counts(job) / count_run(job, ...) / add_run_recovery(job, rec)   ``status.runtime``
     save(job) / refresh(job) / log(job, message)
+
+No other module writes ``job.status`` (``tests/test_architecture.py`` checks it).
 
 Reads (any thread) go through ``describe`` / ``list`` / ``job_logs``: views are
 replaced whole on every change, never mutated in place.
 
-A job's status is the typed ``JobStatus`` below; the store keeps it as JSON
+A job's status is the typed ``JobStatus`` (``control.jobstatus``); the store keeps it as JSON
 (``JobRecord.status``) so a new field never needs a migration.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, Final, Literal
 
 from podfleet.control.ids import new_id
-from podfleet.control.lifecycle import TERMINAL, JobState, check_job_transition
+from podfleet.control.jobstatus import Job, JobStatus, Progress, RunCounts, SchedulingInfo
+from podfleet.control.lifecycle import JobState, check_job_transition
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.placement import Allocation
 from podfleet.errors import NotFoundError
 from podfleet.store.protocol import StoreProtocol
-from podfleet.store.records import CheckpointRecord, JobRecord
+from podfleet.store.records import CheckpointRecord
 
-
-@dataclass
-class Progress:
-    step: int = 0
-    steps: int = 0
-    loss: float | None = None
-    tokens_per_s: float | None = 0.0
-    step_time_s: float | None = None  # measured by process fabrics, modelled by the twin
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"step": self.step, "steps": self.steps, "loss": self.loss,
-                             "tokens_per_s": self.tokens_per_s}
-        if self.step_time_s is not None:
-            d["step_time_s"] = self.step_time_s
-        return d
-
-
-@dataclass
-class SchedulingInfo:
-    """What the scheduler and balancer learned about a job (DescribeTrainingJob ``scheduling``)."""
-
-    queue_wait_s: float | None = None
-    team: str | None = None
-    preemptions: int = 0
-    rebalances: int = 0
-    last_rebalance: dict[str, str] | None = None
-    balance_degree: float | None = None
-    # The split the fabric was given (Rebalanceable): per-rank shares, ring order, applied or not.
-    work_split: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        # Only what happened: no "preemptions: 0" on a job never preempted.
-        # (Built field by field: ``asdict``'s recursion was a hot spot of view rendering.)
-        out: dict[str, Any] = {}
-        d = self.__dict__  # the fields by name: a dict lookup, not ``getattr``
-        for name in _SCHEDULING_FIELDS:
-            v = d[name]
-            if v is None or (name in _COUNTERS and v == 0):
-                continue
-            out[name] = _plain_copy(v) if isinstance(v, dict) else v
-        return out
-
-
-_SCHEDULING_FIELDS = tuple(f.name for f in fields(SchedulingInfo))
-_COUNTERS = frozenset(("preemptions", "rebalances"))
-_SCALARS = frozenset((int, float, str, bool, type(None)))
-
-
-def _plain_copy(v: Any) -> Any:
-    """``copy.deepcopy`` of JSON-like data (plain dicts and lists of scalars: the balancer's
-    work split is re-rendered at nearly every tick) without its memo and dispatch, which
-    cost most of a view's rendering; anything else still goes through ``deepcopy``."""
-    t = type(v)
-    if t is dict:
-        return {k: x if type(x) in _SCALARS else _plain_copy(x) for k, x in v.items()}
-    if t is list:
-        return list(v) if _SCALARS.issuperset(map(type, v)) else [_plain_copy(x) for x in v]
-    if t in _SCALARS:
-        return v
-    return copy.deepcopy(v)
-
-
-@dataclass
-class RunCounts:
-    """A process fabric's attempts and failures for the job (DescribeTrainingJob ``runtime``)."""
-
-    attempt: int = 0
-    infra_failures: int = 0
-    user_failures: int = 0
-    max_retries: int = 0
-    launches: int = 0
-    hang_restarts: int = 0  # relaunches after a rank stopped heartbeating (PODFLEET_HANG_RESTARTS)
-    recoveries: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class JobStatus:
-    progress: Progress
-    reason: str = ""
-    allocation: dict[str, Any] | None = None  # chips (rank order), shape, reason, offset, pod...
-    checkpoint_step: int = 0  # the newest persisted checkpoint: where a relaunch resumes
-    params: float | None = None  # the twin's model size
-    plan: dict[str, Any] | None = None  # the layout (tp, pp, dp, ...) and its predicted figures
-    timestamps: dict[str, str] = field(default_factory=dict)  # state -> when it was entered
-    scheduling: SchedulingInfo = field(default_factory=SchedulingInfo)
-    recovery: dict[str, Any] | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
-    runtime: RunCounts | None = None  # process fabrics only
-    failed_chip: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["progress"] = self.progress.to_dict()
-        d["scheduling"] = self.scheduling.to_dict()
-        d["runtime"] = self.runtime.to_dict() if self.runtime is not None else None
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> JobStatus:
-        prog = dict(d.get("progress") or {})
-        known_p = {f.name for f in fields(Progress)}
-        sched = dict(d.get("scheduling") or {})
-        known_s = {f.name for f in fields(SchedulingInfo)}
-        runtime = d.get("runtime")
-        known_r = {f.name for f in fields(RunCounts)}
-        return cls(
-            progress=Progress(**{k: v for k, v in prog.items() if k in known_p}),
-            reason=str(d.get("reason") or ""),
-            allocation=d.get("allocation"),
-            checkpoint_step=int(d.get("checkpoint_step") or 0),
-            params=d.get("params"),
-            plan=d.get("plan"),
-            timestamps=dict(d.get("timestamps") or {}),
-            scheduling=SchedulingInfo(**{k: v for k, v in sched.items() if k in known_s}),
-            recovery=d.get("recovery"),
-            runtime=RunCounts(**{k: v for k, v in runtime.items() if k in known_r})
-            if isinstance(runtime, Mapping) else None,
-            failed_chip=d.get("failed_chip"),
-        )
-
-
-@dataclass
-class Job:
-    """One training job as the control plane holds it (the table is its only writer)."""
-
-    id: str
-    cluster_id: str
-    state: JobState
-    spec: dict[str, Any]
-    status: JobStatus
-    created_at: float = 0.0
-    updated_at: float = 0.0
-
-    @property
-    def chips(self) -> tuple[int, ...]:
-        """Its allocation's chips in rank order (empty while it waits)."""
-        return tuple(int(c) for c in (self.status.allocation or {}).get("chips", ()))
-
-    @property
-    def ended(self) -> bool:
-        return self.state in TERMINAL
-
-    def record(self) -> JobRecord:
-        return JobRecord(self.id, self.cluster_id, self.state.value, self.spec, self.status.to_dict(),
-                         self.created_at, self.updated_at)
-
-    @classmethod
-    def from_record(cls, rec: JobRecord) -> Job:
-        return cls(rec.id, rec.cluster_id, JobState(rec.state), dict(rec.spec), JobStatus.from_dict(rec.status),
-                   rec.created_at, rec.updated_at)
+# Job and its status are values of their own module; imported from here as well.
+__all__ = ["Job", "JobStatus", "JobTable", "Progress", "RunCounts", "SchedulingInfo"]
 
 
 class _Keep(Enum):
@@ -268,9 +123,10 @@ class JobTable:
         self._logs[job.id].closed = True
 
     def progress(self, job: Job, *, step: int | None = None, loss: float | None = None,
-                 tokens_per_s: float | None = None, step_time_s: float | None = None) -> None:
+                 tokens_per_s: float | None = None, step_time_s: float | None = None, view: bool = True) -> None:
         """Memory only: progress between checkpoints is not persisted (a restart resumes
-        from the last checkpoint, as a real job would)."""
+        from the last checkpoint, as a real job would). ``view``: False when a transition
+        follows at once (it re-renders the view)."""
         p = job.status.progress
         if step is not None:
             p.step = int(step)
@@ -280,7 +136,8 @@ class JobTable:
             p.tokens_per_s = float(tokens_per_s)
         if step_time_s is not None:
             p.step_time_s = float(step_time_s)
-        self.refresh(job)
+        if view:
+            self.refresh(job)
 
     def record_checkpoint(self, job: Job, step: int, path: str, detail: Mapping[str, Any] | None = None) -> None:
         """Persist a checkpoint of ``job`` at ``step`` (the only place that writes one)."""
@@ -289,6 +146,89 @@ class JobTable:
         job.status.checkpoint_step = max(int(step), job.status.checkpoint_step)
         for fn in self._on_checkpoint:
             fn(job, int(step))
+
+    def amend(self, job: Job, *, reason: str | Literal[_Keep.KEEP] = _KEEP,
+              allocation: Allocation | dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              plan: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              failed_chip: int | Literal[_Keep.KEEP] | None = _KEEP,
+              checkpoint_step: int | None = None, persist: bool = False, view: bool = True) -> None:
+        """Status fields without a transition (``_KEEP``: left as they are). The newest
+        checkpoint step only grows. ``persist``: saved now; else memory only, the view
+        re-rendered unless ``view`` is False (a transition follows at once)."""
+        st = job.status
+        if reason is not _KEEP:
+            st.reason = reason
+        if allocation is not _KEEP:
+            st.allocation = allocation.to_dict() if isinstance(allocation, Allocation) else allocation
+        if plan is not _KEEP:
+            st.plan = plan
+        if recovery is not _KEEP:
+            st.recovery = recovery
+        if failed_chip is not _KEEP:
+            st.failed_chip = failed_chip
+        if checkpoint_step is not None:
+            st.checkpoint_step = max(st.checkpoint_step, int(checkpoint_step))
+        if persist:
+            self.save(job)
+        elif view:
+            self.refresh(job)
+
+    def scheduled(self, job: Job, *, queue_wait_s: float | None = None, team: str | None = None,
+                  preempted: bool = False, rebalance: tuple[str, str] | None = None,
+                  balance_degree: float | None = None,
+                  work_split: dict[str, object] | Literal[_Keep.KEEP] | None = _KEEP,
+                  view: Literal["whole", "scheduling", "none"] = "whole") -> None:
+        """``status.scheduling``: the queue wait, the team, one preemption more, one
+        rebalance (action, reason) more, the load-balance degree, the work split. ``view``:
+        re-render the whole view, only its ``scheduling`` part, or nothing yet (a
+        transition follows)."""
+        s = job.status.scheduling
+        if queue_wait_s is not None:
+            s.queue_wait_s = queue_wait_s
+        if team is not None:
+            s.team = team
+        if preempted:
+            s.preemptions += 1
+        if rebalance is not None:
+            s.rebalances += 1
+            s.last_rebalance = {"action": rebalance[0], "reason": rebalance[1]}
+        if balance_degree is not None:
+            s.balance_degree = balance_degree
+        if work_split is not _KEEP:
+            s.work_split = work_split
+        if view == "whole":
+            self.refresh(job)
+        elif view == "scheduling":
+            self.refresh_scheduling(job)
+
+    def run_counts(self, job: Job) -> RunCounts:
+        """A process fabric's attempts and failures for the job (made on first use). Read
+        it; change it through ``count_run`` and ``add_run_recovery``."""
+        if job.status.runtime is None:
+            job.status.runtime = RunCounts(max_retries=int(job.spec.get("max_retries") or 0))
+        return job.status.runtime
+
+    def count_run(self, job: Job, *, launches: int = 0, infra_failures: int = 0, user_failures: int = 0,
+                  hang_restarts: int = 0, at_least: RunCounts | None = None) -> RunCounts:
+        """Add to the job's run counts; ``at_least``: what the fabric counted itself (each
+        count is then the larger of the two, ``max_retries`` the fabric's when it says).
+        Memory only: persisted with the job's next save."""
+        c = self.run_counts(job)
+        c.launches += launches
+        c.infra_failures += infra_failures
+        c.user_failures += user_failures
+        c.hang_restarts += hang_restarts
+        if at_least is not None:
+            c.attempt = max(c.attempt, at_least.attempt)
+            c.infra_failures = max(c.infra_failures, at_least.infra_failures)
+            c.user_failures = max(c.user_failures, at_least.user_failures)
+            c.max_retries = at_least.max_retries or c.max_retries
+        return c
+
+    def add_run_recovery(self, job: Job, rec: dict[str, Any]) -> None:
+        """One closed recovery of a process fabric's job (``runtime.recoveries``; memory only)."""
+        self.run_counts(job).recoveries.append(rec)
 
     def set_reason(self, job: Job, reason: str, *, persist: bool = True, log: bool = True) -> None:
         """A new reason without a transition (waiting for chips, a recovery step)."""

@@ -9,17 +9,15 @@ for a user's token the ``MFARequired`` policy asks for a second factor.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from podfleet.checkpoint import keys
+from podfleet.control.ports import PlaneCore
 from podfleet.control.workdir import cluster_workdir
 from podfleet.errors import ConflictError
 
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
 
-
-def rotate_cluster_key(plane: ControlPlane, cluster: str, *, actor: str) -> dict[str, Any]:
+def rotate_cluster_key(plane: PlaneCore, cluster: str, *, actor: str) -> dict[str, Any]:
     def do() -> tuple[dict[str, Any], str]:
         rt = plane.resolve(cluster)
         path = keys.kek_path_for(cluster_workdir(plane.workdir, rt.rec.id))

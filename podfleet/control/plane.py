@@ -25,6 +25,7 @@ from podfleet.control.connect import (
     pending_deployment,
 )
 from podfleet.control.deploy import start_deployment
+from podfleet.control.events import FabricEvents, save_health
 from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.faults import KILL_WORKER
 from podfleet.control.ids import new_id, resolve_ref
@@ -43,11 +44,17 @@ from podfleet.errors import (
     NotFoundError,
     PodfleetError,
 )
-from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, ChipState, Fabric, FabricEvent
-from podfleet.fabric.factory import FabricFactory, close_fabric, make_fabric, reaches_out
+from podfleet.fabric.base import (
+    DEFAULT_HANG_RESTARTS,
+    ChipState,
+    Fabric,
+    FabricFactory,
+    close_fabric,
+)
 from podfleet.hardware.topology import Topology
+from podfleet.scheduler.extension import ShapePlanner
 from podfleet.store.protocol import StoreProtocol
-from podfleet.store.records import ChipHealthRecord, ClusterRecord
+from podfleet.store.records import ClusterRecord
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -66,23 +73,14 @@ def request_hash(body: dict[str, Any]) -> str:
 
 
 
-def event_line(ev: FabricEvent) -> str:
-    """A fabric event as a line of the cluster's log. Chip and link events keep their bare
-    kind (reports match them; the line carries the chip or link beside it); a moved rank
-    names the job, the rank and both chips, which no field beside the line carries."""
-    d = ev.detail
-    if ev.kind == "rank-moved":
-        return (f"fabric: rank-moved: job {ev.job_id} rank {d.get('rank')} chip {d.get('from_chip')} -> "
-                f"chip {d.get('to_chip')}")
-    return f"fabric: {ev.kind}"
-
 class ControlPlane:
     def __init__(
         self,
         store: StoreProtocol,
         timeline: Timeline,
         *,
-        fabric_factory: FabricFactory | None = None,
+        fabric_factory: FabricFactory,
+        planner: ShapePlanner | None = None,
         telemetry_interval_s: float = 1.0,
         default_fabric: str = "sim",
         workdir: str | None = None,
@@ -91,6 +89,7 @@ class ControlPlane:
         fabric_access: FabricAccess | None = None,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         hang_restarts: int = DEFAULT_HANG_RESTARTS,
+        reaches_out: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
         # Group commit: commands queued together commit in one store transaction and are
@@ -100,7 +99,15 @@ class ControlPlane:
         # (default $PODFLEET_WORKDIR or ~/.podfleet/work).
         self.workdir = workdir
         self.tl = timeline
-        self.fabric_factory = fabric_factory or make_fabric
+        # Given by the composition root (``compose.build``): the plane builds no fabric of its
+        # own and imports no fabric implementation, not even the factory that names them.
+        self.fabric_factory = fabric_factory
+        # Which fabric kinds reach outside this process (Ray, neuron-ls) and so are built on
+        # their own thread when serving (``fabric.factory.reaches_out``, wired by compose).
+        self.reaches_out: Callable[[str], bool] = reaches_out or (lambda kind: False)
+        # How each cluster's scheduler plans ``parallelism: auto`` jobs per block shape (the
+        # scheduler's ``ShapePlanner`` port; None: shapes by communication cost alone).
+        self.planner = planner
         self.telemetry_interval_s = telemetry_interval_s
         # Load monitor sampling (None: the telemetry interval; see control.balancing) and
         # the periodic queue pass for aging (submits, finishes and faults run one at once).
@@ -126,6 +133,8 @@ class ControlPlane:
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
         self.job_metrics = JobMetrics(store)
         self.table.on_end(lambda job: self.job_metrics.close(job.id))
+        # The one subscriber to every cluster's fabric: recovery first, then the job driver.
+        self.events = FabricEvents(timeline, store, self.now, self.clusters, self.jobs, self.job_metrics)
         self.health: HealthPort | None = None
         self.call_timeout_s = 30.0  # how long ``call_sync`` waits for the engine
         self._thread: threading.Thread | None = None
@@ -234,7 +243,8 @@ class ControlPlane:
                 return pending.view(), rec.id
             # Build the fabric before persisting: a fabric that is not available fails here.
             fabric = self._make_fabric(spec, topology, spares, rec.id)
-            rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock)
+            rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
+                                planner=self.planner)
             rec.status["deployment"] = rt.deployment
             self.store.save_cluster(rec)
             created.append(rt)
@@ -265,7 +275,7 @@ class ControlPlane:
         """Served (an engine thread runs), a fabric that may wait on the network or an
         external command is built on a thread; in virtual time the caller is the engine
         and nothing else runs meanwhile, so it is built inline."""
-        return self._serving and reaches_out(spec.fabric)
+        return self._serving and self.reaches_out(spec.fabric)
 
     def _connect(self, pending: ConnectingCluster) -> None:
         """Register ``pending`` and start building its fabric (engine thread)."""
@@ -366,7 +376,7 @@ class ControlPlane:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
         self.jobs.attach(rt)  # its job driver, from what its fabric declares
-        rt.fabric.subscribe(functools.partial(self._fabric_event, rt))
+        self.events.subscribe(rt)  # its fabric's events, from now on (control.events)
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
         # Aging and starvation holds move with time: re-run the queue while jobs wait.
@@ -552,66 +562,8 @@ class ControlPlane:
         ``reason`` when given); its chip view."""
         return chips.chip_command(self, ref, chip, action, actor=actor, reason=reason)
 
-    # --- fabric events ----------------------------------------------------------------------
-    def _fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
-        # Handled just after the fabric finishes its own reaction (a zero-delay event):
-        # the fabric calls us from inside its state change, and our reaction (isolate,
-        # move a rank, resume) must not interleave with the rest of that change.
-        self.tl.call_at(0, lambda: self._handle_fabric_event(rt, ev))
-
-    def _handle_fabric_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
-        if rt.id not in self.clusters:
-            return
-        if ev.kind in ("fabric-degraded", "fabric-recovered"):
-            self._fabric_health(rt, ev)
-            return
-        if ev.kind not in ("progress", "checkpoint", "thermal-throttle") and not ev.kind.startswith("job-"):
-            rt.logs.append(self.now(), event_line(ev), chip=ev.chip, link=ev.link)
-        if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
-            self.jobs.on_event(rt, ev)
-            if ev.job_id is not None:
-                self.job_metrics.record(ev.job_id, self.now(), ev.detail)
-            return
-        # One commit per event: a checkpoint's two transitions and its record go together.
-        with self.store.transaction():
-            if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
-                self.save_health(rt)
-            self.jobs.on_event(rt, ev)
-            self._audit_fabric_recovery(rt, ev)
-
-    def _audit_fabric_recovery(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
-        """A fabric of worker processes recovering a job (itself, or a gang the process
-        driver relaunches) is an automatic action: an audit record by the system. The
-        twin's recovery flows are audited by the recovery service."""
-        d = dict(ev.detail)
-        if ev.kind == "job-recovering":
-            state = "running"
-        elif ev.kind == "job-resumed":
-            state = "done"
-        elif ev.kind == "worker-exited" and d.get("gang_ended") and d.get("cause") == "infra":
-            state = "relaunching"
-        else:
-            return
-        self.store.append_audit(
-            time=self.now(), actor="system:recovery", action="Recovery", target=ev.job_id or rt.id, result="ok",
-            detail={"state": state, "kind": ev.kind, "cluster": rt.id, "chip": ev.chip,
-                    **{k: d[k] for k in ("rank", "cause", "source", "restored_step") if d.get(k) is not None}})
-
-    def _fabric_health(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
-        """The fabric lost (or regained) its own telemetry source, e.g. a neuron-monitor
-        that exited: shown as the cluster's reason until it recovers."""
-        reason = str(ev.detail.get("reason") or ev.kind) if ev.kind == "fabric-degraded" else ""
-        rt.logs.append(self.now(), f"fabric: {ev.kind}" + (f": {reason}" if reason else ""))
-        if rt.rec.status.get("reason") != reason and rt.state == ClusterState.ACTIVE:
-            rt.rec.status["reason"] = reason or "fabric recovered"
-            rt.rec.updated_at = self.now()
-            self.store.save_cluster(rt.rec)
-
     def save_health(self, rt: ClusterRuntime) -> None:
-        states = rt.chip_states()
-        self.store.save_chip_health([
-            ChipHealthRecord(rt.id, i, s.value, bool(rt.spare_mask[i])) for i, s in enumerate(states)
-        ])
+        save_health(self.store, rt)
 
     # --- restart ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -673,7 +625,8 @@ class ControlPlane:
             rec.status["reason"] = f"fabric unavailable after restart: {exc.message}"
             self.store.save_cluster(rec)
             return
-        rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock)
+        rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
+                            planner=self.planner)
         self._restore_health(rt)
         if rec.state == ClusterState.DEPLOYING:
             rt.deployment = {**rt.deployment, "state": "pending"}

@@ -10,11 +10,11 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from podfleet.control.chips import ChipMode, ChipModes, shown_mode
+from podfleet.control.chipmodes import ChipMode, ChipModes, shown_mode
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
@@ -28,12 +28,10 @@ from podfleet.control.specs import ClusterSpec
 from podfleet.errors import NotFoundError
 from podfleet.fabric.base import ChipState, Fabric, WorkerPlacement
 from podfleet.hardware.topology import AXIS_NAMES, GridTopology, Topology
+from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.state import FREE
 from podfleet.store.records import ClusterRecord
-
-if TYPE_CHECKING:
-    from podfleet.control.balancing import ClusterBalancer
 
 
 class HealthSource(Protocol):
@@ -42,6 +40,13 @@ class HealthSource(Protocol):
     def chip_health(self) -> list[str]: ...
 
     def link_health(self) -> list[str]: ...
+
+
+class Balancer(Protocol):
+    """The cluster's load balancer (``control.balancing.ClusterBalancer``), held here so it
+    lives as long as the cluster; the runtime never calls it (the timeline ticks it)."""
+
+    def step(self) -> None: ...
 
 
 # Scheduler figures are kept fresh (each tick, when something changed) for this long of
@@ -57,7 +62,8 @@ DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mo
 
 class ClusterRuntime:
     def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric, *,
-                 spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None) -> None:
+                 spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None,
+                 planner: ShapePlanner | None = None) -> None:
         self.rec = rec
         self.spec = spec
         self.topology = topology
@@ -78,7 +84,7 @@ class ClusterRuntime:
         # The link states last folded into the scheduler, with its pods' link versions then.
         self.synced_links: tuple[int, list[Any]] | None = None
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
-        self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0))
+        self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0), planner)
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
         # DescribeCluster's ``scheduler`` object and the queue waits /metrics shows, computed
         # on the engine thread (readers on API threads only see whole dicts) and only while
@@ -90,7 +96,7 @@ class ClusterRuntime:
         self.metrics_read_at = -float("inf")  # timeline time of the last read
         self.metrics_at = -float("inf")  # timeline time they were last brought up to date
         self._metrics_key: tuple[Any, ...] | None = None
-        self.balancer: ClusterBalancer | None = None  # on fabrics that declare the telemetry it samples
+        self.balancer: Balancer | None = None  # on fabrics that declare the telemetry it samples
         self.logs = LogBuffer()
         self.deployment: dict[str, Any] = rec.status.get("deployment") or {
             "state": "pending",
@@ -216,7 +222,7 @@ class ClusterRuntime:
         """What the figures derive from: the scheduler's arrays (pod versions), its jobs'
         phases, the owner map, the fabric's utilization, and the clock while jobs wait."""
         sched = self.scheduler
-        util = chip_utilization(self)
+        util = chip_utilization(self.fabric)
         pods = sched.cluster.pods
         key = (
             self.owners.version,
@@ -234,7 +240,7 @@ class ClusterRuntime:
         self.metrics_at = self._clock()  # up to date as of now, computed or not
         if not force and key == self._metrics_key:
             return False
-        self._sched_metrics = scheduler_metrics(self, util)
+        self._sched_metrics = scheduler_metrics(self.scheduler, self.spares, util)
         self._queue_waits = queue_waits(self.scheduler)
         self._metrics_key = key
         return True

@@ -13,27 +13,51 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from podfleet.control.chipmodes import ChipModes
 from podfleet.control.presets import resolve_model
 from podfleet.control.specs import ClusterSpec
 from podfleet.errors import PodfleetError
-from podfleet.fabric.base import ChipState, LinkTraffic
+from podfleet.fabric.base import ChipState, Fabric, LinkTraffic
 from podfleet.hardware.topology import Topology
 from podfleet.perf.models import MODELS, ModelSpec
 from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, cluster_metrics
+from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.state import FREE
-
-if TYPE_CHECKING:
-    from podfleet.control.runtime import ClusterRuntime
 
 # perf.Plan's fields: what the twin's perf-based step time reads from options["plan"].
 PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute", "zero_stage",
                "interleave", "sequence_parallel")
 _HOLDING = (JobPhase.RUNNING, JobPhase.CHECKPOINTING)
+
+
+class SyncTarget(Protocol):
+    """What ``sync`` reads of a cluster (``ClusterRuntime`` is one): declared here, below the
+    runtime, so this glue never imports the runtime that imports it."""
+
+    # The link states last folded into the scheduler, with its pods' link versions then.
+    synced_links: tuple[int, list[Any]] | None
+
+    @property
+    def scheduler(self) -> Scheduler: ...
+
+    @property
+    def fabric(self) -> Fabric: ...
+
+    @property
+    def modes(self) -> ChipModes: ...
+
+    @property
+    def owner(self) -> Mapping[int, str]: ...
+
+    @property
+    def spare_mask(self) -> np.ndarray: ...
+
+    def chip_states(self) -> list[ChipState]: ...
 
 
 def cluster_spares(spec: ClusterSpec, topology: Topology, stored: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -47,8 +71,8 @@ def cluster_spares(spec: ClusterSpec, topology: Topology, stored: Sequence[int] 
 
 
 def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str, int] | None,
-                  clock: Callable[[], float]) -> Scheduler:
-    return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock)
+                  clock: Callable[[], float], planner: ShapePlanner | None = None) -> Scheduler:
+    return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock, planner=planner)
 
 
 def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | None, *,
@@ -120,7 +144,7 @@ def pending_allocation(reason: str) -> dict[str, Any]:
     return {"chips": [], "shape": [], "reason": reason}
 
 
-def sync(rt: ClusterRuntime) -> None:
+def sync(rt: SyncTarget) -> None:
     """Fold the fabric's chip states, link states and the owner map into the scheduler
     (engine thread). Links that are down or degraded keep new placements off them; on a
     fabric that reports its links' traffic (``LinkTraffic``), links other jobs' rings load
@@ -170,9 +194,9 @@ def sync(rt: ClusterRuntime) -> None:
         cl.touch(pod)
 
 
-def chip_utilization(rt: ClusterRuntime) -> np.ndarray | None:
+def chip_utilization(fabric: Fabric) -> np.ndarray | None:
     """Per-chip busy share 0-1 from the fabric's telemetry (None when it has none)."""
-    m = rt.fabric.chip_metrics()
+    m = fabric.chip_metrics()
     u = m.get("neuroncore_utilization") if isinstance(m, Mapping) else None
     if u is None:
         return None
@@ -181,20 +205,18 @@ def chip_utilization(rt: ClusterRuntime) -> np.ndarray | None:
     return np.nan_to_num(a / 100.0)
 
 
-def scheduler_metrics(rt: ClusterRuntime, util: np.ndarray | None = None) -> dict[str, Any]:
+def scheduler_metrics(sched: Scheduler, spares: Sequence[int], util: np.ndarray | None) -> dict[str, Any]:
     """DescribeCluster's ``scheduler`` object: pods, utilization, fragmentation, waits,
     per-job load-balance degree. Engine thread (the framework refreshes summaries).
-    ``util``: the fabric's per-chip utilization when the caller already read it."""
-    if util is None:
-        util = chip_utilization(rt)
-    m = cluster_metrics(rt.scheduler, utilization=util)
+    ``util``: the fabric's per-chip utilization (``chip_utilization``; None without telemetry)."""
+    m = cluster_metrics(sched, utilization=util)
     m["utilization"] = round(float(m["utilization"]), 4)
     m["fragmentation"] = round(float(m["fragmentation"]), 4)
     m["queue_wait_p50_s"] = round(float(m["queue_wait_p50_s"]), 3)
     m["queue_wait_p95_s"] = round(float(m["queue_wait_p95_s"]), 3)
     for p in m["pods"]:
         p["utilization"] = round(float(p["utilization"]), 4)
-    m["spares"] = list(rt.spares)
+    m["spares"] = list(spares)
     return m
 
 

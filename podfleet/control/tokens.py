@@ -4,16 +4,14 @@ returned once, at creation; only its hash is stored."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from podfleet.control.logbuf import rfc3339
+from podfleet.control.ports import PlaneCore
 from podfleet.errors import ConflictError, NotFoundError
 from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import TokenRecord
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
 
 
 def view(rec: TokenRecord) -> dict[str, Any]:
@@ -21,7 +19,7 @@ def view(rec: TokenRecord) -> dict[str, Any]:
             "created_at": rfc3339(rec.created_at)}
 
 
-def create(plane: ControlPlane, name: str, role: str, *, actor: str) -> dict[str, Any]:
+def create(plane: PlaneCore, name: str, role: str, *, actor: str) -> dict[str, Any]:
     def do() -> tuple[dict[str, Any], str]:
         r = Role.parse(role)
         if any(t.name == name and not t.revoked for t in plane.store.list_tokens()):
@@ -36,7 +34,7 @@ def create(plane: ControlPlane, name: str, role: str, *, actor: str) -> dict[str
     return plane.mutation("CreateAccessToken", actor, name, do, body={"name": name, "role": role})
 
 
-def revoke(plane: ControlPlane, token_id: str, *, actor: str, own_id: str | None = None) -> dict[str, Any]:
+def revoke(plane: PlaneCore, token_id: str, *, actor: str, own_id: str | None = None) -> dict[str, Any]:
     def do() -> tuple[dict[str, Any], str]:
         rec = plane.store.get_token(token_id)
         if rec is None:
@@ -52,7 +50,7 @@ def revoke(plane: ControlPlane, token_id: str, *, actor: str, own_id: str | None
     return plane.mutation("RevokeAccessToken", actor, token_id, do, body={"token_id": token_id})
 
 
-def listing(plane: ControlPlane) -> list[dict[str, Any]]:
+def listing(plane: PlaneCore) -> list[dict[str, Any]]:
     return [view(t) for t in plane.store.list_tokens()]
 
 

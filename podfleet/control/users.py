@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from podfleet.control.logbuf import rfc3339
+from podfleet.control.ports import PlaneCore
 from podfleet.errors import AuthError, ConflictError, InvalidInputError, NotFoundError
 from podfleet.security import mfa
 from podfleet.security.policy import BUILTIN, Policy, builtin, parse_policy
 from podfleet.store.records import UserRecord
-
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
 
 MAX_INLINE = 20
 
@@ -38,14 +36,14 @@ def policies_of(u: UserRecord) -> list[Policy]:
     return [*out, BUILTIN["MFARequired"]]
 
 
-def _get(plane: ControlPlane, name: str) -> UserRecord:
+def _get(plane: PlaneCore, name: str) -> UserRecord:
     u = plane.store.get_user(name)
     if u is None:
         raise NotFoundError(f"user {name!r} does not exist", field="user")
     return u
 
 
-def create(plane: ControlPlane, name: str, policies: list[str], *, actor: str) -> dict[str, Any]:
+def create(plane: PlaneCore, name: str, policies: list[str], *, actor: str) -> dict[str, Any]:
     def do() -> tuple[dict[str, Any], str]:
         if plane.store.get_user(name) is not None:
             raise ConflictError(f"user {name!r} exists", field="name")
@@ -58,7 +56,7 @@ def create(plane: ControlPlane, name: str, policies: list[str], *, actor: str) -
     return plane.mutation("CreateUser", actor, name, do, body={"name": name, "policies": policies})
 
 
-def put_policy(plane: ControlPlane, name: str, policy: str, doc: dict[str, Any] | None, *,
+def put_policy(plane: PlaneCore, name: str, policy: str, doc: dict[str, Any] | None, *,
                actor: str) -> dict[str, Any]:
     """Attach a built-in policy (``doc`` None) or set an inline one."""
     def do() -> tuple[dict[str, Any], str]:
@@ -82,7 +80,7 @@ def put_policy(plane: ControlPlane, name: str, policy: str, doc: dict[str, Any] 
                           body={"user": name, "policy": policy, "document": doc})
 
 
-def delete_policy(plane: ControlPlane, name: str, policy: str, *, actor: str) -> dict[str, Any]:
+def delete_policy(plane: PlaneCore, name: str, policy: str, *, actor: str) -> dict[str, Any]:
     def do() -> tuple[dict[str, Any], str]:
         u = _get(plane, name)
         if policy not in u.policies and policy not in u.inline:
@@ -95,7 +93,7 @@ def delete_policy(plane: ControlPlane, name: str, policy: str, *, actor: str) ->
     return plane.mutation("DeleteUserPolicy", actor, f"{name}/{policy}", do, body={"user": name, "policy": policy})
 
 
-def enable_mfa(plane: ControlPlane, name: str, seal_key: bytes, *, actor: str) -> dict[str, Any]:
+def enable_mfa(plane: PlaneCore, name: str, seal_key: bytes, *, actor: str) -> dict[str, Any]:
     """Enrol a TOTP secret: the URI and recovery codes are in this answer only."""
     secret = mfa.new_secret()
     codes, hashes = mfa.new_recovery_codes()
@@ -123,7 +121,7 @@ def _set_attempts(u: UserRecord, a: mfa.Attempts) -> None:
     u.mfa_blocked_until, u.mfa_locked = a.blocked_until, a.locked
 
 
-def check_mfa(plane: ControlPlane, name: str, code: str, seal_key: bytes, *, now: float | None = None) -> None:
+def check_mfa(plane: PlaneCore, name: str, code: str, seal_key: bytes, *, now: float | None = None) -> None:
     """Accept a fresh TOTP code (or a recovery code) for ``name``; remembers what was used.
 
     A wrong code is counted and persisted before the refusal is raised (a restart keeps
@@ -157,7 +155,7 @@ def check_mfa(plane: ControlPlane, name: str, code: str, seal_key: bytes, *, now
     plane.store.save_user(u)
 
 
-def unlock(plane: ControlPlane, name: str, *, actor: str) -> dict[str, Any]:
+def unlock(plane: PlaneCore, name: str, *, actor: str) -> dict[str, Any]:
     """Clear a user's failed-code count and lock (admin; audited)."""
     def do() -> tuple[dict[str, Any], str]:
         u = _get(plane, name)
@@ -169,9 +167,9 @@ def unlock(plane: ControlPlane, name: str, *, actor: str) -> dict[str, Any]:
     return plane.mutation("UnlockUser", actor, name, do, body={"user": name})
 
 
-def listing(plane: ControlPlane) -> list[dict[str, Any]]:
+def listing(plane: PlaneCore) -> list[dict[str, Any]]:
     return [view(u) for u in plane.store.list_users()]
 
 
-def describe(plane: ControlPlane, name: str) -> dict[str, Any]:
+def describe(plane: PlaneCore, name: str) -> dict[str, Any]:
     return view(_get(plane, name))

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from podfleet.hardware.topology import Topology
 from podfleet.states import check_transition
+
+if TYPE_CHECKING:  # type-only: worker processes import this module without the engine
+    from podfleet.engine.timeline import Timeline
 
 
 class ChipState(StrEnum):
@@ -287,6 +290,23 @@ class Closeable(Protocol):
     """Holds processes, threads or connections that must be released."""
 
     def close(self) -> None: ...
+
+
+def close_fabric(fabric: Fabric) -> None:
+    """Release what a fabric holds (worker processes, a Ray instance); the twin holds nothing."""
+    if isinstance(fabric, Closeable):
+        fabric.close()
+
+
+class FabricFactory(Protocol):
+    """Builds one cluster's fabric; the composition root hands one to the control plane
+    (``fabric.factory.make_fabric`` by default). ``options``: ``workdir`` (the cluster's
+    own directory, stable across restarts), ``ray_address``, and ``neuron_ls`` /
+    ``neuron_monitor`` (fabric neuron's commands). ``timeline`` is the plane's
+    (``engine.timeline.Timeline``)."""
+
+    def __call__(self, kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
+                 *, options: Mapping[str, Any] | None = None) -> Fabric: ...
 
 
 @runtime_checkable

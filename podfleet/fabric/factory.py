@@ -1,32 +1,22 @@
 """The fabric factory: the one place that maps a fabric's name to its class: ``sim``
 (the twin), ``local`` (worker processes on this host, ``podfleet.fabric.local``), ``ray``
 (Ray actors, ``podfleet.fabric.ray``) or ``neuron`` (a real Trainium host: neuron-ls and
-neuron-monitor, ``podfleet.fabric.neuron``). Implementations are imported lazily, so
-the control plane, which calls this, imports none of them."""
+neuron-monitor, ``podfleet.fabric.neuron``). Implementations are imported lazily. The
+composition root (``podfleet.compose``) hands ``make_fabric`` to the control plane as its
+``FabricFactory`` (``fabric.base``): the plane never imports this module."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
-from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, Closeable, Fabric
+from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, Fabric
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
-
-
-class FabricFactory(Protocol):
-    """Builds one cluster's fabric (``make_fabric`` is the default). ``options``: ``workdir``
-    (the cluster's own directory, stable across restarts), ``ray_address``,
-    ``neuron_ls`` / ``neuron_monitor`` (fabric neuron's commands) and ``hang_restarts``
-    (how often a job whose ranks hang is restarted before it fails)."""
-
-    def __call__(self, kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
-                 *, options: Mapping[str, Any] | None = None) -> Fabric: ...
-
 
 # Heartbeat silence that counts as a hang for control-plane local workers: more than the
 # fabric's 1 s default, because the control plane shares its host's cores with them.
@@ -105,9 +95,3 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
     # fabric hands to its workers itself.
     return make_ray_fabric(topology, timeline, spares, address=opts.get("ray_address"),
                            workdir=opts.get("workdir") or None)
-
-
-def close_fabric(fabric: Fabric) -> None:
-    """Release what a fabric holds (worker processes, a Ray instance); the twin holds nothing."""
-    if isinstance(fabric, Closeable):
-        fabric.close()

@@ -9,21 +9,33 @@ from the fabrics' latest telemetry (copies made by the fabric), never per sample
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
-    from podfleet.health.service import HealthService
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.health.service import HealthService
+
+
+class Clusters(Protocol):
+    @property
+    def clusters(self) -> Mapping[str, ClusterRuntime]: ...
+
+
+class RecoveryCounts(Protocol):
+    """What ``/metrics`` reads of recovery (``RecoveryService`` is one)."""
+
+    def finished_counts(self) -> Tally[tuple[str, str]]: ...
 
 
 class HealthCollector(Collector):
-    def __init__(self, plane: ControlPlane, health: HealthService | None = None) -> None:
+    def __init__(self, plane: Clusters, health: HealthService | None = None,
+                 recovery: RecoveryCounts | None = None) -> None:
         self.plane = plane
         self.health = health
+        self.recovery = recovery
 
     def collect(self) -> Iterator[Metric]:
         # Chip, link and job series of every fabric: ``podfleet.api.chip_metrics``.
@@ -46,11 +58,10 @@ class HealthCollector(Collector):
         if svc is not None:
             for (state, sev), n in sorted(Tally((a.state.value, a.severity) for a in svc.book.all()).items()):
                 alerts.add_metric([state, sev], n)
-            tally: Tally[tuple[str, str]] = Tally()
-            for o in list(svc.recovery.orch.values()):
-                tally.update((r.kind, r.state.value) for r in o.done)
-            for (kind, state), n in sorted(tally.items()):
+        if self.recovery is not None:
+            for (kind, state), n in sorted(self.recovery.finished_counts().items()):
                 rec.add_metric([kind, state], n)
+        if svc is not None:
             names = {rt.id: rt.rec.name for rt in list(self.plane.clusters.values())}
             for cid, mon in list(svc.monitors.items()):
                 if cid in names:  # a deleted cluster's series go away

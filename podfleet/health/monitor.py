@@ -21,8 +21,9 @@ from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import ChipState, Fabric, LinkState
 from podfleet.health.alerts import AlertBook
 from podfleet.health.predict import DEFAULT_MODEL, Alarm, LogisticModel, Predictor
-from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult, thermal_inputs, util_ratio
+from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult, thermal_inputs
 from podfleet.health.telemetry import RollupRow, TelemetryHistory
+from podfleet.scheduler.samples import util_ratio
 
 # State codes the scanner reads: the order of the state enums.
 _CHIP_CODE = {s: i for i, s in enumerate(ChipState)}

@@ -1,52 +1,69 @@
-"""Health, recovery and firmware for a ``ControlPlane``; built by the composition root
-(``podfleet.compose``), which also hands the plane its health view and the job manager
-the recovery service.
+"""Health for a ``ControlPlane``: telemetry, scans, alerts, failure prediction. Built by
+the composition root (``podfleet.compose``), which also hands the plane its health view
+(``HealthPort``) and this service the recovery's ``drain_chip`` (``DrainPort``); recovery
+and firmware rollouts are their own services (``podfleet.recovery``).
 
 One timeline process every ``interval_s`` (2 s) runs the ``HealthMonitor`` of each
 active cluster whose fabric declares ``TelemetrySource`` (telemetry history, vectorized
-scan, failure prediction -> proactive drain where recovery can move ranks), saves closed
+scan, failure prediction -> proactive drain through the drain port), saves closed
 rollup buckets to the store (with retention) and gives chip/link health to the hardware
 snapshot (``source``).
 
 Commands (engine thread; the API calls them through ``plane.call``):
     svc.list_alerts(cluster, state=None) / svc.acknowledge(alert_id, actor=)
     svc.telemetry(cluster, scope=, metric=, range_=, target=)
-    svc.recoveries(cluster)
-    svc.start_firmware(cluster, version, unit=, chips=, actor=)
-    svc.firmware_rollouts(cluster) / svc.firmware_rollout(cluster, rollout_id)
     svc.health_view(cluster) -> {"chips": [...], "links": [...]}
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast, overload
+from collections.abc import Mapping
+from typing import Any, Protocol, cast
 
 from podfleet.control.lifecycle import TERMINAL, ClusterState
-from podfleet.control.runtime import HealthSource
+from podfleet.control.ports import PlaneCore
+from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.errors import InvalidInputError, NotFoundError
-from podfleet.fabric.base import FirmwareUpdate, TelemetrySource
+from podfleet.fabric.base import TelemetrySource
 from podfleet.health.alerts import AlertBook, AlertState
 from podfleet.health.monitor import HealthMonitor
 from podfleet.health.scan import HealthConfig
 from podfleet.health.telemetry import ALL_METRICS, HOUR_S, MINUTE_S, RETENTION_S, RollupRow, frozen
-from podfleet.recovery.firmware import FirmwareRollouts
-from podfleet.recovery.orchestrator import RecoveryOrchestrator
-from podfleet.recovery.service import RecoveryService
 from podfleet.store.records import RollupRecord
 
-if TYPE_CHECKING:
-    from podfleet.control.plane import ControlPlane
-    from podfleet.control.runtime import ClusterRuntime
+
+class JobViews(Protocol):
+    @property
+    def views(self) -> Mapping[str, dict[str, Any]]:
+        """Job id -> its view (replaced whole on every change)."""
+
+
+class HealthPlane(PlaneCore, Protocol):
+    """What the health service uses of the plane."""
+
+    @property
+    def epoch(self) -> float:
+        """Unix time of timeline time 0."""
+
+    @property
+    def jobs(self) -> JobViews: ...
+
+
+class DrainPort(Protocol):
+    """Where a predicted failure goes (``RecoveryService`` is one, wired by compose)."""
+
+    def drain_chip(self, rt: ClusterRuntime, chip: int, reason: str) -> object:
+        """Move the work off ``chip`` while it works; None where no recovery can."""
 
 
 class HealthService:
-    def __init__(self, plane: ControlPlane, recovery: RecoveryService, config: HealthConfig | None = None) -> None:
+    def __init__(self, plane: HealthPlane, config: HealthConfig | None = None, *,
+                 drain: DrainPort | None = None) -> None:
         self.plane = plane
         self.cfg = config or HealthConfig()
         self.book = AlertBook(affected=self._affected_jobs)
-        self.recovery = recovery
+        self.drain = drain
         self.monitors: dict[str, HealthMonitor] = {}
-        self.firmware_by_cluster: dict[str, FirmwareRollouts] = {}
         self.scan_s: list[float] = []
         self._last_prune = -HOUR_S
         self._declares: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares TelemetrySource)
@@ -66,7 +83,6 @@ class HealthService:
         for cid in [c for c in self.monitors if c not in plane.clusters]:
             del self.monitors[cid]
             self._declares.pop(cid, None)
-            self.recovery.forget(cid)
         for rt in list(plane.clusters.values()):
             if rt.state != ClusterState.ACTIVE or not self._telemetry(rt):
                 # The monitor reads chip telemetry (temperature, ECC, NeuronCore use); worker
@@ -74,7 +90,6 @@ class HealthService:
                 continue
             mon = self.monitors.get(rt.id) or self._monitor(rt)
             mon.tick()
-        self.recovery.close_stale()
         now = plane.now()
         if now - self._last_prune >= HOUR_S:
             self._last_prune = now
@@ -124,10 +139,11 @@ class HealthService:
                     out[jid] = hit[1]
             return out
 
-        def drain(chip: int, reason: str) -> Any:
+        port = self.drain
+
+        def drain(chip: int, reason: str) -> object:
             # Only where recovery can move a rank off a chip that still works (the twin).
-            orch = self.recovery.manage_running(rt)
-            return orch.drain(chip, reason) if orch is not None else None
+            return port.drain_chip(rt, chip, reason) if port is not None else None
 
         mon = HealthMonitor(rt.id, rt.fabric, self.plane.tl, book=self.book, config=self.cfg, drain=drain,
                             sink=sink, jobs=jobs, mounts=lambda: self._mounts(rt))
@@ -211,63 +227,3 @@ class HealthService:
     def health_view(self, ref: str) -> dict[str, Any]:
         _rt, mon = self._mon(ref)
         return {"chips": mon.chip_health(), "links": mon.link_health()}
-
-    def recoveries(self, ref: str) -> list[dict[str, Any]]:
-        rt = self.plane.resolve(ref)
-        o = self.recovery.for_cluster(rt)
-        if o is None:
-            # Worker fabrics: the relaunches the process driver recorded on each job (and the
-            # recoveries the fabric made itself), in the twin journal's shape.
-            worker = [r for job in self.plane.jobs.table.on_cluster(rt.id, live=False)
-                      if job.status.runtime is not None for r in job.status.runtime.recoveries]
-            return sorted(worker, key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
-        recs = [*o.done, *o.active.values(), *o.link_active.values()]
-        return [r.to_dict() for r in sorted(recs, key=lambda r: r.t_start)]
-
-    def _fw(self, rt: ClusterRuntime) -> FirmwareRollouts:
-        fw = self.firmware_by_cluster.get(rt.id)
-        if fw is None:
-            orch = self.recovery.for_cluster(rt)
-            if not isinstance(rt.fabric, FirmwareUpdate) or orch is None:
-                raise InvalidInputError(f"fabric {rt.spec.fabric!r} of cluster {rt.rec.name} cannot update "
-                                        "firmware online", field="cluster")
-            fw = self.firmware_by_cluster[rt.id] = FirmwareRollouts(
-                rt.fabric, self.plane.tl, orch, before_batch=lambda: self._manage(rt),
-                # Each automatic step of a rollout is an audit record by the system.
-                audit=lambda result, target, detail: self.plane.audit(
-                    "system:firmware", "FirmwareStep", target, result, {"cluster": rt.id, **detail}))
-        return fw
-
-    def _manage(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:
-        return self.recovery.manage_running(rt)
-
-    def start_firmware(self, ref: str, version: str, *, unit: str = "chip", chips: list[int] | None = None,
-                       actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
-            rt = self.plane.resolve(ref)
-            fw = self._fw(rt)
-            self.recovery.manage_running(rt)
-            r = fw.start(version, unit=unit, chips=chips)
-            rt.logs.append(self.plane.now(), f"firmware rollout {r.id} to {version} started ({r.total} chips)")
-            return {"cluster_id": rt.id, **r.to_dict()}, rt.id
-
-        return self.plane.mutation("StartFirmwareUpdate", actor, ref, do,
-                                   body={"version": version, "unit": unit, "chips": chips})
-
-    def firmware_rollouts(self, ref: str) -> list[dict[str, Any]]:
-        rt = self.plane.resolve(ref)
-        return [{"cluster_id": rt.id, **r.to_dict()} for r in self._fw(rt).rollouts.values()]
-
-    def firmware_rollout(self, ref: str, rollout_id: str) -> dict[str, Any]:
-        rt = self.plane.resolve(ref)
-        return {"cluster_id": rt.id, **self._fw(rt).get(rollout_id).to_dict()}
-
-    @overload
-    def firmware(self, ref: str) -> list[dict[str, Any]]: ...
-
-    @overload
-    def firmware(self, ref: str, rollout_id: str) -> dict[str, Any]: ...
-
-    def firmware(self, ref: str, rollout_id: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
-        """All of the cluster's rollouts, or the one named."""
-        return self.firmware_rollouts(ref) if rollout_id is None else self.firmware_rollout(ref, rollout_id)

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from podfleet.control.chips import ChipMode
+from podfleet.control.chipmodes import ChipMode
 from podfleet.control.plane import ControlPlane
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, NotFoundError, PodfleetError

@@ -46,10 +46,14 @@ OUTLIER_MADS = 5.0
 RETENTION_DAYS = 30.0
 
 
-class HealthPort(Protocol):
+class AlertsPort(Protocol):
     """What reports read of the health service."""
 
     def list_alerts(self, ref: str, state: str | None = None) -> list[dict[str, Any]]: ...
+
+
+class RecoveriesPort(Protocol):
+    """What reports read of the recovery service."""
 
     def recoveries(self, ref: str) -> list[dict[str, Any]]: ...
 
@@ -263,7 +267,7 @@ class StoredReports:
         return rec.html_text if fmt == "html" else rec.json_text
 
 
-def generate_all(plane: ControlPlane, health: HealthPort | None, archive: Archive,
+def generate_all(plane: ControlPlane, health: AlertsPort | None, recovery: RecoveriesPort | None, archive: Archive,
                  period: str = "24h") -> list[str]:
     """A report of every active cluster over ``period``, archived (engine thread); their ids."""
     made = []
@@ -271,14 +275,14 @@ def generate_all(plane: ControlPlane, health: HealthPort | None, archive: Archiv
         if rt.state != ClusterState.ACTIVE:
             continue
         alerts = health.list_alerts(rt.id) if health is not None else []
-        recs = health.recoveries(rt.id) if health is not None else []
+        recs = recovery.recoveries(rt.id) if recovery is not None else []
         rep = build(plane, alerts, recs, rt.id, PERIODS[period])
         archive.save(rep, now=plane.now())
         made.append(str(rep["id"]))
     return made
 
 
-def schedule_daily(plane: ControlPlane, health: HealthPort | None, archive: Archive, *,
-                   interval_s: float = 86400.0) -> None:
+def schedule_daily(plane: ControlPlane, health: AlertsPort | None, recovery: RecoveriesPort | None,
+                   archive: Archive, *, interval_s: float = 86400.0) -> None:
     """Generate every active cluster's 24 h report once per ``interval_s`` of timeline."""
-    plane.tl.every(interval_s, lambda: generate_all(plane, health, archive))
+    plane.tl.every(interval_s, lambda: generate_all(plane, health, recovery, archive))

@@ -36,12 +36,13 @@ from podfleet.fabric.base import (
     ComputeProbe,
     LinkState,
     MatmulRate,
+    bus_factor,
 )
-from podfleet.fabric.sim.probes import collective_rows
 from podfleet.hardware.catalog import TOPOLOGY_NAMES, get_topology
 from podfleet.hardware.specs import CHIPS, ChipSpec
 from podfleet.hardware.topology import Topology
 from podfleet.ops.checks import Check, CheckStatus, worst
+from podfleet.perf.collective_probe import collective_times
 from podfleet.perf.collectives import HEALTHY
 
 SLOW_FAIL = 0.80  # a chip below 80% of the pod's median matmul rate fails
@@ -244,14 +245,15 @@ def interconnect(work: InterconnectWork) -> Check:
         if topo.chip_type not in CHIPS:
             continue
         # The same group on healthy links, by the link model of this topology: the spec.
-        ref = _largest(collective_rows(topo, chips, group, list(top), [sizes[-1]], HEALTHY))
-        expected[group] = {op: round(r.busbw_gbps, 3) for op, r in ref.items()}
+        ref = {op: size / t / 1e9 * bus_factor(op, len(chips))
+               for op, size, t in collective_times(topo, chips, list(top), [sizes[-1]], HEALTHY)}
+        expected[group] = {op: round(bw, 3) for op, bw in ref.items()}
         for op, r in top.items():
-            ratio = r.busbw_gbps / ref[op].busbw_gbps if ref[op].busbw_gbps > 0 else 1.0
+            ratio = r.busbw_gbps / ref[op] if ref[op] > 0 else 1.0
             if ratio < LINK_WARN:
                 status.append(CheckStatus.FAIL if ratio < LINK_FAIL else CheckStatus.WARN)
                 evidence.append(f"{group} {op}: busbw {r.busbw_gbps:.4g} GB/s at {r.size_bytes} B is {ratio:.0%} "
-                                f"of the healthy {ref[op].busbw_gbps:.4g} GB/s")
+                                f"of the healthy {ref[op]:.4g} GB/s")
     modelled = all(r["wrong"] == -1 for r in table)
     evidence.insert(0, "modelled from the twin's link model (no data moved)" if modelled else
                     f"measured: {len(table)} rows, every result checked")

@@ -13,23 +13,29 @@ is shown degraded, with the link in its reason, until the link is repaired
 
 Only fabrics with ``ResumableRuns`` (a rank can be moved and resumed) get an orchestrator;
 elsewhere the process driver and the fabric recover jobs.
+
+Built by the composition root (``podfleet.compose``), which also runs ``housekeep`` on the
+timeline (journals a previous control plane left open; orchestrators of deleted
+clusters) and hands the health service ``drain_chip`` for its predicted failures.
+
+    svc.recoveries(cluster_ref)     ListRecoveries: journals, oldest first
+    svc.finished_counts()           (kind, state) -> recoveries finished (``/metrics``)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from collections.abc import Callable, Collection
+from typing import Any
 
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
+from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
 from podfleet.recovery.linkimpact import LinkImpact, positive
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
-
-if TYPE_CHECKING:
-    from podfleet.control.runtime import ClusterRuntime
 
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
 
@@ -82,12 +88,9 @@ class JobListener:
             if rec.state in (RecoveryState.RUNNING, RecoveryState.WAITING):
                 table.transition(job, JobState.RECOVERING, reason, recovery=rec.to_dict())
             else:  # the closing journal of a recovery that already handed the job back
-                job.status.recovery = rec.to_dict()
-                table.save(job)
+                table.amend(job, recovery=rec.to_dict(), persist=True)
             return
-        job.status.recovery = rec.to_dict()
-        job.status.reason = reason
-        table.save(job)
+        table.amend(job, recovery=rec.to_dict(), reason=reason, persist=True)
         if step is not None:
             table.log(job, f"recovery {rec.id}: {step.name}: {step.reason}")
 
@@ -114,8 +117,10 @@ class JobListener:
 class RecoveryService:
     """Routes chip and link faults of twin clusters to their orchestrators."""
 
-    def __init__(self, table: JobTable, timeline: Timeline, render: Callable[[ClusterRuntime], None]) -> None:
+    def __init__(self, table: JobTable, timeline: Timeline, render: Callable[[ClusterRuntime], None],
+                 resolve: Callable[[str], ClusterRuntime] | None = None) -> None:
         self.table, self.tl, self.render = table, timeline, render
+        self._resolve = resolve  # a cluster by id or name (the plane's), for the reads by ref
         self.orch: dict[str, RecoveryOrchestrator] = {}
         self.impact: dict[str, LinkImpact] = {}  # cluster id -> jobs slowed by its link faults
 
@@ -141,6 +146,10 @@ class RecoveryService:
             o.cordoned = set(rt.modes)
             self.orch[rt.id] = o
         return o
+
+    def orchestrator(self, cluster_id: str) -> RecoveryOrchestrator | None:
+        """The cluster's orchestrator if one was made (reads only: ``for_cluster`` makes one)."""
+        return self.orch.get(cluster_id)
 
     def forget(self, cluster_id: str) -> None:
         self.orch.pop(cluster_id, None)
@@ -216,6 +225,42 @@ class RecoveryService:
         if o is not None:
             o.spares = frozenset(spares)
 
+    def drain_chip(self, rt: ClusterRuntime, chip: int, reason: str) -> Recovery | None:
+        """A predicted failure (the health monitor's alarm): move the work off ``chip`` while
+        it still works, where recovery can move a rank (the twin); None elsewhere."""
+        o = self.manage_running(rt)
+        return o.drain(chip, reason) if o is not None else None
+
+    # --- reads --------------------------------------------------------------------------
+    def recoveries(self, ref: str) -> list[dict[str, Any]]:
+        """ListRecoveries: the cluster's recovery journals, oldest first."""
+        if self._resolve is None:
+            raise RuntimeError("RecoveryService was built without a resolver (compose.build gives it one)")
+        rt = self._resolve(ref)
+        o = self.for_cluster(rt)
+        if o is None:
+            # Worker fabrics: the relaunches the process driver recorded on each job (and the
+            # recoveries the fabric made itself), in the twin journal's shape.
+            worker = [r for job in self.table.on_cluster(rt.id, live=False)
+                      if job.status.runtime is not None for r in job.status.runtime.recoveries]
+            return sorted(worker, key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
+        recs = [*o.done, *o.active.values(), *o.link_active.values()]
+        return [r.to_dict() for r in sorted(recs, key=lambda r: r.t_start)]
+
+    def finished_counts(self) -> Counter[tuple[str, str]]:
+        """(kind, state) -> recovery flows finished, over every cluster (any thread: copies)."""
+        tally: Counter[tuple[str, str]] = Counter()
+        for o in list(self.orch.values()):
+            tally.update((r.kind, r.state.value) for r in list(o.done))
+        return tally
+
+    # --- housekeeping (on the timeline, every health interval: ``compose.build``) -------------
+    def housekeep(self, live: Collection[str]) -> None:
+        """Forget the orchestrators of clusters no longer ``live``; close stale journals."""
+        for cid in [c for c in {*self.orch, *self.impact} if c not in live]:
+            self.forget(cid)
+        self.close_stale()
+
     def close_stale(self) -> None:
         """Journals left open by a previous control plane whose job runs again: closed."""
         for job in self.table:
@@ -229,5 +274,4 @@ class RecoveryService:
                                   "the job was relaunched from its checkpoint", now, now))
             rec.state = RecoveryState.DONE
             rec.t_end = now
-            job.status.recovery = rec.to_dict()
-            self.table.save(job)
+            self.table.amend(job, recovery=rec.to_dict(), persist=True)

@@ -19,12 +19,36 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler.jobs import SchedulerJob
 from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Nomination, Placement
 
 CycleState = dict[str, Any]  # scratch shared by one job's hooks within one cycle
+
+
+class ShapePlan(Protocol):
+    """A plan of one job on one block shape, as placement ranks it (it travels with the
+    placement as ``Placement.plan``)."""
+
+    @property
+    def step_time_s(self) -> float: ...
+
+
+class ShapePlanner(Protocol):
+    """The planner as the scheduler reaches it (``parallelism: auto``): declared here, and
+    implemented by ``planner.adapter.PlannerAdapter``, which the composition root hands
+    the plane and the plane each cluster's scheduler (``Scheduler(planner=)``)."""
+
+    def plan_shape(self, model: Any, chips: int, grid: GridTopology, shape: tuple[int, ...],
+                   grad_compression: str = "none") -> ShapePlan:
+        """The fastest plan of ``model`` on ``chips`` chips laid out as a ``shape`` block of
+        ``grid``, estimated with the job's gradient compression. Raises ``PodfleetError``
+        (or ``ValueError``) with the reason when no plan of that shape runs the model."""
+
+    def __hash__(self) -> int:
+        """Plans are cached per planner (and per model, chips, grid, shape)."""
 
 
 def _zero_clock() -> float:
@@ -40,6 +64,7 @@ class Handle:
     slots: dict[int, str] = field(default_factory=dict)  # owner slot -> job_id
     running: dict[str, SchedulerJob] = field(default_factory=dict)  # RUNNING only
     now_s: Callable[[], float] = _zero_clock
+    planner: ShapePlanner | None = None  # plans ``parallelism: auto`` jobs per block shape
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from podfleet.fabric.base import ChipState
 from podfleet.hardware.topology import Topology
 from podfleet.scheduler import starvation
 from podfleet.scheduler import status as st
+from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
@@ -37,6 +38,7 @@ class Scheduler:
         quotas: Mapping[str, int] | None = None,
         policy: QueuePolicy | None = None,
         clock: Callable[[], float] | None = None,
+        planner: ShapePlanner | None = None,
     ) -> None:
         self.topology = topology
         self.cluster = SchedulerView(topology)
@@ -44,7 +46,9 @@ class Scheduler:
         self.policy = policy or QueuePolicy()
         self.quotas = check_quotas(quotas or {})
         self.jobs: dict[str, SchedulerJob] = {}
-        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock)
+        # ``planner``: how ``parallelism: auto`` jobs get a plan per block shape (the
+        # ``ShapePlanner`` port; ``compose.build`` wires ``planner.adapter.PlannerAdapter``).
+        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock, planner=planner)
         cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
         self.framework = Framework(self.handle, cfg)
         self.pending: dict[str, None] = {}  # insertion-ordered set

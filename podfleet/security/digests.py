@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from podfleet.security.audit import GENESIS_HASH, ChainResult, canonical_json, verify_chain
 from podfleet.security.digest_sinks import DigestSink, DirectorySink, SinkError
 from podfleet.security.keyring import KeyProvider, MintingKeyProvider
+from podfleet.security.pubkeys import public_key_hex
 
 log = logging.getLogger("podfleet.audit")
 DIGEST_VERSION = 1
@@ -57,16 +58,6 @@ def signing_key(provider: KeyProvider, *, create: bool) -> Ed25519PrivateKey:
             raise ValueError(f"no {SIGNING_KEY} key in the key provider")
         seed = provider.create(SIGNING_KEY)
     return Ed25519PrivateKey.from_private_bytes(seed)
-
-
-def public_key_hex(key: Ed25519PublicKey) -> str:
-    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-    return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
-
-
-def public_key_from_hex(text: str) -> Ed25519PublicKey:
-    return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text.strip()))
 
 
 def default_digests_dir(store_url: str) -> Path | None:

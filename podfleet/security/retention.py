@@ -17,10 +17,10 @@ import gzip
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -28,9 +28,33 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from podfleet.errors import ChecksumError
 from podfleet.security.audit import canonical_json
-from podfleet.security.digests import public_key_hex
 from podfleet.security.files import private_dir, write_private
-from podfleet.store.protocol import StoreProtocol
+from podfleet.security.pubkeys import public_key_hex
+
+
+class AuditRow(Protocol):
+    """One record of the audit chain as the store keeps it (``store.records.AuditRecord``)."""
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def time(self) -> float: ...
+
+    @property
+    def hash(self) -> str: ...
+
+
+class ArchivableStore(Protocol):
+    """What retention asks of the store, declared here: the store imports the chain's
+    hashing from ``security.audit``, so security never imports the store back."""
+
+    def audit_archived_through(self) -> tuple[int, str]: ...
+
+    def iter_audit(self) -> Iterator[AuditRow]: ...
+
+    def prune_audit(self, *, through_seq: int, through_hash: str, location: str, sha256: str,
+                    created_at: float) -> int: ...
 
 ARCHIVE_KEY = "audit-archive"
 DAY_S = 86_400.0
@@ -50,7 +74,7 @@ def _aad(first: int, through: int) -> bytes:
     return f"podfleet-audit-archive|{first}|{through}".encode()
 
 
-def archive_old(store: StoreProtocol, directory: Path, *, key: bytes, signer: Ed25519PrivateKey, now: float,
+def archive_old(store: ArchivableStore, directory: Path, *, key: bytes, signer: Ed25519PrivateKey, now: float,
                 retention_s: float = 90 * DAY_S) -> ArchiveManifest | None:
     """Archive and prune the records older than ``retention_s``; None when there are none."""
     cutoff = now - retention_s

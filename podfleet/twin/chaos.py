@@ -349,7 +349,7 @@ class ChaosRun:
         link = self.rt.fabric.link_states()[f.link] if f.link is not None else None
         if link is not None and str(link) == LinkState.UP.value:
             return True  # repaired (or a fresh twin after a restart): no flow crosses a dead link
-        orch = self.parts.recovery.orch.get(self.rt.id)
+        orch = self.parts.recovery.orchestrator(self.rt.id)
         if orch is None:
             return False
         for rec in orch.done:

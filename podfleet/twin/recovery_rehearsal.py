@@ -55,7 +55,7 @@ class RecoveryRehearsal:
         return list(self.plane.jobs.describe(job_id)["allocation"]["chips"])
 
     def recoveries(self) -> list[dict[str, Any]]:
-        return self.parts.health.recoveries(CLUSTER)
+        return self.parts.recovery.recoveries(CLUSTER)
 
 
 def rehearse(seed: int, *, fleet: str = "trn2-ultraserver:2", n_spares: int = 4, repair_s: float | None = 600.0,

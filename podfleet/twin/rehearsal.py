@@ -4,7 +4,7 @@
 table, the twin driver), health (scans, prediction, alerts, firmware) and recovery, on a
 seeded virtual-time timeline and a store (in memory, or a SQLite file). The scenario's
 jobs and commands go through the same commands the API calls: ``plane.create_cluster``,
-``plane.jobs.submit`` / ``stop``, ``plane.inject_fault``, ``health.start_firmware``.
+``plane.jobs.submit`` / ``stop``, ``plane.inject_fault``, ``firmware.start_firmware``.
 
 Only what the API cannot express touches the twin directly: the cluster's fabric is
 built with the scenario's topology (a fleet of ``pods`` pods is one cluster), telemetry
@@ -188,7 +188,7 @@ class Rehearsal:
             return self.fault(c.fault)
         assert c.firmware is not None
         fw = c.firmware
-        return self.parts.health.start_firmware(CLUSTER, fw.version, unit=fw.unit, chips=fw.chips, actor=ACTOR)
+        return self.parts.firmware.start_firmware(CLUSTER, fw.version, unit=fw.unit, chips=fw.chips, actor=ACTOR)
 
     def fault(self, f: FaultCommand) -> dict[str, Any]:
         chip, link = f.chip, f.link

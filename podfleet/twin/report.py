@@ -4,7 +4,7 @@ alarms) and, for ground truth only the twin knows, from the fabric's events.
 
 Definitions:
 
-* recoveries: one per recovery journal with a job (``health.recoveries``), by the path
+* recoveries: one per recovery journal with a job (``recovery.recoveries``), by the path
   its state came back by (``replica``: a live peer's copy; ``checkpoint``: the last
   checkpoint), plus ``requeue``: a job relaunched by the job driver (from its checkpoint,
   on replacement chips) after losing a chip. Time: detection to the job running again.
@@ -20,19 +20,17 @@ Definitions:
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from podfleet.compose import Parts
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim.fabric import SimFabric
 from podfleet.hardware.faults import FaultKind
 from podfleet.twin.evaluate import HORIZON_S
-from podfleet.twin.scenario import twin_figures
-
-if TYPE_CHECKING:
-    from podfleet.twin.rehearsal import Rehearsal
+from podfleet.twin.scenario import Scenario, twin_figures
 
 _DOWN = ("failed", "isolated")
 _ENDED = ("job-finished", "job-stopped", "job-failed")
@@ -119,12 +117,45 @@ class Tracker:
         return {k: round(v / 3600.0, 4) for k, v in sorted(out.items())}
 
 
+class Rehearsed(Protocol):
+    """What the report reads of a rehearsal (``twin.rehearsal.Rehearsal`` is one), declared
+    here so the report never imports the rehearsal that imports it."""
+
+    @property
+    def sc(self) -> Scenario: ...
+
+    @property
+    def tl(self) -> Timeline: ...
+
+    @property
+    def fabric(self) -> SimFabric | None: ...
+
+    @property
+    def parts(self) -> Parts: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def t0(self) -> float: ...
+
+    @property
+    def tracker(self) -> Tracker: ...
+
+    @property
+    def job_ids(self) -> dict[str, str]:
+        """Scenario job id -> control-plane job id."""
+
+    @property
+    def command_log(self) -> list[dict[str, Any]]: ...
+
+
 def _pct(xs: list[float], q: float) -> float | None:
     return round(float(np.percentile(xs, q)), 4) if xs else None
 
 
-def recoveries(r: Rehearsal) -> dict[str, Any]:
-    journals = [j for j in r.parts.health.recoveries(r.cluster_id) if j.get("job_id")]
+def recoveries(r: Rehearsed) -> dict[str, Any]:
+    journals = [j for j in r.parts.recovery.recoveries(r.cluster_id) if j.get("job_id")]
     by_path: Counter[str] = Counter()
     times: list[float] = []
     seq: list[dict[str, Any]] = []
@@ -157,14 +188,14 @@ def recoveries(r: Rehearsal) -> dict[str, Any]:
             "moves_home": moves_home, "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "sequence": seq}
 
 
-def alerts(r: Rehearsal) -> dict[str, Any]:
+def alerts(r: Rehearsed) -> dict[str, Any]:
     al = r.parts.health.list_alerts(r.cluster_id)
     return {"total": len(al), "by_rule": dict(sorted(Counter(a["rule"] for a in al).items())),
             "by_severity": dict(sorted(Counter(a["severity"] for a in al).items())),
             "firing_at_end": sum(a["state"] == "firing" for a in al)}
 
 
-def predictions(r: Rehearsal) -> dict[str, Any]:
+def predictions(r: Rehearsed) -> dict[str, Any]:
     mon = r.parts.health.monitors.get(r.cluster_id)
     alarms = [(a.chip, a.t) for a in (mon.alarms if mon else [])]
     fails: dict[int, list[float]] = {}
@@ -182,11 +213,11 @@ def predictions(r: Rehearsal) -> dict[str, Any]:
             "horizon_s": HORIZON_S}
 
 
-def jobs(r: Rehearsal, now: float) -> list[dict[str, Any]]:
+def jobs(r: Rehearsed, now: float) -> list[dict[str, Any]]:
     tr = r.tracker
     out = []
     for name, jid in r.job_ids.items():
-        v = r.plane.jobs.describe(jid)
+        v = r.parts.plane.jobs.describe(jid)
         prog = v.get("progress") or {}
         step = int(prog.get("step") or 0)
         start = tr.started.get(jid)
@@ -200,11 +231,11 @@ def jobs(r: Rehearsal, now: float) -> list[dict[str, Any]]:
         out.append({"job_id": name, "id": jid, "state": v["state"], "step": step, "steps": prog.get("steps"),
                     "loss": prog.get("loss"), "tokens_per_s": prog.get("tokens_per_s"), "ettr": ettr,
                     "balance_degree": sched.get("balance_degree"), "launches": tr.starts.get(jid, 0),
-                    "recoveries": len([1 for j in r.parts.health.recoveries(r.cluster_id) if j.get("job_id") == jid])})
+                    "recoveries": len([1 for j in r.parts.recovery.recoveries(r.cluster_id) if j.get("job_id") == jid])})
     return out
 
 
-def build_report(r: Rehearsal, wall: float) -> dict[str, Any]:
+def build_report(r: Rehearsed, wall: float) -> dict[str, Any]:
     sc, fab, tl = r.sc, r.fabric, r.tl
     assert fab is not None
     now = tl.now

@@ -13,6 +13,8 @@ from podfleet.api.server import bootstrap_admin
 from podfleet.api.testing import role_tokens, serve_in_thread
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.factory import make_fabric
+from podfleet.planner.adapter import PlannerAdapter
 from podfleet.store.memory import MemoryStore
 
 ADMIN_TOKEN = "pf_test-admin-token-0123456789abcdef"
@@ -32,7 +34,7 @@ class Live:
 
 def start_live(speed: float = 50.0) -> Iterator[Live]:
     store = MemoryStore()
-    plane = ControlPlane(store, Timeline(seed=3, speed=speed), telemetry_interval_s=1.0)
+    plane = ControlPlane(store, Timeline(seed=3, speed=speed), fabric_factory=make_fabric, planner=PlannerAdapter(), telemetry_interval_s=1.0)
     bootstrap_admin(plane, ADMIN_TOKEN)
     tokens = role_tokens(store, ADMIN_TOKEN)
     with serve_in_thread(plane) as url:

@@ -18,6 +18,8 @@ from podfleet.api.server import bootstrap_admin
 from podfleet.api.testing import role_tokens, serve_in_thread
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.factory import make_fabric
+from podfleet.planner.adapter import PlannerAdapter
 from podfleet.security.tokens import Role
 from podfleet.store.memory import MemoryStore
 from tests.api.conftest import ADMIN_TOKEN, Live
@@ -37,7 +39,7 @@ class AppLive(Live):
 @pytest.fixture(scope="module")
 def live() -> Iterator[AppLive]:
     store = MemoryStore()
-    plane = ControlPlane(store, Timeline(seed=3, speed=50.0), telemetry_interval_s=1.0)
+    plane = ControlPlane(store, Timeline(seed=3, speed=50.0), fabric_factory=make_fabric, planner=PlannerAdapter(), telemetry_interval_s=1.0)
     bootstrap_admin(plane, ADMIN_TOKEN)
     tokens = role_tokens(store, ADMIN_TOKEN)
     app = create_app(plane)

@@ -27,7 +27,7 @@ CHIP_SERIES = ("podfleet_chip_up", "podfleet_chip_utilization_ratio", "podfleet_
 
 def scrape(plane: ControlPlane, parts: compose.Parts) -> dict[str, list]:
     metrics = ApiMetrics(plane)
-    metrics.registry.register(HealthCollector(plane, parts.health))
+    metrics.registry.register(HealthCollector(plane, parts.health, parts.recovery))
     text = generate_latest(metrics.registry).decode()
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 

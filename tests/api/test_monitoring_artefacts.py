@@ -44,7 +44,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     plane.tl.run(plane.tl.now + 60)
     try:
         metrics = ApiMetrics(plane)
-        metrics.registry.register(HealthCollector(plane, parts.health))
+        metrics.registry.register(HealthCollector(plane, parts.health, parts.recovery))
         fams = text_string_to_metric_families(generate_latest(metrics.registry).decode())
         yield {f.name: (f.type, {k for s in f.samples for k in s.labels}) for f in fams}
     finally:

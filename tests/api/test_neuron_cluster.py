@@ -61,7 +61,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                   workdir=str(tmp_path_factory.mktemp("work")), fabric_access=allowed)
     plane = parts.plane
     bootstrap_admin(plane, TOKEN)
-    with serve_in_thread(plane, health=parts.health) as url:
+    with serve_in_thread(plane, parts=parts) as url:
         e = Env(url, plane)
         yield e
         e.c.close()

@@ -45,7 +45,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                   workdir=str(tmp_path_factory.mktemp("work")))
     plane = parts.plane
     bootstrap_admin(plane, TOKEN)
-    with serve_in_thread(plane, health=parts.health) as url:
+    with serve_in_thread(plane, parts=parts) as url:
         e = Env(url, plane, store)
         r = e.c.post("/v1/clusters", json={"name": "loc", "fabric": "local", "chips": 8, "spares": 2})
         assert r.status_code == 201, r.text

@@ -11,6 +11,7 @@ import pytest
 
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.factory import make_fabric
 from podfleet.store.memory import MemoryStore
 
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
@@ -27,7 +28,7 @@ def _until(cond, timeout_s: float = 120.0) -> None:
 def test_ray_cluster_job_recovers_a_killed_actor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PODFLEET_RAY_ADDRESS", raising=False)
     store = MemoryStore()
-    plane = ControlPlane(store, Timeline(seed=1, speed=1.0), workdir=str(tmp_path))
+    plane = ControlPlane(store, Timeline(seed=1, speed=1.0), fabric_factory=make_fabric, workdir=str(tmp_path))
     plane.start()
     plane.call_timeout_s = 120  # starting a local Ray instance takes a while on two cores
     try:

@@ -11,6 +11,7 @@ import pytest
 
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.factory import make_fabric
 from podfleet.store import open_store
 
 pytestmark = pytest.mark.realproc
@@ -26,7 +27,7 @@ def _until(cond, timeout_s: float = 90.0) -> None:
 def test_restart_resumes_a_local_job_from_its_checkpoint(tmp_path: Path) -> None:
     db, work = f"sqlite:///{tmp_path / 'pf.db'}", str(tmp_path / "work")
     store = open_store(db)
-    p1 = ControlPlane(store, Timeline(seed=1, speed=1.0), workdir=work)
+    p1 = ControlPlane(store, Timeline(seed=1, speed=1.0), fabric_factory=make_fabric, workdir=work)
     p1.start()
     try:
         p1.call_sync(p1.create_cluster, {"name": "loc", "fabric": "local", "chips": 2}, actor="t")
@@ -43,7 +44,7 @@ def test_restart_resumes_a_local_job_from_its_checkpoint(tmp_path: Path) -> None
     store.close()
 
     store = open_store(db)
-    p2 = ControlPlane(store, Timeline(seed=2, speed=1.0), workdir=work)
+    p2 = ControlPlane(store, Timeline(seed=2, speed=1.0), fabric_factory=make_fabric, workdir=work)
     p2.start()
     try:
         assert p2.jobs.describe(job["id"])["state"] in ("RECOVERING", "RUNNING")

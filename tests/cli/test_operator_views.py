@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from podfleet.cli.job import reason_code
 from podfleet.cli.main import app
-from podfleet.control.plane import event_line
+from podfleet.control.events import event_line
 from podfleet.fabric.base import FabricEvent
 from tests.api.conftest import Live
 

@@ -6,12 +6,14 @@ import pytest
 
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
+from podfleet.fabric.factory import make_fabric
+from podfleet.planner.adapter import PlannerAdapter
 from podfleet.store.memory import MemoryStore
 from podfleet.store.protocol import StoreProtocol
 
 
 def make_plane(store: StoreProtocol | None = None, seed: int = 0) -> ControlPlane:
-    return ControlPlane(store or MemoryStore(), Timeline(seed=seed))
+    return ControlPlane(store or MemoryStore(), Timeline(seed=seed), fabric_factory=make_fabric, planner=PlannerAdapter())
 
 
 @pytest.fixture

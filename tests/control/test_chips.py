@@ -9,7 +9,7 @@ import pytest
 
 from podfleet.compose import build
 from podfleet.control import ControlPlane
-from podfleet.control.chips import ChipMode, ChipModes
+from podfleet.control.chipmodes import ChipMode, ChipModes
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.store.memory import MemoryStore

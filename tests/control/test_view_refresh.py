@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import copy
 
+from podfleet.control.jobstatus import _plain_copy
 from podfleet.control.jobtable import (
     Job,
     JobStatus,
     JobTable,
     Progress,
     SchedulingInfo,
-    _plain_copy,
 )
 from podfleet.control.lifecycle import JobState
 from podfleet.store.memory import MemoryStore

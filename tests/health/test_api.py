@@ -23,7 +23,7 @@ def api() -> Iterator[httpx.Client]:
     parts = build(MemoryStore(), Timeline(seed=5, speed=50.0), telemetry_interval_s=1.0)
     plane = parts.plane
     bootstrap_admin(plane, TOKEN)
-    with serve_in_thread(plane, health=parts.health) as url, httpx.Client(base_url=url, timeout=30,
+    with serve_in_thread(plane, parts=parts) as url, httpx.Client(base_url=url, timeout=30,
                                                      headers={"Authorization": f"Bearer {TOKEN}"}) as c:
         r = c.post("/v1/clusters", json={"name": "hpod", "type": "trn2-ultraserver", "spares": 4})
         assert r.status_code == 201, r.text
@@ -43,7 +43,7 @@ def test_alerts_telemetry_and_hardware_health(api: httpx.Client) -> None:
         time.sleep(0.1)
     assert any(a["rule"] == "link-down" for a in alerts)
     ack = api.post(f"/v1/alerts/{alerts[0]['id']}/acknowledge")
-    assert ack.status_code == 200 and ack.json()["state"] == "acknowledged"
+    assert ack.status_code == 200 and ack.json()["state"] == "acknowledged", ack.text
     # Acknowledged, as listed: every *_at is RFC 3339 (the timeline seconds beside).
     a = ack.json()
     assert a["first_seen_at"].endswith("Z") and a["last_seen_at"].endswith("Z") and a["resolved_at"] is None

@@ -9,7 +9,7 @@ import numpy as np
 
 from podfleet.health.alerts import AlertBook
 from podfleet.health.predict import PrecursorFeatures
-from podfleet.health.scan import HealthScanner, same_frozen, thermal_inputs
+from podfleet.health.scan import HealthScanner, thermal_inputs
 from podfleet.health.telemetry import (
     CHIP_METRICS,
     LINK_METRICS,
@@ -17,6 +17,7 @@ from podfleet.health.telemetry import (
     chip_sample,
     link_sample,
 )
+from podfleet.scheduler.samples import same_frozen
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

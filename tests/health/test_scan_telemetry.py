@@ -174,7 +174,7 @@ def test_job_slow_baseline_is_the_median_of_its_last_samples() -> None:
 
 
 def test_util_ratio_is_computed_once_per_read_only_sample() -> None:
-    from podfleet.health.scan import util_ratio
+    from podfleet.scheduler.samples import util_ratio
 
     a = np.arange(12, dtype=np.float64).reshape(4, 3)
     a.flags.writeable = False

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from podfleet.compose import build
+from podfleet.compose import Parts, build
 from podfleet.control import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, NotFoundError, UnknownNameError
@@ -19,8 +19,9 @@ def plane_with_health(store: MemoryStore | None = None, seed: int = 0) -> tuple[
     return parts.plane, parts.health
 
 
-def setup(store: MemoryStore | None = None, seed: int = 0, **job):
-    plane, svc = plane_with_health(store, seed)
+def setup_parts(store: MemoryStore | None = None, seed: int = 0, **job) -> tuple[Parts, str]:
+    parts = build(store or MemoryStore(), Timeline(seed=seed))
+    plane = parts.plane
     plane.create_cluster({"name": "pod", "type": "trn2-ultraserver", "spares": 4}, actor="t")
     plane.tl.run(plane.tl.now + 30)
     body = {"model": "tiny", "chips": 32, "steps": 10**6, "checkpoint_interval": 500,
@@ -28,11 +29,17 @@ def setup(store: MemoryStore | None = None, seed: int = 0, **job):
     view = plane.jobs.submit("pod", body, actor="t")
     plane.tl.run(plane.tl.now + 60)
     assert plane.jobs.describe(view["id"])["state"] == "RUNNING"
-    return plane, svc, view["id"]
+    return parts, view["id"]
+
+
+def setup(store: MemoryStore | None = None, seed: int = 0, **job) -> tuple[ControlPlane, HealthService, str]:
+    parts, job_id = setup_parts(store, seed, **job)
+    return parts.plane, parts.health, job_id
 
 
 def test_chip_failure_is_recovered_by_the_orchestrator_with_visible_sub_steps() -> None:
-    plane, svc, job = setup()
+    parts, job = setup_parts()
+    plane = parts.plane
     chip = plane.jobs.describe(job)["allocation"]["chips"][3]
     plane.inject_fault("pod", "chip-failure", chip=chip, actor="t")
     plane.tl.run(plane.tl.now + 0.004)
@@ -44,7 +51,7 @@ def test_chip_failure_is_recovered_by_the_orchestrator_with_visible_sub_steps() 
     assert v["state"] == "RUNNING" and chip not in v["allocation"]["chips"]
     assert [s["name"] for s in v["recovery"]["steps"]] == ["detect", "isolate", "select-spare", "move-rank", "restore", "resume"]
     assert v["recovery"]["restored_from"] == "replica"
-    assert svc.recoveries("pod")[-1]["job_id"] == job
+    assert parts.recovery.recoveries("pod")[-1]["job_id"] == job
     owner = plane.clusters[plane.names["pod"]].owner
     assert sorted(c for c, j in owner.items() if j == job) == sorted(v["allocation"]["chips"])
 
@@ -82,7 +89,8 @@ def test_telemetry_ranges_and_rollups_in_the_store() -> None:
 
 
 def test_firmware_rollout_through_the_plane_and_bad_input_changes_nothing() -> None:
-    plane, svc, job = setup()
+    parts, job = setup_parts()
+    plane, svc = parts.plane, parts.firmware
     with pytest.raises(UnknownNameError):
         svc.start_firmware("pod", "9.9", actor="t")
     r = svc.start_firmware("pod", "2.22.0", chips=[0, 1], actor="t")

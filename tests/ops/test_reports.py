@@ -13,8 +13,9 @@ from tests.ops.conftest import Pod
 
 
 def make_report(pod: Pod, period: str = "1h") -> dict:
-    h = pod.parts.health
-    return reports.build(pod.plane, h.list_alerts("pod"), h.recoveries("pod"), "pod", reports.parse_period(period))
+    p = pod.parts
+    return reports.build(pod.plane, p.health.list_alerts("pod"), p.recovery.recoveries("pod"), "pod",
+                         reports.parse_period(period))
 
 
 def test_a_report_counts_outages_faults_recoveries_and_jobs(pod: Pod) -> None:
@@ -63,8 +64,8 @@ def test_the_archive_keeps_a_real_report_and_prunes_old_ones(pod: Pod) -> None:
 
 def test_reports_are_generated_on_the_timeline_for_every_active_cluster(pod: Pod) -> None:
     arch = reports.StoredReports(pod.plane.store)
-    reports.schedule_daily(pod.plane, pod.parts.health, arch, interval_s=600.0)
+    reports.schedule_daily(pod.plane, pod.parts.health, pod.parts.recovery, arch, interval_s=600.0)
     pod.run(601)
     cid = pod.plane.resolve("pod").id
     assert len(arch.list(cid)) == 1
-    assert len(reports.generate_all(pod.plane, pod.parts.health, arch)) == 1
+    assert len(reports.generate_all(pod.plane, pod.parts.health, pod.parts.recovery, arch)) == 1

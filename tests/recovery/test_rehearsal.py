@@ -37,11 +37,11 @@ def test_firmware_rollout_moves_ranks_at_step_boundaries() -> None:
     r = rehearse(4)
     job = r.submit(dict(JOB))
     r.tl.run(r.tl.now + 300.0)
-    fw = r.parts.health.start_firmware(CLUSTER, "2.22.0", unit="chip", chips=r.chips(job)[:2], actor="t")
+    fw = r.parts.firmware.start_firmware(CLUSTER, "2.22.0", unit="chip", chips=r.chips(job)[:2], actor="t")
     view = fw
     for _ in range(12):  # the cross-pod rank slows the steps the moves wait for: run until it ends
         r.tl.run(r.tl.now + 600.0)
-        view = r.parts.health.firmware_rollout(CLUSTER, fw["id"])
+        view = r.parts.firmware.firmware_rollout(CLUSTER, fw["id"])
         if view["state"] != "running":
             break
     # The two chips hold ranks of one tensor-parallel group: they go as one batch, and as
@@ -75,14 +75,14 @@ def test_firmware_batches_follow_tensor_parallel_groups() -> None:
     job = r.submit(dict(JOB))
     r.tl.run(r.tl.now + 600.0)
     healthy = r.fabric.job(job).step_time_s
-    fw = r.parts.health.start_firmware(CLUSTER, "2.22.0", unit="chip", chips=r.chips(job)[:24], actor="t")
+    fw = r.parts.firmware.start_firmware(CLUSTER, "2.22.0", unit="chip", chips=r.chips(job)[:24], actor="t")
     steps: list[float] = []
     r.fabric.subscribe(lambda ev: steps.append(float(ev.detail["step_time_s"]))
                        if ev.job_id == job and ev.kind == "progress" else None)
     view = fw
     for _ in range(12):
         r.tl.run(r.tl.now + 600.0)
-        view = r.parts.health.firmware_rollout(CLUSTER, fw["id"])
+        view = r.parts.firmware.firmware_rollout(CLUSTER, fw["id"])
         if view["state"] != "running":
             break
     assert view["state"] == "succeeded" and len(view["done"]) == 24

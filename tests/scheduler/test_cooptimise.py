@@ -2,41 +2,48 @@ from __future__ import annotations
 
 import pytest
 
+from podfleet.errors import InvalidInputError
 from podfleet.hardware.catalog import get_topology
+from podfleet.planner.adapter import PlannerAdapter
 from podfleet.scheduler import DecisionKind, JobRequest, PluginConfig, Scheduler
 from podfleet.scheduler.framework import DEFAULT_PLUGINS, FrameworkConfig
+from tests.scheduler.fake_planner import FakePlan, FakePlanner
 
 POD = get_topology("trn2-ultraserver")
 
 
-def _with_fake_planner() -> FrameworkConfig:
-    plugins = tuple(
-        PluginConfig(p.name, p.weight, {"planner_module": "tests.scheduler.fake_planner"})
-        if p.name == "topology_block" else p
-        for p in DEFAULT_PLUGINS
-    )
-    return FrameworkConfig(plugins)
-
-
 def test_auto_parallelism_picks_block_and_plan_together() -> None:
-    s = Scheduler(POD, config=_with_fake_planner())
+    s = Scheduler(POD, planner=FakePlanner())
     s.submit(JobRequest("auto", 16, parallelism="auto", model="m"))
     [d] = s.schedule()
     assert d.kind is DecisionKind.BIND
     assert d.placement.shape == (2, 2, 4)  # the planner's fastest shape, not the comm-cost one
-    assert d.placement.plan == {"step_time_s": 1.0, "shape": (2, 2, 4)}
+    assert d.placement.plan == FakePlan(1.0, (2, 2, 4))
 
 
 def test_auto_without_a_feasible_plan_falls_back_to_comm_cost() -> None:
-    s = Scheduler(POD, config=_with_fake_planner())
+    s = Scheduler(POD, planner=FakePlanner())
     s.submit(JobRequest("auto", 16, parallelism="auto", model="too-big"))
     [d] = s.schedule()
     assert d.placement.shape == (4, 4, 1) and d.placement.plan is None
 
 
-def test_real_planner_when_present() -> None:
-    pytest.importorskip("podfleet.planner")
+def test_without_a_planner_the_shape_is_chosen_by_communication_cost() -> None:
     s = Scheduler(POD)
+    s.submit(JobRequest("auto", 16, parallelism="auto", model="llama3-8b"))
+    [d] = s.schedule()
+    assert d.kind is DecisionKind.BIND and d.placement.plan is None
+
+
+def test_the_planner_comes_through_the_port_not_plugin_config() -> None:
+    plugins = tuple(PluginConfig(p.name, p.weight, {"planner_module": "x"}) if p.name == "topology_block" else p
+                    for p in DEFAULT_PLUGINS)
+    with pytest.raises(InvalidInputError, match="takes no arguments"):
+        Scheduler(POD, config=FrameworkConfig(plugins))
+
+
+def test_real_planner_through_its_adapter() -> None:
+    s = Scheduler(POD, planner=PlannerAdapter())
     s.submit(JobRequest("auto", 16, parallelism="auto", model="llama3-8b"))
     [d] = s.schedule()
     assert d.placement.plan is not None
@@ -46,11 +53,10 @@ def test_real_planner_when_present() -> None:
 def test_a_compressed_job_is_planned_with_its_compression() -> None:
     """The plan chosen with the block is estimated with the job's gradient compression,
     so its step time is the one the twin runs the job at (``perf.compression``)."""
-    pytest.importorskip("podfleet.planner")
     from podfleet.control.scheduling import plan_fields
 
     def placed(comp: str) -> dict:
-        s = Scheduler(POD)
+        s = Scheduler(POD, planner=PlannerAdapter())
         s.submit(JobRequest("auto", 16, parallelism="auto", model="llama3-8b", grad_compression=comp))
         [d] = s.schedule()
         assert d.kind is DecisionKind.BIND

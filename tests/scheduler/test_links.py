@@ -13,6 +13,7 @@ from podfleet.perf.layout import block_health, job_topology
 from podfleet.perf.models import get_model
 from podfleet.perf.plan import Plan
 from podfleet.perf.step import estimate
+from podfleet.planner.adapter import PlannerAdapter
 from podfleet.scheduler import DecisionKind, JobRequest, Scheduler
 from podfleet.scheduler.links import block_link_health, link_penalty
 
@@ -34,7 +35,7 @@ def inner_link(chips: tuple[int, ...]) -> int:
 
 
 def place(job: JobRequest, link_states: list[str] | None = None) -> tuple[Scheduler, object]:
-    s = Scheduler(POD)
+    s = Scheduler(POD, planner=PlannerAdapter())
     if link_states is not None:
         s.set_link_states(link_states)
     s.submit(job)

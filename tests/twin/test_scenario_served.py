@@ -48,7 +48,7 @@ def test_rehearsal_and_served_plane_recover_the_same_way() -> None:
     parts = build(MemoryStore(), Timeline(seed=2, speed=20.0), telemetry_interval_s=2.0)
     plane = parts.plane
     bootstrap_admin(plane, TOKEN)
-    with serve_in_thread(plane, health=parts.health) as url, \
+    with serve_in_thread(plane, parts=parts) as url, \
             httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
         assert c.post("/v1/clusters", json={"name": "pod", "type": "trn2-ultraserver", "spares": 4}).status_code < 300
         _wait(lambda: c.get("/v1/clusters/pod").json()["state"] == "active", "cluster active")
@@ -62,7 +62,7 @@ def test_rehearsal_and_served_plane_recover_the_same_way() -> None:
               and v["recovery"]["state"] == "done", "recovery done")
         assert c.post("/v1/clusters/pod/faults", json={"kind": "link-down", "link": "0-1"}).status_code < 300
         time.sleep(0.5)  # 10 s of timeline time at 20x: the link flow (if any) finishes
-        journals = plane.call_sync(parts.health.recoveries, "pod")
+        journals = plane.call_sync(parts.recovery.recoveries, "pod")
     served_seq = [f for f in _flows(journals)]
     sim_all = [(s["kind"], s["path"] if s["path"] != "none" else None, s["steps"]) for s in
                rep["recoveries"]["sequence"]]

@@ -1,7 +1,7 @@
 """Health, recovery and firmware: alerts, telemetry ranges, recoveries, rolling updates.
 
-Served by the ``HealthService`` the composition root built (``podfleet.compose``); an app
-without one answers 409 with a sentence, never a 500, except for listings whose honest answer
+Served by the ``HealthService``, the ``RecoveryService`` and the ``FirmwareService`` the
+composition root built (``podfleet.compose``); an app without one answers 409 with a sentence, never a 500, except for listings whose honest answer
 is empty: nothing monitors the cluster, so no alert fires (``ListAlerts``), and a fabric that
 cannot update firmware online has no rollouts (``ListFirmwareUpdates``, which says why). A
 page reading every cluster's alerts or rollouts thus gets no error for such a cluster.
@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field
 
 from podfleet.api.auth import CurrentPrincipal
-from podfleet.api.deps import AlertRef, ClusterRef, Health, Plane, RolloutRef
+from podfleet.api.deps import AlertRef, ClusterRef, Firmware, Health, Plane, Recovery, RolloutRef
 from podfleet.api.schemas import MAX_CHIP_INDEX, MAX_CHIPS, MAX_LINK_INDEX, RequestBody
 from podfleet.errors import InvalidInputError
 from podfleet.health.service import HealthService
@@ -115,14 +115,14 @@ async def get_telemetry(
 
 
 @router.get("/clusters/{cluster}/recoveries", operation_id="ListRecoveries", response_model=RecoveryList)
-async def list_recoveries(cluster: ClusterRef, plane: Plane, svc: Health) -> dict[str, Any]:
+async def list_recoveries(cluster: ClusterRef, plane: Plane, svc: Recovery) -> dict[str, Any]:
     """Recovery flows with their steps (each with its reason and times)."""
     return {"recoveries": await plane.call(svc.recoveries, cluster)}
 
 
 @router.post("/clusters/{cluster}/firmware", operation_id="StartFirmwareUpdate", response_model=FirmwareRollout,
              status_code=status.HTTP_202_ACCEPTED)
-async def start_firmware(cluster: ClusterRef, body: FirmwareUpdateRequest, plane: Plane, svc: Health,
+async def start_firmware(cluster: ClusterRef, body: FirmwareUpdateRequest, plane: Plane, svc: Firmware,
                          who: CurrentPrincipal) -> dict[str, Any]:
     """Rolling update: one chip (or node) at a time, a spare taking over its work, a health
     check after each, rollback on failure. 4xx and no change for an unknown version or
@@ -132,7 +132,7 @@ async def start_firmware(cluster: ClusterRef, body: FirmwareUpdateRequest, plane
 
 
 @router.get("/clusters/{cluster}/firmware", operation_id="ListFirmwareUpdates", response_model=FirmwareRolloutList)
-async def list_firmware(cluster: ClusterRef, plane: Plane, svc: Health) -> dict[str, Any]:
+async def list_firmware(cluster: ClusterRef, plane: Plane, svc: Firmware) -> dict[str, Any]:
     """Rollouts of a cluster, newest last; for a fabric that cannot update firmware online,
     none, and ``unavailable`` says why (``StartFirmwareUpdate`` refuses it with that sentence)."""
     try:
@@ -143,5 +143,5 @@ async def list_firmware(cluster: ClusterRef, plane: Plane, svc: Health) -> dict[
 
 @router.get("/clusters/{cluster}/firmware/{rollout}", operation_id="DescribeFirmwareUpdate",
             response_model=FirmwareRollout)
-async def describe_firmware(cluster: ClusterRef, rollout: RolloutRef, plane: Plane, svc: Health) -> dict[str, Any]:
+async def describe_firmware(cluster: ClusterRef, rollout: RolloutRef, plane: Plane, svc: Firmware) -> dict[str, Any]:
     return await plane.call(svc.firmware_rollout, cluster, rollout)

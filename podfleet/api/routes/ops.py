@@ -23,6 +23,7 @@ from podfleet.health.service import HealthService
 from podfleet.ops import advise, diagnose, kb, reports, verify
 from podfleet.ops import drill as drill_ops
 from podfleet.ops.checks import Check, verdict
+from podfleet.recovery.service import RecoveryService
 
 router = APIRouter(prefix="/v1", tags=["operations"])
 
@@ -78,6 +79,11 @@ class Guide(BaseModel):
 
 def _health(request: Request) -> HealthService | None:
     svc: HealthService | None = request.app.state.health
+    return svc
+
+
+def _recovery(request: Request) -> RecoveryService | None:
+    svc: RecoveryService | None = request.app.state.recovery
     return svc
 
 
@@ -169,9 +175,10 @@ def _archive(request: Request) -> reports.Archive:
     return arch
 
 
-def _report_on_engine(plane: ControlPlane, svc: HealthService | None, cluster: str, period_s: float) -> dict[str, Any]:
+def _report_on_engine(plane: ControlPlane, svc: HealthService | None, rec: RecoveryService | None, cluster: str,
+                      period_s: float) -> dict[str, Any]:
     alerts = svc.list_alerts(cluster) if svc is not None else []
-    recs = svc.recoveries(cluster) if svc is not None else []
+    recs = rec.recoveries(cluster) if rec is not None else []
     return reports.build(plane, alerts, recs, cluster, period_s)
 
 
@@ -179,7 +186,7 @@ def _report_on_engine(plane: ControlPlane, svc: HealthService | None, cluster: s
 async def create_report(cluster: ClusterRef, body: ReportRequest, plane: Plane, request: Request) -> dict[str, Any]:
     """Generate a health report over the period and archive it (JSON and HTML with charts)."""
     period_s = reports.parse_period(body.period)
-    rep = await plane.call(_report_on_engine, plane, _health(request), cluster, period_s)
+    rep = await plane.call(_report_on_engine, plane, _health(request), _recovery(request), cluster, period_s)
     await asyncio.to_thread(_archive(request).save, rep, now=plane.now())
     return rep
 

@@ -15,7 +15,6 @@ from podfleet.fabric.base import FabricEvent
 
 if TYPE_CHECKING:
     from podfleet.control.jobtable import Job, JobTable
-    from podfleet.control.placement import Allocation
     from podfleet.control.runtime import ClusterRuntime
     from podfleet.control.specs import JobSpec
 
@@ -96,8 +95,6 @@ class JobOps(Protocol):
     def render(self, rt: ClusterRuntime) -> None: ...
 
     def schedule(self, rt: ClusterRuntime) -> None: ...
-
-    def launch(self, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None: ...
 
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None: ...
 

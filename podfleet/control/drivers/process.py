@@ -125,12 +125,11 @@ class ProcessDriver:
         opts["max_retries"] = int(job.spec.get("max_retries") or 0)
         if job.spec.get("grad_compression", "none") != "none":
             opts["grad_compression"] = job.spec["grad_compression"]
-        counts = self.counts(job)
         # A relaunch (restart of the control plane, a gang restarted) continues from the
         # newest committed checkpoint in the job's checkpoint dir, if any.
-        if start_step or counts.launches:
+        if start_step or self.counts(job).launches:
             opts["resume"] = True
-        counts.launches += 1
+        self.table.count_run(job, launches=1)
         return opts
 
     def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
@@ -267,40 +266,38 @@ class ProcessDriver:
         if job.state == JobState.RECOVERING:
             self.table.transition(job, JobState.RUNNING, reason, allocation=alloc)
         else:  # a bad-input / last-retry path skipped RECOVERING: keep the allocation right
-            job.status.allocation = alloc.to_dict()
             self.table.log(job, reason)
-            self.table.save(job)
+            self.table.amend(job, allocation=alloc, persist=True)
 
     def _gang_ended(self, job: Job, d: dict[str, Any], chip: int | None) -> None:
         """The gang ended because a rank died: relaunch it, or fail the job with the cause."""
         if job.state not in _LIVE:
             return
         cause = str(d.get("cause", ""))
-        counts = self.counts(job)
         reason = str(d.get("reason") or d.get("error") or cause)
         if cause == "bad-input":
             self.table.end(job, JobState.FAILED, f"bad input: {reason}")
             self.jobs.schedule(self.rt)
             return
         if cause == "infra" and d.get("killed_by") == "hang":
-            counts.hang_restarts += 1
+            counts = self.table.count_run(job, hang_restarts=1)
             if counts.hang_restarts > self.jobs.hang_restarts:
                 # Hung again and again: its code (the GIL held in a C call, a deadlock),
                 # not the host. A user-code failure, not relaunched again.
-                counts.user_failures += 1
+                self.table.count_run(job, user_failures=1)
                 self.table.end(job, JobState.FAILED, hang_reason(f"rank {d.get('rank')} on chip {chip}",
                                                                  counts.hang_restarts, None, self.jobs.hang_restarts))
                 self.jobs.schedule(self.rt)
                 return
         self.relaunches.open(job, d.get("rank"), cause, chip)
         if cause == "infra":
-            counts.infra_failures += 1
+            self.table.count_run(job, infra_failures=1)
             if chip is not None:
                 self.rt.owners.release_chip(chip, job.id)  # the dead rank moves to another chip
             self.table.transition(job, JobState.RECOVERING, f"{reason}; relaunching from checkpoint step "
                                                             f"{job.status.checkpoint_step}")
         else:
-            counts.user_failures += 1
+            counts = self.table.count_run(job, user_failures=1)
             budget = int(job.spec.get("max_retries") or 0)
             if counts.user_failures > budget:
                 self.table.end(job, JobState.FAILED, f"user code failed ({counts.user_failures} failures, "
@@ -311,11 +308,9 @@ class ProcessDriver:
         self.jobs.relaunch(self.rt, job)
 
     # --- status, logs ------------------------------------------------------------------------------
-    @staticmethod
-    def counts(job: Job) -> RunCounts:
-        if job.status.runtime is None:
-            job.status.runtime = RunCounts(max_retries=int(job.spec.get("max_retries") or 0))
-        return job.status.runtime
+    def counts(self, job: Job) -> RunCounts:
+        """The job's run counts (read; the job table writes them)."""
+        return self.table.run_counts(job)
 
     def _update_counts(self, job: Job) -> None:
         if not isinstance(self.fabric, Introspection):
@@ -326,11 +321,8 @@ class ProcessDriver:
         # A fabric that recovers ranks itself counts across its attempts; one whose gang
         # ends with a rank reports only the current run, while this driver counted the
         # relaunches: the larger of the two is the job's count either way.
-        c = self.counts(job)
-        c.attempt = max(c.attempt, st.attempt)
-        c.infra_failures = max(c.infra_failures, st.infra_failures)
-        c.user_failures = max(c.user_failures, st.user_failures)
-        c.max_retries = st.max_retries or c.max_retries
+        self.table.count_run(job, at_least=RunCounts(attempt=st.attempt, infra_failures=st.infra_failures,
+                                                     user_failures=st.user_failures, max_retries=st.max_retries))
 
     def sync_logs(self, job: Job, *, final: bool = False) -> None:
         """Copy the fabric's new job-log lines (and, at the end, each worker's output tail)."""

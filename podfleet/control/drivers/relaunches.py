@@ -71,7 +71,7 @@ class Relaunches:
         now = self.now()
         rec.update(state="done", t_end=now, resume_s=now - float(rec["detected_t"]), first_step=step)
         rec["steps"].append({"name": "resume", "reason": f"step {step} trained", "t_start": now})
-        self.counts(job).recoveries.append(rec)
+        self.table.add_run_recovery(job, rec)
         self.table.log(job, f"recovered: rank {rec.get('rank')} via {rec.get('path')}, resumed from "
                             f"{rec.get('source')} step {rec.get('restored_step')} in {rec['resume_s']:.2f} s, "
                             f"{rec.get('steps_lost')} step(s) lost")
@@ -88,7 +88,7 @@ class Relaunches:
                               chip=d.get("chip"), detected_t=None, last_step=None)
         rec.update({k: d.get(k) for k in ("source", "restored_step", "steps_lost", "resume_s", "moves", "path")})
         rec.update(state="done", restored_from=d.get("source"), t_end=t)
-        counts.recoveries.append(rec)
+        self.table.add_run_recovery(job, rec)
         self.table.log(job, f"recovered: resumed from {d.get('source')} step {d.get('restored_step')} in "
                             f"{float(d.get('resume_s') or 0):.2f} s, {d.get('steps_lost')} step(s) lost")
         self.table.save(job)
@@ -103,4 +103,4 @@ class Relaunches:
         if rec is not None:
             rec.pop("chips_before", None)
             rec.update(state=state, t_end=self.now())
-            self.counts(job).recoveries.append(rec)
+            self.table.add_run_recovery(job, rec)

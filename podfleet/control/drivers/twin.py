@@ -105,10 +105,8 @@ class TwinDriver:
 
     # --- fabric events --------------------------------------------------------------------------
     def on_event(self, ev: FabricEvent) -> None:
+        # A recovery flow had the event first (``control.events``) and did not take it over.
         rt, table = self.rt, self.table
-        rec = self.jobs.recovery
-        if rec is not None and rec.on_event(rt, ev):
-            return  # a recovery orchestrator took the fault over
         if ev.kind == "chip-failed" and ev.chip is not None:
             self._chip_failed(ev.chip, ev.kind)
             return
@@ -147,7 +145,7 @@ class TwinDriver:
                 rt.scheduler.requeue(job.id)
             table.transition(job, JobState.PENDING, f"chip {chip} failed before launch", allocation=None)
         else:
-            job.status.failed_chip = chip
+            table.amend(job, failed_chip=chip)
             if job.state == JobState.RECOVERING:  # already waiting for chips (e.g. reloaded after a restart)
                 table.set_reason(job, f"chip {chip} failed ({why}) while recovering; moving its rank")
             else:

@@ -23,15 +23,50 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from podfleet.checkpoint import manifest
 from podfleet.fabric.base import hang_reason
 from podfleet.fabric.local.jobs import TERMINAL, Cause, JobState, LocalJob, classify_exit
 from podfleet.fabric.local.process import WorkerProcess
+from podfleet.fabric.local.state import LocalState
 
-if TYPE_CHECKING:
-    from podfleet.fabric.local.fabric import LocalFabric
+
+class RecoveryHost(Protocol):
+    """What recovery uses of the fabric (``LocalFabric`` is the one), declared here so this
+    module never imports the fabric that imports it."""
+
+    @property
+    def state(self) -> LocalState: ...
+
+    @property
+    def spares(self) -> tuple[int, ...]: ...
+
+    @property
+    def replica_grace_s(self) -> float: ...
+
+    @property
+    def hang_timeout_s(self) -> float: ...
+
+    @property
+    def max_hang_restarts(self) -> int: ...
+
+    def emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None: ...
+
+    def deliver(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def finish(self, job: LocalJob, state: JobState, reason: str | None) -> None: ...
+
+    def pick_spare(self) -> int | None: ...
+
+    def check_chip_health(self, chip: int) -> str | None: ...
+
+    def retire_chip(self, chip: int, reason: str) -> None: ...
+
+    def claim(self, chip: int, job_id: str) -> None: ...
+
+    def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None: ...
 
 
 def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
@@ -45,7 +80,7 @@ def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
     return f"rank {wp.rank}: exit code {code} ({cause.value})" + (f": {tail[-1]}" if tail else "")
 
 
-def handle_exit(fab: LocalFabric, wp: WorkerProcess, code: int, detected_mono: float) -> None:
+def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: float) -> None:
     assert wp.cfg is not None  # a standby's exits are not reported here
     wp.exit_handled = True
     job = fab.state.jobs.get(wp.cfg.job_id)
@@ -90,7 +125,7 @@ def _reap(job: LocalJob, attempt: int) -> None:
                 w.kill("recovery")
 
 
-def _relaunch_or_fail(fab: LocalFabric, job: LocalJob) -> None:
+def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
     failed = job.failed_ranks
     bad = [m for c, m in failed.values() if c is Cause.BAD_INPUT]
     if bad:

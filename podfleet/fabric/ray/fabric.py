@@ -46,7 +46,15 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.ray.jobs import TERMINAL, ExitCause, RankRecord, RayJob, RayJobState, RayState
+from podfleet.fabric.ray.jobs import (
+    STRATEGIES,
+    TERMINAL,
+    ExitCause,
+    RankRecord,
+    RayJob,
+    RayJobState,
+    RayState,
+)
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
 from podfleet.fabric.ray.runner import JobRunner
 from podfleet.hardware.topology import SwitchedTopology, Topology
@@ -54,7 +62,6 @@ from podfleet.security.redact import Redactor
 from podfleet.training.config import WorkerConfig
 
 RESOURCES = ("CPU", "GPU", "neuron_cores")
-STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
 METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s",
            "mem_capacity_bytes", "pid")  # as fabric/local
 # Strategies whose bundles are pinned to their chips' nodes: the control plane chose the

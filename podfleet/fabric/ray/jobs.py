@@ -11,6 +11,9 @@ from typing import Any
 from podfleet.fabric.base import ExitCause, RunState, RunStatus
 from podfleet.states import check_transition
 
+# Placement strategies by the job option's name -> Ray's (``placement`` of a job).
+STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
+
 
 class RayJobState(StrEnum):
     PLACING = "placing"  # waiting for the placement group (all bundles or nothing)

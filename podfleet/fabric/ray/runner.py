@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from podfleet.fabric.ray.actor import WorkerActor
 from podfleet.fabric.ray.jobs import (
+    STRATEGIES,
     TERMINAL,
     ExitCause,
     RankRecord,
@@ -21,9 +23,8 @@ from podfleet.fabric.ray.jobs import (
     RayState,
     cause_of,
 )
-
-if TYPE_CHECKING:
-    from podfleet.fabric.ray.fabric import RayFabric
+from podfleet.fabric.ray.nodes import NodeMap, RayNode
+from podfleet.training.config import WorkerConfig
 
 START_TIMEOUT_S = 120.0  # actor creation + hello on a busy cluster
 POLL_TIMEOUT_S = 2.0
@@ -32,11 +33,45 @@ NODE_REFRESH_S = 2.0  # how often the poller re-reads which Ray nodes are alive
 _BLAME = (ExitCause.INFRA, ExitCause.USER_CODE, ExitCause.BAD_INPUT, ExitCause.PEER_LOST, ExitCause.STOPPED)
 
 
+class RunnerHost(Protocol):
+    """What the runner uses of the fabric (``RayFabric`` is the one): its settings and
+    public helpers, declared here so this module never imports the fabric."""
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def placement_timeout_s(self) -> float: ...
+
+    @property
+    def hang_timeout_s(self) -> float: ...
+
+    @property
+    def poll_interval_s(self) -> float: ...
+
+    @property
+    def nodes(self) -> NodeMap: ...
+
+    def bundle(self) -> dict[str, float]: ...
+
+    def bundle_selectors(self, job: RayJob) -> list[dict[str, str]] | None: ...
+
+    def actor_options(self) -> dict[str, Any]: ...
+
+    def worker_config(self, job: RayJob, rank: int, master_addr: str, master_port: int) -> WorkerConfig: ...
+
+    def node_died(self, node: RayNode) -> None: ...
+
+    def on_engine(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def emit(self, kind: str, *, job_id: str | None = None, chip: int | None = None, **detail: Any) -> None: ...
+
+
 class JobRunner:
     """Background work on the shared ``RayState``; ``fabric`` only for its public settings
     and helpers (bundle, actor options, worker config, emit)."""
 
-    def __init__(self, state: RayState, fabric: RayFabric) -> None:
+    def __init__(self, state: RayState, fabric: RunnerHost) -> None:
         self.state = state
         self.f = fabric
         self._stop = threading.Event()
@@ -64,8 +99,6 @@ class JobRunner:
         f, ray = self.f, self.state.ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        from podfleet.fabric.ray.fabric import STRATEGIES
 
         n = len(job.ranks)
         try:

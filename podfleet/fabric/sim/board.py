@@ -17,6 +17,8 @@ from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState, LinkState, check_chip_transition, check_link_transition
 from podfleet.fabric.sim.context import SimContext
 from podfleet.fabric.sim.telemetry import ro
+from podfleet.hardware.specs import ChipSpec
+from podfleet.hardware.topology import Topology
 
 CHIP_STATES: tuple[ChipState, ...] = tuple(ChipState)
 LINK_STATES: tuple[LinkState, ...] = tuple(LinkState)
@@ -61,6 +63,15 @@ class Board:
         self._n_down = 0
         self.on_repaired: Callable[[int], None] = _noop
         self.on_chip_lost: Callable[[str, str], None] = _noop
+
+    # --- what step-time functions read (``StepModel``) -------------------------------------
+    @property
+    def spec(self) -> ChipSpec:
+        return self.ctx.spec
+
+    @property
+    def topology(self) -> Topology:
+        return self.ctx.topology
 
     # --- chips ---------------------------------------------------------------------------
     def check_chip(self, chip: int) -> int:

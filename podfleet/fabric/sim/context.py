@@ -5,9 +5,9 @@ context (and each other's public methods), never a back-reference to ``SimFabric
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
@@ -15,6 +15,25 @@ from podfleet.fabric.sim.links import LinkTable
 from podfleet.fabric.sim.telemetry import ChipTelemetry
 from podfleet.hardware.specs import ChipSpec
 from podfleet.hardware.topology import Topology
+
+
+class StepModel(Protocol):
+    """What a step-time function reads of the twin (``step_time_fn(spec, model)``): the
+    chip, the topology and the live clock and link health of a gang. The ``Board`` is
+    one (so the job runner needs no back-reference to ``SimFabric``), and ``SimFabric``
+    is another, for callers that time a step from outside."""
+
+    @property
+    def spec(self) -> ChipSpec: ...
+
+    @property
+    def topology(self) -> Topology: ...
+
+    def gang_clock_factor(self, chips: Sequence[int]) -> float: ...
+
+    def job_link_bw(self, chips: Sequence[int]) -> float: ...
+
+    def job_nominal_link_bw(self, chips: Sequence[int]) -> float: ...
 
 
 class EventBus:

@@ -87,7 +87,7 @@ class SimFabric:
         self.ctx = SimContext(timeline, self.topology, self.spec, self.links, self.telemetry, EventBus(timeline),
                               self.telemetry_interval_s)
         self.board = Board(self.ctx, timeline.now)
-        self.runner = JobRunner(self.ctx, self.board, self, step_time_fn=step_time_fn or default_step_time,
+        self.runner = JobRunner(self.ctx, self.board, step_time_fn=step_time_fn or default_step_time,
                                 progress_every_steps=max(1, int(progress_every_steps)))
         timeline.every(self.telemetry_interval_s, self._tick)
         self.faults = FaultProcess(self.ctx, self.board, rates=fault_rates or FaultRates.none(),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import simpy
@@ -28,7 +28,7 @@ from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState, RunState, RunStatus, WorkerGroupSpec
 from podfleet.fabric.sim.board import Board
 from podfleet.fabric.sim.congestion import Congestion
-from podfleet.fabric.sim.context import SimContext
+from podfleet.fabric.sim.context import SimContext, StepModel
 from podfleet.fabric.sim.workload import (
     JobRun,
     JobState,
@@ -40,9 +40,6 @@ from podfleet.fabric.sim.workload import (
     step_breakdown,
     tokens_per_step,
 )
-
-if TYPE_CHECKING:
-    from podfleet.fabric.sim.fabric import SimFabric
 
 _UTIL = 0.95  # busy share of a compute phase, as neuron-monitor would show it
 MIN_COMM_SHARE = 0.1  # overlapped gradient traffic: links busy even when comm is hidden
@@ -60,13 +57,14 @@ _RUN_STATE = {
 class JobRunner:
     """The twin's jobs: one SimPy process per job on the ``Board``'s chips.
 
-    ``model`` is what step-time functions read (chip spec, topology, link and clock
-    health): the ``SimFabric`` that composes this runner.
+    Step-time functions read the ``Board`` (a ``StepModel``: chip spec, topology, link
+    and clock health), never the ``SimFabric`` that composes this runner.
     """
 
-    def __init__(self, ctx: SimContext, board: Board, model: SimFabric, *, step_time_fn: StepTimeFn,
+    def __init__(self, ctx: SimContext, board: Board, *, step_time_fn: StepTimeFn,
                  progress_every_steps: int) -> None:
-        self.ctx, self.board, self.model = ctx, board, model
+        self.ctx, self.board = ctx, board
+        self.model: StepModel = board
         self.step_time_fn = step_time_fn
         self.progress_every_steps = progress_every_steps
         self.jobs: dict[str, JobRun] = {}

@@ -21,21 +21,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import WorkerGroupSpec
+from podfleet.fabric.sim.context import StepModel
 from podfleet.hardware.topology import FleetTopology, GridTopology
 from podfleet.perf import Plan, estimate_step
 from podfleet.perf.compression import NONE, GradCompression, parse_grad_compression
 from podfleet.perf.models import MODELS, ModelSpec, custom_model
 from podfleet.perf.options import plan_from_options
-
-if TYPE_CHECKING:
-    from podfleet.fabric.sim.fabric import SimFabric
-
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ def model_of(spec: WorkerGroupSpec) -> ModelSpec | None:
     return MODELS.get(spec.model)
 
 
-def _plan_of(spec: WorkerGroupSpec, model: ModelSpec, fabric: SimFabric) -> Plan:
+def _plan_of(spec: WorkerGroupSpec, model: ModelSpec, fabric: StepModel) -> Plan:
     return plan_from_options(model, len(spec.chips), spec.options, fabric.topology)
 
 
@@ -80,7 +77,7 @@ def _healthy(model: ModelSpec, n: int, topology: Any, plan: Plan, comp: GradComp
                        est.tokens_per_s * est.step_time_s, plan.tp, plan.dp)
 
 
-def healthy_step(spec: WorkerGroupSpec, fabric: SimFabric) -> HealthyStep | None:
+def healthy_step(spec: WorkerGroupSpec, fabric: StepModel) -> HealthyStep | None:
     """The cached healthy estimate of ``spec`` on ``fabric`` (None: perf cannot model it)."""
     model = model_of(spec)
     if model is None:
@@ -124,7 +121,7 @@ def _spanning(chips: tuple[int, ...], topology: Any, tp: int, dp: int) -> tuple[
     return tuple(slow if x else 1.0 for x in (tp_span, pp_span, dp_span))  # type: ignore[return-value]
 
 
-def perf_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float] | None:
+def perf_breakdown(spec: WorkerGroupSpec, fabric: StepModel) -> tuple[float, float, float] | None:
     """(compute_s, exposed comm s, step_s) with throttling and link health applied."""
     h = healthy_step(spec, fabric)
     if h is None:

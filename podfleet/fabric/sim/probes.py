@@ -4,7 +4,8 @@ Compute: a square GEMM on each chip through the performance model (``perf.comput
 at the chip's current clock, so a throttled chip shows its lost rate and a failed one
 none. Collectives: the alpha-beta model of ``perf.collectives`` over the chips' real
 links and their current states (a down link's ring detours, a degraded one runs at its
-factor), at the chip type's calibrated link efficiency. Nothing moves data, so ``wrong``
+factor), at the chip type's calibrated link efficiency (``perf.collective_probe``, which
+verification also reads). Nothing moves data, so ``wrong``
 is -1 (not checked): the numbers are the model's, and say so.
 """
 
@@ -17,15 +18,8 @@ import numpy as np
 from podfleet.fabric.base import ChipState, CollectiveRow, LinkState, MatmulRate, bus_factor
 from podfleet.hardware.specs import ChipSpec
 from podfleet.hardware.topology import GridTopology, Topology
-from podfleet.perf.collectives import (
-    LinkHealth,
-    all_gather_s,
-    all_reduce_s,
-    all_to_all_s,
-    group_levels,
-    p2p_s,
-    reduce_scatter_s,
-)
+from podfleet.perf.collective_probe import collective_times
+from podfleet.perf.collectives import LinkHealth
 from podfleet.perf.compute import gemm_s
 from podfleet.perf.efficiency import efficiency_for
 
@@ -74,22 +68,12 @@ def link_health(states: Sequence[LinkState]) -> LinkHealth:
 
 def collective_rows(topology: Topology, chips: Sequence[int], group: str, ops: Sequence[str],
                     sizes_bytes: Sequence[int], health: LinkHealth) -> list[CollectiveRow]:
-    eff = efficiency_for(topology.chip_type).link
-    levels = group_levels(topology, chips, health)
     n = len(chips)
-    timers = {"all-reduce": all_reduce_s, "all-gather": all_gather_s, "reduce-scatter": reduce_scatter_s,
-              "all-to-all": all_to_all_s}
     rows = []
-    for op in ops:
-        for size in sizes_bytes:
-            if op == "send-recv":
-                t = p2p_s(topology, chips[0], chips[1], float(size), eff) if n > 1 else 0.0
-            else:
-                t = timers[op](levels, float(size), eff)
-            t = max(t, 1e-9)
-            algbw = size / t / 1e9
-            rows.append(CollectiveRow(op=op, group=group, ranks=n, size_bytes=int(size),
-                                      count=max(1, int(size) // ELEMENT_BYTES), type="float32",
-                                      time_us=t * 1e6, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, n),
-                                      wrong=-1))
+    for op, size, t in collective_times(topology, chips, ops, sizes_bytes, health):
+        algbw = size / t / 1e9
+        rows.append(CollectiveRow(op=op, group=group, ranks=n, size_bytes=size,
+                                  count=max(1, size // ELEMENT_BYTES), type="float32",
+                                  time_us=t * 1e6, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, n),
+                                  wrong=-1))
     return rows

@@ -40,13 +40,13 @@ import numpy as np
 
 from podfleet.errors import InvalidInputError
 from podfleet.fabric.base import WorkerGroupSpec
+from podfleet.fabric.sim.context import StepModel
 
 if TYPE_CHECKING:
     import simpy
 
-    from podfleet.fabric.sim.fabric import SimFabric
 
-StepTimeFn = Callable[[WorkerGroupSpec, "SimFabric"], float]
+StepTimeFn = Callable[[WorkerGroupSpec, StepModel], float]
 
 DEFAULT_TOKENS_PER_STEP = 4 * 1024 * 1024
 DEFAULT_MFU = 0.45
@@ -71,7 +71,7 @@ def model_params(spec: WorkerGroupSpec) -> float:
     return 1e8
 
 
-def step_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float]:
+def step_breakdown(spec: WorkerGroupSpec, fabric: StepModel) -> tuple[float, float, float]:
     """(compute_s, exposed communication s, step_s): the performance model (``perfstep``)
     for models it knows, else the simple model below."""
     from podfleet.fabric.sim.perfstep import (
@@ -85,7 +85,7 @@ def step_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, flo
     return simple_breakdown(spec, fabric)
 
 
-def tokens_per_step(spec: WorkerGroupSpec, fabric: SimFabric) -> float:
+def tokens_per_step(spec: WorkerGroupSpec, fabric: StepModel) -> float:
     """Global batch x sequence length of the performance model's plan, else the option."""
     from podfleet.fabric.sim.perfstep import healthy_step
 
@@ -95,7 +95,7 @@ def tokens_per_step(spec: WorkerGroupSpec, fabric: SimFabric) -> float:
     return h.tokens_per_step if h is not None else float(DEFAULT_TOKENS_PER_STEP)
 
 
-def simple_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, float, float]:
+def simple_breakdown(spec: WorkerGroupSpec, fabric: StepModel) -> tuple[float, float, float]:
     """(compute_s, exposed communication s, step_s) of the simple model."""
     n = max(1, len(spec.chips))
     params = model_params(spec)
@@ -112,7 +112,7 @@ def simple_breakdown(spec: WorkerGroupSpec, fabric: SimFabric) -> tuple[float, f
     return compute_s, exposed_s, compute_s + exposed_s
 
 
-def default_step_time(spec: WorkerGroupSpec, fabric: SimFabric) -> float:
+def default_step_time(spec: WorkerGroupSpec, fabric: StepModel) -> float:
     return step_breakdown(spec, fabric)[2]
 
 

@@ -18,26 +18,25 @@ A block whose ring would cross links other jobs' rings already load has its cost
 multiplied by ``traffic.candidate_traffic`` (only computed while some pod reports
 traffic: ``Scheduler.set_link_traffic``).
 
-``parallelism="auto"``: if ``podfleet.planner`` is importable, each candidate shape is
-planned (``plan(model, chips, topology=, block_shape=)``) and scored by predicted step
-time instead; the plan travels with the placement. Without a planner the comm cost is
-used and the cycle state says so.
+``parallelism="auto"``: where the scheduler was given a planner (its ``ShapePlanner``
+port, ``Handle.planner``: the composition root wires ``planner.adapter.PlannerAdapter``),
+each candidate shape is planned (``plan_shape(model, chips, grid, shape, compression)``)
+and scored by predicted step time instead; the plan travels with the placement. Without a
+planner the comm cost is used and the cycle state says so.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from podfleet.errors import PodfleetError
+from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import local_distance, ring_cost, ring_walk
-from podfleet.scheduler.extension import Candidates, CycleState, Handle
+from podfleet.scheduler.extension import Candidates, CycleState, Handle, ShapePlan, ShapePlanner
 from podfleet.scheduler.links import candidate_penalty
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.traffic import candidate_traffic
@@ -83,57 +82,39 @@ def preferred_shape(grid: GridTopology, size: int, tp: int = 1, comm: str = "rin
     return block_index(grid).shapes[int(np.argmin(costs))].shape
 
 
-def _planned(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
-             shape: tuple[int, ...], comp: str = "none") -> tuple[Any, str | None]:
+def _planned(planner: ShapePlanner, model: Any, chips: int, grid: GridTopology,
+             shape: tuple[int, ...], comp: str = "none") -> tuple[ShapePlan | None, str | None]:
     """(plan, None) or (None, why the shape cannot run the model). Plans are pure
     functions of their inputs (a frozen result): a fleet placing many jobs of one model
     plans each shape once, not once per job. ``comp``: the job's gradient compression
     (``perf.compression``), so the plan's step time is the one the job will run at."""
     try:
-        return _planned_cached(plan_fn, model, chips, grid, shape, comp)
-    except TypeError:  # an unhashable model: planned without the cache
-        return _plan_shape(plan_fn, model, chips, grid, shape, comp)
+        return _planned_cached(planner, model, chips, grid, shape, comp)
+    except TypeError:  # an unhashable model or planner: planned without the cache
+        return _plan_shape(planner, model, chips, grid, shape, comp)
 
 
 @functools.lru_cache(maxsize=1024)
-def _planned_cached(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
-                    shape: tuple[int, ...], comp: str = "none") -> tuple[Any, str | None]:
-    return _plan_shape(plan_fn, model, chips, grid, shape, comp)
+def _planned_cached(planner: ShapePlanner, model: Any, chips: int, grid: GridTopology,
+                    shape: tuple[int, ...], comp: str = "none") -> tuple[ShapePlan | None, str | None]:
+    return _plan_shape(planner, model, chips, grid, shape, comp)
 
 
-def _plan_shape(plan_fn: Callable[..., object], model: Any, chips: int, grid: GridTopology,
-                shape: tuple[int, ...], comp: str = "none") -> tuple[Any, str | None]:
+def _plan_shape(planner: ShapePlanner, model: Any, chips: int, grid: GridTopology,
+                shape: tuple[int, ...], comp: str = "none") -> tuple[ShapePlan | None, str | None]:
     try:
-        # Only a compressed job passes the argument: a planner without it still plans the rest.
-        kw = {"grad_compression": comp} if comp != "none" else {}
-        p = plan_fn(model, chips, topology=grid, block_shape=shape, **kw)
-        _step_time_s(p)
+        p = planner.plan_shape(model, chips, grid, shape, comp)
+        float(p.step_time_s)  # a plan without a step time cannot be ranked: the port says it has one
         return p, None
-    except (PodfleetError, TypeError, ValueError) as exc:
+    except (PodfleetError, ValueError) as exc:
         return None, str(exc)
-
-
-def _step_time_s(plan: Any) -> float:
-    for attr in ("step_time_s", "predicted_step_time_s", "step_s"):
-        v = plan.get(attr) if isinstance(plan, dict) else getattr(plan, attr, None)
-        if v is not None:
-            return float(v)
-    raise TypeError(f"plan {type(plan).__name__} has no step time")
 
 
 class TopologyBlock:
     name = NAME
 
-    def __init__(self, planner_module: str = "podfleet.planner") -> None:
-        self.planner_module = planner_module
-
-    def _planner(self) -> Callable[..., object] | None:
-        try:
-            mod = importlib.import_module(self.planner_module)
-        except ImportError:
-            return None
-        plan_fn: Callable[..., object] | None = getattr(mod, "plan", None)
-        return plan_fn
+    def __init__(self, planner: ShapePlanner | None = None) -> None:
+        self.planner = planner
 
     def score(self, state: CycleState, job: JobRequest, cands: Candidates) -> tuple[Status, np.ndarray]:
         pod0 = cands.cluster.pods[0]
@@ -160,15 +141,15 @@ class TopologyBlock:
         return st.SUCCESS, 100.0 * best / costs
 
     def _plan_costs(self, state: CycleState, job: JobRequest, grid: GridTopology, shapes: list[tuple[int, ...]], sids: np.ndarray) -> dict[int, float]:
-        plan_fn = self._planner()
-        if plan_fn is None:
+        planner = self.planner
+        if planner is None:
             state["plan_note"] = "planner not available; shape chosen by communication cost"
             return {}
         plans, out = state.setdefault("plans", {}), {}
         for shape, sid in zip(shapes, sids, strict=True):
-            p, err = _planned(plan_fn, job.model, job.chips, grid, shape, job.grad_compression)
-            if err is None:
-                out[int(sid)] = _step_time_s(p)
+            p, err = _planned(planner, job.model, job.chips, grid, shape, job.grad_compression)
+            if p is not None:
+                out[int(sid)] = float(p.step_time_s)
                 plans[shape] = p
             else:
                 # This shape cannot run the model (memory, divisibility): rank it last.
@@ -182,4 +163,7 @@ class TopologyBlock:
 
 
 def factory(handle: Handle, args: dict[str, Any]) -> TopologyBlock:
-    return TopologyBlock(**args)
+    if args:  # the planner comes through the handle (the scheduler's port), not from config
+        raise InvalidInputError(f"scheduler plugin {NAME} takes no arguments, got {', '.join(sorted(args))}",
+                                field="plugins")
+    return TopologyBlock(handle.planner)

@@ -49,9 +49,10 @@ def test_placement_is_refused_on_a_fabric_that_does_not_place_gangs(tmp_path) ->
     from podfleet.control import ControlPlane
     from podfleet.engine.timeline import Timeline
     from podfleet.errors import InvalidInputError
+    from podfleet.fabric.factory import make_fabric
     from podfleet.store.memory import MemoryStore
 
-    plane = ControlPlane(MemoryStore(), Timeline(seed=1), workdir=str(tmp_path))
+    plane = ControlPlane(MemoryStore(), Timeline(seed=1), fabric_factory=make_fabric, workdir=str(tmp_path))
     plane.create_cluster({"name": "loc", "fabric": "local", "chips": 2}, actor="t")
     plane.tl.run(plane.tl.now + 30)
     try:
@@ -93,7 +94,7 @@ def test_a_local_jobs_recovery_is_recorded_and_listed_like_the_twins(tmp_path) -
         [rec] = done["runtime"]["recoveries"]
         assert rec["path"] == "own-chip" and rec["state"] == "done" and rec["kind"] == "worker-lost"
         assert rec["resume_s"] > 0 and rec["steps_lost"] >= 0 and rec["restored_from"] in ("replica", "checkpoint")
-        listed = plane.call_sync(parts.health.recoveries, "loc")
+        listed = plane.call_sync(parts.recovery.recoveries, "loc")
         assert [(r["id"], r["path"], r["job_id"]) for r in listed] == [(rec["id"], "own-chip", jid)]
         assert done["allocation"]["chips"] == [0, 1]
     finally:

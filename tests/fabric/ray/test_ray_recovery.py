@@ -110,7 +110,7 @@ def test_no_spare_the_lost_rank_goes_back_onto_its_own_chip(parts: Any, ray_clus
         assert rec["path"] == "own-chip" and rec["state"] == "done" and rec["rank"] == 1
         assert rec["source"] == "checkpoint" and rec["restored_step"] >= 4
         assert rec["resume_s"] > 0 and rec["steps_lost"] >= 0
-        listed = plane.call_sync(parts.health.recoveries, "nospare")  # `alerts recoveries`
+        listed = plane.call_sync(parts.recovery.recoveries, "nospare")  # `alerts recoveries`
         assert [(r["id"], r["path"]) for r in listed] == [(rec["id"], "own-chip")]
         text = _log(plane, jid)
         assert "(own-chip)" in text and "recovered: rank 1 via own-chip" in text

@@ -1,0 +1,129 @@
+"""Fabric events into the control plane: the one subscriber to every cluster's fabric.
+
+Each event is handled just after the fabric finishes its own reaction (a zero-delay
+event on the timeline): the fabric calls its subscribers from inside its state change,
+and the plane's reaction (isolate, move a rank, resume) must not interleave with the
+rest of that change. Then, in one store transaction (a checkpoint's two transitions and
+its record go together):
+
+    fabric-degraded / -recovered   the cluster's reason (the fabric lost its telemetry)
+    progress                       the job's progress and metrics history (memory only)
+    anything else                  a log line; chip health saved; the recovery service
+                                   first (``RecoveryPort.on_event``: a flow may take the
+                                   fault over), else the cluster's job driver; process
+                                   fabrics' own recoveries are audited
+
+Built by the plane (``ControlPlane``) with only what it uses: it never calls the plane
+back, so a fault goes fabric -> here -> recovery -> fabric in a straight line.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from podfleet.control.drivers.base import JobDriver, RecoveryPort
+from podfleet.control.jobmetrics import JobMetrics
+from podfleet.control.lifecycle import ClusterState
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.engine.timeline import Timeline
+from podfleet.fabric.base import FabricEvent
+from podfleet.store.protocol import StoreProtocol
+from podfleet.store.records import ChipHealthRecord
+
+
+def event_line(ev: FabricEvent) -> str:
+    """A fabric event as a line of the cluster's log. Chip and link events keep their bare
+    kind (reports match them; the line carries the chip or link beside it); a moved rank
+    names the job, the rank and both chips, which no field beside the line carries."""
+    d = ev.detail
+    if ev.kind == "rank-moved":
+        return (f"fabric: rank-moved: job {ev.job_id} rank {d.get('rank')} chip {d.get('from_chip')} -> "
+                f"chip {d.get('to_chip')}")
+    return f"fabric: {ev.kind}"
+
+
+class EventJobs(Protocol):
+    """What the router asks of the job manager: its recovery port and a cluster's driver."""
+
+    @property
+    def recovery(self) -> RecoveryPort | None: ...
+
+    @property
+    def drivers(self) -> Mapping[str, JobDriver]: ...
+
+
+def save_health(store: StoreProtocol, rt: ClusterRuntime) -> None:
+    """Persist every chip's state (and whether it is a spare) for a restart to read."""
+    states = rt.chip_states()
+    store.save_chip_health([ChipHealthRecord(rt.id, i, s.value, bool(rt.spare_mask[i])) for i, s in enumerate(states)])
+
+
+class FabricEvents:
+    def __init__(self, tl: Timeline, store: StoreProtocol, now: Callable[[], float],
+                 clusters: Mapping[str, ClusterRuntime], jobs: EventJobs, metrics: JobMetrics) -> None:
+        self.tl, self.store, self.now = tl, store, now
+        self.clusters, self.jobs, self.metrics = clusters, jobs, metrics
+
+    def subscribe(self, rt: ClusterRuntime) -> None:
+        rt.fabric.subscribe(functools.partial(self._on_event, rt))
+
+    def _on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        self.tl.call_at(0, lambda: self.handle(rt, ev))
+
+    def handle(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        if rt.id not in self.clusters:
+            return
+        if ev.kind in ("fabric-degraded", "fabric-recovered"):
+            self._fabric_health(rt, ev)
+            return
+        if ev.kind not in ("progress", "checkpoint", "thermal-throttle") and not ev.kind.startswith("job-"):
+            rt.logs.append(self.now(), event_line(ev), chip=ev.chip, link=ev.link)
+        if ev.kind == "progress":  # memory only: progress is persisted with checkpoints
+            self._to_jobs(rt, ev)
+            if ev.job_id is not None:
+                self.metrics.record(ev.job_id, self.now(), ev.detail)
+            return
+        # One commit per event: a checkpoint's two transitions and its record go together.
+        with self.store.transaction():
+            if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
+                save_health(self.store, rt)
+            self._to_jobs(rt, ev)
+            self._audit_fabric_recovery(rt, ev)
+
+    def _to_jobs(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        rec = self.jobs.recovery
+        if rec is not None and rec.on_event(rt, ev):
+            return  # a recovery flow took the fault over
+        drv = self.jobs.drivers.get(rt.id)
+        if drv is not None:
+            drv.on_event(ev)
+
+    def _audit_fabric_recovery(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        """A fabric of worker processes recovering a job (itself, or a gang the process
+        driver relaunches) is an automatic action: an audit record by the system. The
+        twin's recovery flows are audited by the recovery service."""
+        d = dict(ev.detail)
+        if ev.kind == "job-recovering":
+            state = "running"
+        elif ev.kind == "job-resumed":
+            state = "done"
+        elif ev.kind == "worker-exited" and d.get("gang_ended") and d.get("cause") == "infra":
+            state = "relaunching"
+        else:
+            return
+        self.store.append_audit(
+            time=self.now(), actor="system:recovery", action="Recovery", target=ev.job_id or rt.id, result="ok",
+            detail={"state": state, "kind": ev.kind, "cluster": rt.id, "chip": ev.chip,
+                    **{k: d[k] for k in ("rank", "cause", "source", "restored_step") if d.get(k) is not None}})
+
+    def _fabric_health(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
+        """The fabric lost (or regained) its own telemetry source, e.g. a neuron-monitor
+        that exited: shown as the cluster's reason until it recovers."""
+        reason = str(ev.detail.get("reason") or ev.kind) if ev.kind == "fabric-degraded" else ""
+        rt.logs.append(self.now(), f"fabric: {ev.kind}" + (f": {reason}" if reason else ""))
+        if rt.rec.status.get("reason") != reason and rt.state == ClusterState.ACTIVE:
+            rt.rec.status["reason"] = reason or "fabric recovered"
+            rt.rec.updated_at = self.now()
+            self.store.save_cluster(rt.rec)

@@ -1,0 +1,170 @@
+"""A job as the control plane holds it: its record and its typed status.
+
+``Job`` (id, cluster, state, spec, status) and ``JobStatus`` (progress, allocation,
+reason, checkpoint step, plan, timestamps, scheduling, recovery journal, process-fabric
+counts), with their JSON forms for the store. Values only: the job table
+(``control.jobtable``) is their one writer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from podfleet.control.lifecycle import TERMINAL, JobState
+from podfleet.store.records import JobRecord
+
+
+@dataclass
+class Progress:
+    step: int = 0
+    steps: int = 0
+    loss: float | None = None
+    tokens_per_s: float | None = 0.0
+    step_time_s: float | None = None  # measured by process fabrics, modelled by the twin
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"step": self.step, "steps": self.steps, "loss": self.loss,
+                             "tokens_per_s": self.tokens_per_s}
+        if self.step_time_s is not None:
+            d["step_time_s"] = self.step_time_s
+        return d
+
+
+@dataclass
+class SchedulingInfo:
+    """What the scheduler and balancer learned about a job (DescribeTrainingJob ``scheduling``)."""
+
+    queue_wait_s: float | None = None
+    team: str | None = None
+    preemptions: int = 0
+    rebalances: int = 0
+    last_rebalance: dict[str, str] | None = None
+    balance_degree: float | None = None
+    # The split the fabric was given (Rebalanceable): per-rank shares, ring order, applied or not.
+    work_split: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        # Only what happened: no "preemptions: 0" on a job never preempted.
+        # (Built field by field: ``asdict``'s recursion was a hot spot of view rendering.)
+        out: dict[str, Any] = {}
+        d = self.__dict__  # the fields by name: a dict lookup, not ``getattr``
+        for name in _SCHEDULING_FIELDS:
+            v = d[name]
+            if v is None or (name in _COUNTERS and v == 0):
+                continue
+            out[name] = _plain_copy(v) if isinstance(v, dict) else v
+        return out
+
+
+_SCHEDULING_FIELDS = tuple(f.name for f in fields(SchedulingInfo))
+_COUNTERS = frozenset(("preemptions", "rebalances"))
+_SCALARS = frozenset((int, float, str, bool, type(None)))
+
+
+def _plain_copy(v: Any) -> Any:
+    """``copy.deepcopy`` of JSON-like data (plain dicts and lists of scalars: the balancer's
+    work split is re-rendered at nearly every tick) without its memo and dispatch, which
+    cost most of a view's rendering; anything else still goes through ``deepcopy``."""
+    t = type(v)
+    if t is dict:
+        return {k: x if type(x) in _SCALARS else _plain_copy(x) for k, x in v.items()}
+    if t is list:
+        return list(v) if _SCALARS.issuperset(map(type, v)) else [_plain_copy(x) for x in v]
+    if t in _SCALARS:
+        return v
+    return copy.deepcopy(v)
+
+
+@dataclass
+class RunCounts:
+    """A process fabric's attempts and failures for the job (DescribeTrainingJob ``runtime``)."""
+
+    attempt: int = 0
+    infra_failures: int = 0
+    user_failures: int = 0
+    max_retries: int = 0
+    launches: int = 0
+    hang_restarts: int = 0  # relaunches after a rank stopped heartbeating (PODFLEET_HANG_RESTARTS)
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class JobStatus:
+    progress: Progress
+    reason: str = ""
+    allocation: dict[str, Any] | None = None  # chips (rank order), shape, reason, offset, pod...
+    checkpoint_step: int = 0  # the newest persisted checkpoint: where a relaunch resumes
+    params: float | None = None  # the twin's model size
+    plan: dict[str, Any] | None = None  # the layout (tp, pp, dp, ...) and its predicted figures
+    timestamps: dict[str, str] = field(default_factory=dict)  # state -> when it was entered
+    scheduling: SchedulingInfo = field(default_factory=SchedulingInfo)
+    recovery: dict[str, Any] | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
+    runtime: RunCounts | None = None  # process fabrics only
+    failed_chip: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["progress"] = self.progress.to_dict()
+        d["scheduling"] = self.scheduling.to_dict()
+        d["runtime"] = self.runtime.to_dict() if self.runtime is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobStatus:
+        prog = dict(d.get("progress") or {})
+        known_p = {f.name for f in fields(Progress)}
+        sched = dict(d.get("scheduling") or {})
+        known_s = {f.name for f in fields(SchedulingInfo)}
+        runtime = d.get("runtime")
+        known_r = {f.name for f in fields(RunCounts)}
+        return cls(
+            progress=Progress(**{k: v for k, v in prog.items() if k in known_p}),
+            reason=str(d.get("reason") or ""),
+            allocation=d.get("allocation"),
+            checkpoint_step=int(d.get("checkpoint_step") or 0),
+            params=d.get("params"),
+            plan=d.get("plan"),
+            timestamps=dict(d.get("timestamps") or {}),
+            scheduling=SchedulingInfo(**{k: v for k, v in sched.items() if k in known_s}),
+            recovery=d.get("recovery"),
+            runtime=RunCounts(**{k: v for k, v in runtime.items() if k in known_r})
+            if isinstance(runtime, Mapping) else None,
+            failed_chip=d.get("failed_chip"),
+        )
+
+
+@dataclass
+class Job:
+    """One training job as the control plane holds it (the table is its only writer)."""
+
+    id: str
+    cluster_id: str
+    state: JobState
+    spec: dict[str, Any]
+    status: JobStatus
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def chips(self) -> tuple[int, ...]:
+        """Its allocation's chips in rank order (empty while it waits)."""
+        return tuple(int(c) for c in (self.status.allocation or {}).get("chips", ()))
+
+    @property
+    def ended(self) -> bool:
+        return self.state in TERMINAL
+
+    def record(self) -> JobRecord:
+        return JobRecord(self.id, self.cluster_id, self.state.value, self.spec, self.status.to_dict(),
+                         self.created_at, self.updated_at)
+
+    @classmethod
+    def from_record(cls, rec: JobRecord) -> Job:
+        return cls(rec.id, rec.cluster_id, JobState(rec.state), dict(rec.spec), JobStatus.from_dict(rec.status),
+                   rec.created_at, rec.updated_at)

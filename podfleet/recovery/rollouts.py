@@ -1,0 +1,73 @@
+"""Firmware rollouts of a control plane's clusters: one ``FirmwareRollouts`` per cluster
+whose fabric declares ``FirmwareUpdate`` and whose runs recovery can move (a spare takes
+each chip's work over first). Built by the composition root (``podfleet.compose``) beside
+the recovery service it drives; the health service knows nothing of it.
+
+Commands (engine thread; the API calls them through ``plane.call``):
+    fw.start_firmware(cluster, version, unit=, chips=, actor=)   StartFirmwareUpdate
+    fw.firmware_rollouts(cluster) / fw.firmware_rollout(cluster, rollout_id)
+    fw.firmware(cluster[, rollout_id])                            either of the two reads
+"""
+
+from __future__ import annotations
+
+from typing import Any, overload
+
+from podfleet.control.ports import PlaneCore
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.errors import InvalidInputError
+from podfleet.fabric.base import FirmwareUpdate
+from podfleet.recovery.firmware import FirmwareRollouts
+from podfleet.recovery.service import RecoveryService
+
+
+class FirmwareService:
+    def __init__(self, plane: PlaneCore, recovery: RecoveryService) -> None:
+        self.plane = plane
+        self.recovery = recovery
+        self.firmware_by_cluster: dict[str, FirmwareRollouts] = {}
+
+    def _fw(self, rt: ClusterRuntime) -> FirmwareRollouts:
+        fw = self.firmware_by_cluster.get(rt.id)
+        if fw is None:
+            orch = self.recovery.for_cluster(rt)
+            if not isinstance(rt.fabric, FirmwareUpdate) or orch is None:
+                raise InvalidInputError(f"fabric {rt.spec.fabric!r} of cluster {rt.rec.name} cannot update "
+                                        "firmware online", field="cluster")
+            fw = self.firmware_by_cluster[rt.id] = FirmwareRollouts(
+                rt.fabric, self.plane.tl, orch, before_batch=lambda: self.recovery.manage_running(rt),
+                # Each automatic step of a rollout is an audit record by the system.
+                audit=lambda result, target, detail: self.plane.audit(
+                    "system:firmware", "FirmwareStep", target, result, {"cluster": rt.id, **detail}))
+        return fw
+
+    def start_firmware(self, ref: str, version: str, *, unit: str = "chip", chips: list[int] | None = None,
+                       actor: str = "system") -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            rt = self.plane.resolve(ref)
+            fw = self._fw(rt)
+            self.recovery.manage_running(rt)
+            r = fw.start(version, unit=unit, chips=chips)
+            rt.logs.append(self.plane.now(), f"firmware rollout {r.id} to {version} started ({r.total} chips)")
+            return {"cluster_id": rt.id, **r.to_dict()}, rt.id
+
+        return self.plane.mutation("StartFirmwareUpdate", actor, ref, do,
+                                   body={"version": version, "unit": unit, "chips": chips})
+
+    def firmware_rollouts(self, ref: str) -> list[dict[str, Any]]:
+        rt = self.plane.resolve(ref)
+        return [{"cluster_id": rt.id, **r.to_dict()} for r in self._fw(rt).rollouts.values()]
+
+    def firmware_rollout(self, ref: str, rollout_id: str) -> dict[str, Any]:
+        rt = self.plane.resolve(ref)
+        return {"cluster_id": rt.id, **self._fw(rt).get(rollout_id).to_dict()}
+
+    @overload
+    def firmware(self, ref: str) -> list[dict[str, Any]]: ...
+
+    @overload
+    def firmware(self, ref: str, rollout_id: str) -> dict[str, Any]: ...
+
+    def firmware(self, ref: str, rollout_id: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+        """All of the cluster's rollouts, or the one named."""
+        return self.firmware_rollouts(ref) if rollout_id is None else self.firmware_rollout(ref, rollout_id)
