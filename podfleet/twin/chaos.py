@@ -350,7 +350,7 @@ class ChaosRun:
         chip (or ``f`` joined it); with none open, whether ``f``'s chip is out of service or
         its link down (what stops a job before, or without, any flow)."""
         orch = self.parts.recovery.orch.get(self.rt.id)
-        rec = orch.active.get(f.job) if orch is not None else None
+        rec = orch.active.get(f.job) if orch is not None and f.job is not None else None
         if rec is None:
             if f.link is not None:
                 return str(self.rt.fabric.link_states()[f.link]) == LinkState.DOWN.value
