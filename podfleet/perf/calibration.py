@@ -182,7 +182,7 @@ TRN_HBM = 0.80
 
 def _trn_eff(matmul: float, microbatch_s: float) -> Efficiency:
     return Efficiency(matmul=matmul, hbm=TRN_HBM, link=TRN1_FIT.link, microbatch_s=microbatch_s,
-                      core_ranks=TRN1_FIT.core_ranks, overlap_grad_reduce=TRN1_FIT.overlap_grad_reduce,
+                      core_ranks=TRN1_FIT.core_ranks,
                       net=TRN1_FIT.net)
 
 

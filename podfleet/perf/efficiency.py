@@ -19,11 +19,13 @@ docs/performance-model.md says how each was obtained:
 Trainium's own terms (``StackTerms``): a NeuronCore is a rank of its own (the Neuron
 tables count TP in cores, reference/validation_trn.md), so a tensor-parallel group of t
 chips is a ring of t*c ranks (c = 2 NeuronCores on trn1, 4 logical cores on trn2 at
-LNC=2, reference/trn2.md); NxD and NeMo on Neuron reduce-scatter gradients inside the
-optimizer step after the accumulation loop (torch-xla's ``ZeroRedundancyOptimizer.step``),
-not overlapped with the backward; and each micro-batch is a compiled graph the runtime
+LNC=2, reference/trn2.md); and each micro-batch is a compiled graph the runtime
 launches and synchronises per pipeline stage (lazy tensors executed at ``mark_step``,
-Neuron PyTorch programming guide), a fixed cost per micro-batch and model chunk.
+Neuron PyTorch programming guide), a fixed cost per micro-batch and model chunk. How a
+run reduces its gradients is the run's, not the chip's: the trn1 rows ran NxD/NeMo's
+ZeRO-1, which reduce-scatters inside the optimizer step after the accumulation loop
+(``validation_trn.predict`` says so, as ``validation.predict`` does for Megatron's
+rows); the planner and the twin assume an overlapping reduction on every chip.
 """
 
 from __future__ import annotations
@@ -43,8 +45,6 @@ class Efficiency:
     microbatch_s: float = 0.0
     # Ranks per chip in a tensor-parallel collective (NeuronCores; 1 on GPUs).
     core_ranks: int = 1
-    # Whether the data-parallel gradient reduction overlaps the backward by default.
-    overlap_grad_reduce: bool = True
     # Of the network tier's bandwidth (IB, EFA) where it differs from ``link``; None: same.
     net: float | None = None
 
@@ -60,10 +60,10 @@ A100_FIT = _eff("a100")
 # 104 GiB/s measured / 472.5 GiB/s modelled: ``calibration.trn2_link_from_nccom()``.
 TRN2_NCCOM_LINK = 0.220
 # Result of ``calibration.calibrate_trn()`` on reference/validation_trn.md (re-derived in a test).
-TRN1_FIT = _eff("trn1", core_ranks=2, overlap_grad_reduce=False)
+TRN1_FIT = _eff("trn1", core_ranks=2)
 # NeuronLink measured on trn2 (nccom-test); EFA, never measured, at the trn1 (= A100) figure.
 TRN2 = Efficiency(matmul=TRN1_FIT.matmul, hbm=TRN1_FIT.hbm, link=TRN2_NCCOM_LINK,
-                  microbatch_s=TRN1_FIT.microbatch_s, core_ranks=4, overlap_grad_reduce=False,
+                  microbatch_s=TRN1_FIT.microbatch_s, core_ranks=4,
                   net=TRN1_FIT.link)
 
 EFFICIENCY: dict[str, Efficiency] = {

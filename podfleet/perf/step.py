@@ -26,8 +26,7 @@ Stack terms (``Efficiency``, per chip type): tensor-parallel collectives run ove
 ``core_ranks`` ranks per chip (NeuronCores: a flat ring of t*c ranks moves (tc-1)/tc of
 the data, not (t-1)/t); every micro-batch pays ``microbatch_s`` per model chunk on each
 stage (a compiled graph's launch and synchronisation on Neuron; 0 on CUDA, whose kernel
-launches queue asynchronously), in the steady state and in the bubble alike; and the
-gradient reduction overlaps the backward or not as the chip's stack does by default.
+launches queue asynchronously), in the steady state and in the bubble alike.
 """
 
 from __future__ import annotations
@@ -140,7 +139,7 @@ def estimate(
     slow_chip_factor: float = 1.0,
     dtype: str = "bf16",
     memory: MemoryBreakdown | None = None,
-    overlap_grad_reduce: bool | None = None,
+    overlap_grad_reduce: bool = True,
     compression: GradCompression = NONE,
     codec: CodecFigures = MEASURED,
 ) -> StepEstimate:
@@ -148,20 +147,17 @@ def estimate(
     chips 0..n-1 are the ranks). ``memory``: the plan's memory if already computed.
 
     ``overlap_grad_reduce``: whether the data-parallel gradient reduction overlaps the
-    backward (PyTorch DDP buckets, Megatron-core ``--overlap-grad-reduce``); None: the
-    chip's stack default (``Efficiency.overlap_grad_reduce``: yes on GPUs, no on Neuron,
-    whose ZeRO-1 optimizer reduce-scatters in its step). Megatron-LM as used in the
-    2021/2022 validation runs did not overlap either: its default local DDP all-reduced
+    backward (PyTorch DDP buckets, Megatron-core ``--overlap-grad-reduce``). The
+    validation runs did not: Megatron-LM of 2021/2022 (its default local DDP all-reduced
     the gradients in ``train_step`` after ``forward_backward_func`` returned, i.e. after
-    the pipeline flush.
+    the pipeline flush), and NxD/NeMo's ZeRO-1 on Neuron (torch-xla's
+    ``ZeroRedundancyOptimizer.step`` reduce-scatters after the accumulation loop).
 
     ``compression``: gradient compression of the data-parallel reduction
     (``perf.compression``: its volume, collective and codec time; the codec competes
     with compute, so its time is never hidden)."""
     chip = chip or get_chip(topo.chip_type)
     eff = eff or efficiency_for(chip.name)
-    if overlap_grad_reduce is None:
-        overlap_grad_reduce = eff.overlap_grad_reduce
     cr = eff.core_ranks
     tp, pp, dp, v, m = plan.tp, plan.pp, plan.dp, plan.interleave, plan.num_micro_batches
     sp = plan.sequence_parallel and tp > 1

@@ -9,7 +9,7 @@ and the fitted configurations on an earlier release. They are only ever predicte
 Every row runs on ``trn1-node:N`` (16 chips per trn1.32xlarge, EFA v2 800 Gbps per
 instance) with micro-batch 1, BF16 with FP32 optimizer state, ZeRO-1, sequence
 parallelism, selective recomputation, fused attention and the plain 1F1B schedule (the
-NxD tutorials' settings). The table counts TP in NeuronCores: here it is in chips
+NxD tutorials' settings), gradients reduced after the accumulation loop. The table counts TP in NeuronCores: here it is in chips
 (cores / 2). A row's step time is global batch / (sequences per second).
 """
 
@@ -76,7 +76,10 @@ def plan_of(row: TrnRow) -> Plan:
 def predict(row: TrnRow, eff: Efficiency | None = None) -> tuple[Plan, StepEstimate]:
     topo = get_topology(f"trn1-node:{-(-row.chips // CHIPS_PER_NODE)}")
     plan = plan_of(row)
-    return plan, estimate(get_model(row.model), plan, topo, eff=eff or efficiency_for("trn1"))
+    # NxD/NeMo's ZeRO-1 (torch-xla's ZeroRedundancyOptimizer) reduce-scatters the gradients
+    # in optimizer.step(), after the accumulation loop: nothing overlaps the backward.
+    return plan, estimate(get_model(row.model), plan, topo, eff=eff or efficiency_for("trn1"),
+                          overlap_grad_reduce=False)
 
 
 def baseline_step_s(row: TrnRow, efficiency: float) -> float:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podfleet import perf
 from podfleet.hardware.catalog import get_topology
 from podfleet.perf import calibration, fitted, validation, validation_trn
 from podfleet.perf.collectives import (
@@ -23,6 +24,7 @@ from podfleet.perf.collectives import (
 )
 from podfleet.perf.efficiency import A100_FIT, TRN1_FIT, efficiency_for
 from podfleet.perf.flops import Recompute
+from podfleet.perf.layout import job_topology, resolve_topology
 from podfleet.perf.models import get_model
 from podfleet.perf.plan import Plan
 from podfleet.perf.step import estimate
@@ -83,12 +85,12 @@ def test_microbatch_cost_is_paid_per_micro_batch_chunk_and_bubble(pp: int, v: in
     assert sum(parts.values()) == pytest.approx(est.step_time_s)
 
 
-def test_stack_default_for_the_gradient_reduction() -> None:
-    plan = _trn_plan(1, 1, 16)
-    assert not efficiency_for("trn1").overlap_grad_reduce and efficiency_for("a100").overlap_grad_reduce
-    trn = estimate(LLAMA7, plan, TRN1)
-    assert trn == estimate(LLAMA7, plan, TRN1, overlap_grad_reduce=False)
-    assert trn.step_time_s > estimate(LLAMA7, plan, TRN1, overlap_grad_reduce=True).step_time_s
+def test_trainium_rows_reduce_gradients_after_the_accumulation_loop() -> None:
+    row = validation_trn.ROWS[0]
+    plan, est = validation_trn.predict(row)
+    topo = get_topology("trn1-node:16")
+    assert est == estimate(LLAMA7, plan, topo, eff=efficiency_for("trn1"), overlap_grad_reduce=False)
+    assert est.step_time_s > estimate(LLAMA7, plan, topo, eff=efficiency_for("trn1")).step_time_s
 
 
 def test_tensor_parallel_collectives_run_over_neuroncores() -> None:
@@ -138,3 +140,14 @@ def test_out_of_sample_rows_are_scored_beside_the_baseline() -> None:
         assert s["rows"] == len(rows) >= 5
         assert s["median_abs_err"] < s["baseline_median_abs_err"]
         assert s["max_abs_err"] < s["baseline_max_abs_err"]
+
+
+def test_default_plan_amortises_the_per_micro_batch_cost() -> None:
+    model = get_model("debug")
+    topo = job_topology(resolve_topology("trn2-ultraserver", 16), 16, None)
+    gb = perf.default_global_batch(model, 16)
+    plan = perf.default_plan(model, 16, gb, topo)
+    one = replace(plan, micro_batch=1, num_micro_batches=gb // plan.dp)
+    assert plan.micro_batch > 1 and plan.global_batch == gb
+    assert estimate(model, plan, topo).step_time_s < estimate(model, one, topo).step_time_s
+    assert estimate(model, plan, topo).fits
