@@ -11,10 +11,12 @@ plane is killed ``restarts`` times (no shutdown: a new plane is built on the sam
 and ``load()``-ed), alternately 5 ms after a fault (mid-recovery) and at a random moment.
 A technician replaces chips and reseats links down for 30 minutes (an assumption).
 
-Counted strictly (see the module for the rules): ``interrupting_faults`` touched a
-running job; ``recovered`` ones had their job running again with new progress within
-10 simulated minutes (link faults: rerouted and within 5% of the pre-fault tokens/s, or
-reported degraded); ``jobs_lost``; ``double_allocations``; ``acked_writes_lost`` (read
+Counted strictly (see the module for the rules): ``interrupting_faults`` paused, slowed
+or stopped a running job (``by_effect``); ``recovered`` ones had the recovery flow their
+kind needs run for them and their job back at full speed (>= 95% of its tokens/s per
+chip before the fault; a link fault may leave it reported degraded) within 10 simulated
+minutes; ``no_action_needed`` touched a running job and did none of that;
+``untouched_faults`` hit no running job; ``jobs_lost``; ``double_allocations``; ``acked_writes_lost`` (read
 back from a new store on the file after every restart and at the end);
 ``invariant_violations`` (listed). Any violation or loss fails the benchmark.
 """
@@ -35,7 +37,7 @@ NAME = "chaos"
 DESCRIPTION = ("1,000 injected faults on the real control plane in virtual time, with restarts: recovered, "
                "jobs lost, double allocations, acked writes lost, invariant violations")
 
-_SUMS = ("faults", "interrupting_faults", "recovered", "jobs_lost", "double_allocations", "acked_writes",
+_SUMS = ("faults", "interrupting_faults", "recovered", "no_action_needed", "untouched_faults", "jobs_lost", "double_allocations", "acked_writes",
          "acked_writes_lost", "invariant_violations", "restarts", "repairs", "sim_s")
 _LISTS = ("unrecovered", "lost", "acked_lost", "violations")
 
@@ -47,6 +49,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {k: 0 for k in _SUMS}
     lists: dict[str, list[str]] = {k: [] for k in _LISTS}
     by_kind = {k.value: 0 for k in FaultKind}
+    by_effect = {"paused": 0, "slowed": 0, "stopped": 0}
     seeds: list[int] = []
     with tempfile.TemporaryDirectory() as d:
         seed = 0
@@ -59,12 +62,15 @@ def run(quick: bool = False) -> dict[str, Any]:
                 lists[k] += [f"seed {seed}: {x}" for x in r[k]]
             for k, v in r["by_kind"].items():
                 by_kind[k] += v
+            for k, v in r["by_effect"].items():
+                by_effect[k] += v
             seeds.append(seed)
             seed += 1
     out["sim_s"] = round(out["sim_s"], 1)
     n_int = out["interrupting_faults"]
     out["recovered_ratio"] = round(out["recovered"] / n_int, 5) if n_int else 0.0
     out["by_kind"] = by_kind
+    out["by_effect"] = by_effect
     out["seeds"] = seeds
     out.update(lists)
     bad = lists["violations"] + lists["lost"] + lists["acked_lost"]

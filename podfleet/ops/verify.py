@@ -47,7 +47,9 @@ from podfleet.perf.collectives import HEALTHY
 
 SLOW_FAIL = 0.80  # a chip below 80% of the pod's median matmul rate fails
 SLOW_WARN = 0.95
-SPEC_FAIL = 0.50  # the pod's median below 50% of the datasheet peak fails
+# The pod's median below 40% of the datasheet peak fails: a healthy Trainium's training
+# GEMMs reach about 47% of its BF16 peak (perf fit on reference/validation_trn.md), an A100's 74%.
+SPEC_FAIL = 0.40
 LINK_FAIL = 0.50  # bus bandwidth below 50% of the healthy group's fails
 LINK_WARN = 0.90
 MAX_SIZE_BYTES = 1 << 30

@@ -14,6 +14,8 @@ Public entry points:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Iterable, Mapping
 from typing import TypedDict, Unpack
 
@@ -50,9 +52,12 @@ def _pow2_divisors(n: int, limit: int) -> list[int]:
     return [d for d in (2**k for k in range(12)) if d <= limit and n % d == 0]
 
 
+@functools.lru_cache(maxsize=1024)
 def default_plan(model: ModelSpec, chips: int, global_batch: int, topo: Topology) -> Plan:
     """A greedy plan: the least model parallelism (tp first, then pp) that fits in HBM
-    with selective recomputation, ZeRO-1 and micro-batch 1. The planner finds better."""
+    with selective recomputation, ZeRO-1 and micro-batch 1; then, on that layout, the
+    fastest fitting power-of-two micro-batch (a stack with a fixed cost per micro-batch,
+    Neuron's, should not run thousands of tiny ones). The planner finds better."""
     for mp in range(1, chips + 1):
         for tp in _pow2_divisors(model.heads, min(mp, chips)):
             if mp % tp or chips % mp:
@@ -63,12 +68,27 @@ def default_plan(model: ModelSpec, chips: int, global_batch: int, topo: Topology
                 continue
             plan = Plan(tp, pp, dp, 1, global_batch // dp, Recompute.selective, 1)
             if estimate(model, plan, topo).fits:
-                return plan
+                return _fastest_micro_batch(model, plan, topo)
     raise InfeasibleError(
         f"{model.name} ({model.params / 1e9:.1f}B params) fits no plan on {chips} "
         f"{topo.chip_type} chips with global batch {global_batch}",
         field="chips",
     )
+
+
+def _fastest_micro_batch(model: ModelSpec, plan: Plan, topo: Topology) -> Plan:
+    per_replica = plan.micro_batch * plan.num_micro_batches
+    best, best_s = plan, estimate(model, plan, topo).step_time_s
+    b = 2
+    while b <= per_replica and per_replica % b == 0:
+        cand = dataclasses.replace(plan, micro_batch=b, num_micro_batches=per_replica // b)
+        est = estimate(model, cand, topo)
+        if not est.fits:
+            break  # memory only grows with the micro-batch
+        if est.step_time_s < best_s:
+            best, best_s = cand, est.step_time_s
+        b *= 2
+    return best
 
 
 def estimate_step(

@@ -1,4 +1,5 @@
-"""Calibrating the A100 efficiency factors on the validation rows.
+"""Calibrating the efficiency factors: A100 on reference/validation.md, Trainium on
+reference/validation_trn.md, each on its own rows only.
 
 One objective over all rows, no row treated apart: the mean squared log error of
 predicted vs measured step time (log, so a 10% miss on a 1 s row weighs as much as on
@@ -10,6 +11,18 @@ Out of sample: :func:`leave_one_out` predicts every row with efficiencies refitt
 the same search on the other eleven, and scores the one-parameter baseline (step time
 = hardware FLOPs per step / (chips x peak x one efficiency), that efficiency fitted by
 the same objective) the same way. The headline accuracy is the leave-one-out one.
+
+Trainium (:func:`calibrate_trn`): ``matmul`` and the per-micro-batch stack cost
+``microbatch_s`` are searched on a grid by the same objective over the three trn1 rows;
+``link`` stays at the A100 fit's (no trn1 collective measurement is published; the
+three rows all run TP over 4 chips, so they cannot tell link from matmul apart) and
+``hbm`` at 0.80. Its leave-one-out
+(:func:`trn_leave_one_out`) fits on two rows and predicts the third, beside the same
+baseline. The out-of-sample rows (``validation.OOS_ROWS``, ``validation_trn.OOS_ROWS``)
+are predicted with the stored fits and never enter a fit.
+
+``python -m podfleet.perf.calibration`` prints the fits as JSON (what ``perf/fitted.py``
+stores).
 """
 
 from __future__ import annotations
@@ -21,11 +34,12 @@ from typing import TypedDict
 
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.specs import get_chip
+from podfleet.perf import validation_trn as vt
 from podfleet.perf.collectives import all_reduce_s, group_levels
-from podfleet.perf.efficiency import A100_FIT, Efficiency
+from podfleet.perf.efficiency import A100_FIT, TRN1_FIT, Efficiency
 from podfleet.perf.flops import hardware_flops_per_step
 from podfleet.perf.models import get_model
-from podfleet.perf.validation import ROWS, Row, error_figures, predict
+from podfleet.perf.validation import OOS_ROWS, ROWS, Row, error_figures, predict
 
 MATMUL_GRID = tuple(round(0.50 + 0.01 * i, 2) for i in range(41))  # 0.50 .. 0.90
 LINK_GRID = tuple(round(0.40 + 0.05 * i, 2) for i in range(13))  # 0.40 .. 1.00
@@ -138,6 +152,9 @@ def loo_summary(rows: Sequence[LooRow]) -> dict[str, float]:
         "baseline_loo_median_abs_err": base["median_abs_err"],
         "baseline_loo_max_abs_err": base["max_abs_err"],
         "baseline_loo_mean_signed_err": base["mean_signed_err"],
+        "loo_too_fast": loo["too_fast"],
+        "baseline_loo_too_fast": base["too_fast"],
+        "rows": loo["rows"],
     }
 
 
@@ -155,3 +172,121 @@ def trn2_link_from_nccom() -> float:
     t = all_reduce_s(levels, NCCOM_BYTES, 1.0)
     busbw = NCCOM_BYTES / t * 2 * (NCCOM_RANKS - 1) / NCCOM_RANKS / 2**30
     return NCCOM_BUSBW_GIB_S / busbw
+
+
+# --- Trainium --------------------------------------------------------------------------
+TRN_MATMUL_GRID = tuple(round(0.30 + 0.01 * i, 2) for i in range(51))  # 0.30 .. 0.80
+MICROBATCH_GRID = tuple(round(0.001 * i, 3) for i in range(61))  # 0 .. 60 ms
+TRN_HBM = 0.80
+
+
+def _trn_eff(matmul: float, microbatch_s: float) -> Efficiency:
+    return Efficiency(matmul=matmul, hbm=TRN_HBM, link=TRN1_FIT.link, microbatch_s=microbatch_s,
+                      core_ranks=TRN1_FIT.core_ranks,
+                      net=TRN1_FIT.net)
+
+
+def trn_msle(eff: Efficiency, rows: Sequence[vt.TrnRow] = vt.ROWS) -> float:
+    errs = [math.log(vt.predict(r, eff)[1].step_time_s / r.measured_s) ** 2 for r in rows]
+    return sum(errs) / len(errs)
+
+
+def calibrate_trn(
+    rows: Sequence[vt.TrnRow] = vt.ROWS,
+    matmul_grid: Sequence[float] = TRN_MATMUL_GRID,
+    microbatch_grid: Sequence[float] = MICROBATCH_GRID,
+) -> Fit:
+    """Grid search of (matmul, microbatch_s) on the trn1 rows; ties go to the smaller."""
+    best: Fit | None = None
+    for mb in microbatch_grid:
+        for mm in matmul_grid:
+            eff = _trn_eff(mm, mb)
+            fit = Fit(eff, trn_msle(eff, rows))
+            if best is None or fit.msle < best.msle - 1e-15:
+                best = fit
+    assert best is not None
+    return best
+
+
+def calibrate_trn_baseline(rows: Sequence[vt.TrnRow] = vt.ROWS, grid: Sequence[float] = BASELINE_GRID) -> float:
+    def msle_of(e: float) -> float:
+        return sum(math.log(vt.baseline_step_s(r, e) / r.measured_s) ** 2 for r in rows) / len(rows)
+    return min(grid, key=msle_of)
+
+
+def trn_leave_one_out(rows: Sequence[vt.TrnRow] = vt.ROWS, stored: Efficiency = TRN1_FIT) -> list[LooRow]:
+    """Every trn1 row predicted by a fit on the other rows, beside its in-sample
+    prediction with ``stored``; ``loo_link`` holds the fold's ``microbatch_s``."""
+    out: list[LooRow] = []
+    for i, row in enumerate(rows):
+        rest = [*rows[:i], *rows[i + 1:]]
+        eff = calibrate_trn(rest).eff
+        base_eff = calibrate_trn_baseline(rest)
+        ins = vt.predict(row, stored)[1].step_time_s
+        loo = vt.predict(row, eff)[1].step_time_s
+        base = vt.baseline_step_s(row, base_eff)
+        meas = row.measured_s
+        out.append({
+            "row": row.name, "measured_s": round(meas, 3),
+            "in_sample_s": round(ins, 3), "in_sample_err": round(_err(ins, meas), 4),
+            "loo_s": round(loo, 3), "loo_err": round(_err(loo, meas), 4),
+            "loo_matmul": eff.matmul, "loo_link": eff.microbatch_s,
+            "baseline_loo_s": round(base, 3), "baseline_loo_err": round(_err(base, meas), 4),
+            "baseline_loo_eff": base_eff,
+        })
+    return out
+
+
+class OosRow(TypedDict):
+    """One out-of-sample row: predicted with the stored fit, beside the fitted baseline."""
+
+    row: str
+    measured_s: float
+    predicted_s: float
+    err: float
+    baseline_s: float
+    baseline_err: float
+    source: str
+
+
+def a100_out_of_sample(rows: Sequence[Row] = OOS_ROWS) -> list[OosRow]:
+    e = calibrate_baseline()
+    out: list[OosRow] = []
+    for r in rows:
+        pred, base = predict(r)[1].step_time_s, baseline_step_s(r, e)
+        out.append({"row": r.name, "measured_s": r.measured_s, "predicted_s": round(pred, 3),
+                    "err": round(_err(pred, r.measured_s), 4), "baseline_s": round(base, 3),
+                    "baseline_err": round(_err(base, r.measured_s), 4), "source": r.source})
+    return out
+
+
+def trn_out_of_sample(rows: Sequence[vt.TrnRow] = vt.OOS_ROWS) -> list[OosRow]:
+    e = calibrate_trn_baseline()
+    out: list[OosRow] = []
+    for r in rows:
+        pred, base, meas = vt.predict(r)[1].step_time_s, vt.baseline_step_s(r, e), r.measured_s
+        out.append({"row": r.name, "measured_s": round(meas, 3), "predicted_s": round(pred, 3),
+                    "err": round(_err(pred, meas), 4), "baseline_s": round(base, 3),
+                    "baseline_err": round(_err(base, meas), 4), "source": r.source})
+    return out
+
+
+def oos_summary(rows: Sequence[OosRow]) -> dict[str, float]:
+    model = error_figures([r["err"] for r in rows])
+    base = error_figures([r["baseline_err"] for r in rows])
+    return {**model, **{f"baseline_{k}": v for k, v in base.items() if k != "rows"}}
+
+
+def fits() -> dict[str, dict[str, float]]:
+    """The fits ``perf/fitted.py`` stores, computed afresh."""
+    a, t = calibrate().eff, calibrate_trn().eff
+    return {
+        "a100": {"matmul": a.matmul, "hbm": a.hbm, "link": a.link},
+        "trn1": {"matmul": t.matmul, "hbm": t.hbm, "link": t.link, "microbatch_s": t.microbatch_s},
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(fits(), indent=2))

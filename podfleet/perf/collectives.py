@@ -55,6 +55,10 @@ class Level:
     size: int
     bw_bytes_per_s: float  # per chip, per direction, after sharing and link state
     step_latency_s: float
+    # Ranks per member chip (NeuronCores, ``with_core_ranks``): the ring runs over
+    # size * core_ranks ranks, while what the next level carries is per chip.
+    core_ranks: int = 1
+    network: bool = False  # the network tier of a fleet (NICs), not chip-to-chip links
 
 
 @dataclass(frozen=True)
@@ -113,9 +117,9 @@ HEALTHY = LinkHealth()
 
 # --- cost of one level --------------------------------------------------------------
 def _rs_level(lv: Level, nbytes: float, link_eff: float = 1.0) -> float:
-    n = lv.size
-    if n <= 1:
+    if lv.size <= 1:
         return 0.0
+    n = lv.size * lv.core_ranks
     bw = lv.bw_bytes_per_s * link_eff * (2.0 if lv.kind == LevelKind.bidir_ring else 1.0)
     return (n - 1) * lv.step_latency_s + (n - 1) / n * nbytes / bw
 
@@ -258,9 +262,10 @@ def _fleet_levels(topo: FleetTopology, chips: tuple[int, ...], health: LinkHealt
         g, in_group = divmod(c, g_size)
         by_group.setdefault(g, []).append(in_group)
     local_sets = {tuple(v) for v in by_group.values()}
-    net = Level(LevelKind.switch, len(by_group), topo.net_bw_per_chip_bytes_per_s, topo.net_latency_s)
+    net = Level(LevelKind.switch, len(by_group), topo.net_bw_per_chip_bytes_per_s, topo.net_latency_s,
+                network=True)
     if len(local_sets) != 1:
-        return (Level(LevelKind.switch, len(chips), net.bw_bytes_per_s, net.step_latency_s),)
+        return (Level(LevelKind.switch, len(chips), net.bw_bytes_per_s, net.step_latency_s, network=True),)
     local = next(iter(local_sets))
     n_links = topo.n_group_links
     worst: list[Level] | None = None
@@ -276,15 +281,18 @@ def _fleet_levels(topo: FleetTopology, chips: tuple[int, ...], health: LinkHealt
 
 
 @functools.lru_cache(maxsize=4096)
-def p2p_s(topo: Topology, a: int, b: int, nbytes: float, link_eff: float = 1.0) -> float:
-    """Point-to-point transfer time between two chips (pipeline sends)."""
+def p2p_s(topo: Topology, a: int, b: int, nbytes: float, link_eff: float = 1.0,
+          net_eff: float | None = None) -> float:
+    """Point-to-point transfer time between two chips (pipeline sends); ``net_eff``: the
+    network tier's efficiency where it differs from the links' (None: ``link_eff``)."""
     if a == b or nbytes <= 0:
         return 0.0
     if isinstance(topo, FleetTopology):
         ga, la = topo.split(a)
         gb, lb = topo.split(b)
         if ga != gb:
-            return topo.net_latency_s + nbytes / (topo.net_bw_per_chip_bytes_per_s * link_eff)
+            ne = link_eff if net_eff is None else net_eff
+            return topo.net_latency_s + nbytes / (topo.net_bw_per_chip_bytes_per_s * ne)
         return p2p_s(topo.group, la, lb, nbytes, link_eff)
     if isinstance(topo, SwitchedTopology):
         return topo.latency_s + nbytes / (topo.per_chip_bw_bytes_per_s * link_eff)
@@ -295,3 +303,22 @@ def p2p_s(topo: Topology, a: int, b: int, nbytes: float, link_eff: float = 1.0) 
         lat = sum(topo.axis_distance(k, ca[k], cb[k]) * topo.axes[k].hop_latency_s for k in crossed)
         return lat + nbytes / (bw * link_eff)
     return nbytes / (min(lk.bw_bytes_per_s for lk in topo.links) * link_eff)
+
+
+def with_core_ranks(levels: tuple[Level, ...], core_ranks: int) -> tuple[Level, ...]:
+    """The levels of a group whose every chip holds ``core_ranks`` ranks (NeuronCores),
+    run as one flat ring: the fastest level's ring has ``core_ranks`` times the ranks (the
+    chip's cores sit next to each other on it), so each step moves 1/(t*c) of the data,
+    (t*c-1)/(t*c) of it crosses the links instead of (t-1)/t, and there are t*c-1 steps.
+    Later levels carry what a chip holds, as before."""
+    if core_ranks <= 1 or not levels:
+        return levels
+    return (replace(levels[0], core_ranks=core_ranks), *levels[1:])
+
+
+def scale_network(levels: tuple[Level, ...], factor: float) -> tuple[Level, ...]:
+    """``levels`` with the network tier's bandwidth times ``factor`` (its efficiency over
+    the links' efficiency, where a chip's NICs reach a different fraction than its links)."""
+    if factor == 1.0:
+        return levels
+    return tuple(replace(lv, bw_bytes_per_s=lv.bw_bytes_per_s * factor) if lv.network else lv for lv in levels)

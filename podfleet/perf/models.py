@@ -4,7 +4,8 @@ A ``ModelSpec`` holds the dimensions the cost models need. Presets cover the mod
 operators ask about (``llama3-*``, ``gpt3-175b``), every model of the published
 validation runs (``megatron-*``, reference/validation.md), which are GPT-style: learned
 position embeddings, biases, GeLU MLP with ffn = 4h, tied embeddings and eager
-(non-fused) attention as trained in 2021-22; and the built-in trainer's small models
+(non-fused) attention as trained in 2021-22; the Trainium runs' models (``llama2-*``,
+``nemo-gpt3-*``, reference/validation_trn.md); and the built-in trainer's small models
 (``debug``, ``tiny``, ``small``, ``TRAINER_PRESETS``).
 
 A name means one model everywhere: the planner, the twin's step times and the real
@@ -113,6 +114,23 @@ def _llama(name: str, layers: int, hidden: int, heads: int, ffn: int) -> ModelSp
     )
 
 
+def _llama2(name: str, layers: int, hidden: int, heads: int, ffn: int, kv_heads: int = 0) -> ModelSpec:
+    # Llama 2 (arXiv 2307.09288): 4k context, 32k vocabulary, SwiGLU, RMSNorm, RoPE; GQA
+    # only at 70B. Fused attention: the Neuron tutorials of the trn1 rows run flash attention.
+    return ModelSpec(
+        name, layers, hidden, heads, vocab=32000, seq_len=4096, kv_heads=kv_heads, ffn_hidden=ffn,
+        gated_mlp=True, bias=False, learned_pos_emb=False, tied_embeddings=False,
+        flash_attention=True,
+    )
+
+
+def _nemo_gpt(name: str, layers: int, hidden: int, heads: int, ffn: int) -> ModelSpec:
+    # NeMo Megatron GPT-3 as the Neuron benchmarks ran it: GPT-2 vocabulary (50,257),
+    # 2k context, learned positions, tied embeddings, fused attention.
+    return ModelSpec(name, layers, hidden, heads, vocab=50257, seq_len=2048, ffn_hidden=ffn,
+                     flash_attention=True)
+
+
 def _byte_gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
     # The built-in trainer's GPT: byte-level (no tokenizer to ship), 256-token context,
     # fused attention (torch scaled_dot_product_attention).
@@ -143,6 +161,19 @@ MODELS: dict[str, ModelSpec] = {
         _gpt("megatron-18.4b", 40, 6144, 48),
         _gpt("megatron-145.6b", 80, 12288, 96),
         _gpt("megatron-1008b", 128, 25600, 160),
+        # Narayanan et al. 2021, Table 1, the rows kept out of sample (validation.OOS_ROWS).
+        _gpt("megatron-3.6b", 30, 3072, 32),
+        _gpt("megatron-7.5b", 36, 4096, 32),
+        _gpt("megatron-39.1b", 48, 8192, 64),
+        _gpt("megatron-76.1b", 60, 10240, 80),
+        _gpt("megatron-310.1b", 96, 16384, 128),
+        _gpt("megatron-529.6b", 105, 20480, 128),
+        # Trainium runs (reference/validation_trn.md and the Neuron benchmark table).
+        _llama2("llama2-7b", 32, 4096, 32, 11008),
+        _llama2("llama2-13b", 40, 5120, 40, 13824),
+        _llama2("llama2-70b", 80, 8192, 64, 28672, kv_heads=8),
+        _nemo_gpt("nemo-gpt3-23b", 28, 8192, 64, 32768),
+        _nemo_gpt("nemo-gpt3-175b", 96, 12288, 96, 4 * 12288),
     )
 }
 

@@ -21,6 +21,12 @@ all-gather hides behind the next forward); ZeRO-2 reduce-scatters every
 micro-batch's gradients; ZeRO-3 gathers parameters for every
 micro-batch. The optimizer step is memory-bound: 28 bytes of HBM traffic per local
 parameter (Adam on fp32 master weights).
+
+Stack terms (``Efficiency``, per chip type): tensor-parallel collectives run over
+``core_ranks`` ranks per chip (NeuronCores: a flat ring of t*c ranks moves (tc-1)/tc of
+the data, not (t-1)/t); every micro-batch pays ``microbatch_s`` per model chunk on each
+stage (a compiled graph's launch and synchronisation on Neuron; 0 on CUDA, whose kernel
+launches queue asynchronously), in the steady state and in the bubble alike.
 """
 
 from __future__ import annotations
@@ -55,6 +61,9 @@ class StepEstimate:
     bubble_s: float
     dp_comm_exposed_s: float
     optimizer_s: float
+    # The stack's fixed cost per micro-batch in the steady state (the bubble holds its own
+    # share): the breakdown's terms add up to the step.
+    microbatch_overhead_s: float
     grad_codec_s: float  # gradient compression's encode/decode or factorisation (exposed)
     model_flops: float
     hardware_flops: float
@@ -86,6 +95,7 @@ class StepEstimate:
                 "bubble": self.bubble_s,
                 "dp_comm_exposed": self.dp_comm_exposed_s,
                 "optimizer": self.optimizer_s,
+                "microbatch_overhead": self.microbatch_overhead_s,
                 "grad_codec": self.grad_codec_s,
             },
             "memory_bytes": self.memory.to_dict(),
@@ -97,15 +107,24 @@ _COLLECTIVES = {"ar": col.all_reduce_s, "rs": col.reduce_scatter_s, "ag": col.al
 
 @functools.lru_cache(maxsize=16384)
 def _group_cost(kind: str, which: str, topo: Topology, tp: int, dp: int, pp: int, nbytes: float,
-                link_eff: float, health: LinkHealth) -> float:
+                link_eff: float, health: LinkHealth, core_ranks: int = 1, net_eff: float | None = None) -> float:
     """The slowest group's collective: every group of a kind runs at once and the step
-    waits for the last. Healthy groups of one kind are symmetric, so one stands for all."""
+    waits for the last. Healthy groups of one kind are symmetric, so one stands for all.
+    ``core_ranks``: ranks per chip of a tensor-parallel group (NeuronCores); the chip's
+    cores of a data-parallel group each reduce their own shard, the chip's traffic as one.
+    ``net_eff``: the network tier's efficiency where it differs from ``link_eff``."""
     if which == "tp":
         groups = all_tp_groups(tp, tp * dp * pp) if not health.empty else [tp_group(tp)]
     else:
         groups = all_dp_groups(tp, dp, pp) if not health.empty else [dp_group(tp, dp)]
     fn = _COLLECTIVES[kind]
-    return max(fn(col.group_levels(topo, g, health), nbytes, link_eff) for g in groups)
+    def levels(g: tuple[int, ...]) -> tuple[col.Level, ...]:
+        lv = col.group_levels(topo, g, health)
+        if net_eff is not None and net_eff != link_eff:
+            lv = col.scale_network(lv, net_eff / link_eff)
+        return col.with_core_ranks(lv, core_ranks) if which == "tp" else lv
+
+    return max(fn(levels(g), nbytes, link_eff) for g in groups)
 
 
 def estimate(
@@ -128,16 +147,18 @@ def estimate(
     chips 0..n-1 are the ranks). ``memory``: the plan's memory if already computed.
 
     ``overlap_grad_reduce``: whether the data-parallel gradient reduction overlaps the
-    backward (PyTorch DDP buckets, Megatron-core ``--overlap-grad-reduce``, NeuronX
-    Distributed). Megatron-LM as used in the 2021/2022 validation runs did not: its
-    default local DDP all-reduced the gradients in ``train_step`` after
-    ``forward_backward_func`` returned, i.e. after the pipeline flush.
+    backward (PyTorch DDP buckets, Megatron-core ``--overlap-grad-reduce``). The
+    validation runs did not: Megatron-LM of 2021/2022 (its default local DDP all-reduced
+    the gradients in ``train_step`` after ``forward_backward_func`` returned, i.e. after
+    the pipeline flush), and NxD/NeMo's ZeRO-1 on Neuron (torch-xla's
+    ``ZeroRedundancyOptimizer.step`` reduce-scatters after the accumulation loop).
 
     ``compression``: gradient compression of the data-parallel reduction
     (``perf.compression``: its volume, collective and codec time; the codec competes
     with compute, so its time is never hidden)."""
     chip = chip or get_chip(topo.chip_type)
     eff = eff or efficiency_for(chip.name)
+    cr = eff.core_ranks
     tp, pp, dp, v, m = plan.tp, plan.pp, plan.dp, plan.interleave, plan.num_micro_batches
     sp = plan.sequence_parallel and tp > 1
     lt = layer_times(model, tp, sp, plan.micro_batch, chip, eff, dtype)
@@ -147,7 +168,7 @@ def estimate(
 
     tp_ar = 0.0
     if tp > 1:
-        tp_ar = _group_cost("ar", "tp", topo, tp, dp, pp, act_bytes, eff.link, health)
+        tp_ar = _group_cost("ar", "tp", topo, tp, dp, pp, act_bytes, eff.link, health, cr, eff.net)
     comm_pass = layers * 2 * tp_ar  # two all-reduces per layer per pass
     fwd = layers * lt.fwd_s * slow
     bwd = layers * lt.bwd_s * slow
@@ -160,15 +181,16 @@ def estimate(
     p2p = 0.0
     if pp > 1:
         nbytes = act_bytes / (tp if tp > 1 else 1)
-        p2p = 2 * v * col.p2p_s(topo, 0, tp * dp, nbytes, eff.link)
+        p2p = 2 * v * col.p2p_s(topo, 0, tp * dp, nbytes, eff.link, eff.net)
         if tp > 1 and not sp:
             # Scatter/gather (Narayanan et al. 2021, sec. 4.1): each tensor-parallel rank
             # sends 1/t of the replicated stage output, and the receiving stage rebuilds
             # it with an all-gather over its tensor-parallel group (NVLink) before the
             # next layer can start. With sequence parallelism the output is already
             # sharded by sequence, so the 1/t piece is all the next stage needs.
-            p2p += 2 * v * _group_cost("ag", "tp", topo, tp, dp, pp, act_bytes, eff.link, health)
-    stage = fwd + bwd + rec + 2 * comm_pass + rec_comm + p2p
+            p2p += 2 * v * _group_cost("ag", "tp", topo, tp, dp, pp, act_bytes, eff.link, health, cr, eff.net)
+    overhead = v * eff.microbatch_s  # one launch per model chunk and micro-batch
+    stage = fwd + bwd + rec + 2 * comm_pass + rec_comm + p2p + overhead
     last = stage + (lt.logits_fwd_s + lt.logits_bwd_s) * slow
     bubble = (pp - 1) / v * stage if pp > 1 else 0.0
     pipeline = m * last + bubble
@@ -190,11 +212,12 @@ def estimate(
             """The gradient collective ``kind`` ("ar" or "rs") under compression: bf16 shrinks
             it; PowerSGD and lossless reduce whole gradients (each rank keeps its shard)."""
             if fx.allgather:  # output: dp compressed buckets, dp * c * V = 2 * volume_ratio * V
-                return _group_cost("ag", "dp", *dims, 2.0 * fx.volume_ratio * grad_bytes, eff.link, health)
+                return _group_cost("ag", "dp", *dims, 2.0 * fx.volume_ratio * grad_bytes, eff.link, health,
+                                  net_eff=eff.net)
             if fx.rounds > 1:
                 return fx.rounds * _group_cost("ar", "dp", *dims, grad_bytes * fx.volume_ratio / fx.rounds,
-                                               eff.link, health)
-            return _group_cost(kind, "dp", *dims, grad_bytes * fx.volume_ratio, eff.link, health)
+                                               eff.link, health, net_eff=eff.net)
+            return _group_cost(kind, "dp", *dims, grad_bytes * fx.volume_ratio, eff.link, health, net_eff=eff.net)
 
         # The window the reduction hides behind: the last micro-batch's backward, or
         # nothing when the framework reduces after the flush (see the docstring).
@@ -204,18 +227,18 @@ def estimate(
             dp_exposed = max(0.0, grads("ar") - window_bwd)
         elif plan.zero_stage == 1:
             rs = grads("rs")
-            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
+            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health, net_eff=eff.net)
             dp_exposed = max(0.0, rs - window_bwd) + max(0.0, ag - window_fwd)
         elif plan.zero_stage == 2:
             # Sharded gradients cannot accumulate locally: every micro-batch's backward
             # reduce-scatters its gradients.
             rs = grads("rs")
-            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
+            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health, net_eff=eff.net)
             dp_exposed = m * max(0.0, rs - window_bwd) + max(0.0, ag - window_fwd)
             codec_s *= m
         else:
             rs = grads("rs")
-            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health)
+            ag = _group_cost("ag", "dp", *dims, param_bytes, eff.link, health, net_eff=eff.net)
             dp_exposed = m * max(0.0, 2 * ag + rs - (fwd + bwd + rec if overlap_grad_reduce else 0.0))
             codec_s *= m
     opt_params = local_params / (dp if plan.zero_stage >= 1 else 1)
@@ -235,6 +258,7 @@ def estimate(
         bubble_s=bubble,
         dp_comm_exposed_s=dp_exposed,
         optimizer_s=optimizer,
+        microbatch_overhead_s=m * overhead,
         grad_codec_s=codec_s,
         model_flops=mf,
         hardware_flops=hf,

@@ -65,6 +65,33 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def narayanan_step_s(model: str, gpus: int, global_batch: int, tflops_per_gpu: float) -> float:
+    """Seconds per iteration from Narayanan et al.'s reported TFLOP/s per GPU (their Eq. 3,
+    F = 96*B*s*l*h^2*(1 + s/6h + V/16lh), counting full recomputation), rounded like
+    reference/validation.md."""
+    m = get_model(model)
+    s, h, l_, v = m.seq_len, m.hidden, m.layers, m.vocab
+    f = 96 * global_batch * s * l_ * h * h * (1 + s / (6 * h) + v / (16 * l_ * h))
+    return round(f / (gpus * tflops_per_gpu * 1e12), 2)
+
+
+def _oos(name: str, tp: int, pp: int, gpus: int, batch: int, tflops: float) -> Row:
+    model = f"megatron-{name.lower()}"
+    return Row(name, model, tp, pp, gpus, batch, None, None, _FULL, False,
+               narayanan_step_s(model, gpus, batch, tflops), f"{_N} (out of sample)")
+
+
+# The other rows of Narayanan et al. 2021, Table 1: never fitted on, only predicted.
+OOS_ROWS: tuple[Row, ...] = (
+    _oos("3.6B", 2, 1, 64, 512, 138),
+    _oos("7.5B", 4, 1, 128, 512, 142),
+    _oos("39.1B", 8, 2, 512, 1536, 138),
+    _oos("76.1B", 8, 4, 1024, 1792, 140),
+    _oos("310.1B", 8, 16, 1920, 2160, 155),
+    _oos("529.6B", 8, 35, 2520, 2520, 163),
+)
+
+
 def _candidates(row: Row) -> list[Plan]:
     model = get_model(row.model)
     dp = row.gpus // (row.tp * row.pp)
@@ -121,9 +148,9 @@ class TableRow(TypedDict):
     source: str
 
 
-def table(eff: Efficiency | None = None) -> list[TableRow]:
+def table(eff: Efficiency | None = None, rows: Sequence[Row] = ROWS) -> list[TableRow]:
     out: list[TableRow] = []
-    for row in ROWS:
+    for row in rows:
         plan, est = predict(row, eff)
         err = (est.step_time_s - row.measured_s) / row.measured_s
         out.append({
@@ -147,10 +174,13 @@ def summary(rows: Sequence[TableRow]) -> dict[str, float]:
 
 
 def error_figures(errors: Sequence[float]) -> dict[str, float]:
-    """Median and max absolute, and mean signed, of relative errors (pred - meas) / meas."""
+    """Median and max absolute, and mean signed, of relative errors (pred - meas) / meas,
+    and how many rows are predicted too fast (error < 0) out of how many."""
     abs_errs = [abs(e) for e in errors]
     return {
         "median_abs_err": statistics.median(abs_errs),
         "max_abs_err": max(abs_errs),
         "mean_signed_err": statistics.fmean(errors),
+        "too_fast": float(sum(1 for e in errors if e < 0)),
+        "rows": float(len(errors)),
     }

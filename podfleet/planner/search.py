@@ -3,7 +3,9 @@ interleaving, recomputation and ZeRO stage for a model on N chips of a topology.
 
 The search enumerates every (tp, pp, dp) with tp | heads, pp | layers and
 dp | global batch, every micro-batch up to ``MAX_MICRO_BATCH`` dividing the
-per-replica batch and every interleaving v | layers/pp. For each of those and each
+per-replica batch (and the powers of two above it that divide it: a stack with a fixed
+cost per micro-batch runs a small model fastest in a few large ones) and every
+interleaving v | layers/pp. For each of those and each
 ZeRO stage it tries recomputation from none to full and keeps the first that fits:
 recomputation only ever adds time (it adds m*r to the pipeline and can hide at most r
 of gradient reduction) while saving memory, so the first fitting mode is the fastest
@@ -196,6 +198,12 @@ def _search_tpd(
         mbs = [fx.micro_batch]
     else:
         mbs = [b for b in _divisors(per_replica) if b <= MAX_MICRO_BATCH]
+        # And the powers of two above: where the stack pays a fixed cost per micro-batch
+        # (Neuron), a small model runs fastest in few large ones.
+        big = 2 * MAX_MICRO_BATCH
+        while big <= per_replica and per_replica % big == 0:
+            mbs.append(big)
+            big *= 2
     per_stage = spec.layers // p
     if fx.interleave:
         if per_stage % fx.interleave or (fx.interleave > 1 and p == 1):
@@ -255,13 +263,15 @@ def _search_tpd(
 def _lower_bound_s(spec: ModelSpec, plan: Plan, chip: ChipSpec, dtype: str) -> float:
     """Compute time alone (no communication, bubble or logits): a floor on the step."""
     sp = plan.sequence_parallel and plan.tp > 1
-    lt = layer_times(spec, plan.tp, sp, plan.micro_batch, chip, efficiency_for(chip.name), dtype)
+    eff = efficiency_for(chip.name)
+    lt = layer_times(spec, plan.tp, sp, plan.micro_batch, chip, eff, dtype)
     per_mb = lt.fwd_s + lt.bwd_s
     if plan.recompute == Recompute.full:
         per_mb += lt.fwd_s
     elif plan.recompute == Recompute.selective and not spec.flash_attention:
         per_mb += lt.attn_core_fwd_s
-    return plan.num_micro_batches * spec.layers / plan.pp * per_mb
+    # The stack's per-micro-batch cost is paid whatever the communication.
+    return plan.num_micro_batches * (spec.layers / plan.pp * per_mb + plan.interleave * eff.microbatch_s)
 
 
 def _no_fit_message(spec: ModelSpec, chips: int, topo: Topology, gb: int, rejected: list[Rejected]) -> str:

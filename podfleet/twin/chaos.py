@@ -10,14 +10,22 @@ timeline never runs again) and a new one is built on the same database file and
 
 Counting is strict:
 
-* a fault is *interrupting* when it touched a running job: its chip was held by a
-  running job, or its link joins two chips of a running job's block;
-* a chip fault is *recovered* when its job runs again (the control plane says
-  RUNNING/CHECKPOINTING, the twin runs it, and it reports new progress) within
-  ``SETTLE_S`` (10 simulated minutes); a job paused longer than that is *lost*;
-* a link fault is recovered when the control plane's link flow rerouted it (a detour
-  for every flow over the link) and its job's tokens/s is back within 5% of the rate
-  before the fault, or the job is reported degraded with the link as its reason;
+* a fault *touches* a running job when its chip was held by one, or its link joins two
+  chips of a running job's block;
+* it is *interrupting* only if it then paused (the control plane or the twin has the job
+  not running), slowed (a fresh progress report under 95% of the tokens/s per chip
+  before the fault) or stopped the job; a fault that touched a job and did none of
+  these within ``SETTLE_S`` needed no recovery and is counted apart
+  (``no_action_needed``);
+* every fault kind has the recovery flow it needs (``EXPECTED_FLOW``: a chip failure or
+  firmware fault the chip-failure flow, uncorrectable ECC the ecc flow, thermal runaway
+  the thermal flow, a link fault the link flow with a reroute, a corrected-ECC burst the
+  predictor's drain); an interrupting fault is *recovered* only if that flow ran to its
+  end for this fault (started after it on its chip or link, or the fault joined a flow
+  already running on the job) and the job is back at full speed within ``SETTLE_S``
+  (10 simulated minutes): running, with new progress, at >= 95% of its tokens/s per
+  chip before the fault (a link fault may instead leave the job reported degraded with
+  the link as its reason); otherwise it is *lost*;
 * ``double_allocations``: a chip held by two live jobs (allocations, owners, twin runs);
 * ``acked_writes_lost``: job submits and stops that returned, read back after every
   restart from a *new* store opened on the file;
@@ -53,6 +61,18 @@ PROGRESS_GRACE_S = 60.0
 REPAIR_S = 1800.0  # a technician replaces a down chip or reseats a down link (an assumption)
 EVAL_S = 5.0  # how often pending faults are evaluated and technicians walk the floor
 CLUSTER = "chaos"
+# The recovery flow (``Recovery.kind``) each fault kind needs when it interrupts a job.
+EXPECTED_FLOW: dict[str, str] = {
+    FaultKind.CHIP_FAILURE.value: "chip-failure",
+    FaultKind.FIRMWARE_FAULT.value: "chip-failure",  # a chip reset: its rank moves like a failure's
+    FaultKind.HBM_UNCORRECTABLE.value: "ecc",
+    FaultKind.SRAM_UNCORRECTABLE.value: "ecc",
+    FaultKind.THERMAL_RUNAWAY.value: "thermal",
+    FaultKind.LINK_DOWN.value: "link",
+    FaultKind.LINK_FLAP.value: "link",
+    # A corrected burst is a signal; only the failure predictor's drain acts on it.
+    FaultKind.HBM_CORRECTED_BURST.value: "drain",
+}
 # Resident jobs: (chips, parallelism). dp > 1 shrinks when no chip is free; dp = 1 waits.
 RESIDENT = ((32, {"tp": 8, "pp": 1, "dp": 4}), (16, {"tp": 8, "pp": 2, "dp": 1}), (8, {"tp": 4, "pp": 1, "dp": 2}))
 MODEL = "llama3-8b"
@@ -70,11 +90,13 @@ class Fault:
     t: float
     target: str  # "chip N" or "link A-B"
     link: int | None
-    job: str | None  # the running job it touched (None: not interrupting)
+    job: str | None  # the running job it touched (None: it touched none)
     rate_before: float = 0.0
+    chips_before: int = 0  # the job's chips at the fault (tokens/s compare per chip)
+    effect: str | None = None  # "paused" | "slowed" | "stopped", as first seen; None: none yet
     step_mark: int = -1  # the twin's step for the job when last seen not running
     view_mark: int = -1  # the job view's reported step at the fault (a link's rate must be fresh)
-    outcome: str | None = None  # "recovered" | "lost"
+    outcome: str | None = None  # "recovered" | "lost" | "no_action_needed"
     why: str = ""
     # Why it was not recovered the last time its job was seen running: a fault judged lost
     # may end its window while the job is in the next fault's recovery, whose state alone
@@ -181,6 +203,7 @@ class ChaosRun:
             if len(tl.log) != self._log_len:
                 self._log_len = len(tl.log)
                 self._check()
+                self._observe()
             if tl.now >= self._next_eval:
                 self._next_eval = tl.now + EVAL_S
                 self._check()
@@ -287,16 +310,72 @@ class ChaosRun:
         if f.job is not None:
             prog = plane.jobs.describe(f.job)["progress"]
             f.rate_before = float(prog.get("tokens_per_s") or 0.0)
+            f.chips_before = len(job.chips) if job is not None else 0
             f.view_mark = int(prog.get("step") or 0)
             run = rt.fabric.run_status(f.job) if isinstance(rt.fabric, Introspection) else None
             f.step_mark = run.step if run is not None else 0
         self.log.append(f)
         return f
 
+    def _observe(self, rates: bool = False) -> None:
+        """Note what each fault still being judged did to its job (the first effect seen).
+        Pauses are looked for at every event (a short one must not slip through); rates,
+        which change only with a progress report, at every evaluation."""
+        for f in self.log:
+            if f.outcome is None and f.job is not None and f.effect is None:
+                f.effect = self._effect(f, rates)
+
+    def _effect(self, f: Fault, rates: bool) -> str | None:
+        assert f.job is not None
+        job = self.plane.table.find(f.job)
+        if job is None or (job.ended and job.state != JobState.SUCCEEDED):
+            return "stopped"
+        if job.ended:
+            return None
+        fab = self.rt.fabric
+        assert isinstance(fab, Introspection)
+        run = fab.run_status(f.job)
+        if job.state not in _RUNNING or run is None or run.state is not RunState.RUNNING:
+            # A job paused by another fault's recovery was not paused by this one.
+            return "paused" if self._pause_is_ours(f) else None
+        if not rates:
+            return None
+        prog = self.plane.jobs.describe(f.job)["progress"]
+        if int(prog.get("step") or 0) != f.view_mark and self._slow(f, float(prog.get("tokens_per_s") or 0.0), job):
+            return "slowed"
+        return None
+
+    def _pause_is_ours(self, f: Fault) -> bool:
+        """Whether ``f`` explains its job's pause: the job's open recovery is for ``f``'s
+        chip (or ``f`` joined it); with none open, whether ``f``'s chip is out of service or
+        its link down (what stops a job before, or without, any flow)."""
+        orch = self.parts.recovery.orchestrator(self.rt.id)
+        rec = orch.active.get(f.job) if orch is not None and f.job is not None else None
+        if rec is None:
+            if f.link is not None:
+                return str(self.rt.fabric.link_states()[f.link]) == LinkState.DOWN.value
+            return self.rt.chip_states()[int(f.target.split()[1])] in (ChipState.FAILED, ChipState.ISOLATED)
+        if f.link is not None:
+            return False  # link flows never pause a job: an open job flow is a chip's
+        chip = int(f.target.split()[1])
+        return rec.target == f"chip:{chip}" or any(int(c) == chip for c, _ in rec.pending) or any(
+            s.name == "fault-joined" and s.detail.get("chip") == chip for s in rec.steps)
+
+    def _slow(self, f: Fault, rate: float, job: Any) -> bool:
+        """Under 95% of the job's tokens/s per chip before the fault."""
+        if f.rate_before <= 0 or f.chips_before <= 0 or not job.chips:
+            return False
+        return rate / len(job.chips) < (1.0 - RATE_TOLERANCE) * f.rate_before / f.chips_before
+
     def _evaluate(self) -> None:
         now = self.plane.tl.now
+        self._observe(rates=True)
         for f in self.log:
             if f.outcome is not None or f.job is None:
+                continue
+            if f.effect is None:
+                if now - f.t > SETTLE_S:
+                    f.outcome, f.why = "no_action_needed", "touched a running job without pausing, slowing or stopping it"
                 continue
             ok, why = self._recovered(f)
             if ok:
@@ -330,34 +409,50 @@ class ChaosRun:
             return False, f"job {job.state.value} ({job.status.reason}); twin run {run.state.value if run else None}"
         if run.step == f.step_mark:  # the twin's own step counter: the ground truth of progress
             return False, "running but no step completed since"
-        if f.link is None:
-            return True, "running with new progress"
+        flow = self._flow_ran(f)
+        if flow is None:
+            return False, f"running, but no {EXPECTED_FLOW[f.kind]} flow ran for it"
         reason = str(view.get("reason") or "")
-        if "degraded" in reason and f.target.split()[1] in reason:
-            return True, f"reported degraded: {reason}"
+        if f.link is not None and "degraded" in reason and f.target.split()[1] in reason:
+            return True, f"{flow}; reported degraded: {reason}"
         if int(view["progress"].get("step") or 0) == f.view_mark:
             return False, "no progress report since the fault (its rate is unknown)"
-        rerouted = self._rerouted(f)
         rate = float(view["progress"].get("tokens_per_s") or 0.0)
-        if not rerouted:
-            return False, "no reroute of the link recorded"
-        if rate < (1.0 - RATE_TOLERANCE) * f.rate_before:
-            return False, f"rerouted, but {rate:.0f} tokens/s vs {f.rate_before:.0f} before (and not reported degraded)"
-        return True, f"rerouted; {rate:.0f} tokens/s vs {f.rate_before:.0f} before"
+        if self._slow(f, rate, job):
+            return False, (f"{flow}, but {rate:.0f} tokens/s on {len(job.chips)} chips vs {f.rate_before:.0f} "
+                           f"on {f.chips_before} before (not back at full speed)")
+        return True, f"{flow}; {rate:.0f} tokens/s vs {f.rate_before:.0f} before"
 
-    def _rerouted(self, f: Fault) -> bool:
-        link = self.rt.fabric.link_states()[f.link] if f.link is not None else None
-        if link is not None and str(link) == LinkState.UP.value:
-            return True  # repaired (or a fresh twin after a restart): no flow crosses a dead link
-        orch = self.parts.recovery.orchestrator(self.rt.id)
-        if orch is None:
-            return False
-        for rec in orch.done:
-            if rec.kind == "link" and rec.target == f"link:{f.link}" and rec.t_start >= f.t - 1e-9 \
-                    and rec.state.value == "done":
-                reroute = next((s for s in rec.steps if s.name == "reroute"), None)
-                return reroute is not None and reroute.detail.get("detour") is not None
-        return False
+    def _recoveries(self) -> list[Any]:
+        """Every recovery the control planes of this run recorded (the dead ones' too: a
+        flow may have ended before a restart), finished or running."""
+        out: list[Any] = []
+        for parts in (*self.dead, self.parts):
+            orch = parts.recovery.orchestrator(self.rt.id)
+            if orch is not None:
+                out += [*orch.done, *orch.active.values(), *orch.link_active.values()]
+        return out
+
+    def _flow_ran(self, f: Fault) -> str | None:
+        """The id of the finished flow that handled ``f`` (its expected kind, started at
+        or after it on its chip or link; or a flow of its job that it joined), or None."""
+        want = EXPECTED_FLOW[f.kind]
+        target = f"link:{f.link}" if f.link is not None else f"chip:{f.target.split()[1]}"
+        chip = None if f.link is not None else int(f.target.split()[1])
+        for rec in self._recoveries():
+            if rec.state.value != "done":
+                continue
+            if rec.kind == want and rec.target == target and rec.t_start >= f.t - 1e-9:
+                if want == "link":
+                    reroute = next((s for s in rec.steps if s.name == "reroute"), None)
+                    if reroute is None or reroute.detail.get("detour") is None:
+                        continue
+                return str(rec.id)
+            if chip is not None and rec.job_id == f.job and any(
+                    s.name == "fault-joined" and s.detail.get("chip") == chip and s.t_start >= f.t - 1e-9
+                    for s in rec.steps):
+                return str(rec.id)
+        return None
 
     def _technician(self) -> None:
         """Replace chips and reseat links that have been down for ``REPAIR_S``."""
@@ -445,14 +540,18 @@ class ChaosRun:
                 since = max((f.t for f in self.log if f.job == jid), default=0.0)
                 if now - since > SETTLE_S:
                     self.lost_jobs.append(f"{jid} is {job.state.value} at the end: {job.status.reason}")
-        interrupting = [f for f in self.log if f.job is not None]
+        interrupting = [f for f in self.log if f.job is not None and f.effect is not None]
         recovered = sum(f.outcome == "recovered" for f in interrupting)
+        by_effect = {e: sum(f.effect == e for f in interrupting) for e in ("paused", "slowed", "stopped")}
         violations = sorted(self.violations.values())
         by_kind = {k.value: sum(f.kind == k.value for f in self.log) for k in FaultKind}
         return {
             "faults": len(self.log),
             "interrupting_faults": len(interrupting),
             "recovered": recovered,
+            "no_action_needed": sum(f.outcome == "no_action_needed" for f in self.log),
+            "untouched_faults": sum(f.job is None for f in self.log),
+            "by_effect": by_effect,
             "unrecovered": [f"{f.kind} at {f.target} (t={f.t:.1f}) on {f.job}: {f.why}"
                             for f in interrupting if f.outcome != "recovered"],
             "jobs_lost": len(self.lost_jobs),

@@ -31,7 +31,7 @@ def test_a_healthy_pod_passes_and_the_z_rings_are_slower(pod: Pod) -> None:
     inv = c["inventory"].figures
     assert inv["chips_found"] == inv["chips_expected"] == 64 and inv["neighbours_mismatched"] == []
     bf16 = c["compute"].figures["bf16"]
-    assert bf16["peak_tflops"] == get_chip("trn2").tflops["bf16"] and 0.5 < bf16["fraction_of_peak"] < 1.0
+    assert bf16["peak_tflops"] == get_chip("trn2").tflops["bf16"] and 0.4 < bf16["fraction_of_peak"] < 1.0
     assert c["compute"].figures["fp8"]["median_tflops"] > bf16["median_tflops"]
     fig = c["interconnect"].figures
     assert fig["sizes_bytes"][0] == 8 and fig["sizes_bytes"][-1] == 1 << 30

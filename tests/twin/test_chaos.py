@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from podfleet.control.jobs import JobManager
+from podfleet.recovery.orchestrator import RecoveryOrchestrator, cause_kind
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.db import Store
 from podfleet.store.records import JobRecord
-from podfleet.twin.chaos import ChaosRun
+from podfleet.twin.chaos import EXPECTED_FLOW, ChaosRun
 
 
 def test_chaos_run_recovers_every_interrupting_fault(tmp_path: Path) -> None:
@@ -57,3 +58,24 @@ def test_an_acknowledged_write_lost_in_a_restart_is_counted(tmp_path: Path) -> N
     assert r["restarts"] == 1
     assert r["acked_writes_lost"] >= 1, r
     assert all("store says" in a for a in r["acked_lost"]), r["acked_lost"]
+
+
+@pytest.mark.parametrize("flow", ["chip-failure", "ecc", "thermal", "link"])
+def test_each_disabled_recovery_flow_is_reported_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      flow: str) -> None:
+    """With one recovery flow switched off, the faults that need it are not counted
+    recovered: chaos reports the loss, whatever the other flows do."""
+    if flow == "link":
+        monkeypatch.setattr(RecoveryOrchestrator, "link_fault", lambda self, link, state, reason: None)
+    else:
+        original = RecoveryOrchestrator.chip_fault
+
+        def chip_fault(self: RecoveryOrchestrator, chip: int, cause: str) -> Any:
+            return None if cause_kind(cause) == flow else original(self, chip, cause)
+
+        monkeypatch.setattr(RecoveryOrchestrator, "chip_fault", chip_fault)
+    r = ChaosRun(11, faults=8, db_path=str(tmp_path / "c.db"), restarts=0).run()
+    needing = {k for k, f in EXPECTED_FLOW.items() if f == flow}
+    missed = [u for u in r["unrecovered"] if u.split(" at ")[0] in needing]
+    assert missed, r
+    assert r["recovered"] < r["interrupting_faults"]

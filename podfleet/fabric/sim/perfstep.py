@@ -44,6 +44,7 @@ class HealthyStep:
     tokens_per_step: float
     tp: int = 1
     dp: int = 1
+    fixed_s: float = 0.0  # the stack's per-micro-batch cost (host side: no clock, no link stretches it)
 
     @property
     def comm_s(self) -> float:
@@ -51,7 +52,7 @@ class HealthyStep:
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.comm_s
+        return self.compute_s + self.comm_s + self.fixed_s
 
 
 def model_of(spec: WorkerGroupSpec) -> ModelSpec | None:
@@ -74,7 +75,7 @@ def _healthy(model: ModelSpec, n: int, topology: Any, plan: Plan, comp: GradComp
     est = estimate_step(model, n, topology, plan=plan, grad_compression=comp)
     compute = est.compute_s + est.bubble_s + est.optimizer_s + est.grad_codec_s  # the codec computes
     return HealthyStep(compute, est.tp_comm_s, est.pp_comm_s, est.dp_comm_exposed_s,
-                       est.tokens_per_s * est.step_time_s, plan.tp, plan.dp)
+                       est.tokens_per_s * est.step_time_s, plan.tp, plan.dp, est.microbatch_overhead_s)
 
 
 def healthy_step(spec: WorkerGroupSpec, fabric: StepModel) -> HealthyStep | None:
@@ -129,6 +130,6 @@ def perf_breakdown(spec: WorkerGroupSpec, fabric: StepModel) -> tuple[float, flo
     clock = fabric.gang_clock_factor(spec.chips)
     link_ratio = max(min(1.0, fabric.job_link_bw(spec.chips) / fabric.job_nominal_link_bw(spec.chips)), 1e-3)
     f_tp, f_pp, f_dp = _spanning(spec.chips, fabric.topology, h.tp, h.dp)
-    compute = h.compute_s / clock
+    compute = h.compute_s / clock + h.fixed_s
     comm = (h.tp_s / f_tp + h.pp_s / f_pp + h.dp_s / f_dp) / link_ratio
     return compute, comm, compute + comm

@@ -70,7 +70,9 @@ def test_hot_chip_throttles_and_slows_the_job() -> None:
     fab = SimFabric("trn2-node", tl)
     events = []
     fab.subscribe(events.append)
-    run = fab.launch(WorkerGroupSpec("job-t", tuple(range(4)), "debug", 10**7))
+    # A compute-bound job: a debug model's step on Trainium is the stack's fixed
+    # per-micro-batch cost (perf ``microbatch_s``), which a clock does not stretch.
+    run = fab.launch(WorkerGroupSpec("job-t", tuple(range(4)), "llama3-8b", 10**7))
     tl.run(300.0)
     fast = run.step_time_s
     fab.telemetry.r_scale[2] = 2.0  # poor cooling: hot enough to throttle, not to fail
