@@ -277,7 +277,8 @@ def _reaches_status(node: ast.AST) -> bool:
     are not followed, so only a job's typed ``JobStatus`` is seen."""
     while isinstance(node, ast.Attribute):
         if node.attr == "status":
-            return True
+            # ``rec.status`` is a cluster record's dict (``rt.rec.status.pop(...)``), not a job's.
+            return not (isinstance(node.value, ast.Attribute) and node.value.attr == "rec")
         node = node.value
     return False
 

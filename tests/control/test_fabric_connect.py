@@ -21,7 +21,7 @@ from podfleet.control.fabricaccess import FabricAccess
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, ForbiddenError, InfeasibleError, InvalidInputError
 from podfleet.fabric.base import Fabric
-from podfleet.fabric.factory import make_fabric
+from podfleet.fabric.factory import make_fabric, reaches_out
 from podfleet.hardware.topology import Topology
 from podfleet.store.memory import MemoryStore
 from podfleet.store.protocol import StoreProtocol
@@ -70,7 +70,8 @@ class Factory:
 
 def served(store: StoreProtocol, factory: Factory, access: FabricAccess | None = None) -> ControlPlane:
     plane = ControlPlane(store, Timeline(seed=1, speed=1.0), fabric_factory=factory, telemetry_interval_s=0.2,
-                         fabric_access=access or FabricAccess(ray_addresses=(ADDR,)), connect_timeout_s=TIMEOUT_S)
+                         fabric_access=access or FabricAccess(ray_addresses=(ADDR,)), connect_timeout_s=TIMEOUT_S,
+                         reaches_out=reaches_out)
     plane.start()
     return plane
 
@@ -326,7 +327,8 @@ def test_processes_a_build_starts_outlive_its_thread(tmp_path: Path) -> None:
         return real_call(kind, topology, timeline, spares, seed, options=options)
 
     plane = ControlPlane(MemoryStore(), Timeline(seed=1, speed=1.0), fabric_factory=build,
-                         fabric_access=FabricAccess(ray_addresses=(ADDR,)), connect_timeout_s=TIMEOUT_S)
+                         fabric_access=FabricAccess(ray_addresses=(ADDR,)), connect_timeout_s=TIMEOUT_S,
+                         reaches_out=reaches_out)
     plane.start()
     try:
         plane.call_sync(plane.create_cluster, ray_body(), actor="t")
