@@ -14,6 +14,8 @@ from podfleet.scheduler.plugins import (
     hbm_fit,
     health_gate,
     preemption,
+    queue_admission,
+    reclaim,
     reservation,
     spare_guard,
     thermal_headroom,
@@ -25,6 +27,7 @@ Factory = Callable[[Handle, dict[str, Any]], Plugin]
 REGISTRY: dict[str, Factory] = {
     m.NAME: m.factory
     for m in (
+        queue_admission,
         health_gate,
         spare_guard,
         hbm_fit,
@@ -32,6 +35,7 @@ REGISTRY: dict[str, Factory] = {
         fragmentation,
         thermal_headroom,
         preemption,
+        reclaim,
         reservation,
         gang_permit,
         default_binder,

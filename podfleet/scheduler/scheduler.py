@@ -19,6 +19,7 @@ from podfleet.scheduler import status as st
 from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
+from podfleet.scheduler.queues import QueueSpec, with_defaults
 from podfleet.scheduler.spares import choose_spares
 from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.status import Code, Status
@@ -37,6 +38,7 @@ class Scheduler:
         quotas: Mapping[str, int] | None = None,
         policy: QueuePolicy | None = None,
         clock: Callable[[], float] | None = None,
+        queues: Sequence[QueueSpec] = (),
     ) -> None:
         self.topology = topology
         self.cluster = SchedulerView(topology)
@@ -44,7 +46,8 @@ class Scheduler:
         self.policy = policy or QueuePolicy()
         self.quotas = check_quotas(quotas or {})
         self.jobs: dict[str, SchedulerJob] = {}
-        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock)
+        self.queues = with_defaults(queues)
+        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock, queues=self.queues)
         cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
         self.framework = Framework(self.handle, cfg)
         self.pending: dict[str, None] = {}  # insertion-ordered set
@@ -82,6 +85,29 @@ class Scheduler:
     def set_telemetry(self, **arrays: np.ndarray) -> None:
         self.cluster.set_telemetry(**arrays)
 
+    # --- queues ------------------------------------------------------------------------
+    def set_queue(self, spec: QueueSpec) -> None:
+        """Define or change a queue; jobs already holding chips keep them (a lowered
+        nominal quota is enforced on new admissions, and by reclaim)."""
+        self.queues.put(spec)
+
+    def remove_queue(self, name: str) -> None:
+        """Delete a queue; ConflictError while any job of it is queued or holds chips."""
+        busy = sorted(j for j, r in self.jobs.items()
+                      if r.request.queue == name and r.phase not in (JobPhase.FINISHED, JobPhase.REJECTED))
+        if busy:
+            more = f" and {len(busy) - 3} more" if len(busy) > 3 else ""
+            raise ConflictError(f"queue {name!r} still has jobs: {', '.join(busy[:3])}{more}", field="queue")
+        self.queues.remove(name)
+
+    def queue_jobs(self, name: str) -> dict[str, int]:
+        """Jobs of a queue by phase (for DescribeQueue)."""
+        out: dict[str, int] = {}
+        for r in self.jobs.values():
+            if r.request.queue == name:
+                out[r.phase.value] = out.get(r.phase.value, 0) + 1
+        return out
+
     # --- job lifecycle -----------------------------------------------------------------
     def time(self, now_s: float | None = None) -> float:
         """``now_s``, or the scheduler clock's time when None."""
@@ -101,6 +127,9 @@ class Scheduler:
         quota = self.quotas.get(job.team)
         if quota is not None and job.chips > quota:
             return st.unresolvable(f"job asks {job.chips} chips; team {job.team!r} quota is {quota}")
+        s = self.framework.admit({}, job)  # only what does not depend on usage is final
+        if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return s
         return st.SUCCESS
 
     def submit(self, job: JobRequest, now_s: float | None = None, *, check: bool = True) -> Decision:
@@ -132,7 +161,7 @@ class Scheduler:
         # cluster does not change within a cycle unless something binds, which clears
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
-        failed: list[tuple[int, int, int, str]] = []
+        failed: list[tuple[int, int, int, str, str]] = []
         queue = order((self.jobs[j] for j in self.pending), now, self.policy)
         for n, rec in enumerate(queue):
             if max_jobs is not None and n >= max_jobs:
@@ -147,8 +176,9 @@ class Scheduler:
             req = rec.request
             hit = None
             if req.shape is None and not starving:
-                hit = next((r for c, h, p, r in failed
-                            if req.chips >= c and req.hbm_bytes_per_chip >= h and req.priority <= p), None)
+                # Same queue only: a job of another queue may reclaim where this one could not.
+                hit = next((r for c, h, p, q, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
+                            and req.priority <= p and req.queue == q), None)
             if hit is not None:
                 rec.reason = hit
                 d = None
@@ -158,7 +188,7 @@ class Scheduler:
                 if d is not None:
                     failed.clear()
                 elif self._capacity_failure and req.shape is None:
-                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, rec.reason))
+                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, rec.reason))
             if d is not None:
                 out.append(d)
             elif starving and self._holder is None:
@@ -176,6 +206,19 @@ class Scheduler:
             rec.reason = f"Unschedulable: team {job.team!r} over quota: {used} of {self.quotas[job.team]} chips in use, job asks {job.chips}"
             return None
         state: dict[str, Any] = {"now_s": now}
+        s = fw.admit(state, job)
+        if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return self._reject(rec, s, now)
+        if not s.ok:
+            verdict = state.get("admission")
+            if verdict is not None and verdict.reclaim > 0:
+                # Within nominal quota, but lent out: take it back before taking any block.
+                ps, nom = fw.reclaim(state, job, s.reason)
+                if ps.ok and nom is not None:
+                    return self._nominate(rec, nom, now)
+                s = ps
+            rec.reason = str(s)
+            return None
         s, cands = fw.find(state, job)
         if cands is None:
             if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -223,11 +266,13 @@ class Scheduler:
             self.handle.running[rec.job_id] = rec
         else:
             self.handle.running.pop(rec.job_id, None)
-        team = rec.request.team
+        team, queue = rec.request.team, rec.request.queue
         if after and not before:
             self.team_chips[team] = self.team_chips.get(team, 0) + rec.request.chips
+            self.queues.charge(queue, rec.request.chips)
         elif before and not after:
             self.team_chips[team] -= rec.request.chips
+            self.queues.release(queue, rec.request.chips)
 
     def _reject(self, rec: SchedulerJob, s: Status, now: float) -> Decision:
         rec.to(JobPhase.REJECTED, now)
@@ -243,10 +288,12 @@ class Scheduler:
             vr = self.jobs[v]
             self._to(vr, JobPhase.CHECKPOINTING, now)
             vr.preempted_by = rec.job_id
+            vr.preempt_reason = nom.reason
         self._to(rec, JobPhase.NOMINATED, now)
         rec.victims = nom.victims
         rec.nomination = nom
-        status = st.wait(f"preempting {', '.join(nom.victims)} (checkpoint and requeue)")
+        why = f": {nom.reason}" if nom.reason else ""
+        status = st.wait(f"preempting {', '.join(nom.victims)} (checkpoint and requeue){why}")
         rec.reason = str(status)
         return Decision(rec.job_id, DecisionKind.PREEMPT, status, victims=nom.victims)
 
@@ -312,6 +359,7 @@ class Scheduler:
         vr.last_checkpoint_step = vr.resume_step = step
         vr.preemptions += 1
         vr.preempted_by = None
+        vr.preempt_reason = ""
         self._to(vr, JobPhase.PENDING, now)
         vr.reason = f"Pending: preempted, resumes from checkpoint step {step}"
         self.pending[vr.job_id] = None
@@ -421,6 +469,7 @@ class Scheduler:
             "allocation": alloc,
             "priority": rec.request.priority,
             "team": rec.request.team,
+            "queue": rec.request.queue,
             "queue_wait_s": round(rec.wait_s + (now - rec.enqueued_s if queued else 0.0), 6),
             "resume_step": rec.resume_step,
             "preemptions": rec.preemptions,
