@@ -130,3 +130,15 @@ class ReportRecord:
     summary: dict[str, Any]
     json_text: str
     html_text: str
+
+
+@dataclass
+class QueueRecord:
+    """A cluster queue (``podfleet.scheduler.queues.QueueSpec`` as ``spec``)."""
+
+    id: str  # "q-..."
+    cluster_id: str
+    name: str
+    spec: dict[str, Any]
+    created_at: float
+    updated_at: float
