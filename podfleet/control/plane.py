@@ -23,6 +23,7 @@ from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.queues import QueueCommands
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
 from podfleet.control.specs import ClusterSpec
@@ -88,6 +89,7 @@ class ControlPlane:
         self.names: dict[str, str] = {}  # live cluster name -> id
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
+        self.queues = QueueCommands(self)  # CreateQueue ... DeleteQueue (``control.queues``)
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
         self.job_metrics = JobMetrics(store)
         self.table.on_end(lambda job: self.job_metrics.close(job.id))
@@ -211,6 +213,7 @@ class ControlPlane:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
         self.jobs.attach(rt)  # its job driver, from what its fabric declares
+        self.queues.install(rt)  # its persisted queues, before any job is queued
         rt.fabric.subscribe(functools.partial(self._fabric_event, rt))
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
