@@ -20,7 +20,15 @@ from starlette.requests import HTTPConnection
 
 from podfleet.control import users
 from podfleet.errors import AuthError, ChecksumError, ForbiddenError, InvalidInputError
-from podfleet.security.policy import MFA_KEY, Policy, evaluate, resource_of, role_policy
+from podfleet.security.policy import (
+    MFA_KEY,
+    Policy,
+    evaluate,
+    names_queues,
+    queue_resource,
+    resource_of,
+    role_policy,
+)
 from podfleet.security.ratelimit import DenialLog
 from podfleet.security.tokens import Role, hash_token
 from podfleet.store.protocol import StoreProtocol
@@ -39,6 +47,14 @@ RULES: dict[str, Role] = {
     "DeleteCluster": Role.OPERATOR,
     "SubmitTrainingJob": Role.OPERATOR,
     "StopTrainingJob": Role.OPERATOR,
+    # Queues and job arrays (api/routes/queues.py)
+    "ListQueues": Role.VIEWER,
+    "DescribeQueue": Role.VIEWER,
+    "DescribeJobArray": Role.VIEWER,
+    "CreateQueue": Role.ADMIN,
+    "UpdateQueue": Role.ADMIN,
+    "DeleteQueue": Role.ADMIN,
+    "StopJobArray": Role.OPERATOR,
     "InjectFault": Role.OPERATOR,
     "CordonChip": Role.OPERATOR,
     "DrainChip": Role.OPERATOR,
@@ -271,3 +287,19 @@ async def require_admin_for_options(request: Request, who: Principal, op: str, t
     raise ForbiddenError(f"role {who.role.value} may not set {', '.join(used)} (needs admin): checkpoints go "
                          "encrypted under the cluster's data directory; leave these options out",
                          field="options", allowed=[Role.ADMIN.value])
+
+
+async def require_queue(request: Request, who: Principal, cluster: str, queue: str) -> None:
+    """403 (audited) when the caller's user policies name queues for SubmitTrainingJob
+    and this job's queue (``queue/CLUSTER/QUEUE``) is not among those they allow."""
+    policies = request.app.state.users.policies(who.name)
+    if not policies or not names_queues(policies, "SubmitTrainingJob"):
+        return
+    resource = queue_resource(cluster, queue)
+    decision = evaluate(policies, "SubmitTrainingJob", resource, {})
+    if decision.allowed:
+        return
+    await deny(request.app, client=client_address(request), actor=who.actor, action="SubmitTrainingJob",
+               target=cluster, detail={"reason": "queue not allowed", "user": who.name, "queue": queue})
+    raise ForbiddenError(f"user {who.name} may not SubmitTrainingJob on {resource}: {decision.describe()}",
+                         field="queue")

@@ -114,6 +114,10 @@ class ModelDims(_In):
     seq_len: int = Field(4096, ge=1, le=10_000_000)
 
 
+QUEUE_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+JobOrArrayId = Annotated[str, Field(pattern=r"^(job|arr)-[a-z0-9-]{1,60}$")]
+
+
 class SubmitJobRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}]})
@@ -141,6 +145,16 @@ class SubmitJobRequest(_In):
                                         pattern=r"^(none|bf16|lossless|powersgd:([1-9]|[1-5][0-9]|6[0-4]))$",
                                         description="gradient compression: none, bf16, powersgd:RANK (1-64) or "
                                                     "lossless (zstd; bit-identical training); the twin models it")
+    queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                              description="the cluster queue it is admitted through; default 'default'")
+    after_ok: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
+                                                description="start only after each of these jobs (or arrays) "
+                                                            "succeeded; one that fails fails this job")
+    after_any: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
+                                                 description="start only after each of these jobs ended")
+    array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[0-9,%-]+$",
+                              description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
+                                          "each gets PODFLEET_ARRAY_INDEX")
     clientToken: str | None = ClientToken
 
 
@@ -344,3 +358,72 @@ class AccessToken(_Out):
 
 class AccessTokenList(BaseModel):
     tokens: list[AccessToken]
+
+
+# --- queues and job arrays (api/routes/queues.py) --------------------------------------------
+ReclaimPolicy = Literal["never", "lower-priority", "any"]
+
+
+class CreateQueueRequest(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "team-a", "nominal": 32, "cohort": "research", "borrowing_limit": 16}]})
+
+    name: str = Field(..., min_length=1, max_length=63, pattern=QUEUE_PATTERN)
+    nominal: int = Field(..., ge=0, le=MAX_CLUSTER_CHIPS, description="chips the queue owns")
+    cohort: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                               description="queues of one cohort lend each other idle quota")
+    borrowing_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS,
+                                        description="most chips above nominal it may borrow (none: no limit)")
+    lending_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS,
+                                      description="most of its idle nominal chips it lends (none: all)")
+    weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight in its cohort")
+    reclaim: ReclaimPolicy = Field("any", description="which borrowing jobs it may preempt to get its quota back")
+
+
+class UpdateQueueRequest(_In):
+    nominal: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS)
+    cohort: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN)
+    borrowing_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS)
+    lending_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS)
+    weight: float | None = Field(None, gt=0, le=1000)
+    reclaim: ReclaimPolicy | None = None
+
+
+class Queue(_Out):
+    name: str
+    cluster_id: str
+    nominal: int | None = Field(None, description="chips it owns (none: the implicit, unlimited default queue)")
+    cohort: str | None = None
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    weight: float = 1.0
+    reclaim: str = "any"
+    used: int = Field(0, description="chips its jobs hold now")
+    borrowed: int = Field(0, description="chips it uses above nominal")
+    lent: int = Field(0, description="chips of its nominal quota other queues use now")
+    capacity: int | None = Field(None, description="the most chips it can ever hold")
+    defined: bool = Field(True, description="false for the implicit default queue")
+    jobs: dict[str, int] = Field({}, description="its jobs by scheduler phase")
+
+
+class QueueList(BaseModel):
+    queues: list[Queue]
+
+
+class JobArrayMember(_Out):
+    id: str
+    index: int | None = None
+    state: str
+    reason: str = ""
+
+
+class JobArray(_Out):
+    id: str
+    size: int
+    limit: int | None = None
+    state: str = Field(..., description="RUNNING while any member runs, PENDING while the rest wait, else the "
+                                        "worst end: FAILED, STOPPED or SUCCEEDED")
+    ended: bool
+    counts: dict[str, int]
+    cluster_id: str
+    jobs: list[JobArrayMember]

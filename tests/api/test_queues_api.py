@@ -1,0 +1,85 @@
+"""Queues and job arrays over HTTP: operationIds, problem+json errors with stable codes,
+the job's queue limited by a user's policy."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tests.api.conftest import Live, wait_active
+
+
+@pytest.fixture(scope="module")
+def qpod(admin: httpx.Client) -> dict:
+    r = admin.post("/v1/clusters", json={"name": "qpod"})
+    assert r.status_code == 201, r.text
+    return wait_active(admin, "qpod")
+
+
+def test_openapi_names_the_queue_operations(admin: httpx.Client) -> None:
+    spec = admin.get("/openapi.json").json()
+    ops = {op["operationId"]: path for path, item in spec["paths"].items() for op in item.values()
+           if isinstance(op, dict) and "operationId" in op}
+    assert ops["CreateQueue"] == ops["ListQueues"] == "/v1/clusters/{cluster}/queues"
+    assert ops["DescribeQueue"] == ops["UpdateQueue"] == ops["DeleteQueue"] == "/v1/clusters/{cluster}/queues/{queue}"
+    assert ops["DescribeJobArray"] == "/v1/job-arrays/{array}"
+
+
+def test_queue_lifecycle_and_errors(admin: httpx.Client, qpod: dict) -> None:
+    r = admin.post("/v1/clusters/qpod/queues", json={"name": "team-a", "nominal": 16, "cohort": "lab"})
+    assert r.status_code == 201, r.text
+    assert r.json()["nominal"] == 16 and r.json()["capacity"] == 16
+    r = admin.post("/v1/clusters/qpod/queues", json={"name": "team-a", "nominal": 16})
+    assert r.status_code == 409 and r.headers["content-type"].startswith("application/problem+json")
+    assert r.json()["code"] == "conflict"
+    r = admin.post("/v1/clusters/qpod/queues", json={"name": "x", "nominal": 4, "reclaim": "sometimes"})
+    assert r.status_code == 400 and r.json()["code"] == "invalid-input"
+    r = admin.post("/v1/clusters/qpod/queues", json={"name": "y", "nominal": 8, "lending_limit": 9})
+    assert r.status_code == 400 and "lending_limit (9) exceeds nominal (8)" in r.json()["detail"]
+    r = admin.patch("/v1/clusters/qpod/queues/team-a", json={"borrowing_limit": 4})
+    assert r.status_code == 200 and r.json()["borrowing_limit"] == 4
+    names = [q["name"] for q in admin.get("/v1/clusters/qpod/queues").json()["queues"]]
+    assert names == ["default", "team-a"]
+    assert admin.get("/v1/clusters/qpod/queues/nope").status_code == 404
+    j = admin.post("/v1/clusters/qpod/jobs", json={"model": "tiny", "chips": 8, "steps": 10**6, "queue": "team-a"})
+    assert j.status_code == 201 and j.json()["queue"] == "team-a"
+    r = admin.delete("/v1/clusters/qpod/queues/team-a")
+    assert r.status_code == 409 and "still has jobs" in r.json()["detail"]
+    assert admin.post(f"/v1/jobs/{j.json()['id']}/stop").status_code == 200
+    assert admin.delete("/v1/clusters/qpod/queues/team-a").status_code == 200
+    r = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "queue": "team-a"})
+    assert r.status_code == 400 and r.json()["code"] == "unknown-name" and r.json()["field"] == "queue"
+
+
+def test_array_over_http(admin: httpx.Client, qpod: dict) -> None:
+    r = admin.post("/v1/clusters/qpod/jobs", json={"model": "tiny", "chips": 4, "steps": 10**6, "array": "0-3%2"})
+    assert r.status_code == 201, r.text
+    arr = r.json()["array"]
+    got = admin.get(f"/v1/job-arrays/{arr['id']}").json()
+    assert got["size"] == 4 and got["counts"] == {"RUNNING": 2, "PENDING": 2}
+    stopped = admin.post(f"/v1/job-arrays/{arr['id']}/stop").json()
+    assert stopped["state"] == "STOPPED"
+    assert admin.get("/v1/job-arrays/arr-nope").status_code == 404
+    r = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "after_ok": ["nope"]})
+    assert r.status_code == 400
+
+
+def test_a_teams_policy_limits_it_to_its_queues(live: Live, admin: httpx.Client, qpod: dict) -> None:
+    for q in ("team-b", "team-c"):
+        assert admin.post("/v1/clusters/qpod/queues", json={"name": q, "nominal": 8}).status_code == 201
+    assert admin.post("/v1/users", json={"name": "bea", "policies": []}).status_code == 201
+    doc = {"Statement": [
+        {"Effect": "Allow", "Action": ["Describe*", "List*", "Get*"], "Resource": "*"},
+        {"Effect": "Allow", "Action": "SubmitTrainingJob", "Resource": ["cluster/*", "queue/qpod/team-b"]}]}
+    assert admin.put("/v1/users/bea/policies/team-b", json=doc).status_code == 200, "policy"
+    tok = admin.post("/v1/tokens", json={"name": "bea", "role": "operator"}).json()["token"]
+    time.sleep(0.1)
+    with httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {tok}"}, timeout=30) as bea:
+        ok = bea.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "queue": "team-b"})
+        assert ok.status_code == 201, ok.text
+        no = bea.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "queue": "team-c"})
+        assert no.status_code == 403 and "queue/qpod/team-c" in no.json()["detail"]
+        assert bea.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4}).status_code == 403
+        assert bea.post("/v1/clusters/qpod/queues", json={"name": "mine", "nominal": 4}).status_code == 403
