@@ -28,6 +28,7 @@ from podfleet.cli import docs as docs_cli
 from podfleet.cli import keys as keys_cli
 from podfleet.cli import plan as plan_cli
 from podfleet.cli import policy as policy_cli
+from podfleet.cli import queues as queue_cli
 from podfleet.cli import report as report_cli
 from podfleet.cli import sim as sim_cli
 from podfleet.cli import user as user_cli
@@ -87,6 +88,7 @@ app.add_typer(policy_cli.app, name="policy")
 app.add_typer(keys_cli.app, name="keys")
 app.add_typer(user_cli.app, name="user")
 app.add_typer(chip.app, name="chip")
+app.add_typer(queue_cli.app, name="queue")  # sharing between teams (a help panel is set at merge)
 app.command("verify")(verify_cli.verify)
 app.command("diagnose")(diagnose_cli.diagnose)
 app.command("advise")(advise_cli.advise)

@@ -98,6 +98,9 @@ class QueueSpec:
         """A copy with ``changes`` (a key set to None clears an optional limit)."""
         if "name" in changes and changes["name"] != self.name:
             raise InvalidInputError("a queue cannot be renamed", field="name")
+        if "nominal" in changes and changes["nominal"] is None:
+            raise InvalidInputError("nominal must be a chip count (an unlimited queue is the implicit default only)",
+                                    field="nominal")
         return QueueSpec.from_dict({**self.to_dict(), **dict(changes)})
 
 

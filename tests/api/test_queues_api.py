@@ -83,3 +83,46 @@ def test_a_teams_policy_limits_it_to_its_queues(live: Live, admin: httpx.Client,
         assert no.status_code == 403 and "queue/qpod/team-c" in no.json()["detail"]
         assert bea.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4}).status_code == 403
         assert bea.post("/v1/clusters/qpod/queues", json={"name": "mine", "nominal": 4}).status_code == 403
+
+
+def test_cli_queue_and_job_sharing_commands(live: Live, qpod: dict) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from podfleet.cli.main import app
+
+    env = {"PODFLEET_URL": live.url, "PODFLEET_TOKEN": live.tokens["admin"]}
+    run = CliRunner().invoke
+    r = run(app, ["queue", "create", "cli-q", "--cluster", "qpod", "--nominal", "8", "--cohort", "lab",
+                  "--borrowing-limit", "4", "--output", "json"], env=env)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["borrowing_limit"] == 4
+    r = run(app, ["queue", "update", "cli-q", "--cluster", "qpod", "--borrowing-limit", "none", "--output", "json"],
+            env=env)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["borrowing_limit"] is None
+    r = run(app, ["queue", "update", "cli-q", "--cluster", "qpod"], env=env)
+    assert r.exit_code != 0 and "give at least one of" in r.stderr
+    r = run(app, ["queue", "list", "--cluster", "qpod"], env=env)
+    assert r.exit_code == 0 and "cli-q" in r.stdout
+    r = run(app, ["queue", "create", "bad", "--cluster", "qpod", "--nominal", "4", "--reclaim", "maybe"], env=env)
+    assert r.exit_code != 0 and "reclaim" in r.stderr and "Traceback" not in r.stderr
+    r = run(app, ["job", "submit", "qpod", "--model", "debug", "--chips", "4", "--steps", "5", "--queue", "cli-q",
+                  "--array", "0-2%1", "--output", "json"], env=env)
+    assert r.exit_code == 0, r.stderr
+    arr = json.loads(r.stdout)
+    assert arr["id"].startswith("arr-") and arr["size"] == 3
+    r = run(app, ["job", "submit", "qpod", "--model", "debug", "--chips", "4", "--steps", "5",
+                  "--after-ok", arr["id"], "--output", "json"], env=env)
+    assert r.exit_code == 0, r.stderr
+    after = json.loads(r.stdout)
+    r = run(app, ["job", "wait", arr["id"], "--timeout", "60", "--output", "json"], env=env)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["state"] == "SUCCEEDED"
+    r = run(app, ["job", "wait", after["id"], "--timeout", "60", "-q", "--output", "json"], env=env)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    r = run(app, ["job", "describe", arr["id"]], env=env)
+    assert r.exit_code == 0 and "SUCCEEDED" in r.stdout
+    r = run(app, ["queue", "delete", "cli-q", "--cluster", "qpod", "--output", "json"], env=env)
+    assert r.exit_code == 0, r.stderr
