@@ -144,3 +144,13 @@ def test_stop_ends_a_running_job_and_frees_its_chips(fab: LocalFabric) -> None:
     assert {e.detail["cause"] for e in fab.events if e.kind == "worker-exited" and e.job_id == "job-stop"} == {"stopped"}
     fab.launch(WorkerGroupSpec("job-after-stop", (0,), "custom", 1, entrypoint="/nonexistent.py"))
     assert fab.wait("job-after-stop", 30).state is JobState.FAILED  # the chips were free again
+
+
+def test_an_array_member_sees_its_index(fab: LocalFabric, tmp_path: Path) -> None:
+    out = tmp_path / "index.txt"
+    script = tmp_path / "sweep.py"
+    script.write_text(f"import os\nopen({str(out)!r}, 'w').write(os.environ['PODFLEET_ARRAY_INDEX'])\n")
+    fab.launch(WorkerGroupSpec("job-arr-3", (0,), "custom", 1, entrypoint=str(script), options={"array_index": 3}))
+    st = fab.wait("job-arr-3", 60)
+    assert st.state is JobState.FINISHED, st.reason
+    assert out.read_text() == "3"
