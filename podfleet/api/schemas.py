@@ -402,6 +402,10 @@ class Queue(_Out):
     borrowed: int = Field(0, description="chips it uses above nominal")
     lent: int = Field(0, description="chips of its nominal quota other queues use now")
     capacity: int | None = Field(None, description="the most chips it can ever hold")
+    share: float = Field(0.0, description="dominant share: chips held over the cohort's nominal chips, per "
+                                          "normalized weight")
+    usage: float = Field(0.0, description="decayed chip-seconds (fair-share history)")
+    fair_share: float = Field(0.0, description="Slurm's fair-share factor 2^(-usage/shares), 0-1 (1: unused)")
     defined: bool = Field(True, description="false for the implicit default queue")
     jobs: dict[str, int] = Field({}, description="its jobs by scheduler phase")
 

@@ -25,6 +25,7 @@ in no cohort, so a cluster without queues schedules as before.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -127,6 +128,10 @@ class QueueBook:
 
     specs: dict[str, QueueSpec] = field(default_factory=lambda: {DEFAULT_QUEUE: UNLIMITED_DEFAULT})
     used: dict[str, int] = field(default_factory=dict)
+    # Fair share (Slurm's fair-share factor): chip-seconds used, decayed with this half-life.
+    half_life_s: float = 7 * 24 * 3600.0
+    history: dict[str, float] = field(default_factory=dict)
+    history_at_s: float = 0.0
 
     # --- definitions ------------------------------------------------------------------
     def put(self, spec: QueueSpec) -> None:
@@ -194,6 +199,43 @@ class QueueBook:
         lendable = sum(s.lendable(used.get(s.name, 0)) for s in members)
         return max(0, borrowed - lendable)
 
+    # --- fair share -------------------------------------------------------------------
+    def advance(self, now_s: float) -> None:
+        """Fold the chips held since the last call into each queue's decayed usage:
+        U(t+dt) = U(t)*2^(-dt/h) + chips * (h/ln 2) * (1 - 2^(-dt/h)), exact for chips
+        held constant over dt (they are: every charge and release advances first)."""
+        dt = now_s - self.history_at_s
+        if dt <= 0:
+            return
+        k = 2.0 ** (-dt / self.half_life_s)
+        gain = self.half_life_s / math.log(2.0) * (1.0 - k)
+        for q in set(self.history) | set(self.used):
+            self.history[q] = self.history.get(q, 0.0) * k + max(self.used.get(q, 0), 0) * gain
+        self.history_at_s = now_s
+
+    def fair_share(self, name: str) -> float:
+        """Slurm's classic fair-share factor 2^(-usage/shares) in [0, 1] (1: unused): its
+        share of the cohort's decayed usage against its share of the cohort's weights."""
+        members = self.cohort_of(name)
+        spec = self.specs.get(name)
+        if spec is None or not members:
+            return 0.0
+        shares = float(spec.weight) / sum(float(s.weight) for s in members)
+        total = sum(self.history.get(s.name, 0.0) for s in members)
+        usage = self.history.get(name, 0.0) / total if total > 0 else 0.0
+        return float(2.0 ** (-usage / shares))
+
+    def share(self, name: str) -> float:
+        """Dominant share (one resource: chips): chips held over the cohort's nominal
+        chips, divided by its normalized weight (Kueue's fair sharing orders by it)."""
+        members = self.cohort_of(name)
+        spec = self.specs.get(name)
+        cap = sum(s.nominal or 0 for s in members)
+        if spec is None or cap <= 0:
+            return 0.0
+        w = float(spec.weight) / (sum(float(s.weight) for s in members) / len(members))
+        return self.usage(name) / cap / w
+
     # --- the rule ---------------------------------------------------------------------
     def admit(self, name: str, chips: int) -> Admission:
         spec = self.specs.get(name)
@@ -245,7 +287,8 @@ class QueueBook:
     def view(self, name: str) -> dict[str, Any]:
         spec = self.specs[name]
         return {**spec.to_dict(), "used": self.usage(name), "borrowed": self.borrowed(name), "lent": self.lent(name),
-                "capacity": self.capacity(name)}
+                "capacity": self.capacity(name), "share": round(self.share(name), 4),
+                "usage": round(self.history.get(name, 0.0), 1), "fair_share": round(self.fair_share(name), 4)}
 
 
 @dataclass(frozen=True)

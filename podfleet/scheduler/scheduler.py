@@ -47,6 +47,7 @@ class Scheduler:
         self.quotas = check_quotas(quotas or {})
         self.jobs: dict[str, SchedulerJob] = {}
         self.queues = with_defaults(queues)
+        self.queues.half_life_s = self.policy.fair_share_half_life_s
         self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock, queues=self.queues)
         cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
         self.framework = Framework(self.handle, cfg)
@@ -162,7 +163,11 @@ class Scheduler:
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
         failed: list[tuple[int, int, int, str, str]] = []
-        queue = order((self.jobs[j] for j in self.pending), now, self.policy)
+        self.queues.advance(now)
+        w = self.policy.fair_share_weight
+        bonus = {q: w * self.queues.fair_share(q) for q in {self.jobs[j].request.queue for j in self.pending}} \
+            if w and len(self.queues.specs) > 1 else None
+        queue = order((self.jobs[j] for j in self.pending), now, self.policy, bonus)
         for n, rec in enumerate(queue):
             if max_jobs is not None and n >= max_jobs:
                 break
@@ -267,6 +272,8 @@ class Scheduler:
         else:
             self.handle.running.pop(rec.job_id, None)
         team, queue = rec.request.team, rec.request.queue
+        if after != before:
+            self.queues.advance(now)  # usage so far at the old chip count
         if after and not before:
             self.team_chips[team] = self.team_chips.get(team, 0) + rec.request.chips
             self.queues.charge(queue, rec.request.chips)

@@ -219,3 +219,31 @@ def test_plan_reclaim_takes_only_from_borrowing_queues(raw: list, holders: list,
         used[h.queue] -= h.chips
     used[q] = used.get(q, 0) + chips
     assert book.overdraw(used, [book.get(x) for x in QUEUES]) == 0  # type: ignore[misc]
+
+
+# --- fair share ------------------------------------------------------------------------------
+def test_decayed_usage_halves_every_half_life() -> None:
+    book = with_defaults([QueueSpec("a", 8, cohort="c"), QueueSpec("b", 8, cohort="c")])
+    book.half_life_s = 100.0
+    book.charge("a", 8)
+    book.advance(100.0)  # 8 chips for one half-life: 8 * (100/ln 2) * (1 - 1/2)
+    first = book.history["a"]
+    assert first == pytest.approx(8 * 100 / 0.693147 * 0.5, rel=1e-5)
+    book.release("a", 8)
+    book.advance(200.0)
+    assert book.history["a"] == pytest.approx(first / 2)
+    # a has all the cohort's usage at half its weight: 2^(-1/0.5) = 0.25; b unused: 1.
+    assert book.fair_share("a") == pytest.approx(0.25) and book.fair_share("b") == 1.0
+
+
+def test_fair_share_orders_equal_priority_jobs_of_a_cohort() -> None:
+    s = Scheduler(POD, queues=[QueueSpec("a", 32, cohort="c"), QueueSpec("b", 32, cohort="c")])
+    s.submit(JobRequest("a-old", 64, queue="a"), now_s=0)
+    s.schedule(now_s=0)
+    s.finish("a-old", now_s=3600)  # a used the whole pod for an hour; b nothing
+    s.submit(JobRequest("a-new", 64, queue="a"), now_s=3600)
+    s.submit(JobRequest("b-new", 64, queue="b"), now_s=3601)  # later, same priority
+    [d] = s.schedule(now_s=3601)
+    assert d.job_id == "b-new"
+    views = {q: s.queues.view(q) for q in ("a", "b")}
+    assert views["a"]["fair_share"] < views["b"]["fair_share"] and views["b"]["share"] == 1.0
