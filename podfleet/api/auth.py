@@ -55,6 +55,7 @@ RULES: dict[str, Role] = {
     "UpdateQueue": Role.ADMIN,
     "DeleteQueue": Role.ADMIN,
     "StopJobArray": Role.OPERATOR,
+    "GetUsage": Role.VIEWER,  # api/routes/usage.py
     "InjectFault": Role.OPERATOR,
     "CordonChip": Role.OPERATOR,
     "DrainChip": Role.OPERATOR,

@@ -431,3 +431,20 @@ class JobArray(_Out):
     counts: dict[str, int]
     cluster_id: str
     jobs: list[JobArrayMember]
+
+
+class UsageRow(_Out):
+    busy: float = Field(..., description="chip-seconds training (less work a failure threw away)")
+    reserved: float = Field(..., description="chip-seconds held while placing or checkpointing")
+    lost: float = Field(..., description="chip-seconds held while recovering, plus work a failure threw away")
+    chip_hours: float
+    jobs: int
+
+
+class UsageReport(BaseModel):
+    by: str
+    since: float | None = None
+    cluster_id: str | None = None
+    rows: list[UsageRow]
+    total: dict[str, float]
+    jobs: int

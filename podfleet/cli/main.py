@@ -31,6 +31,7 @@ from podfleet.cli import policy as policy_cli
 from podfleet.cli import queues as queue_cli
 from podfleet.cli import report as report_cli
 from podfleet.cli import sim as sim_cli
+from podfleet.cli import usage as usage_cli
 from podfleet.cli import user as user_cli
 from podfleet.cli import verify as verify_cli
 from podfleet.errors import PodfleetError
@@ -89,6 +90,7 @@ app.add_typer(keys_cli.app, name="keys")
 app.add_typer(user_cli.app, name="user")
 app.add_typer(chip.app, name="chip")
 app.add_typer(queue_cli.app, name="queue")  # sharing between teams (a help panel is set at merge)
+app.command("usage")(usage_cli.usage)
 app.command("verify")(verify_cli.verify)
 app.command("diagnose")(diagnose_cli.diagnose)
 app.command("advise")(advise_cli.advise)

@@ -150,6 +150,7 @@ class JobManager:
                 job = Job(new_id("job"), rt.id, JobState.PENDING, m, JobStatus(
                     progress=Progress(step=0, steps=spec.steps), reason="waiting for placement",
                     params=params, plan=layout, timestamps={JobState.PENDING.value: rfc3339(now)},
+                    submitted_by=actor,
                 ), now, now)
                 plane.store.save_job(job.record())
                 created.append(job)

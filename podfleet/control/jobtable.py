@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, Final, Literal
 
+from podfleet.control.accounting import accrue
 from podfleet.control.ids import new_id
 from podfleet.control.lifecycle import TERMINAL, JobState, check_job_transition
 from podfleet.control.logbuf import LogBuffer, rfc3339
@@ -121,6 +122,11 @@ class JobStatus:
     recovery: dict[str, Any] | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
     runtime: RunCounts | None = None  # process fabrics only
     failed_chip: int | None = None
+    # Accounting (``control.accounting``): chip-seconds by kind over closed intervals, when
+    # the open one began (unix s), and who submitted the job.
+    usage: dict[str, float] = field(default_factory=dict)
+    usage_from: float | None = None
+    submitted_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -150,6 +156,9 @@ class JobStatus:
             runtime=RunCounts(**{k: v for k, v in runtime.items() if k in known_r})
             if isinstance(runtime, Mapping) else None,
             failed_chip=d.get("failed_chip"),
+            usage={str(k): float(v) for k, v in (d.get("usage") or {}).items()},
+            usage_from=d.get("usage_from"),
+            submitted_by=d.get("submitted_by"),
         )
 
 
@@ -247,10 +256,16 @@ class JobTable:
         """Change state (enforced transitions), persist before anyone can see it, log it."""
         check_job_transition(job.state, dst)
         now = self.now()
+        st = job.status
+        # Chip-seconds of the state it leaves (``control.accounting``), before anything changes.
+        if st.usage_from is not None:
+            p = st.progress
+            redone = (max(0, p.step - st.checkpoint_step) * p.step_time_s) if p.step_time_s else 0.0
+            accrue(st.usage, job.state, dst, len(job.chips), now - st.usage_from, redone)
+        st.usage_from = now
         job.state = dst
         self._index(job)
         job.updated_at = now
-        st = job.status
         st.reason = reason
         st.timestamps = {**st.timestamps, dst.value: rfc3339(now)}
         if allocation is not _KEEP:
@@ -372,6 +387,8 @@ class JobTable:
             "recovery": st.recovery,
             "runtime": st.runtime.to_dict() if st.runtime is not None else None,
             "scheduling": st.scheduling.to_dict(),
+            "usage": {k: round(v, 3) for k, v in st.usage.items()},  # chip-seconds, closed intervals
+            "submitted_by": st.submitted_by,
             "timestamps": dict(st.timestamps),
             "created_at": rfc3339(job.created_at), "updated_at": rfc3339(job.updated_at),
         }

@@ -208,6 +208,10 @@ class PodfleetClient:
     def delete_queue(self, cluster: str, name: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
 
+    def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None) -> dict[str, Any]:
+        """GetUsage: chip-seconds per user, queue or team."""
+        return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster})
+
     def describe_job_array(self, array_id: str) -> dict[str, Any]:
         return self._request("GET", f"/v1/job-arrays/{_seg(array_id)}")
 

@@ -126,3 +126,34 @@ def test_cli_queue_and_job_sharing_commands(live: Live, qpod: dict) -> None:
     assert r.exit_code == 0 and "SUCCEEDED" in r.stdout
     r = run(app, ["queue", "delete", "cli-q", "--cluster", "qpod", "--output", "json"], env=env)
     assert r.exit_code == 0, r.stderr
+
+
+def test_usage_over_http_metrics_and_cli(live: Live, admin: httpx.Client, qpod: dict) -> None:
+    import json
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from typer.testing import CliRunner
+
+    from podfleet.cli.main import app
+
+    j = admin.post("/v1/clusters/qpod/jobs", json={"model": "tiny", "chips": 4, "steps": 10**6, "team": "ml"}).json()
+    time.sleep(0.5)
+    admin.post(f"/v1/jobs/{j['id']}/stop")
+    r = admin.get("/v1/usage", params={"by": "team"})
+    assert r.status_code == 200, r.text
+    rows = {row["team"]: row for row in r.json()["rows"]}
+    assert rows["ml"]["busy"] > 0 and rows["ml"]["jobs"] == 1
+    assert admin.get("/v1/usage", params={"by": "planet"}).status_code == 400
+    assert admin.get("/v1/usage", params={"since": time.time() + 3600}).json()["jobs"] == 0
+    text = admin.get("/metrics").text
+    fam = next(f for f in text_string_to_metric_families(text) if f.name == "podfleet_chip_seconds")
+    ml = [s for s in fam.samples if s.labels.get("team") == "ml" and s.labels["kind"] == "busy"]
+    assert ml and ml[0].name == "podfleet_chip_seconds_total" and ml[0].value > 0
+    env = {"PODFLEET_URL": live.url, "PODFLEET_TOKEN": live.tokens["viewer"]}
+    out = CliRunner().invoke(app, ["usage", "--by", "team", "--format", "csv"], env=env)
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "team,busy,reserved,lost,chip_hours,jobs" and "\nml," in out.stdout
+    out = CliRunner().invoke(app, ["usage", "--since", "1d", "--output", "json"], env=env)
+    assert out.exit_code == 0 and json.loads(out.stdout)["by"] == "user"
+    out = CliRunner().invoke(app, ["usage", "--since", "yesterday"], env=env)
+    assert out.exit_code != 0 and "--since must be" in out.stderr and "Traceback" not in out.stderr
