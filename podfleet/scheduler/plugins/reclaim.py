@@ -26,7 +26,7 @@ from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Nomination
 
 NAME = "reclaim"
-MAX_TRIES = 16  # candidate blocks per pod whose victims are checked against the quota rule
+MAX_TRIES = 256  # candidate blocks per pod whose victims are checked against the quota rule
 
 
 class Reclaim:
