@@ -56,6 +56,9 @@ RULES: dict[str, Role] = {
     "DeleteQueue": Role.ADMIN,
     "StopJobArray": Role.OPERATOR,
     "GetUsage": Role.VIEWER,  # api/routes/usage.py
+    "ListPriorityClasses": Role.VIEWER,
+    "CreatePriorityClass": Role.ADMIN,
+    "DeletePriorityClass": Role.ADMIN,
     "InjectFault": Role.OPERATOR,
     "CordonChip": Role.OPERATOR,
     "DrainChip": Role.OPERATOR,

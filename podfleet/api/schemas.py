@@ -129,7 +129,8 @@ class SubmitJobRequest(_In):
     parallelism: Literal["auto"] | Parallelism = "auto"
     steps: int = Field(1000, ge=1, le=10**9)
     checkpoint_interval: int = Field(100, ge=0, le=10**9, description="steps; 0 = never")
-    priority: int = Field(50, ge=0, le=100)
+    priority: Annotated[int, Field(ge=0, le=100)] | Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")] = Field(
+        50, description="0-100, or the name of a priority class")
     entrypoint: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^(/|code:[0-9a-f]{64}/).+$",
                                    description="local/ray: an absolute path in an allowed code directory, or "
                                                "code:<sha256>/<path> from UploadCode")
@@ -448,3 +449,20 @@ class UsageReport(BaseModel):
     rows: list[UsageRow]
     total: dict[str, float]
     jobs: int
+
+
+class CreatePriorityClassRequest(_In):
+    name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
+    value: int = Field(..., ge=0, le=100, description="the priority its jobs get")
+    preemption: Literal["lower", "never"] = Field("lower", description="lower: its jobs may preempt "
+                                                  "lower-priority jobs; never: they wait")
+
+
+class PriorityClass(_Out):
+    name: str
+    value: int
+    preemption: str
+
+
+class PriorityClassList(BaseModel):
+    priority_classes: list[PriorityClass]

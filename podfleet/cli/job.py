@@ -57,7 +57,7 @@ def submit(
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
     steps: int = typer.Option(1000, "--steps"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
-    priority: int = typer.Option(50, "--priority", help="0-100, higher first"),
+    priority: str = typer.Option("50", "--priority", help="0-100 (higher first), or a priority class name"),
     team: str | None = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
     parallelism: str = typer.Option("auto", "--parallelism", help="auto or TP,PP,DP"),
     entrypoint: Path | None = typer.Option(None, "--entrypoint", help="training script (real fabrics)"),
@@ -89,7 +89,7 @@ def submit(
             entry = str(entrypoint.resolve())
         out = client(url, token).submit_training_job(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
-            priority=priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
+            priority=int(priority) if priority.isdigit() else priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
             **({"gradCompression": grad_compression} if grad_compression is not None else {}),
             **_sharing(queue, after_ok, after_any, array),

@@ -28,6 +28,7 @@ from podfleet.cli import docs as docs_cli
 from podfleet.cli import keys as keys_cli
 from podfleet.cli import plan as plan_cli
 from podfleet.cli import policy as policy_cli
+from podfleet.cli import priorities as priority_cli
 from podfleet.cli import queues as queue_cli
 from podfleet.cli import report as report_cli
 from podfleet.cli import sim as sim_cli
@@ -90,6 +91,7 @@ app.add_typer(keys_cli.app, name="keys")
 app.add_typer(user_cli.app, name="user")
 app.add_typer(chip.app, name="chip")
 app.add_typer(queue_cli.app, name="queue")  # sharing between teams (a help panel is set at merge)
+app.add_typer(priority_cli.app, name="priority-class")
 app.command("usage")(usage_cli.usage)
 app.command("verify")(verify_cli.verify)
 app.command("diagnose")(diagnose_cli.diagnose)

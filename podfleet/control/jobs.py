@@ -107,7 +107,11 @@ class JobManager:
 
         def do() -> tuple[dict[str, Any], str]:
             rt = plane.resolve(cluster_ref)
-            spec = JobSpec.parse(dict(body))
+            for fixed in ("priority_class", "priority_preemption"):
+                if fixed in body:
+                    raise InvalidInputError(f"{fixed} is set from the priority class (submit with priority NAME)",
+                                            field=fixed)
+            spec = JobSpec.parse(plane.priorities.resolve(dict(body)))
             if spec.entrypoint is not None:  # only pushed artifacts or admin-allowed dirs run
                 spec = replace(spec, entrypoint=confine_entrypoint(
                     spec.entrypoint, code_root=code_root(plane.workdir), allowed_dirs=allowed_code_dirs()))

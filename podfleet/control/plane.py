@@ -23,6 +23,7 @@ from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.priorities import PriorityClasses
 from podfleet.control.queues import QueueCommands
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
@@ -90,6 +91,7 @@ class ControlPlane:
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
         self.queues = QueueCommands(self)  # CreateQueue ... DeleteQueue (``control.queues``)
+        self.priorities = PriorityClasses(self)  # named priorities (``control.priorities``)
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
         self.job_metrics = JobMetrics(store)
         self.table.on_end(lambda job: self.job_metrics.close(job.id))
@@ -438,6 +440,7 @@ class ControlPlane:
     # --- restart ---------------------------------------------------------------------------
     def load(self) -> None:
         """Rebuild the read models from the store and reconcile with fresh fabrics."""
+        self.priorities.load()
         after = None
         while True:
             page = self.store.list_clusters(after=after, limit=200)

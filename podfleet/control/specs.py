@@ -252,6 +252,9 @@ class JobSpec:
     array_id: str | None = None
     array_index: int | None = None
     array_limit: int | None = None
+    # Set from a priority class at submit (``control.priorities``): its name and policy.
+    priority_class: str | None = None
+    priority_preemption: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

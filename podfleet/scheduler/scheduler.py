@@ -162,7 +162,7 @@ class Scheduler:
         # cluster does not change within a cycle unless something binds, which clears
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
-        failed: list[tuple[int, int, int, str, str]] = []
+        failed: list[tuple[int, int, int, str, bool, str]] = []
         self.queues.advance(now)
         w = self.policy.fair_share_weight
         bonus = {q: w * self.queues.fair_share(q) for q in {self.jobs[j].request.queue for j in self.pending}} \
@@ -181,9 +181,10 @@ class Scheduler:
             req = rec.request
             hit = None
             if req.shape is None and not starving:
-                # Same queue only: a job of another queue may reclaim where this one could not.
-                hit = next((r for c, h, p, q, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
-                            and req.priority <= p and req.queue == q), None)
+                # Same queue only: a job of another queue may reclaim where this one could not;
+                # and one that may preempt is not answered by one that may not.
+                hit = next((r for c, h, p, q, m, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
+                            and req.priority <= p and req.queue == q and (m or not req.may_preempt)), None)
             if hit is not None:
                 rec.reason = hit
                 d = None
@@ -193,7 +194,8 @@ class Scheduler:
                 if d is not None:
                     failed.clear()
                 elif self._capacity_failure and req.shape is None:
-                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, rec.reason))
+                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, req.may_preempt,
+                                   rec.reason))
             if d is not None:
                 out.append(d)
             elif starving and self._holder is None:

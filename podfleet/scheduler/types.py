@@ -32,6 +32,7 @@ class JobRequest:
     parallelism: str = "manual"  # "auto": block shape and plan chosen together
     model: str | ModelSpec | None = None  # for parallelism="auto": a planner preset name, or a custom spec
     preemptible: bool = True
+    may_preempt: bool = True  # False: its priority class never preempts lower-priority jobs
     grad_compression: str = "none"  # for parallelism="auto": plans are estimated with it (perf.compression)
 
     def __post_init__(self) -> None:

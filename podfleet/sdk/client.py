@@ -212,6 +212,16 @@ class PodfleetClient:
         """GetUsage: chip-seconds per user, queue or team."""
         return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster})
 
+    def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> dict[str, Any]:
+        return self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
+                                                                   "preemption": preemption})
+
+    def list_priority_classes(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/priority-classes")
+
+    def delete_priority_class(self, name: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/priority-classes/{_seg(name)}")
+
     def describe_job_array(self, array_id: str) -> dict[str, Any]:
         return self._request("GET", f"/v1/job-arrays/{_seg(array_id)}")
 

@@ -39,6 +39,7 @@ from podfleet.store.models import (
     IdempotencyKeyRow,
     JobMetricRollupRow,
     JobRow,
+    PriorityClassRow,
     QueueRow,
     TelemetryRollupRow,
     TokenRow,
@@ -50,6 +51,7 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    PriorityClassRecord,
     QueueRecord,
     ReportRecord,
     RollupRecord,
@@ -337,6 +339,22 @@ class Store(AuditLog, UserStore):
     def delete_queue(self, queue_id: str) -> bool:
         with self._writing() as s:
             res = cast("CursorResult[Any]", s.execute(delete(QueueRow).where(QueueRow.id == queue_id)))
+            return bool(res.rowcount)
+
+    def save_priority_class(self, rec: PriorityClassRecord) -> None:
+        row = {"name": rec.name, "value": int(rec.value), "preemption": rec.preemption,
+               "created_at": float(rec.created_at)}
+        with self._writing() as s:
+            self._upsert(s, PriorityClassRow, [row], ["name"])
+
+    def list_priority_classes(self) -> list[PriorityClassRecord]:
+        with self._reading() as s:
+            return [PriorityClassRecord(r.name, r.value, r.preemption, r.created_at)
+                    for r in s.execute(select(PriorityClassRow).order_by(PriorityClassRow.name)).scalars()]
+
+    def delete_priority_class(self, name: str) -> bool:
+        with self._writing() as s:
+            res = cast("CursorResult[Any]", s.execute(delete(PriorityClassRow).where(PriorityClassRow.name == name)))
             return bool(res.rowcount)
 
     # ---- health reports ----------------------------------------------------------------

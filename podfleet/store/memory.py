@@ -27,6 +27,7 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    PriorityClassRecord,
     QueueRecord,
     ReportRecord,
     RollupRecord,
@@ -51,11 +52,13 @@ class MemoryStore(AuditKeyring):
         self._users: dict[str, UserRecord] = {}
         self._reports: dict[str, ReportRecord] = {}
         self._queues: dict[str, QueueRecord] = {}
+        self._priority_classes: dict[str, PriorityClassRecord] = {}
         self._depth = 0
         self._frames: list[dict[str, Any]] = []
 
     _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit", "_rollups", "_job_metrics",
-              "_users", "_reports", "_queues")
+              "_users", "_reports", "_queues",
+              "_priority_classes")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -236,6 +239,23 @@ class MemoryStore(AuditKeyring):
                 return False
             self._touch("_queues")
             del self._queues[queue_id]
+            return True
+
+    def save_priority_class(self, rec: PriorityClassRecord) -> None:
+        with self._lock:
+            self._touch("_priority_classes")
+            self._priority_classes[rec.name] = copy.deepcopy(rec)
+
+    def list_priority_classes(self) -> list[PriorityClassRecord]:
+        with self._lock:
+            return [copy.deepcopy(r) for _, r in sorted(self._priority_classes.items())]
+
+    def delete_priority_class(self, name: str) -> bool:
+        with self._lock:
+            if name not in self._priority_classes:
+                return False
+            self._touch("_priority_classes")
+            del self._priority_classes[name]
             return True
 
     # --- checkpoints ---------------------------------------------------------------------

@@ -214,3 +214,11 @@ class QueueRow(Base):
     updated_at: Mapped[float] = mapped_column(Double)
 
     __table_args__ = (UniqueConstraint("cluster_id", "name", name="uq_queues_cluster_id_name"),)
+
+
+class PriorityClassRow(Base):
+    __tablename__ = "priority_classes"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer)
+    preemption: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Double)

@@ -20,6 +20,7 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    PriorityClassRecord,
     QueueRecord,
     ReportRecord,
     RollupRecord,
@@ -68,6 +69,10 @@ class StoreProtocol(Protocol):
     def save_queue(self, rec: QueueRecord) -> None: ...
     def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]: ...  # by cluster, name
     def delete_queue(self, queue_id: str) -> bool: ...
+    # priority classes (upsert by name)
+    def save_priority_class(self, rec: PriorityClassRecord) -> None: ...
+    def list_priority_classes(self) -> list[PriorityClassRecord]: ...  # by name
+    def delete_priority_class(self, name: str) -> bool: ...
 
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...

@@ -142,3 +142,13 @@ class QueueRecord:
     spec: dict[str, Any]
     created_at: float
     updated_at: float
+
+
+@dataclass
+class PriorityClassRecord:
+    """A named priority (``control.priorities``): its value and whether its jobs preempt."""
+
+    name: str
+    value: int
+    preemption: str  # "lower" (preempt lower-priority jobs) | "never"
+    created_at: float

@@ -157,3 +157,31 @@ def test_usage_over_http_metrics_and_cli(live: Live, admin: httpx.Client, qpod: 
     assert out.exit_code == 0 and json.loads(out.stdout)["by"] == "user"
     out = CliRunner().invoke(app, ["usage", "--since", "yesterday"], env=env)
     assert out.exit_code != 0 and "--since must be" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_priority_classes_over_http_and_cli(live: Live, admin: httpx.Client, qpod: dict) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from podfleet.cli.main import app
+
+    r = admin.post("/v1/priority-classes", json={"name": "batch", "value": 5, "preemption": "never"})
+    assert r.status_code == 201, r.text
+    assert admin.post("/v1/priority-classes", json={"name": "batch", "value": 5}).json()["code"] == "conflict"
+    assert admin.post("/v1/priority-classes", json={"name": "x", "value": 500}).status_code == 400
+    j = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "priority": "batch"})
+    assert j.status_code == 201 and j.json()["priority"] == 5 and j.json()["priority_class"] == "batch"
+    bad = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "priority": "nope"})
+    assert bad.status_code == 400 and bad.json()["code"] == "unknown-name"
+    env = {"PODFLEET_URL": live.url, "PODFLEET_TOKEN": live.tokens["admin"]}
+    out = CliRunner().invoke(app, ["priority-class", "create", "hot", "--value", "80", "--output", "json"], env=env)
+    assert out.exit_code == 0 and json.loads(out.stdout)["preemption"] == "lower"
+    out = CliRunner().invoke(app, ["job", "submit", "qpod", "--model", "debug", "--chips", "4", "--priority", "hot",
+                                   "--output", "json"], env=env)
+    assert out.exit_code == 0, out.stderr
+    assert json.loads(out.stdout)["priority"] == 80
+    out = CliRunner().invoke(app, ["priority-class", "list"], env=env)
+    assert out.exit_code == 0 and "batch" in out.stdout and "hot" in out.stdout
+    assert admin.delete("/v1/priority-classes/hot").status_code == 200
+    assert admin.delete("/v1/priority-classes/hot").status_code == 404

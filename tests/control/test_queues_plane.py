@@ -177,3 +177,36 @@ def test_held_jobs_are_held_again_after_a_restart() -> None:
     advance(p2, 1)
     assert p2.jobs.describe(dep["id"])["reason"].startswith(f"Dependency: waiting for {first['id']}")
     assert p2.jobs.describe_array(arr["id"])["counts"] == {"RUNNING": 1, "PENDING": 2}
+
+
+def test_priority_classes_name_a_value_and_a_preemption_policy() -> None:
+    from podfleet.store.memory import MemoryStore as Mem
+
+    store = Mem()
+    plane = make_plane(store)
+    active_cluster(plane)
+    plane.priorities.create({"name": "urgent", "value": 90}, actor="t")
+    plane.priorities.create({"name": "polite", "value": 90, "preemption": "never"}, actor="t")
+    with pytest.raises(ConflictError):
+        plane.priorities.create({"name": "urgent", "value": 1}, actor="t")
+    with pytest.raises(InvalidInputError, match="value must be an integer 0-100"):
+        plane.priorities.create({"name": "huge", "value": 101}, actor="t")
+    low = plane.jobs.submit("pod", {**LONG, "chips": 64, "priority": 10}, actor="t")
+    advance(plane, 1000)  # past the preemption plugin's min_run_s
+    nice = plane.jobs.submit("pod", {**LONG, "chips": 16, "priority": "polite"}, actor="t")
+    assert nice["priority"] == 90 and nice["priority_class"] == "polite"
+    advance(plane, 1)
+    assert "its priority class never preempts" in plane.jobs.describe(nice["id"])["reason"]
+    assert plane.jobs.describe(low["id"])["state"] == "RUNNING"
+    hurry = plane.jobs.submit("pod", {**LONG, "chips": 16, "priority": "urgent"}, actor="t")
+    advance(plane, 1)
+    assert plane.jobs.describe(hurry["id"])["state"] == "RUNNING"
+    assert plane.jobs.describe(low["id"])["state"] == "PENDING"  # preempted by the urgent one
+    with pytest.raises(UnknownNameError, match="unknown priority class 'nope'; valid: polite, urgent"):
+        plane.jobs.submit("pod", {**SHORT, "chips": 4, "priority": "nope"}, actor="t")
+    assert plane.jobs.submit("pod", {**SHORT, "chips": 4, "priority": "7"}, actor="t")["priority"] == 7
+    p2 = make_plane(store, seed=1)
+    p2.load()
+    assert [c["name"] for c in p2.priorities.list_all()] == ["polite", "urgent"]
+    p2.priorities.delete("polite", actor="t")
+    assert [c["name"] for c in p2.priorities.list_all()] == ["urgent"]

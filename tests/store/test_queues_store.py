@@ -42,3 +42,14 @@ def test_a_rolled_back_queue_is_gone(store: Store) -> None:
         store.save_queue(QueueRecord("q-1", "cl-1", "a", {}, 1.0, 1.0))
         raise RuntimeError("boom")
     assert store.list_queues() == []
+
+
+def test_priority_classes_roundtrip(store: Store) -> None:
+    from podfleet.store.records import PriorityClassRecord
+
+    store.save_priority_class(PriorityClassRecord("urgent", 90, "lower", 1.0))
+    store.save_priority_class(PriorityClassRecord("batch", 10, "never", 2.0))
+    store.save_priority_class(PriorityClassRecord("batch", 20, "never", 3.0))  # upsert by name
+    assert [(r.name, r.value) for r in store.list_priority_classes()] == [("batch", 20), ("urgent", 90)]
+    assert store.delete_priority_class("batch") and not store.delete_priority_class("batch")
+    assert [r.name for r in store.list_priority_classes()] == ["urgent"]

@@ -8,11 +8,21 @@ from fastapi import APIRouter, Path, status
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import REF_PATTERN, ClusterRef, Plane
-from podfleet.api.schemas import CreateQueueRequest, JobArray, Queue, QueueList, UpdateQueueRequest
+from podfleet.api.schemas import (
+    CreatePriorityClassRequest,
+    CreateQueueRequest,
+    JobArray,
+    PriorityClass,
+    PriorityClassList,
+    Queue,
+    QueueList,
+    UpdateQueueRequest,
+)
 
 router = APIRouter(prefix="/v1", tags=["queues"])
 
 QueueRef = Annotated[str, Path(pattern=REF_PATTERN, max_length=63, description="queue name")]
+PriorityRef = Annotated[str, Path(pattern=r"^[a-z][a-z0-9-]*$", max_length=63, description="priority class name")]
 ArrayRef = Annotated[str, Path(pattern=r"^arr-[a-z0-9-]+$", max_length=64, description="job array id (arr-...)")]
 
 
@@ -58,3 +68,21 @@ async def describe_job_array(array: ArrayRef, plane: Plane) -> dict[str, Any]:
 @router.post("/job-arrays/{array}/stop", operation_id="StopJobArray", response_model=JobArray)
 async def stop_job_array(array: ArrayRef, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     return await plane.call(plane.jobs.stop_array, array, actor=who.actor)
+
+
+@router.post("/priority-classes", operation_id="CreatePriorityClass", response_model=PriorityClass,
+             status_code=status.HTTP_201_CREATED)
+async def create_priority_class(body: CreatePriorityClassRequest, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    """A named priority: jobs submitted with ``priority: NAME`` get its value and preemption policy."""
+    return await plane.call(plane.priorities.create, body.model_dump(), actor=who.actor)
+
+
+@router.get("/priority-classes", operation_id="ListPriorityClasses", response_model=PriorityClassList)
+async def list_priority_classes(plane: Plane) -> dict[str, Any]:
+    return {"priority_classes": await plane.call(plane.priorities.list_all)}
+
+
+@router.delete("/priority-classes/{priority_class}", operation_id="DeletePriorityClass")
+async def delete_priority_class(priority_class: PriorityRef, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
+    """Jobs already submitted keep the value they were given."""
+    return await plane.call(plane.priorities.delete, priority_class, actor=who.actor)

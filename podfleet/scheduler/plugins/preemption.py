@@ -49,6 +49,8 @@ class Preemption:
     def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]:
         h = self.handle
         cl = h.cluster
+        if not job.may_preempt:
+            return st.unschedulable(diagnosis + "; its priority class never preempts"), None
         now = float(state.get("now_s", h.now_s()))
         evictable_slots = {
             r.slot: float(r.request.priority)
