@@ -52,6 +52,7 @@ DEFAULT_PLUGINS: tuple[PluginConfig, ...] = (
     PluginConfig("topology_block", weight=2.0),
     PluginConfig("fragmentation", weight=1.0),
     PluginConfig("thermal_headroom", weight=0.5),
+    PluginConfig("borrow_packing", weight=1.0),
     PluginConfig("preemption"),
     PluginConfig("reclaim"),
     PluginConfig("reservation"),

@@ -8,6 +8,7 @@ from typing import Any
 from podfleet.errors import UnknownNameError
 from podfleet.scheduler.extension import Handle, Plugin
 from podfleet.scheduler.plugins import (
+    borrow_packing,
     default_binder,
     fragmentation,
     gang_permit,
@@ -34,6 +35,7 @@ REGISTRY: dict[str, Factory] = {
         topology_block,
         fragmentation,
         thermal_headroom,
+        borrow_packing,
         preemption,
         reclaim,
         reservation,

@@ -247,3 +247,16 @@ def test_fair_share_orders_equal_priority_jobs_of_a_cohort() -> None:
     assert d.job_id == "b-new"
     views = {q: s.queues.view(q) for q in ("a", "b")}
     assert views["a"]["fair_share"] < views["b"]["fair_share"] and views["b"]["share"] == 1.0
+
+
+def test_borrowers_pack_at_the_high_end_owners_at_the_low_end() -> None:
+    import numpy as np
+
+    from podfleet.scheduler.plugins.borrow_packing import high_end
+
+    assert list(high_end(np.array([[0, 1], [62, 63]]), 64)) == pytest.approx([100 * 0.5 / 63, 100 * 62.5 / 63])
+    s = Scheduler(POD, queues=[QueueSpec("a", 32, cohort="c"), QueueSpec("b", 16, cohort="c")])
+    s.submit(JobRequest("b1-own", 16, queue="b"), now_s=0)
+    s.submit(JobRequest("b2-borrowed", 16, queue="b"), now_s=0)  # b's second 16 chips are a's
+    got = {d.job_id: d.placement for d in s.schedule(now_s=0) if d.placement is not None}
+    assert max(got["b1-own"].local_chips) < min(got["b2-borrowed"].local_chips)
