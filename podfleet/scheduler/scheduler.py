@@ -56,6 +56,7 @@ class Scheduler:
         self._next_slot = 0
         self._holder: tuple[int, int] | None = None  # (slot, pod) of the starving job's hold
         self._capacity_failure = False  # set by _schedule_one when no block exists even with preemption
+        self._quota_refusal = False  # set by _schedule_one when the job's queue has no quota for it
         self.set_spares(spares or 0)
 
     # --- operator inputs -------------------------------------------------------------
@@ -163,6 +164,9 @@ class Scheduler:
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
         failed: list[tuple[int, int, int, str, bool, str]] = []
+        # Quota refusals seen this cycle, by (queue, chips): the same ask of the same queue
+        # gets the same answer until something binds (quota use changes only then).
+        refused: dict[tuple[str, int], str] = {}
         self.queues.advance(now)
         w = self.policy.fair_share_weight
         bonus = {q: w * self.queues.fair_share(q) for q in {self.jobs[j].request.queue for j in self.pending}} \
@@ -179,8 +183,8 @@ class Scheduler:
                 starvation.release(self.cluster, rec.slot, [self._holder[1]])  # its own hold is free to it
                 self._holder = None
             req = rec.request
-            hit = None
-            if req.shape is None and not starving:
+            hit = refused.get((req.queue, req.chips)) if not starving else None
+            if hit is None and req.shape is None and not starving:
                 # Same queue only: a job of another queue may reclaim where this one could not;
                 # and one that may preempt is not answered by one that may not.
                 hit = next((r for c, h, p, q, m, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
@@ -189,10 +193,13 @@ class Scheduler:
                 rec.reason = hit
                 d = None
             else:
-                self._capacity_failure = False
+                self._capacity_failure = self._quota_refusal = False
                 d = self._schedule_one(rec, now)
                 if d is not None:
                     failed.clear()
+                    refused.clear()
+                elif self._quota_refusal:
+                    refused[(req.queue, req.chips)] = rec.reason
                 elif self._capacity_failure and req.shape is None:
                     failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, req.may_preempt,
                                    rec.reason))
@@ -224,6 +231,8 @@ class Scheduler:
                 if ps.ok and nom is not None:
                     return self._nominate(rec, nom, now)
                 s = ps
+            else:
+                self._quota_refusal = True  # no reclaim involved: the answer depends on usage only
             rec.reason = str(s)
             return None
         s, cands = fw.find(state, job)
