@@ -153,7 +153,7 @@ class SubmitJobRequest(_In):
                                                             "succeeded; one that fails fails this job")
     after_any: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
                                                  description="start only after each of these jobs ended")
-    array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[0-9,%-]+$",
+    array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
     clientToken: str | None = ClientToken

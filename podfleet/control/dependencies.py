@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from podfleet.control.lifecycle import JobState
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InfeasibleError, InvalidInputError
 
 ARRAY_MAX = 1000  # members of one array
 _ARRAY_RE = re.compile(r"^(\d+(-\d+)?)(,\d+(-\d+)?)*(%\d+)?$")
@@ -38,13 +38,13 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int | None]:
         lo, _, hi = part.partition("-")
         a, b = int(lo), int(hi or lo)
         if b < a:
-            raise InvalidInputError(f"array range {part!r} runs backwards", field="array")
+            raise InfeasibleError(f"array range {part!r} runs backwards", field="array")
         if b - a + 1 + len(out) > ARRAY_MAX:
-            raise InvalidInputError(f"array {text!r} has more than {ARRAY_MAX} members", field="array")
+            raise InfeasibleError(f"array {text!r} has more than {ARRAY_MAX} members", field="array")
         out.update(range(a, b + 1))
     limit = int(limit_s) if limit_s else None
     if limit is not None and limit < 1:
-        raise InvalidInputError(f"array limit must be >= 1, got %{limit}", field="array")
+        raise InfeasibleError(f"array limit must be >= 1, got %{limit}", field="array")
     return tuple(sorted(out)), limit
 
 

@@ -33,7 +33,6 @@ from podfleet.errors import (
     InvalidInputError,
     NotFoundError,
     PodfleetError,
-    UnknownNameError,
 )
 from podfleet.fabric.base import ChipCheck, ChipState, FabricEvent
 from podfleet.scheduler import DecisionKind
@@ -128,8 +127,8 @@ class JobManager:
                     field="chips", allowed=f"1-{capacity}",
                 )
             if spec.queue and rt.scheduler.queues.get(spec.queue) is None:
-                raise UnknownNameError(f"queue of cluster {rt.rec.name}", spec.queue, rt.scheduler.queues.specs,
-                                       field="queue")
+                raise NotFoundError(f"queue {spec.queue!r} not found on cluster {rt.rec.name} (queues: "
+                                    f"{', '.join(sorted(rt.scheduler.queues.specs))})", field="queue")
             for fixed in ("array_id", "array_index", "array_limit"):
                 if getattr(spec, fixed) is not None:
                     raise InvalidInputError(f"{fixed} is set by the control plane (submit with array)", field=fixed)

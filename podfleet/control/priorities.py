@@ -14,7 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from podfleet.control.specs import MAX_PRIORITY
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.store.records import PriorityClassRecord
 
 if TYPE_CHECKING:
@@ -72,7 +72,9 @@ class PriorityClasses:
             return {**body, "priority": int(p)}
         rec = self.classes.get(p)
         if rec is None:
-            raise UnknownNameError("priority class", p, self.classes, field="priority")
+            valid = ", ".join(sorted(self.classes)) or "none defined"
+            raise InfeasibleError(f"unknown priority class {p!r}; valid: {valid}", field="priority",
+                                  allowed=sorted(self.classes))
         return {**body, "priority": rec.value, "priority_class": rec.name, "priority_preemption": rec.preemption}
 
     # --- helpers ------------------------------------------------------------------------

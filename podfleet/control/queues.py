@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from podfleet.control.ids import new_id
 from podfleet.control.runtime import ClusterRuntime
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
+from podfleet.errors import ConflictError, InfeasibleError, NotFoundError
 from podfleet.scheduler.queues import DEFAULT_QUEUE, QueueSpec
 from podfleet.store.records import QueueRecord
 
@@ -126,7 +126,7 @@ class QueueCommands:
         for fname in ("nominal", "borrowing_limit", "lending_limit"):
             v = getattr(spec, fname)
             if v is not None and v > capacity:
-                raise InvalidInputError(f"{fname} {v} exceeds the {capacity} chips cluster {rt.rec.name} can place "
+                raise InfeasibleError(f"{fname} {v} exceeds the {capacity} chips cluster {rt.rec.name} can place "
                                         f"({rt.topology.n_chips} chips - {len(rt.spares)} spares)", field=fname)
 
     def _apply(self, done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]]) -> dict[str, Any] | None:

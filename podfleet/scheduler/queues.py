@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InfeasibleError, InvalidInputError
 
 DEFAULT_QUEUE = "default"
 RECLAIM_POLICIES = ("never", "lower-priority", "any")
@@ -58,11 +58,11 @@ class QueueSpec:
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
                 raise InvalidInputError(f"{fname} must be an integer >= 0, got {v!r}", field=fname)
         if self.nominal is None and self.cohort is not None:
-            raise InvalidInputError(f"queue {self.name!r} needs a nominal quota to join cohort {self.cohort!r}",
-                                    field="nominal")
+            raise InfeasibleError(f"queue {self.name!r} needs a nominal quota to join cohort {self.cohort!r}",
+                                  field="nominal")
         if self.lending_limit is not None and self.nominal is not None and self.lending_limit > self.nominal:
-            raise InvalidInputError(f"lending_limit ({self.lending_limit}) exceeds nominal ({self.nominal})",
-                                    field="lending_limit")
+            raise InfeasibleError(f"lending_limit ({self.lending_limit}) exceeds nominal ({self.nominal})",
+                                  field="lending_limit")
         if not isinstance(self.weight, int | float) or not 0 < float(self.weight) <= 1000:
             raise InvalidInputError(f"weight must be > 0 and <= 1000, got {self.weight!r}", field="weight")
         if self.reclaim not in RECLAIM_POLICIES:
@@ -100,8 +100,8 @@ class QueueSpec:
         if "name" in changes and changes["name"] != self.name:
             raise InvalidInputError("a queue cannot be renamed", field="name")
         if "nominal" in changes and changes["nominal"] is None:
-            raise InvalidInputError("nominal must be a chip count (an unlimited queue is the implicit default only)",
-                                    field="nominal")
+            raise InfeasibleError("nominal must be a chip count (an unlimited queue is the implicit default only)",
+                                  field="nominal")
         return QueueSpec.from_dict({**self.to_dict(), **dict(changes)})
 
 

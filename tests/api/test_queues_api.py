@@ -37,7 +37,7 @@ def test_queue_lifecycle_and_errors(admin: httpx.Client, qpod: dict) -> None:
     r = admin.post("/v1/clusters/qpod/queues", json={"name": "x", "nominal": 4, "reclaim": "sometimes"})
     assert r.status_code == 400 and r.json()["code"] == "invalid-input"
     r = admin.post("/v1/clusters/qpod/queues", json={"name": "y", "nominal": 8, "lending_limit": 9})
-    assert r.status_code == 400 and "lending_limit (9) exceeds nominal (8)" in r.json()["detail"]
+    assert r.status_code == 422 and "lending_limit (9) exceeds nominal (8)" in r.json()["detail"]
     r = admin.patch("/v1/clusters/qpod/queues/team-a", json={"borrowing_limit": 4})
     assert r.status_code == 200 and r.json()["borrowing_limit"] == 4
     names = [q["name"] for q in admin.get("/v1/clusters/qpod/queues").json()["queues"]]
@@ -50,7 +50,7 @@ def test_queue_lifecycle_and_errors(admin: httpx.Client, qpod: dict) -> None:
     assert admin.post(f"/v1/jobs/{j.json()['id']}/stop").status_code == 200
     assert admin.delete("/v1/clusters/qpod/queues/team-a").status_code == 200
     r = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "queue": "team-a"})
-    assert r.status_code == 400 and r.json()["code"] == "unknown-name" and r.json()["field"] == "queue"
+    assert r.status_code == 404 and r.json()["code"] == "not-found" and r.json()["field"] == "queue"
 
 
 def test_array_over_http(admin: httpx.Client, qpod: dict) -> None:
@@ -173,7 +173,7 @@ def test_priority_classes_over_http_and_cli(live: Live, admin: httpx.Client, qpo
     j = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "priority": "batch"})
     assert j.status_code == 201 and j.json()["priority"] == 5 and j.json()["priority_class"] == "batch"
     bad = admin.post("/v1/clusters/qpod/jobs", json={"model": "debug", "chips": 4, "priority": "nope"})
-    assert bad.status_code == 400 and bad.json()["code"] == "unknown-name"
+    assert bad.status_code == 422 and bad.json()["code"] == "infeasible" and bad.json()["allowed"] == ["batch"]
     env = {"PODFLEET_URL": live.url, "PODFLEET_TOKEN": live.tokens["admin"]}
     out = CliRunner().invoke(app, ["priority-class", "create", "hot", "--value", "80", "--output", "json"], env=env)
     assert out.exit_code == 0 and json.loads(out.stdout)["preemption"] == "lower"

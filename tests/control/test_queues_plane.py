@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from podfleet.control import ControlPlane
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.store.memory import MemoryStore
 from tests.control.conftest import active_cluster, advance, make_plane
 
@@ -68,7 +68,7 @@ def test_queue_commands_validate_and_name_the_problem(plane: ControlPlane) -> No
         plane.queues.create("pod", {"name": "big", "nominal": 65}, actor="t")
     with pytest.raises(InvalidInputError, match="nominal is required"):
         plane.queues.create("pod", {"name": "x"}, actor="t")
-    with pytest.raises(UnknownNameError, match="unknown queue of cluster pod 'nope'; valid: a, default"):
+    with pytest.raises(NotFoundError, match=r"queue 'nope' not found on cluster pod \(queues: a, default\)"):
         plane.jobs.submit("pod", {**SHORT, "chips": 4, "queue": "nope"}, actor="t")
     j = plane.jobs.submit("pod", {**LONG, "chips": 8, "queue": "a"}, actor="t")
     k = plane.jobs.submit("pod", {**LONG, "chips": 8, "queue": "a"}, actor="t")
@@ -202,7 +202,7 @@ def test_priority_classes_name_a_value_and_a_preemption_policy() -> None:
     advance(plane, 1)
     assert plane.jobs.describe(hurry["id"])["state"] == "RUNNING"
     assert plane.jobs.describe(low["id"])["state"] == "PENDING"  # preempted by the urgent one
-    with pytest.raises(UnknownNameError, match="unknown priority class 'nope'; valid: polite, urgent"):
+    with pytest.raises(InfeasibleError, match="unknown priority class 'nope'; valid: polite, urgent"):
         plane.jobs.submit("pod", {**SHORT, "chips": 4, "priority": "nope"}, actor="t")
     assert plane.jobs.submit("pod", {**SHORT, "chips": 4, "priority": "7"}, actor="t")["priority"] == 7
     p2 = make_plane(store, seed=1)

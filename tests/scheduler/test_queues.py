@@ -32,7 +32,7 @@ def bind_all(s: Scheduler, now: float) -> dict[str, DecisionKind]:
     ({"name": "q", "nominal": None, "cohort": "c"}, "nominal"),
 ])
 def test_bad_queue_specs_name_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(InvalidInputError) as e:
+    with pytest.raises(InvalidInputError) as e:  # InfeasibleError (cross-field, 422) is one too
         QueueSpec(**kwargs)
     assert e.value.field == field
 
