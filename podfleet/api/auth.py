@@ -27,6 +27,8 @@ from podfleet.security.policy import (
     MFA_KEY,
     Policy,
     evaluate,
+    names_queues,
+    queue_resource,
     resource_of,
     role_policy,
 )
@@ -48,6 +50,18 @@ RULES: dict[str, Role] = {
     "DeleteCluster": Role.OPERATOR,
     "SubmitTrainingJob": Role.OPERATOR,
     "StopTrainingJob": Role.OPERATOR,
+    # Queues and job arrays (api/routes/queues.py)
+    "ListQueues": Role.VIEWER,
+    "DescribeQueue": Role.VIEWER,
+    "DescribeJobArray": Role.VIEWER,
+    "CreateQueue": Role.ADMIN,
+    "UpdateQueue": Role.ADMIN,
+    "DeleteQueue": Role.ADMIN,
+    "StopJobArray": Role.OPERATOR,
+    "GetUsage": Role.VIEWER,  # api/routes/usage.py
+    "ListPriorityClasses": Role.VIEWER,
+    "CreatePriorityClass": Role.ADMIN,
+    "DeletePriorityClass": Role.ADMIN,
     "InjectFault": Role.OPERATOR,
     "CordonChip": Role.OPERATOR,
     "DrainChip": Role.OPERATOR,
@@ -340,3 +354,19 @@ async def require_fabric_commands(request: Request, who: Principal, cluster: str
                              target=cluster, used=used, field=used[0],
                              why="they name what the control plane connects to or runs on its own host; leave "
                                  "them out for the defaults")
+
+
+async def require_queue(request: Request, who: Principal, cluster: str, queue: str) -> None:
+    """403 (audited) when the caller's user policies name queues for SubmitTrainingJob
+    and this job's queue (``queue/CLUSTER/QUEUE``) is not among those they allow."""
+    policies = request.app.state.users.policies(who.name)
+    if not policies or not names_queues(policies, "SubmitTrainingJob"):
+        return
+    resource = queue_resource(cluster, queue)
+    decision = evaluate(policies, "SubmitTrainingJob", resource, {})
+    if decision.allowed:
+        return
+    await deny(request.app, client=client_address(request), actor=who.actor, action="SubmitTrainingJob",
+               target=cluster, detail={"reason": "queue not allowed", "user": who.name, "queue": queue})
+    raise ForbiddenError(f"user {who.name} may not SubmitTrainingJob on {resource}: {decision.describe()}",
+                         field="queue")

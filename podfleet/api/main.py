@@ -15,8 +15,11 @@ from podfleet.api.routes import audit, chips, clusters, health, jobs, plan, syst
 from podfleet.api.routes import code as code_routes
 from podfleet.api.routes import keys as key_routes
 from podfleet.api.routes import ops as ops_routes
+from podfleet.api.routes import queues as queue_routes
+from podfleet.api.routes import usage as usage_routes
 from podfleet.api.routes import users as user_routes
 from podfleet.api.schemas import Problem
+from podfleet.api.usage_metrics import UsageCollector
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
@@ -54,6 +57,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
     app.state.metrics = metrics = ApiMetrics(plane)
     metrics.registry.register(HealthCollector(plane, health_service, recovery))
+    metrics.registry.register(UsageCollector(plane))  # podfleet_chip_seconds_total
 
     async def on_invalid(request: Request, detail: str) -> None:
         # Rejected writes are audited too (reads are not: they change nothing).
@@ -68,7 +72,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     problems.install(app)
     v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
     for module in (clusters, chips, jobs, plan, audit, health, tokens, code_routes, ops_routes, user_routes,
-                   key_routes):
+                   key_routes, queue_routes, usage_routes):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(system.router)

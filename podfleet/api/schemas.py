@@ -156,6 +156,10 @@ class ModelDims(_In):
     seq_len: int = Field(4096, ge=1, le=10_000_000)
 
 
+QUEUE_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
+JobOrArrayId = Annotated[str, Field(pattern=r"^(job|arr)-[a-z0-9-]{1,60}$")]
+
+
 class SubmitJobRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}]})
@@ -167,7 +171,8 @@ class SubmitJobRequest(_In):
     parallelism: Literal["auto"] | Parallelism = "auto"
     steps: int = Field(1000, ge=1, le=10**9)
     checkpoint_interval: int = Field(100, ge=0, le=10**9, description="steps; 0 = never")
-    priority: int = Field(50, ge=0, le=100)
+    priority: Annotated[int, Field(ge=0, le=100)] | Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,62}$")] = Field(
+        50, description="0-100, or the name of a priority class")
     entrypoint: str | None = Field(None, min_length=1, max_length=1024, pattern=r"^(/|code:[0-9a-f]{64}/).+$",
                                    description="local/ray: an absolute path in an allowed code directory, or "
                                                "code:<sha256>/<path> from UploadCode")
@@ -183,6 +188,16 @@ class SubmitJobRequest(_In):
                                         pattern=r"^(none|bf16|lossless|powersgd:([1-9]|[1-5][0-9]|6[0-4]))$",
                                         description="gradient compression: none, bf16, powersgd:RANK (1-64) or "
                                                     "lossless (zstd; bit-identical training); the twin models it")
+    queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                              description="the cluster queue it is admitted through; default 'default'")
+    after_ok: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
+                                                description="start only after each of these jobs (or arrays) "
+                                                            "succeeded; one that fails fails this job")
+    after_any: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
+                                                 description="start only after each of these jobs ended")
+    array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
+                              description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
+                                          "each gets PODFLEET_ARRAY_INDEX")
     clientToken: str | None = ClientToken
 
 
@@ -387,3 +402,110 @@ class AccessToken(_Out):
 
 class AccessTokenList(BaseModel):
     tokens: list[AccessToken]
+
+
+# --- queues and job arrays (api/routes/queues.py) --------------------------------------------
+ReclaimPolicy = Literal["never", "lower-priority", "any"]
+
+
+class CreateQueueRequest(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "team-a", "nominal": 32, "cohort": "research", "borrowing_limit": 16}]})
+
+    name: str = Field(..., min_length=1, max_length=63, pattern=QUEUE_PATTERN)
+    nominal: int = Field(..., ge=0, le=MAX_CLUSTER_CHIPS, description="chips the queue owns")
+    cohort: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                               description="queues of one cohort lend each other idle quota")
+    borrowing_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS,
+                                        description="most chips above nominal it may borrow (none: no limit)")
+    lending_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS,
+                                      description="most of its idle nominal chips it lends (none: all)")
+    weight: float = Field(1.0, gt=0, le=1000, description="fair-share weight in its cohort")
+    reclaim: ReclaimPolicy = Field("any", description="which borrowing jobs it may preempt to get its quota back")
+
+
+class UpdateQueueRequest(_In):
+    nominal: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS)
+    cohort: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN)
+    borrowing_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS)
+    lending_limit: int | None = Field(None, ge=0, le=MAX_CLUSTER_CHIPS)
+    weight: float | None = Field(None, gt=0, le=1000)
+    reclaim: ReclaimPolicy | None = None
+
+
+class Queue(_Out):
+    name: str
+    cluster_id: str
+    nominal: int | None = Field(None, description="chips it owns (none: the implicit, unlimited default queue)")
+    cohort: str | None = None
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    weight: float = 1.0
+    reclaim: str = "any"
+    used: int = Field(0, description="chips its jobs hold now")
+    borrowed: int = Field(0, description="chips it uses above nominal")
+    lent: int = Field(0, description="chips of its nominal quota other queues use now")
+    capacity: int | None = Field(None, description="the most chips it can ever hold")
+    share: float = Field(0.0, description="dominant share: chips held over the cohort's nominal chips, per "
+                                          "normalized weight")
+    usage: float = Field(0.0, description="decayed chip-seconds (fair-share history)")
+    fair_share: float = Field(0.0, description="Slurm's fair-share factor 2^(-usage/shares), 0-1 (1: unused)")
+    defined: bool = Field(True, description="false for the implicit default queue")
+    jobs: dict[str, int] = Field({}, description="its jobs by scheduler phase")
+
+
+class QueueList(BaseModel):
+    queues: list[Queue]
+
+
+class JobArrayMember(_Out):
+    id: str
+    index: int | None = None
+    state: str
+    reason: str = ""
+
+
+class JobArray(_Out):
+    id: str
+    size: int
+    limit: int | None = None
+    state: str = Field(..., description="RUNNING while any member runs, PENDING while the rest wait, else the "
+                                        "worst end: FAILED, STOPPED or SUCCEEDED")
+    ended: bool
+    counts: dict[str, int]
+    cluster_id: str
+    jobs: list[JobArrayMember]
+
+
+class UsageRow(_Out):
+    busy: float = Field(..., description="chip-seconds training (less work a failure threw away)")
+    reserved: float = Field(..., description="chip-seconds held while placing or checkpointing")
+    lost: float = Field(..., description="chip-seconds held while recovering, plus work a failure threw away")
+    chip_hours: float
+    jobs: int
+
+
+class UsageReport(BaseModel):
+    by: str
+    since: float | None = None
+    cluster_id: str | None = None
+    rows: list[UsageRow]
+    total: dict[str, float]
+    jobs: int
+
+
+class CreatePriorityClassRequest(_In):
+    name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
+    value: int = Field(..., ge=0, le=100, description="the priority its jobs get")
+    preemption: Literal["lower", "never"] = Field("lower", description="lower: its jobs may preempt "
+                                                  "lower-priority jobs; never: they wait")
+
+
+class PriorityClass(_Out):
+    name: str
+    value: int
+    preemption: str
+
+
+class PriorityClassList(BaseModel):
+    priority_classes: list[PriorityClass]

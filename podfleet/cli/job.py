@@ -59,7 +59,7 @@ def submit(
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
     steps: int = typer.Option(1000, "--steps", help="training steps to run (1 or more)"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
-    priority: int = typer.Option(50, "--priority", help="0-100, higher first"),
+    priority: str = typer.Option("50", "--priority", help="0-100 (higher first), or a priority class name"),
     team: str | None = typer.Option(None, "--team", help="quota owner (the cluster's quotas)"),
     parallelism: str = typer.Option("auto", "--parallelism", help="auto or TP,PP,DP"),
     entrypoint: str | None = typer.Option(None, "--entrypoint", help="training script (real fabrics): a local "
@@ -74,6 +74,12 @@ def submit(
     client_token: str | None = typer.Option(None, "--client-token", help="idempotency key for retries"),
     grad_compression: str | None = typer.Option(None, "--grad-compression",
                                                 help="none, bf16, powersgd:RANK or lossless (zstd, bit-identical)"),
+    queue: str | None = typer.Option(None, "--queue", help="the cluster queue (default: the cluster's default)"),
+    after_ok: str | None = typer.Option(None, "--after-ok", help="ID[,ID]: start after these jobs (or arrays) "
+                                        "succeeded; if one fails, this job fails"),
+    after_any: str | None = typer.Option(None, "--after-any", help="ID[,ID]: start after these jobs ended"),
+    array: str | None = typer.Option(None, "--array", help="one job per index: 0-15 or 0-15%4 (at most 4 at "
+                                     "once); each gets PODFLEET_ARRAY_INDEX"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
@@ -86,10 +92,14 @@ def submit(
         entry = None if entrypoint is None else entrypoint_ref(c, entrypoint, server_path=server_path)
         out = c.submit_training_job(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
-            priority=priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
+            priority=int(priority) if priority.isdigit() else priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
             **({"gradCompression": grad_compression} if grad_compression is not None else {}),
+            **_sharing(queue, after_ok, after_any, array),
         )
+        if out.get("array"):
+            emit(out["array"], output, columns=ARRAY_COLUMNS, title=f"array {out['array']['id']}")
+            return
         if output == OutputFormat.table:
             out = {**out, "why": reason_code(str(out.get("state", "")), str(out.get("reason") or ""))}
         emit(out, output, columns=[*COLUMNS, "allocation"], title="job")
@@ -114,6 +124,39 @@ def entrypoint_ref(c: PodfleetClient, text: str, *, server_path: bool = False) -
         raise InvalidInputError(f"--entrypoint {text!r} is neither a file here nor a code:<sha256>/<script> "
                                 "reference (podfleet code push DIR prints one)", field="entrypoint")
     return str(c.push_file(str(path))["ref"]) + path.name
+
+
+ARRAY_COLUMNS = ["id", "size", "limit", "state", "counts"]
+
+
+def _ids(text: str | None, flag: str) -> list[str] | None:
+    if text is None:
+        return None
+    ids = [t.strip() for t in text.split(",") if t.strip()]
+    if not ids:
+        raise InvalidInputError(f"{flag} needs job ids (ID[,ID]), got {text!r}", field=flag.strip("-").replace("-", "_"))
+    return ids
+
+
+def _sharing(queue: str | None, after_ok: str | None, after_any: str | None, array: str | None) -> dict[str, Any]:
+    fields = {"queue": queue, "after_ok": _ids(after_ok, "--after-ok"), "after_any": _ids(after_any, "--after-any"),
+              "array": array}
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _is_array(ref: str) -> bool:
+    return ref.startswith("arr-")
+
+
+def _wait_array(c: PodfleetClient, array_id: str, timeout_s: float | None) -> dict[str, Any]:
+    import time
+
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    out = c.describe_job_array(array_id)
+    while not out["ended"] and (deadline is None or time.monotonic() < deadline):
+        time.sleep(0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic())))
+        out = c.describe_job_array(array_id)
+    return out
 
 
 @app.command("list")
@@ -208,6 +251,11 @@ def describe(job_id: str = typer.Argument(..., help="job id or a unique prefix o
     """State, progress (step, loss, tokens_per_s), allocation and timestamps."""
     with errors():
         c = client(url, token)
+        if _is_array(job_id):  # an array id: its members and one state for all
+            out = _wait_array(c, job_id, None) if watch_ else c.describe_job_array(job_id)
+            emit(out if output == OutputFormat.json else out["jobs"], output,
+                 columns=["id", "index", "state", "reason"], title=f"array {job_id}: {out['state']}")
+            return
         if watch_:
             out = wait_for(c, job_id, timeout_s=None, show=output == OutputFormat.table)
         else:
@@ -220,8 +268,16 @@ def wait(job_id: str = typer.Argument(..., help="job id or a unique prefix of on
          timeout: float | None = typer.Option(None, "--timeout", min=0, help="give up after S seconds (exit 124)"),
          quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
          url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """Wait until the job ends. Exit code: 0 SUCCEEDED, 1 FAILED, 7 STOPPED, 124 timed out."""
+    """Wait until the job (or every member of an array) ends. Exit code: 0 SUCCEEDED, 1 FAILED,
+    7 STOPPED, 124 timed out."""
     with errors():
+        if _is_array(job_id):
+            arr = _wait_array(client(url, token), job_id, timeout)
+            emit(arr, output, columns=ARRAY_COLUMNS, title=f"array {job_id}")
+            code = WAIT_CODES.get(arr["state"], 124) if arr["ended"] else 124
+            if code:
+                raise typer.Exit(code)
+            return
         out = wait_for(client(url, token), job_id, timeout_s=timeout,
                        show=output == OutputFormat.table and not quiet)
         emit(out, output, columns=[*COLUMNS, "timestamps"], title=out["id"])
@@ -288,8 +344,12 @@ def plot_metrics(out: dict[str, Any]) -> None:
 @app.command("stop")
 def stop(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"), url: str = UrlOpt,
          token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """Stop a job and free its chips."""
+    """Stop a job (or every member of an array: arr-...) and free its chips."""
     with errors():
+        if _is_array(job_id):
+            arr = client(url, token).stop_job_array(job_id)
+            emit(arr, output, columns=ARRAY_COLUMNS, title=f"array {job_id}")
+            return
         out = client(url, token).stop_training_job(job_id)
         emit(out, output, columns=["id", "name", "state", "reason"], title=out["id"])
 

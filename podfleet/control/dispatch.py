@@ -168,13 +168,17 @@ def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_
         saved, how = 0, "its last checkpoint"
     step = max(saved, job.status.checkpoint_step)
     pre = table.find(by)
-    prio = f"priority {pre.spec.get('priority')} > {job.spec.get('priority')}" if pre is not None else ""
+    srec = rt.scheduler.jobs.get(job_id)
+    if srec is not None and srec.preempt_reason:  # e.g. a queue reclaiming the chips it lent
+        prio = srec.preempt_reason
+    else:
+        prio = f"priority {pre.spec.get('priority')} > {job.spec.get('priority')}" if pre is not None else ""
     table.transition(job, JobState.CHECKPOINTING, f"preempted by {by} ({prio}): checkpoint at step {step} ({how})")
     table.record_checkpoint(job, step, f"{drv.checkpoint_scheme}://{job.id}/step-{step}",
                             {"reason": "preemption", "preempted_by": by})
     drv.stop(job.id)
     rt.owners.release(job.id)
     table.scheduled(job, preempted=True, view="none")
-    reason = f"preempted by {by}; requeued, resumes from checkpoint step {step}"
+    reason = f"preempted by {by} ({prio}); requeued, resumes from checkpoint step {step}"
     table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
     return step

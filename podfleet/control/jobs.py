@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from podfleet.control import dispatch, scheduling
+from podfleet.control.dependencies import GateKind, Holds, array_state, parse_array
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
 from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobtable import Job, JobStatus, JobTable, Progress
@@ -27,9 +28,15 @@ from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
 from podfleet.control.workdir import code_root
-from podfleet.errors import ConflictError, InfeasibleError
+from podfleet.errors import (
+    ConflictError,
+    InfeasibleError,
+    InvalidInputError,
+    NotFoundError,
+)
 from podfleet.fabric.base import ChipCheck, ChipState
 from podfleet.scheduler import DecisionKind
+from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
@@ -54,6 +61,12 @@ class JobManager:
         self._sweep_due: set[str] = set()
         table.on_end(self._release)
         table.on_checkpoint(self._report_checkpoint)
+        # Dependencies and arrays (``control.dependencies``): jobs held out of the queue,
+        # looked at again after any job ends (once the end is done: listeners run first).
+        self.holds = Holds(table.find)
+        self._recheck_due = False
+        self._restoring = False
+        table.on_end(self._held_may_move)
 
     @property
     def hang_restarts(self) -> int:
@@ -95,7 +108,11 @@ class JobManager:
 
         def do() -> tuple[dict[str, Any], str]:
             rt = plane.resolve(cluster_ref)
-            spec = JobSpec.parse(dict(body))
+            for fixed in ("priority_class", "priority_preemption"):
+                if fixed in body:
+                    raise InvalidInputError(f"{fixed} is set from the priority class (submit with priority NAME)",
+                                            field=fixed)
+            spec = JobSpec.parse(plane.priorities.resolve(dict(body)))
             if spec.entrypoint is not None:  # only pushed artifacts or admin-allowed dirs run
                 spec = replace(spec, entrypoint=confine_entrypoint(
                     spec.entrypoint, code_root=code_root(plane.workdir), allowed_dirs=allowed_code_dirs()))
@@ -113,34 +130,111 @@ class JobManager:
                 )
             drv = self.driver(rt)
             layout, params = drv.check_submit(spec)
+            if spec.queue and rt.scheduler.queues.get(spec.queue) is None:
+                raise NotFoundError(f"queue {spec.queue!r} not found on cluster {rt.rec.name} (queues: "
+                                    f"{', '.join(sorted(rt.scheduler.queues.specs))})", field="queue")
+            for fixed in ("array_id", "array_index", "array_limit"):
+                if getattr(spec, fixed) is not None:
+                    raise InvalidInputError(f"{fixed} is set by the control plane (submit with array)", field=fixed)
+            d = spec.to_dict()
+            for dep_field in ("after_ok", "after_any"):  # an array id stands for all its members
+                if d.get(dep_field):
+                    d[dep_field] = self._dependencies(d[dep_field], dep_field)
             # A request no pod can ever satisfy is refused here, with the scheduler's reason.
-            job_id = new_id("job")
-            verdict = rt.scheduler.check(scheduling.job_request(job_id, spec.to_dict(), layout,
-                                                                preemptible=drv.preemptible))
+            verdict = rt.scheduler.check(scheduling.job_request("job-check", d, layout, preemptible=drv.preemptible))
             if verdict.rejected:
                 raise InfeasibleError(f"no pod of cluster {rt.rec.name} can ever run this job: {verdict.reason}",
                                       field="chips")
+            members: list[dict[str, Any]] = [d]
+            if spec.array is not None:
+                indices, limit = parse_array(spec.array)
+                arr = new_id("arr")
+                base = spec.name or "array"
+                members = [{**d, "array": None, "array_id": arr, "array_index": i, "array_limit": limit,
+                            "name": f"{base}[{i}]"[:63]} for i in indices]
             now = plane.now()
-            job = Job(job_id, rt.id, JobState.PENDING, spec.to_dict(), JobStatus(
-                progress=Progress(step=0, steps=spec.steps), reason="waiting for placement",
-                params=params, plan=layout, timestamps={JobState.PENDING.value: rfc3339(now)},
-            ), now, now)
-            plane.store.save_job(job.record())
-            created.append(job)
-            return self.table.view_of(job), job.id
+            for m in members:
+                job = Job(new_id("job"), rt.id, JobState.PENDING, m, JobStatus(
+                    progress=Progress(step=0, steps=spec.steps), reason="waiting for placement",
+                    params=params, plan=layout, timestamps={JobState.PENDING.value: rfc3339(now)},
+                    submitted_by=actor,
+                ), now, now)
+                plane.store.save_job(job.record())
+                created.append(job)
+            first = created[0]
+            view = self.table.view_of(first)
+            return view, (first.spec["array_id"] or first.id)
 
         out = plane.mutation("SubmitTrainingJob", actor, cluster_ref, do, body={**body, "cluster": cluster_ref},
-                             client_token=client_token, replay=self.describe)
+                             client_token=client_token, replay=self._describe_submitted)
         for job in created:  # after the commit
             self.table.add(job)
+            self.holds.note(job.id, job.spec)
             s = job.spec
             self.table.log(job, f"submitted: {s['model']} on {s['chips']} chips, {s['steps']} steps"
                            f", priority {s.get('priority')}" + (f", team {s['team']}" if s.get("team") else ""))
             rt = plane.clusters[job.cluster_id]
             self._enqueue(rt, job)
+        if created:
+            rt = plane.clusters[created[0].cluster_id]
             if rt.state == ClusterState.ACTIVE:
                 self.schedule(rt)
-            out = self.table.describe(job.id)
+            out = self.table.describe(created[0].id)
+            arr = created[0].spec.get("array_id")
+            if arr:
+                out = {**out, "array": self.describe_array(arr)}
+        return out
+
+    def _describe_submitted(self, ref: str) -> dict[str, Any]:
+        """A replayed submit's answer: the job, or an array's first member with the array."""
+        if ref.startswith("arr-"):
+            arr = self.describe_array(ref)
+            return {**self.table.describe(arr["jobs"][0]["id"]), "array": arr}
+        return self.describe(ref)
+
+    def _dependencies(self, refs: list[str], field: str) -> list[str]:
+        out: list[str] = []
+        for ref in refs:
+            if ref.startswith("arr-"):
+                members = self.holds.members(ref)
+                if not members:
+                    raise NotFoundError(f"{field}: job array {ref} not found", field=field)
+                out.extend(members)
+                continue
+            job_id = self.resolve_id(ref)  # unchanged when nothing matches
+            if self.table.find(job_id) is None:
+                raise NotFoundError(f"{field}: job {ref} not found", field=field)
+            out.append(job_id)
+        return list(dict.fromkeys(out))
+
+    # --- arrays ------------------------------------------------------------------------------
+    def describe_array(self, array_id: str) -> dict[str, Any]:
+        members = [j for j in (self.table.find(m) for m in self.holds.members(array_id)) if j is not None]
+        if not members:
+            raise NotFoundError(f"job array {array_id} not found", field="array")
+        counts: dict[str, int] = {}
+        for j in members:
+            counts[j.state.value] = counts.get(j.state.value, 0) + 1
+        return {"id": array_id, "size": len(members), "limit": members[0].spec.get("array_limit"),
+                "state": array_state(j.state for j in members), "ended": all(j.ended for j in members),
+                "counts": counts, "cluster_id": members[0].cluster_id,
+                "jobs": [{"id": j.id, "index": j.spec.get("array_index"), "state": j.state.value,
+                          "reason": j.status.reason} for j in members]}
+
+    def stop_array(self, array_id: str, *, actor: str = "system") -> dict[str, Any]:
+        def do() -> tuple[dict[str, Any], str]:
+            view = self.describe_array(array_id)
+            live = [j for j in (self.table.find(m["id"]) for m in view["jobs"]) if j is not None and not j.ended]
+            if not live:
+                raise ConflictError(f"job array {array_id} already ended ({view['state']})", field="array")
+            for j in live:
+                self.table.end(j, JobState.STOPPED, f"stopped by request (array {array_id})")
+            return self.describe_array(array_id), array_id
+
+        out = self.plane.mutation("StopJobArray", actor, array_id, do)
+        rt = self.plane.clusters.get(out["cluster_id"])
+        if rt is not None:
+            self.schedule(rt)
         return out
 
     def stop(self, job_id: str, *, actor: str = "system") -> dict[str, Any]:
@@ -235,7 +329,22 @@ class JobManager:
         self.plane.tl.call_at(SWEEP_S, sweep)
 
     def _enqueue(self, rt: ClusterRuntime, job: Job) -> None:
-        """Hand a (new or reloaded) job to the cluster's scheduler."""
+        """Hand a (new or reloaded) job to the cluster's scheduler, unless its
+        dependencies or its array hold it back (``control.dependencies``)."""
+        if job.state == JobState.PENDING and Holds.gated(job.spec):
+            gate = self.holds.check(job.id, job.spec, lambda m: self._active(rt, m))
+            if self._restoring:  # every job must be loaded first: looked at by restore_all
+                gate = gate if gate.kind is GateKind.WAIT else replace(gate, kind=GateKind.WAIT)
+            if gate.kind is GateKind.NEVER:
+                self.holds.release(job.id)
+                self.table.end(job, JobState.FAILED, gate.reason)
+                return
+            if gate.kind is GateKind.WAIT:
+                self.holds.hold(job.id, rt.id)
+                if gate.reason and job.status.reason != gate.reason:
+                    self.table.amend(job, reason=gate.reason, allocation=scheduling.pending_allocation(gate.reason))
+                return
+            self.holds.release(job.id)
         req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=self.driver(rt).preemptible)
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
@@ -249,6 +358,34 @@ class JobManager:
             reason = "waiting for placement" if rt.state != ClusterState.ACTIVE else rt.scheduler.reason(job.id)
             self.table.amend(job, reason=reason, allocation=scheduling.pending_allocation(reason))
             self._unshown.setdefault(rt.id, set()).add(job.id)  # its first cycle shows its reason
+
+    @staticmethod
+    def _active(rt: ClusterRuntime, job_id: str) -> bool:
+        r = rt.scheduler.jobs.get(job_id)
+        return r is not None and r.phase not in (JobPhase.FINISHED, JobPhase.REJECTED)
+
+    def _held_may_move(self, job: Job) -> None:
+        if not self.holds.held or self._recheck_due:
+            return
+        self._recheck_due = True
+        self.plane.tl.call_at(0, self._recheck_held)
+
+    def _recheck_held(self) -> None:
+        """Held jobs whose dependency or array room came: into the queue (or failed,
+        for a dependency that can never be met); then a cycle on each cluster touched."""
+        self._recheck_due = False
+        touched: dict[str, ClusterRuntime] = {}
+        with self.plane.store.transaction():
+            for jid, cid in self.holds.ordered():
+                job, rt = self.table.find(jid), self.plane.clusters.get(cid)
+                if job is None or rt is None or job.ended or job.state != JobState.PENDING:
+                    self.holds.release(jid)
+                    continue
+                self._enqueue(rt, job)
+                if jid not in self.holds.held:
+                    touched[rt.id] = rt
+        for rt in touched.values():
+            self.schedule(rt)
 
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
@@ -323,8 +460,14 @@ class JobManager:
             if not page:
                 break
             after = page[-1].id
-            for rec in page:
-                self._restore(Job.from_record(rec))
+            self._restoring = True
+            try:
+                for rec in page:
+                    self._restore(Job.from_record(rec))
+            finally:
+                self._restoring = False
+        if self.holds.held:
+            self._recheck_held()
         for rt in list(self.plane.clusters.values()):
             self.schedule(rt)
 
@@ -334,6 +477,7 @@ class JobManager:
         self.table.add(job)
         if ckpt is not None:
             self.table.amend(job, checkpoint_step=ckpt.step)
+        self.holds.note(job.id, job.spec)
         if job.ended:
             self.table.close_log(job)
             return

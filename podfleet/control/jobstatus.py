@@ -107,6 +107,11 @@ class JobStatus:
     recovery: dict[str, Any] | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
     runtime: RunCounts | None = None  # process fabrics only
     failed_chip: int | None = None
+    # Accounting (``control.accounting``): chip-seconds by kind over closed intervals, when
+    # the open one began (unix s), and who submitted the job.
+    usage: dict[str, float] = field(default_factory=dict)
+    usage_from: float | None = None
+    submitted_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -136,6 +141,9 @@ class JobStatus:
             runtime=RunCounts(**{k: v for k, v in runtime.items() if k in known_r})
             if isinstance(runtime, Mapping) else None,
             failed_chip=d.get("failed_chip"),
+            usage={str(k): float(v) for k, v in (d.get("usage") or {}).items()},
+            usage_from=d.get("usage_from"),
+            submitted_by=d.get("submitted_by"),
         )
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from enum import Enum
 from typing import Any, Final, Literal
 
+from podfleet.control.accounting import accrue
 from podfleet.control.ids import new_id
 from podfleet.control.jobstatus import Job, JobStatus, Progress, RunCounts, SchedulingInfo
 from podfleet.control.lifecycle import JobState, check_job_transition
@@ -103,10 +104,16 @@ class JobTable:
         """Change state (enforced transitions), persist before anyone can see it, log it."""
         check_job_transition(job.state, dst)
         now = self.now()
+        st = job.status
+        # Chip-seconds of the state it leaves (``control.accounting``), before anything changes.
+        if st.usage_from is not None:
+            p = st.progress
+            redone = (max(0, p.step - st.checkpoint_step) * p.step_time_s) if p.step_time_s else 0.0
+            accrue(st.usage, job.state, dst, len(job.chips), now - st.usage_from, redone)
+        st.usage_from = now
         job.state = dst
         self._index(job)
         job.updated_at = now
-        st = job.status
         st.reason = reason
         st.timestamps = {**st.timestamps, dst.value: rfc3339(now)}
         if allocation is not _KEEP:
@@ -313,6 +320,8 @@ class JobTable:
             "recovery": st.recovery,
             "runtime": st.runtime.to_dict() if st.runtime is not None else None,
             "scheduling": st.scheduling.to_dict(),
+            "usage": {k: round(v, 3) for k, v in st.usage.items()},  # chip-seconds, closed intervals
+            "submitted_by": st.submitted_by,
             "timestamps": dict(st.timestamps),
             "created_at": rfc3339(job.created_at), "updated_at": rfc3339(job.updated_at),
         }

@@ -34,6 +34,8 @@ from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
 from podfleet.control.logbuf import LogBuffer
+from podfleet.control.priorities import PriorityClasses
+from podfleet.control.queues import QueueCommands
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
 from podfleet.control.specs import ClusterSpec
@@ -130,6 +132,8 @@ class ControlPlane:
         self.hang_restarts = hang_restarts
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
+        self.queues = QueueCommands(self)  # CreateQueue ... DeleteQueue (``control.queues``)
+        self.priorities = PriorityClasses(self)  # named priorities (``control.priorities``)
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
         self.job_metrics = JobMetrics(store)
         self.table.on_end(lambda job: self.job_metrics.close(job.id))
@@ -376,6 +380,7 @@ class ControlPlane:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
         self.jobs.attach(rt)  # its job driver, from what its fabric declares
+        self.queues.install(rt)  # its persisted queues, before any job is queued
         self.events.subscribe(rt)  # its fabric's events, from now on (control.events)
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
@@ -568,6 +573,7 @@ class ControlPlane:
     # --- restart ---------------------------------------------------------------------------
     def load(self) -> None:
         """Rebuild the read models from the store and reconcile with fresh fabrics."""
+        self.priorities.load()
         after = None
         while True:
             page = self.store.list_clusters(after=after, limit=200)

@@ -25,6 +25,13 @@ from podfleet.engine.timeline import Timeline
 from podfleet.store.protocol import StoreProtocol
 
 
+class PriorityResolver(Protocol):
+    """Named priority classes (``control.priorities.PriorityClasses``)."""
+
+    def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The submit body with a class name in ``priority`` turned into its value."""
+
+
 class PlaneCore(Protocol):
     """What the job manager and the balancer use of the plane."""
 
@@ -43,6 +50,9 @@ class PlaneCore(Protocol):
 
     @property
     def table(self) -> JobTable: ...
+
+    @property
+    def priorities(self) -> PriorityResolver: ...
 
     @property
     def hang_restarts(self) -> int:

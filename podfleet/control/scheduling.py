@@ -94,6 +94,7 @@ def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | 
             model = None
     return JobRequest(
         job_id, chips, team=spec.get("team") or "default", priority=int(spec.get("priority", 0)), tp=tp,
+        queue=spec.get("queue") or "default", may_preempt=spec.get("priority_preemption") != "never",
         parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
         grad_compression=str(spec.get("grad_compression") or "none"),
     )

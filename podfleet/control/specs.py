@@ -32,6 +32,8 @@ MAX_STORAGE_NODES = 16
 MAX_CLUSTER_CHIPS = 256
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_DEP_RE = re.compile(r"^(job|arr)-[a-z0-9-]{1,60}$")
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,20 @@ class JobSpec:
     # Gradient compression: none | bf16 | powersgd:RANK | lossless (perf.compression); real
     # fabrics run it (training.compression), the twin models it in the step time.
     grad_compression: str = "none"
+    # Sharing (``control.dependencies``, ``scheduler.queues``): the cluster queue the job is
+    # admitted through (None: "default"); jobs it waits for (after-ok: each succeeded;
+    # after-any: each ended); an array ("0-15%4") expands at submit into one job per index,
+    # each carrying its array id, index and concurrency limit.
+    queue: str | None = None
+    after_ok: list[str] | None = None
+    after_any: list[str] | None = None
+    array: str | None = None
+    array_id: str | None = None
+    array_index: int | None = None
+    array_limit: int | None = None
+    # Set from a priority class at submit (``control.priorities``): its name and policy.
+    priority_class: str | None = None
+    priority_preemption: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -294,6 +310,13 @@ class JobSpec:
             raise InvalidInputError(
                 f"team {self.team!r} must be 1-63 chars of a-z, 0-9, '-' and '_'", field="team"
             )
+        if self.queue is not None and (not isinstance(self.queue, str) or not _QUEUE_RE.match(self.queue)):
+            raise InvalidInputError(f"queue {self.queue!r} must be 1-63 chars of a-z, 0-9 and '-'", field="queue")
+        for fname in ("after_ok", "after_any"):
+            deps = getattr(self, fname)
+            if deps is not None and (not isinstance(deps, list) or not 1 <= len(deps) <= 100
+                                     or not all(isinstance(d, str) and _DEP_RE.match(d) for d in deps)):
+                raise InvalidInputError(f"{fname} must be 1-100 job ids (job-...), got {deps!r}", field=fname)
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
             raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
                                     allowed="0-100")

@@ -5,9 +5,11 @@ short-circuiting, and plugins never call each other. Every hook returns a ``Stat
 
 Order of one scheduling cycle for one job::
 
-    PreFilter -> Filter (chip masks) -> [blocks all of whose chips pass]
+    Admit (queue quota) -> PreFilter -> Filter (chip masks) -> [blocks all of whose chips pass]
       -> Score (weighted sum over candidate blocks) -> Reserve -> Permit -> Bind
     If no block passes: PostFilter (preemption) may nominate victims.
+    If Admit finds the job's queue within its nominal quota but that quota lent out:
+      Reclaim nominates borrowing jobs to preempt (no free block is taken meanwhile).
     If Reserve, Permit or Bind fails: Unreserve runs (idempotent) on every Reserve plugin.
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 
 from podfleet.hardware.topology import GridTopology
 from podfleet.scheduler.jobs import SchedulerJob
+from podfleet.scheduler.queues import QueueBook
 from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Nomination, Placement
@@ -65,6 +68,7 @@ class Handle:
     running: dict[str, SchedulerJob] = field(default_factory=dict)  # RUNNING only
     now_s: Callable[[], float] = _zero_clock
     planner: ShapePlanner | None = None  # plans ``parallelism: auto`` jobs per block shape
+    queues: QueueBook = field(default_factory=QueueBook)  # the cluster's queues and their usage
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,27 @@ class Plugin(Protocol):
     """What every plugin has; the extension points it implements are the Protocols below."""
 
     name: str
+
+
+@runtime_checkable
+class AdmitPlugin(Protocol):
+    """Quota admission before placement (Kueue admits a workload before TAS places it).
+    Admission and placement are decided in one cycle: quota is charged only when the job
+    binds or is nominated, so quota never admits a job that no block can hold."""
+
+    name: str
+
+    def admit(self, state: CycleState, job: JobRequest) -> Status: ...
+
+
+@runtime_checkable
+class ReclaimPlugin(Protocol):
+    """Nominate jobs of borrowing queues to preempt so ``job``'s queue gets back the
+    nominal quota it lent (``state["admission"].reclaim`` chips at least)."""
+
+    name: str
+
+    def reclaim(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]: ...
 
 
 @runtime_checkable
@@ -152,6 +177,8 @@ class BindPlugin(Protocol):
 
 
 POINTS: dict[str, type] = {
+    "admit": AdmitPlugin,
+    "reclaim": ReclaimPlugin,
     "pre_filter": PreFilterPlugin,
     "filter": FilterPlugin,
     "post_filter": PostFilterPlugin,

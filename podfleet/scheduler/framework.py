@@ -19,6 +19,7 @@ from podfleet.errors import InvalidInputError
 from podfleet.scheduler import status as st
 from podfleet.scheduler.cores import cores_per_chip
 from podfleet.scheduler.extension import (
+    AdmitPlugin,
     BindPlugin,
     Candidates,
     CycleState,
@@ -28,6 +29,7 @@ from podfleet.scheduler.extension import (
     Plugin,
     PostFilterPlugin,
     PreFilterPlugin,
+    ReclaimPlugin,
     ReservePlugin,
     ScorePlugin,
 )
@@ -43,13 +45,16 @@ class PluginConfig:
 
 
 DEFAULT_PLUGINS: tuple[PluginConfig, ...] = (
+    PluginConfig("queue_admission"),
     PluginConfig("hbm_fit"),
     PluginConfig("health_gate"),
     PluginConfig("spare_guard"),
     PluginConfig("topology_block", weight=2.0),
     PluginConfig("fragmentation", weight=1.0),
     PluginConfig("thermal_headroom", weight=0.5),
+    PluginConfig("borrow_packing", weight=1.0),
     PluginConfig("preemption"),
+    PluginConfig("reclaim"),
     PluginConfig("reservation"),
     PluginConfig("gang_permit"),
     PluginConfig("default_binder"),
@@ -80,6 +85,8 @@ class Framework:
 
         self.handle = handle
         self.config = config or FrameworkConfig()
+        self.admitters: list[AdmitPlugin] = []
+        self.reclaimers: list[ReclaimPlugin] = []
         self.pre_filters: list[PreFilterPlugin] = []
         self.filters: list[FilterPlugin] = []
         self.post_filters: list[PostFilterPlugin] = []
@@ -89,7 +96,7 @@ class Framework:
         self.binders: list[BindPlugin] = []
         # The same lists by extension-point name (as in ``extension.POINTS``), for introspection.
         self.points: dict[str, Sequence[object]] = {
-            "pre_filter": self.pre_filters, "filter": self.filters, "post_filter": self.post_filters,
+            "admit": self.admitters, "reclaim": self.reclaimers, "pre_filter": self.pre_filters, "filter": self.filters, "post_filter": self.post_filters,
             "score": self.scorers, "reserve": self.reservers, "permit": self.permitters, "bind": self.binders,
         }
         self.weights: dict[str, float] = {}
@@ -110,6 +117,10 @@ class Framework:
 
     def _add(self, plugin: Plugin) -> None:
         """File ``plugin`` under every extension point whose Protocol it implements."""
+        if isinstance(plugin, AdmitPlugin):
+            self.admitters.append(plugin)
+        if isinstance(plugin, ReclaimPlugin):
+            self.reclaimers.append(plugin)
         if isinstance(plugin, PreFilterPlugin):
             self.pre_filters.append(plugin)
         if isinstance(plugin, FilterPlugin):
@@ -154,6 +165,23 @@ class Framework:
         return self._free_count
 
     # --- one cycle ---------------------------------------------------------------------
+    def admit(self, state: CycleState, job: JobRequest) -> Status:
+        """Quota admission: the first plugin that does not admit decides."""
+        for p in self.admitters:
+            s = p.admit(state, job)
+            if s.code is not Code.SUCCESS and s.code is not Code.SKIP:
+                return s.by(p.name)
+        return st.SUCCESS
+
+    def reclaim(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]:
+        last = st.unschedulable(diagnosis + "; no reclaim plugin is configured")
+        for p in self.reclaimers:
+            s, result = p.reclaim(state, job, diagnosis)
+            if s.ok:
+                return s.by(p.name), result
+            last = s.by(p.name)
+        return last, None
+
     def pre_filter(self, state: CycleState, job: JobRequest) -> Status:
         idx = self.handle.cluster.blocks
         if not idx.shape_ids_for(job.chips, job.shape):
@@ -290,7 +318,8 @@ class Framework:
             s, result = p.post_filter(state, job, diagnosis)
             if s.ok:
                 return s.by(p.name), result
-            last = s.by(p.name)  # its reason extends the diagnosis (why preemption did not help)
+            if s.code is not Code.SKIP:  # a plugin that does not apply leaves the reason as it was
+                last = s.by(p.name)  # its reason extends the diagnosis (why preemption did not help)
         return last, None
 
     def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
@@ -326,6 +355,7 @@ class Framework:
 
 # Re-exported for type checkers of plugin modules.
 __all__ = [
+    "AdmitPlugin",
     "BindPlugin",
     "Candidates",
     "CycleState",
@@ -338,6 +368,7 @@ __all__ = [
     "PluginConfig",
     "PostFilterPlugin",
     "PreFilterPlugin",
+    "ReclaimPlugin",
     "ReservePlugin",
     "ScorePlugin",
 ]

@@ -46,6 +46,7 @@ class SchedulerJob:
     victims: tuple[str, ...] = ()  # while NOMINATED
     nomination: Nomination | None = None  # while NOMINATED
     preempted_by: str | None = None  # while CHECKPOINTING
+    preempt_reason: str = ""  # while CHECKPOINTING: why (a reclaim names the queues)
     started_s: float | None = None
     finished_s: float | None = None
     wait_s: float = 0.0  # total time queued so far

@@ -25,23 +25,36 @@ from podfleet.scheduler.jobs import SchedulerJob
 class QueuePolicy:
     aging_interval_s: float = 60.0
     starvation_s: float = 24 * 3600.0  # see docs/scheduler.md: shorter holds drain pods under overload
+    # Fair share between the queues of a cohort (``queues.QueueBook.fair_share``): the
+    # factor (0-1) times this weight is added to the effective priority, as Slurm's
+    # PriorityWeightFairshare; decayed usage halves every ``fair_share_half_life_s``.
+    fair_share_weight: float = 10.0
+    fair_share_half_life_s: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
         if self.aging_interval_s <= 0:
             raise InvalidInputError("aging_interval_s must be positive", field="aging_interval_s")
         if self.starvation_s <= 0:
             raise InvalidInputError("starvation_s must be positive", field="starvation_s")
+        if self.fair_share_weight < 0:
+            raise InvalidInputError("fair_share_weight must be >= 0", field="fair_share_weight")
+        if self.fair_share_half_life_s <= 0:
+            raise InvalidInputError("fair_share_half_life_s must be positive", field="fair_share_half_life_s")
 
 
 def effective_priority(priority: int, queued_s: float, aging_interval_s: float) -> float:
     return priority + max(queued_s, 0.0) / aging_interval_s
 
 
-def order(records: Iterable[SchedulerJob], now_s: float, policy: QueuePolicy) -> list[SchedulerJob]:
+def order(records: Iterable[SchedulerJob], now_s: float, policy: QueuePolicy,
+          bonus: Mapping[str, float] | None = None) -> list[SchedulerJob]:
+    """Queue order; ``bonus``: per queue, added to the effective priority (fair share)."""
+    extra = bonus or {}
     return sorted(
         records,
         key=lambda r: (
-            -effective_priority(r.request.priority, now_s - r.enqueued_s, policy.aging_interval_s),
+            -effective_priority(r.request.priority, now_s - r.enqueued_s, policy.aging_interval_s)
+            - extra.get(r.request.queue, 0.0),
             r.submitted_s,
             r.job_id,
         ),

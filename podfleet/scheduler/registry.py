@@ -8,12 +8,15 @@ from typing import Any
 from podfleet.errors import UnknownNameError
 from podfleet.scheduler.extension import Handle, Plugin
 from podfleet.scheduler.plugins import (
+    borrow_packing,
     default_binder,
     fragmentation,
     gang_permit,
     hbm_fit,
     health_gate,
     preemption,
+    queue_admission,
+    reclaim,
     reservation,
     spare_guard,
     thermal_headroom,
@@ -25,13 +28,16 @@ Factory = Callable[[Handle, dict[str, Any]], Plugin]
 REGISTRY: dict[str, Factory] = {
     m.NAME: m.factory
     for m in (
+        queue_admission,
         health_gate,
         spare_guard,
         hbm_fit,
         topology_block,
         fragmentation,
         thermal_headroom,
+        borrow_packing,
         preemption,
+        reclaim,
         reservation,
         gang_permit,
         default_binder,

@@ -20,6 +20,7 @@ from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
+from podfleet.scheduler.queues import QueueSpec, with_defaults
 from podfleet.scheduler.spares import choose_spares
 from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.status import Code, Status
@@ -39,6 +40,7 @@ class Scheduler:
         policy: QueuePolicy | None = None,
         clock: Callable[[], float] | None = None,
         planner: ShapePlanner | None = None,
+        queues: Sequence[QueueSpec] = (),
     ) -> None:
         self.topology = topology
         self.cluster = SchedulerView(topology)
@@ -46,9 +48,12 @@ class Scheduler:
         self.policy = policy or QueuePolicy()
         self.quotas = check_quotas(quotas or {})
         self.jobs: dict[str, SchedulerJob] = {}
+        self.queues = with_defaults(queues)
+        self.queues.half_life_s = self.policy.fair_share_half_life_s
         # ``planner``: how ``parallelism: auto`` jobs get a plan per block shape (the
         # ``ShapePlanner`` port; ``compose.build`` wires ``planner.adapter.PlannerAdapter``).
-        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock, planner=planner)
+        self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock, queues=self.queues,
+                             planner=planner)
         cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
         self.framework = Framework(self.handle, cfg)
         self.pending: dict[str, None] = {}  # insertion-ordered set
@@ -56,6 +61,7 @@ class Scheduler:
         self._next_slot = 0
         self._holder: tuple[int, int] | None = None  # (slot, pod) of the starving job's hold
         self._capacity_failure = False  # set by _schedule_one when no block exists even with preemption
+        self._quota_refusal = False  # set by _schedule_one when the job's queue has no quota for it
         self.set_spares(spares or 0)
 
     # --- operator inputs -------------------------------------------------------------
@@ -86,6 +92,29 @@ class Scheduler:
     def set_telemetry(self, **arrays: np.ndarray) -> None:
         self.cluster.set_telemetry(**arrays)
 
+    # --- queues ------------------------------------------------------------------------
+    def set_queue(self, spec: QueueSpec) -> None:
+        """Define or change a queue; jobs already holding chips keep them (a lowered
+        nominal quota is enforced on new admissions, and by reclaim)."""
+        self.queues.put(spec)
+
+    def remove_queue(self, name: str) -> None:
+        """Delete a queue; ConflictError while any job of it is queued or holds chips."""
+        busy = sorted(j for j, r in self.jobs.items()
+                      if r.request.queue == name and r.phase not in (JobPhase.FINISHED, JobPhase.REJECTED))
+        if busy:
+            more = f" and {len(busy) - 3} more" if len(busy) > 3 else ""
+            raise ConflictError(f"queue {name!r} still has jobs: {', '.join(busy[:3])}{more}", field="queue")
+        self.queues.remove(name)
+
+    def queue_jobs(self, name: str) -> dict[str, int]:
+        """Jobs of a queue by phase (for DescribeQueue)."""
+        out: dict[str, int] = {}
+        for r in self.jobs.values():
+            if r.request.queue == name:
+                out[r.phase.value] = out.get(r.phase.value, 0) + 1
+        return out
+
     # --- job lifecycle -----------------------------------------------------------------
     def time(self, now_s: float | None = None) -> float:
         """``now_s``, or the scheduler clock's time when None."""
@@ -105,6 +134,9 @@ class Scheduler:
         quota = self.quotas.get(job.team)
         if quota is not None and job.chips > quota:
             return st.unresolvable(f"job asks {job.chips} chips; team {job.team!r} quota is {quota}")
+        s = self.framework.admit({}, job)  # only what does not depend on usage is final
+        if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return s
         return st.SUCCESS
 
     def submit(self, job: JobRequest, now_s: float | None = None, *, check: bool = True) -> Decision:
@@ -136,8 +168,15 @@ class Scheduler:
         # cluster does not change within a cycle unless something binds, which clears
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
-        failed: list[tuple[int, int, int, str]] = []
-        queue = order((self.jobs[j] for j in self.pending), now, self.policy)
+        failed: list[tuple[int, int, int, str, bool, str]] = []
+        # Quota refusals seen this cycle, by (queue, chips): the same ask of the same queue
+        # gets the same answer until something binds (quota use changes only then).
+        refused: dict[tuple[str, int], str] = {}
+        self.queues.advance(now)
+        w = self.policy.fair_share_weight
+        bonus = {q: w * self.queues.fair_share(q) for q in {self.jobs[j].request.queue for j in self.pending}} \
+            if w and len(self.queues.specs) > 1 else None
+        queue = order((self.jobs[j] for j in self.pending), now, self.policy, bonus)
         for n, rec in enumerate(queue):
             if max_jobs is not None and n >= max_jobs:
                 break
@@ -149,20 +188,26 @@ class Scheduler:
                 starvation.release(self.cluster, rec.slot, [self._holder[1]])  # its own hold is free to it
                 self._holder = None
             req = rec.request
-            hit = None
-            if req.shape is None and not starving:
-                hit = next((r for c, h, p, r in failed
-                            if req.chips >= c and req.hbm_bytes_per_chip >= h and req.priority <= p), None)
+            hit = refused.get((req.queue, req.chips)) if not starving else None
+            if hit is None and req.shape is None and not starving:
+                # Same queue only: a job of another queue may reclaim where this one could not;
+                # and one that may preempt is not answered by one that may not.
+                hit = next((r for c, h, p, q, m, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
+                            and req.priority <= p and req.queue == q and (m or not req.may_preempt)), None)
             if hit is not None:
                 rec.reason = hit
                 d = None
             else:
-                self._capacity_failure = False
+                self._capacity_failure = self._quota_refusal = False
                 d = self._schedule_one(rec, now)
                 if d is not None:
                     failed.clear()
+                    refused.clear()
+                elif self._quota_refusal:
+                    refused[(req.queue, req.chips)] = rec.reason
                 elif self._capacity_failure and req.shape is None:
-                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, rec.reason))
+                    failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, req.may_preempt,
+                                   rec.reason))
             if d is not None:
                 out.append(d)
             elif starving and self._holder is None:
@@ -180,6 +225,21 @@ class Scheduler:
             rec.reason = f"Unschedulable: team {job.team!r} over quota: {used} of {self.quotas[job.team]} chips in use, job asks {job.chips}"
             return None
         state: dict[str, Any] = {"now_s": now}
+        s = fw.admit(state, job)
+        if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+            return self._reject(rec, s, now)
+        if not s.ok:
+            verdict = state.get("admission")
+            if verdict is not None and verdict.reclaim > 0:
+                # Within nominal quota, but lent out: take it back before taking any block.
+                ps, nom = fw.reclaim(state, job, s.reason)
+                if ps.ok and nom is not None:
+                    return self._nominate(rec, nom, now)
+                s = ps
+            else:
+                self._quota_refusal = True  # no reclaim involved: the answer depends on usage only
+            rec.reason = str(s)
+            return None
         s, cands = fw.find(state, job)
         if cands is None:
             if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -227,11 +287,15 @@ class Scheduler:
             self.handle.running[rec.job_id] = rec
         else:
             self.handle.running.pop(rec.job_id, None)
-        team = rec.request.team
+        team, queue = rec.request.team, rec.request.queue
+        if after != before:
+            self.queues.advance(now)  # usage so far at the old chip count
         if after and not before:
             self.team_chips[team] = self.team_chips.get(team, 0) + rec.request.chips
+            self.queues.charge(queue, rec.request.chips)
         elif before and not after:
             self.team_chips[team] -= rec.request.chips
+            self.queues.release(queue, rec.request.chips)
 
     def _reject(self, rec: SchedulerJob, s: Status, now: float) -> Decision:
         rec.to(JobPhase.REJECTED, now)
@@ -247,10 +311,12 @@ class Scheduler:
             vr = self.jobs[v]
             self._to(vr, JobPhase.CHECKPOINTING, now)
             vr.preempted_by = rec.job_id
+            vr.preempt_reason = nom.reason
         self._to(rec, JobPhase.NOMINATED, now)
         rec.victims = nom.victims
         rec.nomination = nom
-        status = st.wait(f"preempting {', '.join(nom.victims)} (checkpoint and requeue)")
+        why = f": {nom.reason}" if nom.reason else ""
+        status = st.wait(f"preempting {', '.join(nom.victims)} (checkpoint and requeue){why}")
         rec.reason = str(status)
         return Decision(rec.job_id, DecisionKind.PREEMPT, status, victims=nom.victims)
 
@@ -316,6 +382,7 @@ class Scheduler:
         vr.last_checkpoint_step = vr.resume_step = step
         vr.preemptions += 1
         vr.preempted_by = None
+        vr.preempt_reason = ""
         self._to(vr, JobPhase.PENDING, now)
         vr.reason = f"Pending: preempted, resumes from checkpoint step {step}"
         self.pending[vr.job_id] = None
@@ -425,6 +492,7 @@ class Scheduler:
             "allocation": alloc,
             "priority": rec.request.priority,
             "team": rec.request.team,
+            "queue": rec.request.queue,
             "queue_wait_s": round(rec.wait_s + (now - rec.enqueued_s if queued else 0.0), 6),
             "resume_step": rec.resume_step,
             "preemptions": rec.preemptions,

@@ -24,6 +24,7 @@ class JobRequest:
     chips: int
     team: str = "default"
     priority: int = 0
+    queue: str = "default"  # the cluster queue it is admitted through (``scheduler.queues``)
     tp: int = 1  # tensor-parallel degree: consecutive ranks form a TP group
     comm: str = "ring"  # dominant collective pattern across the data-parallel dimension
     shape: tuple[int, ...] | None = None  # an exact block shape, or None for any
@@ -31,6 +32,7 @@ class JobRequest:
     parallelism: str = "manual"  # "auto": block shape and plan chosen together
     model: str | ModelSpec | None = None  # for parallelism="auto": a planner preset name, or a custom spec
     preemptible: bool = True
+    may_preempt: bool = True  # False: its priority class never preempts lower-priority jobs
     grad_compression: str = "none"  # for parallelism="auto": plans are estimated with it (perf.compression)
 
     def __post_init__(self) -> None:
@@ -109,6 +111,7 @@ class Nomination:
     block: int
     local_chips: tuple[int, ...]
     victims: tuple[str, ...]
+    reason: str = ""  # why the victims go, shown on each (e.g. a queue reclaiming lent chips)
 
 
 class DecisionKind(StrEnum):

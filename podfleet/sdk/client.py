@@ -232,9 +232,53 @@ class PodfleetClient:
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
                             client_token: str | None = None, **fields: Any) -> dict[str, Any]:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
-        steps, checkpoint_interval, priority, team, entrypoint, name, gradCompression."""
+        steps, checkpoint_interval, priority, team, entrypoint, name, gradCompression, queue,
+        after_ok / after_any (job or array ids), array ("0-15%4")."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
                              json={"model": model, "chips": chips, **fields, "clientToken": client_token})
+
+    # --- queues and job arrays --------------------------------------------------------------
+    def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> dict[str, Any]:
+        """CreateQueue. ``fields``: cohort, borrowing_limit, lending_limit, weight, reclaim."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/queues",
+                             json={"name": name, "nominal": nominal, **{k: v for k, v in fields.items() if v is not None}})
+
+    def list_queues(self, cluster: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues")
+
+    def describe_queue(self, cluster: str, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
+
+    def update_queue(self, cluster: str, name: str, **changes: Any) -> dict[str, Any]:
+        """UpdateQueue: only the fields given change; a limit given as None is cleared
+        (so the body keeps its nulls, unlike other requests)."""
+        import json
+
+        return self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
+                             content=json.dumps(changes), headers={"content-type": "application/json"})
+
+    def delete_queue(self, cluster: str, name: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
+
+    def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None) -> dict[str, Any]:
+        """GetUsage: chip-seconds per user, queue or team."""
+        return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster})
+
+    def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> dict[str, Any]:
+        return self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
+                                                                   "preemption": preemption})
+
+    def list_priority_classes(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/priority-classes")
+
+    def delete_priority_class(self, name: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/priority-classes/{_seg(name)}")
+
+    def describe_job_array(self, array_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/job-arrays/{_seg(array_id)}")
+
+    def stop_job_array(self, array_id: str) -> dict[str, Any]:
+        return self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop")
 
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
                            next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:

@@ -201,7 +201,22 @@ def builtin(name: str) -> Policy:
 
 def resource_of(path_params: Mapping[str, Any]) -> str:
     """The resource a request acts on, from its path: ``cluster/NAME``, ``job/ID``..."""
-    for key, kind in (("job", "job"), ("token_id", "token"), ("alert_id", "alert"), ("cluster", "cluster")):
+    if "queue" in path_params and "cluster" in path_params:
+        return queue_resource(str(path_params["cluster"]), str(path_params["queue"]))
+    for key, kind in (("job", "job"), ("array", "job-array"), ("token_id", "token"), ("alert_id", "alert"),
+                      ("cluster", "cluster")):
         if key in path_params:
             return f"{kind}/{path_params[key]}"
     return "*"
+
+
+def queue_resource(cluster: str, queue: str) -> str:
+    """A cluster queue as a policy resource: ``queue/CLUSTER/QUEUE``."""
+    return f"queue/{cluster}/{queue}"
+
+
+def names_queues(policies: Iterable[Policy], action: str) -> bool:
+    """Whether any statement about ``action`` names queue resources: then a submit's
+    queue must be allowed too (a team's Scheduler policy limited to its queues)."""
+    return any(r.startswith("queue/") for p in policies for s in p.statements
+               if any(fnmatchcase(action, a) for a in s.actions) for r in s.resources)

@@ -39,6 +39,8 @@ from podfleet.store.models import (
     IdempotencyKeyRow,
     JobMetricRollupRow,
     JobRow,
+    PriorityClassRow,
+    QueueRow,
     TelemetryRollupRow,
     TokenRow,
     table_of,
@@ -49,6 +51,8 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    PriorityClassRecord,
+    QueueRecord,
     ReportRecord,
     RollupRecord,
     TokenRecord,
@@ -311,6 +315,47 @@ class Store(AuditLog, UserStore):
         ).order_by(JobMetricRollupRow.t_start).limit(limit)
         with self._reading() as s:
             return [JobMetricRecord(r.job_id, r.resolution_s, r.t_start, dict(r.data)) for r in s.execute(q).scalars()]
+
+    # ---- queues -------------------------------------------------------------------------
+    def save_queue(self, rec: QueueRecord) -> None:
+        row = {"id": rec.id, "cluster_id": rec.cluster_id, "name": rec.name, "spec": dict(rec.spec),
+               "created_at": float(rec.created_at), "updated_at": float(rec.updated_at)}
+
+        def conflict(_exc: IntegrityError) -> PodfleetError:
+            return ConflictError(f"a queue named {rec.name!r} already exists on cluster {rec.cluster_id}",
+                                 field="name")
+
+        with self._writing(conflict) as s:
+            self._upsert(s, QueueRow, [row], ["id"])
+
+    def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]:
+        q = select(QueueRow).order_by(QueueRow.cluster_id, QueueRow.name)
+        if cluster_id is not None:
+            q = q.where(QueueRow.cluster_id == cluster_id)
+        with self._reading() as s:
+            return [QueueRecord(r.id, r.cluster_id, r.name, dict(r.spec), r.created_at, r.updated_at)
+                    for r in s.execute(q).scalars()]
+
+    def delete_queue(self, queue_id: str) -> bool:
+        with self._writing() as s:
+            res = cast("CursorResult[Any]", s.execute(delete(QueueRow).where(QueueRow.id == queue_id)))
+            return bool(res.rowcount)
+
+    def save_priority_class(self, rec: PriorityClassRecord) -> None:
+        row = {"name": rec.name, "value": int(rec.value), "preemption": rec.preemption,
+               "created_at": float(rec.created_at)}
+        with self._writing() as s:
+            self._upsert(s, PriorityClassRow, [row], ["name"])
+
+    def list_priority_classes(self) -> list[PriorityClassRecord]:
+        with self._reading() as s:
+            return [PriorityClassRecord(r.name, r.value, r.preemption, r.created_at)
+                    for r in s.execute(select(PriorityClassRow).order_by(PriorityClassRow.name)).scalars()]
+
+    def delete_priority_class(self, name: str) -> bool:
+        with self._writing() as s:
+            res = cast("CursorResult[Any]", s.execute(delete(PriorityClassRow).where(PriorityClassRow.name == name)))
+            return bool(res.rowcount)
 
     # ---- health reports ----------------------------------------------------------------
     def save_report(self, rec: ReportRecord) -> None:

@@ -27,6 +27,8 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    PriorityClassRecord,
+    QueueRecord,
     ReportRecord,
     RollupRecord,
     TokenRecord,
@@ -49,11 +51,14 @@ class MemoryStore(AuditKeyring):
         self._job_metrics: dict[tuple[str, float, float], JobMetricRecord] = {}
         self._users: dict[str, UserRecord] = {}
         self._reports: dict[str, ReportRecord] = {}
+        self._queues: dict[str, QueueRecord] = {}
+        self._priority_classes: dict[str, PriorityClassRecord] = {}
         self._depth = 0
         self._frames: list[dict[str, Any]] = []
 
     _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit", "_rollups", "_job_metrics",
-              "_users", "_reports")
+              "_users", "_reports", "_queues",
+              "_priority_classes")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -212,6 +217,46 @@ class MemoryStore(AuditKeyring):
             for k in old:
                 del self._reports[k]
             return len(old)
+
+    # --- queues ---------------------------------------------------------------------------
+    def save_queue(self, rec: QueueRecord) -> None:
+        with self._lock:
+            if any(q.cluster_id == rec.cluster_id and q.name == rec.name and q.id != rec.id
+                   for q in self._queues.values()):
+                raise ConflictError(f"a queue named {rec.name!r} already exists on cluster {rec.cluster_id}",
+                                    field="name")
+            self._touch("_queues")
+            self._queues[rec.id] = copy.deepcopy(rec)
+
+    def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]:
+        with self._lock:
+            out = [copy.deepcopy(q) for q in self._queues.values() if cluster_id in (None, q.cluster_id)]
+        return sorted(out, key=lambda q: (q.cluster_id, q.name))
+
+    def delete_queue(self, queue_id: str) -> bool:
+        with self._lock:
+            if queue_id not in self._queues:
+                return False
+            self._touch("_queues")
+            del self._queues[queue_id]
+            return True
+
+    def save_priority_class(self, rec: PriorityClassRecord) -> None:
+        with self._lock:
+            self._touch("_priority_classes")
+            self._priority_classes[rec.name] = copy.deepcopy(rec)
+
+    def list_priority_classes(self) -> list[PriorityClassRecord]:
+        with self._lock:
+            return [copy.deepcopy(r) for _, r in sorted(self._priority_classes.items())]
+
+    def delete_priority_class(self, name: str) -> bool:
+        with self._lock:
+            if name not in self._priority_classes:
+                return False
+            self._touch("_priority_classes")
+            del self._priority_classes[name]
+            return True
 
     # --- checkpoints ---------------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:

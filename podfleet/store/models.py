@@ -207,3 +207,23 @@ class HealthReportRow(Base):
     html_text: Mapped[str] = mapped_column(Text)
 
     __table_args__ = (Index("ix_health_reports_cluster_id_created_at", "cluster_id", "created_at"),)
+
+
+class QueueRow(Base):
+    __tablename__ = "queues"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Double)
+    updated_at: Mapped[float] = mapped_column(Double)
+
+    __table_args__ = (UniqueConstraint("cluster_id", "name", name="uq_queues_cluster_id_name"),)
+
+
+class PriorityClassRow(Base):
+    __tablename__ = "priority_classes"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer)
+    preemption: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Double)

@@ -20,6 +20,8 @@ from podfleet.store.records import (
     ClusterRecord,
     JobMetricRecord,
     JobRecord,
+    PriorityClassRecord,
+    QueueRecord,
     ReportRecord,
     RollupRecord,
     TokenRecord,
@@ -62,6 +64,15 @@ class StoreProtocol(Protocol):
     def get_report(self, report_id: str) -> ReportRecord | None: ...
     def list_reports(self, cluster_id: str, *, limit: int = 1000) -> list[ReportRecord]: ...  # oldest first
     def prune_reports(self, *, before: float, cluster_id: str | None = None) -> int: ...
+
+    # cluster queues (upsert by id; a (cluster, name) pair is unique)
+    def save_queue(self, rec: QueueRecord) -> None: ...
+    def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]: ...  # by cluster, name
+    def delete_queue(self, queue_id: str) -> bool: ...
+    # priority classes (upsert by name)
+    def save_priority_class(self, rec: PriorityClassRecord) -> None: ...
+    def list_priority_classes(self) -> list[PriorityClassRecord]: ...  # by name
+    def delete_priority_class(self, name: str) -> bool: ...
 
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...

@@ -135,3 +135,25 @@ class ReportRecord:
     summary: dict[str, Any]
     json_text: str
     html_text: str
+
+
+@dataclass
+class QueueRecord:
+    """A cluster queue (``podfleet.scheduler.queues.QueueSpec`` as ``spec``)."""
+
+    id: str  # "q-..."
+    cluster_id: str
+    name: str
+    spec: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+@dataclass
+class PriorityClassRecord:
+    """A named priority (``control.priorities``): its value and whether its jobs preempt."""
+
+    name: str
+    value: int
+    preemption: str  # "lower" (preempt lower-priority jobs) | "never"
+    created_at: float

@@ -64,6 +64,7 @@ class WorkerConfig:
     shares: tuple[int, ...] = ()  # samples of the global batch per rank (sum = global_batch); (): even
     split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
     grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
+    array_index: int | None = None  # a job-array member's index: PODFLEET_ARRAY_INDEX for its script
 
     def __post_init__(self) -> None:
         if self.world_size < 1:

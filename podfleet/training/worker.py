@@ -208,6 +208,8 @@ def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, de
 
     os.environ.update({"RANK": str(cfg.rank), "WORLD_SIZE": str(cfg.world_size), "LOCAL_RANK": "0",
                        "PODFLEET_JOB_ID": cfg.job_id, "PODFLEET_CHECKPOINT_DIR": cfg.checkpoint_dir or ""})
+    if cfg.array_index is not None:  # a job-array member: which element of the sweep it is
+        os.environ["PODFLEET_ARRAY_INDEX"] = str(cfg.array_index)
     helpers.set_context(helpers.Context(cfg, reporter, kek, device))
     if cfg.grad_compression != "none":
         reporter.log(f"grad-compression {cfg.grad_compression}: applies where the script calls "

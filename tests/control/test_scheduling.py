@@ -97,7 +97,8 @@ def test_priority_preemption_checkpoint_requeue_resume(plane: ControlPlane) -> N
     assert plane.store.get_job(low["id"]).state == "PENDING"
     log = [ln["message"] for ln in plane.jobs.job_logs(low["id"]).since(0)]
     i = next(k for k, m in enumerate(log) if m.startswith("CHECKPOINTING: preempted by " + high["id"]))
-    assert log[i + 1].startswith(f"PENDING: preempted by {high['id']}; requeued, resumes from checkpoint step {saved}")
+    assert log[i + 1].startswith(f"PENDING: preempted by {high['id']} (priority {high['priority']} > "
+                                 f"{low['priority']}); requeued, resumes from checkpoint step {saved}")
     advance(plane, 600)
     assert plane.jobs.describe(high["id"])["state"] == "SUCCEEDED"
     resumed = plane.jobs.describe(low["id"])

@@ -17,7 +17,7 @@ from podfleet.store.models import Base
 from tests.store.factories import cluster
 
 TABLES = {"clusters", "jobs", "chip_health", "checkpoints", "idempotency_keys", "tokens",
-          "audit_events", "telemetry_rollups", "job_metric_rollups", "audit_archives", "users", "health_reports",
+          "audit_events", "telemetry_rollups", "job_metric_rollups", "audit_archives", "users", "health_reports", "queues", "priority_classes",
           "alembic_version"}
 
 

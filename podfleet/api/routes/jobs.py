@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, status
 
-from podfleet.api.auth import CurrentPrincipal, require_checkpoint_options
+from podfleet.api.auth import CurrentPrincipal, require_checkpoint_options, require_queue
 from podfleet.api.deps import ClusterRef, JobRef, MaxResults, NextToken, Plane
 from podfleet.api.schemas import Job, JobList, JobMetricsOut, JobStateName, Logs, SubmitJobRequest
 from podfleet.api.sse import stream
@@ -34,6 +34,7 @@ async def submit_job(cluster: ClusterRef, body: SubmitJobRequest, request: Reque
     if body.gradCompression is not None:
         data["grad_compression"] = body.gradCompression
     await require_checkpoint_options(request, who, cluster, data.get("options"))
+    await require_queue(request, who, cluster, data.get("queue") or "default")
     return await plane.call(plane.jobs.submit, cluster, data, actor=who.actor, client_token=body.clientToken)
 
 

@@ -125,6 +125,8 @@ class ProcessDriver:
         opts["max_retries"] = int(job.spec.get("max_retries") or 0)
         if job.spec.get("grad_compression", "none") != "none":
             opts["grad_compression"] = job.spec["grad_compression"]
+        if job.spec.get("array_index") is not None:  # a job-array member (control.dependencies)
+            opts["array_index"] = int(job.spec["array_index"])
         # A relaunch (restart of the control plane, a gang restarted) continues from the
         # newest committed checkpoint in the job's checkpoint dir, if any.
         if start_step or self.counts(job).launches:

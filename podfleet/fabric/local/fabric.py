@@ -64,7 +64,7 @@ _HOST = socket.gethostname()  # every slot's worker runs on this host
 
 # Options a WorkerGroupSpec may carry for this fabric (anything else is a typo).
 OPTIONS = (
-    "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover",
+    "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover", "array_index",
     "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
     "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression",
 )
@@ -223,7 +223,8 @@ class LocalFabric:
                 entrypoint_args=tuple(opts.get("entrypoint_args", ())),
                 shares=shares, split_file=str(jobdir / "work_split.json") if len(group.chips) > 1 else None,
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
-                                        "encrypt_checkpoints", "replica_peer", "grad_compression") if k in opts},
+                                        "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index")
+                   if k in opts},
             )
             job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
                            bool(opts.get("recover", True)))

@@ -13,6 +13,7 @@ the preemptor. A victim is never released without its checkpoint.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,8 @@ class Preemption:
     def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]:
         h = self.handle
         cl = h.cluster
-        idx = cl.blocks
+        if not job.may_preempt:
+            return st.unschedulable(diagnosis + "; its priority class never preempts"), None
         now = float(state.get("now_s", h.now_s()))
         evictable_slots = {
             r.slot: float(r.request.priority)
@@ -59,38 +61,56 @@ class Preemption:
         if not evictable_slots:
             return st.unschedulable(diagnosis + "; no lower-priority job to preempt (running >= "
                                     f"{self.min_run_s:.0f} s)"), None
-        slots = np.array(sorted(evictable_slots))
-        sids = idx.shape_ids_for(job.chips, job.shape)
-        scored = []
-        for pod in cl.pods:
-            ev = np.isin(pod.owner, slots)
-            if not ev.any():
-                continue
-            scored.append((int(ev.sum()), pod.index, ev))
-        scored.sort(key=lambda t: -t[0])
-        best: tuple[tuple[float, int], int, int, np.ndarray] | None = None
-        for _, p, ev in scored[:MAX_PODS]:
-            pod = cl.pods[p]
-            mask = pod.healthy & ~pod.spare & (pod.nominated == FREE) & ((pod.owner == FREE) | ev)
-            mask &= pod.hbm_bytes >= job.hbm_bytes_per_chip
-            free = idx.free(mask)
-            ids = np.concatenate([np.flatnonzero(free[idx.shapes[s].start : idx.shapes[s].stop]) + idx.shapes[s].start for s in sids])
-            if not len(ids):
-                continue
-            chips = np.stack([idx.chips(b) for b in ids])
-            owner_prio = np.full(pod.n_chips, -np.inf)
-            held = pod.owner != FREE
-            # Holders that may not be evicted never appear in ``chips`` (masked out above).
-            owner_prio[held] = [evictable_slots.get(int(o), np.inf) for o in pod.owner[held]]
-            row, cost = pick_block(chips, pod.owner, owner_prio)
-            if best is None or cost < best[0]:
-                best = (cost, p, int(ids[row]), chips[row])
+        best = cheapest_block(h, job, evictable_slots)
         if best is None:
             return st.unschedulable(diagnosis + "; preempting lower-priority jobs would not free a block"), None
         _, p, block, chips = best
         owners = sorted({int(o) for o in cl.pods[p].owner[chips] if o != FREE})
         victims = tuple(h.slots[o] for o in owners)
         return st.SUCCESS, Nomination(p, block, tuple(int(c) for c in chips), victims)
+
+
+def evictable_blocks(h: Handle, job: JobRequest, evictable_slots: Collection[int]
+                     ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """Per pod (those with the most evictable chips first, ``MAX_PODS`` at most): the
+    blocks for ``job`` whose chips are all free or held by ``evictable_slots``, as
+    (pod, block ids, local chips [n, size]). Shared with ``reclaim``."""
+    cl = h.cluster
+    idx = cl.blocks
+    slots = np.array(sorted(evictable_slots))
+    sids = idx.shape_ids_for(job.chips, job.shape)
+    scored = []
+    for pod in cl.pods:
+        ev = np.isin(pod.owner, slots)
+        if not ev.any():
+            continue
+        scored.append((int(ev.sum()), pod.index, ev))
+    scored.sort(key=lambda t: -t[0])
+    for _, p, ev in scored[:MAX_PODS]:
+        pod = cl.pods[p]
+        mask = pod.healthy & ~pod.spare & (pod.nominated == FREE) & ((pod.owner == FREE) | ev)
+        mask &= pod.hbm_bytes >= job.hbm_bytes_per_chip
+        free = idx.free(mask)
+        ids = np.concatenate([np.flatnonzero(free[idx.shapes[s].start : idx.shapes[s].stop]) + idx.shapes[s].start for s in sids])
+        if len(ids):
+            yield p, ids, np.stack([idx.chips(b) for b in ids])
+
+
+def cheapest_block(h: Handle, job: JobRequest, evictable_slots: dict[int, float]
+                   ) -> tuple[tuple[float, int], int, int, np.ndarray] | None:
+    """The block for ``job`` whose chips are all free or held by ``evictable_slots``
+    (slot -> priority) with the least cost (``pick_block``): (cost, pod, block, local chips)."""
+    best: tuple[tuple[float, int], int, int, np.ndarray] | None = None
+    for p, ids, chips in evictable_blocks(h, job, evictable_slots):
+        pod = h.cluster.pods[p]
+        owner_prio = np.full(pod.n_chips, -np.inf)
+        held = pod.owner != FREE
+        # Holders that may not be evicted never appear in ``chips`` (masked out above).
+        owner_prio[held] = [evictable_slots.get(int(o), np.inf) for o in pod.owner[held]]
+        row, cost = pick_block(chips, pod.owner, owner_prio)
+        if best is None or cost < best[0]:
+            best = (cost, p, int(ids[row]), chips[row])
+    return best
 
 
 def factory(handle: Handle, args: dict[str, Any]) -> Preemption:

@@ -173,3 +173,13 @@ def test_a_job_whose_code_holds_the_gil_fails_after_the_hang_restarts(tmp_path: 
         assert [e.kind for e in fab.events if e.job_id == "job-gil"][-1] == "job-failed"
     finally:
         fab.close()
+
+
+def test_an_array_member_sees_its_index(fab: LocalFabric, tmp_path: Path) -> None:
+    out = tmp_path / "index.txt"
+    script = tmp_path / "sweep.py"
+    script.write_text(f"import os\nopen({str(out)!r}, 'w').write(os.environ['PODFLEET_ARRAY_INDEX'])\n")
+    fab.launch(WorkerGroupSpec("job-arr-3", (0,), "custom", 1, entrypoint=str(script), options={"array_index": 3}))
+    st = fab.wait("job-arr-3", 60)
+    assert st.state is JobState.FINISHED, st.reason
+    assert out.read_text() == "3"

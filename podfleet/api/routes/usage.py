@@ -1,0 +1,28 @@
+"""Accounting: GetUsage (chip-seconds per user, queue or team; ``control.accounting``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+
+from podfleet.api.deps import Plane
+from podfleet.api.schemas import UsageReport
+from podfleet.control import accounting
+
+router = APIRouter(prefix="/v1", tags=["usage"])
+
+
+@router.get("/usage", operation_id="GetUsage", response_model=UsageReport)
+async def get_usage(plane: Plane,
+                    by: Annotated[Literal["user", "queue", "team"], Query(description="group by")] = "user",
+                    since: Annotated[float | None, Query(ge=0, description="unix seconds: jobs submitted since")] = None,
+                    cluster: Annotated[str | None, Query(max_length=63, pattern=r"^[a-z0-9][a-z0-9-]*$")] = None,
+                    ) -> dict[str, Any]:
+    """Chip-seconds busy, reserved and lost (to failures and recovery), kept past each job."""
+    cluster_id = plane.resolve(cluster).id if cluster else None
+
+    def run() -> dict[str, Any]:
+        return accounting.report(plane.table, plane.now(), by=by, since=since, cluster_id=cluster_id)
+
+    return await plane.call(run)

@@ -1,0 +1,39 @@
+"""``podfleet priority-class create|list|delete``: named priorities with a preemption policy."""
+
+from __future__ import annotations
+
+import typer
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+
+app = typer.Typer(help="Priority classes: a name for a priority value (0-100) and whether its jobs preempt.",
+                  no_args_is_help=True)
+COLUMNS = ["name", "value", "preemption"]
+
+
+@app.command("create")
+def create(name: str = typer.Argument(...), value: int = typer.Option(..., "--value", help="0-100, higher first"),
+           preemption: str = typer.Option("lower", "--preemption", help="lower: may preempt lower-priority jobs; "
+                                          "never: waits instead"),
+           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Create a priority class; submit with `job submit --priority NAME`."""
+    with errors():
+        emit(client(url, token).create_priority_class(name, value, preemption=preemption), output, columns=COLUMNS,
+             title=f"priority class {name}")
+
+
+@app.command("list")
+def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+    """Every priority class."""
+    with errors():
+        emit(client(url, token).list_priority_classes()["priority_classes"], output, columns=COLUMNS)
+
+
+@app.command("delete")
+def delete(name: str = typer.Argument(...), url: str = UrlOpt, token: str = TokenOpt,
+           output: OutputFormat = OutputOpt) -> None:
+    """Delete a priority class (jobs already submitted keep their value)."""
+    with errors():
+        emit(client(url, token).delete_priority_class(name), output, columns=[*COLUMNS, "state"],
+             title=f"priority class {name}")

@@ -1,0 +1,149 @@
+"""Queue commands: CreateQueue, DescribeQueue, ListQueues, UpdateQueue, DeleteQueue.
+
+A queue belongs to one cluster; its definition is persisted (``QueueRecord``) and given
+to the cluster's scheduler (``scheduler.queues``), which admits jobs by it. Like every
+command: validated and persisted in one store transaction with its audit record, and
+only after the commit applied in memory and followed by a scheduling pass (a larger
+quota may admit waiting jobs). Every cluster has a ``default`` queue, unlimited until an
+operator defines it; deleting a defined ``default`` makes it unlimited again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from podfleet.control.ids import new_id
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.errors import ConflictError, InfeasibleError, NotFoundError
+from podfleet.scheduler.queues import DEFAULT_QUEUE, QueueSpec
+from podfleet.store.records import QueueRecord
+
+if TYPE_CHECKING:
+    from podfleet.control.ports import PlanePort
+
+
+class QueueCommands:
+    def __init__(self, plane: PlanePort) -> None:
+        self.plane = plane
+        self._records: dict[tuple[str, str], QueueRecord] = {}  # (cluster id, name) -> its record
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def install(self, rt: ClusterRuntime) -> None:
+        """Give a (new or reloaded) cluster's scheduler its persisted queues."""
+        for rec in self.plane.store.list_queues(rt.id):
+            rt.scheduler.set_queue(QueueSpec.from_dict(rec.spec))
+            self._records[(rt.id, rec.name)] = rec
+
+    def names(self, rt: ClusterRuntime) -> list[str]:
+        return sorted(rt.scheduler.queues.specs)
+
+    # --- commands (engine thread) --------------------------------------------------------
+    def create(self, cluster_ref: str, body: dict[str, Any], *, actor: str = "system") -> dict[str, Any]:
+        plane = self.plane
+        done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]] = []
+
+        def do() -> tuple[dict[str, Any], str]:
+            rt = plane.resolve(cluster_ref)
+            spec = QueueSpec.from_dict(body)
+            if (rt.id, spec.name) in self._records:
+                raise ConflictError(f"queue {spec.name!r} already exists on cluster {rt.rec.name}", field="name")
+            self._check(rt, spec)
+            now = plane.now()
+            rec = QueueRecord(new_id("q"), rt.id, spec.name, spec.to_dict(), now, now)
+            plane.store.save_queue(rec)
+            done.append((rt, rec, spec))
+            return self._view(rt, spec.name, rec), rec.id
+
+        out = plane.mutation("CreateQueue", actor, f"{cluster_ref}/{body.get('name', '')}", do, body=body)
+        return self._apply(done) or out
+
+    def update(self, cluster_ref: str, name: str, changes: dict[str, Any], *, actor: str = "system") -> dict[str, Any]:
+        plane = self.plane
+        done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]] = []
+
+        def do() -> tuple[dict[str, Any], str]:
+            rt = plane.resolve(cluster_ref)
+            old = self._record(rt, name)
+            spec = QueueSpec.from_dict(old.spec).updated(changes)
+            self._check(rt, spec)
+            rec = QueueRecord(old.id, rt.id, spec.name, spec.to_dict(), old.created_at, plane.now())
+            plane.store.save_queue(rec)
+            done.append((rt, rec, spec))
+            return self._view(rt, name, rec), rec.id
+
+        out = plane.mutation("UpdateQueue", actor, f"{cluster_ref}/{name}", do, body={"name": name, **changes})
+        return self._apply(done) or out
+
+    def delete(self, cluster_ref: str, name: str, *, actor: str = "system") -> dict[str, Any]:
+        plane = self.plane
+        done: list[tuple[ClusterRuntime, QueueRecord]] = []
+
+        def do() -> tuple[dict[str, Any], str]:
+            rt = plane.resolve(cluster_ref)
+            rec = self._record(rt, name)
+            rt.scheduler.remove_queue(name)  # ConflictError while jobs use it: nothing written yet
+            # The scheduler forgot it already; the record goes in this transaction (on a
+            # failed commit the queue is put back below).
+            plane.store.delete_queue(rec.id)
+            done.append((rt, rec))
+            return {**rec.spec, "id": rec.id, "cluster_id": rt.id, "state": "deleted"}, rec.id
+
+        try:
+            out = plane.mutation("DeleteQueue", actor, f"{cluster_ref}/{name}", do, body={"name": name})
+        except Exception:
+            for rt, rec in done:
+                rt.scheduler.set_queue(QueueSpec.from_dict(rec.spec))
+            raise
+        for rt, rec in done:
+            self._records.pop((rt.id, rec.name), None)
+            plane.jobs.schedule(rt)  # a deleted default queue is unlimited again
+        return out
+
+    # --- reads (engine thread: usage moves with every cycle) ------------------------------
+    def describe(self, cluster_ref: str, name: str) -> dict[str, Any]:
+        rt = self.plane.resolve(cluster_ref)
+        if rt.scheduler.queues.get(name) is None:
+            raise NotFoundError(f"queue {name!r} not found on cluster {rt.rec.name} (queues: "
+                                f"{', '.join(self.names(rt))})", field="queue")
+        return self._view(rt, name, self._records.get((rt.id, name)))
+
+    def list_all(self, cluster_ref: str | None = None) -> list[dict[str, Any]]:
+        rts = [self.plane.resolve(cluster_ref)] if cluster_ref else \
+            [self.plane.clusters[c] for c in sorted(self.plane.clusters)]
+        return [self._view(rt, n, self._records.get((rt.id, n))) for rt in rts for n in self.names(rt)]
+
+    # --- helpers ------------------------------------------------------------------------
+    def _record(self, rt: ClusterRuntime, name: str) -> QueueRecord:
+        rec = self._records.get((rt.id, name))
+        if rec is None:
+            implicit = " (the implicit default queue: create it to set its quota)" if name == DEFAULT_QUEUE else ""
+            raise NotFoundError(f"queue {name!r} not found on cluster {rt.rec.name}{implicit}", field="queue")
+        return rec
+
+    @staticmethod
+    def _check(rt: ClusterRuntime, spec: QueueSpec) -> None:
+        capacity = rt.topology.n_chips - len(rt.spares)
+        for fname in ("nominal", "borrowing_limit", "lending_limit"):
+            v = getattr(spec, fname)
+            if v is not None and v > capacity:
+                raise InfeasibleError(f"{fname} {v} exceeds the {capacity} chips cluster {rt.rec.name} can place "
+                                        f"({rt.topology.n_chips} chips - {len(rt.spares)} spares)", field=fname)
+
+    def _apply(self, done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]]) -> dict[str, Any] | None:
+        out = None
+        for rt, rec, spec in done:  # only after the commit
+            rt.scheduler.set_queue(spec)
+            self._records[(rt.id, rec.name)] = rec
+            self.plane.jobs.schedule(rt)
+            out = self._view(rt, spec.name, rec)
+        return out
+
+    @staticmethod
+    def _view(rt: ClusterRuntime, name: str, rec: QueueRecord | None) -> dict[str, Any]:
+        sched = rt.scheduler
+        book = sched.queues
+        view = book.view(name) if book.get(name) is not None else {**(rec.spec if rec else {}), "used": 0,
+                                                                   "borrowed": 0, "lent": 0, "capacity": None}
+        return {**view, "id": rec.id if rec else None, "cluster_id": rt.id, "cluster": rt.rec.name,
+                "defined": rec is not None, "jobs": sched.queue_jobs(name),
+                "created_at": rec.created_at if rec else None, "updated_at": rec.updated_at if rec else None}
