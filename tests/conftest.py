@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from podfleet.security import harden
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -19,6 +23,21 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # take it away and run jobs under their own uids for real.
 ISOLATION_OPT_OUT = ("PODFLEET_WORKER_USER", "root")
 os.environ.setdefault(*ISOLATION_OPT_OUT)
+
+
+@pytest.fixture(autouse=True)
+def _process_security_state() -> Iterator[None]:
+    """Tests that run ``podfleet up`` or ``build_server`` in this process (bad flags, bad
+    store URLs) set the server's 077 umask and make the process undumpable, as a real server
+    does at start. Both are process-wide: put them back after each test, so a later test's
+    files stay readable by the job uids it runs workers as, and its own dumpable flag is its."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    dumpable = harden.is_dumpable()
+    yield
+    os.umask(umask)
+    if dumpable and not harden.is_dumpable():
+        harden.set_dumpable()
 
 
 def pytest_collection_modifyitems(items: list) -> None:

@@ -35,6 +35,12 @@ def set_undumpable() -> None:
         _prctl(PR_SET_DUMPABLE, 0)
 
 
+def set_dumpable() -> None:
+    """Undo ``set_undumpable`` (tests that ran a server's start in their own process)."""
+    if sys.platform.startswith("linux"):
+        _prctl(PR_SET_DUMPABLE, 1)
+
+
 def is_dumpable() -> bool:
     return not sys.platform.startswith("linux") or bool(_prctl(PR_GET_DUMPABLE))
 

@@ -92,7 +92,9 @@ def test_a_flood_of_bogus_tokens_is_rate_limited_and_aggregated(tmp_path: Path) 
         assert len(api.denied(before)) == 1
         api.flush_denials()
         rows = api.denied(before)
-        assert len(rows) == 2 and sum(r.detail["count"] for r in rows) == 50
+        # Every refusal counted once (the bucket refills at 1/s, so a slow machine may let
+        # a 51st failure through as a 401 rather than a 429: that one is audited too).
+        assert len(rows) == 2 and sum(r.detail["count"] for r in rows) == codes.count(401)
         assert rows[1].detail["aggregated"] is True and rows[1].detail["reason"] == "invalid or revoked token"
         # A valid token from the same address still works, at once: only failures are limited.
         with api.client("viewer") as ok:

@@ -173,6 +173,10 @@ class RayFabric:
         # a remote cluster whose nodes lack podfleet or the key.
         self.runtime_env = dict(runtime_env) if runtime_env else None
         self._closed = False
+        if address is not None and not ray.is_initialized():
+            # Before the lock: a refused port fails at once, even while another cluster's
+            # connection hangs in ray.init holding it.
+            probe_address(address)
         if not _connect_lock.acquire(timeout=CONNECT_WAIT_S):
             raise InfeasibleError(f"cannot connect to Ray at {address!r}: an earlier connection attempt of this "
                                   "server is still waiting (a Ray address that does not answer holds the "
@@ -201,8 +205,6 @@ class RayFabric:
                                       f"{_connection.address or 'its private local Ray'} and a process holds one "
                                       "Ray connection", field="ray_address")
             return
-        if address is not None:
-            probe_address(address)
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
         if address is None:
             # A private local instance (tests, a laptop): as small as Ray allows.
