@@ -13,7 +13,7 @@ COLUMNS = ["name", "value", "preemption"]
 
 
 @app.command("create")
-def create(name: str = typer.Argument(...), value: int = typer.Option(..., "--value", help="0-100, higher first"),
+def create(name: str = typer.Argument(..., help="the priority class's name"), value: int = typer.Option(..., "--value", help="0-100, higher first"),
            preemption: str = typer.Option("lower", "--preemption", help="lower: may preempt lower-priority jobs; "
                                           "never: waits instead"),
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
@@ -31,7 +31,7 @@ def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = Outpu
 
 
 @app.command("delete")
-def delete(name: str = typer.Argument(...), url: str = UrlOpt, token: str = TokenOpt,
+def delete(name: str = typer.Argument(..., help="the priority class's name"), url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Delete a priority class (jobs already submitted keep their value)."""
     with errors():

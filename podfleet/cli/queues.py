@@ -60,7 +60,7 @@ def list_(cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
 
 
 @app.command("describe")
-def describe(name: str = typer.Argument(...), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
+def describe(name: str = typer.Argument(..., help="the queue's name"), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
              output: OutputFormat = OutputOpt) -> None:
     """One queue: quota, limits, usage, capacity and its jobs by phase."""
     with errors():
@@ -70,13 +70,13 @@ def describe(name: str = typer.Argument(...), cluster: str = ClusterOpt, url: st
 
 @app.command("update")
 def update(
-    name: str = typer.Argument(...),
+    name: str = typer.Argument(..., help="the queue's name"),
     cluster: str = ClusterOpt,
-    nominal: int | None = typer.Option(None, "--nominal"),
+    nominal: int | None = typer.Option(None, "--nominal", help="chips the queue owns"),
     cohort: str | None = typer.Option(None, "--cohort", help="a cohort, or 'none' to leave it"),
     borrowing_limit: str | None = typer.Option(None, "--borrowing-limit", help="chips, or 'none' for no limit"),
     lending_limit: str | None = typer.Option(None, "--lending-limit", help="chips, or 'none' to lend all idle"),
-    weight: float | None = typer.Option(None, "--weight"),
+    weight: float | None = typer.Option(None, "--weight", help="fair-share weight in its cohort"),
     reclaim: str | None = typer.Option(None, "--reclaim", help=RECLAIM_HELP),
     url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
 ) -> None:
@@ -98,7 +98,7 @@ def update(
 
 
 @app.command("delete")
-def delete(name: str = typer.Argument(...), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
+def delete(name: str = typer.Argument(..., help="the queue's name"), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Delete a queue no job uses."""
     with errors():
