@@ -2,8 +2,8 @@
 spec (nominal quota, cohort, limits, weight, reclaim policy) as JSON; and priority
 classes (``control.priorities``): a name for a priority value and preemption policy.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
