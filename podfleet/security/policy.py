@@ -145,7 +145,8 @@ READ_ACTIONS = ["ListClusters", "DescribeCluster", "DescribeClusterHardware", "G
                 "ListTrainingJobs", "DescribeTrainingJob", "GetJobLogs", "GetJobMetrics", "GetTelemetry",
                 "PlanParallelism", "ListAlerts", "ListRecoveries", "ListFirmwareUpdates", "DescribeFirmwareUpdate",
                 "DiagnoseCluster", "GetRecommendations", "ListGuides", "GetGuide", "ListHealthReports",
-                "GetHealthReport"]
+                "GetHealthReport", "ListQueues", "DescribeQueue", "DescribeJobArray", "ListPriorityClasses",
+                "GetUsage"]
 AUDIT_READS = ["ListAuditEvents", "VerifyAuditChain"]
 # Reads only ClusterAdmin (or an inline policy naming them) grants: who holds which
 # credential, and who may do what.
@@ -169,7 +170,8 @@ BUILTIN: dict[str, Policy] = {
     "ClusterAdmin": _policy("ClusterAdmin", {"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}),
     "Scheduler": _policy("Scheduler",
                          {"Sid": "Jobs", "Effect": "Allow", "Resource": "*",
-                          "Action": ["SubmitTrainingJob", "StopTrainingJob", "UploadCode", *READ_ACTIONS]},
+                          "Action": ["SubmitTrainingJob", "StopTrainingJob", "StopJobArray", "UploadCode",
+                                     *READ_ACTIONS]},
                          {"Sid": "NotAudit", "Effect": "Deny", "Action": ["ListAuditEvents", "VerifyAuditChain"],
                           "Resource": "*"}),
     "StorageAccess": _policy("StorageAccess", {"Sid": "CheckpointOptions", "Effect": "Allow", "Resource": "*",
