@@ -224,6 +224,7 @@ def drains(r: Rehearsed) -> list[dict[str, Any]]:
     did not happen because the chip was out of service."""
     mon = r.parts.health.monitors.get(r.cluster_id)
     flows = [j for j in r.parts.recovery.recoveries(r.cluster_id) if j["kind"] == "drain"]
+    averted = [(float(rec["t"]), rec.get("chip")) for rec in r.tl.log.filter("fault", averted=True)]
     out = []
     for a in mon.alarms if mon else []:
         flow = next((j for j in flows if j["target"] == f"chip:{a.chip}" and a.t <= j["t_start"]), None)
@@ -237,7 +238,7 @@ def drains(r: Rehearsed) -> list[dict[str, Any]]:
                     "job": r.tracker.names.get(job, job) if job else None,
                     "rank_to_chip": (moved or {}).get("detail", {}).get("to_chip"),
                     "drain_s": _took_s(flow) if flow else None, "failed_after": failed,
-                    "averted": bool(r.tl.log.filter("fault", chip=a.chip, averted=True))})
+                    "averted": any(c == a.chip and t >= a.t for t, c in averted)})
     return out
 
 
