@@ -47,18 +47,23 @@ def sim(
         rec = report.pop("recoveries")
         alerts = report.pop("alerts")
         pred = report.pop("predictions")
+        drains = report.pop("drains")
         commands = report.pop("commands")
         emit(report, output, title=f"scenario {sc.name}")
         emit([{"fault": k, "count": v} for k, v in faults.items()], output, title="faults_by_kind")
         emit([{"cause": k, "chip_hours": v} for k, v in lost.items()], output, title="chip_hours_lost_by_cause")
-        emit({**rec.pop("by_path"), "count": rec["count"], "p50_s": rec["p50_s"], "p99_s": rec["p99_s"]}, output,
-             title="recoveries")
+        emit({**rec.pop("by_path"), "count": rec["count"], "link_reroutes": rec["link_reroutes"],
+              "p50_s": rec["p50_s"], "p99_s": rec["p99_s"]}, output, title="recoveries")
         if rec["sequence"]:
-            emit([{**s, "steps": " > ".join(s["steps"])} for s in rec["sequence"]], output,
-                 columns=["t", "kind", "target", "job", "path", "state", "steps"], title="recovery sequence")
+            emit([{**s, "job": s["job"] or "-", "steps": " > ".join(s["steps"])} for s in rec["sequence"]], output,
+                 columns=["t", "kind", "target", "job", "path", "state", "duration_s", "steps"],
+                 title="recovery sequence")
         emit({"total": alerts["total"], **{f"rule {k}": v for k, v in alerts["by_rule"].items()},
               **{f"severity {k}": v for k, v in alerts["by_severity"].items()}}, output, title="alerts")
         emit(pred, output, title="predictions (strict)")
+        if drains:
+            emit(drains, output, columns=["t", "chip", "probability", "drained", "drained_t", "job", "rank_to_chip",
+                                          "drain_s", "failed_after", "averted"], title="predicted failures (drains)")
         if refused := _refused(commands):
             emit(refused, output, columns=["t", "command", "target", "result"], title="refused commands")
         if jobs:

@@ -8,6 +8,11 @@ Definitions:
   its state came back by (``replica``: a live peer's copy; ``checkpoint``: the last
   checkpoint), plus ``requeue``: a job relaunched by the job driver (from its checkpoint,
   on replacement chips) after losing a chip. Time: detection to the job running again.
+* link reroutes: one per link recovery journal (a link down or each down of a flap):
+  traffic rerouted around it; counted apart from the job recoveries.
+* drains: one per failure-prediction alarm of the health monitor, with whether the chip
+  was then taken out of service for it, the job whose rank the drain flow moved, and
+  whether the chip failed all the same.
 * predictions (strict): an alarm is a hit only if its chip fails within ``HORIZON_S``
   after it; a failure is predicted when an alarm on its chip came within ``HORIZON_S``
   before it. An averted failure (the chip was drained in time) counts as no failure.
@@ -67,6 +72,7 @@ class Tracker:
         self.down_since: dict[int, tuple[float, str]] = {}
         self.last_cause: dict[int, str] = {}  # chip -> the last fault kind named for it
         self.lost_s: dict[str, float] = {}
+        self.out_at: list[tuple[float, int]] = []  # t, chip: taken out of service for a predicted failure
         fabric.subscribe(self.on_event)
 
     def job_submitted(self, job_id: str, name: str) -> None:
@@ -102,6 +108,8 @@ class Tracker:
         if state == "failed":
             self.failures.append((ev.t, chip, cause))
         if state in _DOWN:
+            if cause == "predicted-drain":
+                self.out_at.append((ev.t, chip))
             if job is not None:
                 self.lost_at.setdefault(job, ev.t)
             if chip not in self.down_since:
@@ -154,38 +162,84 @@ def _pct(xs: list[float], q: float) -> float | None:
     return round(float(np.percentile(xs, q)), 4) if xs else None
 
 
+def _took_s(j: dict[str, Any]) -> float | None:
+    """Detection to the end of a finished flow (None while it is still open)."""
+    if j.get("t_end") is None or j.get("state") != "done":
+        return None
+    return round(j["t_end"] - (j.get("detected_t") or j["t_start"]), 4)
+
+
+def _entry(r: Rehearsed, j: dict[str, Any], path: str) -> dict[str, Any]:
+    job = j.get("job_id")
+    return {"t": round(j["t_start"] - r.t0, 3), "kind": j["kind"], "target": j["target"],
+            "job": r.tracker.names.get(job, job) if job else None, "state": j["state"], "path": path,
+            "duration_s": _took_s(j), "steps": [s["name"] for s in j["steps"]]}
+
+
 def recoveries(r: Rehearsed) -> dict[str, Any]:
-    journals = [j for j in r.parts.recovery.recoveries(r.cluster_id) if j.get("job_id")]
+    journals = r.parts.recovery.recoveries(r.cluster_id)
     by_path: Counter[str] = Counter()
     times: list[float] = []
     seq: list[dict[str, Any]] = []
     moves_home = 0
+    reroutes = 0
     for j in journals:
+        if not j.get("job_id"):
+            if j["kind"] == "link":
+                # A link flow reroutes traffic; no job stops for it: in the sequence,
+                # counted apart, out of the job recovery times.
+                reroutes += 1
+                seq.append(_entry(r, j, "reroute"))
+            continue
         if j["kind"] == "rehome":
             # A rank moving back from the other pod is not a recovery from a fault: counted
             # apart, kept in the sequence, out of the recovery times.
             moves_home += 1
-            seq.append({"t": round(j["t_start"] - r.t0, 3), "kind": j["kind"], "target": j["target"],
-                        "job": r.tracker.names.get(j["job_id"], j["job_id"]), "state": j["state"],
-                        "path": "move-home", "steps": [s["name"] for s in j["steps"]]})
+            seq.append(_entry(r, j, "move-home"))
             continue
         path = j.get("restored_from") or "none"
         by_path[path] += 1
-        if j.get("t_end") is not None and j.get("state") == "done":
-            times.append(j["t_end"] - (j.get("detected_t") or j["t_start"]))
-        seq.append({"t": round(j["t_start"] - r.t0, 3), "kind": j["kind"], "target": j["target"],
-                    "job": r.tracker.names.get(j["job_id"], j["job_id"]), "state": j["state"],
-                    "path": path, "steps": [s["name"] for s in j["steps"]]})
+        if (took := _took_s(j)) is not None:
+            times.append(took)
+        seq.append(_entry(r, j, path))
     for q in r.tracker.requeues:
         by_path["requeue"] += 1
         times.append(q["took_s"])
         seq.append({"t": round(q["t"] - r.t0, 3), "kind": "relaunch", "target": "job",
                     "job": r.tracker.names.get(q["job_id"], q["job_id"]), "state": "done", "path": "requeue",
-                    "steps": ["requeue", "relaunch"]})
+                    "duration_s": round(q["took_s"], 4), "steps": ["requeue", "relaunch"]})
     seq.sort(key=lambda s: s["t"])
-    return {"count": len(seq) - moves_home, "by_path": {p: by_path.get(p, 0) for p in ("replica", "checkpoint", "requeue")}
+    return {"count": len(seq) - moves_home - reroutes,
+            "by_path": {p: by_path.get(p, 0) for p in ("replica", "checkpoint", "requeue")}
             | {p: n for p, n in by_path.items() if p not in ("replica", "checkpoint", "requeue")},
-            "moves_home": moves_home, "p50_s": _pct(times, 50), "p99_s": _pct(times, 99), "sequence": seq}
+            "moves_home": moves_home, "link_reroutes": reroutes, "p50_s": _pct(times, 50), "p99_s": _pct(times, 99),
+            "sequence": seq}
+
+
+def drains(r: Rehearsed) -> list[dict[str, Any]]:
+    """Each failure-prediction alarm of the health monitor and what came of it: the chip
+    drained (taken out of service while it still worked; with the job whose rank the
+    recovery's drain flow moved off it), and whether it failed within ``HORIZON_S`` all
+    the same. ``averted``: the twin's ground truth that a failure was due on the chip and
+    did not happen because the chip was out of service."""
+    mon = r.parts.health.monitors.get(r.cluster_id)
+    flows = [j for j in r.parts.recovery.recoveries(r.cluster_id) if j["kind"] == "drain"]
+    averted = [(float(rec["t"]), rec.get("chip")) for rec in r.tl.log.filter("fault", averted=True)]
+    out = []
+    for a in mon.alarms if mon else []:
+        flow = next((j for j in flows if j["target"] == f"chip:{a.chip}" and a.t <= j["t_start"]), None)
+        taken_out = next((t for t, c in r.tracker.out_at if c == a.chip and a.t <= t), None)
+        moved = next((s for s in (flow or {}).get("steps", []) if s["name"] == "move-rank"), None)
+        failed = any(c == a.chip and a.t < t <= a.t + HORIZON_S for t, c, _cause in r.tracker.failures)
+        job = flow.get("job_id") if flow else None
+        out.append({"t": round(a.t - r.t0, 3), "chip": a.chip, "probability": round(a.probability, 4),
+                    "drained": taken_out is not None,
+                    "drained_t": round(taken_out - r.t0, 3) if taken_out is not None else None,
+                    "job": r.tracker.names.get(job, job) if job else None,
+                    "rank_to_chip": (moved or {}).get("detail", {}).get("to_chip"),
+                    "drain_s": _took_s(flow) if flow else None, "failed_after": failed,
+                    "averted": any(c == a.chip and t >= a.t for t, c in averted)})
+    return out
 
 
 def alerts(r: Rehearsed) -> dict[str, Any]:
@@ -246,6 +300,7 @@ def build_report(r: Rehearsed, wall: float) -> dict[str, Any]:
         "recoveries": recoveries(r),
         "alerts": alerts(r),
         "predictions": predictions(r),
+        "drains": drains(r),
         "commands": r.command_log,
         "jobs": jobs(r, now),
     }

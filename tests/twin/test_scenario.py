@@ -165,6 +165,11 @@ def test_durations_compose() -> None:
         ({"duration": "1h", "bogus": 1}, "bogus"),
         ({"duration": "1h", "pod_type": "nope"}, "trn2-ultraserver"),
         ("duration: [unclosed", "not valid YAML"),
+        # A job the control plane would refuse (an unknown model) is refused at load: non-zero.
+        ({"duration": "1h", "jobs": [{"id": "a", "model": "lama3-8b", "chips": 8, "steps": 9}]},
+         "unknown model 'lama3-8b'"),
+        ({"duration": "1h", "commands": [{"at": 60, "submit": {"id": "b", "model": "gpt-9", "chips": 8, "steps": 9}}]},
+         "unknown model 'gpt-9'"),
     ],
 )
 def test_cli_sim_bad_input_exit_2_one_line(tmp_path: Path, content, needle: str) -> None:
