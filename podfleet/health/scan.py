@@ -47,7 +47,7 @@ class HealthConfig:
     ecc_rate_warn_per_min: float = 5.0
     link_error_burst: int = 10  # new link errors within one scan
     mount_full_ratio: float = 0.90
-    job_stall_s: float = 120.0
+    job_stall_s: float = 120.0  # at least; a job's bar is also STALL_STEPS of its own steps
     load_change: float = 0.2  # utilization change that starts a new operating point
     settle_s: float = 180.0  # after a new operating point: ~6 thermal time constants
     deviation_metrics: tuple[tuple[str, str, float], ...] = (
@@ -150,17 +150,23 @@ class _Throughputs:
         return m
 
 
+# A running job is stalled after this many of its own step times without a step (and at
+# least ``HealthConfig.job_stall_s``).
+STALL_STEPS = 3
+
+
 class _JobWatch:
     """What the scan keeps per job: its alert target, its last step and when the stall
     clock started (the later of that step's first sight and the job's last start or
     resume), its recent throughputs (one object per job: fewer lookups a scan)."""
 
-    __slots__ = ("moved_t", "step", "target", "tps")
+    __slots__ = ("gap_s", "moved_t", "step", "target", "tps")
 
     def __init__(self, job_id: str, step: float, now: float) -> None:
         self.target = f"job:{job_id}"
         self.step = step
         self.moved_t = now
+        self.gap_s = 0.0  # how long its last step took, as the scan saw it
         self.tps = _Throughputs(60)
 
 
@@ -455,6 +461,8 @@ class HealthScanner:
             if w is None:
                 w = watch[job_id] = _JobWatch(job_id, step, now)
             elif step != w.step:
+                if not is_open(cid, w.target, "job-stalled"):  # a stall's end is no step length
+                    w.gap_s = now - w.moved_t
                 w.step, w.moved_t = step, now
             state = j.get("state", "")
             running = state == "RUNNING" or str(state).lower() == "running"  # no ``lower()`` when upper
@@ -464,7 +472,11 @@ class HealthScanner:
                 w.moved_t = now
             moved_t = w.moved_t
             target = w.target
-            if running and now - moved_t >= stall_s:
+            # A job whose steps are long (a 70B model's 4-minute step) is not stalled between
+            # two of them: the bar is the larger of the setting and three of its own steps
+            # (the step time it reports, or the last step the scan saw).
+            bar_s = max(stall_s, STALL_STEPS * max(float(j.get("step_time_s") or 0.0), w.gap_s))
+            if running and now - moved_t >= bar_s:
                 a, new = book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",
                                    message=f"no training step for {now - moved_t:.0f} s", now=now)
                 if new:

@@ -133,7 +133,8 @@ class HealthService:
                     entry = None
                     if v["cluster_id"] == cid and state not in TERMINAL:
                         p = v["progress"]
-                        entry = {"state": state, "step": p.get("step", 0), "tokens_per_s": p.get("tokens_per_s")}
+                        entry = {"state": state, "step": p.get("step", 0), "tokens_per_s": p.get("tokens_per_s"),
+                                 "step_time_s": p.get("step_time_s")}
                     hit = seen[jid] = (v, entry)
                 if hit[1] is not None:
                     out[jid] = hit[1]

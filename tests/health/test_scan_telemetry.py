@@ -114,6 +114,29 @@ def test_queue_wait_is_no_stall() -> None:
     assert len(stalled) == 1 and stalled[0].first_seen >= 900 + 110, stalled[0]
 
 
+def test_long_steps_are_no_stall() -> None:
+    # A 70B job's 258 s steps: between two of them it is not stalled (the bar is three of its
+    # own steps, the setting's 120 s at least); once it misses three, it is.
+    jobs = {"job-big": {"state": "RUNNING", "step": 0, "tokens_per_s": 10.0, "step_time_s": 258.0}}
+    tl, _fab, mon = monitor(jobs=lambda: jobs)
+    for k in range(1, 5):
+        tl.run(until=258.0 * k)
+        jobs["job-big"] = {**jobs["job-big"], "step": k}
+    assert ("job:job-big", "job-stalled") not in rules(mon)
+    tl.run(until=258.0 * 4 + 3 * 258.0 + 10)
+    assert ("job:job-big", "job-stalled") in rules(mon)
+    # Without a reported step time, the step lengths the scan saw set the bar.
+    jobs2 = {"job-seen": {"state": "RUNNING", "step": 0, "tokens_per_s": 10.0}}
+    tl, _fab, mon = monitor(jobs=lambda: jobs2)
+    for k in range(1, 6):
+        tl.run(until=100.0 * k)
+        jobs2["job-seen"] = {**jobs2["job-seen"], "step": k}
+    tl.run(until=500.0 + 250.0)  # 250 s without a step: under 3 x 100 s
+    assert ("job:job-seen", "job-stalled") not in rules(mon)
+    tl.run(until=500.0 + 320.0)
+    assert ("job:job-seen", "job-stalled") in rules(mon)
+
+
 def test_history_windows_and_rollups() -> None:
     sunk = []
     tl, _fab, mon = monitor(sink=sunk.extend)
