@@ -5,7 +5,10 @@ whatever the fabric's ``chip_metrics`` reports (a series a device does not repor
 out for that chip, never sent as 0). Chip series carry ``cluster`` (the name, as on every
 podfleet series), ``cluster_id``, ``chip``, ``chip_type``, ``host`` (the fabric's
 ``WorkerPlacement`` answer; this host for fabrics without one, such as the twin) and
-``job`` (the job holding the chip, "" when free)::
+``job_id`` (the job holding the chip, "" when free). Never ``job`` or ``instance``: those are
+Prometheus' target labels, and with ``honor_labels: true`` (the shipped scrape config) a
+series' own ``job`` would replace the scrape job's, so ``{job="podfleet"}`` would miss it
+(kube-state-metrics says ``job_name`` for the same reason)::
 
     podfleet_build_info{version,python}                         1
     podfleet_chip_info{...chip labels, coords, x, y, z}         1: where the chip sits in the torus (a
@@ -19,7 +22,7 @@ podfleet series), ``cluster_id``, ``chip``, ``chip_type``, ``host`` (the fabric'
     podfleet_chip_execution_errors_total
     podfleet_link_up / _utilization_ratio / _bandwidth_bytes_per_second{cluster,cluster_id,link}
     podfleet_link_transmit_bytes_total / _errors_total
-    podfleet_job_step / _tokens_per_second / _recovering / _recoveries_total{cluster,cluster_id,job}
+    podfleet_job_step / _tokens_per_second / _recovering / _recoveries_total{cluster,cluster_id,job_id}
 
 Read at scrape time; only live clusters and live jobs are exported, so the series of a
 deleted cluster or an ended job disappear at the next scrape.
@@ -47,9 +50,9 @@ if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
     from podfleet.control.runtime import ClusterRuntime
 
-CHIP_LABELS = ["cluster", "cluster_id", "chip", "chip_type", "host", "job"]
+CHIP_LABELS = ["cluster", "cluster_id", "chip", "chip_type", "host", "job_id"]
 LINK_LABELS = ["cluster", "cluster_id", "link"]
-JOB_LABELS = ["cluster", "cluster_id", "job"]
+JOB_LABELS = ["cluster", "cluster_id", "job_id"]
 _HOST = socket.gethostname()
 _UP = frozenset({ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING})
 

@@ -8,7 +8,7 @@
     podfleet_fragmentation_ratio{cluster,pod}        1 - largest free block / free chips
     podfleet_free_chips{cluster,pod} / podfleet_largest_free_block_chips{cluster,pod}
     podfleet_scheduler_jobs{cluster,phase}           pending / running in the scheduler
-    podfleet_job_balance_degree_ratio{cluster,job}   mean / max chip utilization over a job's chips
+    podfleet_job_balance_degree_ratio{cluster,job_id} mean / max chip utilization over a job's chips
     podfleet_queue_wait_seconds{cluster}             (histogram) total time each job spent queued
 
 The scheduler figures are the ones DescribeCluster shows (``ClusterRuntime.sched_metrics``,
@@ -80,7 +80,7 @@ class PlaneCollector(Collector):
         phases = GaugeMetricFamily("podfleet_scheduler_jobs", "Jobs in the scheduler by phase",
                                    labels=["cluster", "phase"])
         balance = GaugeMetricFamily("podfleet_job_balance_degree_ratio",
-                                    "Mean / max chip utilization over a running job's chips", labels=["cluster", "job"])
+                                    "Mean / max chip utilization over a running job's chips", labels=["cluster", "job_id"])
         waits = HistogramMetricFamily("podfleet_queue_wait_seconds", "Total time each job spent queued",
                                       labels=["cluster"])
         for rt in list(self.plane.clusters.values()):

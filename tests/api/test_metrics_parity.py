@@ -86,16 +86,16 @@ def test_series_of_ended_jobs_and_deleted_clusters_go_away(parts: compose.Parts)
     job = plane.jobs.submit("pod", {"model": "llama3-8b", "chips": 16, "steps": 100_000}, actor="t")
     plane.tl.run(plane.tl.now + 30)
     fams = scrape(plane, parts)
-    steps = [s for s in fams["podfleet_job_step"] if s.labels["job"] == job["id"]]
+    steps = [s for s in fams["podfleet_job_step"] if s.labels["job_id"] == job["id"]]
     assert [s.labels["cluster"] for s in steps] == ["pod"]
-    assert [s.value for s in fams["podfleet_job_recovering"] if s.labels["job"] == job["id"]] == [0.0]
-    held = [s for s in fams["podfleet_chip_up"] if s.labels["job"] == job["id"]]
+    assert [s.value for s in fams["podfleet_job_recovering"] if s.labels["job_id"] == job["id"]] == [0.0]
+    held = [s for s in fams["podfleet_chip_up"] if s.labels["job_id"] == job["id"]]
     assert len(held) == 16
     plane.jobs.stop(job["id"], actor="t")
     plane.delete_cluster("loc", actor="t")
     plane.tl.run(plane.tl.now + 5)
     fams = scrape(plane, parts)
-    assert not [s for f in fams.values() for s in f if s.labels.get("job") == job["id"]]
+    assert not [s for f in fams.values() for s in f if s.labels.get("job_id") == job["id"]]
     assert not [s for f in fams.values() for s in f if s.labels.get("cluster") == "loc"]
     assert len(_by_cluster(fams["podfleet_chip_up"], "pod")) == 64
 

@@ -119,6 +119,30 @@ def test_alert_rules_cover_the_faults_and_name_only_labels_their_series_have(exp
         assert used and used <= labels, (name, used - labels)
 
 
+def test_no_series_carries_a_target_label_prometheus_sets(exported: dict[str, Any]) -> None:
+    """With ``honor_labels: true`` a series' own ``job`` / ``instance`` (or a label the
+    config attaches to the target) would replace Prometheus' and ``{job="podfleet"}`` would
+    match only ``up``: the job holding a chip is ``job_id``."""
+    [scrape] = yaml.safe_load(CONFIG.read_text())["scrape_configs"]
+    reserved = {"job", "instance"} | {k for sc in scrape["static_configs"] for k in sc.get("labels", {})}
+    clashes = {name: sorted(labels & reserved) for name, (_kind, labels) in exported.items() if labels & reserved}
+    assert not clashes, clashes
+    assert "job_id" in exported["podfleet_job_step"][1] and "job_id" in exported["podfleet_chip_up"][1]
+
+
+def test_every_label_a_dashboard_legend_names_is_on_its_series(exported: dict[str, Any]) -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    targets = [t for p in dash["panels"] for t in p.get("targets", []) if t.get("legendFormat")]
+    assert any("{{job_id}}" in t["legendFormat"] for t in targets)
+    for t in targets:
+        used = set(re.findall(r"\{\{\s*([a-z_]+)\s*\}\}", t["legendFormat"]))
+        fams = [exported[_family(n, exported)][1] for n in NAME.findall(t["expr"])]
+        if not all(fams):
+            continue  # a family with no sample in this scrape (no alert fired): its labels are unseen
+        labels = set().union(*fams)
+        assert used <= labels, (t["expr"], used - labels)
+
+
 def test_the_scrape_config_reads_the_rules_and_keeps_the_cluster_label() -> None:
     cfg = yaml.safe_load(CONFIG.read_text())
     assert cfg["rule_files"] == ["alerts.yml"] and (CONFIG.parent / "alerts.yml").exists()

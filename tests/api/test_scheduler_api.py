@@ -68,7 +68,7 @@ def test_allocation_reason_metrics(live: Live, admin: httpx.Client, spod: dict) 
     count = [s for s in fams["podfleet_queue_wait_seconds"].samples
              if s.name == "podfleet_queue_wait_seconds_count" and s.labels["cluster"] == "spod"]
     assert count and count[0].value >= 2
-    balance = [s for s in fams["podfleet_job_balance_degree_ratio"].samples if s.labels.get("job") == job["id"]]
+    balance = [s for s in fams["podfleet_job_balance_degree_ratio"].samples if s.labels.get("job_id") == job["id"]]
     assert balance and 0 < balance[0].value <= 1
     # The CLI shows the same: job describe (allocation) and cluster describe (scheduler).
     env = {"PODFLEET_URL": live.url, "PODFLEET_TOKEN": live.tokens["admin"]}

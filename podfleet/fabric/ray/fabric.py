@@ -73,6 +73,44 @@ FABRIC_OPTIONS = frozenset({"placement", "max_retries", "recover"})
 # 25 GB/s per chip (EFA on a trn2 instance, reference/trn2.md) and 15 us latency.
 RAY_SLOT_BW_BYTES_PER_S = 25e9
 RAY_SLOT_LATENCY_S = 15e-6
+# What a chip is, by the Ray resource it is a unit of: CPU and GPU units are worker slots,
+# named as LocalFabric names its own ("cpu", "cuda"); neuron_cores are Trainium devices,
+# whose type the cluster's topology (or ``chip_type``) says.
+SLOT_CHIP_TYPES = {"CPU": "cpu", "GPU": "cuda"}
+# Where Ray's token authentication looks for the token (docs/ray.md, "Token authentication").
+AUTH_FIX = ("set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, default ~/.ray/auth_token) to the cluster's token "
+            "and RAY_AUTH_MODE=token in the server's environment, then restart it")
+
+
+def ray_topology(resource: str, n_chips: int, topology: Topology | None = None,
+                 chip_type: str = "trn2") -> Topology:
+    """The chips a Ray cluster offers. CPU and GPU slots sit on one switch whatever shape
+    the cluster was asked for (Ray knows no wiring between them) and say what they are
+    (``cpu``, ``cuda``), never a Trainium type; the name of ``topology`` is kept. On
+    ``neuron_cores`` the chips are Trainium devices: ``topology`` as given, else a
+    switched one of ``chip_type``."""
+    slot = SLOT_CHIP_TYPES.get(resource)
+    if slot is None:
+        return topology or SwitchedTopology(
+            f"ray-{n_chips}", chip_type, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
+    name = topology.name if topology is not None else f"ray-{n_chips}"
+    return SwitchedTopology(name, slot, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
+
+
+def _auth_error(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's token-authentication error (``ray.exceptions.AuthenticationError``, raised
+    when token auth is on and this process has no token or a wrong one); none on a Ray
+    without token auth."""
+    cls = getattr(getattr(ray, "exceptions", None), "AuthenticationError", None)
+    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
+
+
+def auth_refused(address: str | None, exc: BaseException) -> InfeasibleError:
+    """One line naming the fix, instead of Ray's multi-sentence error (or a 500)."""
+    why = str(getattr(exc, "message", "") or "authentication token is missing or incorrect").strip()
+    why = why.splitlines()[0].rstrip(".") if why else "authentication token is missing or incorrect"
+    return InfeasibleError(f"cannot connect to Ray at {address!r}: the cluster uses token authentication "
+                           f"and refused this server ({why}): {AUTH_FIX}", field="ray_address")
 
 
 class _Connection:
@@ -142,7 +180,7 @@ class RayFabric:
         *,
         topology: Topology | None = None,
         per_chip: float = 1.0,
-        chip_type: str = "trn2",
+        chip_type: str = "trn2",  # neuron_cores only: CPU / GPU slots are "cpu" / "cuda"
         workdir: str | None = None,
         key_file: str | None = None,
         placement: str = "pack",
@@ -181,16 +219,19 @@ class RayFabric:
             raise InfeasibleError(f"cannot connect to Ray at {address!r}: an earlier connection attempt of this "
                                   "server is still waiting (a Ray address that does not answer holds the "
                                   "process's one Ray connection until the server restarts)", field="ray_address")
+        auth = _auth_error(ray)
         try:
             self._connect(ray, address, n_chips, resource, init_kwargs)
         finally:
             _connect_lock.release()
         try:
             self._setup(ray, resource, n_chips, topology, spares, chip_type, workdir)
-        except BaseException:
+        except BaseException as exc:
             if _connection.started and not _connection.users:
                 ray.shutdown()
                 _connection.started = False
+            if auth and isinstance(exc, auth):  # a token the cluster rejects after the connect
+                raise auth_refused(address, exc) from None
             raise
         _connection.users += 1
         if timeline is not None:
@@ -211,8 +252,11 @@ class RayFabric:
             kwargs.update(num_cpus=max(2, n_chips or 2) if resource == "CPU" else 2,
                           object_store_memory=100 * 1024 * 1024)
         kwargs.update(init_kwargs or {})
+        auth = _auth_error(ray)
         try:
             ray.init(address=address, **kwargs)
+        except auth as exc:  # before RuntimeError: a missing token has a fix to name
+            raise auth_refused(address, exc) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise InfeasibleError(f"cannot connect to Ray at {address!r}: {exc}", field="ray_address") from None
         _connection.started = True
@@ -236,8 +280,7 @@ class RayFabric:
                 f"the Ray cluster has {available:g}", field="n_chips", allowed=f"1-{capacity}",
             )
         self.n_chips = n_chips
-        self.topology: Topology = topology or SwitchedTopology(
-            f"ray-{n_chips}", chip_type, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
+        self.topology: Topology = ray_topology(resource, n_chips, topology, chip_type)
         self.spares = tuple(int(s) for s in spares)
         for s in self.spares:
             self.topology.check_chip(s)

@@ -143,6 +143,7 @@ def test_factory_reads_settings(setup, monkeypatch):
     f = make_ray_fabric(custom_grid([2]), None, spares=(1,))
     try:
         assert f.n_chips == 2 and f.per_chip == 0.25 and f.spares == (1,) and f.topology.name == "custom"
+        assert f.topology.chip_type == "cpu"  # CPU units are worker slots, whatever the grid said
     finally:
         f.close()
     assert ray.is_initialized()  # the module's connection is not the factory's to close

@@ -146,8 +146,9 @@ def test_a_move_to_the_spare_lands_on_the_spares_raylet(parts: Any, ray_cluster:
         fams = {f.name: f.samples for f in text_string_to_metric_families(
             generate_latest(ApiMetrics(plane).registry).decode())}
         mine = {s.labels["chip"]: s for s in fams["podfleet_chip_memory_used_bytes"] if s.labels["cluster"] == "spare"}
-        assert mine["2"].labels["job"] == jid and mine["2"].labels["host"] == chip2["host"] and mine["2"].value > 0
-        assert [s.value for s in fams["podfleet_job_recoveries"] if s.labels["job"] == jid] == [1.0]
+        assert mine["2"].labels["job_id"] == jid and mine["2"].labels["host"] == chip2["host"] and mine["2"].value > 0
+        assert {s.labels["chip_type"] for s in mine.values()} == {"cpu"}  # CPU slots, not Trainium chips
+        assert [s.value for s in fams["podfleet_job_recoveries"] if s.labels["job_id"] == jid] == [1.0]
         plane.call_sync(plane.jobs.stop, jid, actor="t")
     finally:
         plane.call_sync(plane.delete_cluster, "spare", actor="t")
