@@ -68,7 +68,9 @@ def _audited_ok(api: httpx.Client) -> set[str]:
     token: str | None = None
     while True:
         params: dict[str, str | int] = {"maxResults": 1000, **({"nextToken": token} if token else {})}
-        page = api.get("/v1/audit", params=params).json()
+        r = api.get("/v1/audit", params=params)
+        assert r.status_code == 200, (r.status_code, r.text[:500])
+        page = r.json()
         actions |= {e["action"] for e in page["events"] if e["result"] == "ok"}
         token = page["nextToken"]
         if not token:

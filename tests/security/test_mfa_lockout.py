@@ -19,6 +19,7 @@ from podfleet.control import users
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import AuthError
+from podfleet.fabric.factory import make_fabric
 from podfleet.security.mfa import (
     BACKOFF_CAP_S,
     FREE_FAILURES,
@@ -72,7 +73,7 @@ def test_brute_force_locks_and_the_count_survives_a_restart(tmp_path: Path) -> N
     right code is refused, also after the store is reopened; an admin unlocks it."""
     url = f"sqlite:///{tmp_path / 'pf.db'}"
     store = open_store(url)
-    plane = ControlPlane(store, Timeline(seed=1))
+    plane = ControlPlane(store, Timeline(seed=1), fabric_factory=make_fabric)
     users.create(plane, "mallory-target", ["ClusterAdmin"], actor="tok-1:admin")
     secret = _secret(users.enable_mfa(plane, "mallory-target", KEY, actor="tok-1:admin"))
     now, checked, refused = T0, 0, 0
@@ -95,7 +96,7 @@ def test_brute_force_locks_and_the_count_survives_a_restart(tmp_path: Path) -> N
     store.close()
 
     store = open_store(url)  # a restart
-    plane = ControlPlane(store, Timeline(seed=1))
+    plane = ControlPlane(store, Timeline(seed=1), fabric_factory=make_fabric)
     later = now + 3600
     with pytest.raises(AuthError, match="locked"):
         users.check_mfa(plane, "mallory-target", code_at(secret, later), KEY, now=later)
@@ -111,7 +112,7 @@ def test_brute_force_locks_and_the_count_survives_a_restart(tmp_path: Path) -> N
 
 def test_recovery_codes_lock_too(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'pf.db'}")
-    plane = ControlPlane(store, Timeline(seed=1))
+    plane = ControlPlane(store, Timeline(seed=1), fabric_factory=make_fabric)
     users.create(plane, "rita", [], actor="a")
     enrol = users.enable_mfa(plane, "rita", KEY, actor="a")
     now = T0

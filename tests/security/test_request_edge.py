@@ -94,10 +94,11 @@ def _concrete(path: str) -> str:
 
 
 def test_the_guard_recognises_every_route(tmp_path: Path) -> None:
+    from podfleet.api.console_port import ApiConsoleAuth
     from podfleet.console import mount
 
     for api in serve(tmp_path, GuardConfig(denial_window_s=0, auth_fail_burst=10_000)):
-        mount(api.app)  # the console's routes too (its stream is authenticated by the guard)
+        mount(api.app, ApiConsoleAuth())  # the console's routes too (its stream is authenticated by the guard)
         ops = operations(api.app.router.routes)
         guarded = {op.id for op in ops if op.path.startswith(AUTHENTICATED)}
         assert {"UploadCode", "ListClusters", "DescribeClusterHardware", "RotateKeys"} <= guarded
