@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from podfleet.advisor import advise
 from podfleet.compose import build
 from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
@@ -45,7 +46,6 @@ from podfleet.fabric.base import FaultInjection
 from podfleet.fabric.sim.fabric import SimFabric
 from podfleet.fabric.sim.faults import FaultRates
 from podfleet.fabric.sim.workload import tokens_per_step
-from podfleet.ops import advise
 from podfleet.store.memory import MemoryStore
 
 NAME = "advice"

@@ -1,6 +1,6 @@
 """Chaos on the rehearsal path: the real control plane, killed and restarted mid-run.
 
-Each run (``podfleet.twin.chaos.ChaosRun``) builds the control plane with
+Each run (``podfleet.rehearsal.chaos.ChaosRun``) builds the control plane with
 ``podfleet.compose.build`` on a SQLite file, in virtual time, with one twin
 trn2-ultraserver (64 chips, 4 spares) and three resident llama3-8b jobs of 32 (dp 4,
 shrinks), 16 (dp 1, waits) and 8 chips (dp 2, shrinks). Every 2 minutes of twin time a
@@ -31,7 +31,7 @@ from typing import Any
 
 from podfleet.errors import PodfleetError
 from podfleet.hardware.faults import FaultKind
-from podfleet.twin.chaos import ChaosRun
+from podfleet.rehearsal.chaos import ChaosRun
 
 NAME = "chaos"
 DESCRIPTION = ("1,000 injected faults on the real control plane in virtual time, with restarts: recovered, "

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from podfleet.advisor.diagnose import diagnose
 from podfleet.compose import build
 from podfleet.engine.timeline import Timeline
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
-from podfleet.ops.diagnose import diagnose
 from podfleet.store.memory import MemoryStore
 
 NAME = "diagnosis"

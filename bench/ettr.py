@@ -1,7 +1,7 @@
 """ETTR (effective training time ratio) of a 64-chip job on the real control plane, in
 virtual time.
 
-The rehearsal path (``podfleet.twin.recovery_rehearsal``): ``compose.build`` on a seeded
+The rehearsal path (``podfleet.rehearsal.recovery_rehearsal``): ``compose.build`` on a seeded
 timeline, a two-pod twin cluster (128 chips, 4 spares), llama3-70b on 64 chips (tp 8,
 pp 4, dp 2: peer replicas) submitted through ``plane.jobs.submit``, checkpoint every 10
 steps; the twin's own fault process runs at the rate a 16,384-chip job meets faults:
@@ -29,7 +29,7 @@ from typing import Any
 
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates
-from podfleet.twin.recovery_rehearsal import rehearse
+from podfleet.rehearsal.recovery_rehearsal import rehearse
 
 NAME = "ettr"
 DESCRIPTION = ("ETTR of a 64-chip job on the control plane, simulated week, faults at a 16,384-chip job's rate "

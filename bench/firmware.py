@@ -14,7 +14,7 @@ while the job fills its pod). While the group is away only its pipeline sends an
 gradient reduction cross pods; a single rank moved out alone would drag its group's
 all-reduces over the network tier (121 -> 325 s per step).
 
-The rehearsal path (``podfleet.twin.recovery_rehearsal``): two-pod twin cluster (128
+The rehearsal path (``podfleet.rehearsal.recovery_rehearsal``): two-pod twin cluster (128
 chips, 4 spares), llama3-70b on 64 chips (tp 8, pp 4, dp 2) submitted through
 ``plane.jobs.submit``. The job sits on one pod; a rank moved off its pod runs over the
 network tier, and the twin's step time (``fabric.sim.perfstep``) stretches the job's
@@ -32,7 +32,7 @@ from typing import Any
 
 from podfleet.fabric.base import FabricEvent
 from podfleet.recovery.spares import group_of
-from podfleet.twin.recovery_rehearsal import CLUSTER, rehearse
+from podfleet.rehearsal.recovery_rehearsal import CLUSTER, rehearse
 
 NAME = "firmware"
 DESCRIPTION = ("rolling firmware update of a 64-chip job's chips on the control plane: max_interruption_s, "

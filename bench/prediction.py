@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from podfleet.health.predict import Predictor
-from podfleet.twin.evaluate import fit_model, run_seed, score
+from podfleet.rehearsal.evaluate import fit_model, run_seed, score
 
 NAME = "prediction"
 DESCRIPTION = ("failure prediction on held-out seeds and shapes: recall (>= 0.95 of precursor failures), "

@@ -1,6 +1,6 @@
 """Recovery time of chip faults on the real control plane in virtual time, as distributions.
 
-The rehearsal path (``podfleet.twin.recovery_rehearsal``): ``compose.build`` on a seeded
+The rehearsal path (``podfleet.rehearsal.recovery_rehearsal``): ``compose.build`` on a seeded
 timeline, a two-pod twin cluster (128 chips, 4 spares), a llama3-70b job of 64 chips
 submitted through ``plane.jobs.submit``, faults injected through ``plane.inject_fault``
 one at a time, a minute apart, on a random working chip of the job, round-robin over the
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from podfleet.fabric.base import ChipState
-from podfleet.twin.recovery_rehearsal import CLUSTER, rehearse
+from podfleet.rehearsal.recovery_rehearsal import CLUSTER, rehearse
 
 NAME = "recovery-time"
 DESCRIPTION = ("recovery time fault -> running on the control plane in twin time, per path: replica_p99_s, "

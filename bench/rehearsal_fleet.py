@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from podfleet.twin.rehearsal import Rehearsal
-from podfleet.twin.scenario import parse_scenario
+from podfleet.rehearsal.rehearsal import Rehearsal
+from podfleet.rehearsal.scenario import parse_scenario
 
 NAME = "rehearsal-fleet"
 DESCRIPTION = ("65,536 chips (1,024 pods), 1 h simulated with the whole control plane; "

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from podfleet.twin.rehearsal import rehearse
-from podfleet.twin.scenario import parse_scenario
+from podfleet.rehearsal.rehearsal import rehearse
+from podfleet.rehearsal.scenario import parse_scenario
 
 NAME = "rehearsal-pod"
 DESCRIPTION = ("64-chip pod, 1 day simulated with the whole control plane, 4 jobs, fault rates x100; "

@@ -7,7 +7,7 @@ chip and link metric at every sample (as a health monitor would). Figure ``wall_
 
 from __future__ import annotations
 
-from podfleet.twin.scenario import benchmark_figures, parse_scenario, run_scenario
+from podfleet.rehearsal.scenario import benchmark_figures, parse_scenario, run_scenario
 
 NAME = "twin-fleet"
 DESCRIPTION = "1,024 pods (65,536 chips), 1 h simulated, telemetry every 2 s; figure wall_s (goal < 60)"

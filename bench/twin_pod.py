@@ -9,7 +9,7 @@ failure predictor) reading every sample, as the server's health service does. Fi
 
 from __future__ import annotations
 
-from podfleet.twin.scenario import benchmark_figures, parse_scenario, run_scenario
+from podfleet.rehearsal.scenario import benchmark_figures, parse_scenario, run_scenario
 
 NAME = "twin-pod"
 DESCRIPTION = "64-chip pod, 24 h simulated, telemetry every 2 s read by the health monitor; figure speedup_x (goal >= 10,000)"

@@ -30,20 +30,20 @@ def test_the_control_plane_imports_no_fabric_implementation_and_no_rehearsal_cod
         f"{p.relative_to(ROOT)} imports {m}"
         for p in [*modules(*CONTROL_PLANE), ROOT / "compose.py"]
         for m in imports(p)
-        if m.startswith(FABRIC_IMPLS) or m.startswith("podfleet.twin")
+        if m.startswith(FABRIC_IMPLS) or m.startswith("podfleet.rehearsal")
     }
     assert not bad, sorted(bad)
 
 
 def test_only_the_surfaces_import_operations_intelligence() -> None:
-    # ops/ sits above the control plane and the rehearsal package; api/, cli/ use it.
-    below = ("control", "recovery", "health", "scheduler", "fabric", "twin", "engine", "hardware", "perf",
+    # advisor/ sits above the control plane and the rehearsal package; api/, cli/ use it.
+    below = ("control", "recovery", "health", "scheduler", "fabric", "rehearsal", "engine", "hardware", "perf",
              "planner", "store", "training", "checkpoint", "security")
     bad = {
         f"{p.relative_to(ROOT)} imports {m}"
         for p in [*modules(*below), ROOT / "compose.py"]
         for m in imports(p)
-        if m.startswith("podfleet.ops")
+        if m.startswith("podfleet.advisor")
     }
     assert not bad, sorted(bad)
 
@@ -70,7 +70,7 @@ def test_fabrics_are_asked_by_capability_never_by_name() -> None:
                          r"REAL_FABRICS|(getattr|hasattr)\([^)]*fabric")
     bad = [
         f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
-        for p in modules(*CONTROL_PLANE, "ops")
+        for p in modules(*CONTROL_PLANE, "advisor")
         if p.name != "specs.py"
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
@@ -80,7 +80,7 @@ def test_fabrics_are_asked_by_capability_never_by_name() -> None:
 
 def test_one_writer_of_checkpoint_records_and_of_chip_ownership() -> None:
     ckpt = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
-            if "CheckpointRecord(" in p.read_text() and p.parts[-2] not in ("store", "twin")]
+            if "CheckpointRecord(" in p.read_text() and p.parts[-2] not in ("store", "rehearsal")]
     assert ckpt == ["control/jobtable.py"]
     owner_writes = re.compile(r"\bowner\[[^\]]+\]\s*=|del\s+\S*owner\[|\bowner\.pop\(")
     bad = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in modules("control", "recovery")
@@ -246,8 +246,8 @@ def test_shared_helpers_sit_below_their_users() -> None:
     # security never imports the store (the store imports security's audit chain);
     # the console meets the API only through the auth port the server hands it.
     rules = {
-        "control": ("podfleet.health", "podfleet.recovery", "podfleet.ops", "podfleet.api"),
-        "ops/verify.py": ("podfleet.fabric.sim",),
+        "control": ("podfleet.health", "podfleet.recovery", "podfleet.advisor", "podfleet.api"),
+        "advisor/verify.py": ("podfleet.fabric.sim",),
         "security": ("podfleet.store", "podfleet.control", "podfleet.api"),
         "console": ("podfleet.api",),
         "scheduler": ("podfleet.control", "podfleet.health", "podfleet.recovery"),
@@ -337,7 +337,7 @@ def test_the_status_write_finder_finds_writes() -> None:
 def test_only_the_job_table_writes_a_jobs_status() -> None:
     # ``JobTable`` (transition, end, progress, amend, scheduled, count_run, ...) is the one
     # writer of ``job.status``; everyone else reads it.
-    bad = [f"{p.relative_to(ROOT)}:{n}" for p in modules("control", "recovery", "health", "scheduler", "ops", "twin",
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in modules("control", "recovery", "health", "scheduler", "advisor", "rehearsal",
                                                            "api", "cli")
            if p.name != "jobtable.py" for n in status_writes(p.read_text())]
     assert not bad, bad

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from podfleet.advisor import reports
 from podfleet.api import openapi, problems
 from podfleet.api.auth import TokenCache, UserCache, authorize
 from podfleet.api.guard import Guard, GuardConfig
@@ -23,7 +24,6 @@ from podfleet.api.usage_metrics import UsageCollector
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
-from podfleet.ops import reports
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.security.ratelimit import DenialLog, TokenBuckets

@@ -14,6 +14,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from podfleet.advisor import reports
 from podfleet.api import connections
 from podfleet.api.console_port import ApiConsoleAuth
 from podfleet.api.guard import GuardConfig
@@ -26,7 +27,6 @@ from podfleet.control.plane import ControlPlane
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.factory import available_fabrics
-from podfleet.ops import reports
 from podfleet.security import files
 from podfleet.security.digest_sinks import copy_sink
 from podfleet.security.digests import AuditTrail, DigestWriter, default_digests_dir, signing_key

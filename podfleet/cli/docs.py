@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import typer
 
+from podfleet.advisor import kb
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line
-from podfleet.ops import kb
 
 
 def docs(

@@ -24,8 +24,8 @@ def sim(
     on the digital twin in virtual time. Reports faults, recoveries, alerts, predictions,
     per-job ETTR and chip-hours lost by cause."""
     with errors():
-        from podfleet.twin.rehearsal import rehearse
-        from podfleet.twin.scenario import load_scenario
+        from podfleet.rehearsal.rehearsal import rehearse
+        from podfleet.rehearsal.scenario import load_scenario
 
         sc = load_scenario(scenario)
         store = None

@@ -335,7 +335,7 @@ class LinkTraffic(Protocol):
         Read-only; answers from what the fabric already knows: it never blocks."""
 
 
-# --- probes: acceptance checks ask the fabric to measure (podfleet.ops.verify) -------------
+# --- probes: acceptance checks ask the fabric to measure (podfleet.advisor.verify) -------------
 
 
 @dataclass(frozen=True)

@@ -9,5 +9,5 @@ timeline.
     HealthScanner(cluster_id, n_chips, n_links, AlertBook()).scan(now, chip_metrics, states, ...)
     TelemetryHistory(cluster_id, n_chips, n_links, interval_s).query(scope, metric, range, now, target)
     Predictor(n, DEFAULT_MODEL).observe(now, chip_metrics, usable) -> [Alarm]
-    podfleet.twin.evaluate.run_seed / fit_model / score: train and measure prediction on twin seeds
+    podfleet.rehearsal.evaluate.run_seed / fit_model / score: train and measure prediction on twin seeds
 """

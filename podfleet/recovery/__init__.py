@@ -16,5 +16,5 @@ Inside the control plane, the composition root (``podfleet.compose``) builds one
 ``recovery.service.RecoveryService`` (an orchestrator per twin cluster, its journal shown
 on the jobs through the job table) and hands it to the job manager.
 Benchmarks and tests build a twin pod with ``twin.harness.make_pod`` and run chaos with
-``twin.chaos.ChaosRun`` (rehearsal code lives in ``podfleet.twin``).
+``twin.chaos.ChaosRun`` (rehearsal code lives in ``podfleet.rehearsal``).
 """

@@ -125,7 +125,7 @@ class JobMetricRecord:
 
 @dataclass
 class ReportRecord:
-    """An archived health report (``podfleet.ops.reports``): its JSON and its HTML (with
+    """An archived health report (``podfleet.advisor.reports``): its JSON and its HTML (with
     charts) as generated, and the figures a listing shows. Pruned after the retention."""
 
     id: str  # "rp-..."

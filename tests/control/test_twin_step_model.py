@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from podfleet.fabric.sim.perfstep import perf_breakdown
-from podfleet.twin.recovery_rehearsal import rehearse
+from podfleet.rehearsal.recovery_rehearsal import rehearse
 
 JOB = {"model": "llama3-8b", "chips": 16, "steps": 10**6, "checkpoint_interval": 50}
 

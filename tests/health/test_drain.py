@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from podfleet.health.monitor import HealthMonitor
-from podfleet.twin.harness import check_invariants, make_pod
+from podfleet.rehearsal.harness import check_invariants, make_pod
 
 
 @pytest.mark.parametrize(("kind", "warmup_s", "lead_s"), [

@@ -1,4 +1,4 @@
-"""Failure-prediction features and the logistic fit (trained and measured on twin seeds in tests/twin/test_evaluate.py)."""
+"""Failure-prediction features and the logistic fit (trained and measured on twin seeds in tests/rehearsal/test_evaluate.py)."""
 
 from __future__ import annotations
 

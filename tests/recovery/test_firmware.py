@@ -4,7 +4,7 @@ import pytest
 
 from podfleet.errors import ConflictError, UnknownNameError
 from podfleet.recovery.firmware import FirmwareRollouts
-from podfleet.twin.harness import make_pod
+from podfleet.rehearsal.harness import make_pod
 
 
 def rollout_pod(**kw):

@@ -7,7 +7,7 @@ import pytest
 from podfleet.fabric.base import ChipState, LinkState
 from podfleet.recovery.model import JobPolicy, RecoveryState, Timings
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
-from podfleet.twin.harness import check_invariants, make_pod
+from podfleet.rehearsal.harness import check_invariants, make_pod
 
 
 def steps(rec) -> list[str]:

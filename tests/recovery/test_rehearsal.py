@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from podfleet.recovery.model import Timings
-from podfleet.twin.recovery_rehearsal import CLUSTER, rehearse
+from podfleet.rehearsal.recovery_rehearsal import CLUSTER, rehearse
 
 JOB = {"model": "llama3-70b", "chips": 64, "steps": 10**7, "checkpoint_interval": 10,
        "parallelism": {"tp": 8, "pp": 4, "dp": 2}}

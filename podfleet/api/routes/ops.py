@@ -14,15 +14,15 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from podfleet.advisor import advise, diagnose, kb, reports, verify
+from podfleet.advisor import drill as drill_ops
+from podfleet.advisor.checks import Check, verdict
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import ClusterRef, Plane
 from podfleet.api.schemas import RequestBody
 from podfleet.control.plane import ControlPlane
 from podfleet.fabric.base import COLLECTIVE_OPS
 from podfleet.health.service import HealthService
-from podfleet.ops import advise, diagnose, kb, reports, verify
-from podfleet.ops import drill as drill_ops
-from podfleet.ops.checks import Check, verdict
 from podfleet.recovery.service import RecoveryService
 
 router = APIRouter(prefix="/v1", tags=["operations"])

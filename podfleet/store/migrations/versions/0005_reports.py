@@ -1,4 +1,4 @@
-"""Health reports archived in the store: one row per report (``podfleet.ops.reports``)
+"""Health reports archived in the store: one row per report (``podfleet.advisor.reports``)
 with its JSON and HTML as generated and the figures a listing shows; retention prunes
 rows older than ``PODFLEET_REPORT_RETENTION_DAYS``.
 

@@ -15,7 +15,14 @@ from podfleet.fabric.sim.faults import PRECURSOR_SHAPES, PrecursorParams
 from podfleet.fabric.sim.injector import draw_precursor
 from podfleet.hardware.faults import FaultKind
 from podfleet.health.predict import FEATURES, LogisticModel
-from podfleet.twin.evaluate import HORIZON_S, SeedRun, fit_model, replay_alarms, run_seed, score
+from podfleet.rehearsal.evaluate import (
+    HORIZON_S,
+    SeedRun,
+    fit_model,
+    replay_alarms,
+    run_seed,
+    score,
+)
 
 KW: dict[str, Any] = {"pods": 2, "hours": 12.0, "rate_scale": 800.0, "interval_s": 10.0}
 

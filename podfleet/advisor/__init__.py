@@ -1,7 +1,7 @@
 """Operations intelligence: acceptance verification, diagnosis with repair steps,
 advice proven in rehearsal, health reports and the knowledge base.
 
-It sits above the control plane and the rehearsal package (``twin/``): it reads a
+It sits above the control plane and the rehearsal package (``rehearsal/``): it reads a
 cluster through the plane's read models (``ControlPlane.resolve``), the health service's
 alerts and the capability protocols its fabric declares (``ComputeProbe``,
 ``CollectiveProbe``, ``HardwareErrors``), and proves advice by rehearsing the current

@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from podfleet.advisor.checks import Check, CheckStatus
+from podfleet.advisor.verify import active
 from podfleet.control.plane import ControlPlane
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import FaultInjection, ResumableRuns, WorkerKill
-from podfleet.ops.checks import Check, CheckStatus
-from podfleet.ops.verify import active
-from podfleet.twin.rehearsal import rehearse
-from podfleet.twin.scenario import Command, FaultCommand, JobConfig, Scenario
+from podfleet.rehearsal.rehearsal import rehearse
+from podfleet.rehearsal.scenario import Command, FaultCommand, JobConfig, Scenario
 
 FAILOVER_BUDGET_S = 300.0  # a parameter: what the operator accepts for one chip's failover
 FAULT_AT_S = 300.0

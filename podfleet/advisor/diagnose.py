@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from podfleet.advisor.runbooks import UNEXPLAINED, Runbook, runbook
 from podfleet.control.plane import ControlPlane
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.fabric.base import ChipState, FabricEvent, HardwareErrors, LinkState
 from podfleet.hardware.faults import FaultKind
-from podfleet.ops.runbooks import UNEXPLAINED, Runbook, runbook
 
 RECENT_S = 3600.0  # a corrected burst or a flap older than this, on a chip or link now fine, is history
 CHIP_METRICS = ("temperature_c", "power_w", "clock_mhz", "throttle", "mem_ecc_corrected", "mem_ecc_uncorrected",

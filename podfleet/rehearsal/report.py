@@ -34,8 +34,8 @@ from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim.fabric import SimFabric
 from podfleet.hardware.faults import FaultKind
-from podfleet.twin.evaluate import HORIZON_S
-from podfleet.twin.scenario import Scenario, twin_figures
+from podfleet.rehearsal.evaluate import HORIZON_S
+from podfleet.rehearsal.scenario import Scenario, twin_figures
 
 _DOWN = ("failed", "isolated")
 _ENDED = ("job-finished", "job-stopped", "job-failed")

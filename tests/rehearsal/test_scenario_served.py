@@ -12,9 +12,9 @@ from podfleet.api.server import bootstrap_admin
 from podfleet.api.testing import serve_in_thread
 from podfleet.compose import build
 from podfleet.engine.timeline import Timeline
+from podfleet.rehearsal.rehearsal import rehearse
+from podfleet.rehearsal.scenario import parse_scenario
 from podfleet.store.memory import MemoryStore
-from podfleet.twin.rehearsal import rehearse
-from podfleet.twin.scenario import parse_scenario
 
 TOKEN = "pf_test-admin-token-0123456789abcdef"
 JOB = {"model": "llama3-8b", "chips": 32, "steps": 10**6, "checkpoint_interval": 100,

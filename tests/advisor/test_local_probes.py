@@ -49,10 +49,10 @@ def test_verify_and_the_real_drill_on_a_local_cluster(tmp_path) -> None:
     pytest.importorskip("torch")
     import time
 
+    from podfleet.advisor import drill, verify
+    from podfleet.advisor.checks import CheckStatus
     from podfleet.compose import build
     from podfleet.engine.timeline import Timeline
-    from podfleet.ops import drill, verify
-    from podfleet.ops.checks import CheckStatus
     from podfleet.store.memory import MemoryStore
 
     parts = build(MemoryStore(), Timeline(1, speed=1.0), telemetry_interval_s=0.5, workdir=str(tmp_path))

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from podfleet.advisor import reports
 from podfleet.errors import InvalidInputError, NotFoundError
-from podfleet.ops import reports
-from tests.ops.conftest import Pod
+from tests.advisor.conftest import Pod
 
 
 def make_report(pod: Pod, period: str = "1h") -> dict:

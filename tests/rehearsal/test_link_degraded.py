@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from podfleet.fabric.base import FaultInjection
-from podfleet.twin.chaos import CLUSTER, ChaosRun
+from podfleet.rehearsal.chaos import CLUSTER, ChaosRun
 
 SLOWER = 1.05  # the tolerance the product reports degraded past
 

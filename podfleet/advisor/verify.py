@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from podfleet.advisor.checks import Check, CheckStatus, worst
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.plane import ControlPlane
 from podfleet.control.runtime import ClusterRuntime
@@ -41,7 +42,6 @@ from podfleet.fabric.base import (
 from podfleet.hardware.catalog import TOPOLOGY_NAMES, get_topology
 from podfleet.hardware.specs import CHIPS, ChipSpec
 from podfleet.hardware.topology import Topology
-from podfleet.ops.checks import Check, CheckStatus, worst
 from podfleet.perf.collective_probe import collective_times
 from podfleet.perf.collectives import HEALTHY
 

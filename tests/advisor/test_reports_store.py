@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from podfleet.advisor import reports
+from podfleet.advisor.reports import StoredReports
 from podfleet.errors import InvalidInputError, NotFoundError
-from podfleet.ops import reports
-from podfleet.ops.reports import StoredReports
 from podfleet.store import Store
 from podfleet.store.memory import MemoryStore
 from podfleet.store.protocol import StoreProtocol
-from tests.ops.conftest import make_pod
+from tests.advisor.conftest import make_pod
 from tests.store.conftest import pg_base_url, store, store_url  # noqa: F401  (fixtures)
 
 DAY = 86400.0

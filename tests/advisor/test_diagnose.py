@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from podfleet.advisor import kb
+from podfleet.advisor.diagnose import diagnose
+from podfleet.advisor.runbooks import RUNBOOKS, UNEXPLAINED, Action
 from podfleet.fabric.base import ChipState
 from podfleet.hardware.faults import CHIP_FAULTS, FAULT_KINDS, LINK_FAULTS, FaultKind
-from podfleet.ops import kb
-from podfleet.ops.diagnose import diagnose
-from podfleet.ops.runbooks import RUNBOOKS, UNEXPLAINED, Action
-from tests.ops.conftest import Pod, make_pod
+from tests.advisor.conftest import Pod, make_pod
 
 EXPECTED_ACTION = {
     "chip-failure": Action.REPLACE, "hbm-uncorrectable": Action.REPLACE, "sram-uncorrectable": Action.REPLACE,

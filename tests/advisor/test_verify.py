@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from podfleet.advisor import drill, verify
+from podfleet.advisor.checks import CheckStatus, verdict
 from podfleet.compose import build
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState, bus_factor
 from podfleet.fabric.sim import probes
 from podfleet.hardware.specs import get_chip
-from podfleet.ops import drill, verify
-from podfleet.ops.checks import CheckStatus, verdict
 from podfleet.store.memory import MemoryStore
-from tests.ops.conftest import Pod
+from tests.advisor.conftest import Pod
 
 SMALL = verify.VerifyOptions(max_size_bytes=1 << 20)
 

@@ -11,9 +11,9 @@ import pytest
 from podfleet.control.jobs import JobManager
 from podfleet.recovery.orchestrator import RecoveryOrchestrator, cause_kind
 from podfleet.recovery.service import RecoveryService
+from podfleet.rehearsal.chaos import EXPECTED_FLOW, ChaosRun
 from podfleet.store.db import Store
 from podfleet.store.records import JobRecord
-from podfleet.twin.chaos import EXPECTED_FLOW, ChaosRun
 
 
 def test_chaos_run_recovers_every_interrupting_fault(tmp_path: Path) -> None:

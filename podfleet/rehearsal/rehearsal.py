@@ -37,10 +37,10 @@ from podfleet.fabric.sim.faults import FaultRates, PrecursorParams
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.topology import Topology
 from podfleet.health.scan import HealthConfig
+from podfleet.rehearsal.report import Tracker, build_report
+from podfleet.rehearsal.scenario import Command, FaultCommand, JobConfig, Scenario, ScriptedFault
 from podfleet.store.memory import MemoryStore
 from podfleet.store.protocol import StoreProtocol
-from podfleet.twin.report import Tracker, build_report
-from podfleet.twin.scenario import Command, FaultCommand, JobConfig, Scenario, ScriptedFault
 
 ACTOR = "scenario"
 CLUSTER = "pod"

@@ -5,18 +5,18 @@ Twin-only code lives here, so the control plane (``control/``, ``scheduler/``,
 through the ``Fabric`` protocol. This package is the one place that builds a twin and
 drives work over it.
 
-    from podfleet.twin.scenario import load_scenario, parse_scenario, run_scenario
-    from podfleet.twin.rehearsal import rehearse
+    from podfleet.rehearsal.scenario import load_scenario, parse_scenario, run_scenario
+    from podfleet.rehearsal.rehearsal import rehearse
     rehearse(load_scenario("examples/pod-24h.yaml"))     # the whole control plane (podfleet sim)
     run_scenario(load_scenario("examples/pod-24h.yaml"))  # the twin alone (twin benchmarks)
 
-    from podfleet.twin.harness import make_pod, check_invariants
+    from podfleet.rehearsal.harness import make_pod, check_invariants
     pod = make_pod(seed, jobs=(64,), spares=8)   # Pod(tl, fab, orch, journal, jobs)
 
-    from podfleet.twin.chaos import ChaosRun
+    from podfleet.rehearsal.chaos import ChaosRun
     ChaosRun(seed, faults=100, db_url=...).run() -> figures (recovered, jobs_lost, ...)
 
-    from podfleet.twin.evaluate import run_seed, fit_model, score
+    from podfleet.rehearsal.evaluate import run_seed, fit_model, score
     score([run_seed(s, model=fit_model([run_seed(1)]))]) -> recall, false alarms, lead
 
 Modules: ``scenario`` (YAML scenarios, validated; the twin-alone run), ``rehearsal``

@@ -34,11 +34,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from podfleet.advisor.diagnose import diagnose
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.plane import ControlPlane
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import HardwareErrors
-from podfleet.ops.diagnose import diagnose
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ReportRecord
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from podfleet.advisor import advise
 from podfleet.errors import ConflictError, NotFoundError
-from podfleet.ops import advise
-from tests.ops.conftest import Pod
+from tests.advisor.conftest import Pod
 
 
 def fragment(pod: Pod) -> str:

@@ -1,7 +1,7 @@
 """Twin scenarios: a YAML file -> a validated ``Scenario`` -> a run in virtual time -> a report.
 
 ``podfleet sim`` rehearses a scenario with the whole control plane in the loop
-(``podfleet.twin.rehearsal.rehearse``); ``run_scenario`` here runs the twin alone (the
+(``podfleet.rehearsal.rehearsal.rehearse``); ``run_scenario`` here runs the twin alone (the
 twin benchmarks measure it), with its own little recovery loop.
 
 Validation is strict (unknown fields and bad values are refused with a one-line

@@ -31,13 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from podfleet.control.chipmodes import ChipMode
-from podfleet.control.plane import ControlPlane
-from podfleet.control.runtime import ClusterRuntime
-from podfleet.errors import ConflictError, NotFoundError, PodfleetError
-from podfleet.fabric.sim.workload import tokens_per_step
-from podfleet.hardware.faults import FaultKind
-from podfleet.ops.advice_kinds import (
+from podfleet.advisor.advice_kinds import (
     GENERATORS,
     Candidate,
     JobShape,
@@ -45,9 +39,15 @@ from podfleet.ops.advice_kinds import (
     job_shape,
     running_jobs,
 )
-from podfleet.ops.verify import active
-from podfleet.twin.rehearsal import CLUSTER, Rehearsal
-from podfleet.twin.scenario import Scenario
+from podfleet.advisor.verify import active
+from podfleet.control.chipmodes import ChipMode
+from podfleet.control.plane import ControlPlane
+from podfleet.control.runtime import ClusterRuntime
+from podfleet.errors import ConflictError, NotFoundError, PodfleetError
+from podfleet.fabric.sim.workload import tokens_per_step
+from podfleet.hardware.faults import FaultKind
+from podfleet.rehearsal.rehearsal import CLUSTER, Rehearsal
+from podfleet.rehearsal.scenario import Scenario
 
 HORIZON_S = 3600.0
 MIN_GAIN = 0.02

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from podfleet.cli.main import app
 from podfleet.errors import InvalidInputError, UnknownNameError
-from podfleet.twin.scenario import load_scenario, parse_scenario, run_scenario
+from podfleet.rehearsal.scenario import load_scenario, parse_scenario, run_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BASE = {"duration": "2h", "fault_rates": "default", "fault_rate_scale": 3000.0,
@@ -63,7 +63,7 @@ def test_unknown_pod_type_lists_valid() -> None:
 
 
 def test_job_and_fault_targets_are_checked() -> None:
-    from podfleet.twin.scenario import build
+    from podfleet.rehearsal.scenario import build
 
     with pytest.raises(InvalidInputError, match=r"faults\.0\.chip"):
         build(parse_scenario({"duration": "1h", "faults": [{"at": 1, "kind": "chip-failure", "chip": 64}]}))
@@ -142,7 +142,7 @@ def test_command_validation_is_one_line(data: dict, field: str, words: list[str]
 
 
 def test_rehearsal_refuses_what_the_control_plane_cannot_run() -> None:
-    from podfleet.twin.rehearsal import Rehearsal
+    from podfleet.rehearsal.rehearsal import Rehearsal
 
     with pytest.raises(InvalidInputError, match="spares"):
         Rehearsal(parse_scenario({"duration": "1h", "spares": 8}))
@@ -199,7 +199,7 @@ def test_progress_reporting_does_not_change_the_log(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["pod-24h.yaml", "small-fleet.yaml"])
 def test_the_other_examples_rehearse_and_run_on_the_twin_alone(name: str) -> None:
     """Each example, cut to 10 minutes, rehearses with the control plane and runs on the twin alone."""
-    from podfleet.twin.rehearsal import rehearse
+    from podfleet.rehearsal.rehearsal import rehearse
 
     sc = load_scenario(EXAMPLES / name).model_copy(update={"duration": 600.0})
     rep = rehearse(sc)
@@ -211,7 +211,7 @@ def test_the_other_examples_rehearse_and_run_on_the_twin_alone(name: str) -> Non
 
 def test_rehearsal_is_deterministic_for_a_seed() -> None:
     """Same seed, same rehearsal: faults, recoveries, alerts, predictions, chip-hours (ids aside)."""
-    from podfleet.twin.rehearsal import rehearse
+    from podfleet.rehearsal.rehearsal import rehearse
 
     data = {"seed": 4, "duration": "1h", "fault_rates": "default", "fault_rate_scale": 5000.0, "spares": 4,
             "jobs": [{"id": f"j{i}", "model": "llama3-8b", "chips": c, "steps": 10**6, "checkpoint_interval": 50,
