@@ -14,13 +14,14 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
+from pydantic.config import JsonDict, JsonValue
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.hardware.catalog import TOPOLOGY_NAMES
-from podfleet.hardware.faults import FAULT_KINDS
+from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.perf.models import MODELS
 from podfleet.security.text import printable_pattern, unprintable
 
@@ -41,6 +42,33 @@ MAX_CHIP_INDEX = MAX_CHIPS - 1
 MAX_LINK_INDEX = 6 * MAX_CHIPS - 1  # the most links: a 6-axis torus of MAX_CHIPS chips
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="idempotency key: a retry with the same token returns the same object")
+
+
+def _present(*fields: str) -> JsonDict:
+    """JSON Schema: each of ``fields`` is given and not null (the server reads a null as absent)."""
+    return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
+
+
+# What the engine checks across fields, said in the schema too, so a generated client (or an
+# outside fuzzer) knows a request is refused before it sends it (issue 30, item 9).
+_CLUSTER_FABRIC_OPTIONS: list[JsonValue] = [
+    # rayAddress joins a Ray cluster: fabric ray, or no fabric (it then means ray).
+    {"if": _present("rayAddress"),
+     "then": {"properties": {"fabric": {"enum": ["ray", None]},
+                             "neuronLs": {"type": "null"}, "neuronMonitor": {"type": "null"}}}},
+    # neuronLs / neuronMonitor run neuron tools: fabric neuron, or no fabric (it then means neuron).
+    {"if": {"anyOf": [_present("neuronLs"), _present("neuronMonitor")]},
+     "then": {"properties": {"fabric": {"enum": ["neuron", None]}}}},
+]
+_JOB_MODEL_GIVEN: list[JsonValue] = [_present("model"), _present("model_dims"), _present("entrypoint")]
+_LINK_KINDS: list[JsonValue] = [*sorted(str(k) for k in LINK_FAULTS)]
+_CHIP_KINDS: list[JsonValue] = [*sorted(str(k) for k in FAULT_KINDS if k not in LINK_FAULTS)]
+_FAULT_TARGETS: list[JsonValue] = [
+    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _LINK_KINDS}}},
+     "then": {"required": ["link"], "properties": {"link": {"not": {"type": "null"}}, "chip": {"type": "null"}}}},
+    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _CHIP_KINDS}}},
+     "then": {"required": ["chip"], "properties": {"chip": {"not": {"type": "null"}}, "link": {"type": "null"}}}},
+]
 
 
 def _printable(value: str) -> str:
@@ -109,7 +137,8 @@ RequestBody = _In  # the base of request bodies declared beside their routes
 
 
 class CreateClusterRequest(_In):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}],
+                                                 "allOf": _CLUSTER_FABRIC_OPTIONS})
 
     name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
     type: ClusterType | None = Field(None, description="default trn2-ultraserver; custom (chips worker slots) "
@@ -162,7 +191,9 @@ JobOrArrayId = Annotated[str, Field(pattern=r"^(job|arr)-[a-z0-9-]{1,60}$")]
 
 class SubmitJobRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [
-        {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}]})
+        {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}],
+        # a preset (or custom) model, custom model_dims, or a script that defines its own model
+        "anyOf": _JOB_MODEL_GIVEN})
 
     model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny and small), "
                                        "or custom with model_dims")
@@ -202,6 +233,8 @@ class SubmitJobRequest(_In):
 
 
 class InjectFaultRequest(_In):
+    model_config = ConfigDict(json_schema_extra={"allOf": _FAULT_TARGETS})
+
     kind: FaultKindName | Literal["kill-worker"]
     chip: int | None = Field(None, ge=0, le=65535)
     link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")

@@ -36,6 +36,12 @@ async def create_cluster(body: CreateClusterRequest, request: Request, plane: Pl
     data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor"}, exclude_none=True)
     named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor}
     data.update({k: v for k, v in named.items() if v is not None})
+    if body.fabric is None:
+        # The fabric-specific options say which fabric is meant (the schema says the same).
+        implied = "ray" if body.rayAddress is not None else (
+            "neuron" if body.neuronLs is not None or body.neuronMonitor is not None else None)
+        if implied is not None:
+            data["fabric"] = implied
     return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
 
 
