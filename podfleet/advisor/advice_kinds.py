@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from podfleet.control.plane import ControlPlane
-from podfleet.control.planning import plan_for_job
+from podfleet.control.planning import Plan, plan_for_job
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.scheduling import worker_options
 from podfleet.errors import PodfleetError
@@ -243,7 +243,7 @@ def _job_plan(rt: ClusterRuntime, job: JobShape, par: Mapping[str, int] | str) -
     model = MODELS[job.model]
     fixed = par if isinstance(par, str) else (int(par["tp"]), int(par["pp"]), int(par["dp"]))
     lay = plan_for_job(rt.topology, model, job.n, fixed)
-    return None if "note" in lay else lay
+    return lay.to_dict() if lay.predicted else None
 
 
 def replans(plane: ControlPlane, rt: ClusterRuntime, jobs: Sequence[JobShape], fp: str) -> list[Candidate]:
@@ -287,7 +287,9 @@ def compressions(plane: ControlPlane, rt: ClusterRuntime, jobs: Sequence[JobShap
         if lay is None or int(lay.get("dp", 1)) < 2:
             continue
         model = MODELS[job.model]
-        opts = worker_options({"parallelism": job.parallelism}, lay)
+        par = job.parallelism
+        opts = worker_options(par if isinstance(par, str) else (int(par["tp"]), int(par["pp"]), int(par["dp"])),
+                              Plan.from_dict(lay))
         try:
             plan = plan_from_options(model, job.n, opts, rt.topology)
             base = estimate_step(model, job.n, rt.topology, plan=plan)

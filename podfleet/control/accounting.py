@@ -29,6 +29,7 @@ from podfleet.errors import UnknownNameError
 
 if TYPE_CHECKING:
     from podfleet.control.jobstatus import Job
+    from podfleet.control.specs import JobSpec
 
 KINDS = ("busy", "reserved", "lost")
 KIND_OF_STATE = {JobState.RUNNING: "busy", JobState.PLACING: "reserved", JobState.CHECKPOINTING: "reserved",
@@ -51,8 +52,8 @@ def accrue(usage: dict[str, float], state: JobState, dst: JobState, chips: int, 
     usage[kind] = usage.get(kind, 0.0) + total
 
 
-def key_of(spec: dict[str, Any], owner: str | None) -> dict[str, str]:
-    return {"user": owner or "unknown", "queue": spec.get("queue") or "default", "team": spec.get("team") or "default"}
+def key_of(spec: JobSpec, owner: str | None) -> dict[str, str]:
+    return {"user": owner or "unknown", "queue": spec.queue or "default", "team": spec.team or "default"}
 
 
 def summarize(items: Iterable[tuple[dict[str, str], dict[str, float]]], by: str) -> list[dict[str, Any]]:

@@ -217,13 +217,13 @@ class ClusterBalancer:
     def _track(self, rec: Job, chips: tuple[int, ...]) -> DPJob:
         # The split's unit is one sequence of the global batch (a rank can take any whole
         # number of them): micro_batch x num_micro_batches per rank at an even split.
-        plan = rec.status.plan or {}
-        per_rank = max(1, int(plan.get("micro_batch") or 1) * int(plan.get("num_micro_batches") or 8))
-        alloc = rec.status.allocation or {}
-        shape, offset = tuple(alloc.get("shape") or ()), tuple(alloc.get("offset") or ())
+        plan, alloc = rec.status.plan, rec.status.allocation
+        per_rank = max(1, ((plan and plan.micro_batch) or 1) * ((plan and plan.num_micro_batches) or 8))
+        shape = alloc.shape if alloc is not None else ()
+        offset = (alloc.offset or ()) if alloc is not None else ()
         block = None
         if self.block_ok and len(shape) == len(self.rebalancer.dims) and len(offset) == len(shape) \
-                and int(alloc.get("pod", 0)) == 0:
+                and alloc is not None and not alloc.pod:
             block = (offset, shape)
         return DPJob(rec.id, chips, np.full(len(chips), per_rank, dtype=np.int64), block=block)
 

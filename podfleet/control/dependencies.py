@@ -14,12 +14,13 @@ in its spec; the array id (``arr-...``) names them all for describe, stop and wa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from podfleet.control.lifecycle import JobState
+from podfleet.control.specs import JobSpec
 from podfleet.errors import InfeasibleError, InvalidInputError
 
 ARRAY_MAX = 1000  # members of one array
@@ -73,10 +74,10 @@ class JobLike(Protocol):
     def ended(self) -> bool: ...
 
 
-def dependency_gate(spec: Mapping[str, Any], find: Callable[[str], JobLike | None]) -> Gate:
+def dependency_gate(spec: JobSpec, find: Callable[[str], JobLike | None]) -> Gate:
     """The rule for a job's dependencies (``after_ok``, ``after_any`` in its spec)."""
     waiting: list[str] = []
-    for dep in spec.get("after_ok") or ():
+    for dep in spec.after_ok or ():
         job = find(dep)
         if job is None:
             waiting.append(f"{dep} (not known)")
@@ -87,23 +88,23 @@ def dependency_gate(spec: Mapping[str, Any], find: Callable[[str], JobLike | Non
                                         "(after-ok needs it to succeed)")
         else:
             waiting.append(f"{dep} ({job.state.value})")
-    for dep in spec.get("after_any") or ():
+    for dep in spec.after_any or ():
         job = find(dep)
         if job is None:
             waiting.append(f"{dep} (not known)")
         elif not job.ended:
             waiting.append(f"{dep} ({job.state.value})")
     if waiting:
-        kinds = "+".join(k for k in ("after-ok", "after-any") if spec.get(k.replace("-", "_")))
+        kinds = "+".join(k for k, deps in (("after-ok", spec.after_ok), ("after-any", spec.after_any)) if deps)
         return Gate(GateKind.WAIT, f"Dependency: waiting for {', '.join(waiting)} ({kinds})")
     return GO
 
 
-def array_gate(spec: Mapping[str, Any], active: int) -> Gate:
+def array_gate(spec: JobSpec, active: int) -> Gate:
     """The rule for an array member: at most ``array_limit`` members queued or running."""
-    limit = spec.get("array_limit")
+    limit = spec.array_limit
     if limit is not None and active >= int(limit):
-        return Gate(GateKind.WAIT, f"JobArrayTaskLimit: {active} of {limit} members of {spec.get('array_id')} "
+        return Gate(GateKind.WAIT, f"JobArrayTaskLimit: {active} of {limit} members of {spec.array_id} "
                                    "queued or running")
     return GO
 
@@ -132,23 +133,23 @@ class Holds:
         self.arrays: dict[str, list[str]] = {}  # array id -> member job ids, by index
 
     @staticmethod
-    def gated(spec: Mapping[str, Any]) -> bool:
-        return bool(spec.get("after_ok") or spec.get("after_any") or spec.get("array_limit"))
+    def gated(spec: JobSpec) -> bool:
+        return bool(spec.after_ok or spec.after_any or spec.array_limit)
 
-    def note(self, job_id: str, spec: Mapping[str, Any]) -> None:
-        arr = spec.get("array_id")
+    def note(self, job_id: str, spec: JobSpec) -> None:
+        arr = spec.array_id
         if arr:
             members = self.arrays.setdefault(str(arr), [])
             if job_id not in members:
                 members.append(job_id)
 
-    def check(self, job_id: str, spec: Mapping[str, Any], active: Callable[[str], bool]) -> Gate:
+    def check(self, job_id: str, spec: JobSpec, active: Callable[[str], bool]) -> Gate:
         """``active(member)``: whether that member is queued in the scheduler or runs."""
         gate = dependency_gate(spec, self.find)
         if gate.kind is not GateKind.GO:
             return gate
-        arr = spec.get("array_id")
-        if arr and spec.get("array_limit"):
+        arr = spec.array_id
+        if arr and spec.array_limit:
             n = sum(1 for m in self.arrays.get(str(arr), ()) if m != job_id and active(m))
             return array_gate(spec, n)
         return GO

@@ -106,10 +106,10 @@ def bind(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> No
     plan = scheduling.plan_fields(p.plan)
     # parallelism auto: the plan chosen together with the shape (the transition saves it)
     if plan is not None:
-        table.amend(job, plan={**plan, "block_shape": list(p.shape)}, view=False)
+        table.amend(job, plan=plan.on_block(p.shape), view=False)
     table.amend(job, checkpoint_step=d.resume_step, view=False)
     table.scheduled(job, queue_wait_s=round(scheduling.queue_wait(rt.scheduler, job.id), 3),
-                    team=job.spec.get("team") or "default", view="none")
+                    team=job.spec.team or "default", view="none")
     table.transition(job, JobState.PLACING,
                         f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
                         allocation=scheduling.allocation_view(p))
@@ -172,7 +172,7 @@ def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_
     if srec is not None and srec.preempt_reason:  # e.g. a queue reclaiming the chips it lent
         prio = srec.preempt_reason
     else:
-        prio = f"priority {pre.spec.get('priority')} > {job.spec.get('priority')}" if pre is not None else ""
+        prio = f"priority {pre.spec.priority} > {job.spec.priority}" if pre is not None else ""
     table.transition(job, JobState.CHECKPOINTING, f"preempted by {by} ({prio}): checkpoint at step {step} ({how})")
     table.record_checkpoint(job, step, f"{drv.checkpoint_scheme}://{job.id}/step-{step}",
                             {"reason": "preemption", "preempted_by": by})

@@ -136,22 +136,22 @@ class JobManager:
             for fixed in ("array_id", "array_index", "array_limit"):
                 if getattr(spec, fixed) is not None:
                     raise InvalidInputError(f"{fixed} is set by the control plane (submit with array)", field=fixed)
-            d = spec.to_dict()
-            for dep_field in ("after_ok", "after_any"):  # an array id stands for all its members
-                if d.get(dep_field):
-                    d[dep_field] = self._dependencies(d[dep_field], dep_field)
+            # An array id stands for all its members.
+            spec = replace(
+                spec, after_ok=self._dependencies(spec.after_ok, "after_ok") if spec.after_ok else spec.after_ok,
+                after_any=self._dependencies(spec.after_any, "after_any") if spec.after_any else spec.after_any)
             # A request no pod can ever satisfy is refused here, with the scheduler's reason.
-            verdict = rt.scheduler.check(scheduling.job_request("job-check", d, layout, preemptible=drv.preemptible))
+            verdict = rt.scheduler.check(scheduling.job_request("job-check", spec, layout, preemptible=drv.preemptible))
             if verdict.rejected:
                 raise InfeasibleError(f"no pod of cluster {rt.rec.name} can ever run this job: {verdict.reason}",
                                       field="chips")
-            members: list[dict[str, Any]] = [d]
+            members = [spec]
             if spec.array is not None:
                 indices, limit = parse_array(spec.array)
                 arr = new_id("arr")
                 base = spec.name or "array"
-                members = [{**d, "array": None, "array_id": arr, "array_index": i, "array_limit": limit,
-                            "name": f"{base}[{i}]"[:63]} for i in indices]
+                members = [replace(spec, array=None, array_id=arr, array_index=i, array_limit=limit,
+                                               name=f"{base}[{i}]"[:63]) for i in indices]
             now = plane.now()
             for m in members:
                 job = Job(new_id("job"), rt.id, JobState.PENDING, m, JobStatus(
@@ -163,7 +163,7 @@ class JobManager:
                 created.append(job)
             first = created[0]
             view = self.table.view_of(first)
-            return view, (first.spec["array_id"] or first.id)
+            return view, (first.spec.array_id or first.id)
 
         out = plane.mutation("SubmitTrainingJob", actor, cluster_ref, do, body={**body, "cluster": cluster_ref},
                              client_token=client_token, replay=self._describe_submitted)
@@ -171,8 +171,8 @@ class JobManager:
             self.table.add(job)
             self.holds.note(job.id, job.spec)
             s = job.spec
-            self.table.log(job, f"submitted: {s['model']} on {s['chips']} chips, {s['steps']} steps"
-                           f", priority {s.get('priority')}" + (f", team {s['team']}" if s.get("team") else ""))
+            self.table.log(job, f"submitted: {s.model} on {s.chips} chips, {s.steps} steps"
+                           f", priority {s.priority}" + (f", team {s.team}" if s.team else ""))
             rt = plane.clusters[job.cluster_id]
             self._enqueue(rt, job)
         if created:
@@ -180,7 +180,7 @@ class JobManager:
             if rt.state == ClusterState.ACTIVE:
                 self.schedule(rt)
             out = self.table.describe(created[0].id)
-            arr = created[0].spec.get("array_id")
+            arr = created[0].spec.array_id
             if arr:
                 out = {**out, "array": self.describe_array(arr)}
         return out
@@ -215,10 +215,10 @@ class JobManager:
         counts: dict[str, int] = {}
         for j in members:
             counts[j.state.value] = counts.get(j.state.value, 0) + 1
-        return {"id": array_id, "size": len(members), "limit": members[0].spec.get("array_limit"),
+        return {"id": array_id, "size": len(members), "limit": members[0].spec.array_limit,
                 "state": array_state(j.state for j in members), "ended": all(j.ended for j in members),
                 "counts": counts, "cluster_id": members[0].cluster_id,
-                "jobs": [{"id": j.id, "index": j.spec.get("array_index"), "state": j.state.value,
+                "jobs": [{"id": j.id, "index": j.spec.array_index, "state": j.state.value,
                           "reason": j.status.reason} for j in members]}
 
     def stop_array(self, array_id: str, *, actor: str = "system") -> dict[str, Any]:
@@ -293,7 +293,7 @@ class JobManager:
             return
         drv = self.driver(rt)
         recovering = sorted((j for j in waiting if j.state == JobState.RECOVERING),
-                            key=lambda j: (-int(j.spec.get("priority", 0)), j.id))
+                            key=lambda j: (-j.spec.priority, j.id))
         now = self.plane.tl.now
         unshown = self._unshown.get(rt.id, set())
         whole = now - self._swept_at.get(rt.id, float("-inf")) >= SWEEP_S
@@ -349,7 +349,7 @@ class JobManager:
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
         # not apply to it, and must not end it.
-        holds = job.state == JobState.RECOVERING and bool((job.status.allocation or {}).get("chips"))
+        holds = job.state == JobState.RECOVERING and bool(job.chips)
         d = rt.scheduler.submit(req, check=not holds)
         if d.kind is DecisionKind.REJECTED:  # the cluster changed since the submit check
             self.table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
@@ -390,7 +390,7 @@ class JobManager:
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
         to replacement chips, and the gang continues from its checkpoint."""
-        alloc = Allocation.from_dict(job.status.allocation or {"chips": [], "shape": []})
+        alloc = job.status.allocation or Allocation.waiting("")
         bad = [c for c in alloc.chips if rt.owners.get(c) != job.id]
         fab = rt.fabric
         check = fab.check_chip_health if isinstance(fab, ChipCheck) else None

@@ -14,6 +14,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from podfleet.control.lifecycle import TERMINAL, JobState
+from podfleet.control.placement import Allocation
+from podfleet.control.planning import Plan
+from podfleet.control.specs import JobSpec
 from podfleet.store.records import JobRecord
 
 
@@ -98,10 +101,10 @@ class RunCounts:
 class JobStatus:
     progress: Progress
     reason: str = ""
-    allocation: dict[str, Any] | None = None  # chips (rank order), shape, reason, offset, pod...
+    allocation: Allocation | None = None  # chips (rank order), shape, reason, offset, pod...
     checkpoint_step: int = 0  # the newest persisted checkpoint: where a relaunch resumes
     params: float | None = None  # the twin's model size
-    plan: dict[str, Any] | None = None  # the layout (tp, pp, dp, ...) and its predicted figures
+    plan: Plan | None = None  # the layout (tp, pp, dp, ...) and its predicted figures
     timestamps: dict[str, str] = field(default_factory=dict)  # state -> when it was entered
     scheduling: SchedulingInfo = field(default_factory=SchedulingInfo)
     recovery: dict[str, Any] | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
@@ -118,6 +121,8 @@ class JobStatus:
         d["progress"] = self.progress.to_dict()
         d["scheduling"] = self.scheduling.to_dict()
         d["runtime"] = self.runtime.to_dict() if self.runtime is not None else None
+        d["allocation"] = self.allocation.to_dict() if self.allocation is not None else None
+        d["plan"] = self.plan.to_dict() if self.plan is not None else None
         return d
 
     @classmethod
@@ -131,10 +136,10 @@ class JobStatus:
         return cls(
             progress=Progress(**{k: v for k, v in prog.items() if k in known_p}),
             reason=str(d.get("reason") or ""),
-            allocation=d.get("allocation"),
+            allocation=Allocation.from_dict(alloc) if isinstance(alloc := d.get("allocation"), Mapping) else None,
             checkpoint_step=int(d.get("checkpoint_step") or 0),
             params=d.get("params"),
-            plan=d.get("plan"),
+            plan=Plan.from_dict(plan) if isinstance(plan := d.get("plan"), Mapping) else None,
             timestamps=dict(d.get("timestamps") or {}),
             scheduling=SchedulingInfo(**{k: v for k, v in sched.items() if k in known_s}),
             recovery=d.get("recovery"),
@@ -154,7 +159,7 @@ class Job:
     id: str
     cluster_id: str
     state: JobState
-    spec: dict[str, Any]
+    spec: JobSpec
     status: JobStatus
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -162,17 +167,18 @@ class Job:
     @property
     def chips(self) -> tuple[int, ...]:
         """Its allocation's chips in rank order (empty while it waits)."""
-        return tuple(int(c) for c in (self.status.allocation or {}).get("chips", ()))
+        alloc = self.status.allocation
+        return alloc.chips if alloc is not None else ()
 
     @property
     def ended(self) -> bool:
         return self.state in TERMINAL
 
     def record(self) -> JobRecord:
-        return JobRecord(self.id, self.cluster_id, self.state.value, self.spec, self.status.to_dict(),
+        return JobRecord(self.id, self.cluster_id, self.state.value, self.spec.to_dict(), self.status.to_dict(),
                          self.created_at, self.updated_at)
 
     @classmethod
     def from_record(cls, rec: JobRecord) -> Job:
-        return cls(rec.id, rec.cluster_id, JobState(rec.state), dict(rec.spec), JobStatus.from_dict(rec.status),
+        return cls(rec.id, rec.cluster_id, JobState(rec.state), JobSpec.from_dict(rec.spec), JobStatus.from_dict(rec.status),
                    rec.created_at, rec.updated_at)

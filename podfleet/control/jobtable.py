@@ -33,6 +33,7 @@ from podfleet.control.jobstatus import Job, JobStatus, Progress, RunCounts, Sche
 from podfleet.control.lifecycle import JobState, check_job_transition
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.placement import Allocation
+from podfleet.control.planning import Plan
 from podfleet.errors import NotFoundError
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import CheckpointRecord
@@ -99,7 +100,7 @@ class JobTable:
         self.refresh(job)
 
     def transition(self, job: Job, dst: JobState, reason: str, *,
-                   allocation: Allocation | dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+                   allocation: Allocation | Literal[_Keep.KEEP] | None = _KEEP,
                    recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP) -> None:
         """Change state (enforced transitions), persist before anyone can see it, log it."""
         check_job_transition(job.state, dst)
@@ -117,7 +118,7 @@ class JobTable:
         st.reason = reason
         st.timestamps = {**st.timestamps, dst.value: rfc3339(now)}
         if allocation is not _KEEP:
-            st.allocation = allocation.to_dict() if isinstance(allocation, Allocation) else allocation
+            st.allocation = allocation
         if recovery is not _KEEP:
             st.recovery = recovery
         self.save(job)
@@ -155,8 +156,8 @@ class JobTable:
             fn(job, int(step))
 
     def amend(self, job: Job, *, reason: str | Literal[_Keep.KEEP] = _KEEP,
-              allocation: Allocation | dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
-              plan: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              allocation: Allocation | Literal[_Keep.KEEP] | None = _KEEP,
+              plan: Plan | Literal[_Keep.KEEP] | None = _KEEP,
               recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
               failed_chip: int | Literal[_Keep.KEEP] | None = _KEEP,
               checkpoint_step: int | None = None, persist: bool = False, view: bool = True) -> None:
@@ -167,7 +168,7 @@ class JobTable:
         if reason is not _KEEP:
             st.reason = reason
         if allocation is not _KEEP:
-            st.allocation = allocation.to_dict() if isinstance(allocation, Allocation) else allocation
+            st.allocation = allocation
         if plan is not _KEEP:
             st.plan = plan
         if recovery is not _KEEP:
@@ -213,7 +214,7 @@ class JobTable:
         """A process fabric's attempts and failures for the job (made on first use). Read
         it; change it through ``count_run`` and ``add_run_recovery``."""
         if job.status.runtime is None:
-            job.status.runtime = RunCounts(max_retries=int(job.spec.get("max_retries") or 0))
+            job.status.runtime = RunCounts(max_retries=job.spec.max_retries)
         return job.status.runtime
 
     def count_run(self, job: Job, *, launches: int = 0, infra_failures: int = 0, user_failures: int = 0,
@@ -313,10 +314,11 @@ class JobTable:
         """DescribeTrainingJob's object for ``job``."""
         st = job.status
         return {
-            "id": job.id, "cluster_id": job.cluster_id, "state": job.state.value, **job.spec,
-            "progress": st.progress.to_dict(), "allocation": st.allocation,
+            "id": job.id, "cluster_id": job.cluster_id, "state": job.state.value, **job.spec.view,
+            "progress": st.progress.to_dict(),
+            "allocation": st.allocation.to_dict() if st.allocation is not None else None,
             "reason": st.reason, "checkpoint_step": st.checkpoint_step,
-            "plan": st.plan,
+            "plan": st.plan.to_dict() if st.plan is not None else None,
             "recovery": st.recovery,
             "runtime": st.runtime.to_dict() if st.runtime is not None else None,
             "scheduling": st.scheduling.to_dict(),

@@ -14,13 +14,41 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Allocation:
+    """Where a job runs (DescribeTrainingJob ``allocation``): its chips in rank order, the
+    block's shape and why; a scheduler placement adds its pod, offset, cores and score.
+    A waiting job's allocation has no chips and says what it waits for."""
+
     chips: tuple[int, ...]  # rank r runs on chips[r]
     shape: tuple[int, ...]  # block shape, or (n,) for a scattered set
     reason: str
+    pod: int | None = None
+    offset: tuple[int, ...] | None = None
+    cores: tuple[tuple[int, ...], ...] | None = None
+    score: float | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {"chips": list(self.chips), "shape": list(self.shape), "reason": self.reason}
+    @classmethod
+    def waiting(cls, reason: str) -> Allocation:
+        return cls((), (), reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.pod is not None:
+            d["pod"] = self.pod
+        d.update(chips=list(self.chips), shape=list(self.shape))
+        if self.offset is not None:
+            d["offset"] = list(self.offset)
+        if self.cores is not None:
+            d["cores"] = [list(c) for c in self.cores]
+        if self.score is not None:
+            d["score"] = self.score
+        d["reason"] = self.reason
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Allocation:
-        return cls(tuple(int(c) for c in d["chips"]), tuple(int(k) for k in d["shape"]), str(d.get("reason", "")))
+        offset, cores, score = d.get("offset"), d.get("cores"), d.get("score")
+        return cls(tuple(int(c) for c in d.get("chips") or ()), tuple(int(k) for k in d.get("shape") or ()),
+                   str(d.get("reason", "")), None if d.get("pod") is None else int(d["pod"]),
+                   None if offset is None else tuple(int(x) for x in offset),
+                   None if cores is None else tuple(tuple(int(x) for x in c) for c in cores),
+                   None if score is None else float(score))

@@ -18,8 +18,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from podfleet.control.chipmodes import ChipModes
+from podfleet.control.placement import Allocation
+from podfleet.control.planning import PERF_PLAN_FIELDS, Plan
 from podfleet.control.presets import resolve_model
-from podfleet.control.specs import ClusterSpec
+from podfleet.control.specs import ClusterSpec, JobSpec
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState, Fabric, LinkTraffic
 from podfleet.hardware.topology import Topology
@@ -29,9 +31,6 @@ from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.state import FREE
 
-# perf.Plan's fields: what the twin's perf-based step time reads from options["plan"].
-PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute", "zero_stage",
-               "interleave", "sequence_parallel")
 _HOLDING = (JobPhase.RUNNING, JobPhase.CHECKPOINTING)
 
 
@@ -75,42 +74,40 @@ def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str
     return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock, planner=planner)
 
 
-def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | None, *,
-                preemptible: bool = True) -> JobRequest:
+def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: bool = True) -> JobRequest:
     """What the scheduler needs of a job: gang size, team, priority, TP degree, and for
     ``parallelism: auto`` the model and its gradient compression, so block shape and plan
     (its step time with that compression) are chosen together."""
-    chips = int(spec["chips"])
-    par = spec.get("parallelism")
-    tp = int(par["tp"]) if isinstance(par, Mapping) else int((plan or {}).get("tp", 1) or 1)
+    chips = spec.chips
+    tp = spec.tp or (plan.tp if plan is not None else 1) or 1
     if tp < 1 or chips % tp:
         tp = 1
     model: str | ModelSpec | None = None
-    if par == "auto" and preemptible:  # the twin's jobs: the planner knows their models
+    if spec.parallelism == "auto" and preemptible:  # the twin's jobs: the planner knows their models
         try:
             # A preset by name (the planner caches it); a custom model as its spec.
-            model = spec["model"] if spec["model"] in MODELS else resolve_model(spec["model"], spec.get("model_dims"))
+            model = spec.model if spec.model in MODELS else resolve_model(spec.model, spec.model_dims)
         except PodfleetError:
             model = None
     return JobRequest(
-        job_id, chips, team=spec.get("team") or "default", priority=int(spec.get("priority", 0)), tp=tp,
-        queue=spec.get("queue") or "default", may_preempt=spec.get("priority_preemption") != "never",
+        job_id, chips, team=spec.team or "default", priority=spec.priority, tp=tp,
+        queue=spec.queue or "default", may_preempt=spec.priority_preemption != "never",
         parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
-        grad_compression=str(spec.get("grad_compression") or "none"),
+        grad_compression=spec.grad_compression or "none",
     )
 
 
-def plan_fields(plan: object) -> dict[str, Any] | None:
-    """The planner's best plan (a ``PlanResult``, or a dict from ``plan_for_job``) as
-    JSON-plain perf.Plan fields plus its predicted figures; None without one."""
-    if plan is None:
-        return None
+def plan_fields(plan: object) -> Plan | None:
+    """The planner's best plan (a ``PlanResult``, or a ``Plan`` from ``plan_for_job``) as
+    perf.Plan fields plus its predicted figures; None without one."""
+    if plan is None or isinstance(plan, Plan):
+        return plan
     if isinstance(plan, Mapping):
-        return dict(plan) if {"tp", "pp", "dp"} <= set(plan) else None
+        return Plan.from_dict(plan)
     best = getattr(plan, "best", None)
     if best is None:
         return None
-    d = {k: _plain(v) for k, v in asdict(best.plan).items() if k in PLAN_FIELDS}
+    d = {k: _plain(v) for k, v in asdict(best.plan).items() if k in PERF_PLAN_FIELDS}
     est = best.estimate
     d.update(step_time_s=float(est.step_time_s), tokens_per_s=float(est.tokens_per_s), mfu=float(est.mfu),
              memory_per_chip_bytes=int(est.memory.total_bytes), fits=bool(est.fits))
@@ -120,29 +117,30 @@ def plan_fields(plan: object) -> dict[str, Any] | None:
         raw = getattr(plan, "uncompressed", None)
         if raw is not None:
             d["uncompressed_step_time_s"] = float(raw.step_time_s)
-    return d
+    return Plan.from_dict(d)
 
 
-def worker_options(spec: Mapping[str, Any], plan: Mapping[str, Any] | None) -> dict[str, Any]:
+def worker_options(parallelism: str | tuple[int, int, int], plan: Plan | None) -> dict[str, Any]:
     """``WorkerGroupSpec.options`` for the layout: ``parallelism`` {tp, pp, dp} when the job
     gave it, ``plan`` (perf.Plan fields) when a plan is known."""
     out: dict[str, Any] = {}
-    par = spec.get("parallelism")
-    if isinstance(par, Mapping):
-        out["parallelism"] = {k: int(par[k]) for k in ("tp", "pp", "dp")}
+    if isinstance(parallelism, tuple):
+        tp, pp, dp = parallelism
+        out["parallelism"] = {"tp": tp, "pp": pp, "dp": dp}
     else:
-        out["parallelism"] = par
-    if plan and {"tp", "pp", "dp"} <= set(plan) and "note" not in plan:
-        out["plan"] = {k: plan[k] for k in PLAN_FIELDS if plan.get(k) is not None}
+        out["parallelism"] = parallelism
+    if plan is not None and plan.predicted:
+        out["plan"] = plan.perf_fields()
     return out
 
 
-def allocation_view(p: Placement) -> dict[str, Any]:
-    return {**p.to_dict(), "reason": p.reason}
+def allocation_view(p: Placement) -> Allocation:
+    return Allocation(tuple(p.chips), tuple(p.shape), p.reason, p.pod, tuple(p.offset),
+                      tuple(tuple(c) for c in p.cores), round(p.score, 3))
 
 
-def pending_allocation(reason: str) -> dict[str, Any]:
-    return {"chips": [], "shape": [], "reason": reason}
+def pending_allocation(reason: str) -> Allocation:
+    return Allocation.waiting(reason)
 
 
 def sync(rt: SyncTarget) -> None:

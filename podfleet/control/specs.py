@@ -4,8 +4,11 @@ check types; these check meaning, so the engine never trusts its caller."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -257,11 +260,44 @@ class JobSpec:
     priority_preemption: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (the store's ``JobRecord.spec``, DescribeTrainingJob's spec fields).
+        A fresh dict each call, built from one rendering kept with the (frozen) spec:
+        ``asdict`` walks every field, and a job's view is rendered at each change."""
+        return copy.deepcopy(self.view)
+
+    @functools.cached_property
+    def view(self) -> dict[str, Any]:
+        """``to_dict`` rendered once: shared, so read it and never change it."""
         d = asdict(self)
         if isinstance(self.parallelism, tuple):
             tp, pp, dp = self.parallelism
             d["parallelism"] = {"tp": tp, "pp": pp, "dp": dp}
         return d
+
+    @property
+    def tp(self) -> int | None:
+        """The tensor-parallel degree the job fixed, None with ``parallelism: auto``."""
+        return self.parallelism[0] if isinstance(self.parallelism, tuple) else None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> JobSpec:
+        """A stored spec (``to_dict``'s form, validated when it was submitted) back; fields
+        this version does not know are left out, so an old row still loads."""
+        known = cls.__dataclass_fields__
+        vals = {k: v for k, v in d.items() if k in known}
+        par = vals.get("parallelism", "auto")
+        if isinstance(par, Mapping):
+            vals["parallelism"] = (int(par["tp"]), int(par["pp"]), int(par["dp"]))
+        elif isinstance(par, list | tuple):
+            vals["parallelism"] = tuple(int(x) for x in par)
+        elif par is None:
+            vals["parallelism"] = "auto"
+        for k in ("steps", "checkpoint_interval", "priority", "max_retries"):
+            if vals.get(k) is None:
+                vals.pop(k, None)
+        if vals.get("grad_compression") is None:
+            vals.pop("grad_compression", None)
+        return cls(**vals)
 
     @classmethod
     def parse(cls, d: dict[str, Any]) -> JobSpec:

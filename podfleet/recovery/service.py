@@ -30,7 +30,9 @@ from typing import Any
 
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
+from podfleet.control.placement import Allocation
 from podfleet.control.runtime import ClusterRuntime
+from podfleet.control.specs import JobSpec
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
 from podfleet.recovery.linkimpact import LinkImpact, positive
@@ -40,15 +42,15 @@ from podfleet.recovery.orchestrator import RecoveryOrchestrator
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
 
 
-def policy_for(spec: dict[str, Any], n_chips: int | None = None) -> JobPolicy:
+def policy_for(spec: JobSpec, n_chips: int | None = None) -> JobPolicy:
     """A job's recovery policy from its spec: data-parallel degree from ``parallelism``.
     With ``n_chips`` (the chips it runs on now), the replicas it has now: a job shrunk by
     an earlier recovery and relaunched after a restart runs fewer than its spec says, and
     a next shrink must drop one whole replica of ``tp * pp`` chips, not a slice."""
-    par = spec.get("parallelism")
-    dp = int(par.get("dp", 1)) if isinstance(par, dict) else 1
-    if isinstance(par, dict) and n_chips:
-        group = max(int(par.get("tp", 1)), 1) * max(int(par.get("pp", 1)), 1)
+    par = spec.parallelism
+    dp = par[2] if isinstance(par, tuple) else 1
+    if isinstance(par, tuple) and n_chips:
+        group = max(par[0], 1) * max(par[1], 1)
         if n_chips % group == 0:
             dp = min(dp, n_chips // group)
     return JobPolicy(dp=max(dp, 1), on_no_spare="shrink" if dp > 1 else "wait")
@@ -99,7 +101,7 @@ class JobListener:
         if job is None or job.state != JobState.RECOVERING:
             return
         took = (rec.t_end or rec.t_start) - (rec.detected_t or rec.t_start)
-        alloc = {"chips": list(chips), "shape": [len(chips)], "reason": f"recovered by {rec.id}"}
+        alloc = Allocation(tuple(chips), (len(chips),), f"recovered by {rec.id}")
         fab = self.rt.fabric
         run = fab.run_status(job_id) if isinstance(fab, Introspection) else None
         if run is not None:  # restored from a checkpoint: the shown step goes back with it

@@ -14,6 +14,8 @@ from podfleet.control import ControlPlane
 from podfleet.control.drivers import ProcessDriver, TwinDriver
 from podfleet.control.jobtable import Job, JobStatus, Progress
 from podfleet.control.lifecycle import JobState
+from podfleet.control.placement import Allocation
+from podfleet.control.specs import JobSpec
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, InvalidTransitionError
 from podfleet.fabric.base import (
@@ -158,12 +160,12 @@ def test_process_driver_relaunches_a_gang_that_ended_and_counts_failures() -> No
 def test_job_table_enforces_transitions_and_round_trips_the_typed_status() -> None:
     plane, _ = fake_plane()
     table = plane.table
-    job = Job("job-x", "cl-x", JobState.PENDING, {"model": "debug", "chips": 1, "steps": 5},
+    job = Job("job-x", "cl-x", JobState.PENDING, JobSpec("debug", 1, steps=5),
               JobStatus(Progress(steps=5), reason="waiting"), 0.0, 0.0)
     table.add(job)
     with pytest.raises(InvalidTransitionError, match="PENDING to RUNNING"):
         table.transition(job, JobState.RUNNING, "skipping PLACING")
-    table.transition(job, JobState.PLACING, "bound", allocation={"chips": [3], "shape": [1], "reason": "r"})
+    table.transition(job, JobState.PLACING, "bound", allocation=Allocation((3,), (1,), "r"))
     table.record_checkpoint(job, 4, "twin://job-x/step-4", {"why": "test", "nested": {"dropped": 1}})
     table.save(job)  # a checkpoint's job record is persisted with the next transition (or save)
     saved = plane.store.get_job("job-x")

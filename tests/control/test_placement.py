@@ -15,7 +15,11 @@ POD = get_topology("trn2-ultraserver")
 
 def test_allocation_round_trip() -> None:
     a = Allocation((3, 1, 2), (3,), "why")
-    assert Allocation.from_dict({**a.to_dict(), "cores": [[0]], "pod": 0}) == a
+    assert Allocation.from_dict(a.to_dict()) == a and set(a.to_dict()) == {"chips", "shape", "reason"}
+    placed = Allocation((0, 1), (2,), "placed", pod=0, offset=(0,), cores=((0, 1), (2, 3)), score=0.5)
+    assert Allocation.from_dict(placed.to_dict()) == placed
+    assert placed.to_dict() == {"pod": 0, "chips": [0, 1], "shape": [2], "offset": [0],
+                                "cores": [[0, 1], [2, 3]], "score": 0.5, "reason": "placed"}
 
 
 def test_adopted_chips_are_never_given_away() -> None:

@@ -10,7 +10,9 @@ import pytest
 
 from podfleet.control import ControlPlane
 from podfleet.control.lifecycle import JobState, check_job_transition
+from podfleet.control.planning import Plan
 from podfleet.control.scheduling import job_request, plan_fields, worker_options
+from podfleet.control.specs import JobSpec
 from podfleet.errors import InfeasibleError, InvalidInputError, InvalidTransitionError
 from podfleet.hardware.catalog import get_topology
 from podfleet.scheduler import choose_spares
@@ -162,10 +164,11 @@ def test_describe_cluster_has_scheduler_figures(plane: ControlPlane) -> None:
     ({"chips": 8, "model": "debug", "parallelism": "auto", "team": "ml", "priority": 7}, None, ("auto", 1, "debug")),
 ])
 def test_job_request_table(spec: dict, plan: dict | None, want: tuple) -> None:
-    req = job_request("job-x", spec, plan)
+    typed, layout = JobSpec.from_dict(spec), Plan(**{"pp": 1, "dp": 1, **plan}) if plan else None
+    req = job_request("job-x", typed, layout)
     assert (req.parallelism, req.tp, req.model if req.parallelism == "auto" else "debug") == want
-    assert req.team == spec.get("team", "default") and req.priority == spec.get("priority", 0)
-    assert job_request("job-x", spec, plan, preemptible=False).parallelism == "manual"
+    assert req.team == spec.get("team", "default") and req.priority == spec.get("priority", 50)
+    assert job_request("job-x", typed, layout, preemptible=False).parallelism == "manual"
 
 
 @pytest.mark.parametrize("spec,plan,want", [
@@ -175,15 +178,17 @@ def test_job_request_table(spec: dict, plan: dict | None, want: tuple) -> None:
     ({"parallelism": "auto"}, {"tp": 1, "pp": 1, "dp": 30, "note": "no planner prediction"}, {"parallelism": "auto"}),
 ])
 def test_worker_options_table(spec: dict, plan: dict | None, want: dict) -> None:
-    assert worker_options(spec, plan) == want
+    par = spec["parallelism"]
+    fixed = par if isinstance(par, str) else (par["tp"], par["pp"], par["dp"])
+    assert worker_options(fixed, Plan.from_dict(plan) if plan else None) == want
 
 
 def test_plan_fields_from_planner() -> None:
     from podfleet.planner import plan
 
     out = plan_fields(plan("debug", 16, topology="trn2-ultraserver"))
-    assert out is not None and out["tp"] * out["pp"] * out["dp"] == 16 and out["step_time_s"] > 0
-    assert isinstance(out["recompute"], str)
+    assert out is not None and out.tp * out.pp * out.dp == 16 and (out.step_time_s or 0) > 0
+    assert isinstance(out.recompute, str)
     assert plan_fields(None) is None and plan_fields({"note": "x"}) is None
 
 

@@ -13,6 +13,8 @@ from podfleet.control.jobtable import (
     SchedulingInfo,
 )
 from podfleet.control.lifecycle import JobState
+from podfleet.control.placement import Allocation
+from podfleet.control.specs import JobSpec
 from podfleet.store.memory import MemoryStore
 
 
@@ -27,8 +29,8 @@ def test_plain_copy_is_a_deep_copy_of_json_like_data() -> None:
 
 def test_refresh_scheduling_renders_what_refresh_renders() -> None:
     table = JobTable(MemoryStore(), lambda: 100.0)
-    job = Job("job-1", "cl-1", JobState.RUNNING, {"model": "m", "chips": 2},
-              JobStatus(Progress(step=3, steps=10), allocation={"chips": [0, 1]},
+    job = Job("job-1", "cl-1", JobState.RUNNING, JobSpec("m", 2),
+              JobStatus(Progress(step=3, steps=10), allocation=Allocation((0, 1), (2,), ""),
                         scheduling=SchedulingInfo(queue_wait_s=0.0, team="t", balance_degree=0.9,
                                                   work_split={"shares": [1, 2], "applied": True})))
     table.add(job)

@@ -62,7 +62,7 @@ def test_a_compressed_job_is_planned_with_its_compression() -> None:
         assert d.kind is DecisionKind.BIND
         out = plan_fields(d.placement.plan)
         assert out is not None
-        return out
+        return out.to_dict()
 
     plain, lossless = placed("none"), placed("lossless")
     assert "grad_compression" not in plain

@@ -15,6 +15,7 @@ from podfleet.fabric.base import FabricEvent
 
 if TYPE_CHECKING:
     from podfleet.control.jobtable import Job, JobTable
+    from podfleet.control.planning import Plan
     from podfleet.control.runtime import ClusterRuntime
     from podfleet.control.specs import JobSpec
 
@@ -27,7 +28,7 @@ class JobDriver(Protocol):
     # URL scheme of checkpoints the control plane records itself (preemption).
     checkpoint_scheme: str
 
-    def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
+    def check_submit(self, spec: JobSpec) -> tuple[Plan | None, float | None]:
         """Refuse what this fabric cannot run (a 4xx at submit); the job's layout and
         model size."""
 

@@ -26,6 +26,7 @@ from podfleet.control.drivers.relaunches import Relaunches
 from podfleet.control.jobtable import Job, RunCounts
 from podfleet.control.lifecycle import JobState
 from podfleet.control.placement import Allocation
+from podfleet.control.planning import Plan
 from podfleet.errors import (
     ConflictError,
     InfeasibleError,
@@ -75,7 +76,7 @@ class ProcessDriver:
     def owns(self, job_id: str) -> bool:
         return job_id in self.fabric_recovering
 
-    def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
+    def check_submit(self, spec: JobSpec) -> tuple[Plan | None, float | None]:
         """Refuse what a process fabric cannot run (4xx at submit, not a failed job later)."""
         fabric = self.rt.spec.fabric
         if spec.entrypoint is None and spec.model not in PRESET_NAMES:
@@ -106,9 +107,7 @@ class ProcessDriver:
             raise InvalidInputError(f"options: {exc.message}", field="options") from None
         except TypeError as exc:
             raise InvalidInputError(f"options: {exc}", field="options") from None
-        layout = {"tp": 1, "pp": 1, "dp": spec.chips,
-                  "note": f"data parallel on {spec.chips} {fabric} worker slots"}
-        return layout, None
+        return Plan(1, 1, spec.chips, note=f"data parallel on {spec.chips} {fabric} worker slots"), None
 
     def _check_placement(self, value: object) -> None:
         fab = self.fabric
@@ -121,12 +120,13 @@ class ProcessDriver:
             raise UnknownNameError("placement strategy", str(value), strategies, field="options")
 
     def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
-        opts = dict(job.spec.get("options") or {})
-        opts["max_retries"] = int(job.spec.get("max_retries") or 0)
-        if job.spec.get("grad_compression", "none") != "none":
-            opts["grad_compression"] = job.spec["grad_compression"]
-        if job.spec.get("array_index") is not None:  # a job-array member (control.dependencies)
-            opts["array_index"] = int(job.spec["array_index"])
+        spec = job.spec
+        opts = dict(spec.options or {})
+        opts["max_retries"] = spec.max_retries
+        if spec.grad_compression != "none":
+            opts["grad_compression"] = spec.grad_compression
+        if spec.array_index is not None:  # a job-array member (control.dependencies)
+            opts["array_index"] = spec.array_index
         # A relaunch (restart of the control plane, a gang restarted) continues from the
         # newest committed checkpoint in the job's checkpoint dir, if any.
         if start_step or self.counts(job).launches:
@@ -138,8 +138,8 @@ class ProcessDriver:
         spec = job.spec
         self.relaunches.relaunched(job, chips, start_step)
         self.fabric.launch(WorkerGroupSpec(
-            job_id=job.id, chips=chips, model=spec["model"], steps=int(spec["steps"]),
-            checkpoint_interval=int(spec["checkpoint_interval"]), entrypoint=spec.get("entrypoint"),
+            job_id=job.id, chips=chips, model=spec.model, steps=spec.steps,
+            checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint,
             options=self.launch_options(job, start_step),
         ))
 
@@ -236,7 +236,7 @@ class ProcessDriver:
         else:
             self._update_counts(job)
             if kind == "job-finished":
-                self.table.progress(job, step=int(job.spec["steps"]), loss=d.get("loss"))
+                self.table.progress(job, step=job.spec.steps, loss=d.get("loss"))
                 self.table.end(job, JobState.SUCCEEDED, "all steps done")
             else:
                 self.sync_logs(job, final=True)
@@ -246,7 +246,7 @@ class ProcessDriver:
     def _recovering(self, job: Job, d: dict[str, Any]) -> None:
         cause = str(d.get("cause", ""))
         # (The fabric's own failure count may already include this exit: only the budget is used.)
-        no_retries = not int(job.spec.get("max_retries") or 0)
+        no_retries = not job.spec.max_retries
         if job.state not in _LIVE or cause == "bad-input" or (cause == "user-code" and no_retries):
             return  # the fabric fails the job next (job-failed carries the cause)
         self.fabric_recovering.add(job.id)
@@ -300,7 +300,7 @@ class ProcessDriver:
                                                             f"{job.status.checkpoint_step}")
         else:
             counts = self.table.count_run(job, user_failures=1)
-            budget = int(job.spec.get("max_retries") or 0)
+            budget = job.spec.max_retries
             if counts.user_failures > budget:
                 self.table.end(job, JobState.FAILED, f"user code failed ({counts.user_failures} failures, "
                                                      f"max_retries={budget}): {reason}")

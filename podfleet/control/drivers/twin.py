@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from podfleet.control import scheduling
 from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
-from podfleet.control.planning import plan_for_job
+from podfleet.control.planning import Plan, plan_for_job
 from podfleet.control.presets import check_model
 from podfleet.errors import InfeasibleError, NotFoundError
 from podfleet.fabric.base import (
@@ -59,7 +59,7 @@ class TwinDriver:
         rec = self.jobs.recovery
         return rec is not None and rec.owns(job_id)
 
-    def check_submit(self, spec: JobSpec) -> tuple[dict[str, Any] | None, float | None]:
+    def check_submit(self, spec: JobSpec) -> tuple[Plan | None, float | None]:
         if spec.options:
             raise InfeasibleError("options apply to clusters of worker processes (local, ray, neuron); "
                                     "the twin models the job", field="options")
@@ -71,11 +71,10 @@ class TwinDriver:
         # ``params`` makes the twin use its simple step model; a model the performance
         # model knows (a preset or custom dims) must get its step time from the plan the
         # job runs with, its compression and the links it crosses, so it is not passed.
-        simple = st.params and spec["model"] not in MODELS and not spec.get("model_dims")
-        return {"start_step": start_step, **scheduling.worker_options(spec, st.plan),
-                **({"params": st.params} if simple else {}), "model_dims": spec.get("model_dims"),
-                **({"grad_compression": spec["grad_compression"]}
-                   if spec.get("grad_compression", "none") != "none" else {})}
+        simple = st.params and spec.model not in MODELS and not spec.model_dims
+        return {"start_step": start_step, **scheduling.worker_options(spec.parallelism, st.plan),
+                **({"params": st.params} if simple else {}), "model_dims": spec.model_dims,
+                **({"grad_compression": spec.grad_compression} if spec.grad_compression != "none" else {})}
 
     def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
         fab = self.fabric
@@ -91,8 +90,8 @@ class TwinDriver:
             self.stop(job.id)
         spec = job.spec
         fab.launch(WorkerGroupSpec(
-            job_id=job.id, chips=chips, model=spec["model"], steps=int(spec["steps"]),
-            checkpoint_interval=int(spec["checkpoint_interval"]), entrypoint=spec.get("entrypoint"),
+            job_id=job.id, chips=chips, model=spec.model, steps=spec.steps,
+            checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint,
             options=self.launch_options(job, start_step),
         ))
 
@@ -123,7 +122,7 @@ class TwinDriver:
             step = int(d.get("step", job.status.progress.step))
             self.jobs.checkpointed(job, step, str(d.get("path", f"twin://{job.id}/step-{step}")), d)
         elif ev.kind in _FINISHED:
-            table.progress(job, step=int(job.spec["steps"]))
+            table.progress(job, step=job.spec.steps)
             table.end(job, JobState.SUCCEEDED, "all steps done")
             self.jobs.schedule(rt)
         elif ev.kind in _JOB_FAILED:
