@@ -11,8 +11,8 @@ detour and runs measurably slower for it (its step time after the fault against 
 is shown degraded, with the link in its reason, until the link is repaired
 (``LinkImpact``).
 
-Only fabrics with ``ResumableRuns`` (a rank can be moved and resumed) get an orchestrator;
-elsewhere the process driver and the fabric recover jobs.
+Only fabrics with ``RankMoves`` (a run can be paused, have a rank moved and resume) get an
+orchestrator; elsewhere the process driver and the fabric recover jobs.
 
 Built by the composition root (``podfleet.compose``), which also runs ``housekeep`` on the
 timeline (journals a previous control plane left open; orchestrators of deleted
@@ -32,7 +32,8 @@ from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
-from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
+from podfleet.fabric.base import FabricEvent, Introspection
+from podfleet.recovery.context import RecoveryFabric
 from podfleet.recovery.linkimpact import LinkImpact, positive
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
@@ -132,16 +133,18 @@ class RecoveryService:
 
     @staticmethod
     def supports(rt: ClusterRuntime) -> bool:
-        """Rank moves need a fabric whose runs can be paused, moved and resumed."""
-        return isinstance(rt.fabric, ResumableRuns) and isinstance(rt.fabric, Introspection)
+        """What the flows call: chip and link states (``Fabric``) and ``RankMoves``
+        (pause, move a rank, resume; the run's status and spec)."""
+        return isinstance(rt.fabric, RecoveryFabric)
 
     def for_cluster(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:
-        if not self.supports(rt):
+        fab = rt.fabric
+        if not isinstance(fab, RecoveryFabric):
             return None
         o = self.orch.get(rt.id)
         if o is None:
             lis = JobListener(self.table, self.tl, rt, self.render)
-            o = RecoveryOrchestrator(rt.fabric, self.tl, owner=rt.owners, listener=lis, subscribe=False,
+            o = RecoveryOrchestrator(fab, self.tl, owner=rt.owners, listener=lis, subscribe=False,
                                      spares=tuple(rt.spares))
             o.cordoned = set(rt.modes)
             self.orch[rt.id] = o
