@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from podfleet.control import scheduling
 from podfleet.control.chipmodes import ChipMode, shown_mode
 from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import ClusterRuntime
@@ -173,6 +174,9 @@ def settle(plane: PlanePort, rt: ClusterRuntime) -> None:
     if key == rt.settled_key:
         return
     rt.settled_key = key
+    # The scheduler's arrays from the owners now: a chip a moved rank just left reads free
+    # (``account_spares`` asks the scheduler), or it would stay short until the next change.
+    scheduling.sync(rt)
     changed = False
     for chip in [c for c in rt.modes.listed() if rt.modes.mode(c) is ChipMode.DRAINING]:
         if rt.owners.get(chip) is None:

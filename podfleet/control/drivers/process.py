@@ -222,7 +222,7 @@ class ProcessDriver:
         elif kind == "job-resumed":
             self._resumed(job, d)
         elif kind == "recovered":  # the fabric recovered a rank itself and measured it
-            self.relaunches.fabric_recovered(job, d, ev.t)
+            self.relaunches.fabric_recovered(job, d, ev.chip if ev.chip is not None else d.get("chip"))
         elif kind in ("job-finished", "job-failed", "job-stopped"):
             self._ended(job, kind, d)
         if job.ended:

@@ -23,7 +23,6 @@ from podfleet.fabric.base import (
     ChipState,
     Fabric,
     FabricEvent,
-    Introspection,
     ResumableRuns,
     RunState,
     WorkerGroupSpec,
@@ -40,8 +39,8 @@ _JOB_FAILED = ("job-failed", "worker-exited")
 
 
 @runtime_checkable
-class TwinFabric(Fabric, Introspection, ResumableRuns, Protocol):
-    """A fabric this driver can run: introspection plus resumable runs."""
+class TwinFabric(Fabric, ResumableRuns, Protocol):
+    """A fabric this driver can run: resumable runs (introspection included)."""
 
 
 class TwinDriver:

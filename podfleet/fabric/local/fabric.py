@@ -468,6 +468,11 @@ class LocalFabric:
     def claim(self, chip: int, job_id: str) -> None:
         self._busy[chip] = job_id
 
+    def release_chip(self, chip: int, job_id: str) -> None:
+        """The job's rank left ``chip``, which stays in service (its worker died, not the slot)."""
+        if self._busy.get(chip) == job_id:
+            del self._busy[chip]
+
     # --- private ----------------------------------------------------------------------------
     def _job(self, job_id: str) -> LocalJob:
         if job_id not in self.state.jobs:

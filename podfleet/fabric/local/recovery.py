@@ -6,10 +6,13 @@ milliseconds (gloo sees the closed connection); because the loop runs every
 collective of a step before ``optimizer.step``, each survivor still holds exactly the
 last completed step, saves it (one encrypted shard, ``kind: replica``) and exits 75.
 Once the whole gang is down (survivors that do not exit within ``replica_grace_s``
-are killed), the failed rank's slot is retired (FAILED -> ISOLATED) and replaced by a
-spare, and a new gang starts from the newest of {survivor replica, last committed
-checkpoint}, on a fresh rendezvous port. Restarting every rank costs a torch import
-per process but keeps the process-group logic trivial and correct.
+are killed), the failed rank moves to a spare (else a free slot), and a new gang
+starts from the newest of {survivor replica, last committed checkpoint}, on a fresh
+rendezvous port. The slot it left is retired (FAILED -> ISOLATED) only when it fails
+its check (``check_chip_health``: the control plane took it out of service); a worker
+killed or crashed on a healthy slot is not a slot fault, and the slot stays in
+service, free (the control plane makes it a spare again). Restarting every rank costs
+a torch import per process but keeps the process-group logic trivial and correct.
 
 Budget: infrastructure failures (kill -9 from outside, ``kill_worker``, a hang, a
 retired slot) never count against ``max_retries``, but a job whose ranks hang again
@@ -65,6 +68,8 @@ class RecoveryHost(Protocol):
     def retire_chip(self, chip: int, reason: str) -> None: ...
 
     def claim(self, chip: int, job_id: str) -> None: ...
+
+    def release_chip(self, chip: int, job_id: str) -> None: ...
 
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None: ...
 
@@ -167,7 +172,13 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
             paths.append("own-chip")
             continue
         paths.append("spare" if new in fab.spares else "free-chip")
-        fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost")
+        why = fab.check_chip_health(old)
+        if why is None:
+            # The worker died, not its slot (kill -9, a crash, a hang): the slot stays in
+            # service, free for the next job or as a spare again.
+            fab.release_chip(old, job.spec.job_id)
+        else:
+            fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost: {why}")
         job.chips[r] = new
         fab.claim(new, job.spec.job_id)
         moves[r] = (old, new)

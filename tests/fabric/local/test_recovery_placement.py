@@ -45,6 +45,28 @@ def test_no_spare_slot_the_rank_returns_to_its_own_slot(tmp_path) -> None:
         fab.close()
 
 
+def test_a_killed_worker_moves_to_the_spare_and_its_healthy_slot_stays_in_service(tmp_path) -> None:
+    # A worker killed (not its slot) is no chip fault: the rank takes the spare and the
+    # slot it left is neither failed nor isolated, free for the next job or as a spare.
+    fab = LocalFabric(2, spares=(1,), workdir=tmp_path / "w", hang_timeout_s=20)
+    try:
+        fab.launch(WorkerGroupSpec("job-kill", (0,), "debug", 12, checkpoint_interval=2,
+                                   options={"step_delay_s": 0.1, "global_batch": 4, "seq_len": 32}))
+        fab.wait("job-kill", 120, until=lambda s: (s.checkpoint_step or 0) >= 2)
+        fab.kill_worker("job-kill", 0)
+        st = fab.wait("job-kill", 180)
+        assert st.state is JobState.FINISHED, st.reason
+        [rec] = st.recoveries
+        assert rec["path"] == "spare" and rec["moves"] == {"0": [0, 1]} and rec["chip"] == 0
+        assert st.chips == (1,)
+        assert fab.chip_states() == [ChipState.HEALTHY] * 2 and fab.check_chip_health(0) is None
+        assert not [e for e in fab.events if e.kind == "chip-failed"]
+        [recovered] = [e for e in fab.events if e.kind == "recovered"]
+        assert recovered.chip == 0  # the event names the chip the rank was lost on
+    finally:
+        fab.close()
+
+
 def test_placement_is_refused_on_a_fabric_that_does_not_place_gangs(tmp_path) -> None:
     from podfleet.control import ControlPlane
     from podfleet.engine.timeline import Timeline
