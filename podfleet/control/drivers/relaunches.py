@@ -90,7 +90,9 @@ class Relaunches:
                               chip=d.get("chip"), detected_t=None, last_step=None)
         rec.update({k: d.get(k) for k in ("source", "restored_step", "steps_lost", "resume_s", "moves", "path",
                                           "mechanism")})
-        rec.update(state="done", restored_from=d.get("source"), t_end=t)
+        # ``t`` is the fabric's event time on the timeline; the record's times are the plane's
+        # clock (Unix seconds), like every other recovery record and ``injected_at``.
+        rec.update(state="done", restored_from=d.get("source"), t_end=self.now(), event_t=t)
         self.table.add_run_recovery(job, rec)
         self.table.log(job, f"recovered: resumed from {d.get('source')} step {d.get('restored_step')} in "
                             f"{float(d.get('resume_s') or 0):.2f} s, {d.get('steps_lost')} step(s) lost")

@@ -497,6 +497,11 @@ class LocalFabric:
     def claim(self, chip: int, job_id: str) -> None:
         self._busy[chip] = job_id
 
+    def release_chip(self, chip: int, job_id: str) -> None:
+        """``job_id`` no longer runs on ``chip`` (its state is left as it is)."""
+        if self._busy.get(chip) == job_id:
+            del self._busy[chip]
+
     # --- private ----------------------------------------------------------------------------
     def _job(self, job_id: str) -> LocalJob:
         if job_id not in self.state.jobs:

@@ -8,7 +8,7 @@ fabric picks the rank's new slot (a healthy idle spare, else a free slot, else t
 rank's own slot once it passes its check: the same order as a relaunch), writes the next
 rendezvous (generation, a fresh port, the same world size) to the job's
 ``rendezvous.json`` and starts the replacement rank there, from a warm standby when one
-is ready. The gang re-forms on the new port, the newest state held by a survivor is
+is ready; the old slot is released, not isolated: a killed worker is not a chip fault. The gang re-forms on the new port, the newest state held by a survivor is
 broadcast to every rank, and training resumes from it: ``job-recovering`` then
 ``job-resumed`` (``mechanism: rank-move``, ``source: replica``) as for a relaunch, and the
 recovery record closes at the first step trained.
@@ -51,7 +51,7 @@ class MoveHost(Protocol):
 
     def check_chip_health(self, chip: int) -> str | None: ...
 
-    def retire_chip(self, chip: int, reason: str) -> None: ...
+    def release_chip(self, chip: int, job_id: str) -> None: ...
 
     def claim(self, chip: int, job_id: str) -> None: ...
 
@@ -115,7 +115,9 @@ def on_lost(fab: MoveHost, job: LocalJob, wp: WorkerProcess, cause: Cause, msg: 
         fab.emit("job-recovering", job_id=job.spec.job_id, rank=rank, cause=cause.value, message=msg,
                  mechanism=MECHANISM)
     if new != old:
-        fab.retire_chip(old, f"worker of {job.spec.job_id} rank {rank} lost")
+        # A killed worker is not a chip fault: its slot stays healthy and is simply free
+        # (a slot the fabric took away, ``set_chip_state``, is already failed or isolated).
+        fab.release_chip(old, job.spec.job_id)
         job.chips[rank] = new
         fab.claim(new, job.spec.job_id)
     job.generation += 1
@@ -154,7 +156,7 @@ def on_regrouped(emit: Callable[..., None], job: LocalJob, msg: Message) -> None
     job.log.append(f"rank move generation {moving['generation']} done: rank {moving['rank']} on chip "
                    f"{moving['to']}, state of step {step} from rank {msg.get('source_rank')}")
     emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source="replica", restored_step=step,
-             chips=list(job.chips), mechanism=MECHANISM, generation=moving["generation"])
+             chips=list(job.chips), mechanism=MECHANISM, path=MECHANISM, generation=moving["generation"])
 
 
 def abort(job: LocalJob, why: str) -> None:

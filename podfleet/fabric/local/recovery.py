@@ -67,6 +67,8 @@ class RecoveryHost(Protocol):
 
     def claim(self, chip: int, job_id: str) -> None: ...
 
+    def release_chip(self, chip: int, job_id: str) -> None: ...
+
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None: ...
 
     def spawn_rank(self, job: LocalJob, rank: int, *, port: int, join: bool = False) -> WorkerProcess: ...
@@ -196,4 +198,4 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
     fab.start_attempt(job, resume_from=resume_from if job.spec.entrypoint is None else None,
                       resume=job.spec.entrypoint is not None)
     fab.emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source=source, restored_step=restored,
-             chips=list(job.chips))
+             chips=list(job.chips), mechanism="relaunch", path="relaunch")
