@@ -55,7 +55,7 @@ def parse_options(items: list[str]) -> dict[str, Any] | None:
 def submit(
     cluster: str = typer.Argument(..., help="cluster id or name"),
     model: str | None = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
-                              "local/ray clusters debug, tiny, small (optional with --entrypoint)"),
+                              "local/ray clusters debug, tiny, small, medium (optional with --entrypoint)"),
     chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
     steps: int = typer.Option(1000, "--steps", help="training steps to run (1 or more)"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),

@@ -21,6 +21,18 @@ from podfleet.hardware.topology import Topology
 # Heartbeat silence that counts as a hang for control-plane local workers: more than the
 # fabric's 1 s default, because the control plane shares its host's cores with them.
 LOCAL_HANG_TIMEOUT_S = 3.0
+# Warm standby workers (torch imported, waiting for a rank) a local cluster keeps, so a
+# rank move's replacement starts in well under a second: PODFLEET_LOCAL_WARM_WORKERS
+# (default 0: each idle standby holds a few hundred MB).
+LOCAL_WARM_ENV = "PODFLEET_LOCAL_WARM_WORKERS"
+
+
+def local_warm_workers() -> int:
+    raw = os.environ.get(LOCAL_WARM_ENV, "0").strip() or "0"
+    if not raw.isdigit():
+        raise InfeasibleError(f"{LOCAL_WARM_ENV}={raw!r} is not a whole number of standby workers",
+                              field=LOCAL_WARM_ENV)
+    return int(raw)
 
 
 # Fabrics whose construction reaches outside this process (a Ray cluster's GCS, the host's
@@ -78,7 +90,8 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
         from podfleet.fabric.local import LocalFabric
 
         return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),
-                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S, max_hang_restarts=hang_restarts)
+                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S, max_hang_restarts=hang_restarts,
+                           warm_workers=local_warm_workers(), refill_delay_s=1.0)
     if kind == "neuron":
         from podfleet.fabric.neuron.fabric import NeuronFabric
 

@@ -65,6 +65,13 @@ class WorkerConfig:
     split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
     grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
     array_index: int | None = None  # a job-array member's index: PODFLEET_ARRAY_INDEX for its script
+    # Rank moves (training/regroup.py): where the fabric writes the next rendezvous, the
+    # rendezvous generation this process starts in, whether it replaces a lost rank (and so
+    # takes its state from a peer), and how long a survivor waits for the fabric's move.
+    regroup_file: str | None = None
+    generation: int = 0
+    join: bool = False
+    regroup_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.world_size < 1:

@@ -5,7 +5,8 @@ loss, ``relaunched`` when the new gang starts, ``trained`` at its first new step
 recovery the fabric made itself and measured (``fabric_recovered``, the local fabric's
 ``recovered`` event). Either way the record lands in the job's ``runtime.recoveries``
 (saved with the job) and ``alerts recoveries`` lists it: path (``spare``, ``free-chip``,
-``own-chip``), moves, where the state came from, steps lost and the resume time.
+``own-chip``), ``mechanism`` (``rank-move``: the other ranks kept running; ``relaunch``: the
+gang restarted), moves, where the state came from, steps lost and the resume time.
 
 Every record names its chip (``chip``, ``target: "chip:N"``) and carries its times as
 RFC 3339 (``t_start``, ``t_end``, each step's ``t_start``) like every time the API shows;
@@ -64,7 +65,8 @@ class Relaunches:
             path = "spare" if any(b in self.spares() for _a, b in moves.values()) else "free-chip"
         source = "checkpoint" if start_step else "scratch"
         t = self.now()
-        rec.update(path=path, moves=moves, restored_step=start_step, source=source, restored_from=source,
+        rec.update(path=path, mechanism="relaunch", moves=moves, restored_step=start_step, source=source,
+                   restored_from=source,
                    relaunched_t=t, steps_lost=max(0, int(rec.get("last_step") or 0) - start_step))
         rec["steps"].append({"name": "relaunch", "reason": f"rank {rank} -> chip {new} ({path}); from {source} "
                                                            f"step {start_step}", "t_start": rfc3339(t)})
@@ -98,7 +100,8 @@ class Relaunches:
         detected = now - float(took) if isinstance(took, int | float) else None
         rec = recovery_record(job.id, len(counts.recoveries) + 1, rank=d.get("rank"), cause=d.get("cause"),
                               chip=chip, detected_t=detected, last_step=d.get("last_step"))
-        rec.update({k: d.get(k) for k in ("source", "restored_step", "steps_lost", "resume_s", "moves", "path")})
+        rec.update({k: d.get(k) for k in ("source", "restored_step", "steps_lost", "resume_s", "moves", "path",
+                                          "mechanism")})
         rec.update(state="done", restored_from=d.get("source"), t_end=rfc3339(now))
         self.table.add_run_recovery(job, rec)
         self.table.log(job, f"recovered: resumed from {d.get('source')} step {d.get('restored_step')} in "

@@ -43,7 +43,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.local import probes, reports, telemetry
+from podfleet.fabric.local import probes, rankmove, reports, telemetry
 from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
@@ -66,7 +66,7 @@ _HOST = socket.gethostname()  # every slot's worker runs on this host
 OPTIONS = (
     "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover", "array_index",
     "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
-    "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression",
+    "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression", "rank_moves", "regroup_timeout_s",
 )
 
 
@@ -212,6 +212,7 @@ class LocalFabric:
             jobdir = self.workdir / "jobs" / group.job_id
             jobdir.mkdir(parents=True, exist_ok=True)
             (jobdir / "work_split.json").unlink(missing_ok=True)  # a split from an earlier run of this id
+            (jobdir / "rendezvous.json").unlink(missing_ok=True)  # and a rank move's rendezvous
             gb = int(opts.get("global_batch", WorkerConfig.global_batch))
             shares = split_samples(opts["work_split"], gb) if opts.get("work_split") else ()
             base = WorkerConfig(
@@ -222,8 +223,12 @@ class LocalFabric:
                 resume=bool(opts.get("resume", False)),
                 entrypoint_args=tuple(opts.get("entrypoint_args", ())),
                 shares=shares, split_file=str(jobdir / "work_split.json") if len(group.chips) > 1 else None,
+                # A lost rank of a built-in DP gang moves alone (rankmove.py) unless turned off.
+                regroup_file=(str(jobdir / "rendezvous.json") if len(group.chips) > 1 and group.entrypoint is None
+                              and bool(opts.get("rank_moves", True)) else None),
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
-                                        "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index")
+                                        "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index",
+                                        "regroup_timeout_s")
                    if k in opts},
             )
             job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
@@ -267,11 +272,7 @@ class LocalFabric:
             samples = split_samples([float(x) for x in shares], cfg.global_batch)
             job.base_cfg = cfg.replace(shares=samples)
             if cfg.split_file:
-                # Atomic (rank 0 never reads half a file), and never through a link the job
-                # planted at the temporary name in its own directory.
-                split = Path(cfg.split_file)
-                owner = self._pool.job_owner(split.parent) or (None, None)
-                write_for_job(split, json.dumps({"shares": list(samples)}).encode(), *owner)
+                self._write_job_file(Path(cfg.split_file), json.dumps({"shares": list(samples)}).encode())
             job.log.append(f"work split {list(samples)} (samples of {cfg.global_batch})")
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
@@ -405,32 +406,60 @@ class LocalFabric:
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None:
         job.attempt += 1
         job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
-        job.hung_ranks = {}
+        job.hung_ranks, job.moving = {}, None
         port = free_port()
         cfg0 = job.base_cfg
         if job.spec.entrypoint is None and len(job.chips) > 1:
             even = (cfg0.global_batch // len(job.chips),) * len(job.chips)
             job.speed = RankSpeed(len(job.chips), [(0, tuple(cfg0.shares) or even)])
+        for rank in range(len(job.chips)):
+            self._spawn(job, rank, port=port, resume_from=resume_from, resume=resume)
+        self._pool.gang_started()
+
+    def spawn_rank(self, job: LocalJob, rank: int, *, port: int, join: bool = False) -> WorkerProcess:
+        """Start one rank of the running gang on ``job.chips[rank]`` (a rank move's replacement:
+        ``join`` takes its state from the peers at the rendezvous on ``port``)."""
+        wp = self._spawn(job, rank, port=port, join=join)
+        self._pool.gang_started()
+        return wp
+
+    def publish_rendezvous(self, job: LocalJob) -> int:
+        """Write the job's next rendezvous (``job.generation``, a fresh port) for its workers."""
+        port = free_port()
+        path = job.base_cfg.regroup_file
+        assert path is not None  # only rank-move jobs have one
+        self._write_job_file(Path(path), rankmove.rendezvous_doc(job.generation, port, len(job.chips)))
+        return port
+
+    def _spawn(self, job: LocalJob, rank: int, *, port: int, resume_from: str | None = None, resume: bool = False,
+               join: bool = False) -> WorkerProcess:
+        chip = job.chips[rank]
         jobdir = self.workdir / "jobs" / job.spec.job_id
         replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"
-        for rank, chip in enumerate(job.chips):
-            cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
-                                       replica_dir=str(replica_dir))
-            delays = job.spec.options.get("rank_step_delay_s") or {}
-            if str(rank) in delays or rank in delays:  # a per-rank slow worker (tests, benchmarks)
-                cfg = cfg.replace(step_delay_s=float(delays.get(rank, delays.get(str(rank), 0.0))))
-            log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}.log"
+        cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
+                                   replica_dir=str(replica_dir), generation=job.generation, join=join)
+        delays = job.spec.options.get("rank_step_delay_s") or {}
+        if str(rank) in delays or rank in delays:  # a per-rank slow worker (tests, benchmarks)
+            cfg = cfg.replace(step_delay_s=float(delays.get(rank, delays.get(str(rank), 0.0))))
+        gen = f"-gen-{job.generation}" if join else ""
+        log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}{gen}.log"
 
-            def on_msg(wp: WorkerProcess, msg: Message) -> None:
-                self.deliver(reports.handle_message, self.state, self.emit, wp, msg)
+        def on_msg(wp: WorkerProcess, msg: Message) -> None:
+            self.deliver(reports.handle_message, self.state, self.emit, wp, msg)
 
-            def on_exit(wp: WorkerProcess, code: int) -> None:
-                self.deliver(handle_exit, self, wp, code, time.monotonic())
+        def on_exit(wp: WorkerProcess, code: int) -> None:
+            self.deliver(handle_exit, self, wp, code, time.monotonic())
 
-            job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, on_msg, on_exit)
-            job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
-                           f"pid {job.workers[rank].pid}")
-        self._pool.gang_started()
+        wp = job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, on_msg, on_exit)
+        job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
+                       f"pid {wp.pid}" + (f" (rank move, generation {job.generation})" if join else ""))
+        return wp
+
+    def _write_job_file(self, path: Path, data: bytes) -> None:
+        # Atomic (a worker never reads half a file), and never through a link the job
+        # planted at the temporary name in its own directory.
+        owner = self._pool.job_owner(path.parent) or (None, None)
+        write_for_job(path, data, *owner)
 
     def warm_ready(self) -> int:
         """How many warm standbys have finished preloading."""

@@ -111,6 +111,8 @@ class LocalJob:
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     resume_next: dict[str, Any] = field(default_factory=dict)
     speed: Any = None  # RankSpeed of the current attempt (built-in loop only)
+    generation: int = 0  # rendezvous generation of the gang (a rank move starts the next one)
+    moving: dict[str, Any] | None = None  # the rank move in flight (rankmove.py)
 
     def set_state(self, dst: JobState) -> None:
         check_job_transition(self.state, dst)

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from podfleet.checkpoint import manifest
 from podfleet.fabric.base import hang_reason
+from podfleet.fabric.local import rankmove
 from podfleet.fabric.local.jobs import TERMINAL, Cause, JobState, LocalJob, classify_exit
 from podfleet.fabric.local.process import WorkerProcess
 from podfleet.fabric.local.state import LocalState
@@ -73,6 +74,10 @@ class RecoveryHost(Protocol):
 
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None: ...
 
+    def spawn_rank(self, job: LocalJob, rank: int, *, port: int, join: bool = False) -> WorkerProcess: ...
+
+    def publish_rendezvous(self, job: LocalJob) -> int: ...
+
 
 def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
     if wp.error and wp.error.get("message"):
@@ -105,6 +110,8 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
         if gang_down and all(w.exit_code == 0 for w in job.workers.values()):
             fab.finish(job, JobState.FINISHED, None)
         return
+    if rankmove.on_lost(fab, job, wp, cause, msg, detected_mono):
+        return  # the rank moves alone; the other ranks keep running
     if cause in (Cause.INFRA, Cause.USER_CODE, Cause.BAD_INPUT):
         job.failed_ranks[wp.rank] = (cause, msg)
     if wp.killed_by == "hang":
@@ -193,11 +200,11 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
         source, restored, resume_from = "scratch", 0, None
     rec.update(source=source, restored_step=restored, steps_lost=max(0, rec["last_step"] - restored),
                moves={str(r): list(m) for r, m in moves.items()}, relaunch_mono=time.monotonic(),
-               path=paths[0] if paths else None)
+               path=paths[0] if paths else rec.get("path"), mechanism="relaunch")
     job.recovery = rec
     job.set_state(JobState.RUNNING)
     # User scripts restore through pf.load_state(), which reads the latest checkpoint.
     fab.start_attempt(job, resume_from=resume_from if job.spec.entrypoint is None else None,
                       resume=job.spec.entrypoint is not None)
     fab.emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source=source, restored_step=restored,
-             chips=list(job.chips))
+             chips=list(job.chips), mechanism="relaunch", path="relaunch")

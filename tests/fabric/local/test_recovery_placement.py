@@ -33,11 +33,13 @@ def test_no_spare_slot_the_rank_returns_to_its_own_slot(tmp_path) -> None:
         assert st.state is JobState.FINISHED, st.reason
         [rec] = st.recoveries
         assert rec["path"] == "own-chip" and rec["moves"] == {} and rec["steps_lost"] >= 0
+        assert rec["mechanism"] == "rank-move"  # rank 0 kept running; rank 1 restarted on its slot
         assert rec["resume_s"] > 0 and rec["source"] in ("replica", "checkpoint")
         assert st.chips == (0, 1) and fab.chip_states() == [ChipState.HEALTHY] * 2
         logs = fab.run_logs("job-own")
         assert any(ln.startswith("[attempt 1] rank 1 on chip 1: node ") for ln in logs)
-        assert any(ln.startswith("[attempt 2] rank 1 on chip 1: node ") for ln in logs)
+        assert any(ln.startswith("[attempt 1] rank 1 on chip 1: node ") and "(rank move, generation 1)" in ln
+                   for ln in logs)
         assert fab.chip_hosts() == [fab.chip_hosts()[0]] * 2 and fab.chip_hosts()[0]
         assert fab.check_chip_health(1) is None  # the gang is gone: the slot is free and healthy
         assert fab.chip_metrics()["mem_capacity_bytes"][0] > 0
@@ -115,6 +117,7 @@ def test_a_local_jobs_recovery_is_recorded_and_listed_like_the_twins(tmp_path) -
         assert done["state"] == "SUCCEEDED", done["reason"]
         [rec] = done["runtime"]["recoveries"]
         assert rec["path"] == "own-chip" and rec["state"] == "done" and rec["kind"] == "worker-lost"
+        assert rec["mechanism"] == "rank-move"
         assert rec["resume_s"] > 0 and rec["steps_lost"] >= 0 and rec["restored_from"] in ("replica", "checkpoint")
         listed = plane.call_sync(parts.recovery.recoveries, "loc")
         assert [(r["id"], r["path"], r["job_id"]) for r in listed] == [(rec["id"], "own-chip", jid)]
