@@ -208,6 +208,10 @@ def elect(settings: Settings, store: StoreProtocol) -> tuple[Elector | None, IO[
         raise PodfleetError(f"cannot take part in the leadership election on {store.url}: {elector.last_error}")
     if elector.term is not None:
         store.use_fence(Fence(elector.holder, elector.term))
+    # Renewals start now, while the rest of the server is built: a term won here must not
+    # lapse before the engine even starts.
+    elector.on_lost = lambda term, why: lost_leadership(term, why)
+    elector.start()
     return elector, None
 
 
@@ -273,8 +277,15 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     if warning:
         bar = "!" * min(len(warning), 100)
         print(f"{bar}\n{warning}\n{bar}", file=sys.stderr, flush=True)
+    once = threading.Lock()
+
     def lead() -> None:
         """The engine: reload the store (re-attach to what runs: ``plane.load``), serve."""
+        if not once.acquire(blocking=False):
+            return  # already leading
+        term = server.elector.term if server.elector is not None else None
+        if term is not None and isinstance(server.store, Store) and server.elector is not None:
+            server.store.use_fence(Fence(server.elector.holder, term))
         server.plane.start()
         ensure_default_cluster(server.plane, default_cluster)
         if server.digests is not None:
@@ -284,12 +295,10 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
             watch_engine(server)
 
     elector = server.elector
-    if elector is None or elector.leads():
-        lead()
     if elector is not None:
         elector.on_elected = lambda term: takeover(server, term, lead)
-        elector.on_lost = lambda term, why: lost_leadership(term, why)
-        elector.start()
+    if elector is None or elector.leads():
+        lead()
     quiet_gc()
     # uvicorn re-raises SIGTERM after its graceful shutdown; by default that would end the
     # process before the cleanup below (the final audit digest, the store's close).
