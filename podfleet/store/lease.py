@@ -5,8 +5,8 @@ holder's connection, and a paused leader (SIGSTOP, a VM frozen, a GC stall) keep
 connection open, so nobody could take over until the kernel gave up on the socket,
 minutes later. A row with an expiry hands the lease on after ``ttl_s`` whatever the old
 holder does, and its ``term`` (raised by every takeover) is the fencing token: each write
-transaction of a leader first reads the row ``FOR SHARE`` and goes on only if the term is
-still its own (``check``), in the same transaction, so a leader paused past its lease
+transaction of a leader first reads the row ``FOR KEY SHARE`` and goes on only if the term
+is still its own (``check``), in the same transaction, so a leader paused past its lease
 changes nothing once it wakes up. The share lock makes a takeover wait for a write
 transaction in flight; PostgreSQL ends a transaction left idle by a paused process after
 ``idle_in_transaction_session_timeout`` (``store.engine``), so that wait is bounded.
@@ -89,14 +89,15 @@ class Lease:
     def renew(self, holder: str, term: int) -> bool:
         """Extend one's own unexpired term by ``ttl_s``; False once it is not one's own (or
         has lapsed: a lapsed term is never revived, its holder must acquire a new one)."""
+        # A plain conditional UPDATE of a non-key column: its row lock (FOR NO KEY UPDATE)
+        # does not wait for the leader's own write transactions (FOR KEY SHARE, ``Fence``),
+        # so a long transaction of the engine never delays the renewal of its lease.
         with self.engine.begin() as conn:
-            row = self._locked(conn)
             now = self.clock(conn)
-            if row is None or row.holder != holder or int(row.term) != term or float(row.expires_at) <= now:
-                return False
-            conn.execute(update(table_of(LeaderLeaseRow)).where(LeaderLeaseRow.name == self.name).values(
-                expires_at=now + self.ttl_s))
-            return True
+            res = conn.execute(update(table_of(LeaderLeaseRow)).where(
+                LeaderLeaseRow.name == self.name, LeaderLeaseRow.holder == holder, LeaderLeaseRow.term == term,
+                LeaderLeaseRow.expires_at > now).values(expires_at=now + self.ttl_s))
+            return bool(res.rowcount)
 
     def release(self, holder: str, term: int) -> None:
         """A clean stop hands the lease on at once instead of after ``ttl_s``."""
@@ -120,10 +121,11 @@ class Fence:
     name: str = LEASE_NAME
 
     def check(self, session: Session) -> None:
-        # FOR SHARE: a takeover (FOR UPDATE of the row) waits until this transaction ends,
-        # so the term read here stays the row's until our commit.
+        # FOR KEY SHARE: a takeover (FOR UPDATE of the row) waits until this transaction
+        # ends, so the term read here stays the row's until our commit; the holder's own
+        # renewals (an UPDATE of a non-key column) do not wait for it.
         q = select(LeaderLeaseRow.holder, LeaderLeaseRow.term).where(
-            LeaderLeaseRow.name == self.name).with_for_update(read=True)
+            LeaderLeaseRow.name == self.name).with_for_update(read=True, key_share=True)
         row = session.execute(q).first()
         if row is None or row.holder != self.holder or int(row.term) != self.term:
             now = f"term {row.term} of {row.holder}" if row is not None else "no lease"
