@@ -31,7 +31,6 @@ from podfleet.api.testing import (
     role_of,
     spawn_url_server,
     stop_server,
-    wait_healthz,
 )
 
 TOKEN = "ha-test-token-0123456789abcdef"
