@@ -19,6 +19,12 @@
     PODFLEET_CODE_DIRS           directories (os.pathsep-separated) an admin allows job
                                  entrypoints from, besides pushed code artifacts
     PODFLEET_KEY_DIR / _KEY_COMMAND / _KEY_URL  where podfleet's keys come from
+    PODFLEET_LEASE_TTL_S         servers on one PostgreSQL store: how long a leader's lease
+                                 lasts unrenewed, the most a takeover waits (4)
+    PODFLEET_ADVERTISE_URL       the URL other servers forward to when this one leads
+                                 (default http(s)://HOST:PORT)
+    PODFLEET_INSTANCE            this server's name in the lease and podfleet_leader{instance}
+                                 (default HOSTNAME:PORT)
     PODFLEET_AUDIT_DIGESTS_DIR   signed audit digests (default: beside a SQLite file)
     PODFLEET_AUDIT_DIGEST_EVERY / _AUDIT_DIGEST_INTERVAL_S  a digest every N records (100)
                                  and every S seconds while the chain grows (60)
@@ -85,6 +91,10 @@ class Settings(BaseSettings):
     key_dir: str | None = None  # default ~/.podfleet/keys (outside the data directory)
     key_command: str | None = None  # an external KMS: `CMD NAME` prints the key
     key_url: str | None = None  # an external KMS: GET URL/NAME answers the key
+    # Several servers on one PostgreSQL store (store/lease.py, api/leadership.py).
+    lease_ttl_s: float = Field(4.0, ge=1.0, le=300.0)
+    advertise_url: str | None = None  # default http(s)://host:port
+    instance: str | None = None  # default hostname:port
     audit_digests_dir: str | None = None  # default: beside the SQLite file, or ~/.podfleet/audit-digests
     audit_digest_interval_s: float = Field(60.0, gt=0)
     audit_digest_every: int = Field(100, ge=1, le=1_000_000)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from typing import Protocol
 
 from podfleet.control.drivers.base import JobDriver, RecoveryPort
@@ -28,9 +29,13 @@ from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
+from podfleet.errors import UnavailableError
 from podfleet.fabric.base import FabricEvent
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord
+
+# How long after a store outage refused an event it is handled again (timeline seconds).
+EVENT_RETRY_S = 1.0
 
 
 def event_line(ev: FabricEvent) -> str:
@@ -86,7 +91,17 @@ class FabricEvents:
                 self.metrics.record(ev.job_id, self.now(), ev.detail)
             return
         # One commit per event: a checkpoint's two transitions and its record go together.
-        with self.store.transaction():
+        stack = ExitStack()
+        try:
+            stack.enter_context(self.store.transaction())
+        except UnavailableError as exc:
+            # The store does not answer: nothing of the event was applied yet, so it is
+            # handled again a little later, as often as it takes (no job wedges waiting
+            # for a checkpoint or an exit the plane never recorded).
+            self.tl.emit("event-retry", event=ev.kind, job=ev.job_id, reason=exc.message)
+            self.tl.call_at(EVENT_RETRY_S, lambda: self.handle(rt, ev))
+            return
+        with stack:
             if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
                 save_health(self.store, rt)
             self._to_jobs(rt, ev)

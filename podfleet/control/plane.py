@@ -153,8 +153,9 @@ class ControlPlane:
 
     # --- time, threads ---------------------------------------------------------------
     def now(self) -> float:
-        """Unix seconds on the timeline (tracks the wall clock when paced at speed 1)."""
-        return self.epoch + self.tl.now
+        """Unix seconds on the timeline (tracks the wall clock when paced at speed 1, also
+        after an engine stall: the timeline's ``skew_s`` is the time it re-anchored over)."""
+        return self.epoch + self.tl.now + self.tl.skew_s
 
     async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """From any thread's event loop: run a command on the engine thread and await it."""
@@ -171,6 +172,12 @@ class ControlPlane:
         self.load()
         self._thread = threading.Thread(target=self.tl.serve_forever, name="podfleet-engine", daemon=True)
         self._thread.start()
+
+    @property
+    def engine_running(self) -> bool:
+        """Whether the engine thread (serving) is alive: it ends on ``stop`` or when a
+        failure nobody handles stops it (fail-stop)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         self.tl.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -81,10 +82,20 @@ def unreachable(url: str, exc: httpx.HTTPError) -> PodfleetError:
     return PodfleetError(f"cannot reach podfleet at {url}: {text or type(exc).__name__}")
 
 
+def _retry_after(r: httpx.Response) -> float | None:
+    value = r.headers.get("retry-after", "")
+    try:
+        return min(max(float(value), 0.1), 10.0) if value else None
+    except ValueError:
+        return None  # an HTTP date: not one podfleet sends
+
+
 class PodfleetClient:
     def __init__(self, url: str = "http://127.0.0.1:8470", token: str | None = None, *,
-                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 retry_unavailable_s: float = 15.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.retry_unavailable_s = retry_unavailable_s
         self.url = check_url(url)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
 
@@ -103,10 +114,18 @@ class PodfleetClient:
             kw["params"] = {k: v for k, v in kw["params"].items() if v is not None}
         if "json" in kw:
             kw["json"] = {k: v for k, v in kw["json"].items() if v is not None}
-        try:
-            r = self._http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise unreachable(self.url, exc) from None
+        deadline = time.monotonic() + self.retry_unavailable_s
+        while True:
+            try:
+                r = self._http.request(method, path, **kw)
+            except httpx.HTTPError as exc:
+                raise unreachable(self.url, exc) from None
+            # 503 + Retry-After: nothing was changed (a follower between leaders, the store
+            # unreachable), so the same request is sent again, for at most retry_unavailable_s.
+            wait = _retry_after(r)
+            if r.status_code != 503 or wait is None or time.monotonic() + wait > deadline:
+                break
+            time.sleep(wait)
         if r.status_code >= 400:
             try:
                 body = r.json()
