@@ -17,7 +17,7 @@ paths: recoveries by mechanism, ``rank-move`` (the other rank kept its process) 
 own slot once it passes its check). ``survivor_pid_kept``: kills after which the rank
 that was not killed still ran in the same process.
 
-``--quick`` runs the ``debug`` preset (0.13M parameters), 3 kills.
+``--quick`` runs the ``debug`` preset (0.13M parameters), 2 kills (tests/test_benchmarks.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ NAME = "recovery-real"
 DESCRIPTION = ("kill -9 of a local worker, repeated, through the control plane: kill_to_step_s p50/p99, "
                "steps_lost, rank-move vs relaunch")
 KILLS = 20
-QUICK_KILLS = 3
+QUICK_KILLS = 2
 STEPS_BETWEEN = 3  # steps trained after a recovery closes before the next kill
 
 
