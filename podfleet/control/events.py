@@ -58,6 +58,9 @@ class EventJobs(Protocol):
     @property
     def drivers(self) -> Mapping[str, JobDriver]: ...
 
+    def schedule(self, rt: ClusterRuntime) -> None:
+        """Give free chips to waiting jobs (a fabric that recovered may run them now)."""
+
 
 def save_health(store: StoreProtocol, rt: ClusterRuntime) -> None:
     """Persist every chip's state (and whether it is a spare) for a restart to read."""
@@ -136,9 +139,12 @@ class FabricEvents:
     def _fabric_health(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
         """The fabric lost (or regained) its own telemetry source, e.g. a neuron-monitor
         that exited: shown as the cluster's reason until it recovers."""
-        reason = str(ev.detail.get("reason") or ev.kind) if ev.kind == "fabric-degraded" else ""
+        # A recovery may say how (a Ray cluster reconnected): shown as the reason then.
+        reason = str(ev.detail.get("reason") or (ev.kind if ev.kind == "fabric-degraded" else ""))
         rt.logs.append(self.now(), f"fabric: {ev.kind}" + (f": {reason}" if reason else ""))
         if rt.rec.status.get("reason") != reason and rt.state == ClusterState.ACTIVE:
             rt.rec.status["reason"] = reason or "fabric recovered"
             rt.rec.updated_at = self.now()
             self.store.save_cluster(rt.rec)
+        if ev.kind == "fabric-recovered":
+            self.jobs.schedule(rt)  # jobs waiting for the fabric look again now

@@ -58,6 +58,9 @@ class TwinDriver:
         rec = self.jobs.recovery
         return rec is not None and rec.owns(job_id)
 
+    def holds_recovering(self, job_id: str) -> bool:
+        return False  # the twin's relaunch runs at once
+
     def check_submit(self, spec: JobSpec) -> tuple[Plan | None, float | None]:
         if spec.options:
             raise InfeasibleError("options apply to clusters of worker processes (local, ray, neuron); "
