@@ -67,7 +67,7 @@ def cluster_spares(spec: ClusterSpec, topology: Topology, stored: Sequence[int] 
         return tuple(int(c) for c in stored)
     if spec.spare_chips is not None:
         return tuple(spec.spare_chips)
-    return choose_spares(topology, spec.spares)
+    return choose_spares(topology, spec.total_spares())
 
 
 def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str, int] | None,
