@@ -139,6 +139,10 @@ class CreateClusterRequest(_In):
     neuronMonitor: Command | None = Field(None,
                                       description="fabric neuron: the command that streams neuron-monitor reports, "
                                                   "kept running (default 'neuron-monitor'; no shell)")
+    pods: int | None = Field(None, ge=1, le=1024, description="a fleet: this many pods of type, joined by EFA "
+                             "(twin); spares are then per pod")
+    podsPerBlock: int | None = Field(None, ge=1, le=1024, description="fleet: pods behind one spine switch "
+                                     "(a network block); default 16 or pods")
     clientToken: str | None = ClientToken
 
 
@@ -195,6 +199,13 @@ class SubmitJobRequest(_In):
                                                             "succeeded; one that fails fails this job")
     after_any: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
                                                  description="start only after each of these jobs ended")
+    pods: int | None = Field(None, ge=1, le=1024, description="a fleet cluster: run on exactly this many pods, "
+                             "chips / pods on each (whole pods when that is a pod)")
+    topologyRequired: Literal["pod", "block"] | None = Field(
+        None, description="never cross this network level: pod (NeuronLink) or block (the pods behind one spine); "
+                          "the job waits rather than cross it")
+    topologyPreferred: Literal["pod", "block"] | None = Field(
+        None, description="cross this level as little as possible (the default for a gang across pods: block)")
     array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")

@@ -113,7 +113,7 @@ def bind(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> No
     table.transition(job, JobState.PLACING,
                         f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
                         allocation=scheduling.allocation_view(p))
-    launch(table, drv, rt, job, Allocation(p.chips, p.shape, p.reason))
+    launch(table, drv, rt, job, Allocation(p.chips, p.shape, p.reason, p.pods, p.blocks))
 
 
 def launch(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:

@@ -17,10 +17,17 @@ class Allocation:
     chips: tuple[int, ...]  # rank r runs on chips[r]
     shape: tuple[int, ...]  # block shape, or (n,) for a scattered set
     reason: str
+    # A gang across pods of a fleet: its pods in rank order and their network blocks.
+    pods: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, object]:
-        return {"chips": list(self.chips), "shape": list(self.shape), "reason": self.reason}
+        out: dict[str, object] = {"chips": list(self.chips), "shape": list(self.shape), "reason": self.reason}
+        if self.pods:
+            out.update(pods=list(self.pods), blocks=list(self.blocks))
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Allocation:
-        return cls(tuple(int(c) for c in d["chips"]), tuple(int(k) for k in d["shape"]), str(d.get("reason", "")))
+        return cls(tuple(int(c) for c in d["chips"]), tuple(int(k) for k in d["shape"]), str(d.get("reason", "")),
+                   tuple(int(p) for p in d.get("pods") or ()), tuple(int(b) for b in d.get("blocks") or ()))

@@ -595,7 +595,7 @@ class ControlPlane:
         # Clusters persisted before spares were chosen by the scheduler had the last N chips.
         stored = rec.status.get("spares")
         spares = cluster_spares(spec, topology, stored if stored is not None else
-                                range(topology.n_chips - spec.spares, topology.n_chips))
+                                range(topology.n_chips - spec.total_spares(), topology.n_chips))
         if rec.state == ClusterState.DELETING:
             rec.state = ClusterState.DELETED.value
             self.store.save_cluster(rec)

@@ -97,6 +97,8 @@ def job_request(job_id: str, spec: Mapping[str, Any], plan: Mapping[str, Any] | 
         queue=spec.get("queue") or "default", may_preempt=spec.get("priority_preemption") != "never",
         parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
         grad_compression=str(spec.get("grad_compression") or "none"),
+        pods=spec.get("pods"), topology_required=spec.get("topology_required"),
+        topology_preferred=spec.get("topology_preferred"),
     )
 
 

@@ -287,6 +287,11 @@ class JobSpec:
     # Set from a priority class at submit (``control.priorities``): its name and policy.
     priority_class: str | None = None
     priority_preemption: str | None = None
+    # Fleets (``scheduler.fleet``): exactly this many pods, and the network level the gang
+    # must not cross (required) or should cross least (preferred): "pod" | "block".
+    pods: int | None = None
+    topology_required: str | None = None
+    topology_preferred: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -349,6 +354,15 @@ class JobSpec:
             if deps is not None and (not isinstance(deps, list) or not 1 <= len(deps) <= 100
                                      or not all(isinstance(d, str) and _DEP_RE.match(d) for d in deps)):
                 raise InvalidInputError(f"{fname} must be 1-100 job ids (job-...), got {deps!r}", field=fname)
+        for fname in ("topology_required", "topology_preferred"):
+            level = getattr(self, fname)
+            if level is not None and level not in ("pod", "block"):
+                raise InvalidInputError(f"{fname} must be pod or block, got {level!r}", field=fname,
+                                        allowed=["pod", "block"])
+        if self.pods is not None and (not isinstance(self.pods, int) or isinstance(self.pods, bool)
+                                      or self.pods < 1 or self.chips % self.pods):
+            raise InvalidInputError(f"pods ({self.pods!r}) must be a positive divisor of chips ({self.chips})",
+                                    field="pods")
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
             raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
                                     allowed="0-100")

@@ -412,6 +412,10 @@ class FleetTopology(Topology):
     def split(self, chip: int) -> tuple[int, int]:
         return divmod(chip, self.group.n_chips)
 
+    def split_pod(self, chip: int) -> int:
+        """The group (pod) of a chip."""
+        return chip // self.group.n_chips
+
     @property
     def n_blocks(self) -> int:
         return -(-self.count // self.pods_per_block)

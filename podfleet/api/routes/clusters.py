@@ -33,8 +33,10 @@ async def create_cluster(body: CreateClusterRequest, request: Request, plane: Pl
     a user's policies must grant it)."""
     host = {"rayAddress": body.rayAddress, "neuronLs": body.neuronLs, "neuronMonitor": body.neuronMonitor}
     await require_fabric_commands(request, who, body.name, [k for k, v in host.items() if v is not None])
-    data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor"}, exclude_none=True)
-    named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor}
+    data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor", "podsPerBlock"},
+                           exclude_none=True)
+    named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor,
+             "pods_per_block": body.podsPerBlock}
     data.update({k: v for k, v in named.items() if v is not None})
     return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
 
