@@ -37,8 +37,9 @@ JobOptionName = Literal[JOB_OPTION_NAMES]  # type: ignore[valid-type]
 JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
                        "SUCCEEDED", "FAILED", "STOPPED"]
 MAX_CHIPS = MAX_CLUSTER_CHIPS  # the most chips one cluster has (custom dims or chips): the absolute bound of an index
-MAX_CHIP_INDEX = MAX_CHIPS - 1
-MAX_LINK_INDEX = 6 * MAX_CHIPS - 1  # the most links: a 6-axis torus of MAX_CHIPS chips
+MAX_FLEET_CHIPS = 1024 * 64  # a fleet cluster: up to 1,024 pods of 64 chips (catalog.MAX_FLEET_PODS)
+MAX_CHIP_INDEX = MAX_FLEET_CHIPS - 1
+MAX_LINK_INDEX = 6 * MAX_FLEET_CHIPS - 1  # the most links: a 6-axis torus per pod
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="idempotency key: a retry with the same token returns the same object")
 
