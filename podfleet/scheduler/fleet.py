@@ -41,6 +41,7 @@ from podfleet.errors import PodfleetError
 from podfleet.hardware.topology import FleetTopology, NetworkLevel
 from podfleet.perf.layout import job_topology
 from podfleet.scheduler import status as st
+from podfleet.scheduler.blocks import BlockIndex
 from podfleet.scheduler.extension import CycleState, FleetPlanner
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
@@ -60,17 +61,22 @@ class FleetChoice:
     crossings: int  # spine crossings of the gang's ring (0 inside one block)
 
 
-def splits(job: JobRequest, chips_per_pod: int, n_pods: int, sizes: set[int]) -> list[tuple[int, int]]:
+def splits(job: JobRequest, chips_per_pod: int, n_pods: int, sizes: frozenset[int]) -> list[tuple[int, int]]:
     """(pods, chips per pod) ways to split the gang, fewest pods first."""
-    if job.pods is not None:
-        s = job.chips // job.pods
-        return [(job.pods, s)] if s in sizes and job.pods <= n_pods else []
-    lo = -(-job.chips // chips_per_pod)
-    return [(n, job.chips // n) for n in range(max(lo, 2), n_pods + 1)
-            if job.chips % n == 0 and job.chips // n in sizes]
+    return _splits(job.chips, job.pods, chips_per_pod, n_pods, sizes)
 
 
-def unresolvable(job: JobRequest, topo: FleetTopology, chips_per_pod: int, sizes: set[int],
+@functools.lru_cache(maxsize=4096)
+def _splits(chips: int, pods: int | None, chips_per_pod: int, n_pods: int,
+            sizes: frozenset[int]) -> list[tuple[int, int]]:
+    if pods is not None:
+        s = chips // pods
+        return [(pods, s)] if s in sizes and pods <= n_pods else []
+    lo = -(-chips // chips_per_pod)
+    return [(n, chips // n) for n in range(max(lo, 2), n_pods + 1) if chips % n == 0 and chips // n in sizes]
+
+
+def unresolvable(job: JobRequest, topo: FleetTopology, chips_per_pod: int, sizes: frozenset[int],
                  ever: np.ndarray) -> Status | None:
     """Why this gang can never be placed on this fleet, or None. ``ever[pod, size]``:
     pods that hold a free block of that size with every job gone (spares excluded)."""
@@ -149,7 +155,7 @@ def _crossings(blocks: np.ndarray) -> int:
 
 
 def pending_reason(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.ndarray,
-                   pods_busy: int, pods_unhealthy: int) -> str:
+                   pods_busy: int, pods_full: int) -> str:
     """What is missing at which level: pods with a free block, and the best block."""
     have = int(feasible.sum())
     k = topo.pods_per_block
@@ -165,9 +171,9 @@ def pending_reason(job: JobRequest, topo: FleetTopology, n: int, s: int, feasibl
         parts.append(f"the fleet has {have} free")
     tail = []
     if pods_busy:
-        tail.append(f"{pods_busy} pods partly allocated")
-    if pods_unhealthy:
-        tail.append(f"{pods_unhealthy} pods with unhealthy chips")
+        tail.append(f"{pods_busy} pods without a free {s}-chip block")
+    if pods_full:
+        tail.append(f"{pods_full} pods with no usable chip free")
     return "; ".join(parts) + (f" ({', '.join(tail)})" if tail else "")
 
 
@@ -180,9 +186,13 @@ def describe_choice(c: FleetChoice, shape: tuple[int, ...]) -> str:
             f"{c.crossings} spine crossings")
 
 
-def block_sizes(fw: Framework) -> set[int]:
-    idx = fw.handle.cluster.blocks
-    return {int(v) for v in np.unique(idx.shape_size)}
+def block_sizes(fw: Framework) -> frozenset[int]:
+    return _sizes(fw.handle.cluster.blocks)
+
+
+@functools.lru_cache(maxsize=16)
+def _sizes(idx: BlockIndex) -> frozenset[int]:
+    return frozenset(int(v) for v in np.unique(idx.shape_size))
 
 
 def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology, *,
@@ -223,10 +233,10 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             if refused:
                 continue
             return st.SUCCESS, _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
-        owned = np.array([(pod.owner >= 0).any() for pod in cl.pods])
-        busy = int((owned & ~feasible).sum())
-        sick = int(sum(1 for pod in cl.pods if not pod.healthy.all()))
-        missing = missing or pending_reason(job, topo, n, s, feasible, busy, sick)
+        if not missing:  # the first (fewest pods) way to split says what is missing
+            busy = int((~feasible & (free_count > 0)).sum())
+            full = int((free_count == 0).sum())
+            missing = pending_reason(job, topo, n, s, feasible, busy, full)
     return st.unschedulable(missing or "no way to split the gang across pods").by("fleet"), None
 
 
@@ -236,8 +246,8 @@ def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.nda
 
     cl = fw.handle.cluster
     idx, per = cl.blocks, cl.chips_per_pod
-    local = [rows[j] for j in chosen]
-    chips = tuple(int(c) for p, row in zip(pick.tolist(), local, strict=True) for c in (row + p * per).tolist())
+    local = rows[np.asarray(chosen)]  # [pods, s] pod-local chips in ring order
+    chips = tuple((local + pick[:, None] * per).ravel().tolist())
     block_ids = tuple(int(ids[j]) for j in chosen)
     shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
     pods = tuple(int(p) for p in pick.tolist())
@@ -245,7 +255,7 @@ def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.nda
     plan = fleet_plan(fw, job, topo, len(pods), shape, cross)
     return Placement(
         job_id=job.job_id, pod=pods[0], chips=chips,
-        local_chips=tuple(int(c) for row in local for c in row.tolist()),
+        local_chips=tuple(local.ravel().tolist()),
         shape=(len(pods), *shape), offset=(pods[0], *(int(v) for v in idx.block_offset[block_ids[0]])),
         cores_per_chip=cores_per_chip(cl.pods[0].grid.chip_type), plan=plan,
         reason=describe_choice(choice, shape), pods=pods, blocks=choice.blocks,

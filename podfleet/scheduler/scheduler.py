@@ -42,8 +42,12 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
         planner: ShapePlanner | None = None,
         queues: Sequence[QueueSpec] = (),
+        fleet_first_fit: bool = False,
     ) -> None:
         self.topology = topology
+        # Gangs across pods: True takes the first free pods by index (the baseline the
+        # placement benchmark compares the block-aware choice with).
+        self.fleet_first_fit = fleet_first_fit
         self.cluster = SchedulerView(topology)
         self.clock = clock or (lambda: 0.0)
         self.policy = policy or QueuePolicy()
@@ -191,7 +195,7 @@ class Scheduler:
         # cluster does not change within a cycle unless something binds, which clears
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
-        failed: list[tuple[int, int, int, str, bool, str]] = []
+        failed: list[tuple[int, int, int, str, bool, str, tuple[str | None, int | None]]] = []
         # Quota refusals seen this cycle, by (queue, chips): the same ask of the same queue
         # gets the same answer until something binds (quota use changes only then).
         refused: dict[tuple[str, int], str] = {}
@@ -215,8 +219,11 @@ class Scheduler:
             if hit is None and req.shape is None and not starving:
                 # Same queue only: a job of another queue may reclaim where this one could not;
                 # and one that may preempt is not answered by one that may not.
-                hit = next((r for c, h, p, q, m, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
-                            and req.priority <= p and req.queue == q and (m or not req.may_preempt)), None)
+                # Gangs across pods: only one asking the same level and pod count shares the answer.
+                level = (req.topology_required, req.pods)
+                hit = next((r for c, h, p, q, m, r, lv in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
+                            and req.priority <= p and req.queue == q and (m or not req.may_preempt)
+                            and lv == level), None)
             if hit is not None:
                 rec.reason = hit
                 d = None
@@ -230,7 +237,7 @@ class Scheduler:
                     refused[(req.queue, req.chips)] = rec.reason
                 elif self._capacity_failure and req.shape is None:
                     failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, req.may_preempt,
-                                   rec.reason))
+                                   rec.reason, (req.topology_required, req.pods)))
             if d is not None:
                 out.append(d)
             elif starving and self._holder is None and not self.across_pods(rec.request):
@@ -265,9 +272,11 @@ class Scheduler:
             return None
         if self.across_pods(job):
             assert isinstance(self.topology, FleetTopology)  # across_pods says so
-            s, placement = fleet.place(fw, state, job, self.topology)
+            s, placement = fleet.place(fw, state, job, self.topology, first_fit=self.fleet_first_fit)
             if placement is None:
                 # Preemption takes blocks of one pod; a gang across pods waits for free pods.
+                # A capacity failure: later gangs as large get the same answer this cycle.
+                self._capacity_failure = True
                 rec.reason = str(s)
                 return None
             return self._complete(rec, state, placement, now)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import FREE
@@ -31,7 +33,10 @@ class Reservation:
         slot = self._slot(job)
         per = cl.chips_per_pod
         # A gang across pods: its chips grouped by pod; all checked before any is taken.
-        groups = [(cl.pods[p], [c - p * per for c in placement.chips if c // per == p]) for p in placement.all_pods]
+        chips_arr = np.asarray(placement.chips, dtype=np.int64)
+        pod_of = chips_arr // per
+        groups = [(cl.pods[p], chips_arr[pod_of == p] - p * per) for p in placement.all_pods] \
+            if placement.pods else [(cl.pods[placement.pod], np.asarray(placement.local_chips, dtype=np.int64))]
         for pod, chips in groups:
             held = pod.owner[chips]
             if ((held != FREE) & (held != slot)).any():
