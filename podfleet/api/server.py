@@ -126,7 +126,8 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             if settings.audit_digests else ()
         digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain,
                                every_records=settings.audit_digest_every, copies=copies)
-    app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware)
+    app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware,
+                     metrics_per_chip=settings.metrics_per_chip)
     # Health reports: archived in the store with retention, every active cluster's generated daily.
     app.state.reports = reports.StoredReports(store, settings.report_retention_days)
     reports.schedule_daily(plane, parts.health, parts.recovery, app.state.reports)

@@ -539,7 +539,7 @@ class ControlPlane:
             self.render(rt)
         if chip is None:
             return rt.hardware_bytes
-        return rt.chip_bytes[rt.check_chip(chip)]
+        return rt.chip_json(rt.check_chip(chip))
 
     def hardware_page(self, ref: str, flt: ChipFilter, limit: int, next_token: str | None) -> dict[str, Any]:
         """A page of the snapshot's chips matching ``flt`` (``control.hardwareviews``)."""

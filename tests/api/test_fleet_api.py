@@ -63,3 +63,21 @@ def test_a_fleet_cluster_places_a_gang_across_pods_and_pages_its_hardware(live: 
     assert r.status_code in (201, 400, 409, 422), r.text
     if r.status_code == 201:
         assert _running(admin, r.json()["id"])["state"] == "FAILED"
+
+
+def test_metrics_roll_a_large_fleet_up_per_pod_unless_per_chip_is_asked() -> None:
+    from podfleet.api.chip_metrics import FabricCollector
+    from tests.control.conftest import active_cluster, make_plane
+
+    plane = make_plane()
+    cl = active_cluster(plane, "big", pods=17, pods_per_block=4)
+    job = plane.jobs.submit(cl["id"], {"model": "llama3-8b", "chips": 128, "steps": 1000}, actor="test")
+    plane.tl.run(plane.tl.now + 5)
+    fams = {m.name: m for m in FabricCollector(plane).collect()}
+    busy = {s.labels["pod"]: s.value for s in fams["podfleet_pod_chips_busy"].samples}
+    assert len(busy) == 17 and sum(busy.values()) == 128, busy
+    assert {s.labels["block"] for s in fams["podfleet_pod_chips"].samples} == {"0", "1", "2", "3", "4"}
+    assert not fams["podfleet_chip_up"].samples  # no series per chip for this cluster
+    per_chip = {m.name: m for m in FabricCollector(plane, per_chip=True).collect()}
+    assert len(per_chip["podfleet_chip_up"].samples) == 17 * 64
+    assert plane.jobs.describe(job["id"])["state"] == "RUNNING"
