@@ -6,7 +6,7 @@ evenly over DescribeCluster (the fleet), ListClusters (one page of 100),
 DescribeClusterHardware (a page of 256 chips, and the per-pod summary) and
 SubmitTrainingJob (32-chip jobs on the fleet; a pod keeps one spare). Figures: p50/p99 per operation, errors,
 the server's resident memory (RSS, from /proc via psutil) and the set-up time (first
-create to every cluster active). Quick mode: 16 pods and 5 one-pod clusters."""
+create to every cluster active). Quick mode: 4 pods, 2 one-pod clusters, 2 s of load."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ async def _load(url: str, duration_s: float, chips: int) -> dict[str, Any]:
 def run(quick: bool = False) -> dict[str, Any]:
     from podfleet.api.testing import free_port, spawn_server, stop_server
 
-    pods, small, duration_s = (16, 5, 5.0) if quick else (1024, 100, 30.0)
+    pods, small, duration_s = (4, 2, 2.0) if quick else (1024, 100, 30.0)
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         proc = spawn_server(Path(tmp) / "pf.db", port, TOKEN, "--speed", "1", timeout_s=120)

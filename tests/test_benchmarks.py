@@ -15,7 +15,7 @@ NAMED_IN_ISSUES = {
     "twin-pod", "twin-fleet", "api-latency", "planner-time", "perf-validation", "placement", "balance",
     "trace-replay", "chaos", "recovery-time", "ettr", "firmware", "health-scan", "prediction",
     "recovery-real", "runtime-overhead", "checkpoint-io", "balance-real", "rehearsal-pod", "rehearsal-fleet",
-    "compression", "congestion", "link-failover", "recovery-ray", "tenancy",
+    "compression", "congestion", "link-failover", "recovery-ray", "tenancy", "fleet-api",
 }
 
 
@@ -36,3 +36,15 @@ def test_quick_run_prints_figures() -> None:
 def test_unknown_benchmark_is_one_line() -> None:
     r = runner.invoke(app, ["bench", "run", "nope"])
     assert r.exit_code == 2 and "unknown benchmark" in r.stderr and "twin-pod" in r.stderr
+
+
+def test_fleet_api_quick_mode_is_scaled_down() -> None:
+    # The quick mode the suite can afford: a 4-pod fleet and 2 one-pod clusters, 2 s of load
+    # (the full run: 1,024 pods and 100 clusters, 30 s). Checked without running the server.
+    import inspect
+
+    from bench import fleet_api
+
+    src = inspect.getsource(fleet_api.run)
+    assert "(4, 2, 2.0) if quick else (1024, 100, 30.0)" in src
+    assert set(fleet_api.KINDS) == {"describe", "list", "hardware_page", "pod_summary", "submit"}
