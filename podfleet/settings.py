@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # ``podfleet up`` creates this simulated trn2-ultraserver cluster on start when no
     # live cluster has the name (``make run`` uses "pod-0"); None: start empty.
     default_cluster: str | None = None
+    # /metrics for a large fleet cluster: per-pod rollups instead of a series per chip and
+    # link (api/chip_metrics.py); True keeps the per-chip series for every cluster.
+    metrics_per_chip: bool = False
     # security (docs/security.md)
     tls_cert: str | None = None
     tls_key: str | None = None

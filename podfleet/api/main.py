@@ -37,7 +37,8 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def create_app(plane: ControlPlane, health_service: HealthService | None = None,
                guard: GuardConfig | None = None, *, recovery: RecoveryService | None = None,
-               firmware: FirmwareService | None = None, leadership: Leadership | None = None) -> FastAPI:
+               firmware: FirmwareService | None = None, leadership: Leadership | None = None,
+               metrics_per_chip: bool = False) -> FastAPI:
     """The app over the parts ``compose.build`` made (``recovery``: ListRecoveries;
     ``firmware``: rollouts); a part left out is answered with 409, never a 500.
     ``leadership``: the election among servers sharing the store (default: this one leads)."""
@@ -59,7 +60,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.reports = reports.StoredReports(plane.store)  # default retention; ``podfleet up`` sets its own
     app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
     app.state.leadership = leadership = leadership or Sole(socket.gethostname())
-    app.state.metrics = metrics = ApiMetrics(plane)
+    app.state.metrics = metrics = ApiMetrics(plane, per_chip=metrics_per_chip)
     metrics.registry.register(LeaderCollector(leadership))  # podfleet_leader{instance}, its term
     metrics.registry.register(HealthCollector(plane, health_service, recovery))
     metrics.registry.register(UsageCollector(plane))  # podfleet_chip_seconds_total

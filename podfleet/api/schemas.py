@@ -38,8 +38,9 @@ JobOptionName = Literal[JOB_OPTION_NAMES]  # type: ignore[valid-type]
 JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
                        "SUCCEEDED", "FAILED", "STOPPED"]
 MAX_CHIPS = MAX_CLUSTER_CHIPS  # the most chips one cluster has (custom dims or chips): the absolute bound of an index
-MAX_CHIP_INDEX = MAX_CHIPS - 1
-MAX_LINK_INDEX = 6 * MAX_CHIPS - 1  # the most links: a 6-axis torus of MAX_CHIPS chips
+MAX_FLEET_CHIPS = 1024 * 64  # a fleet cluster: up to 1,024 pods of 64 chips (catalog.MAX_FLEET_PODS)
+MAX_CHIP_INDEX = MAX_FLEET_CHIPS - 1
+MAX_LINK_INDEX = 6 * MAX_FLEET_CHIPS - 1  # the most links: a 6-axis torus per pod
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="idempotency key: a retry with the same token returns the same object")
 
@@ -168,6 +169,10 @@ class CreateClusterRequest(_In):
     neuronMonitor: Command | None = Field(None,
                                       description="fabric neuron: the command that streams neuron-monitor reports, "
                                                   "kept running (default 'neuron-monitor'; no shell)")
+    pods: int | None = Field(None, ge=1, le=1024, description="a fleet: this many pods of type, joined by EFA "
+                             "(twin); spares are then per pod")
+    podsPerBlock: int | None = Field(None, ge=1, le=1024, description="fleet: pods behind one spine switch "
+                                     "(a network block); default 16 or pods")
     clientToken: str | None = ClientToken
 
 
@@ -226,6 +231,13 @@ class SubmitJobRequest(_In):
                                                             "succeeded; one that fails fails this job")
     after_any: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
                                                  description="start only after each of these jobs ended")
+    pods: int | None = Field(None, ge=1, le=1024, description="a fleet cluster: run on exactly this many pods, "
+                             "chips / pods on each (whole pods when that is a pod)")
+    topologyRequired: Literal["pod", "block"] | None = Field(
+        None, description="never cross this network level: pod (NeuronLink) or block (the pods behind one spine); "
+                          "the job waits rather than cross it")
+    topologyPreferred: Literal["pod", "block"] | None = Field(
+        None, description="cross this level as little as possible (the default for a gang across pods: block)")
     array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")

@@ -169,7 +169,7 @@ def settle(plane: PlanePort, rt: ClusterRuntime) -> None:
     # The fabric's states as it gives them (a list compared element by element, no
     # conversion per chip: a fleet has 65,536), and only while spares are short: then a
     # repaired chip may take a used spare's place; otherwise owners and modes say it all.
-    short = len(rt.spares) < rt.spec.spares
+    short = len(rt.spares) < rt.spec.total_spares()
     key = (rt.owners.version, rt.modes.version, rt.fabric.chip_states() if short else None)
     if key == rt.settled_key:
         return
@@ -192,7 +192,7 @@ def account_spares(plane: PlanePort, rt: ClusterRuntime) -> bool:
     """Keep ``rt.spares`` true to what the chips do. True when the spares changed."""
     used = [c for c in rt.spares if rt.owners.get(c) is not None]
     keep = [c for c in rt.spares if c not in used]
-    want = rt.spec.spares
+    want = rt.spec.total_spares()
     added: list[int] = []
     if len(keep) < want and rt.spec.restore_spares:
         states = rt.chip_states()

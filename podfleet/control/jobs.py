@@ -35,6 +35,7 @@ from podfleet.errors import (
     NotFoundError,
 )
 from podfleet.fabric.base import ChipCheck, ChipState
+from podfleet.hardware.topology import FleetTopology
 from podfleet.scheduler import DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
@@ -394,7 +395,9 @@ class JobManager:
         bad = [c for c in alloc.chips if rt.owners.get(c) != job.id]
         fab = rt.fabric
         check = fab.check_chip_health if isinstance(fab, ChipCheck) else None
-        plan = choose_replacements(bad, rt.replacement_chips(), set(rt.spares), set(alloc.chips), check)
+        topo = rt.topology
+        pod_of = topo.split_pod if isinstance(topo, FleetTopology) else None
+        plan = choose_replacements(bad, rt.replacement_chips(), set(rt.spares), set(alloc.chips), check, pod_of)
         if not plan.ready:
             self.table.set_reason(job, f"waiting for {len(plan.waiting)} healthy chip(s) to replace "
                                        f"{sorted(plan.waiting)}: {'; '.join(plan.waiting.values())}")
@@ -405,8 +408,9 @@ class JobManager:
         chips = tuple(swap.get(c, c) for c in alloc.chips)
         moved = ", ".join(f"rank {alloc.chips.index(b)}: chip {b} -> {n} ({path})"
                           for b, (n, path) in plan.moves.items())
+        pods, blocks = _fleet_pods(topo, chips, alloc)
         new = Allocation(chips, alloc.shape if not swap else (len(chips),),
-                         alloc.reason if not swap else f"recovered: {moved}")
+                         alloc.reason if not swap else f"recovered: {moved}", pods=pods, blocks=blocks)
         self.table.amend(job, allocation=new)
         self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
                             f"{job.status.checkpoint_step}")
@@ -526,3 +530,11 @@ class JobManager:
         if job.state == JobState.RECOVERING and job.id in rt.scheduler.pending:
             # It still holds its healthy chips: the scheduler must not give them away.
             rt.scheduler.adopt(job.id, [c for c in rt.owners.chips_of(job.id) if not rt.spare_mask[c]])
+
+
+def _fleet_pods(topo: object, chips: tuple[int, ...], alloc: Allocation) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A gang across pods after recovery: its pods (in rank order) and their blocks."""
+    if not alloc.pods or not isinstance(topo, FleetTopology):
+        return (), ()
+    pods = tuple(dict.fromkeys(topo.split_pod(c) for c in chips))
+    return pods, tuple(topo.block_of(p) for p in pods)

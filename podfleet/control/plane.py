@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from podfleet.control import chips, faults
+from podfleet.control import chips, faults, hardwareviews
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.connect import (
     DEFAULT_CONNECT_TIMEOUT_S,
@@ -28,6 +28,7 @@ from podfleet.control.deploy import start_deployment
 from podfleet.control.events import FabricEvents, save_health
 from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.faults import KILL_WORKER
+from podfleet.control.hardwareviews import ChipFilter
 from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
@@ -101,6 +102,7 @@ class ControlPlane:
         # (default $PODFLEET_WORKDIR or ~/.podfleet/work).
         self.workdir = workdir
         self.tl = timeline
+        self._summaries: dict[str, tuple[object, bytes]] = {}  # cluster -> (snapshot, its summary JSON)
         # Given by the composition root (``compose.build``): the plane builds no fabric of its
         # own and imports no fabric implementation, not even the factory that names them.
         self.fabric_factory = fabric_factory
@@ -544,7 +546,22 @@ class ControlPlane:
             self.render(rt)
         if chip is None:
             return rt.hardware_bytes
-        return rt.chip_bytes[rt.check_chip(chip)]
+        return rt.chip_json(rt.check_chip(chip))
+
+    def hardware_page(self, ref: str, flt: ChipFilter, limit: int, next_token: str | None) -> dict[str, Any]:
+        """A page of the snapshot's chips matching ``flt`` (``control.hardwareviews``)."""
+        rt = self.resolve(ref)
+        return hardwareviews.page(rt.hardware, rt.topology, flt, limit, next_token)
+
+    def hardware_summary(self, ref: str) -> bytes:
+        """Per-pod and per-block counts of the snapshot, computed once per rendered snapshot."""
+        rt = self.resolve(ref)
+        snap = rt.hardware
+        hit = self._summaries.get(rt.id)
+        if hit is None or hit[0] is not snap:
+            hit = (snap, json.dumps(hardwareviews.summaries(snap, rt.topology), separators=(",", ":")).encode())
+            self._summaries[rt.id] = hit
+        return hit[1]
 
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
@@ -602,7 +619,7 @@ class ControlPlane:
         # Clusters persisted before spares were chosen by the scheduler had the last N chips.
         stored = rec.status.get("spares")
         spares = cluster_spares(spec, topology, stored if stored is not None else
-                                range(topology.n_chips - spec.spares, topology.n_chips))
+                                range(topology.n_chips - spec.total_spares(), topology.n_chips))
         if rec.state == ClusterState.DELETING:
             rec.state = ClusterState.DELETED.value
             self.store.save_cluster(rec)

@@ -208,8 +208,16 @@ class PodfleetClient:
         token needs a fresh code, ``use_mfa``)."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate")
 
-    def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params={"chip": chip})
+    def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None, pod: int | None = None,
+                                  state: str | None = None, job: str | None = None, limit: int | None = None,
+                                  next_token: str | None = None, summary: bool = False) -> dict[str, Any]:
+        """The whole cluster, one chip, a filtered page (pod, state, job, limit, next_token),
+        or with ``summary`` per-pod and per-block counts."""
+        params: dict[str, Any] = {"chip": chip, "pod": pod, "state": state, "job": job, "limit": limit,
+                                  "next_token": next_token}
+        if summary:
+            params["summary"] = "true"
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params=params)
 
     def get_cluster_logs(self, cluster: str, *, since: int = 0) -> dict[str, Any]:
         return self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since})
