@@ -12,11 +12,18 @@ A new split arrives between steps: the fabric writes ``cfg.split_file``; rank 0 
 it and broadcasts it (one small collective per step, before the step's data is taken),
 so every rank switches at the same step. The reported loss is the scaled one: its mean
 over ranks is the global-batch mean, as with an even split.
+
+Slow-worker fault (``cfg.slow_file``, written by ``LocalFabric.slow_worker``): a rank
+slowed by factor f sleeps ``(f - 1) x 3 x`` its forward time after each step, a chip
+that computes f times slower per sample (forward + backward is about three forwards,
+and the forward holds no collective, so the sleep never counts time spent waiting for
+a peer). It sleeps between steps, where the fabric's per-rank speed measure sees it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -65,6 +72,33 @@ def _agree_split(cfg: WorkerConfig, current: tuple[int, ...]) -> tuple[int, ...]
     return tuple(int(x) for x in t.tolist())
 
 
+class SlowDown:
+    """This rank's slow-down factor from the fault file, re-read only when it changed."""
+
+    def __init__(self, path: str | None, rank: int) -> None:
+        self.path, self.rank = path, rank
+        self.factor = 1.0
+        self._mtime: float | None = None
+
+    def current(self) -> float:
+        if self.path is None:
+            return 1.0
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except OSError:
+            self.factor, self._mtime = 1.0, None
+            return 1.0
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                with open(self.path, encoding="utf-8") as f:
+                    got = json.load(f).get("factors", {}).get(str(self.rank), 1.0)
+                self.factor = max(1.0, float(got))
+            except (OSError, ValueError, TypeError, AttributeError):
+                self.factor = 1.0
+        return self.factor
+
+
 @dataclass
 class LoopState:
     step: int = 0  # last completed step
@@ -87,6 +121,7 @@ def train(
     tokens_per_step = cfg.global_batch * cfg.seq_len
     even = cfg.global_batch // cfg.world_size
     shares = cfg.shares or (even,) * cfg.world_size
+    slow = SlowDown(cfg.slow_file, cfg.rank)
     for step in range(state.step + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         try:
@@ -98,7 +133,9 @@ def train(
             x, y = batch(cfg.seed, step, cfg.global_batch, cfg.seq_len, cfg.rank, cfg.world_size, shares)
             xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
             # Weighted so DDP's average over ranks is the global-batch mean gradient.
+            t_fwd = time.perf_counter()
             loss = loss_fn(ddp(xb), yb) * (shares[cfg.rank] * cfg.world_size / cfg.global_batch)
+            forward_s = time.perf_counter() - t_fwd
             state.wire.begin()
             loss.backward()  # DDP all-reduces the gradients here: the step's only collective
             state.wire.end()
@@ -120,6 +157,9 @@ def train(
         if cfg.step_delay_s:
             # An emulated slow chip is slow per sample: the delay scales with this rank's share.
             time.sleep(cfg.step_delay_s * shares[cfg.rank] * cfg.world_size / cfg.global_batch)
+        factor = slow.current()
+        if factor > 1.0:
+            time.sleep((factor - 1.0) * 3.0 * forward_s)
     return state
 
 

@@ -111,6 +111,7 @@ class LocalJob:
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     resume_next: dict[str, Any] = field(default_factory=dict)
     speed: Any = None  # RankSpeed of the current attempt (built-in loop only)
+    slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
 
     def set_state(self, dst: JobState) -> None:
         check_job_transition(self.state, dst)
