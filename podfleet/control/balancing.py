@@ -66,6 +66,10 @@ _MEASURED_NEEDS = ("samples_per_s",)
 # moves work (the twin's clocks are exact: 1%). Per-step timings of worker processes
 # jitter by a few percent on a shared host; 5% keeps the split from chasing that noise.
 MEASURED_TOLERANCE = 0.05
+# Samples in the window a measured speed is averaged over (at the telemetry interval: 1 s
+# by default): long enough to average a few steps' jitter, short enough that a worker
+# slowed now is rebalanced within seconds rather than after the twin's 40 samples.
+MEASURED_WINDOW = 8
 
 
 class ClusterBalancer:
@@ -74,6 +78,11 @@ class ClusterBalancer:
         lm = rt.fabric.link_metrics()
         # Measured per-rank speed (worker fabrics) where the fabric reports no clocks.
         self.measured = not _declares(rt.fabric, _NEEDS)
+        if self.measured:
+            window = min(window, MEASURED_WINDOW)
+        # A benchmark's no-rebalancing arm (and an operator's hold) pauses the actions; the
+        # monitor still samples and the balance degree stays current.
+        self.paused = False
         has_links = not self.measured and "src" in lm
         self.monitor = LoadMonitor(rt.topology.n_chips, len(lm["src"]) if has_links else 0, window=window)
         grid = rt.topology if isinstance(rt.topology, GridTopology) and has_links else None
@@ -180,7 +189,7 @@ class ClusterBalancer:
                         self._apply(rec, chips, job.dp, ring=False)  # new chips: start again from an even split
                 job.seen(chips, held)
             job.alloc = alloc
-            if self._settled.get(job_id) != inputs:
+            if self._settled.get(job_id) != inputs and not self.paused:
                 actions = self.rebalancer.step(job.dp)
                 for a in actions:
                     table.scheduled(rec, rebalance=(a.kind, a.reason), view="none")

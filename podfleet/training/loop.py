@@ -14,10 +14,12 @@ so every rank switches at the same step. The reported loss is the scaled one: it
 over ranks is the global-batch mean, as with an even split.
 
 Slow-worker fault (``cfg.slow_file``, written by ``LocalFabric.slow_worker``): a rank
-slowed by factor f sleeps ``(f - 1) x 3 x`` its forward time after each step, a chip
-that computes f times slower per sample (forward + backward is about three forwards,
-and the forward holds no collective, so the sleep never counts time spent waiting for
-a peer). It sleeps between steps, where the fabric's per-rank speed measure sees it.
+slowed by factor f sleeps ``(f - 1) x`` its own step time before the fault (the median
+of its last unslowed steps) ``x share / even share`` after each step: at an even split
+its steps take f times as long, and the extra time scales with the samples it is given,
+as on a chip f times slower per sample. The baseline is frozen while slowed, so the
+sleep never feeds on time spent waiting for a peer. It sleeps between steps, where the
+fabric's per-rank speed measure (fabric/local/speed.py) sees it.
 """
 
 from __future__ import annotations
@@ -73,12 +75,14 @@ def _agree_split(cfg: WorkerConfig, current: tuple[int, ...]) -> tuple[int, ...]
 
 
 class SlowDown:
-    """This rank's slow-down factor from the fault file, re-read only when it changed."""
+    """This rank's slow-down factor from the fault file (re-read only when it changed) and
+    its unslowed step time per sample, the baseline the sleep is scaled from."""
 
     def __init__(self, path: str | None, rank: int) -> None:
         self.path, self.rank = path, rank
         self.factor = 1.0
         self._mtime: float | None = None
+        self._per_sample: list[float] = []  # the last unslowed steps' time per sample
 
     def current(self) -> float:
         if self.path is None:
@@ -97,6 +101,17 @@ class SlowDown:
             except (OSError, ValueError, TypeError, AttributeError):
                 self.factor = 1.0
         return self.factor
+
+    def extra_s(self, step_time_s: float, samples: int) -> float:
+        """How long to sleep after a step of ``samples`` that took ``step_time_s``."""
+        factor = self.current()
+        if factor <= 1.0 or not self._per_sample:
+            if samples > 0:
+                self._per_sample = [*self._per_sample[-4:], step_time_s / samples]
+            if factor <= 1.0:
+                return 0.0
+        base = sorted(self._per_sample)[len(self._per_sample) // 2]
+        return (factor - 1.0) * base * samples
 
 
 @dataclass
@@ -133,9 +148,7 @@ def train(
             x, y = batch(cfg.seed, step, cfg.global_batch, cfg.seq_len, cfg.rank, cfg.world_size, shares)
             xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
             # Weighted so DDP's average over ranks is the global-batch mean gradient.
-            t_fwd = time.perf_counter()
             loss = loss_fn(ddp(xb), yb) * (shares[cfg.rank] * cfg.world_size / cfg.global_batch)
-            forward_s = time.perf_counter() - t_fwd
             state.wire.begin()
             loss.backward()  # DDP all-reduces the gradients here: the step's only collective
             state.wire.end()
@@ -157,9 +170,9 @@ def train(
         if cfg.step_delay_s:
             # An emulated slow chip is slow per sample: the delay scales with this rank's share.
             time.sleep(cfg.step_delay_s * shares[cfg.rank] * cfg.world_size / cfg.global_batch)
-        factor = slow.current()
-        if factor > 1.0:
-            time.sleep((factor - 1.0) * 3.0 * forward_s)
+        extra_s = slow.extra_s(step_time_s, shares[cfg.rank])
+        if extra_s > 0:
+            time.sleep(extra_s)
     return state
 
 
