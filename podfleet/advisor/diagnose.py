@@ -196,7 +196,7 @@ class Diagnoser:
         if self._metric("mem_ecc_uncorrected", chip) > 0:
             out.append(FaultKind.HBM_UNCORRECTABLE.value)
         out_of_service = st in (ChipState.FAILED, ChipState.ISOLATED)
-        if self._metric("execution_errors", chip) > 0:
+        if self._metric("execution_errors", chip) > 0 or self._metric("execution_errors_hardware", chip) > 0:
             # Back in service after the error: a reset cleared it, a firmware fault's
             # signature; still out of service: the device itself.
             out.append(FaultKind.CHIP_FAILURE.value if out_of_service else FaultKind.FIRMWARE_FAULT.value)
