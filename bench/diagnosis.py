@@ -112,7 +112,7 @@ def _score(truth: list[tuple[str, str]], found: list[dict[str, Any]]) -> dict[st
                         for k in {t[0] for t in truth}}}
 
 
-def _ratios(trials: list[dict[str, Any]]) -> dict[str, Any]:
+def ratios(trials: list[dict[str, Any]]) -> dict[str, Any]:
     faults = sum(t["faults"] for t in trials)
     findings = sum(t["findings"] for t in trials)
     return {"faults": faults, "findings": findings,
@@ -240,7 +240,7 @@ def neuron_trials(quick: bool) -> list[dict[str, Any]]:
 def run(quick: bool = False) -> dict[str, Any]:
     n = 12 if quick else 200
     trials = [trial(seed, 1 + seed % 2) for seed in range(n)]
-    twin = _ratios(trials)
+    twin = ratios(trials)
     by_kind: dict[str, list[int]] = {}
     for t in trials:
         for k, (nf, nr) in t["by_kind"].items():
@@ -249,8 +249,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             by_kind[k][1] += nr
     twin["accuracy_label_neutral"] = round(sum(t["right_label_neutral"] for t in trials) / twin["faults"], 4)
     twin["accuracy_by_kind"] = {k: round(r / f, 4) for k, (f, r) in sorted(by_kind.items())}
-    local = _ratios(local_trials(quick))
-    neuron = _ratios(neuron_trials(quick))
+    local = ratios(local_trials(quick))
+    neuron = ratios(neuron_trials(quick))
     return {
         "trials": n,
         "faults": twin["faults"],
