@@ -247,12 +247,16 @@ class SubmitJobRequest(_In):
 class InjectFaultRequest(_In):
     model_config = ConfigDict(json_schema_extra={"allOf": _FAULT_TARGETS})
 
-    kind: FaultKindName | Literal["kill-worker"]
+    kind: FaultKindName | Literal["kill-worker", "slow-worker"]
     chip: int | None = Field(None, ge=0, le=65535)
     link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")
     rank: int | None = Field(None, ge=0, le=65535, description="kill-worker: the rank whose worker is killed")
     jobId: str | None = Field(None, min_length=1, max_length=64,
-                              description="kill-worker: the job (optional when one job runs on the cluster)")
+                              description="kill-worker, slow-worker: the job (optional when one job runs on the "
+                                          "cluster)")
+    factor: float | None = Field(None, ge=1.0, le=100.0,
+                                 description="slow-worker: the rank computes this many times slower per sample "
+                                             "(1 restores it)")
 
 
 class PlanRequest(_In):

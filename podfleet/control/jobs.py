@@ -264,6 +264,15 @@ class JobManager:
                 f"fabric {rt.spec.fabric} (use --kind with a twin fault such as chip-failure)", field="kind")
         return drv.kill_worker(rank, job_id)
 
+    def slow_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None,
+                    factor: float | None) -> tuple[dict[str, Any], str]:
+        drv = self.driver(rt)
+        if not isinstance(drv, ProcessDriver):
+            raise InfeasibleError(
+                f"slow-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
+                f"fabric {rt.spec.fabric} (use --kind with a twin fault such as thermal-runaway)", field="kind")
+        return drv.slow_worker(rank, job_id, factor)
+
     # --- reads (any thread) ------------------------------------------------------------------
     @property
     def views(self) -> Mapping[str, dict[str, Any]]:

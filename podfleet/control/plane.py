@@ -27,7 +27,7 @@ from podfleet.control.connect import (
 from podfleet.control.deploy import start_deployment
 from podfleet.control.events import FabricEvents, save_health
 from podfleet.control.fabricaccess import FabricAccess
-from podfleet.control.faults import KILL_WORKER
+from podfleet.control.faults import KILL_WORKER, SLOW_WORKER
 from podfleet.control.hardwareviews import ChipFilter
 from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobmetrics import JobMetrics
@@ -565,10 +565,15 @@ class ControlPlane:
 
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
-                     rank: int | None = None, job: str | None = None, actor: str = "system") -> dict[str, Any]:
+                     rank: int | None = None, job: str | None = None, factor: float | None = None,
+                     actor: str = "system") -> dict[str, Any]:
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
                                  body={"kind": kind, "rank": rank, "jobId": job})
+        if kind == SLOW_WORKER:  # likewise: slow one rank's worker down
+            return self.mutation("InjectFault", actor, ref,
+                                 lambda: self.jobs.slow_worker(self.resolve(ref), rank, job, factor),
+                                 body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
 
         def do() -> tuple[dict[str, Any], str]:
             rt = self.resolve(ref)

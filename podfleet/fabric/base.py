@@ -273,6 +273,14 @@ class WorkerKill(Protocol):
 
 
 @runtime_checkable
+class WorkerSlowdown(Protocol):
+    """Slow one rank's worker down (fault injection on real fabrics: the ``slow-worker``
+    fault): it computes ``factor`` times slower per sample until set back to 1."""
+
+    def slow_worker(self, job_id: str, rank: int, factor: float) -> None: ...
+
+
+@runtime_checkable
 class ChipCheck(Protocol):
     """The fabric can health-check one chip on demand (real fabrics: its node is alive,
     its slot is usable), so a lost rank may go back onto the chip it ran on when no other
@@ -311,8 +319,11 @@ class FirmwareUpdate(Protocol):
 
 @runtime_checkable
 class TelemetrySource(Protocol):
-    """Per-chip telemetry rich enough for health scans (temperatures, ECC, utilization);
-    ``telemetry_metrics`` names the ``chip_metrics`` keys it reports."""
+    """Per-chip telemetry for health scans: ``chip_metrics`` carries the scan's names
+    (temperatures, ECC, utilization, ...: NaN for what the fabric cannot measure) and
+    ``telemetry_metrics`` names the keys it really measures (the twin: all of them; a
+    worker fabric: CPU, memory, step time, samples/s, heartbeat age; neuron: what
+    neuron-monitor reports). Consumers decide from that set, never from the fabric."""
 
     def telemetry_metrics(self) -> frozenset[str]: ...
 
@@ -444,7 +455,11 @@ class CollectiveProbe(Protocol):
 
 @runtime_checkable
 class HardwareErrors(Protocol):
-    """The hardware errors the fabric observed (NEURON_HW_ERR style ``fault`` events:
-    ``detail["fault"]`` is a ``FaultKind`` value), oldest first, bounded."""
+    """The fault log: errors the fabric observed, oldest first, bounded. The twin's are
+    NEURON_HW_ERR style ``fault`` events on a chip or link; neuron's are the
+    ``chip-failed`` / ``chip-degraded`` events its monitor reports read from; worker
+    fabrics' are ``worker-fault`` events (``detail["observed"]``: hang, signal, oom-kill,
+    exit). Diagnosis reads the evidence they carry (where, when, counters, signals),
+    never a label naming the fault an injector meant (the twin's ``detail["fault"]``)."""
 
     def hardware_errors(self) -> list[FabricEvent]: ...

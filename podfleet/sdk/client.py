@@ -227,14 +227,19 @@ class PodfleetClient:
         return self._sse(f"/v1/clusters/{_seg(cluster)}/logs", {"follow": "true", "since": since})
 
     def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
-                     rank: int | None = None, job: str | None = None) -> dict[str, Any]:
-        """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) on local/ray."""
-        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job}
+                     rank: int | None = None, job: str | None = None, factor: float | None = None) -> dict[str, Any]:
+        """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) / ``slow-worker``
+        (rank, factor, job) on local/ray."""
+        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor}
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
+
+    def slow_worker(self, cluster: str, rank: int, factor: float, *, job: str | None = None) -> dict[str, Any]:
+        """InjectFault kind slow-worker (local clusters): rank ``rank`` computes ``factor`` x slower."""
+        return self.inject_fault(cluster, "slow-worker", rank=rank, job=job, factor=factor)
 
     # --- chip lifecycle ---------------------------------------------------------------------
     def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:

@@ -63,6 +63,7 @@ class WorkerConfig:
     step_delay_s: float = 0.0  # test/benchmark knob: sleep per step at an even share (scaled by this rank's share)
     shares: tuple[int, ...] = ()  # samples of the global batch per rank (sum = global_batch); (): even
     split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
+    slow_file: str | None = None  # fault injection (slow-worker): {"factors": {rank: f}} read between steps
     grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
     array_index: int | None = None  # a job-array member's index: PODFLEET_ARRAY_INDEX for its script
     # Rank moves (training/regroup.py): where the fabric writes the next rendezvous, the

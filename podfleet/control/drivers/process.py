@@ -40,6 +40,7 @@ from podfleet.fabric.base import (
     Introspection,
     WorkerGroupSpec,
     WorkerKill,
+    WorkerSlowdown,
     hang_reason,
 )
 from podfleet.training.config import PRESET_NAMES, WorkerConfig
@@ -169,8 +170,39 @@ class ProcessDriver:
         if not isinstance(self.fabric, WorkerKill):
             raise InvalidInputError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot kill a worker",
                                     field="kind")
+        job, rank = self._fault_target("kill-worker", "--kill-worker R", rank, job_id)
+        job_id = job.id
+        pid = self.fabric.kill_worker(job_id, rank)
+        what = f"kill-worker: rank {rank} of {job_id}" + (f" (pid {pid})" if pid else "")
+        now = self.jobs.now()
+        rt.logs.append(now, f"fault injected: {what}")
+        table.log(job, f"fault injected: {what}")
+        out = {"cluster_id": rt.id, "kind": "kill-worker", "job_id": job_id, "rank": rank, "pid": pid,
+               "injected_at": now}
+        return out, f"{rt.id}/job/{job_id}/rank/{rank}"
+
+    def slow_worker(self, rank: int | None, job_id: str | None, factor: float | None) -> tuple[dict[str, Any], str]:
+        rt, table = self.rt, self.table
+        if not isinstance(self.fabric, WorkerSlowdown):
+            raise InfeasibleError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot slow a worker down",
+                                  field="kind")
+        if factor is None:
+            raise InfeasibleError("slow-worker needs a factor (--slow-worker RANK:FACTOR)", field="factor")
+        job, rank = self._fault_target("slow-worker", "--slow-worker RANK:FACTOR", rank, job_id)
+        self.fabric.slow_worker(job.id, rank, float(factor))
+        what = f"slow-worker: rank {rank} of {job.id} slowed {factor:g}x"
+        now = self.jobs.now()
+        rt.logs.append(now, f"fault injected: {what}")
+        table.log(job, f"fault injected: {what}")
+        out = {"cluster_id": rt.id, "kind": "slow-worker", "job_id": job.id, "rank": rank, "factor": float(factor),
+               "injected_at": now}
+        return out, f"{rt.id}/job/{job.id}/rank/{rank}"
+
+    def _fault_target(self, kind: str, flag: str, rank: int | None, job_id: str | None) -> tuple[Job, int]:
+        """The running job and rank a worker fault names (the only running job when none is given)."""
+        rt, table = self.rt, self.table
         if rank is None:
-            raise InfeasibleError("kill-worker needs a rank (--kill-worker R)", field="rank")
+            raise InfeasibleError(f"{kind} needs a rank ({flag})", field="rank")
         running = sorted(j.id for j in table.on_cluster(rt.id) if j.state in _LIVE)
         if job_id is None:
             if len(running) != 1:
@@ -183,20 +215,13 @@ class ProcessDriver:
             raise NotFoundError(f"job {job_id!r} not found on cluster {rt.rec.name}; running: "
                                 f"{', '.join(running) or 'none'}", field="jobId")
         if job_id not in running:
-            raise ConflictError(f"job {job_id} is {job.state.value}; kill-worker needs a running job "
+            raise ConflictError(f"job {job_id} is {job.state.value}; {kind} needs a running job "
                                 f"(running: {', '.join(running) or 'none'})", field="jobId", allowed=running)
         n = len(job.chips)
         if not 0 <= rank < n:
             raise NotFoundError(f"rank {rank} not in job {job_id}'s ranks 0-{n - 1}", field="rank",
                                     allowed=f"0-{n - 1}")
-        pid = self.fabric.kill_worker(job_id, rank)
-        what = f"kill-worker: rank {rank} of {job_id}" + (f" (pid {pid})" if pid else "")
-        now = self.jobs.now()
-        rt.logs.append(now, f"fault injected: {what}")
-        table.log(job, f"fault injected: {what}")
-        out = {"cluster_id": rt.id, "kind": "kill-worker", "job_id": job_id, "rank": rank, "pid": pid,
-               "injected_at": now}
-        return out, f"{rt.id}/job/{job_id}/rank/{rank}"
+        return job, rank
 
     # --- fabric events --------------------------------------------------------------------------
     def on_event(self, ev: FabricEvent) -> None:

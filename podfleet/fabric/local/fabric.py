@@ -44,6 +44,7 @@ from podfleet.fabric.base import (
     check_chip_transition,
 )
 from podfleet.fabric.local import probes, rankmove, reports, telemetry
+from podfleet.fabric.local.faultlog import FaultLog
 from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
@@ -77,8 +78,10 @@ def free_port() -> int:
 
 
 class LocalFabric:
-    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``Rebalanceable``, ``ChipCheck``,
-    ``WorkerPlacement``,
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``WorkerSlowdown``, ``Closeable``, ``Rebalanceable``,
+    ``ChipCheck``, ``WorkerPlacement``, ``TelemetrySource`` (what its monitor measures: CPU, memory,
+    step time, samples/s, heartbeat age per slot; NVML where GPUs exist), ``HardwareErrors``
+    (its workers' faults: hangs, outside kills, OOM kills, crashes; ``faultlog``),
     ``ComputeProbe`` and ``CollectiveProbe`` (``probes``: real kernels on spawned workers)."""
 
     kind = "local"
@@ -134,6 +137,7 @@ class LocalFabric:
         self._busy: dict[int, str] = {}
         self._subs: list[Callable[[FabricEvent], None]] = []
         self.events: deque[FabricEvent] = deque(maxlen=2000)
+        self.faults = FaultLog()
         self.state = LocalState(n_slots, telemetry.empty(n_slots, bool(self.n_gpus)))
         self._timeline: Any = None
         self._inbox: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
@@ -180,10 +184,19 @@ class LocalFabric:
 
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         with self.state.lock:
-            return {k: v.copy() for k, v in self.state.metrics.items()}
+            return telemetry.with_scan_metrics({k: v.copy() for k, v in self.state.metrics.items()})
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
-        return {"up": np.ones(len(self.topology.links))}
+        return telemetry.link_view(len(self.topology.links))
+
+    # --- TelemetrySource, HardwareErrors ------------------------------------------------------
+    def telemetry_metrics(self) -> frozenset[str]:
+        """What the monitor and the workers' reports measure; the scan's other names are NaN."""
+        return telemetry.measured(gpus=bool(self.n_gpus), speed=True)
+
+    def hardware_errors(self) -> list[FabricEvent]:
+        with self.state.lock:
+            return self.faults.all()
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
         with self.state.lock:
@@ -213,6 +226,7 @@ class LocalFabric:
             jobdir.mkdir(parents=True, exist_ok=True)
             (jobdir / "work_split.json").unlink(missing_ok=True)  # a split from an earlier run of this id
             (jobdir / "rendezvous.json").unlink(missing_ok=True)  # and a rank move's rendezvous
+            (jobdir / "slow.json").unlink(missing_ok=True)
             gb = int(opts.get("global_batch", WorkerConfig.global_batch))
             shares = split_samples(opts["work_split"], gb) if opts.get("work_split") else ()
             base = WorkerConfig(
@@ -226,6 +240,7 @@ class LocalFabric:
                 # A lost rank of a built-in DP gang moves alone (rankmove.py) unless turned off.
                 regroup_file=(str(jobdir / "rendezvous.json") if len(group.chips) > 1 and group.entrypoint is None
                               and bool(opts.get("rank_moves", True)) else None),
+                slow_file=str(jobdir / "slow.json") if group.entrypoint is None else None,
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
                                         "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index",
                                         "regroup_timeout_s")
@@ -274,6 +289,23 @@ class LocalFabric:
             if cfg.split_file:
                 self._write_job_file(Path(cfg.split_file), json.dumps({"shares": list(samples)}).encode())
             job.log.append(f"work split {list(samples)} (samples of {cfg.global_batch})")
+
+    def slow_worker(self, job_id: str, rank: int, factor: float) -> None:
+        """Fault injection: rank ``rank`` computes ``factor`` times slower per sample from its
+        next step (1.0 restores it); later gangs of the job keep it (training/loop ``SlowDown``)."""
+        with self.state.lock:
+            job = self._job(job_id)
+            if not 0 <= rank < len(job.chips):
+                raise InvalidInputError(f"rank {rank} not in [0, {len(job.chips)})", field="rank")
+            if not 1.0 <= factor <= 100.0:
+                raise InvalidInputError(f"slow-down factor must be in [1, 100], got {factor:g}", field="factor")
+            if job.base_cfg.slow_file is None:
+                raise ConflictError(f"job {job_id} runs its own entrypoint: only the built-in loop can be slowed")
+            job.slow[rank] = float(factor)
+            path = Path(job.base_cfg.slow_file)
+            owner = self._pool.job_owner(path.parent) or (None, None)
+            write_for_job(path, json.dumps({"factors": {str(r): f for r, f in job.slow.items()}}).encode(), *owner)
+            job.log.append(f"slow-worker: rank {rank} slowed {factor:g}x")
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
         """One host's workers share loopback / shared memory: there is no ring to choose; recorded."""
@@ -513,6 +545,9 @@ class LocalFabric:
         detail = {k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in detail.items()}
         ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
         self.events.append(ev)
+        if kind in ("hang", "worker-exited"):
+            rss = float(self.state.metrics["mem_bytes"][chip]) if chip is not None else None
+            self.faults.observe(ev, rss)
         for cb in list(self._subs):
             try:
                 cb(ev)

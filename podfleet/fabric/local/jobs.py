@@ -113,6 +113,7 @@ class LocalJob:
     speed: Any = None  # RankSpeed of the current attempt (built-in loop only)
     generation: int = 0  # rendezvous generation of the gang (a rank move starts the next one)
     moving: dict[str, Any] | None = None  # the rank move in flight (rankmove.py)
+    slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
 
     def set_state(self, dst: JobState) -> None:
         check_job_transition(self.state, dst)

@@ -97,7 +97,8 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
     cause = classify_exit(code, wp.killed_by)
     msg = _message(wp, code, cause)
     fab.emit("worker-exited", chip=wp.chip, job_id=wp.cfg.job_id, rank=wp.rank, exit_code=code,
-             cause=cause.value, infra=cause is Cause.INFRA, message=msg, attempt=wp.attempt)
+             cause=cause.value, infra=cause is Cause.INFRA, message=msg, attempt=wp.attempt,
+             killed_by=wp.killed_by)
     if job is None or wp.attempt != job.attempt or job.state in TERMINAL:
         return
     job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] exited {code} ({cause.value}): {msg}")
