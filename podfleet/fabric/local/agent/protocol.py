@@ -65,6 +65,7 @@ def connect(where: Path, timeout_s: float = 5.0) -> socket.socket:
     return sock
 
 
-def mismatch(theirs: object) -> str:
-    return (f"the agent speaks protocol {theirs}, this podfleet speaks {VERSION}: let its jobs checkpoint, stop it "
+def mismatch(plane: object) -> str:
+    """The agent's answer to a plane that speaks protocol ``plane``."""
+    return (f"the agent speaks protocol {VERSION}, this podfleet speaks {plane}: let its jobs checkpoint, stop it "
             "(podfleet agent stop; its workers end and resume from their checkpoints), or run the matching podfleet")
