@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     neuron_commands: str | None = None
     fabric_connect_timeout_s: float = Field(60.0, gt=0)
     hang_restarts: int = Field(2, ge=0)  # control plane -> fabrics and the process driver
+    # Local clusters' workers owned by the host's agent (``podfleet agent``), so they outlive
+    # a restart of the server. None: on for ``podfleet up``, off for an embedded plane.
+    local_agent: bool | None = None
     # Local workers (security/sandbox.py reads these variables where it starts workers).
     worker_user: str | None = None  # default: one uid per job; "root" to keep root (loudly)
     worker_uids: str | None = None  # START-END (security/uids.py); "off" refuses root workers

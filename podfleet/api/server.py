@@ -29,9 +29,10 @@ from podfleet.compose import build
 from podfleet.console import mount as mount_console
 from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.plane import ControlPlane
+from podfleet.control.workdir import workdir_root
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError, InvalidInputError, PodfleetError
-from podfleet.fabric.factory import available_fabrics
+from podfleet.fabric.factory import available_fabrics, with_agent
 from podfleet.security import files
 from podfleet.security.digest_sinks import copy_sink
 from podfleet.security.digests import AuditTrail, DigestWriter, default_digests_dir, signing_key
@@ -153,7 +154,12 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             field="fabric", allowed=available_fabrics(),
         )
     # Plane, health scans and alerts, recovery flows, firmware rollouts (podfleet.compose).
-    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric,
+    factory = None
+    if settings.local_agent:
+        # Local workers are owned by the host's agent: a restart of this server leaves them running.
+        factory = with_agent(workdir_root(None))
+    parts = build(store, tl, fabric_factory=factory, telemetry_interval_s=settings.telemetry_interval_s,
+                  default_fabric=settings.fabric,
                   fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
                   hang_restarts=settings.hang_restarts)
     plane = parts.plane

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from podfleet.control import dispatch, scheduling
+from podfleet.control import dispatch, reattach, scheduling
 from podfleet.control.dependencies import GateKind, Holds, array_state, parse_array
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
 from podfleet.control.ids import new_id, resolve_ref
@@ -359,7 +359,7 @@ class JobManager:
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
         # not apply to it, and must not end it.
-        holds = job.state == JobState.RECOVERING and bool(job.chips)
+        holds = job.state in (JobState.RECOVERING, JobState.RUNNING) and bool(job.chips)
         d = rt.scheduler.submit(req, check=not holds)
         if d.kind is DecisionKind.REJECTED:  # the cluster changed since the submit check
             self.table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
@@ -481,6 +481,9 @@ class JobManager:
                 self._restoring = False
         if self.holds.held:
             self._recheck_held()
+        # Workers a supervisor kept for jobs that are not running now (stopped or ended
+        # while the plane was down, or not re-attachable): stopped, before any placement.
+        reattach.discard_unadopted(list(self.plane.clusters.values()), self.plane.tl.now)
         for rt in list(self.plane.clusters.values()):
             self.schedule(rt)
 
@@ -528,10 +531,20 @@ class JobManager:
         if state == JobState.PLACING:
             self.table.transition(job, JobState.PENDING, "placement interrupted by a restart", allocation=None)
         elif state in (JobState.RUNNING, JobState.CHECKPOINTING):
-            # The fresh fabric runs nothing: the job resumes from its last checkpoint, on
-            # its old chips where they are still healthy (``schedule`` -> ``relaunch``).
-            self.table.transition(job, JobState.RECOVERING, "control plane restarted; resuming from checkpoint "
-                                                            f"step {job.status.checkpoint_step}")
+            # A gang the fabric kept running (its supervisor owns the workers) is taken
+            # back as it is, at its step (``control.reattach``).
+            adoption, why = reattach.adopt(self.table, rt, job)
+            if adoption is not None:
+                if state == JobState.CHECKPOINTING:
+                    self.table.transition(job, JobState.RUNNING, "re-attached after a control-plane restart")
+                self._enqueue(rt, job)
+                if job.id in rt.scheduler.pending:
+                    rt.scheduler.adopt(job.id, [c for c in adoption.chips if not rt.spare_mask[c]])
+                return
+            # Otherwise the job resumes from its last checkpoint, on its old chips where
+            # they are still healthy (``schedule`` -> ``relaunch``).
+            self.table.transition(job, JobState.RECOVERING, f"control plane restarted ({why}); resuming from "
+                                                            f"checkpoint step {job.status.checkpoint_step}")
         if job.state == JobState.RECOVERING and job.status.allocation:
             healthy = rt.chip_states()
             rt.owners.assign(job.id, [c for c in job.chips if healthy[c] == ChipState.HEALTHY and c not in rt.owners])

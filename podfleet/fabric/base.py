@@ -272,6 +272,30 @@ class WorkerKill(Protocol):
     def kill_worker(self, job_id: str, rank: int) -> int | None: ...
 
 
+@dataclass(frozen=True)
+class Adoption:
+    """A gang that ran on through a control-plane restart, taken back by the new plane."""
+
+    job_id: str
+    chips: tuple[int, ...]  # rank r runs on chips[r]
+    pids: tuple[int, ...]
+    attempt: int
+    replayed: int  # reports the plane missed, replayed from the supervisor's journal
+
+
+@runtime_checkable
+class Reattachable(Protocol):
+    """Workers outlive the control plane (a supervisor or detached actors own them): a
+    restarted plane adopts the gangs still running instead of resuming them from a
+    checkpoint. ``adopt`` answers None, or a ConflictError's message, with nothing held for
+    the job; ``discard_unadopted`` stops whatever the plane did not adopt (after its
+    restore) and names those jobs."""
+
+    def adopt(self, job_id: str, checkpoint_step: int | None) -> Adoption | None: ...
+
+    def discard_unadopted(self) -> list[str]: ...
+
+
 @runtime_checkable
 class WorkerSlowdown(Protocol):
     """Slow one rank's worker down (fault injection on real fabrics: the ``slow-worker``

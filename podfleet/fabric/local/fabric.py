@@ -18,6 +18,7 @@ import os
 import queue
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -33,6 +34,7 @@ from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
     DEFAULT_HANG_RESTARTS,
+    Adoption,
     ChipState,
     CollectiveRow,
     FabricEvent,
@@ -43,13 +45,15 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.local import probes, rankmove, reports, telemetry
+from podfleet.fabric.local import probes, rankmove, reattach, reports, telemetry
+from podfleet.fabric.local.agent.client import AgentSpawner
 from podfleet.fabric.local.faultlog import FaultLog
 from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
 from podfleet.fabric.local.process import Message, WorkerProcess
 from podfleet.fabric.local.recovery import handle_exit
+from podfleet.fabric.local.spawner import Spawner
 from podfleet.fabric.local.speed import RankSpeed
 from podfleet.fabric.local.state import LocalState
 from podfleet.hardware.topology import SwitchedTopology
@@ -71,6 +75,13 @@ OPTIONS = (
 )
 
 
+def _group_dict(spec: WorkerGroupSpec) -> dict[str, Any]:
+    """The gang's spec as the agent keeps it (JSON), for a plane that re-attaches."""
+    return {"job_id": spec.job_id, "chips": list(spec.chips), "model": spec.model, "steps": spec.steps,
+            "checkpoint_interval": spec.checkpoint_interval, "entrypoint": spec.entrypoint,
+            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(spec.options).items()}}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -78,7 +89,7 @@ def free_port() -> int:
 
 
 class LocalFabric:
-    """Capabilities: ``Introspection``, ``WorkerKill``, ``WorkerSlowdown``, ``Closeable``, ``Rebalanceable``,
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``WorkerSlowdown``, ``Reattachable`` (with an agent), ``Closeable``, ``Rebalanceable``,
     ``ChipCheck``, ``WorkerPlacement``, ``TelemetrySource`` (what its monitor measures: CPU, memory,
     step time, samples/s, heartbeat age per slot; NVML where GPUs exist), ``HardwareErrors``
     (its workers' faults: hangs, outside kills, OOM kills, crashes; ``faultlog``),
@@ -102,6 +113,7 @@ class LocalFabric:
         warm_workers: int = 0,
         refill_delay_s: float = 5.0,
         chip_env: Callable[[int], Mapping[str, str]] | None = None,
+        agent: str | Path | None = None,
     ) -> None:
         if n_slots < 1:
             raise InvalidInputError(f"n_slots must be >= 1, got {n_slots}", field="chips")
@@ -113,7 +125,16 @@ class LocalFabric:
         # here (the fix in the message), before any thread or directory exists.
         sandbox = from_env()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
-        private_dir(self.workdir)  # checkpoints and logs: owner-only
+        if agent is None:
+            private_dir(self.workdir)  # checkpoints and logs: owner-only
+        else:
+            # Owner-only too, but the search bit a running job's uid was given to reach its
+            # directory (``security.jobfiles.prepare_job_dir``) stays: the agent's workers
+            # run on through this restart and must not lose their checkpoint directory.
+            self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            mode = stat.S_IMODE(self.workdir.stat().st_mode)
+            if mode & 0o066:
+                self.workdir.chmod(mode & ~0o066)
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
         # A job whose ranks keep hanging (code that holds the GIL, or blocks without a
         # heartbeat) is restarted this many times, then fails as its own code's fault.
@@ -143,10 +164,18 @@ class LocalFabric:
         self._inbox: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
         self._dispatcher = threading.Thread(target=self._dispatch, name="local-fabric-dispatch", daemon=True)
         self._dispatcher.start()
-        self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
-                                refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
-                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else (),
-                                sandbox=sandbox)
+        keep = (KEY_ENV_DEFAULT,) if key_from_env else ()
+        # Who parents the workers (``spawner``): this process, or the host's agent, whose
+        # workers outlive this process and are adopted by the next plane (``adopt``).
+        self._pool: Spawner
+        if agent is not None:
+            self._pool = AgentSpawner(Path(agent), self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
+                                      refill_delay_s=refill_delay_s, keep_env=keep,
+                                      chip_env={c: dict(chip_env(c)) for c in range(n_slots)} if chip_env else None)
+        else:
+            self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
+                                    refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
+                                    extra_env=chip_env, keep_env=keep, sandbox=sandbox)
         self._monitor = Monitor(self.state, sampler=telemetry.ProcessSampler(), nvml=self._nvml, n_gpus=self.n_gpus,
                                 hang_timeout_s=hang_timeout_s, startup_timeout_s=startup_timeout_s,
                                 sample_interval_s=sample_interval_s, deliver=self.deliver, emit=self.emit)
@@ -421,6 +450,11 @@ class LocalFabric:
     def close(self) -> None:
         self.state.closed.set()
         with self.state.lock:
+            if self._pool.outlives_fabric:
+                # The agent keeps the workers running (and journals them) for the next plane.
+                self._pool.close()
+                self._inbox.put((lambda: None, ()))
+                return
             for job in self.state.jobs.values():
                 for wp in job.workers.values():
                     if wp.alive:
@@ -476,13 +510,8 @@ class LocalFabric:
         gen = f"-gen-{job.generation}" if join else ""
         log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}{gen}.log"
 
-        def on_msg(wp: WorkerProcess, msg: Message) -> None:
-            self.deliver(reports.handle_message, self.state, self.emit, wp, msg)
-
-        def on_exit(wp: WorkerProcess, code: int) -> None:
-            self.deliver(handle_exit, self, wp, code, time.monotonic())
-
-        wp = job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, on_msg, on_exit)
+        wp = job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, self._on_msg, self._on_exit,
+                                                  group=_group_dict(job.spec))
         job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
                        f"pid {wp.pid}" + (f" (rank move, generation {job.generation})" if join else ""))
         return wp
@@ -534,7 +563,57 @@ class LocalFabric:
         if self._busy.get(chip) == job_id:
             del self._busy[chip]
 
+    def busy_with(self, chip: int) -> str | None:
+        return self._busy.get(chip)
+
+    # --- Reattachable -------------------------------------------------------------------------
+    def adopt(self, job_id: str, checkpoint_step: int | None) -> Adoption | None:
+        """Take back ``job_id``'s gang when the agent kept it running through a restart
+        of the control plane (``reattach``); None when there is none to take."""
+        pool = self._pool
+        if not isinstance(pool, AgentSpawner):
+            return None
+        with self.state.lock:
+            infos = reattach.gangs(pool.found).get(job_id)
+            if not infos:
+                return None
+            adoption, rest = reattach.adopt(self, pool, infos, checkpoint_step, self._on_msg, self._on_exit)
+            if rest:
+                pool.discard(rest)
+            if adoption is not None:
+                self.emit("job-adopted", job_id=job_id, chips=list(adoption.chips), pids=list(adoption.pids),
+                          attempt=adoption.attempt, replayed=adoption.replayed)
+            return adoption
+
+    def discard_unadopted(self) -> list[str]:
+        """Stop the workers the agent held for jobs the plane did not adopt."""
+        pool = self._pool
+        if not isinstance(pool, AgentSpawner):
+            return []
+        with self.state.lock:
+            left = reattach.gangs(pool.found)
+            for infos in left.values():
+                pool.discard(infos)
+            pool.discard([i for i in pool.found if not i.get("config")])
+            return sorted(left)
+
     # --- private ----------------------------------------------------------------------------
+    def _on_msg(self, wp: WorkerProcess, msg: Message) -> None:
+        self.deliver(self._report, wp, msg)
+
+    def _on_exit(self, wp: WorkerProcess, code: int) -> None:
+        self.deliver(self._exited, wp, code, time.monotonic())
+
+    def _report(self, wp: WorkerProcess, msg: Message) -> None:
+        reports.handle_message(self.state, self.emit, wp, msg)
+        if isinstance(self._pool, AgentSpawner):  # handled: the agent may drop it from its journal
+            self._pool.handled(wp.pid, msg.get("agent_seq"))
+
+    def _exited(self, wp: WorkerProcess, code: int, detected_mono: float) -> None:
+        handle_exit(self, wp, code, detected_mono)
+        if isinstance(self._pool, AgentSpawner):
+            self._pool.handled_exit(wp.pid)
+
     def _job(self, job_id: str) -> LocalJob:
         if job_id not in self.state.jobs:
             raise NotFoundError(f"job {job_id} is not on this local fabric")
