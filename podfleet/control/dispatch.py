@@ -110,11 +110,10 @@ def bind(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> No
     table.amend(job, checkpoint_step=d.resume_step, view=False)
     table.scheduled(job, queue_wait_s=round(scheduling.queue_wait(rt.scheduler, job.id), 3),
                     team=job.spec.team or "default", view="none")
-    alloc = scheduling.allocation_view(p)
     table.transition(job, JobState.PLACING,
                         f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
-                        allocation=alloc)
-    launch(table, drv, rt, job, alloc)
+                        allocation=scheduling.allocation_view(p))
+    launch(table, drv, rt, job, Allocation(p.chips, p.shape, p.reason, pods=p.pods, blocks=p.blocks))
 
 
 def launch(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:
