@@ -317,8 +317,8 @@ class Agent:
                         for h in mine:
                             h.wp.kill("stop", signal.SIGTERM)
                 for pid in [p for p, h in self.held.items() if not h.wp.alive]:
-                    sc = self.scopes.get(self.held[pid].scope)
-                    if sc is not None and sc.client is None and now - sc.detached_mono > FORGET_S:
+                    home = self.scopes.get(self.held[pid].scope)
+                    if home is not None and home.client is None and now - home.detached_mono > FORGET_S:
                         del self.held[pid]
                 attached = any(sc.client is not None for sc in self.scopes.values())
                 idle = not attached and not any(h.wp.alive for h in self.held.values())
