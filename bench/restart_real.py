@@ -161,7 +161,8 @@ def restart(srv: Server, cid: str, jid: str, *, kill_rank: int | None = None) ->
     if kill_rank is not None:
         _until(lambda: c.describe_training_job(jid)["state"] == "RUNNING" and len(pids(c, cid)) == len(before),
                180, "the job recovered")
-    after = pids(c, cid)
+    # The hardware view (where the pids are read) refreshes on the telemetry tick.
+    after = _until(lambda: (lambda p: p if len(p) == len(before) else None)(pids(c, cid)), 60, "the workers' pids")
     now = step(c, jid)
     restored = restored_steps(c, jid)[restored_before:]
     return {"reattach_s": round(reattach_s, 3), "serving_s": round(serving_s, 3),

@@ -16,7 +16,7 @@ NAMED_IN_ISSUES = {
     "twin-pod", "twin-fleet", "api-latency", "planner-time", "perf-validation", "placement", "balance",
     "trace-replay", "chaos", "recovery-time", "ettr", "firmware", "health-scan", "prediction",
     "recovery-real", "runtime-overhead", "checkpoint-io", "balance-real", "rehearsal-pod", "rehearsal-fleet",
-    "compression", "congestion", "link-failover", "recovery-ray", "tenancy", "fleet-api",
+    "compression", "congestion", "link-failover", "recovery-ray", "tenancy", "fleet-api", "restart-real",
 }
 
 

@@ -297,7 +297,8 @@ def agent_status(where: Path) -> dict[str, Any]:
     """What the agent of ``where`` holds (``podfleet agent status``)."""
     conn = AgentConnection(where, version=protocol.VERSION)
     try:
-        return conn.request("status")
+        out = conn.request("status")
+        return {k: v for k, v in out.items() if k not in ("id", "ok")}
     finally:
         conn.close()
 

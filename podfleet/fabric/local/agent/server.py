@@ -39,6 +39,9 @@ log = logging.getLogger("podfleet.agent")
 PROGRESS_RING = 4096  # progress reports kept per worker (its loss history across a restart)
 OTHER_CAP = 2048  # undelivered non-progress reports kept per worker (oldest logs dropped first)
 BEAT_S = 0.25
+# An exited worker of a scope no plane attached to for this long is forgotten (its cluster
+# was deleted, or moved to another data directory): nobody will read its exit.
+FORGET_S = 600.0
 
 
 @dataclass(eq=False)
@@ -313,6 +316,10 @@ class Agent:
                                     now - sc.detached_mono, len(mine))
                         for h in mine:
                             h.wp.kill("stop", signal.SIGTERM)
+                for pid in [p for p, h in self.held.items() if not h.wp.alive]:
+                    home = self.scopes.get(self.held[pid].scope)
+                    if home is not None and home.client is None and now - home.detached_mono > FORGET_S:
+                        del self.held[pid]
                 attached = any(sc.client is not None for sc in self.scopes.values())
                 idle = not attached and not any(h.wp.alive for h in self.held.values())
                 if not idle:
