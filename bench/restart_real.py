@@ -77,7 +77,7 @@ class Server:
         self.started_mono = time.monotonic()
         with open(self.root / "server.log", "ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "podfleet", "up", "--fabric", "local", "--port", str(self.port),
+                [sys.executable, "-m", "podfleet", "up", "--agent", "--fabric", "local", "--port", str(self.port),
                  "--db", str(self.root / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=self.env)
         _until(lambda: self.client.healthz(), 120, "the server answering /healthz")
 

@@ -23,6 +23,10 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 # take it away and run jobs under their own uids for real.
 ISOLATION_OPT_OUT = ("PODFLEET_WORKER_USER", "root")
 os.environ.setdefault(*ISOLATION_OPT_OUT)
+# A served plane's local workers are owned by the host's agent and outlive the server
+# (docs/operations.md): a test server stopped at its end would leave its jobs training on
+# CI's two cores. Tests run without one unless they ask (`podfleet up --agent`).
+os.environ.setdefault("PODFLEET_LOCAL_AGENT", "false")
 
 
 @pytest.fixture(autouse=True)

@@ -51,7 +51,7 @@ def server(tmp_path: Path) -> Iterator[tuple[Callable[[], subprocess.Popen[bytes
 
     def start() -> subprocess.Popen[bytes]:
         with open(tmp_path / "server.log", "ab") as logf:
-            p = subprocess.Popen([sys.executable, "-m", "podfleet", "up", "--fabric", "local", "--port", str(port),
+            p = subprocess.Popen([sys.executable, "-m", "podfleet", "up", "--agent", "--fabric", "local", "--port", str(port),
                                   "--db", str(tmp_path / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=env)
         procs.append(p)
         _until(c.healthz, "the server answering /healthz")
