@@ -48,6 +48,10 @@ def test_a_512_chip_job_on_an_8_pod_fleet_through_the_cli(live: Live) -> None:
     code, out, err = run(live, "hardware", "describe", "fleet-cli", "--summary", "-o", "json")
     assert code == 0, err
     assert json.loads(out)["blocks"][0]["busy"] == 512
+    code, out, err = run(live, "hardware", "describe", "fleet-cli", "--summary")
+    assert code == 0 and "8 pods" in out and "network blocks of 8 pods" in out, (out, err)
+    code, out, err = run(live, "hardware", "describe", "fleet-cli", "--pod", "3", "--limit", "16")
+    assert code == 0 and "--next-token 208" in out + err, (out, err)
 
 
 def test_a_chip_failure_in_pod_3_moves_one_rank_within_pod_3(live: Live) -> None:
