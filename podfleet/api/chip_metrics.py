@@ -124,12 +124,12 @@ def coordinates(topology: Topology) -> list[tuple[str, str, str]]:
 ROLLUP_MIN_PODS = 16  # fleet clusters with more pods export per-pod rollups (unless per_chip)
 POD_LABELS = ["cluster", "cluster_id", "pod", "block"]
 POD_SERIES = (
-    ("podfleet_pod_chips", "Chips in the pod"),
-    ("podfleet_pod_chips_up", "Chips of the pod that are up (not failed or isolated)"),
-    ("podfleet_pod_chips_busy", "Chips of the pod a job holds"),
-    ("podfleet_pod_utilization_ratio", "Mean chip utilization of the pod (0-1)"),
-    ("podfleet_pod_temperature_max_celsius", "Hottest chip of the pod"),
-    ("podfleet_pod_power_watts", "Power draw of the pod's chips"),
+    ("podfleet_fleet_pod_chips", "Chips in the pod"),
+    ("podfleet_fleet_pod_chips_up", "Chips of the pod that are up (not failed or isolated)"),
+    ("podfleet_fleet_pod_chips_busy", "Chips of the pod a job holds"),
+    ("podfleet_fleet_pod_utilization_ratio", "Mean chip utilization of the pod (0-1)"),
+    ("podfleet_fleet_pod_temperature_max_celsius", "Hottest chip of the pod"),
+    ("podfleet_fleet_pod_power_watts", "Power draw of the pod's chips"),
 )
 EXPORTED_ROLLUPS = frozenset(n for n, _ in POD_SERIES)
 
@@ -141,7 +141,7 @@ def rolled_up(topology: Topology, per_chip: bool) -> bool:
 
 class FabricCollector(Collector):
     """``per_chip``: a series per chip and link for every cluster; otherwise a fleet of more
-    than ``ROLLUP_MIN_PODS`` pods exports ``podfleet_pod_*`` rollups instead (65,536 chips
+    than ``ROLLUP_MIN_PODS`` pods exports ``podfleet_fleet_pod_*`` rollups instead (65,536 chips
     x 20 series is a scrape of tens of MB; 1,024 pods x 6 is a few hundred kB)."""
 
     def __init__(self, plane: ControlPlane, *, per_chip: bool = False) -> None:
@@ -192,12 +192,12 @@ class FabricCollector(Collector):
             temp = np.asarray(m["temperature_c"], np.float64) if "temperature_c" in m else None
             power = np.asarray(m["power_w"], np.float64) if "power_w" in m else None
             rows = {
-                "podfleet_pod_chips": np.full(pods, float(per)),
-                "podfleet_pod_chips_up": up.reshape(pods, per).sum(axis=1).astype(float),
-                "podfleet_pod_chips_busy": busy.reshape(pods, per).sum(axis=1).astype(float),
-                "podfleet_pod_utilization_ratio": None if u is None else u.reshape(pods, per).mean(axis=1),
-                "podfleet_pod_temperature_max_celsius": None if temp is None else temp.reshape(pods, per).max(axis=1),
-                "podfleet_pod_power_watts": None if power is None else power.reshape(pods, per).sum(axis=1),
+                "podfleet_fleet_pod_chips": np.full(pods, float(per)),
+                "podfleet_fleet_pod_chips_up": up.reshape(pods, per).sum(axis=1).astype(float),
+                "podfleet_fleet_pod_chips_busy": busy.reshape(pods, per).sum(axis=1).astype(float),
+                "podfleet_fleet_pod_utilization_ratio": None if u is None else u.reshape(pods, per).mean(axis=1),
+                "podfleet_fleet_pod_temperature_max_celsius": None if temp is None else temp.reshape(pods, per).max(axis=1),
+                "podfleet_fleet_pod_power_watts": None if power is None else power.reshape(pods, per).sum(axis=1),
             }
             labels = [[rt.rec.name, rt.id, str(p), str(topo.block_of(p))] for p in range(pods)]
             for name, values in rows.items():

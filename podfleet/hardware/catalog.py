@@ -139,8 +139,9 @@ def fleet_topology(base: str, pods: int, pods_per_block: int | None = None) -> F
         return cached
     net = NETWORKS[base]
     name = f"{base}:{pods}"
-    topo = FleetTopology(name, BUILDERS[base](), pods, net.bw_per_chip_bytes_per_s, net.latency_s,
-                         pods_per_block=k, levels=network_levels(base))
+    group = BUILDERS[base]()
+    topo = FleetTopology(name, group, pods, net.bw_per_chip_bytes_per_s, net.latency_s,
+                         pods_per_block=k, levels=(pod_level(group), *network_levels(base)))
     _cache[key] = topo
     return topo
 
@@ -169,7 +170,7 @@ def get_topology(name: str) -> Topology:
             )
         topo = fleet_topology(base, count) if count <= MAX_FLEET_PODS else FleetTopology(
             name, topo, count, NETWORKS[base].bw_per_chip_bytes_per_s, NETWORKS[base].latency_s,
-            levels=network_levels(base))
+            levels=(pod_level(topo), *network_levels(base)))
     _cache[name] = topo
     return topo
 

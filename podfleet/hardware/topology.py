@@ -364,9 +364,9 @@ class FleetTopology(Topology):
     (e.g. EFAv3 3.2 Tbps per trn2 instance = 25 GB/s per chip).
 
     Groups sit in network blocks of ``pods_per_block`` (the pods behind one spine
-    switch; the last block may be smaller). ``levels`` describes the network above a
-    group, innermost first ("block", then "fleet"); crossing blocks costs the fleet
-    level's bandwidth and latency.
+    switch; the last block may be smaller). ``levels`` describes the network level by
+    level, innermost first ("pod": the group's own interconnect, "block", then "fleet");
+    crossing blocks costs the fleet level's bandwidth and latency.
     """
 
     kind = "fleet"

@@ -47,8 +47,8 @@ def test_a_chip_past_the_cluster_is_a_404_naming_its_range(admin: httpx.Client, 
     assert "cluster contract has chips 0-15" in r.json()["detail"]
     r = admin.post("/v1/clusters/contract/faults", json={"kind": "chip-failure", "chip": 40})
     assert r.status_code == 404 and "contract has chips 0-15" in r.json()["detail"]
-    # Past the largest cluster there is: the schema's own bound, a 400.
-    assert admin.get("/v1/clusters/contract/hardware", params={"chip": 256}).status_code == 400
+    # Past the largest cluster there is (a 1,024-pod fleet): the schema's own bound, a 400.
+    assert admin.get("/v1/clusters/contract/hardware", params={"chip": 65536}).status_code == 400
     one = admin.get("/v1/clusters/contract/hardware", params={"chip": 15}).json()
     assert one["index"] == 15 and "cluster_id" not in one  # the document's anyOf: Hardware or ChipOut
 
@@ -103,7 +103,7 @@ def test_links_point_at_operations_and_parameters_that_exist(doc: dict[str, Any]
 def test_bounds_the_server_enforces_are_in_the_schema(doc: dict[str, Any]) -> None:
     params = {p["name"]: p["schema"] for p in doc["paths"]["/v1/clusters/{cluster}/telemetry"]["get"]["parameters"]}
     target = params["target"]["anyOf"][0]
-    assert target["minimum"] == 0 and target["maximum"] == 6 * 256 - 1
+    assert target["minimum"] == 0 and target["maximum"] == 6 * 65536 - 1  # links of the largest fleet
     assert "temperature_c" in params["metric"]["enum"]
     cluster = params["cluster"]
     assert cluster["pattern"] == "^[a-z0-9][a-z0-9-]*$" and cluster["maxLength"] == 63

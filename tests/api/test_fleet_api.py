@@ -74,9 +74,9 @@ def test_metrics_roll_a_large_fleet_up_per_pod_unless_per_chip_is_asked() -> Non
     job = plane.jobs.submit(cl["id"], {"model": "llama3-8b", "chips": 128, "steps": 1000}, actor="test")
     plane.tl.run(plane.tl.now + 5)
     fams = {m.name: m for m in FabricCollector(plane).collect()}
-    busy = {s.labels["pod"]: s.value for s in fams["podfleet_pod_chips_busy"].samples}
+    busy = {s.labels["pod"]: s.value for s in fams["podfleet_fleet_pod_chips_busy"].samples}
     assert len(busy) == 17 and sum(busy.values()) == 128, busy
-    assert {s.labels["block"] for s in fams["podfleet_pod_chips"].samples} == {"0", "1", "2", "3", "4"}
+    assert {s.labels["block"] for s in fams["podfleet_fleet_pod_chips"].samples} == {"0", "1", "2", "3", "4"}
     assert not fams["podfleet_chip_up"].samples  # no series per chip for this cluster
     per_chip = {m.name: m for m in FabricCollector(plane, per_chip=True).collect()}
     assert len(per_chip["podfleet_chip_up"].samples) == 17 * 64

@@ -112,3 +112,26 @@ def test_first_fit_baseline_crosses_more_blocks() -> None:
         _bind(s, JobRequest("y", 256))
     assert len(set(ours.allocations()["y"].blocks)) == 1
     assert len(set(base.allocations()["y"].blocks)) == 2
+
+
+def test_the_twin_prices_a_gang_behind_two_spines_at_the_fleet_level() -> None:
+    from podfleet.fabric.sim.perfstep import _spanning
+
+    topo = fleet_topology("trn2-ultraserver", 16, 4)
+    assert _spanning(tuple(range(256)), topo, 8, 32) == (1.0, 1.0, 1.0)  # pods 0-3: one block
+    f_tp, f_pp, f_dp = _spanning(tuple(range(128, 384)), topo, 8, 32)  # pods 2-5: two blocks
+    fleet, block = topo.level("fleet"), topo.level("block")
+    assert f_tp == 1.0 and f_pp == f_dp == fleet.bw_per_chip_bytes_per_s / block.bw_per_chip_bytes_per_s < 1
+
+
+def test_the_catalog_gives_each_network_level_with_its_source() -> None:
+    topo = fleet_topology("trn2-ultraserver", 64, 16)
+    levels = {lv.name: lv for lv in topo.levels}
+    assert list(levels) == ["pod", "block", "fleet"]
+    assert levels["pod"].bw_per_chip_bytes_per_s > levels["block"].bw_per_chip_bytes_per_s \
+        > levels["fleet"].bw_per_chip_bytes_per_s
+    assert levels["block"].bw_per_chip_bytes_per_s == 25e9 and levels["block"].latency_s == 15e-6
+    assert all(lv.source for lv in topo.levels) and "assumption" in levels["fleet"].source
+    assert topo.n_blocks == 4 and list(topo.block_pods(3)) == list(range(48, 64))
+    with pytest.raises(InvalidInputError, match="pods_per_block"):
+        fleet_topology("trn2-ultraserver", 8, 9)

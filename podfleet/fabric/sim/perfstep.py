@@ -109,7 +109,17 @@ def _spanning(chips: tuple[int, ...], topology: Any, tp: int, dp: int) -> tuple[
         return 1.0, 1.0, 1.0
     g = topology.group.n_chips
     n = len(chips)
-    if n > g or min(chips) // g == max(chips) // g:
+    if n > g:
+        # A gang across pods is estimated with the block level's EFA; one whose pods sit
+        # behind more than one spine pays the fleet level on what crosses pods (its
+        # pipeline and data-parallel traffic: tensor-parallel groups stay inside a pod).
+        span = g * topology.pods_per_block
+        if min(chips) // span == max(chips) // span:
+            return 1.0, 1.0, 1.0
+        cross = min(1.0, topology.level("fleet").bw_per_chip_bytes_per_s
+                    / topology.level("block").bw_per_chip_bytes_per_s)
+        return 1.0, cross, cross
+    if min(chips) // g == max(chips) // g:
         return 1.0, 1.0, 1.0
     inside = min(ax.link_bw_bytes_per_s for ax in topology.group.axes)
     slow = min(1.0, topology.net_bw_per_chip_bytes_per_s / inside)
