@@ -66,7 +66,9 @@ def _shape(plane: Any, address: str, raylet: str, *, spare: bool, warm_steps: in
         on_raylet = any(f"rank 1 on chip {new_chip}: node {raylet[:12]}" in ln for ln in lines)
         plane.call_sync(plane.jobs.stop, jid, actor="bench")
         return {"resume_s": round(float(rec["resume_s"]), 3),
-                "kill_to_step_s": round(float(rec["t_end"]) - float(out["injected_at"]), 3),
+                # The record ends resume_s after the loss was noticed (detected_t, unix seconds
+                # like injected_at; its t_end is RFC 3339).
+                "kill_to_step_s": round(float(rec["detected_t"]) + float(rec["resume_s"]) - float(out["injected_at"]), 3),
                 "steps_lost": int(rec["steps_lost"]), "path": rec["path"], "restored_from": rec["source"],
                 "killed_pid": out["pid"], "new_chip": new_chip, "on_raylet": on_raylet}
     finally:

@@ -18,8 +18,9 @@ from typing import Any
 import simpy
 
 from podfleet.errors import ConflictError, PodfleetError
-from podfleet.fabric.base import ChipState, FaultInjection, ResumableRuns, RunState, RunStatus
+from podfleet.fabric.base import ChipState, ResumableRuns, RunState, RunStatus
 from podfleet.recovery import costs
+from podfleet.recovery.chipsteps import ChipSteps
 from podfleet.recovery.context import RecoveryContext
 from podfleet.recovery.home import FOLLOW, REHOME, HomeFlows
 from podfleet.recovery.model import DEFAULT_STATE_BYTES_PER_RANK, Recovery, RecoveryState
@@ -55,6 +56,7 @@ class JobFlows:
     def __init__(self, ctx: RecoveryContext, home: HomeFlows) -> None:
         self.ctx = ctx
         self.home = home
+        self.chips = ChipSteps(ctx)
         self.wake: simpy.Event = ctx.tl.env.event()  # fires when a chip may have come free
         self._copy_bw: dict[str, float] = {}  # recovery id -> slowest peer-copy path of its moves
         self._state_bytes: dict[tuple[str, int], float] = {}
@@ -222,9 +224,9 @@ class JobFlows:
         if not live:
             ctx.step(rec, "isolate", f"chip {chip} {cause}: fence it out of the group", chip=chip)
             yield ctx.cost(tm.isolate_s)
-            self.isolate(chip, cause)
+            self.chips.isolate(chip, cause)
         if cause in ECC_CAUSES:
-            stays = yield from self._fence(rec, chip, cause)
+            stays = yield from self.chips.fence(rec, chip, cause)
             if stays:
                 rec.pending.pop(0)
                 return self._restore_source(job_id, rank, chip)[0]
@@ -259,7 +261,7 @@ class JobFlows:
         home.moved_between_pods(job_id, rank, before, chip, spare, cause)
         home.follow(rec, before, ctx.spec(job_id).options, chip, spare)
         if live and cause not in ("firmware-update", REHOME, FOLLOW):  # an update needs the chip free, not isolated
-            self.isolate(chip, cause)
+            self.chips.isolate(chip, cause)
         rec.pending.pop(0)
         return src
 
@@ -317,54 +319,6 @@ class JobFlows:
         return self._state_bytes[key]
 
     # --- pieces --------------------------------------------------------------------------
-    def isolate(self, chip: int, cause: str) -> None:
-        ctx = self.ctx
-        if ctx.chip_state(chip) != ChipState.ISOLATED:
-            ctx.fab.set_chip_state(chip, ChipState.ISOLATED, f"isolated by recovery: {cause}")
-        # A firmware fault clears with a reset (the Neuron runtime's action); the rest
-        # need a technician.
-        self.schedule_repair(chip, ctx.timings.reset_s if cause == "firmware-fault" else None)
-
-    def schedule_repair(self, chip: int, after_s: float | None = None) -> None:
-        """The twin's technician (a fabric that can repair a chip on demand,
-        ``FaultInjection``): elsewhere a chip comes back through the operator's repair."""
-        ctx = self.ctx
-        fab = ctx.fab
-        after_s = after_s if after_s is not None else ctx.timings.repair_s
-        if after_s is None or not isinstance(fab, FaultInjection):
-            return
-
-        def repair() -> None:
-            if ctx.chip_state(chip) == ChipState.ISOLATED:
-                ctx.fenced.pop(chip, None)
-                fab.repair_chip(chip, "replaced by a technician")
-
-        ctx.tl.call_at(after_s, repair)
-
-    def _fence(self, rec: Recovery, chip: int, cause: str) -> Generator[simpy.Event, Any, bool]:
-        """Fence the bad partition; the chip returns degraded. True if the rank still fits."""
-        ctx = self.ctx
-        tm = ctx.timings
-        part = "HBM stack" if cause == "hbm-uncorrectable" else "SRAM bank (its NeuronCore)"
-        ctx.step(rec, "fence", f"retire the {part} that had the uncorrectable error", chip=chip)
-        yield ctx.cost(tm.fence_s)
-        ctx.fenced[chip] = ctx.fenced.get(chip, 0.0) + tm.hbm_fence_ratio
-        left = 1.0 - ctx.fenced[chip]
-        if ctx.chip_state(chip) == ChipState.ISOLATED:
-            ctx.fab.set_chip_state(chip, ChipState.HEALTHY, "fenced partition; back in service")
-        if ctx.chip_state(chip) == ChipState.HEALTHY:
-            ctx.fab.set_chip_state(chip, ChipState.DEGRADED, f"degraded: {left:.0%} of HBM usable after fencing")
-        assert rec.job_id is not None
-        need = ctx.policies[rec.job_id].hbm_need_ratio
-        # SRAM: the fenced core leaves the rank short of compute: it always moves.
-        fits = cause == "hbm-uncorrectable" and need <= left
-        ctx.step(rec, "degrade", f"chip {chip} degraded, {left:.0%} HBM left; the rank needs {need:.0%}: "
-                 + ("stays" if fits else "migrates"), chip=chip, hbm_left_ratio=round(left, 3))
-        if not fits:
-            ctx.fab.set_chip_state(chip, ChipState.ISOLATED, "fenced chip too small for its rank")
-            self.schedule_repair(chip)
-        return fits
-
     def _pick(self, job_id: str, rank: int, *, home_only: bool = False, in_group: int | None = None) -> int | None:
         ctx = self.ctx
         topo = ctx.fab.topology
@@ -418,7 +372,8 @@ class JobFlows:
                      f"({pol.dp} -> {pol.dp - 1} replicas, {n} -> {len(keep)} chips)", dp=pol.dp - 1)
             yield ctx.cost(ctx.timings.move_s)
             ctx.fab.stop(job_id)
-            ctx.fab.launch(dataclasses.replace(spec, chips=keep, options={**spec.options, "start_step": run.step}))
+            ctx.fab.launch(dataclasses.replace(spec, chips=keep, options={
+                **spec.options, "start_step": run.step, "checkpoint_step": run.checkpoint_step or 0}))
             ctx.fab.pause(job_id, f"recovery {rec.id}: shrinking")
             for c in run.chips:
                 if c not in keep:

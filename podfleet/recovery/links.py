@@ -10,7 +10,7 @@ import simpy
 
 from podfleet.fabric.base import LinkState
 from podfleet.hardware.routing import Router
-from podfleet.hardware.topology import GridTopology
+from podfleet.hardware.topology import FleetTopology, GridTopology
 from podfleet.recovery.context import RecoveryContext
 from podfleet.recovery.model import Recovery, RecoveryState
 
@@ -45,10 +45,10 @@ class LinkFlows:
         """(router of the link's torus, the link's index there, chip offset); None when
         the topology is not a grid (a switched node has no detours to compute)."""
         topo = self.ctx.fab.topology
-        group = getattr(topo, "group", None)
         if isinstance(topo, GridTopology):
             g, local, off, grid = 0, link, 0, topo
-        elif isinstance(group, GridTopology):
+        elif isinstance(topo, FleetTopology) and isinstance(topo.group, GridTopology):
+            group = topo.group
             per = len(group.links)
             g, local, off, grid = link // per, link % per, (link // per) * group.n_chips, group
         else:

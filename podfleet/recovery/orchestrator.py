@@ -38,8 +38,8 @@ take no time of their own (``ResumableRuns``: each step waits its modelled cost)
 process fabric, whose detection, moves and restores take real time (the flows wait on
 its run state; no modelled cost is added). ``RecoveryOrchestrator`` composes three
 collaborators on one ``RecoveryContext`` (``recovery.context``): ``JobFlows``
-(``recovery.jobflows``), ``LinkFlows`` (``recovery.links``) and ``HomeFlows``
-(``recovery.home``).
+(``recovery.jobflows``, with its ``ChipSteps``, ``recovery.chipsteps``), ``LinkFlows``
+(``recovery.links``) and ``HomeFlows`` (``recovery.home``).
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class RecoveryOrchestrator:
         ctx = self.ctx
         if ctx.chip_state(chip) != ChipState.ISOLATED:
             ctx.fab.set_chip_state(chip, ChipState.ISOLATED, f"isolated: {cause}")
-            self.jobs.schedule_repair(chip)
+            self.jobs.chips.schedule_repair(chip)
         return None
 
     def adopt(self, journal: dict[str, Any], policy: JobPolicy | None = None) -> Recovery:

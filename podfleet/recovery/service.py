@@ -1,4 +1,5 @@
-"""Recovery inside the control plane: one orchestrator per twin cluster, sharing the
+"""Recovery inside the control plane: one orchestrator per cluster whose fabric declares
+``RankMoves`` (the twin; a process fabric once it declares it), sharing the
 cluster's chip owners with the job manager, which hands it chip faults (the twin job
 driver asks ``on_event`` first) and lets it own the jobs it is recovering.
 
@@ -44,6 +45,7 @@ from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
+_MOVE_EVENTS = ("job-paused", "rank-moved", "job-resumed")  # RankMoves' events of a flow's calls
 
 
 _UNIX_FROM = 1e9  # a number at least this is unix seconds (2001 on); below, timeline seconds
@@ -162,7 +164,7 @@ class JobListener:
 
 
 class RecoveryService:
-    """Routes chip and link faults of twin clusters to their orchestrators."""
+    """Routes chip and link faults of clusters whose fabric declares ``RankMoves`` to their orchestrators."""
 
     def __init__(self, table: JobTable, timeline: Timeline, render: Callable[[ClusterRuntime], None],
                  resolve: Callable[[str], ClusterRuntime] | None = None) -> None:
@@ -231,6 +233,11 @@ class RecoveryService:
                 d = ev.detail
                 imp.progress(ev.job_id, positive(d.get("step_time_s")), positive(d.get("tokens_per_s")))
             return False  # and the job driver's
+        if ev.kind in _MOVE_EVENTS and ev.job_id is not None and self.owns(ev.job_id):
+            # The orchestrator's own pause, moves and resume of a job it is recovering: the
+            # flow hands the job back once it runs (a process driver would take the job's
+            # resume for its own recovery and end the flow's RECOVERING early).
+            return True
         if not (ev.kind.startswith(("link-", "chip-")) or ev.kind in ("job-finished", "job-stopped")):
             return False  # checkpoints: the job driver's
         o = self.manage_running(rt)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.hardware.topology import SwitchedTopology
+from podfleet.hardware.topology import SwitchedTopology, Topology
 from podfleet.recovery.model import JobPolicy, RecoveryState
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 
@@ -38,9 +39,10 @@ class FakeProcessFabric:
 
     kind = "fake"
 
-    def __init__(self, tl: Timeline, n: int = 4) -> None:
+    def __init__(self, tl: Timeline, n: int = 4, topology: Topology | None = None) -> None:
         self.tl = tl
-        self.topology = SwitchedTopology(f"fake-{n}", "cpu", n, 10e9, 20e-6)
+        self.topology = topology or SwitchedTopology(f"fake-{n}", "cpu", n, 10e9, 20e-6)
+        n = self.topology.n_chips
         self._chips = [ChipState.HEALTHY] * n
         self._subs: list[Callable[[FabricEvent], None]] = []
         self.spec: WorkerGroupSpec | None = None
@@ -228,3 +230,45 @@ def test_a_drain_is_a_live_move_at_a_step_boundary_without_isolating_first() -> 
     st = fab.run_status("job-a")
     assert st is not None and st.chips == (0, 1, 3)
     assert fab.chip_states()[2] is ChipState.ISOLATED  # off for service once its rank left
+
+
+def test_a_drain_through_the_control_plane_shows_the_job_recovering_for_the_whole_move() -> None:
+    from podfleet import compose
+    from podfleet.store.memory import MemoryStore
+
+    made: list[FakeProcessFabric] = []
+
+    def factory(kind: str, topology: Topology, timeline: Any, spares: tuple[int, ...], seed: int, *,
+                options: Mapping[str, Any] | None = None) -> FakeProcessFabric:
+        made.append(FakeProcessFabric(timeline, topology=topology))
+        return made[-1]
+
+    tl = Timeline(seed=2)
+    parts = compose.build(MemoryStore(), tl, fabric_factory=factory)
+    plane = parts.plane
+    plane.create_cluster({"name": "p", "fabric": "local", "chips": 4, "spares": 1}, actor="t")
+    tl.run(tl.now + 5)
+    fab = made[0]
+    jid = plane.jobs.submit("p", {"model": "debug", "chips": 2, "steps": 100_000}, actor="t")["id"]
+    tl.run(tl.now + 2)
+    chips = list(plane.jobs.describe(jid)["allocation"]["chips"])
+    assert parts.recovery.supports(plane.resolve("p"))
+    plane.chip_command("p", chips[1], "drain", actor="t")
+    states = []
+    for _ in range(60):  # 3 s in 50 ms steps: the fake pauses in 0.4 s and re-forms in 1.5 s
+        tl.run(tl.now + 0.05)
+        states.append((round(tl.now, 2), plane.jobs.describe(jid)["state"], fab.state.value))
+    seen = [s for _t, s, _f in states]
+    assert "RECOVERING" in seen and seen[-1] == "RUNNING", states
+    # RECOVERING from the drain until the fabric's gang trains again, never RUNNING between:
+    # while the gang is paused and while its process group re-forms, the job shows it.
+    first = seen.index("RECOVERING")
+    last = len(seen) - 1 - seen[::-1].index("RECOVERING")
+    assert set(seen[first:last + 1]) == {"RECOVERING"}
+    assert {f for _t, _s, f in states[first:last + 1]} >= {"paused", "recovering"}, states
+    assert all(s == "RECOVERING" for _t, s, f in states if f != "running"), states
+    view = plane.jobs.describe(jid)
+    assert chips[1] not in view["allocation"]["chips"] and chips[0] in view["allocation"]["chips"]
+    assert fab.calls[:3] == ["pause", f"move 1->{view['allocation']['chips'][1]}", "resume"]
+    [rec] = [r for r in parts.recovery.list_recoveries("p") if r["job_id"] == jid]
+    assert rec["kind"] == "drain" and rec["state"] == "done" and rec["t_end"].endswith("Z")

@@ -76,7 +76,8 @@ class JobRunner:
     # --- public ----------------------------------------------------------------------
     def launch(self, group: WorkerGroupSpec) -> JobRun:
         """Start a job on ``group.chips`` (rank r on chips[r]), from ``options["start_step"]``
-        (default 0; a restart from a checkpoint)."""
+        (default 0; a restart from a checkpoint), its last checkpoint ``options["checkpoint_step"]``
+        (default the start step)."""
         if group.job_id in self.jobs and self.jobs[group.job_id].state in (JobState.RUNNING, JobState.PAUSED):
             raise ConflictError(f"job {group.job_id} is already running", field="job_id")
         if not group.chips:
@@ -87,7 +88,9 @@ class JobRunner:
         start_step = int(group.options.get("start_step", 0))
         if not 0 <= start_step < group.steps:
             raise InvalidInputError(f"start_step must be 0-{group.steps - 1}, got {start_step}", field="start_step")
-        run = JobRun(spec=group, started_t=self.ctx.now, step=start_step, last_checkpoint=start_step)
+        # A gang relaunched from the step its peers hold (a shrink) keeps its last checkpoint.
+        ckpt = min(int(group.options.get("checkpoint_step", start_step)), start_step)
+        run = JobRun(spec=group, started_t=self.ctx.now, step=start_step, last_checkpoint=ckpt)
         run.extra["launch_chips"] = tuple(int(c) for c in group.chips)
         self.jobs[group.job_id] = run
         for c in group.chips:
