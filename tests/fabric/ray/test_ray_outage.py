@@ -100,7 +100,7 @@ def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(
     assert waiting["state"] == "RECOVERING"
 
     cluster.restart_head()
-    cluster.add_node(1)  # a replacement raylet: a new node id
+    raylet = cluster.add_node(1)  # a replacement raylet: a new node id
     _until(lambda: "reconnected" in plane.describe_cluster("r")["reason"], 120, "the reconnect")
     assert plane.jobs.describe(jid)["state"] in ("RECOVERING", "RUNNING")  # never FAILED meanwhile
 
@@ -115,4 +115,31 @@ def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(
     assert plane.describe_cluster("r")["state"] == "active"
     text = "\n".join(ln["message"] for ln in plane.jobs.job_logs(jid).since(0))
     assert "unreachable" in text and "relaunched gang running" in text
+
+    # The raylet alone dies, no spare: the rank waits for capacity with the reason, then
+    # a replacement raylet takes its chip and the job runs on it.
+    seen = set()
+
+    def waits_for_a_chip() -> Any:
+        v = plane.jobs.describe(jid)
+        seen.add(v["state"])
+        return v["state"] == "RECOVERING" and "waiting for 1 healthy chip" in (v.get("reason") or "") and v
+
+    cluster.kill(raylet)
+    waiting = _until(waits_for_a_chip, 120, "the job to wait for a chip")
+    assert "FAILED" not in seen and "chip 1" in waiting["reason"]
+    assert plane.clusters[plane.names["r"]].fabric.chip_states()[1].value in ("failed", "isolated")
+    cluster.add_node(1)
+    view = _until(lambda: (v := plane.jobs.describe(jid))["state"] == "RUNNING" and v, 180, "the job on the new raylet")
+    fab = plane.clusters[plane.names["r"]].fabric
+    [third] = [n["node_id"] for n in fab.connection_status()["nodes"] if not n["head"] and n["alive"]]
+    assert third not in (old_raylet, new_raylet) and fab.chip_workers()[1]["node_id"] == third
     plane.call_sync(plane.jobs.stop, jid, actor="t")
+
+    # The next job runs on the replaced node's chip, start to finish.
+    nxt = plane.call_sync(plane.jobs.submit, "r", {"model": "debug", "chips": 2, "steps": 4, "checkpoint_interval": 0,
+                                                   "options": {"seed": 1, "global_batch": 4, "seq_len": 32}},
+                          actor="t")
+    done = _until(lambda: (v := plane.jobs.describe(nxt["id"]))["state"] in ("SUCCEEDED", "FAILED") and v, 180,
+                  "the next job")
+    assert done["state"] == "SUCCEEDED", done["reason"]
