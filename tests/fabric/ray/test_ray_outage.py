@@ -59,7 +59,7 @@ def outage(tmp_path: Any) -> Iterator[tuple[Any, Any]]:
                               fabric_access=FabricAccess(ray_addresses=(cluster.address,)))
         built.plane.start()
         built.plane.call_timeout_s = 120
-        yield built.plane, cluster
+        yield built, cluster
     finally:
         if built is not None:
             built.plane.stop()
@@ -71,7 +71,8 @@ def outage(tmp_path: Any) -> Iterator[tuple[Any, Any]]:
 def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(outage: tuple[Any, Any]) -> None:
     from podfleet.fabric.ray.probe import GCS_RECONNECT_ENV
 
-    plane, cluster = outage
+    built, cluster = outage
+    plane = built.plane
     plane.call_sync(plane.create_cluster, {"name": "twin", "type": "custom", "chips": 4}, actor="t")
     plane.call_sync(plane.create_cluster, {"name": "r", "fabric": "ray", "chips": 2, "spares": 0,
                                            "ray_address": cluster.address}, actor="t")
@@ -95,6 +96,9 @@ def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(
     cluster.kill(1)  # and the raylet
     _until(lambda: "unreachable" in plane.describe_cluster("r")["reason"], 60, "the cluster to say it is unreachable")
     assert plane.describe_cluster("twin")["state"] == "active"  # every other cluster is served
+    alert = _until(lambda: [a for a in plane.call_sync(built.health.list_alerts, "r")
+                            if a["rule"] == "fabric-unreachable" and a["state"] != "resolved"], 30, "the alert")
+    assert alert[0]["severity"] == "critical" and "unreachable" in alert[0]["message"]
     waiting = _until(lambda: (v := plane.jobs.describe(jid))["state"] == "RECOVERING" and "unreachable" in
                      (v.get("reason") or "") and v, 60, "the job to wait for Ray")
     assert waiting["state"] == "RECOVERING"
@@ -103,6 +107,8 @@ def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(
     raylet = cluster.add_node(1)  # a replacement raylet: a new node id
     _until(lambda: "reconnected" in plane.describe_cluster("r")["reason"], 120, "the reconnect")
     assert plane.jobs.describe(jid)["state"] in ("RECOVERING", "RUNNING")  # never FAILED meanwhile
+    _until(lambda: all(a["state"] == "resolved" for a in plane.call_sync(built.health.list_alerts, "r")
+                       if a["rule"] == "fabric-unreachable"), 30, "the alert to resolve")
 
     ckpt = plane.store.latest_checkpoint(jid).step
     view = _until(lambda: (v := plane.jobs.describe(jid))["state"] == "RUNNING" and
