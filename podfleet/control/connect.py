@@ -39,6 +39,16 @@ log = logging.getLogger("podfleet.control")
 # How long a fabric's build (a Ray connection, neuron-ls) may take before the cluster
 # fails with "timed out" (PODFLEET_FABRIC_CONNECT_TIMEOUT_S).
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
+# A deployed cluster reloaded at a restart whose fabric cannot be reached (a Ray head that
+# is down) is tried again after this, doubling up to RETRY_MAX_S: it is a dependency that
+# may come back, not a cluster to give up on until the next restart.
+RETRY_FIRST_S = 2.0
+RETRY_MAX_S = 60.0
+
+
+def retry_delay(attempts: int) -> float:
+    """Seconds before the next connection attempt after ``attempts`` failed ones."""
+    return float(min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** max(0, attempts - 1)))
 
 
 def pending_deployment(state: str) -> dict[str, Any]:
@@ -60,6 +70,7 @@ class ConnectingCluster:
     failed: str | None = None  # why there is no fabric (set when the build failed)
     restored: bool = False  # reloaded from the store at a restart (not a new create)
     held_jobs: list[str] = field(default_factory=list)  # restored jobs waiting for the fabric
+    attempts: int = 0  # failed connections of a deployed cluster reloaded at a restart
 
     @property
     def id(self) -> str:

@@ -23,6 +23,7 @@ from podfleet.control.connect import (
     HeldTimeline,
     discard,
     pending_deployment,
+    retry_delay,
 )
 from podfleet.control.deploy import start_deployment
 from podfleet.control.events import FabricEvents, save_health
@@ -353,6 +354,22 @@ class ControlPlane:
             # Not retried at a restart: the operator deletes it and creates it again.
             pending.rec.status["fabric_connected"] = False
             self.set_cluster_state(pending, ClusterState.FAILED, reason)
+        elif pending.restored and self._serving:
+            # A deployed cluster whose fabric is a dependency that may come back (a Ray head
+            # restarting): tried again with backoff, its jobs held meanwhile.
+            pending.attempts += 1
+            delay = retry_delay(pending.attempts)
+            why = f"{reason}; trying again in {delay:g} s (attempt {pending.attempts})"
+            pending.rec.status["reason"] = why
+            pending.rec.updated_at = self.now()
+            self.store.save_cluster(pending.rec)
+            pending.logs.append(self.now(), why, step="fabric-connection")
+            for job_id in pending.held_jobs:
+                job = self.table.find(job_id)
+                if job is not None and not job.ended:
+                    self.table.set_reason(job, f"waiting for its cluster's fabric: {why}")
+            self.tl.call_at(delay, functools.partial(self._reconnect_restored, pending))
+            return
         else:
             pending.rec.status["reason"] = reason
             pending.rec.updated_at = self.now()
@@ -361,6 +378,14 @@ class ControlPlane:
         if pending.held_jobs:
             self.jobs.resume_restored(pending.held_jobs, f"its cluster's fabric could not be reached after a "
                                                          f"restart: {reason}")
+
+    def _reconnect_restored(self, pending: ConnectingCluster) -> None:
+        """Engine thread: connect a reloaded cluster again, unless deleted meanwhile."""
+        if self.connecting.get(pending.id) is not pending or self.tl.stopping:
+            return
+        pending.settled = False
+        pending.failed = None
+        self._connect(pending)
 
     def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], dict[str, Any]]]:
         """A cluster's deployment and fabric log, and its deployment progress as it is now

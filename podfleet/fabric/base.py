@@ -315,6 +315,15 @@ class ChipCheck(Protocol):
 
 
 @runtime_checkable
+class ClusterConnection(Protocol):
+    """The fabric depends on an outside cluster it can lose and reach again (a Ray head):
+    ``state`` ``connected`` or ``unreachable``, with the ``reason`` and ``since``. Answers
+    from what the fabric already knows: it never blocks."""
+
+    def connection_status(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
 class WorkerPlacement(Protocol):
     """Where chips and their workers live: the host of each chip (metrics' ``host``
     label) and, per chip running a rank, the worker's ``job_id``, ``rank``, ``node_id``,

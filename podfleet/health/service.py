@@ -24,12 +24,14 @@ from podfleet.control.lifecycle import TERMINAL, ClusterState
 from podfleet.control.ports import PlaneCore
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.errors import InvalidInputError, NotFoundError
-from podfleet.fabric.base import TelemetrySource
+from podfleet.fabric.base import ClusterConnection, TelemetrySource
 from podfleet.health.alerts import AlertBook, AlertState
 from podfleet.health.monitor import HealthMonitor
 from podfleet.health.scan import HealthConfig
 from podfleet.health.telemetry import ALL_METRICS, HOUR_S, MINUTE_S, RETENTION_S, RollupRow, frozen
 from podfleet.store.records import RollupRecord
+
+FABRIC_UNREACHABLE = "fabric-unreachable"  # the alert rule of a lost outside cluster (a Ray head)
 
 
 class JobViews(Protocol):
@@ -67,6 +69,7 @@ class HealthService:
         self.scan_s: list[float] = []
         self._last_prune = -HOUR_S
         self._declares: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares TelemetrySource)
+        self._connects: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares ClusterConnection)
         self._mounts_seen: dict[str, tuple[tuple[str, str, int], list[dict[str, Any]]]] = {}
 
     def start(self) -> None:
@@ -83,7 +86,10 @@ class HealthService:
         for cid in [c for c in self.monitors if c not in plane.clusters]:
             del self.monitors[cid]
             self._declares.pop(cid, None)
+            self._connects.pop(cid, None)
         for rt in list(plane.clusters.values()):
+            if rt.state == ClusterState.ACTIVE:
+                self._connection(rt)
             if rt.state != ClusterState.ACTIVE or not self._telemetry(rt):
                 # The monitor reads chip telemetry (temperature, ECC, NeuronCore use); worker
                 # slots of a local or Ray cluster report process metrics only.
@@ -95,6 +101,23 @@ class HealthService:
             self._last_prune = now
             for res, keep in RETENTION_S.items():
                 plane.store.prune_rollups(resolution_s=res, before=now - keep)
+
+    def _connection(self, rt: ClusterRuntime) -> None:
+        """A fabric that lost its outside cluster (a Ray head): a critical alert on the
+        cluster's ``fabric`` while it is unreachable, resolved when it reconnects."""
+        fab = rt.fabric
+        hit = self._connects.get(rt.id)
+        if hit is None or hit[0] is not fab:
+            hit = self._connects[rt.id] = (fab, isinstance(fab, ClusterConnection))
+        if not hit[1]:
+            return
+        st = cast(ClusterConnection, fab).connection_status()
+        now = self.plane.now()
+        if st.get("state") == "unreachable":
+            self.book.fire(cluster_id=rt.id, target="fabric", rule=FABRIC_UNREACHABLE, severity="critical",
+                           message=str(st.get("reason") or "the fabric's cluster is unreachable"), now=now)
+        else:
+            self.book.clear(rt.id, "fabric", FABRIC_UNREACHABLE, now)
 
     def _telemetry(self, rt: ClusterRuntime) -> bool:
         """Whether the cluster's fabric declares ``TelemetrySource``, asked once per fabric

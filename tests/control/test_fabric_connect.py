@@ -219,6 +219,40 @@ def test_a_deployed_cluster_reconnects_off_the_engine_after_a_restart(tmp_path: 
         p2.stop()
 
 
+def test_a_restart_while_the_fabric_is_down_retries_with_backoff_and_keeps_the_jobs(tmp_path: Path) -> None:
+    # A Ray head down while the server restarts: the cluster stays listed (describe
+    # answers, create says it exists), its connection is tried again with backoff, and
+    # its job waits with the reason instead of failing; once Ray is back it reconnects.
+    store, factory = MemoryStore(), Factory(tmp_path)
+    factory.gate.set()
+    p1 = served(store, factory)
+    try:
+        p1.call_sync(p1.create_cluster, ray_body(), actor="t")
+        until(lambda: state(p1, "r") == "active")
+        jid = p1.call_sync(p1.jobs.submit, "r", {"model": "debug", "chips": 1, "steps": 100_000,
+                                                 "checkpoint_interval": 0, "options": {"step_delay_s": 0.05}},
+                           actor="t")["id"]
+        until(lambda: p1.call_sync(p1.jobs.describe, jid)["state"] == "RUNNING", 60)
+    finally:
+        p1.stop()
+    factory.error = InfeasibleError("cannot connect to Ray at '10.9.8.7:6379': Connection refused")
+    p2 = served(store, factory)
+    try:
+        until(lambda: "trying again in 2 s (attempt 1)" in p2.call_sync(p2.describe_cluster, "r")["reason"])
+        with pytest.raises(ConflictError):
+            p2.call_sync(p2.create_cluster, ray_body(), actor="t")
+        until(lambda: "attempt 2" in p2.call_sync(p2.describe_cluster, "r")["reason"], 30)
+        job = p2.call_sync(p2.jobs.describe, jid)
+        assert job["state"] != "FAILED" and "waiting for its cluster's fabric" in job["reason"]
+        factory.error = None
+        until(lambda: p2.names["r"] in p2.clusters, 30)
+        assert p2.call_sync(p2.describe_cluster, "r")["state"] == "active"
+        until(lambda: p2.call_sync(p2.jobs.describe, jid)["state"] in ("RECOVERING", "RUNNING"), 30)
+        assert factory.builds >= 4
+    finally:
+        p2.stop()
+
+
 def test_an_address_no_longer_allowed_is_not_reconnected_after_a_restart(tmp_path: Path) -> None:
     store, factory = MemoryStore(), Factory(tmp_path)
     factory.gate.set()

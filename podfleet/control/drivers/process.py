@@ -229,9 +229,7 @@ class ProcessDriver:
         if ev.kind in ("chip-failed", "chip-state"):
             self.jobs.save_health(rt)  # the fabric retired a slot; the rank move comes with job-resumed
             if ev.kind == "chip-state" and ev.chip is not None:
-                rt.logs.append(self.jobs.now(), f"chip {ev.chip}: {ev.detail.get('state')} "
-                                                f"({ev.detail.get('reason', '')})", chip=ev.chip)
-                self.jobs.schedule(rt)  # a chip back in service may take waiting work
+                self.jobs.schedule(rt)  # a chip back in service (a node joined) may take waiting work
             return
         job = table.find(ev.job_id)
         if job is None or job.ended:

@@ -179,7 +179,7 @@ def _import_ray() -> Any:
 
 class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
-    ``WorkerPlacement``, ``GangPlacement``.
+    ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``.
 
     ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
     checkpoint KEK every worker gets unless the job names its own (with a multi-machine

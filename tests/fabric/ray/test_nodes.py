@@ -39,3 +39,19 @@ def test_a_node_that_dies_fails_the_check_and_is_reported_once() -> None:
     assert "is not alive" in (m.check(2) or "") and m.check(0) is None
     m.updated_mono -= 3600
     assert "no fresh view" in (m.check(0) or "")
+
+
+def test_a_node_that_joins_takes_the_chips_of_a_lost_one_and_only_those() -> None:
+    m = NodeMap(NODES, "CPU", 1.0, 3)  # chips 0, 1 on the head, chip 2 on node b
+    alive = [r for r in NODES if r["NodeID"] != "b" * 56]
+    m.apply(alive)
+    assert m.lost(2) and not m.lost(0)
+    assert m.remap(2) is None  # the head is full, no other live node has room
+    joined = m.apply([*alive, rec("e" * 56, "10.0.0.5", 1.0)]).joined
+    assert [n.node_id for n in joined] == ["e" * 56]
+    node = m.remap(2)
+    assert node is not None and node.node_id == "e" * 56 and m.chip_node[2] == "e" * 56
+    assert not m.lost(2) and m.check(2) is None and m.host(2) == "10.0.0.5"
+    assert m.room(node) == 0 and m.remap(0) is m.nodes["a" * 56]  # a chip on a live node stays
+    # A known node that comes back is reported as joined again.
+    assert [n.node_id for n in m.apply([*alive, rec("b" * 56, "10.0.0.2", 1.0)]).joined] == ["b" * 56]

@@ -59,7 +59,7 @@ def outage(tmp_path: Any) -> Iterator[tuple[Any, Any]]:
                               fabric_access=FabricAccess(ray_addresses=(cluster.address,)))
         built.plane.start()
         built.plane.call_timeout_s = 120
-        yield built.plane, cluster
+        yield built, cluster
     finally:
         if built is not None:
             built.plane.stop()
@@ -71,7 +71,8 @@ def outage(tmp_path: Any) -> Iterator[tuple[Any, Any]]:
 def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(outage: tuple[Any, Any]) -> None:
     from podfleet.fabric.ray.probe import GCS_RECONNECT_ENV
 
-    plane, cluster = outage
+    built, cluster = outage
+    plane = built.plane
     plane.call_sync(plane.create_cluster, {"name": "twin", "type": "custom", "chips": 4}, actor="t")
     plane.call_sync(plane.create_cluster, {"name": "r", "fabric": "ray", "chips": 2, "spares": 0,
                                            "ray_address": cluster.address}, actor="t")
@@ -95,14 +96,19 @@ def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(
     cluster.kill(1)  # and the raylet
     _until(lambda: "unreachable" in plane.describe_cluster("r")["reason"], 60, "the cluster to say it is unreachable")
     assert plane.describe_cluster("twin")["state"] == "active"  # every other cluster is served
+    alert = _until(lambda: [a for a in plane.call_sync(built.health.list_alerts, "r")
+                            if a["rule"] == "fabric-unreachable" and a["state"] != "resolved"], 30, "the alert")
+    assert alert[0]["severity"] == "critical" and "unreachable" in alert[0]["message"]
     waiting = _until(lambda: (v := plane.jobs.describe(jid))["state"] == "RECOVERING" and "unreachable" in
                      (v.get("reason") or "") and v, 60, "the job to wait for Ray")
     assert waiting["state"] == "RECOVERING"
 
     cluster.restart_head()
-    cluster.add_node(1)  # a replacement raylet: a new node id
+    raylet = cluster.add_node(1)  # a replacement raylet: a new node id
     _until(lambda: "reconnected" in plane.describe_cluster("r")["reason"], 120, "the reconnect")
     assert plane.jobs.describe(jid)["state"] in ("RECOVERING", "RUNNING")  # never FAILED meanwhile
+    _until(lambda: all(a["state"] == "resolved" for a in plane.call_sync(built.health.list_alerts, "r")
+                       if a["rule"] == "fabric-unreachable"), 30, "the alert to resolve")
 
     ckpt = plane.store.latest_checkpoint(jid).step
     view = _until(lambda: (v := plane.jobs.describe(jid))["state"] == "RUNNING" and
@@ -115,4 +121,31 @@ def test_head_and_raylet_lost_under_a_job_the_server_serves_and_the_job_resumes(
     assert plane.describe_cluster("r")["state"] == "active"
     text = "\n".join(ln["message"] for ln in plane.jobs.job_logs(jid).since(0))
     assert "unreachable" in text and "relaunched gang running" in text
+
+    # The raylet alone dies, no spare: the rank waits for capacity with the reason, then
+    # a replacement raylet takes its chip and the job runs on it.
+    seen = set()
+
+    def waits_for_a_chip() -> Any:
+        v = plane.jobs.describe(jid)
+        seen.add(v["state"])
+        return v["state"] == "RECOVERING" and "waiting for 1 healthy chip" in (v.get("reason") or "") and v
+
+    cluster.kill(raylet)
+    waiting = _until(waits_for_a_chip, 120, "the job to wait for a chip")
+    assert "FAILED" not in seen and "chip 1" in waiting["reason"]
+    assert plane.clusters[plane.names["r"]].fabric.chip_states()[1].value in ("failed", "isolated")
+    cluster.add_node(1)
+    view = _until(lambda: (v := plane.jobs.describe(jid))["state"] == "RUNNING" and v, 180, "the job on the new raylet")
+    fab = plane.clusters[plane.names["r"]].fabric
+    [third] = [n["node_id"] for n in fab.connection_status()["nodes"] if not n["head"] and n["alive"]]
+    assert third not in (old_raylet, new_raylet) and fab.chip_workers()[1]["node_id"] == third
     plane.call_sync(plane.jobs.stop, jid, actor="t")
+
+    # The next job runs on the replaced node's chip, start to finish.
+    nxt = plane.call_sync(plane.jobs.submit, "r", {"model": "debug", "chips": 2, "steps": 4, "checkpoint_interval": 0,
+                                                   "options": {"seed": 1, "global_batch": 4, "seq_len": 32}},
+                          actor="t")
+    done = _until(lambda: (v := plane.jobs.describe(nxt["id"]))["state"] in ("SUCCEEDED", "FAILED") and v, 180,
+                  "the next job")
+    assert done["state"] == "SUCCEEDED", done["reason"]
