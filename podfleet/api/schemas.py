@@ -164,7 +164,7 @@ class SubmitJobRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}]})
 
-    model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny and small), "
+    model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny, small and medium), "
                                        "or custom with model_dims")
     model_dims: ModelDims | None = None
     chips: int = Field(..., ge=1, le=65536)
