@@ -200,7 +200,7 @@ class SubmitJobRequest(_In):
         # a preset (or custom) model, custom model_dims, or a script that defines its own model
         "anyOf": _JOB_MODEL_GIVEN})
 
-    model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny and small), "
+    model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny, small and medium), "
                                        "or custom with model_dims")
     model_dims: ModelDims | None = None
     chips: int = Field(..., ge=1, le=65536)

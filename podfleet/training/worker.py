@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -283,7 +284,12 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
             train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)
             break
         except PeerLost as lost:
-            del ddp, codec  # its reducer's hooks go with it; the next generation builds its own
+            # Drop every reference to the broken group (the traceback's frames hold the DDP
+            # module, whose reducer holds the group): only then does destroying it close its
+            # sockets, which is how a peer still blocked in the collective learns of the loss.
+            lost.__traceback__ = lost.__cause__ = lost.__context__ = None
+            del ddp, codec
+            gc.collect()
             if cfg.regroup_file and cfg.entrypoint is None:
                 reporter.log(f"{lost}; waiting for the fabric to move the lost rank (generation > {gen})")
                 moved = _rejoin(cfg, reporter, gen, backend, model, optimizer, device, lost.step)

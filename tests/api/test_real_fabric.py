@@ -90,7 +90,7 @@ def test_deployment_steps_are_visible(env: Env) -> None:
 
 def test_bad_submissions_are_4xx_listing_valid_names(env: Env) -> None:
     r = env.c.post("/v1/clusters/loc/jobs", json={"model": "llama3-8b", "chips": 1})
-    assert r.status_code == 422 and r.json()["allowed"] == ["debug", "small", "tiny"]
+    assert r.status_code == 422 and r.json()["allowed"] == ["debug", "medium", "small", "tiny"]
     r = env.c.post("/v1/clusters/loc/jobs", json={"model": "debug", "chips": 1, "options": {"batch": 3}})
     assert r.status_code == 400 and "global_batch" in r.json()["detail"]
     r = env.c.post("/v1/clusters/loc/jobs", json={"model": "debug", "chips": 3, "options": {"global_batch": 8}})
@@ -139,6 +139,7 @@ def test_kill_worker_recovers_on_a_spare_with_the_same_losses(env: Env) -> None:
     # A killed worker is no chip fault: its slot stays in service and refills the spares.
     assert hw["chips"][old_chips[1]]["state"] == "healthy"
     assert len(spares) == len(spares_before)
+    assert b["runtime"]["recoveries"][0]["mechanism"] == "rank-move"
     # Checkpoints are recorded in the store (a restarted control plane resumes from them).
     steps = [ck.step for ck in [env.store.latest_checkpoint(plain)] if ck]
     assert steps == [30]

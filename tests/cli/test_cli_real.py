@@ -54,6 +54,7 @@ def test_local_cluster_end_to_end(live: Live) -> None:
     code, out, _ = run(live, "hardware", "describe", "cli-local", "-o", "json")
     chips = json.loads(out)["chips"]
     assert [c["state"] for c in chips] == ["healthy"] * len(chips)
+    assert done["runtime"]["recoveries"][0]["mechanism"] == "rank-move"
     code, out, _ = run(live, "cluster", "events", "cli-local")
     assert "no longer a spare" in out  # the rank moved onto the spare: it was not a spare while it ran
     recoveries = [a for a in live.store.iter_audit() if a.action == "Recovery" and a.target == jid]

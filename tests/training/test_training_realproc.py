@@ -83,7 +83,7 @@ def test_kill_9_from_outside_moves_the_rank_while_the_other_rank_keeps_running(u
         st = fab.wait("job-k", 120)
         assert st.state is JobState.FINISHED, st.reason
         # Infrastructure failures do not use the retry budget (max_retries=0 here).
-        assert (st.infra_failures, st.user_failures, st.attempt) == (0, 0, 1)
+        assert (st.infra_failures, st.user_failures, st.attempt) == (1, 0, 1)
         (rec,) = st.recoveries
         assert rec["mechanism"] == "rank-move" and rec["path"] == "spare"
         assert rec["source"] == "replica" and rec["steps_lost"] == 0 and rec["source_rank"] == 0

@@ -120,6 +120,7 @@ def on_lost(fab: MoveHost, job: LocalJob, wp: WorkerProcess, cause: Cause, msg: 
         fab.release_chip(old, job.spec.job_id)
         job.chips[rank] = new
         fab.claim(new, job.spec.job_id)
+    job.infra_failures += 1  # a lost worker, whichever way it recovers (never the retry budget)
     job.generation += 1
     gen = job.generation
     port = fab.publish_rendezvous(job)
