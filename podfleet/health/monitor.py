@@ -81,7 +81,7 @@ class HealthMonitor:
         # ``thermal_inputs`` operands over chips (array operands cost less than scalars).
         self._ambient = np.full(n, cfg.ambient_c)
         self._floor_w = np.ones(n)
-        self._faults_seen = 0  # fault-log entries already turned into alerts
+        self._last_fault: object | None = None  # the newest fault-log entry already read
         self._worker_alerts: dict[tuple[str, str], float] = {}  # (target, rule) -> fired at
         self._stale = np.zeros(n, bool)
 
@@ -158,9 +158,16 @@ class HealthMonitor:
             self._stale = stale
         if isinstance(fab, HardwareErrors):
             log = fab.hardware_errors()
-            if len(log) < self._faults_seen:
-                self._faults_seen = 0  # a bounded log that wrapped: read what it holds
-            for ev in log[self._faults_seen:]:
+            # New entries are those after the last one seen (the log is bounded: once full,
+            # its length stays the same while old entries drop off the front).
+            start = 0
+            last = self._last_fault
+            if last is not None:
+                for i in range(len(log) - 1, -1, -1):
+                    if log[i] is last:
+                        start = i + 1
+                        break
+            for ev in log[start:]:
                 seen = str(ev.detail.get("observed", ""))
                 rule = _WORKER_RULES.get(seen) if ev.kind == "worker-fault" else None
                 if rule is None or ev.chip is None:
@@ -170,7 +177,8 @@ class HealthMonitor:
                           message=f"{_WORKER_TEXT[seen]} (rank {ev.detail.get('rank')} of {ev.job_id})", now=now,
                           detail={k: v for k, v in ev.detail.items() if k in ("rank", "signal", "heartbeat_age_s")})
                 self._worker_alerts[(target, rule)] = now
-            self._faults_seen = len(log)
+            if log:
+                self._last_fault = log[-1]
         for (target, rule), t in list(self._worker_alerts.items()):
             chip = int(target.removeprefix("chip:"))
             if now - t >= WORKER_ALERT_HOLD_S and (chip >= len(fresh) or fresh[chip] or not self._usable_chip(chip)):

@@ -213,3 +213,14 @@ def test_cli_flags(env: Env) -> None:
     assert r.exit_code == 2 and r.stdout == ""
     assert "neuron_ls applies to fabric neuron" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert env.c.delete("/v1/clusters/trn-cli").status_code == 200
+
+
+def test_diagnosis_names_the_replayed_error_from_its_counters(env: Env, trn: dict) -> None:
+    # neuron-monitor's uncorrectable SRAM count on device 5 (not the fabric's own label of it).
+    def found() -> list[dict]:
+        return env.c.get("/v1/clusters/trn/diagnosis").json()["findings"]
+
+    wait(lambda: any(f["kind"] == "sram-uncorrectable" for f in found()), 30)
+    (f,) = [f for f in found() if f["chips"] == [ECC_DEVICE]]
+    assert f["kind"] == "sram-uncorrectable" and f["evidence"]["metrics"]["sram_ecc_uncorrected"] == 1
+    assert all("fault" not in e for e in f["evidence"]["events"])

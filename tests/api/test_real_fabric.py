@@ -176,7 +176,7 @@ def test_kill_worker_on_the_twin_is_refused(env: Env) -> None:
     r = env.c.post("/v1/clusters/twin/faults", json={"kind": "kill-worker", "rank": 0})
     assert r.status_code == 422 and "needs a cluster of worker processes" in r.json()["detail"]
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "chip-failure", "chip": 0})
-    assert r.status_code == 422 and r.json()["allowed"] == ["kill-worker"]
+    assert r.status_code == 422 and r.json()["allowed"] == ["kill-worker", "slow-worker"]
     r = env.c.post("/v1/clusters/twin/jobs", json={"model": "debug", "chips": 1, "options": {"seed": 1}})
     assert r.status_code == 422 and r.json()["field"] == "options"
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from podfleet.errors import (
@@ -111,16 +112,27 @@ def test_declares_exactly_its_capabilities(fab: LocalFabric) -> None:
         Closeable,
         FaultInjection,
         FirmwareUpdate,
+        HardwareErrors,
         Introspection,
+        Rebalanceable,
         ResumableRuns,
         TelemetrySource,
         WorkerKill,
+        WorkerSlowdown,
     )
 
-    for cap in (Fabric, Introspection, WorkerKill, Closeable):
+    for cap in (Fabric, Introspection, WorkerKill, Closeable, TelemetrySource, HardwareErrors, Rebalanceable,
+                WorkerSlowdown):
         assert isinstance(fab, cap), cap.__name__
-    for cap in (ResumableRuns, FaultInjection, FirmwareUpdate, TelemetrySource):
+    for cap in (ResumableRuns, FaultInjection, FirmwareUpdate):
         assert not isinstance(fab, cap), cap.__name__
+    # It declares what it measures, and NaN (not measured) stands for the rest of the scan's names.
+    measured = fab.telemetry_metrics()
+    assert {"cpu_percent", "mem_bytes", "step_time_s", "samples_per_s", "heartbeat_age_s"} <= measured
+    assert "temperature_c" not in measured or fab.n_gpus
+    m = fab.chip_metrics()
+    assert all(k in m for k in measured)
+    assert np.isnan(m["mem_ecc_uncorrected"]).all() and np.isnan(m["clock_mhz"]).all()
 
 
 def test_unknown_job_has_no_run_status_and_no_logs(fab: LocalFabric) -> None:
