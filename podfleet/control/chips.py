@@ -153,10 +153,7 @@ def chip_view(rt: ClusterRuntime, chip: int) -> dict[str, Any]:
 
 
 def persist(plane: PlanePort, rt: ClusterRuntime) -> None:
-    rt.rec.status["chip_modes"] = rt.modes.to_dict()
-    rt.rec.status["spares"] = list(rt.spares)
-    rt.rec.status["original_spares"] = list(rt.original_spares)
-    rt.rec.updated_at = plane.now()
+    rt.set_chip_layout(rt.modes.to_dict(), rt.spares, rt.original_spares, plane.now())
     plane.store.save_cluster(rt.rec)
 
 

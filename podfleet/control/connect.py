@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.runtime import DEPLOY_STEPS
@@ -46,7 +47,7 @@ def pending_deployment(state: str) -> dict[str, Any]:
 
 
 @dataclass
-class ConnectingCluster:
+class ConnectingCluster(ClusterRecordOwner):
     """A cluster whose fabric is being built, or could not be (state ``failed``). Engine
     thread only; it has the parts of a ``ClusterRuntime`` its read paths use."""
 
@@ -71,12 +72,7 @@ class ConnectingCluster:
 
     @property
     def deployment(self) -> dict[str, Any]:
-        dep: dict[str, Any] = self.rec.status.get("deployment") or pending_deployment("connecting")
-        return dep
-
-    @deployment.setter
-    def deployment(self, value: dict[str, Any]) -> None:
-        self.rec.status["deployment"] = value
+        return self.rec.status.deployment or pending_deployment("connecting")
 
     def view(self) -> dict[str, Any]:
         rec, topo = self.rec, self.topology
@@ -84,7 +80,7 @@ class ConnectingCluster:
                 "fabric": self.spec.fabric, "chips": topo.n_chips, "dims": list(topo.dims),
                 "chip_type": topo.chip_type, "spares": list(self.spares), "spare_shortfall": "",
                 "cordoned": [], "draining": [], "spec": self.spec.to_dict(), "deployment": self.deployment,
-                "jobs_running": 0, "scheduler": {}, "reason": rec.status.get("reason", ""),
+                "jobs_running": 0, "scheduler": {}, "reason": rec.status.reason,
                 "created_at": rfc3339(rec.created_at), "updated_at": rfc3339(rec.updated_at)}
 
 

@@ -81,7 +81,7 @@ def _set_step(rt: ClusterRuntime, k: int, step: dict[str, Any]) -> None:
     steps = list(rt.deployment["steps"])
     steps[k] = step
     rt.deployment = {**rt.deployment, "steps": steps}
-    rt.rec.status["deployment"] = rt.deployment
+    rt.set_deployment(rt.deployment)
 
 
 def _step_detail(rt: ClusterRuntime, name: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from podfleet.control import chips, faults
 from podfleet.control.balancing import ClusterBalancer
+from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.connect import (
     DEFAULT_CONNECT_TIMEOUT_S,
     ConnectingCluster,
@@ -32,7 +33,7 @@ from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
-from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer
 from podfleet.control.priorities import PriorityClasses
 from podfleet.control.queues import QueueCommands
@@ -56,7 +57,7 @@ from podfleet.fabric.base import (
 from podfleet.hardware.topology import Topology
 from podfleet.scheduler.extension import ShapePlanner
 from podfleet.store.protocol import StoreProtocol
-from podfleet.store.records import ClusterRecord
+from podfleet.store.records import ClusterRecord, ClusterStatus
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -232,16 +233,15 @@ class ControlPlane:
             self.access.check(spec)
             topology = spec.topology()
             now = self.now()
-            rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
-                                {"deployment": None}, now, now)
             # Spares where they keep the largest blocks free (or as named), persisted with
             # the cluster and given to the fabric, so twin, recovery and scheduler agree.
             spares = cluster_spares(spec, topology)
-            rec.status["spares"] = list(spares)
+            rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
+                                ClusterStatus(spares=list(spares)), now, now)
             if self._builds_off_engine(spec):
                 pending = ConnectingCluster(rec, spec, topology, spares, _target(spec))
-                rec.status["deployment"] = pending_deployment("connecting")
-                rec.status["reason"] = f"connecting to {pending.target}"
+                pending.set_deployment(pending_deployment("connecting"))
+                pending.set_reason(f"connecting to {pending.target}")
                 self.store.save_cluster(rec)
                 connecting.append(pending)
                 return pending.view(), rec.id
@@ -249,7 +249,7 @@ class ControlPlane:
             fabric = self._make_fabric(spec, topology, spares, rec.id)
             rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
                                 planner=self.planner)
-            rec.status["deployment"] = rt.deployment
+            rt.set_deployment(rt.deployment)
             self.store.save_cluster(rec)
             created.append(rt)
             return rt.view(), rec.id
@@ -321,12 +321,12 @@ class ControlPlane:
         rt.logs = pending.logs
         if pending.restored:
             self._restore_health(rt)
-            rt.rec.status["reason"] = "fabric reconnected after a restart"
+            rt.set_reason("fabric reconnected after a restart")
             rt.logs.closed = rt.state != ClusterState.DEPLOYING
         if rt.state == ClusterState.DEPLOYING:
             rt.deployment = pending_deployment("pending")
-            rt.rec.status["deployment"] = rt.deployment
-        rt.rec.status.pop("fabric_connected", None)
+            rt.set_deployment(rt.deployment)
+        rt.set_connected(None)
         self.store.save_cluster(rt.rec)
         self._install(rt)
         held.release()  # the fabric's first events, now that the plane is subscribed
@@ -340,13 +340,12 @@ class ControlPlane:
         pending.failed = reason
         pending.logs.append(self.now(), reason, step="fabric-connection")
         if pending.state == ClusterState.DEPLOYING:
-            pending.deployment = {**pending.deployment, "state": "failed"}
+            pending.set_deployment({**pending.deployment, "state": "failed"})
             # Not retried at a restart: the operator deletes it and creates it again.
-            pending.rec.status["fabric_connected"] = False
+            pending.set_connected(False)
             self.set_cluster_state(pending, ClusterState.FAILED, reason)
         else:
-            pending.rec.status["reason"] = reason
-            pending.rec.updated_at = self.now()
+            pending.set_reason(reason, self.now())
             self.store.save_cluster(pending.rec)
         pending.logs.closed = True
         if pending.held_jobs:
@@ -453,11 +452,7 @@ class ControlPlane:
         self.render(self.resolve(ref))
 
     def set_cluster_state(self, rt: ClusterRuntime | ConnectingCluster, dst: ClusterState, reason: str = "") -> None:
-        check_cluster_transition(rt.state, dst)
-        rt.rec.state = dst.value
-        rt.rec.updated_at = self.now()
-        rt.rec.status["reason"] = reason
-        rt.rec.status["deployment"] = rt.deployment
+        rt.transition(dst, reason, self.now(), deployment=rt.deployment)
         self.store.save_cluster(rt.rec)
         rt.logs.append(self.now(), f"cluster {dst.value}" + (f": {reason}" if reason else ""))
 
@@ -510,7 +505,7 @@ class ControlPlane:
         if rec is None:
             raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
         return {"id": rec.id, "name": rec.name, "state": rec.state, "spec": rec.spec,
-                "reason": rec.status.get("reason", "")}
+                "reason": rec.status.reason}
 
     def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
         ids = sorted(i for i in [*self.clusters, *self.connecting] if next_token is None or i > next_token)
@@ -593,11 +588,11 @@ class ControlPlane:
         spec = ClusterSpec.parse(rec.spec)
         topology = spec.topology()
         # Clusters persisted before spares were chosen by the scheduler had the last N chips.
-        stored = rec.status.get("spares")
+        stored = rec.status.spares
         spares = cluster_spares(spec, topology, stored if stored is not None else
                                 range(topology.n_chips - spec.spares, topology.n_chips))
         if rec.state == ClusterState.DELETING:
-            rec.state = ClusterState.DELETED.value
+            ClusterRecordOwner(rec).transition(ClusterState.DELETED, rec.status.reason, rec.updated_at)
             self.store.save_cluster(rec)
             return
         try:
@@ -605,30 +600,33 @@ class ControlPlane:
             refused = None
         except PodfleetError as exc:
             refused = exc.message
-        if rec.status.get("fabric_connected") is False or refused or self._builds_off_engine(spec):
+        if rec.status.fabric_connected is False or refused or self._builds_off_engine(spec):
             # Never connected or no longer allowed (listed, failed, until deleted), or
             # connected again off the engine thread: its jobs wait for the fabric
             # (``JobManager.resume_restored``).
             pending = ConnectingCluster(rec, spec, topology, spares, _target(spec), restored=True)
-            if rec.status.get("fabric_connected") is False or refused:
+            if rec.status.fabric_connected is False or refused:
                 pending.settled = True
-                pending.failed = refused or str(rec.status.get("reason") or "no fabric")
+                pending.failed = refused or rec.status.reason or "no fabric"
                 if refused:  # shown, not persisted: allowed again, it reconnects at a restart
-                    rec.status["reason"] = f"not reconnected after a restart: {refused}"
+                    pending.set_reason(f"not reconnected after a restart: {refused}")
                 pending.logs.append(self.now(), pending.failed)
                 pending.logs.closed = True
                 self.connecting[pending.id] = pending
                 self.names[rec.name] = pending.id
             else:
                 pending.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
-                rec.status["reason"] = f"reconnecting to {pending.target} after a restart"
+                pending.set_reason(f"reconnecting to {pending.target} after a restart")
                 self._connect(pending)
             return
         try:
             fabric = self._make_fabric(spec, topology, spares, rec.id)
         except PodfleetError as exc:
-            rec.state = ClusterState.FAILED.value if rec.state == "deploying" else rec.state
-            rec.status["reason"] = f"fabric unavailable after restart: {exc.message}"
+            owner, why = ClusterRecordOwner(rec), f"fabric unavailable after restart: {exc.message}"
+            if rec.state == ClusterState.DEPLOYING:
+                owner.transition(ClusterState.FAILED, why, rec.updated_at)
+            else:
+                owner.set_reason(why)
             self.store.save_cluster(rec)
             return
         rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from podfleet.control.chipmodes import ChipMode, ChipModes, shown_mode
+from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
@@ -60,7 +61,7 @@ METRICS_IDLE_S = 60.0
 DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mounts", "self-test")
 
 
-class ClusterRuntime:
+class ClusterRuntime(ClusterRecordOwner):
     def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric, *,
                  spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None,
                  planner: ShapePlanner | None = None) -> None:
@@ -77,8 +78,8 @@ class ClusterRuntime:
         self.owners = ChipOwners()  # chip -> job id holding it (written only through its methods)
         # The operator's cordons and drains (``control.chips``), and what spare accounting
         # needs: the spares the cluster started with, and why it is short of spares.
-        self.modes = ChipModes(rec.status.get("chip_modes"))
-        self.original_spares: tuple[int, ...] = tuple(rec.status.get("original_spares") or self.spares)
+        self.modes = ChipModes(rec.status.chip_modes)
+        self.original_spares: tuple[int, ...] = tuple(rec.status.original_spares or self.spares)
         self.spare_shortfall = ""
         self.settled_key: tuple[Any, ...] | None = None
         # The link states last folded into the scheduler, with its pods' link versions then.
@@ -98,7 +99,9 @@ class ClusterRuntime:
         self._metrics_key: tuple[Any, ...] | None = None
         self.balancer: Balancer | None = None  # on fabrics that declare the telemetry it samples
         self.logs = LogBuffer()
-        self.deployment: dict[str, Any] = rec.status.get("deployment") or {
+        # The live deployment view (``control.deploy`` moves it); the record has it as of
+        # the last save (``set_deployment``).
+        self.deployment: dict[str, Any] = rec.status.deployment or {
             "state": "pending",
             "percent": 0,
             "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS],
@@ -194,7 +197,7 @@ class ClusterRuntime:
             "deployment": self.deployment,
             "jobs_running": len(set(self.owners.values())),
             "scheduler": self.sched_metrics,
-            "reason": rec.status.get("reason", ""),
+            "reason": rec.status.reason,
             "created_at": rfc3339(rec.created_at),
             "updated_at": rfc3339(rec.updated_at),
         }

@@ -270,10 +270,10 @@ class RecoveryService:
             if not j or job.state != JobState.RUNNING or j.get("state") not in ("running", "waiting") \
                     or self.owns(job.id):
                 continue
-            rec = Recovery.from_dict(j)
+            journal = Recovery.from_dict(j)
             now = self.tl.now
-            rec.steps.append(Step("finished-after-restart", "the control plane restarted during the recovery; "
-                                  "the job was relaunched from its checkpoint", now, now))
-            rec.state = RecoveryState.DONE
-            rec.t_end = now
-            self.table.amend(job, recovery=rec.to_dict(), persist=True)
+            journal.steps.append(Step("finished-after-restart", "the control plane restarted during the recovery; "
+                                      "the job was relaunched from its checkpoint", now, now))
+            journal.state = RecoveryState.DONE
+            journal.t_end = now
+            self.table.amend(job, recovery=journal.to_dict(), persist=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from podfleet.errors import InvalidInputError
@@ -19,21 +22,41 @@ from podfleet.store.records import (
     CheckpointRecord,
     ChipHealthRecord,
     ClusterRecord,
+    ClusterStatus,
     JobRecord,
     TokenRecord,
 )
 
 
+def cluster_status_json(s: ClusterStatus) -> dict[str, Any]:
+    """The JSON column's form: the fields that are set (the shape rows had as a dict)."""
+    return {f.name: copy.deepcopy(v) for f in fields(s) if (v := s.__dict__[f.name]) is not None}
+
+
+def cluster_status(d: Mapping[str, Any] | None) -> ClusterStatus:
+    """A stored status back; keys this version does not know are left out (an old row loads)."""
+    d = d or {}
+    spares, original = d.get("spares"), d.get("original_spares")
+    connected = d.get("fabric_connected")
+    return ClusterStatus(
+        reason=str(d.get("reason") or ""), deployment=copy.deepcopy(d.get("deployment")),
+        spares=None if spares is None else [int(c) for c in spares],
+        original_spares=None if original is None else [int(c) for c in original],
+        chip_modes=copy.deepcopy(d.get("chip_modes")),
+        fabric_connected=None if connected is None else bool(connected),
+    )
+
+
 def cluster_row(r: ClusterRecord) -> dict[str, Any]:
     return {
-        "id": r.id, "name": r.name, "state": r.state, "spec": r.spec, "status": r.status,
+        "id": r.id, "name": r.name, "state": r.state, "spec": r.spec, "status": cluster_status_json(r.status),
         "created_at": r.created_at, "updated_at": r.updated_at,
     }
 
 
 def cluster_record(r: ClusterRow) -> ClusterRecord:
     return ClusterRecord(
-        id=r.id, name=r.name, state=r.state, spec=r.spec, status=r.status,
+        id=r.id, name=r.name, state=r.state, spec=r.spec, status=cluster_status(r.status),
         created_at=r.created_at, updated_at=r.updated_at,
     )
 
