@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from podfleet.fabric.base import ChipCheck, ChipState, WorkerGroupSpec, WorkerPlacement
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import ChipCheck, ChipState, RunState, WorkerGroupSpec, WorkerPlacement
+from podfleet.fabric.local import LocalFabric
 
 pytestmark = pytest.mark.realproc
 
@@ -30,7 +30,7 @@ def test_no_spare_slot_the_rank_returns_to_its_own_slot(tmp_path) -> None:
         pid = fab.kill_worker("job-own", 1)
         assert pid == workers[1]["pid"]
         st = fab.wait("job-own", 180)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         [rec] = st.recoveries
         assert rec["path"] == "own-chip" and rec["moves"] == {} and rec["steps_lost"] >= 0
         assert rec["resume_s"] > 0 and rec["source"] in ("replica", "checkpoint")
