@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from dataclasses import fields
-from typing import Any
+from dataclasses import fields, replace
+from typing import Any, TypeVar
 
 from podfleet.errors import InvalidInputError
 from podfleet.store.models import (
@@ -26,6 +26,8 @@ from podfleet.store.records import (
     JobRecord,
     TokenRecord,
 )
+
+R = TypeVar("R")
 
 
 def cluster_status_json(s: ClusterStatus) -> dict[str, Any]:
@@ -47,73 +49,54 @@ def cluster_status(d: Mapping[str, Any] | None) -> ClusterStatus:
     )
 
 
+def row_of(r: Any) -> dict[str, Any]:
+    """A record's row: its fields are the table's columns, by name."""
+    return {f.name: r.__dict__[f.name] for f in fields(r)}
+
+
+def record_of(cls: type[R], row: object) -> R:
+    """The record of ``row``: the columns the record's fields name."""
+    return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
+
 def cluster_row(r: ClusterRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "name": r.name, "state": r.state, "spec": r.spec, "status": cluster_status_json(r.status),
-        "created_at": r.created_at, "updated_at": r.updated_at,
-    }
+    return {**row_of(r), "status": cluster_status_json(r.status)}
 
 
 def cluster_record(r: ClusterRow) -> ClusterRecord:
-    return ClusterRecord(
-        id=r.id, name=r.name, state=r.state, spec=r.spec, status=cluster_status(r.status),
-        created_at=r.created_at, updated_at=r.updated_at,
-    )
+    return replace(record_of(ClusterRecord, r), status=cluster_status(r.status))
 
 
 def job_row(r: JobRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "cluster_id": r.cluster_id, "state": r.state, "spec": r.spec,
-        "status": r.status, "created_at": r.created_at, "updated_at": r.updated_at,
-    }
+    return row_of(r)
 
 
 def job_record(r: JobRow) -> JobRecord:
-    return JobRecord(
-        id=r.id, cluster_id=r.cluster_id, state=r.state, spec=r.spec, status=r.status,
-        created_at=r.created_at, updated_at=r.updated_at,
-    )
+    return record_of(JobRecord, r)
 
 
 def chip_row(r: ChipHealthRecord) -> dict[str, Any]:
-    return {
-        "cluster_id": r.cluster_id, "chip": r.chip, "state": r.state, "spare": r.spare,
-        "detail": r.detail,
-    }
+    return row_of(r)
 
 
 def chip_record(r: ChipHealthRow) -> ChipHealthRecord:
-    return ChipHealthRecord(
-        cluster_id=r.cluster_id, chip=r.chip, state=r.state, spare=r.spare, detail=r.detail
-    )
+    return record_of(ChipHealthRecord, r)
 
 
 def checkpoint_row(r: CheckpointRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "job_id": r.job_id, "step": r.step, "path": r.path,
-        "created_at": r.created_at, "detail": r.detail,
-    }
+    return row_of(r)
 
 
 def checkpoint_record(r: CheckpointRow) -> CheckpointRecord:
-    return CheckpointRecord(
-        id=r.id, job_id=r.job_id, step=r.step, path=r.path, created_at=r.created_at,
-        detail=r.detail,
-    )
+    return record_of(CheckpointRecord, r)
 
 
 def token_row(r: TokenRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "name": r.name, "role": r.role, "token_hash": r.token_hash,
-        "created_at": r.created_at, "revoked": r.revoked,
-    }
+    return row_of(r)
 
 
 def token_record(r: TokenRow) -> TokenRecord:
-    return TokenRecord(
-        id=r.id, name=r.name, role=r.role, token_hash=r.token_hash, created_at=r.created_at,
-        revoked=r.revoked,
-    )
+    return record_of(TokenRecord, r)
 
 
 def audit_row(r: AuditRecord, detail_text: str) -> dict[str, Any]:
