@@ -16,6 +16,7 @@ from typing import Any
 
 from podfleet.control.lifecycle import ClusterState, check_cluster_transition
 from podfleet.store.records import ClusterRecord
+from podfleet.wire import JsonObject
 
 
 class ClusterRecordOwner:
@@ -25,7 +26,7 @@ class ClusterRecordOwner:
         self.rec = rec
 
     def transition(self, dst: ClusterState, reason: str, now: float, *,
-                   deployment: dict[str, Any] | None = None) -> None:
+                   deployment: JsonObject | None = None) -> None:
         """A state change (``check_cluster_transition``), with the reason shown for it."""
         check_cluster_transition(ClusterState(self.rec.state), dst)
         self.rec.state = dst.value
@@ -40,7 +41,7 @@ class ClusterRecordOwner:
         if now is not None:
             self.rec.updated_at = now
 
-    def set_deployment(self, deployment: dict[str, Any]) -> None:
+    def set_deployment(self, deployment: JsonObject) -> None:
         self.rec.status.deployment = deployment
 
     def set_spares(self, spares: Iterable[int]) -> None:

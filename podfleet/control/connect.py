@@ -34,6 +34,7 @@ from podfleet.errors import PodfleetError
 from podfleet.fabric.base import Fabric, close_fabric
 from podfleet.hardware.topology import Topology
 from podfleet.store.records import ClusterRecord
+from podfleet.wire import JsonObject
 
 log = logging.getLogger("podfleet.control")
 
@@ -42,7 +43,7 @@ log = logging.getLogger("podfleet.control")
 DEFAULT_CONNECT_TIMEOUT_S = 60.0
 
 
-def pending_deployment(state: str) -> dict[str, Any]:
+def pending_deployment(state: str) -> JsonObject:
     return {"state": state, "percent": 0, "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS]}
 
 
@@ -71,10 +72,10 @@ class ConnectingCluster(ClusterRecordOwner):
         return ClusterState(self.rec.state)
 
     @property
-    def deployment(self) -> dict[str, Any]:
+    def deployment(self) -> JsonObject:
         return self.rec.status.deployment or pending_deployment("connecting")
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         rec, topo = self.rec, self.topology
         return {"id": rec.id, "name": rec.name, "state": rec.state, "type": self.spec.type,
                 "fabric": self.spec.fabric, "chips": topo.n_chips, "dims": list(topo.dims),

@@ -58,6 +58,7 @@ from podfleet.hardware.topology import Topology
 from podfleet.scheduler.extension import ShapePlanner
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ClusterRecord, ClusterStatus
+from podfleet.wire import JsonObject
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -71,7 +72,7 @@ class HealthPort(Protocol):
         """The cluster's chip/link health for its hardware snapshot, once scanned."""
 
 
-def request_hash(body: dict[str, Any]) -> str:
+def request_hash(body: JsonObject) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -185,10 +186,10 @@ class ControlPlane:
 
     # --- the write path ---------------------------------------------------------------------
     def mutation(
-        self, op: str, actor: str, target: str, fn: Callable[[], tuple[dict[str, Any], str]],
-        *, body: dict[str, Any] | None = None, client_token: str | None = None,
-        replay: Callable[[str], dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+        self, op: str, actor: str, target: str, fn: Callable[[], tuple[JsonObject, str]],
+        *, body: JsonObject | None = None, client_token: str | None = None,
+        replay: Callable[[str], JsonObject] | None = None,
+    ) -> JsonObject:
         """Run ``fn`` (which persists its records) in one transaction with its idempotency
         key and audit record; audit failures too. Returns ``fn``'s result."""
         store = self.store
@@ -219,14 +220,14 @@ class ControlPlane:
             raise
         return result
 
-    def audit(self, actor: str, action: str, target: str, result: str, detail: dict[str, Any] | None = None) -> None:
+    def audit(self, actor: str, action: str, target: str, result: str, detail: JsonObject | None = None) -> None:
         """Engine-thread audit append for calls that never reached a command (denied, invalid)."""
         self.store.append_audit(time=self.now(), actor=actor, action=action, target=target,
                                 result=result, detail=detail or {})
 
     # --- clusters -------------------------------------------------------------------------
-    def create_cluster(self, body: dict[str, Any], *, actor: str = "system", client_token: str | None = None) -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def create_cluster(self, body: JsonObject, *, actor: str = "system", client_token: str | None = None) -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             spec = ClusterSpec.parse({"fabric": self.default_fabric, **body})
             if spec.name in self.names:
                 raise ConflictError(f"a cluster named {spec.name!r} already exists", field="name")
@@ -352,14 +353,14 @@ class ControlPlane:
             self.jobs.resume_restored(pending.held_jobs, f"its cluster's fabric could not be reached after a "
                                                          f"restart: {reason}")
 
-    def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], dict[str, Any]]]:
+    def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], JsonObject]]:
         """A cluster's deployment and fabric log, and its deployment progress as it is now
         (the progress follows the cluster from connecting to deployed)."""
         pending = self._connecting(ref)
         rt: ClusterRuntime | ConnectingCluster = pending if pending is not None else self.resolve(ref)
         cid = rt.id
 
-        def progress() -> dict[str, Any]:
+        def progress() -> JsonObject:
             now = self.clusters.get(cid) or self.connecting.get(cid)
             return now.deployment if now is not None else rt.deployment
 
@@ -469,8 +470,8 @@ class ControlPlane:
             raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
         return rt
 
-    def delete_cluster(self, ref: str, *, actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def delete_cluster(self, ref: str, *, actor: str = "system") -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             pending = self._connecting(ref)
             if pending is not None:  # its build, if still running, is discarded when it answers
                 self.set_cluster_state(pending, ClusterState.DELETING, "delete requested")
@@ -492,7 +493,7 @@ class ControlPlane:
 
         return self.mutation("DeleteCluster", actor, ref, do)
 
-    def describe_cluster(self, ref: str) -> dict[str, Any]:
+    def describe_cluster(self, ref: str) -> JsonObject:
         pending = self._connecting(ref)
         if pending is not None:
             return pending.view()
@@ -507,7 +508,7 @@ class ControlPlane:
         return {"id": rec.id, "name": rec.name, "state": rec.state, "spec": rec.spec,
                 "reason": rec.status.reason}
 
-    def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+    def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[JsonObject], str | None]:
         ids = sorted(i for i in [*self.clusters, *self.connecting] if next_token is None or i > next_token)
         page = ids[:max_results]
         views = []
@@ -536,12 +537,12 @@ class ControlPlane:
 
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
-                     rank: int | None = None, job: str | None = None, actor: str = "system") -> dict[str, Any]:
+                     rank: int | None = None, job: str | None = None, actor: str = "system") -> JsonObject:
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
                                  body={"kind": kind, "rank": rank, "jobId": job})
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rt = self.resolve(ref)
             out, target = faults.inject(rt, kind, chip=chip, link=link, now=self.now())
             self.render(rt)
@@ -550,14 +551,14 @@ class ControlPlane:
         return self.mutation("InjectFault", actor, ref, do, body={"kind": kind, "chip": chip, "link": link})
 
     def get_job_metrics(self, job_ref: str, *, resolution_s: float | None = None, since: float = 0.0,
-                        limit: int = 2000) -> dict[str, Any]:
+                        limit: int = 2000) -> JsonObject:
         """A job's metrics history (engine thread: the open buckets are written there)."""
         job_id = str(self.jobs.describe(job_ref)["id"])
         return self.job_metrics.query(job_id, resolution_s=resolution_s, since=since, limit=limit)
 
     # --- chip lifecycle (control.chips) -------------------------------------------------------
     def chip_command(self, ref: str, chip: int, action: str, *, actor: str = "system",
-                     reason: str | None = None) -> dict[str, Any]:
+                     reason: str | None = None) -> JsonObject:
         """cordon | drain | uncordon | repair one chip (audited, with the operator's
         ``reason`` when given); its chip view."""
         return chips.chip_command(self, ref, chip, action, actor=actor, reason=reason)
@@ -647,7 +648,7 @@ def _target(spec: ClusterSpec) -> str:
     return f"fabric {spec.fabric}" + (f" at {spec.ray_address}" if spec.ray_address else "")
 
 
-def _audit_detail(body: dict[str, Any] | None) -> dict[str, Any]:
+def _audit_detail(body: JsonObject | None) -> JsonObject:
     # Keep audit rows small and JSON-plain: the request fields, never secrets.
-    plain: dict[str, Any] = json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))
+    plain: JsonObject = json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))
     return plain

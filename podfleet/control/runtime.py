@@ -33,6 +33,7 @@ from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.state import FREE
 from podfleet.store.records import ClusterRecord
+from podfleet.wire import JsonObject
 
 
 class HealthSource(Protocol):
@@ -91,7 +92,7 @@ class ClusterRuntime(ClusterRecordOwner):
         # on the engine thread (readers on API threads only see whole dicts) and only while
         # someone reads them: a read marks them wanted for ``METRICS_LEASE_S`` of timeline
         # time; each tick then re-computes them if anything they derive from moved.
-        self._sched_metrics: dict[str, Any] = {}
+        self._sched_metrics: JsonObject = {}
         self._queue_waits: dict[str, float] = {}
         self._clock = clock or (lambda: 0.0)
         self.metrics_read_at = -float("inf")  # timeline time of the last read
@@ -101,7 +102,7 @@ class ClusterRuntime(ClusterRecordOwner):
         self.logs = LogBuffer()
         # The live deployment view (``control.deploy`` moves it); the record has it as of
         # the last save (``set_deployment``).
-        self.deployment: dict[str, Any] = rec.status.deployment or {
+        self.deployment: JsonObject = rec.status.deployment or {
             "state": "pending",
             "percent": 0,
             "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS],
@@ -117,7 +118,7 @@ class ClusterRuntime(ClusterRecordOwner):
              "bw_gbps": round(lk.bw_bytes_per_s / 1e9, 3)}
             for lk in topology.links
         ]
-        self.hardware: dict[str, Any] = {}
+        self.hardware: JsonObject = {}
         self.hardware_bytes = b"{}"
         self.hardware_gzip = gzip.compress(b"{}", mtime=0)
         self.chip_bytes: list[bytes] = []
@@ -178,7 +179,7 @@ class ClusterRuntime(ClusterRecordOwner):
                 if s == ChipState.HEALTHY and i not in self.owners and i not in self.modes]
         return sorted(free, key=lambda i: (not self.spare_mask[i], i))
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         rec = self.rec
         return {
             "id": rec.id,
@@ -204,7 +205,7 @@ class ClusterRuntime(ClusterRecordOwner):
 
     # --- scheduler figures --------------------------------------------------------
     @property
-    def sched_metrics(self) -> dict[str, Any]:
+    def sched_metrics(self) -> JsonObject:
         """DescribeCluster's ``scheduler`` object as last computed (any thread; marks it wanted)."""
         self.metrics_read_at = self._clock()
         return self._sched_metrics

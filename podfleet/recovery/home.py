@@ -22,6 +22,7 @@ from podfleet.errors import PodfleetError
 from podfleet.fabric.base import ChipState
 from podfleet.recovery.model import JobPolicy, Recovery
 from podfleet.recovery.spares import free_chips, group_of, home_group, tp_group, whole_groups
+from podfleet.wire import JsonObject
 
 REHOME = "rehome"  # a rank in another pod moving back to a free chip of its job's pod
 FOLLOW = "tp-group-follow"  # a healthy rank following its tensor-parallel group mate out of a full pod
@@ -70,7 +71,7 @@ class HomeFlows(ABC):
         for key in [k for k in self._origin if k[0] == job_id]:
             self._origin.pop(key)
 
-    def _follow(self, rec: Recovery, chips: tuple[int, ...], options: dict[str, Any], chip: int,
+    def _follow(self, rec: Recovery, chips: tuple[int, ...], options: JsonObject, chip: int,
                 spare: int) -> None:
         """A rank that had to leave its job's pod takes its tensor-parallel group along:
         alone in another pod it would put the group's all-reduces (the heaviest traffic,

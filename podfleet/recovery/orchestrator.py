@@ -60,6 +60,7 @@ from podfleet.recovery.model import (
     Timings,
 )
 from podfleet.recovery.spares import choose_spare, free_chips, group_of
+from podfleet.wire import JsonObject
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
 LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME, FOLLOW)
@@ -223,7 +224,7 @@ class RecoveryOrchestrator(LinkFlows, HomeFlows):
         if proc is not None and proc.is_alive:
             proc.interrupt("cancelled")
 
-    def adopt(self, journal: dict[str, Any], policy: JobPolicy | None = None) -> Recovery:
+    def adopt(self, journal: JsonObject, policy: JobPolicy | None = None) -> Recovery:
         """Continue a recovery journaled by a previous control plane."""
         rec = Recovery.from_dict(journal)
         assert rec.job_id is not None

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection
-from typing import Any
 
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
@@ -38,6 +37,7 @@ from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
 from podfleet.recovery.linkimpact import LinkImpact, positive
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
+from podfleet.wire import JsonObject
 
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
 
@@ -234,7 +234,7 @@ class RecoveryService:
         return o.drain(chip, reason) if o is not None else None
 
     # --- reads --------------------------------------------------------------------------
-    def recoveries(self, ref: str) -> list[dict[str, Any]]:
+    def recoveries(self, ref: str) -> list[JsonObject]:
         """ListRecoveries: the cluster's recovery journals, oldest first."""
         if self._resolve is None:
             raise RuntimeError("RecoveryService was built without a resolver (compose.build gives it one)")
