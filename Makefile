@@ -48,7 +48,8 @@ test: $(STAMP) $(CONSOLE_DIST)
 	# Alerting rules and scrape config of monitoring/ (promtool: Debian's prometheus package).
 	promtool check rules monitoring/prometheus/alerts.yml
 	promtool check config monitoring/prometheus/prometheus.yml
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	# The slowest tests, listed at the end: the suite must stay well inside CI's time.
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 clean:
 	rm -rf $(VENV) .pytest_cache console/node_modules podfleet/console/dist

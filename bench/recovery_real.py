@@ -1,78 +1,156 @@
-"""Recovery of a real 2-worker training job from kill -9 (local fabric, real processes).
+"""kill -9 of a worker of a running local job, over and over, through the control plane.
 
-Two scenarios on the same host:
-* peer replicas + warm standbys (the default design): kill -9 rank 1 from outside;
-  the survivor saves its replica, the gang restarts on a spare from warm standbys.
-* checkpoint only, cold start: replicas off, no warm standbys; restore from the last
-  committed checkpoint (interval ``CKPT_EVERY`` steps), every rank imports torch again.
+The control plane as served (``compose.build`` on a wall-clock timeline) runs a 2-rank
+data-parallel job of the ``medium`` preset (25.5M parameters, gloo on CPU) on a 3-slot
+local cluster with one spare and one warm standby worker (``PODFLEET_LOCAL_WARM_WORKERS=1``).
+``KILLS`` times, alternating rank 1 and rank 0 (rank 0 hosts the rendezvous store), the
+bench asks for ``kill-worker`` (SIGKILL of that rank's process) a few steps after the
+previous recovery closed, and waits for the next recovery record.
 
-resume_s: wall time from the kill to the first step after resume completed by every rank
-(detect_s: kill -> exit noticed; relaunch_s: kill -> new gang spawned).
-steps_lost: completed steps that had to be redone.
+kill_to_step_s: from the kill (``injected_at``, the plane's clock just after the signal)
+to the first step the re-formed gang trained (the record's ``t_end``: the plane's clock
+when that step's progress reached it), detection included: measured, nothing modelled.
+steps_lost: completed steps redone (``last_step`` - ``restored_step``).
+paths: recoveries by mechanism, ``rank-move`` (the other rank kept its process) and
+``relaunch`` (the whole gang restarted: the fallback); ``placements``: where the rank went
+(the first kill takes the spare; later ones find no free slot and restart the rank on its
+own slot once it passes its check). ``survivor_pid_kept``: kills after which the rank
+that was not killed still ran in the same process.
+
+``--quick`` runs the ``debug`` preset (0.13M parameters), 2 kills (tests/test_benchmarks.py).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
-from podfleet.fabric.base import WorkerGroupSpec
-from podfleet.fabric.local import LocalFabric
+import numpy as np
 
 NAME = "recovery-real"
-DESCRIPTION = "kill -9 of a real DP worker: resume_s (kill -> first step after resume) and steps_lost"
-CKPT_EVERY = 10
+DESCRIPTION = ("kill -9 of a local worker, repeated, through the control plane: kill_to_step_s p50/p99, "
+               "steps_lost, rank-move vs relaunch")
+KILLS = 20
+QUICK_KILLS = 2
+STEPS_BETWEEN = 3  # steps trained after a recovery closes before the next kill
 
 
-def _scenario(replicas: bool, quick: bool) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as wd:
-        fab = LocalFabric(3, spares=(2,), workdir=wd, warm_workers=2 if replicas else 0, refill_delay_s=0.5)
-        try:
-            fab.launch(WorkerGroupSpec("job-bench", (0, 1), "tiny", 100_000, checkpoint_interval=CKPT_EVERY,
-                                       options={"global_batch": 16, "replica_peer": replicas}))
-            warm_at = 25 if quick else 45
-            fab.wait("job-bench", 300, until=lambda s: s.step >= warm_at)
-            while replicas and fab.warm_ready() < 2:
-                time.sleep(0.05)
-            # Land the kill mid-interval so the checkpoint-only case shows its typical loss.
-            fab.wait("job-bench", 120, until=lambda s: s.step % CKPT_EVERY == CKPT_EVERY // 2)
-            pid = fab.pids("job-bench")[1]
-            t_kill = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            st = fab.wait("job-bench", 300, until=lambda s: bool(s.recoveries))
-            if not st.recoveries:
-                raise RuntimeError(f"job did not recover: {st.state.value}: {st.reason}")
-            rec = st.recoveries[0]
-            fab.stop("job-bench")
-            fab.wait("job-bench", 30)
-        finally:
-            fab.close()
+def _until(cond: Callable[[], object], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _secs(v: object) -> float:
+    """A record's time: Unix seconds, or an RFC 3339 string."""
+    if isinstance(v, str):
+        from datetime import datetime
+
+        return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+    return float(v)  # type: ignore[arg-type]
+
+
+def _scenario(plane: Any, name: str, model: str, kills: int) -> dict[str, Any]:
+    plane.call_sync(plane.create_cluster, {"name": name, "fabric": "local", "chips": 3, "spares": 1}, actor="bench")
+    try:
+        _until(lambda: plane.describe_cluster(name)["state"] == "active", 120, "the cluster")
+        opts: dict[str, Any] = {"seed": 3, "global_batch": 2, "seq_len": 32, "threads": 1}
+        job = plane.call_sync(plane.jobs.submit, name, {
+            "model": model, "chips": 2, "steps": 1_000_000, "checkpoint_interval": 0, "options": opts},
+            actor="bench")
+        jid = job["id"]
+        fab = plane.clusters[job["cluster_id"]].fabric  # for its pids and warm standbys: read only
+
+        def view() -> dict[str, Any]:
+            return dict(plane.jobs.describe(jid))
+
+        def step() -> int:
+            return int(view()["progress"]["step"] or 0)
+
+        _until(lambda: step() >= 3, 600, "the first steps")
+        samples: list[dict[str, Any]] = []
+        for i in range(kills):
+            rank = (i + 1) % 2
+            base = step()
+            _until(lambda b=base: step() >= b + STEPS_BETWEEN and view()["state"] == "RUNNING", 300,
+                   f"steps before kill {i + 1}")
+            _until(lambda: fab.warm_ready() >= 1, 120, "a warm standby")
+            before = dict(fab.pids(jid))
+            out = plane.call_sync(plane.inject_fault, name, "kill-worker", rank=rank, actor="bench")
+            n = len(samples)
+            rec = _until(lambda n=n: next(iter((view().get("runtime") or {}).get("recoveries", [])[n:]), None),
+                         300, f"recovery {i + 1}")
+            after = dict(fab.pids(jid))
+            other = 1 - rank
+            samples.append({"rank": rank, "kill_to_step_s": _secs(rec["t_end"]) - _secs(out["injected_at"]),
+                            "steps_lost": int(rec["steps_lost"] or 0), "mechanism": rec.get("mechanism"),
+                            "path": rec.get("path"), "state": rec.get("state"),
+                            "kept": before.get(other) is not None and before.get(other) == after.get(other)})
+        plane.call_sync(plane.jobs.stop, jid, actor="bench")
+        return _summary(samples)
+    finally:
+        plane.call_sync(plane.delete_cluster, name, actor="bench")
+
+
+def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    k2s = np.array([s["kill_to_step_s"] for s in samples])
+    lost = [s["steps_lost"] for s in samples]
+    paths: dict[str, int] = {"rank-move": 0, "relaunch": 0}
+    placements: dict[str, int] = {}
+    for s in samples:
+        paths[str(s["mechanism"])] = paths.get(str(s["mechanism"]), 0) + 1
+        placements[str(s["path"])] = placements.get(str(s["path"]), 0) + 1
     return {
-        "resume_s": round(rec["first_step_mono"] - t_kill, 3),
-        "detect_s": round(rec["detect_mono"] - t_kill, 3),
-        "relaunch_s": round(rec["relaunch_mono"] - t_kill, 3),
-        "steps_lost": rec["steps_lost"],
-        "restored_from": rec["source"],
+        "kills": len(samples),
+        "kill_to_step_s_p50": round(float(np.percentile(k2s, 50)), 3),
+        "kill_to_step_s_p99": round(float(np.percentile(k2s, 99)), 3),
+        "kill_to_step_s_max": round(float(k2s.max()), 3),
+        "steps_lost_max": max(lost),
+        "steps_lost_total": sum(lost),
+        "paths": paths,
+        "placements": placements,
+        "survivor_pid_kept": sum(1 for s in samples if s["kept"]),
+        "failed_recoveries": sum(1 for s in samples if s["state"] != "done"),
+        "kill_to_step_s": [round(float(x), 3) for x in k2s],
     }
 
 
 def run(quick: bool = False) -> dict:
-    peer = _scenario(True, quick)
-    cold = _scenario(False, quick)
+    from podfleet import compose
+    from podfleet.engine.timeline import Timeline
+    from podfleet.fabric.factory import LOCAL_WARM_ENV
+    from podfleet.store.memory import MemoryStore
+
+    model = "debug" if quick else "medium"
+    saved = os.environ.get(LOCAL_WARM_ENV)
+    os.environ[LOCAL_WARM_ENV] = "1"
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-recovery-real-") as wd:
+            parts = compose.build(MemoryStore(), Timeline(seed=7, speed=1.0), workdir=wd)
+            plane = parts.plane
+            plane.start()
+            plane.call_timeout_s = 120
+            try:
+                moves = _scenario(plane, "moves", model, QUICK_KILLS if quick else KILLS)
+            finally:
+                plane.stop()
+    finally:
+        if saved is None:
+            os.environ.pop(LOCAL_WARM_ENV, None)
+        else:
+            os.environ[LOCAL_WARM_ENV] = saved
     return {
-        "resume_s": peer["resume_s"],
-        "steps_lost": peer["steps_lost"],
-        "detect_s": peer["detect_s"],
-        "relaunch_s": peer["relaunch_s"],
-        "restored_from": peer["restored_from"],
-        "checkpoint_only_resume_s": cold["resume_s"],
-        "checkpoint_only_steps_lost": cold["steps_lost"],
-        "checkpoint_only_detect_s": cold["detect_s"],
-        "checkpoint_only_relaunch_s": cold["relaunch_s"],
-        "checkpoint_interval_steps": CKPT_EVERY,
-        "goal_resume_s": 10.0,
-        "goal_steps_lost_with_replicas": 1,
-        "model": "tiny (0.86M params), 2 ranks, gloo, global batch 16 x 64 tokens",
+        **moves,
+        "goal_kill_to_step_s_p99": 5.0,
+        "goal_steps_lost": 1,
+        "model": f"{model} preset ({'0.13M' if quick else '25.5M'} params), 2 ranks, gloo on CPU, global batch "
+                 "2 x 32 tokens, one spare slot, one warm standby",
     }

@@ -10,7 +10,9 @@
     ├── AuthError                       (401, exit 5)  missing or bad credentials
     │   ├── ForbiddenError              (403, exit 5)  the role does not allow the operation
     │   └── RateLimitedError            (429, exit 5)  too many failed authentications; retry later
-    └── ChecksumError                   (422, exit 6)  data failed verification (tamper, corruption)
+    ├── ChecksumError                   (422, exit 6)  data failed verification (tamper, corruption)
+    └── UnavailableError                (503, exit 7)  retry later: the store is unreachable, or
+        └── NotLeaderError              (503, exit 7)  this server follows (or lost) the leader
 
 Each error carries a stable ``code`` string used in problem+json bodies and a ``field``
 when the problem is attributable to one input field.
@@ -97,6 +99,23 @@ class ChecksumError(PodfleetError):
     code = "integrity"
     http_status = 422
     exit_code = 6
+
+
+class UnavailableError(PodfleetError):
+    """Nothing was changed; the same request may be sent again after ``retry_after_s``
+    (in ``extra``, the response's ``Retry-After``): the database is unreachable."""
+
+    code = "unavailable"
+    http_status = 503
+    exit_code = 7
+
+
+class NotLeaderError(UnavailableError):
+    """A write reached a server that does not lead (a follower with no leader to forward
+    to, or a leader whose term ended): ``leader`` (in ``extra``) names the leader's URL when
+    one is known."""
+
+    code = "not-leader"
 
 
 def error_class(code: str) -> type[PodfleetError]:

@@ -19,6 +19,12 @@
     PODFLEET_CODE_DIRS           directories (os.pathsep-separated) an admin allows job
                                  entrypoints from, besides pushed code artifacts
     PODFLEET_KEY_DIR / _KEY_COMMAND / _KEY_URL  where podfleet's keys come from
+    PODFLEET_LEASE_TTL_S         servers on one PostgreSQL store: how long a leader's lease
+                                 lasts unrenewed, the most a takeover waits (4)
+    PODFLEET_ADVERTISE_URL       the URL other servers forward to when this one leads
+                                 (default http(s)://HOST:PORT)
+    PODFLEET_INSTANCE            this server's name in the lease and podfleet_leader{instance}
+                                 (default HOSTNAME:PORT)
     PODFLEET_AUDIT_DIGESTS_DIR   signed audit digests (default: beside a SQLite file)
     PODFLEET_AUDIT_DIGEST_EVERY / _AUDIT_DIGEST_INTERVAL_S  a digest every N records (100)
                                  and every S seconds while the chain grows (60)
@@ -69,6 +75,9 @@ class Settings(BaseSettings):
     # ``podfleet up`` creates this simulated trn2-ultraserver cluster on start when no
     # live cluster has the name (``make run`` uses "pod-0"); None: start empty.
     default_cluster: str | None = None
+    # /metrics for a large fleet cluster: per-pod rollups instead of a series per chip and
+    # link (api/chip_metrics.py); True keeps the per-chip series for every cluster.
+    metrics_per_chip: bool = False
     # security (docs/security.md)
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -85,6 +94,10 @@ class Settings(BaseSettings):
     key_dir: str | None = None  # default ~/.podfleet/keys (outside the data directory)
     key_command: str | None = None  # an external KMS: `CMD NAME` prints the key
     key_url: str | None = None  # an external KMS: GET URL/NAME answers the key
+    # Several servers on one PostgreSQL store (store/lease.py, api/leadership.py).
+    lease_ttl_s: float = Field(4.0, ge=1.0, le=300.0)
+    advertise_url: str | None = None  # default http(s)://host:port
+    instance: str | None = None  # default hostname:port
     audit_digests_dir: str | None = None  # default: beside the SQLite file, or ~/.podfleet/audit-digests
     audit_digest_interval_s: float = Field(60.0, gt=0)
     audit_digest_every: int = Field(100, ge=1, le=1_000_000)
@@ -97,6 +110,9 @@ class Settings(BaseSettings):
     neuron_commands: str | None = None
     fabric_connect_timeout_s: float = Field(60.0, gt=0)
     hang_restarts: int = Field(2, ge=0)  # control plane -> fabrics and the process driver
+    # Local clusters' workers owned by the host's agent (``podfleet agent``), so they outlive
+    # a restart of the server. None: on for ``podfleet up``, off for an embedded plane.
+    local_agent: bool | None = None
     # Local workers (security/sandbox.py reads these variables where it starts workers).
     worker_user: str | None = None  # default: one uid per job; "root" to keep root (loudly)
     worker_uids: str | None = None  # START-END (security/uids.py); "off" refuses root workers

@@ -405,3 +405,17 @@ def test_only_the_owners_write_a_cluster_record_or_a_jobs_fields() -> None:
                                                            "rehearsal", "api", "cli", "console", "security")
            if str(p.relative_to(ROOT)) not in owners for n in record_writes(p.read_text())]
     assert not bad, bad
+
+
+def test_the_agent_is_a_fabric_part_and_its_seam_stays_narrow() -> None:
+    # The agent (fabric/local/agent) runs without a control plane: it imports nothing of
+    # one, nor the fabric that talks to it. The fabric reaches who parents its workers only
+    # through ``spawner.Spawner`` and the agent's client; nothing else in the local fabric
+    # imports the agent's server.
+    above = ("podfleet.control", "podfleet.recovery", "podfleet.health", "podfleet.scheduler", "podfleet.api",
+             "podfleet.cli", "podfleet.fabric.local.fabric", "podfleet.fabric.local.recovery")
+    agent = modules("fabric/local/agent")
+    bad = {f"{p.relative_to(ROOT)} imports {m}" for p in agent for m in imports(p) if m.startswith(above)}
+    bad |= {f"{p.relative_to(ROOT)} imports {m}" for p in modules("fabric/local") if p not in agent
+            for m in imports(p) if m.startswith("podfleet.fabric.local.agent.server")}
+    assert not bad, sorted(bad)

@@ -17,7 +17,14 @@ export interface TorusHandlers {
 
 export function linkKey(l: Link): string { return `${l.src}-${l.dst}`; }
 
-function layout(hw: Hardware): { pos: Pos[]; w: number; h: number; cols: number; rows: number; planes: number } {
+interface Layout { pos: Pos[]; w: number; h: number; cols: number; rows: number; planes: number; hubs: number[]; hubY: number }
+
+// A cluster of worker slots (local, Ray) is a star: its links join each chip to a host
+// switch, a vertex past the chips. The switch is drawn as a bar under the chips, each
+// link a drop from its chip to the bar.
+const HUB_H = 18, HUB_GAP = 28;
+
+function layout(hw: Hardware): Layout {
   const d = hw.dims;
   let cols: number, rows: number, planes: number;
   if (d.length >= 2) { cols = d[0]; rows = d[1]; planes = d.slice(2).reduce((a, b) => a * b, 1); }
@@ -29,10 +36,21 @@ function layout(hw: Hardware): { pos: Pos[]; w: number; h: number; cols: number;
     else { x = c.index % cols; y = Math.floor(c.index / cols); z = 0; }
     return { x: PAD + z * (planeW + PLANE_GAP) + x * P, y: PAD + 22 + y * P };
   });
-  return { pos, w: PAD * 2 + planes * planeW + (planes - 1) * PLANE_GAP, h: PAD * 2 + 22 + rows * P + 16, cols, rows, planes };
+  const n = hw.chips.length;
+  const hubs = [...new Set(hw.links.flatMap((l) => [l.src, l.dst]).filter((v) => v >= n))].sort((a, b) => a - b);
+  const w = PAD * 2 + planes * planeW + (planes - 1) * PLANE_GAP;
+  const hubY = PAD + 22 + rows * P - G + HUB_GAP;
+  hubs.forEach((v) => { pos[v] = { x: PAD, y: hubY }; });
+  const h = PAD * 2 + 22 + rows * P + 16 + (hubs.length ? HUB_GAP + HUB_H : 0);
+  return { pos, w, h, cols, rows, planes, hubs, hubY };
 }
 
-function linkPath(l: Link, pos: Pos[], cols: number, lane: number): string {
+function linkPath(l: Link, L: Layout, nChips: number, lane: number): string {
+  const { pos, cols } = L;
+  if (l.src >= nChips || l.dst >= nChips) { // a drop from the chip to the host switch
+    const c = pos[l.src < nChips ? l.src : l.dst];
+    return `M${c.x + C / 2},${c.y + C} L${c.x + C / 2},${L.hubY}`;
+  }
   const a = pos[l.src], b = pos[l.dst];
   const ax = a.x + C / 2, ay = a.y + C / 2, bx = b.x + C / 2, by = b.y + C / 2;
   if (l.axis === "z" || Math.abs(ay - by) > 0 && Math.abs(ax - bx) > 0) {
@@ -66,8 +84,8 @@ export function torus(hw: Hardware, metric: ColorMetric, handlers: TorusHandlers
   const linkEls = new Map<string, { g: SVGElement; line: SVGElement }>();
   for (const l of hw.links) {
     const key = linkKey(l);
-    const lane = l.axis === "z" ? hw.chips[l.src].coords[0] ?? 0 : 0;
-    const d = linkPath(l, L.pos, L.cols, lane);
+    const lane = l.axis === "z" ? hw.chips[l.src]?.coords[0] ?? 0 : 0;
+    const d = linkPath(l, L, hw.chips.length, lane);
     // Links are reached from a chip's detail panel (192 tab stops would bury the page).
     const g = s("g", { class: `link axis-${l.axis}`, "data-link": key, "data-state": l.state, tabindex: -1, role: "button",
       "aria-label": `link ${key} (${l.axis}), ${l.state}` });
@@ -78,6 +96,12 @@ export function torus(hw: Hardware, metric: ColorMetric, handlers: TorusHandlers
     g.addEventListener("keydown", (e) => { if ((e as KeyboardEvent).key === "Enter" || (e as KeyboardEvent).key === " ") { e.preventDefault(); handlers.onLink(key); } });
     linkLayer.append(g);
     linkEls.set(key, { g, line });
+  }
+  for (const v of L.hubs) {
+    const hub = s("g", { class: "hub", "data-hub": v, role: "img", "aria-label": "host switch: the chips' links meet here" });
+    hub.append(s("rect", { x: PAD, y: L.hubY, width: L.w - 2 * PAD, height: HUB_H, rx: 4, class: "hub-body" }),
+      s("text", { x: PAD + 6, y: L.hubY + HUB_H - 5, class: "idx" }, "host switch"));
+    chipLayer.append(hub);
   }
   const chipEls: { g: SVGElement; rect: SVGElement; glyph: SVGElement; label: SVGElement; mark: SVGElement }[] = [];
   for (const c of hw.chips) {

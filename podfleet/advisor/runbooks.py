@@ -87,6 +87,35 @@ RUNBOOKS: dict[str, Runbook] = {rb.kind: rb for rb in (
              "podfleet verify CLUSTER to confirm the ring's bandwidth")),
 )}
 
+# What happened to a worker process on a worker fabric (local, Ray): its slot's kinds,
+# read from the fabric's fault log and its telemetry (advisor/diagnose.py).
+WORKER_HUNG, WORKER_KILLED, WORKER_OOM_KILLED, WORKER_SLOW = ("worker-hung", "worker-killed", "worker-oom-killed",
+                                                              "worker-slow")
+WORKER_KINDS = (WORKER_HUNG, WORKER_KILLED, WORKER_OOM_KILLED, WORKER_SLOW)
+RUNBOOKS.update({rb.kind: rb for rb in (
+    Runbook(WORKER_OOM_KILLED, Action.LOOK_ELSEWHERE, 58,
+            "the kernel's OOM killer ended the worker: the host ran out of memory (its cgroup's oom_kill rose)",
+            ("read the worker's last memory sample in the finding and the host's: podfleet hardware describe CLUSTER",
+             "find what else holds the host's memory (another job's workers, a data loader) and move or shrink it",
+             "give the job fewer samples per rank (global_batch) or a smaller model preset",
+             "the job was recovered on a free slot; resubmit it if recovery was off")),
+    Runbook(WORKER_HUNG, Action.LOOK_ELSEWHERE, 56,
+            "the worker stopped sending heartbeats (stopped, deadlocked, or starved of CPU) and was restarted",
+            ("read its last log lines in the finding: a stack in a C call or a lock points at the job's code",
+             "check the host for a stopped process (state T in ps) or a CPU hog: podfleet hardware describe CLUSTER",
+             "if the same job hangs again it fails as a user-code failure (PODFLEET_HANG_RESTARTS)")),
+    Runbook(WORKER_KILLED, Action.LOOK_ELSEWHERE, 54,
+            "a signal podfleet did not send ended the worker (kill -9 from outside, a node drain, a host agent)",
+            ("find who sent it: the host's audit log or the agent that manages its processes",
+             "the job was recovered (a peer replica or the last checkpoint); nothing to repair on the slot",
+             "if it recurs on one host, drain that host's slots: podfleet chip drain CLUSTER CHIP")),
+    Runbook(WORKER_SLOW, Action.WATCH, 30,
+            "one rank runs well under its gang's speed per sample (its host is throttled or shared)",
+            ("the balancer gives it fewer samples: podfleet job describe JOB shows scheduling.work_split",
+             "check the host for a CPU hog or a throttled core: podfleet hardware describe CLUSTER",
+             "if it stays slow, drain its slot so the rank moves: podfleet chip drain CLUSTER CHIP")),
+)})
+
 # A chip out of service with no hardware error reported: the health service drained it
 # (predicted failure) or an operator cordoned it.
 UNEXPLAINED = Runbook("chip-out-of-service", Action.LOOK_ELSEWHERE, 10,

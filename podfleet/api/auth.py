@@ -20,7 +20,13 @@ from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
 
 from podfleet.control import users
-from podfleet.errors import AuthError, ChecksumError, ForbiddenError, InvalidInputError
+from podfleet.errors import (
+    AuthError,
+    ChecksumError,
+    ForbiddenError,
+    InvalidInputError,
+    UnavailableError,
+)
 from podfleet.security.policy import (
     CHECKPOINT_OPTIONS_ACTION,
     FABRIC_COMMANDS_ACTION,
@@ -172,7 +178,14 @@ class TokenCache:
         hit = self._hits.get(h)
         if hit is not None and hit[1] > now:
             return hit[0]
-        rec = self.store.find_token_by_hash(h)
+        try:
+            rec = self.store.find_token_by_hash(h)
+        except UnavailableError:
+            # The store does not answer: a token known a moment ago still reads (reads are
+            # answered from the read models during an outage); an unknown one gets the 503.
+            if hit is not None:
+                return hit[0]
+            raise
         p = None if rec is None or rec.revoked else Principal(rec.id, rec.name, Role.parse(rec.role))
         if len(self._hits) > 10_000:
             self._hits.clear()
@@ -281,7 +294,12 @@ class UserCache:
         hit = self._hits.get(name)
         if hit is not None and hit[1] > now:
             return hit[0]
-        u = self.store.get_user(name)
+        try:
+            u = self.store.get_user(name)
+        except UnavailableError:
+            if hit is not None:  # as for tokens: known a moment ago, still known
+                return hit[0]
+            raise
         out = users.policies_of(u) if u is not None else None
         if len(self._hits) > 10_000:
             self._hits.clear()

@@ -44,7 +44,7 @@ from podfleet.control.lifecycle import TERMINAL, JobState
 from podfleet.errors import UnknownNameError
 from podfleet.fabric.base import ChipState, LinkState, WorkerPlacement
 from podfleet.hardware.specs import get_chip
-from podfleet.hardware.topology import GridTopology, Topology
+from podfleet.hardware.topology import FleetTopology, GridTopology, Topology
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
@@ -121,9 +121,32 @@ def coordinates(topology: Topology) -> list[tuple[str, str, str]]:
     return out
 
 
+ROLLUP_MIN_PODS = 16  # fleet clusters with more pods export per-pod rollups (unless per_chip)
+POD_LABELS = ["cluster", "cluster_id", "pod", "block"]
+POD_SERIES = (
+    ("podfleet_pod_chips", "Chips in the pod"),
+    ("podfleet_pod_chips_up", "Chips of the pod that are up (not failed or isolated)"),
+    ("podfleet_pod_chips_busy", "Chips of the pod a job holds"),
+    ("podfleet_pod_utilization_ratio", "Mean chip utilization of the pod (0-1)"),
+    ("podfleet_pod_temperature_max_celsius", "Hottest chip of the pod"),
+    ("podfleet_pod_power_watts", "Power draw of the pod's chips"),
+)
+EXPORTED_ROLLUPS = frozenset(n for n, _ in POD_SERIES)
+
+
+def rolled_up(topology: Topology, per_chip: bool) -> bool:
+    """Per-pod rollups rather than a series per chip and link: a large fleet cluster."""
+    return not per_chip and isinstance(topology, FleetTopology) and topology.count > ROLLUP_MIN_PODS
+
+
 class FabricCollector(Collector):
-    def __init__(self, plane: ControlPlane) -> None:
+    """``per_chip``: a series per chip and link for every cluster; otherwise a fleet of more
+    than ``ROLLUP_MIN_PODS`` pods exports ``podfleet_pod_*`` rollups instead (65,536 chips
+    x 20 series is a scrape of tens of MB; 1,024 pods x 6 is a few hundred kB)."""
+
+    def __init__(self, plane: ControlPlane, *, per_chip: bool = False) -> None:
         self.plane = plane
+        self.per_chip = per_chip
         self._placement: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares WorkerPlacement)
         self._coords: dict[str, list[tuple[str, str, str]]] = {}  # cluster -> chip coordinate labels
 
@@ -146,9 +169,40 @@ class FabricCollector(Collector):
             del self._placement[gone]
         for gone in set(self._coords) - {rt.id for rt in rts}:
             del self._coords[gone]
-        yield from self._chips(rts)
-        yield from self._links(rts)
+        big = [rt for rt in rts if rolled_up(rt.topology, self.per_chip)]
+        small = [rt for rt in rts if rt not in big]
+        yield from self._chips(small)
+        yield from self._links(small)
+        yield from self._pods(big)
         yield from self._jobs()
+
+    def _pods(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
+        fams = {name: GaugeMetricFamily(name, doc, labels=POD_LABELS) for name, doc in POD_SERIES}
+        for rt in rts:
+            topo = rt.topology
+            assert isinstance(topo, FleetTopology)  # rolled_up says so
+            pods, per = topo.count, topo.group.n_chips
+            states = rt.fabric.chip_states()[:topo.n_chips]
+            up = np.fromiter((ChipState(s) in _UP for s in states), dtype=bool, count=len(states))
+            busy = np.zeros(topo.n_chips, dtype=bool)
+            held = [c for c in rt.owners if c < topo.n_chips]
+            busy[held] = True
+            m = rt.fabric.chip_metrics()
+            u = utilization(m)
+            temp = np.asarray(m["temperature_c"], np.float64) if "temperature_c" in m else None
+            power = np.asarray(m["power_w"], np.float64) if "power_w" in m else None
+            rows = {
+                "podfleet_pod_chips": np.full(pods, float(per)),
+                "podfleet_pod_chips_up": up.reshape(pods, per).sum(axis=1).astype(float),
+                "podfleet_pod_chips_busy": busy.reshape(pods, per).sum(axis=1).astype(float),
+                "podfleet_pod_utilization_ratio": None if u is None else u.reshape(pods, per).mean(axis=1),
+                "podfleet_pod_temperature_max_celsius": None if temp is None else temp.reshape(pods, per).max(axis=1),
+                "podfleet_pod_power_watts": None if power is None else power.reshape(pods, per).sum(axis=1),
+            }
+            labels = [[rt.rec.name, rt.id, str(p), str(topo.block_of(p))] for p in range(pods)]
+            for name, values in rows.items():
+                _add(fams[name], labels, values)
+        yield from fams.values()
 
     def _chips(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
         info = GaugeMetricFamily("podfleet_chip_info", "Where the chip sits: torus coordinates",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -11,6 +12,7 @@ from podfleet.advisor import reports
 from podfleet.api import openapi, problems
 from podfleet.api.auth import TokenCache, UserCache, authorize
 from podfleet.api.guard import Guard, GuardConfig
+from podfleet.api.leadership import LeaderCollector, LeaderGate, Leadership, Sole
 from podfleet.api.metrics import ApiMetrics, MetricsMiddleware
 from podfleet.api.routes import audit, chips, clusters, health, jobs, plan, system, tokens
 from podfleet.api.routes import code as code_routes
@@ -35,9 +37,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def create_app(plane: ControlPlane, health_service: HealthService | None = None,
                guard: GuardConfig | None = None, *, recovery: RecoveryService | None = None,
-               firmware: FirmwareService | None = None) -> FastAPI:
+               firmware: FirmwareService | None = None, leadership: Leadership | None = None,
+               metrics_per_chip: bool = False) -> FastAPI:
     """The app over the parts ``compose.build`` made (``recovery``: ListRecoveries;
-    ``firmware``: rollouts); a part left out is answered with 409, never a 500."""
+    ``firmware``: rollouts); a part left out is answered with 409, never a 500.
+    ``leadership``: the election among servers sharing the store (default: this one leads)."""
     app = FastAPI(
         title="podfleet", version="0.1.0",
         description="Control plane for AI-training pods. Every /v1 call needs `Authorization: Bearer <token>`.",
@@ -55,7 +59,9 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.users = UserCache(plane.store)
     app.state.reports = reports.StoredReports(plane.store)  # default retention; ``podfleet up`` sets its own
     app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
-    app.state.metrics = metrics = ApiMetrics(plane)
+    app.state.leadership = leadership = leadership or Sole(socket.gethostname())
+    app.state.metrics = metrics = ApiMetrics(plane, per_chip=metrics_per_chip)
+    metrics.registry.register(LeaderCollector(leadership))  # podfleet_leader{instance}, its term
     metrics.registry.register(HealthCollector(plane, health_service, recovery))
     metrics.registry.register(UsageCollector(plane))  # podfleet_chip_seconds_total
 
@@ -79,6 +85,8 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     openapi.install(app)  # links between operations (stateful clients, schemathesis)
     # Added first, so it runs inside metrics: refused requests are counted too.
     app.add_middleware(Guard, config=guard)
+    # Outside the guard: a follower forwards /v1 as it came, and the leader's guard judges it.
+    app.add_middleware(LeaderGate, leadership=leadership)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if guard.trusted_proxies:  # outside the guard: the client it limits is the one the proxy names
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=list(guard.trusted_proxies))

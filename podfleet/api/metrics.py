@@ -107,14 +107,14 @@ class PlaneCollector(Collector):
 
 
 class ApiMetrics:
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, *, per_chip: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter("podfleet_api_requests", "API requests", ["operation", "status"],
                                 registry=self.registry)
         self.latency = Histogram("podfleet_api_request_duration_seconds", "API request latency",
                                  ["operation"], buckets=BUCKETS_S, registry=self.registry)
         self.registry.register(PlaneCollector(plane))
-        self.registry.register(FabricCollector(plane))  # chips, links, jobs of every fabric; build info
+        self.registry.register(FabricCollector(plane, per_chip=per_chip))  # chips, links, jobs of every fabric; build info
 
 
 class MetricsMiddleware:

@@ -14,13 +14,14 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
+from pydantic.config import JsonDict, JsonValue
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.hardware.catalog import TOPOLOGY_NAMES
-from podfleet.hardware.faults import FAULT_KINDS
+from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.perf.models import MODELS
 from podfleet.security.text import printable_pattern, unprintable
 
@@ -37,10 +38,38 @@ JobOptionName = Literal[JOB_OPTION_NAMES]  # type: ignore[valid-type]
 JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
                        "SUCCEEDED", "FAILED", "STOPPED"]
 MAX_CHIPS = MAX_CLUSTER_CHIPS  # the most chips one cluster has (custom dims or chips): the absolute bound of an index
-MAX_CHIP_INDEX = MAX_CHIPS - 1
-MAX_LINK_INDEX = 6 * MAX_CHIPS - 1  # the most links: a 6-axis torus of MAX_CHIPS chips
+MAX_FLEET_CHIPS = 1024 * 64  # a fleet cluster: up to 1,024 pods of 64 chips (catalog.MAX_FLEET_PODS)
+MAX_CHIP_INDEX = MAX_FLEET_CHIPS - 1
+MAX_LINK_INDEX = 6 * MAX_FLEET_CHIPS - 1  # the most links: a 6-axis torus per pod
 ClientToken = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$",
                     description="idempotency key: a retry with the same token returns the same object")
+
+
+def _present(*fields: str) -> JsonDict:
+    """JSON Schema: each of ``fields`` is given and not null (the server reads a null as absent)."""
+    return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
+
+
+# What the engine checks across fields, said in the schema too, so a generated client (or an
+# outside fuzzer) knows a request is refused before it sends it (issue 30, item 9).
+_CLUSTER_FABRIC_OPTIONS: list[JsonValue] = [
+    # rayAddress joins a Ray cluster: fabric ray, or no fabric (it then means ray).
+    {"if": _present("rayAddress"),
+     "then": {"properties": {"fabric": {"enum": ["ray", None]},
+                             "neuronLs": {"type": "null"}, "neuronMonitor": {"type": "null"}}}},
+    # neuronLs / neuronMonitor run neuron tools: fabric neuron, or no fabric (it then means neuron).
+    {"if": {"anyOf": [_present("neuronLs"), _present("neuronMonitor")]},
+     "then": {"properties": {"fabric": {"enum": ["neuron", None]}}}},
+]
+_JOB_MODEL_GIVEN: list[JsonValue] = [_present("model"), _present("model_dims"), _present("entrypoint")]
+_LINK_KINDS: list[JsonValue] = [*sorted(str(k) for k in LINK_FAULTS)]
+_CHIP_KINDS: list[JsonValue] = [*sorted(str(k) for k in FAULT_KINDS if k not in LINK_FAULTS)]
+_FAULT_TARGETS: list[JsonValue] = [
+    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _LINK_KINDS}}},
+     "then": {"required": ["link"], "properties": {"link": {"not": {"type": "null"}}, "chip": {"type": "null"}}}},
+    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _CHIP_KINDS}}},
+     "then": {"required": ["chip"], "properties": {"chip": {"not": {"type": "null"}}, "link": {"type": "null"}}}},
+]
 
 
 def _printable(value: str) -> str:
@@ -109,7 +138,8 @@ RequestBody = _In  # the base of request bodies declared beside their routes
 
 
 class CreateClusterRequest(_In):
-    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}]})
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}],
+                                                 "allOf": _CLUSTER_FABRIC_OPTIONS})
 
     name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
     type: ClusterType | None = Field(None, description="default trn2-ultraserver; custom (chips worker slots) "
@@ -139,6 +169,10 @@ class CreateClusterRequest(_In):
     neuronMonitor: Command | None = Field(None,
                                       description="fabric neuron: the command that streams neuron-monitor reports, "
                                                   "kept running (default 'neuron-monitor'; no shell)")
+    pods: int | None = Field(None, ge=1, le=1024, description="a fleet: this many pods of type, joined by EFA "
+                             "(twin); spares are then per pod")
+    podsPerBlock: int | None = Field(None, ge=1, le=1024, description="fleet: pods behind one spine switch "
+                                     "(a network block); default 16 or pods")
     clientToken: str | None = ClientToken
 
 
@@ -162,7 +196,9 @@ JobOrArrayId = Annotated[str, Field(pattern=r"^(job|arr)-[a-z0-9-]{1,60}$")]
 
 class SubmitJobRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [
-        {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}]})
+        {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}],
+        # a preset (or custom) model, custom model_dims, or a script that defines its own model
+        "anyOf": _JOB_MODEL_GIVEN})
 
     model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny and small), "
                                        "or custom with model_dims")
@@ -195,6 +231,13 @@ class SubmitJobRequest(_In):
                                                             "succeeded; one that fails fails this job")
     after_any: list[JobOrArrayId] | None = Field(None, min_length=1, max_length=100,
                                                  description="start only after each of these jobs ended")
+    pods: int | None = Field(None, ge=1, le=1024, description="a fleet cluster: run on exactly this many pods, "
+                             "chips / pods on each (whole pods when that is a pod)")
+    topologyRequired: Literal["pod", "block"] | None = Field(
+        None, description="never cross this network level: pod (NeuronLink) or block (the pods behind one spine); "
+                          "the job waits rather than cross it")
+    topologyPreferred: Literal["pod", "block"] | None = Field(
+        None, description="cross this level as little as possible (the default for a gang across pods: block)")
     array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
@@ -202,12 +245,18 @@ class SubmitJobRequest(_In):
 
 
 class InjectFaultRequest(_In):
-    kind: FaultKindName | Literal["kill-worker"]
+    model_config = ConfigDict(json_schema_extra={"allOf": _FAULT_TARGETS})
+
+    kind: FaultKindName | Literal["kill-worker", "slow-worker"]
     chip: int | None = Field(None, ge=0, le=65535)
     link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")
     rank: int | None = Field(None, ge=0, le=65535, description="kill-worker: the rank whose worker is killed")
     jobId: str | None = Field(None, min_length=1, max_length=64,
-                              description="kill-worker: the job (optional when one job runs on the cluster)")
+                              description="kill-worker, slow-worker: the job (optional when one job runs on the "
+                                          "cluster)")
+    factor: float | None = Field(None, ge=1.0, le=100.0,
+                                 description="slow-worker: the rank computes this many times slower per sample "
+                                             "(1 restores it)")
 
 
 class PlanRequest(_In):

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import signal
+import socket
 import sys
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import uvicorn
 from fastapi import FastAPI
@@ -18,15 +22,17 @@ from podfleet.advisor import reports
 from podfleet.api import connections
 from podfleet.api.console_port import ApiConsoleAuth
 from podfleet.api.guard import GuardConfig
+from podfleet.api.leadership import Leadership, Sole
 from podfleet.api.main import create_app
 from podfleet.api.proxies import parse_trusted_proxies
 from podfleet.compose import build
 from podfleet.console import mount as mount_console
 from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.plane import ControlPlane
+from podfleet.control.workdir import workdir_root
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import InfeasibleError, InvalidInputError
-from podfleet.fabric.factory import available_fabrics
+from podfleet.errors import InfeasibleError, InvalidInputError, PodfleetError
+from podfleet.fabric.factory import available_fabrics, with_agent
 from podfleet.security import files
 from podfleet.security.digest_sinks import copy_sink
 from podfleet.security.digests import AuditTrail, DigestWriter, default_digests_dir, signing_key
@@ -40,6 +46,11 @@ from podfleet.security.tokens import (
     validate_supplied_token,
 )
 from podfleet.settings import Settings
+from podfleet.store.db import Store
+from podfleet.store.election import Elector
+from podfleet.store.election import Role as ServerRole
+from podfleet.store.exclusive import hold_sqlite
+from podfleet.store.lease import Fence, Lease
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import TokenRecord
 
@@ -52,6 +63,10 @@ GC_FULL_AFTER = 100
 # anyway (everything acknowledged is already committed; a restart reloads the store).
 GRACEFUL_S = 3
 CLEANUP_S = 5.0
+# A server whose leadership ended exits with this (EX_TEMPFAIL): its memory may be ahead of
+# what the new leader reloads, so it starts again as a follower (systemd Restart=always).
+LOST_LEADERSHIP_EXIT = 75
+log = logging.getLogger("podfleet.server")
 
 
 @dataclass
@@ -62,6 +77,35 @@ class Server:
     admin_token: str | None  # set only when this start created it (show once)
     admin_from_env: bool
     digests: DigestWriter | None = None  # signed audit digests, outside the database
+    # Several servers on one PostgreSQL store: this one's side of the election (None: it
+    # shares the store with nobody and always leads).
+    elector: Elector | None = None
+    role: ServingRole | None = None
+    sqlite_lock: IO[str] | None = field(default=None, repr=False)  # held for the process's life
+    stopping: threading.Event = field(default_factory=threading.Event)  # set by a clean shutdown
+
+
+class ServingRole:
+    """The role the API acts on: a server leads once its engine has reloaded, not merely
+    when it won the lease (until then it answers 503, so no request sees an empty plane)."""
+
+    def __init__(self, elector: Elector) -> None:
+        self.elector = elector
+        self.holder = elector.holder
+        self.serving = threading.Event()
+
+    @property
+    def term(self) -> int | None:
+        return self.elector.term
+
+    @property
+    def role(self) -> ServerRole:
+        return ServerRole.LEADER if self.serving.is_set() and self.elector.leads() else ServerRole.FOLLOWER
+
+    def leader_url(self) -> str | None:
+        if self.elector.leads():
+            return self.elector.url if self.serving.is_set() else None
+        return self.elector.leader_url()
 
 
 def bootstrap_admin(plane: ControlPlane, supplied: str | None) -> tuple[str | None, bool]:
@@ -91,12 +135,17 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
         files.private_umask()
         store = open_store(settings.db)
         files.tighten(*files.sqlite_files(str(store.url)))
+    elector, lock = elect(settings, store)
+    # Only a leader mints keys: servers sharing a store must share one key provider, so a
+    # follower whose provider lacks them is refused (below) rather than minting its own.
+    leads = elector is None or elector.leads()
     # The audit chain is MACed with a key from the key provider before anything is
     # audited, and its head signed (Ed25519) into digests outside the database.
     provider = provider_for(key_dir=settings.key_dir, key_command=settings.key_command, key_url=settings.key_url)
-    kid, mac, known = current_key(provider, AUDIT_MAC_KEY, create=True)
+    kid, mac, known = shared_key(provider, AUDIT_MAC_KEY, create=leads, shared=elector is not None)
     store.use_audit_keys(kid, mac, known)
-    signer = signing_key(provider, create=True)
+    check_audit_key(store)
+    signer = signing_key(provider, create=leads)
     where = settings.audit_digests_dir or default_digests_dir(str(store.url))
     tl = Timeline(seed=settings.seed, speed=settings.speed, log_keep=20_000)
     if settings.fabric not in available_fabrics():
@@ -105,16 +154,21 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             field="fabric", allowed=available_fabrics(),
         )
     # Plane, health scans and alerts, recovery flows, firmware rollouts (podfleet.compose).
-    parts = build(store, tl, telemetry_interval_s=settings.telemetry_interval_s, default_fabric=settings.fabric,
+    factory = None
+    if settings.local_agent:
+        # Local workers are owned by the host's agent: a restart of this server leaves them running.
+        factory = with_agent(workdir_root(None))
+    parts = build(store, tl, fabric_factory=factory, telemetry_interval_s=settings.telemetry_interval_s,
+                  default_fabric=settings.fabric,
                   fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
                   hang_restarts=settings.hang_restarts)
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
-    token, from_env = bootstrap_admin(plane, supplied)
+    token, from_env = bootstrap_admin(plane, supplied) if leads else (None, False)
     digests = None
     if where:
         # Retention runs with the digests: old records archived (encrypted) beside them, then pruned.
-        archive_key = current_key(provider, ARCHIVE_KEY, create=True)[1]
+        archive_key = shared_key(provider, ARCHIVE_KEY, create=leads, shared=elector is not None)[1]
         retention_s = settings.audit_retention_days * DAY_S
         archives = Path(where) / "archives"
 
@@ -126,15 +180,68 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
             if settings.audit_digests else ()
         digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain,
                                every_records=settings.audit_digest_every, copies=copies)
-    app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware)
+    role = ServingRole(elector) if elector is not None else None
+    leadership: Leadership = role if role is not None else Sole(instance_name(settings))
+    app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware,
+                     leadership=leadership, metrics_per_chip=settings.metrics_per_chip)
     # Health reports: archived in the store with retention, every active cluster's generated daily.
     app.state.reports = reports.StoredReports(store, settings.report_retention_days)
     reports.schedule_daily(plane, parts.health, parts.recovery, app.state.reports)
-    app.state.mfa_key = current_key(provider, "mfa-seal", create=True)[1]  # seals users' TOTP secrets
+    # Seals users' TOTP secrets.
+    app.state.mfa_key = shared_key(provider, "mfa-seal", create=leads, shared=elector is not None)[1]
     if digests is not None:
         app.state.audit_trail = AuditTrail(digests.directory, signer.public_key(), digests.copies, digests)
     mount_console(app, ApiConsoleAuth())  # the web console at / (the API stays under /v1), through its auth port
-    return Server(app, plane, store, token, from_env, digests)
+    return Server(app, plane, store, token, from_env, digests, elector, role, lock)
+
+
+def instance_name(settings: Settings) -> str:
+    return settings.instance or f"{socket.gethostname()}:{settings.port}"
+
+
+def elect(settings: Settings, store: StoreProtocol) -> tuple[Elector | None, IO[str] | None]:
+    """SQLite: this server alone (a second one is refused). PostgreSQL: this server's side
+    of the lease, after one round, so the first server of a store leads from the start."""
+    if not isinstance(store, Store):
+        return None, None  # an in-memory store given by a test: nobody else can share it
+    if store.dialect == "sqlite":
+        db = store.url.removeprefix("sqlite:///").split("?", 1)[0]
+        return None, (hold_sqlite(db) if db and db != ":memory:" and "://" not in db else None)
+    url = settings.advertise_url or f"{'https' if settings.tls_cert else 'http'}://{settings.host}:{settings.port}"
+    elector = Elector(Lease(store.write_engine, ttl_s=settings.lease_ttl_s), instance_name(settings), url)
+    elector.step()
+    if elector.last_error is not None:
+        raise PodfleetError(f"cannot take part in the leadership election on {store.url}: {elector.last_error}")
+    if elector.term is not None:
+        store.use_fence(Fence(elector.holder, elector.term))
+    # Renewals start now, while the rest of the server is built: a term won here must not
+    # lapse before the engine even starts.
+    elector.on_lost = lambda term, why: lost_leadership(term, why)
+    elector.start()
+    return elector, None
+
+
+def shared_key(provider: object, base: str, *, create: bool, shared: bool) -> tuple[str, bytes, dict[str, bytes]]:
+    """``current_key``, with the sentence a follower needs when its provider lacks the key."""
+    try:
+        return current_key(provider, base, create=create)  # type: ignore[arg-type]
+    except InvalidInputError as exc:
+        if not shared:
+            raise
+        raise InvalidInputError(
+            f"no {base} key in this server's key provider: servers sharing a store must share one "
+            "(PODFLEET_KEY_DIR on a shared mount holding the leader's keys, or PODFLEET_KEY_COMMAND / "
+            f"PODFLEET_KEY_URL naming one KMS); {exc.message}", field="key") from None
+
+
+def check_audit_key(store: StoreProtocol) -> None:
+    """Refuse to serve with an audit key that does not verify the chain's newest record:
+    every server on a store must MAC with, and verify against, the same key."""
+    why = store.audit_key_mismatch() if isinstance(store, Store) else None
+    if why is not None:
+        raise InvalidInputError(
+            f"{why}: servers sharing a store must share one key provider (the same PODFLEET_KEY_DIR, "
+            "PODFLEET_KEY_COMMAND or PODFLEET_KEY_URL as the server that wrote it)", field="key")
 
 
 def guard_config(settings: Settings) -> GuardConfig:
@@ -176,10 +283,28 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     if warning:
         bar = "!" * min(len(warning), 100)
         print(f"{bar}\n{warning}\n{bar}", file=sys.stderr, flush=True)
-    server.plane.start()
-    ensure_default_cluster(server.plane, default_cluster)
-    if server.digests is not None:
-        server.digests.start()  # the start-up digest, then one every N records and every interval
+    once = threading.Lock()
+
+    def lead() -> None:
+        """The engine: reload the store (re-attach to what runs: ``plane.load``), serve."""
+        if not once.acquire(blocking=False):
+            return  # already leading
+        term = server.elector.term if server.elector is not None else None
+        if term is not None and isinstance(server.store, Store) and server.elector is not None:
+            server.store.use_fence(Fence(server.elector.holder, term))
+        server.plane.start()
+        ensure_default_cluster(server.plane, default_cluster)
+        if server.digests is not None:
+            server.digests.start()  # the start-up digest, then one every N records and every interval
+        if server.role is not None:
+            server.role.serving.set()
+            watch_engine(server)
+
+    elector = server.elector
+    if elector is not None:
+        elector.on_elected = lambda term: takeover(server, term, lead)
+    if elector is None or elector.leads():
+        lead()
     quiet_gc()
     # uvicorn re-raises SIGTERM after its graceful shutdown; by default that would end the
     # process before the cleanup below (the final audit digest, the store's close).
@@ -189,13 +314,47 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
                     **connections.options(header_timeout_s=header_timeout_s,
                                           timeout_graceful_shutdown=GRACEFUL_S))
     finally:
+        server.stopping.set()
         # Refusals counted but not yet written as a summary row go to the trail now.
         with contextlib.suppress(Exception):
             server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
         server.plane.stop()
         if server.digests is not None:
             server.digests.stop()  # the last digest signs the chain's final head
+        if server.elector is not None:
+            server.elector.stop()  # a clean stop hands the lease on at once
         server.store.close()
+
+
+def takeover(server: Server, term: int, lead: Callable[[], None]) -> None:
+    """Elector thread: this server won ``term``. Its writes carry the term from now on; the
+    engine reloads on a thread of its own, so the elector goes on renewing meanwhile."""
+    if isinstance(server.store, Store) and server.elector is not None:
+        server.store.use_fence(Fence(server.elector.holder, term))
+    log.warning("leader: took over with term %d; reloading the store", term)
+    threading.Thread(target=lead, name="podfleet-takeover", daemon=True).start()
+
+
+def lost_leadership(term: int, why: str) -> None:
+    """The term ended (taken over while this server was paused or cut off): the store already
+    refuses its writes; the process ends so that it starts again as a follower."""
+    print(f"podfleet: leadership term {term} ended ({why}); exiting to restart as a follower",
+          file=sys.stderr, flush=True)
+    os._exit(LOST_LEADERSHIP_EXIT)
+
+
+def watch_engine(server: Server) -> None:
+    """A leader whose engine stopped (fail-stop) hands the lease on instead of holding it
+    while nothing runs: the process ends, a follower takes over and reloads."""
+    def watch() -> None:
+        while server.plane.engine_running:
+            server.stopping.wait(0.5)
+        if server.stopping.is_set():
+            return  # a clean shutdown
+        print("podfleet: the engine stopped; exiting so another server takes over", file=sys.stderr, flush=True)
+        os._exit(LOST_LEADERSHIP_EXIT)
+
+    threading.Thread(target=watch, name="podfleet-engine-watch", daemon=True).start()
 
 
 def quiet_gc() -> None:

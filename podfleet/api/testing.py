@@ -13,8 +13,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -115,3 +116,111 @@ def stop_server(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def spawn_url_server(db_url: str, port: int, token: str, *args: str, env: dict[str, str] | None = None,
+                     log: Path | None = None, timeout_s: float = 90.0,
+                     wait: bool = True) -> subprocess.Popen[bytes]:
+    """``spawn_server`` for any store URL (PostgreSQL: several servers on one store, each
+    with its own ``port``); ``env`` is added to this process's environment. ``wait``:
+    return once ``/healthz`` answers (a follower answers it too)."""
+    full = {**os.environ, "PODFLEET_ADMIN_TOKEN": token, **(env or {})}
+    err = log.open("ab") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podfleet", "up", "--db", db_url, "--port", str(port), "--output", "json", *args],
+        env=full, stdout=subprocess.DEVNULL, stderr=err,
+    )
+    if wait:
+        wait_healthz(proc, port, timeout_s, log)
+    return proc
+
+
+def wait_healthz(proc: subprocess.Popen[bytes], port: int, timeout_s: float, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None:
+            tail = log.read_text()[-2000:] if log is not None else ""
+            raise AssertionError(f"podfleet up exited with {proc.returncode}: {tail}")
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"podfleet up did not answer /healthz within {timeout_s:.0f} s")
+
+
+def role_of(port: int) -> str | None:
+    """``leader``/``follower`` from a server's ``/healthz``; None when it does not answer."""
+    try:
+        return str(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["role"])
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+class CuttableProxy:
+    """A TCP proxy (threads and sockets) in front of a server, e.g. PostgreSQL, that can be
+    cut: ``cut()`` closes every connection and refuses new ones until ``restore()``, as a
+    network partition or a database restart does."""
+
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self.target = (target_host, target_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.open = threading.Event()
+        self.open.set()
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with suppress(OSError):
+                    s.close()
+
+    def cut(self) -> None:
+        self.open.clear()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+
+    def restore(self) -> None:
+        self.open.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self.listener.close()

@@ -93,6 +93,10 @@ def create(
                                   "(default 'neuron-ls --json-output'; run without a shell)"),
     neuron_monitor: str = typer.Option(None, "--neuron-monitor", help="fabric neuron: command streaming "
                                        "neuron-monitor reports (default 'neuron-monitor'; run without a shell)"),
+    pods: int = typer.Option(None, "--pods", help="a fleet: N pods of --type joined by EFA (twin); "
+                             "--spares is then per pod"),
+    pods_per_block: int = typer.Option(None, "--pods-per-block", help="fleet: pods behind one spine switch "
+                                       "(a network block; default 16 or --pods)"),
     client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="follow the deployment until it ends"),
     url: str = UrlOpt,
@@ -108,7 +112,7 @@ def create(
             encryption=encryption, network_isolation=network_isolation, fabric=fabric,
             rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
             spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
-            restore_spares=restore_spares,
+            restore_spares=restore_spares, pods=pods, podsPerBlock=pods_per_block,
         )
         if wait and out["state"] == "deploying":
             _follow(c, out["id"], show=output == OutputFormat.table)

@@ -18,6 +18,13 @@ _CHIP_METRICS = ("temperature_c", "power_w", "hbm_used_bytes", "clock_mhz", "mem
 def describe(
     cluster: str = typer.Argument(..., help="id or name"),
     chip: int | None = typer.Option(None, "--chip", help="one chip only"),
+    pod: int | None = typer.Option(None, "--pod", help="fleets: one pod's chips and links"),
+    state: str | None = typer.Option(None, "--state", help="only chips in this state (healthy, failed, ...)"),
+    job: str | None = typer.Option(None, "--job", help="only chips this job holds"),
+    limit: int | None = typer.Option(None, "--limit", help="chips per page (then --next-token for more)"),
+    next_token: str | None = typer.Option(None, "--next-token", help="from the previous page"),
+    summary: bool = typer.Option(False, "--summary", help="per-pod and per-block counts (healthy, failed, "
+                                 "spare, busy) instead of chips"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
@@ -25,7 +32,18 @@ def describe(
     """The pod's chips (index, coords, state, spare, metrics) and links (src, dst, axis, state, metrics)."""
     with errors():
         cl = client(url, token)
-        hw = cl.describe_cluster_hardware(cluster, chip=chip)
+        if summary:
+            out = cl.describe_cluster_hardware(cluster, summary=True)
+            if output == OutputFormat.json:
+                emit(out, output)
+                return
+            emit([{k: (", ".join(v) if isinstance(v, list) else v) for k, v in r.items()} for r in out["pods"]],
+                 output, title=f"{out.get('name', cluster)}: {len(out['pods'])} pods")
+            emit([{k: v for k, v in r.items() if k != "pods"} for r in out["blocks"]], output,
+                 title=f"{len(out['blocks'])} network blocks of {out['pods_per_block']} pods")
+            return
+        hw = cl.describe_cluster_hardware(cluster, chip=chip, pod=pod, state=state, job=job, limit=limit,
+                                          next_token=next_token)
         if output == OutputFormat.json:
             emit(hw, output)
             return
@@ -43,6 +61,8 @@ def describe(
         emit(rows, output, title=f"{hw.get('name', cluster)}: {len(hw['chips'])} chips at {hw.get('time')}")
         links = Counter(lk["state"] for lk in hw["links"])
         line(f"links: {len(hw['links'])} ({', '.join(f'{n} {s}' for s, n in sorted(links.items()))})")
+        if hw.get("nextToken"):
+            line(f"more chips: --next-token {hw['nextToken']}")
 
 
 def _where(chip: dict) -> dict:

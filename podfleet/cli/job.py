@@ -55,8 +55,14 @@ def parse_options(items: list[str]) -> dict[str, Any] | None:
 def submit(
     cluster: str = typer.Argument(..., help="cluster id or name"),
     model: str | None = typer.Option(None, "--model", help="preset: sim clusters debug, llama3-8b, llama3-70b, ...; "
-                              "local/ray clusters debug, tiny, small (optional with --entrypoint)"),
-    chips: int = typer.Option(..., "--chips", help="chips for the gang (all or none)"),
+                              "local/ray clusters debug, tiny, small, medium (optional with --entrypoint)"),
+    chips: int | None = typer.Option(None, "--chips", help="chips for the gang (all or none); with --pods, "
+                                     "default every chip of that many pods"),
+    pods: int | None = typer.Option(None, "--pods", help="fleet clusters: run on exactly N pods (chips / N on each)"),
+    topology_required: str | None = typer.Option(None, "--topology-required",
+                                                 help="pod | block: wait rather than cross this network level"),
+    topology_preferred: str | None = typer.Option(None, "--topology-preferred",
+                                                  help="pod | block: cross this level as little as possible"),
     steps: int = typer.Option(1000, "--steps", help="training steps to run (1 or more)"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
     priority: str = typer.Option("50", "--priority", help="0-100 (higher first), or a priority class name"),
@@ -89,12 +95,18 @@ def submit(
         if model is None and entrypoint is None:
             raise InvalidInputError("give --model PRESET or --entrypoint FILE", field="model")
         c = client(url, token)
+        if chips is None:
+            if pods is None:
+                raise InvalidInputError("give --chips N (or --pods N on a fleet cluster)", field="chips")
+            chips = pods * pod_chips(c, cluster)
         entry = None if entrypoint is None else entrypoint_ref(c, entrypoint, server_path=server_path)
         out = c.submit_training_job(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
             priority=int(priority) if priority.isdigit() else priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
             **({"gradCompression": grad_compression} if grad_compression is not None else {}),
+            **{k: v for k, v in (("pods", pods), ("topologyRequired", topology_required),
+                                 ("topologyPreferred", topology_preferred)) if v is not None},
             **_sharing(queue, after_ok, after_any, array),
         )
         if out.get("array"):
@@ -103,6 +115,13 @@ def submit(
         if output == OutputFormat.table:
             out = {**out, "why": reason_code(str(out.get("state", "")), str(out.get("reason") or ""))}
         emit(out, output, columns=[*COLUMNS, "allocation"], title="job")
+
+
+def pod_chips(c: PodfleetClient, cluster: str) -> int:
+    """Chips in one pod of ``cluster`` (its chips over its pods; a one-pod cluster: all)."""
+    cl = c.describe_cluster(cluster)
+    pods = int((cl.get("spec") or {}).get("pods") or cl.get("pods") or 1)
+    return int(cl.get("chips") or 0) // pods
 
 
 def entrypoint_ref(c: PodfleetClient, text: str, *, server_path: bool = False) -> str:

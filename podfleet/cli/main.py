@@ -7,6 +7,7 @@ import sys
 import typer
 
 from podfleet.cli import advise as advise_cli
+from podfleet.cli import agent as agent_cli
 from podfleet.cli import (
     alerts,
     audit,
@@ -100,6 +101,7 @@ app.add_typer(user_cli.app, name="user", rich_help_panel=SECURITY, cls=PodfleetG
 app.add_typer(policy_cli.app, name="policy", rich_help_panel=SECURITY, cls=PodfleetGroup)
 app.add_typer(keys_cli.app, name="keys", rich_help_panel=SECURITY, cls=PodfleetGroup)
 app.command("up", rich_help_panel=TOOLS)(up.up)
+app.add_typer(agent_cli.app, name="agent", rich_help_panel=TOOLS, cls=PodfleetGroup)
 app.command("sim", rich_help_panel=TOOLS)(sim_cli.sim)
 app.add_typer(topology.app, name="topology", rich_help_panel=TOOLS, cls=PodfleetGroup)
 app.add_typer(bench.app, name="bench", rich_help_panel=TOOLS, cls=PodfleetGroup)

@@ -30,6 +30,11 @@ def up(
     demo: bool = typer.Option(False, "--demo", help="a pod that moves: pod-0 with a running job, a queued one "
                               "and a chip failure a minute in, at 20x the wall clock (own store "
                               "~/.podfleet/demo.db unless --db)"),
+    metrics_per_chip: bool = typer.Option(False, "--metrics-per-chip",
+                                          help="/metrics: a series per chip and link even for large fleet "
+                                               "clusters (default: per-pod rollups above 16 pods)"),
+    agent: bool | None = typer.Option(None, "--agent/--no-agent", help="local workers owned by the host's agent "
+                               "(podfleet agent), so they outlive a restart of this server (PODFLEET_LOCAL_AGENT)"),
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Serve the control plane: embedded SQLite and a simulated pod by default."""
@@ -43,7 +48,10 @@ def up(
             speed = speed or DEMO_SPEED
             db = db or DEMO_DB
         settings = get_settings(fabric=fabric, db=db, host=host, port=port, speed=speed, seed=seed,
-                                    default_cluster=default_cluster, tls_cert=tls_cert, tls_key=tls_key)
+                                    default_cluster=default_cluster, tls_cert=tls_cert, tls_key=tls_key,
+                                    metrics_per_chip=metrics_per_chip or None, local_agent=agent)
+        if settings.local_agent is None:  # served: on unless asked off
+            settings = settings.model_copy(update={"local_agent": True})
         check_tls(settings.tls_cert, settings.tls_key)
         parse_trusted_proxies(settings.trusted_proxies)  # a typo stops the start before a token is made
         # Before the store is opened or a token made: nothing is printed, and no admin

@@ -21,6 +21,17 @@ job; not worth it for a chip the split already works around).
 The job's load-balance degree (mean / max chip utilization over its chips, over the
 monitor's window) is kept in its ``scheduling`` status for DescribeTrainingJob.
 
+Speed has two sources, chosen from what the fabric declares it measures
+(``TelemetrySource.telemetry_metrics``): the chip's clock over the fastest clock where
+the fabric reports clocks (the twin), or each rank's measured samples/s over the
+fastest rank's where it reports those (worker fabrics: local and Ray, from the times
+their workers report, ``fabric/local/speed.py``; a rank's samples/s does not depend on
+the split it was given, so splits compare). Everything after the sample -- the window,
+``Rebalancer.step``, the actions, ``set_work_split`` -- is the same code for both. A
+measured speed is noisy (one step's timings), so a split is only changed when the
+current one is more than ``MEASURED_TOLERANCE`` slower than the ideal; a chip with no
+measurement yet (a gang that has not finished two steps) counts as full speed.
+
 Cheap per sample: the owner map is re-read only when its ``version`` moved, a job is
 re-tracked only when its allocation changed, degrees are computed for all jobs at once
 from the utilization window of their chips only (a fleet's jobs hold a sixteenth of its
@@ -50,18 +61,36 @@ from podfleet.scheduler.metrics import DegreePlan, degree_groups, planned_balanc
 from podfleet.scheduler.samples import same_frozen, util_ratio
 
 _NEEDS = ("clock_mhz", "neuroncore_utilization", "hbm_bw_bytes_per_s")
+_MEASURED_NEEDS = ("samples_per_s",)
+# How much slower than the ideal split the current one must be before a measured speed
+# moves work (the twin's clocks are exact: 1%). Per-step timings of worker processes
+# jitter by a few percent on a shared host; 5% keeps the split from chasing that noise.
+MEASURED_TOLERANCE = 0.05
+# Samples in the window a measured speed is averaged over (at the telemetry interval: 1 s
+# by default): long enough to average a few steps' jitter, short enough that a worker
+# slowed now is rebalanced within seconds rather than after the twin's 40 samples.
+MEASURED_WINDOW = 8
 
 
 class ClusterBalancer:
     def __init__(self, plane: PlaneCore, rt: ClusterRuntime, interval_s: float, window: int = 40) -> None:
         self.plane, self.rt = plane, rt
         lm = rt.fabric.link_metrics()
-        self.monitor = LoadMonitor(rt.topology.n_chips, len(lm["src"]), window=window)
-        grid = rt.topology if isinstance(rt.topology, GridTopology) else None
+        # Measured per-rank speed (worker fabrics) where the fabric reports no clocks.
+        self.measured = not _declares(rt.fabric, _NEEDS)
+        if self.measured:
+            window = min(window, MEASURED_WINDOW)
+        # A benchmark's no-rebalancing arm (and an operator's hold) pauses the actions; the
+        # monitor still samples and the balance degree stays current.
+        self.paused = False
+        has_links = not self.measured and "src" in lm
+        self.monitor = LoadMonitor(rt.topology.n_chips, len(lm["src"]) if has_links else 0, window=window)
+        grid = rt.topology if isinstance(rt.topology, GridTopology) and has_links else None
         self.rebalancer = Rebalancer(
             self.monitor, tuple(grid.dims) if grid else (rt.topology.n_chips,),
             links=(np.asarray(lm["src"]), np.asarray(lm["dst"])) if grid else None,
             swap_after=2**62, emit=self._emit, window=min(20, window),
+            tolerance=MEASURED_TOLERANCE if self.measured else 0.01,
         )
         self.block_ok = grid is not None
         self.jobs: dict[str, _Tracked] = {}
@@ -87,6 +116,9 @@ class ClusterBalancer:
         bandwidth, link slowdown (nominal / measured bandwidth)."""
         fab, mon = self.rt.fabric, self.monitor
         m = fab.chip_metrics()
+        if self.measured:
+            mon.sample(self.plane.tl.now, _measured_speed(m["samples_per_s"]), util_ratio(m))
+            return
         lm = fab.link_metrics()
         clock = m["clock_mhz"]
         speed = self._speed.get((clock,), _speed, mon.window)
@@ -109,8 +141,12 @@ class ClusterBalancer:
 
     @staticmethod
     def supported(fabric: Fabric) -> bool:
-        """The fabric declares the telemetry the monitor samples (the twin, neuron)."""
-        if not isinstance(fabric, TelemetrySource) or not set(_NEEDS) <= fabric.telemetry_metrics():
+        """The fabric declares the telemetry the monitor samples: clocks and link
+        bandwidths (the twin), or measured per-rank samples/s on a fabric that takes a
+        new split (``Rebalanceable``: local, Ray)."""
+        if _declares(fabric, _MEASURED_NEEDS) and isinstance(fabric, Rebalanceable):
+            return True
+        if not _declares(fabric, _NEEDS):
             return False
         lm = fabric.link_metrics()
         return isinstance(lm, Mapping) and "bandwidth_bytes_per_s" in lm and "src" in lm
@@ -153,7 +189,7 @@ class ClusterBalancer:
                         self._apply(rec, chips, job.dp, ring=False)  # new chips: start again from an even split
                 job.seen(chips, held)
             job.alloc = alloc
-            if self._settled.get(job_id) != inputs:
+            if self._settled.get(job_id) != inputs and not self.paused:
                 actions = self.rebalancer.step(job.dp)
                 for a in actions:
                     table.scheduled(rec, rebalance=(a.kind, a.reason), view="none")
@@ -226,6 +262,20 @@ class ClusterBalancer:
                 and alloc is not None and not alloc.pod:
             block = (offset, shape)
         return DPJob(rec.id, chips, np.full(len(chips), per_rank, dtype=np.int64), block=block)
+
+
+def _declares(fabric: Fabric, names: tuple[str, ...]) -> bool:
+    return isinstance(fabric, TelemetrySource) and set(names) <= fabric.telemetry_metrics()
+
+
+def _measured_speed(samples_per_s: np.ndarray) -> np.ndarray:
+    """Each chip's samples/s over the fastest measured chip's; 1.0 where none is measured yet."""
+    s = np.nan_to_num(np.asarray(samples_per_s, float))
+    top = float(s.max()) if s.size else 0.0
+    if top <= 0:
+        return np.ones_like(s)
+    out: np.ndarray = np.where(s > 0, s / top, 1.0)
+    return out
 
 
 def _speed(clock: np.ndarray) -> np.ndarray:

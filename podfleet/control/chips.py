@@ -36,6 +36,7 @@ import contextlib
 
 import numpy as np
 
+from podfleet.control import scheduling
 from podfleet.control.chipmodes import ChipMode, shown_mode
 from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import ClusterRuntime
@@ -165,11 +166,14 @@ def settle(plane: PlanePort, rt: ClusterRuntime) -> None:
     # The fabric's states as it gives them (a list compared element by element, no
     # conversion per chip: a fleet has 65,536), and only while spares are short: then a
     # repaired chip may take a used spare's place; otherwise owners and modes say it all.
-    short = len(rt.spares) < rt.spec.spares
+    short = len(rt.spares) < rt.spec.total_spares()
     key = (rt.owners.version, rt.modes.version, rt.fabric.chip_states() if short else None)
     if key == rt.settled_key:
         return
     rt.settled_key = key
+    # The scheduler's arrays from the owners now: a chip a moved rank just left reads free
+    # (``account_spares`` asks the scheduler), or it would stay short until the next change.
+    scheduling.sync(rt)
     changed = False
     for chip in [c for c in rt.modes.listed() if rt.modes.mode(c) is ChipMode.DRAINING]:
         if rt.owners.get(chip) is None:
@@ -185,7 +189,7 @@ def account_spares(plane: PlanePort, rt: ClusterRuntime) -> bool:
     """Keep ``rt.spares`` true to what the chips do. True when the spares changed."""
     used = [c for c in rt.spares if rt.owners.get(c) is not None]
     keep = [c for c in rt.spares if c not in used]
-    want = rt.spec.spares
+    want = rt.spec.total_spares()
     added: list[int] = []
     if len(keep) < want and rt.spec.restore_spares:
         states = rt.chip_states()

@@ -110,10 +110,11 @@ def bind(table: JobTable, drv: JobDriver, rt: ClusterRuntime, d: Decision) -> No
     table.amend(job, checkpoint_step=d.resume_step, view=False)
     table.scheduled(job, queue_wait_s=round(scheduling.queue_wait(rt.scheduler, job.id), 3),
                     team=job.spec.team or "default", view="none")
+    alloc = scheduling.allocation_view(p)
     table.transition(job, JobState.PLACING,
                         f"bound to a {fmt_shape(p.shape)} block ({len(p.chips)} chips): {p.reason}",
-                        allocation=scheduling.allocation_view(p))
-    launch(table, drv, rt, job, Allocation(p.chips, p.shape, p.reason))
+                        allocation=alloc)
+    launch(table, drv, rt, job, alloc)
 
 
 def launch(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, alloc: Allocation) -> None:
@@ -126,6 +127,13 @@ def launch(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, alloc:
         table.end(job, JobState.FAILED, f"fabric refused the launch: {exc.message}")
         return
     table.progress(job, step=start, view=False)
+    if job.state == JobState.RECOVERING and drv.holds_recovering(job.id):
+        # A relaunch whose gang starts in the background: RECOVERING until it runs (the
+        # driver moves it on at the fabric's job-started), so the state is true meanwhile.
+        table.amend(job, allocation=alloc, persist=True)
+        table.set_reason(job, f"relaunching on {len(alloc.chips)} chips from step {start}; waiting for the gang "
+                              "to start")
+        return
     table.transition(job, JobState.RUNNING, f"running on {len(alloc.chips)} chips from step {start}",
                      allocation=alloc)
     # No re-render here: the next tick shows the new owner (one render per tick at most).

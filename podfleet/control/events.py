@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from typing import Protocol
 
 from podfleet.control.drivers.base import JobDriver, RecoveryPort
@@ -28,9 +29,13 @@ from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
+from podfleet.errors import UnavailableError
 from podfleet.fabric.base import FabricEvent
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord
+
+# How long after a store outage refused an event it is handled again (timeline seconds).
+EVENT_RETRY_S = 1.0
 
 
 def event_line(ev: FabricEvent) -> str:
@@ -52,6 +57,9 @@ class EventJobs(Protocol):
 
     @property
     def drivers(self) -> Mapping[str, JobDriver]: ...
+
+    def schedule(self, rt: ClusterRuntime) -> None:
+        """Give free chips to waiting jobs (a fabric that recovered may run them now)."""
 
 
 def save_health(store: StoreProtocol, rt: ClusterRuntime) -> None:
@@ -86,7 +94,17 @@ class FabricEvents:
                 self.metrics.record(ev.job_id, self.now(), ev.detail)
             return
         # One commit per event: a checkpoint's two transitions and its record go together.
-        with self.store.transaction():
+        stack = ExitStack()
+        try:
+            stack.enter_context(self.store.transaction())
+        except UnavailableError as exc:
+            # The store does not answer: nothing of the event was applied yet, so it is
+            # handled again a little later, as often as it takes (no job wedges waiting
+            # for a checkpoint or an exit the plane never recorded).
+            self.tl.emit("event-retry", event=ev.kind, job=ev.job_id, reason=exc.message)
+            self.tl.call_at(EVENT_RETRY_S, lambda: self.handle(rt, ev))
+            return
+        with stack:
             if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
                 save_health(self.store, rt)
             self._to_jobs(rt, ev)
@@ -121,8 +139,11 @@ class FabricEvents:
     def _fabric_health(self, rt: ClusterRuntime, ev: FabricEvent) -> None:
         """The fabric lost (or regained) its own telemetry source, e.g. a neuron-monitor
         that exited: shown as the cluster's reason until it recovers."""
-        reason = str(ev.detail.get("reason") or ev.kind) if ev.kind == "fabric-degraded" else ""
+        # A recovery may say how (a Ray cluster reconnected): shown as the reason then.
+        reason = str(ev.detail.get("reason") or (ev.kind if ev.kind == "fabric-degraded" else ""))
         rt.logs.append(self.now(), f"fabric: {ev.kind}" + (f": {reason}" if reason else ""))
         if rt.rec.status.reason != reason and rt.state == ClusterState.ACTIVE:
             rt.set_reason(reason or "fabric recovered", self.now())
             self.store.save_cluster(rt.rec)
+        if ev.kind == "fabric-recovered":
+            self.jobs.schedule(rt)  # jobs waiting for the fabric look again now

@@ -18,18 +18,20 @@ from podfleet.hardware.topology import Topology
 from podfleet.wire import JsonObject
 
 KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
+SLOW_WORKER = "slow-worker"  # likewise: one rank computes ``factor`` times slower per sample
+WORKER_FAULTS = (KILL_WORKER, SLOW_WORKER)
 
 
 def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
            now: float) -> tuple[JsonObject, str]:
     """Inject ``kind`` at ``chip`` or ``link`` ("A-B"); the result and the audit target."""
     if kind not in FAULT_KINDS:
-        raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, KILL_WORKER), field="kind")
+        raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, *WORKER_FAULTS), field="kind")
     fabric = rt.fabric
     if not isinstance(fabric, FaultInjection):
         raise InfeasibleError(f"fault {kind} needs the twin (a fabric with fault injection); cluster "
-                                f"{rt.rec.name} runs on fabric {rt.spec.fabric}: use kill-worker", field="kind",
-                                allowed=[KILL_WORKER])
+                                f"{rt.rec.name} runs on fabric {rt.spec.fabric}: use kill-worker or slow-worker",
+                                field="kind", allowed=list(WORKER_FAULTS))
     if rt.state != ClusterState.ACTIVE:
         raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; faults need an active cluster")
     link_index = None

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from podfleet.control import dispatch, scheduling
+from podfleet.control import dispatch, reattach, scheduling
 from podfleet.control.dependencies import GateKind, Holds, array_state, parse_array
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
 from podfleet.control.ids import new_id, resolve_ref
@@ -35,6 +35,7 @@ from podfleet.errors import (
     NotFoundError,
 )
 from podfleet.fabric.base import ChipCheck, ChipState
+from podfleet.hardware.topology import FleetTopology
 from podfleet.scheduler import DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
@@ -264,6 +265,15 @@ class JobManager:
                 f"fabric {rt.spec.fabric} (use --kind with a twin fault such as chip-failure)", field="kind")
         return drv.kill_worker(rank, job_id)
 
+    def slow_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None,
+                    factor: float | None) -> tuple[JsonObject, str]:
+        drv = self.driver(rt)
+        if not isinstance(drv, ProcessDriver):
+            raise InfeasibleError(
+                f"slow-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
+                f"fabric {rt.spec.fabric} (use --kind with a twin fault such as thermal-runaway)", field="kind")
+        return drv.slow_worker(rank, job_id, factor)
+
     # --- reads (any thread) ------------------------------------------------------------------
     @property
     def views(self) -> Mapping[str, JsonObject]:
@@ -350,7 +360,7 @@ class JobManager:
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
         # not apply to it, and must not end it.
-        holds = job.state == JobState.RECOVERING and bool(job.chips)
+        holds = job.state in (JobState.RECOVERING, JobState.RUNNING) and bool(job.chips)
         d = rt.scheduler.submit(req, check=not holds)
         if d.kind is DecisionKind.REJECTED:  # the cluster changed since the submit check
             self.table.end(job, JobState.FAILED, f"unschedulable: {d.status}")
@@ -395,7 +405,9 @@ class JobManager:
         bad = [c for c in alloc.chips if rt.owners.get(c) != job.id]
         fab = rt.fabric
         check = fab.check_chip_health if isinstance(fab, ChipCheck) else None
-        plan = choose_replacements(bad, rt.replacement_chips(), set(rt.spares), set(alloc.chips), check)
+        topo = rt.topology
+        pod_of = topo.split_pod if isinstance(topo, FleetTopology) else None
+        plan = choose_replacements(bad, rt.replacement_chips(), set(rt.spares), set(alloc.chips), check, pod_of)
         if not plan.ready:
             self.table.set_reason(job, f"waiting for {len(plan.waiting)} healthy chip(s) to replace "
                                        f"{sorted(plan.waiting)}: {'; '.join(plan.waiting.values())}")
@@ -406,8 +418,9 @@ class JobManager:
         chips = tuple(swap.get(c, c) for c in alloc.chips)
         moved = ", ".join(f"rank {alloc.chips.index(b)}: chip {b} -> {n} ({path})"
                           for b, (n, path) in plan.moves.items())
+        pods, blocks = _fleet_pods(topo, chips, alloc)
         new = Allocation(chips, alloc.shape if not swap else (len(chips),),
-                         alloc.reason if not swap else f"recovered: {moved}")
+                         alloc.reason if not swap else f"recovered: {moved}", pods=pods, blocks=blocks)
         self.table.amend(job, allocation=new)
         self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
                             f"{job.status.checkpoint_step}")
@@ -469,6 +482,9 @@ class JobManager:
                 self._restoring = False
         if self.holds.held:
             self._recheck_held()
+        # Workers a supervisor kept for jobs that are not running now (stopped or ended
+        # while the plane was down, or not re-attachable): stopped, before any placement.
+        reattach.discard_unadopted(list(self.plane.clusters.values()), self.plane.tl.now)
         for rt in list(self.plane.clusters.values()):
             self.schedule(rt)
 
@@ -516,10 +532,20 @@ class JobManager:
         if state == JobState.PLACING:
             self.table.transition(job, JobState.PENDING, "placement interrupted by a restart", allocation=None)
         elif state in (JobState.RUNNING, JobState.CHECKPOINTING):
-            # The fresh fabric runs nothing: the job resumes from its last checkpoint, on
-            # its old chips where they are still healthy (``schedule`` -> ``relaunch``).
-            self.table.transition(job, JobState.RECOVERING, "control plane restarted; resuming from checkpoint "
-                                                            f"step {job.status.checkpoint_step}")
+            # A gang the fabric kept running (its supervisor owns the workers) is taken
+            # back as it is, at its step (``control.reattach``).
+            adoption, why = reattach.adopt(self.table, rt, job)
+            if adoption is not None:
+                if state == JobState.CHECKPOINTING:
+                    self.table.transition(job, JobState.RUNNING, "re-attached after a control-plane restart")
+                self._enqueue(rt, job)
+                if job.id in rt.scheduler.pending:
+                    rt.scheduler.adopt(job.id, [c for c in adoption.chips if not rt.spare_mask[c]])
+                return
+            # Otherwise the job resumes from its last checkpoint, on its old chips where
+            # they are still healthy (``schedule`` -> ``relaunch``).
+            self.table.transition(job, JobState.RECOVERING, f"control plane restarted ({why}); resuming from "
+                                                            f"checkpoint step {job.status.checkpoint_step}")
         if job.state == JobState.RECOVERING and job.status.allocation:
             healthy = rt.chip_states()
             rt.owners.assign(job.id, [c for c in job.chips if healthy[c] == ChipState.HEALTHY and c not in rt.owners])
@@ -527,3 +553,11 @@ class JobManager:
         if job.state == JobState.RECOVERING and job.id in rt.scheduler.pending:
             # It still holds its healthy chips: the scheduler must not give them away.
             rt.scheduler.adopt(job.id, [c for c in rt.owners.chips_of(job.id) if not rt.spare_mask[c]])
+
+
+def _fleet_pods(topo: object, chips: tuple[int, ...], alloc: Allocation) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A gang across pods after recovery: its pods (in rank order) and their blocks."""
+    if not alloc.pods or not isinstance(topo, FleetTopology):
+        return (), ()
+    pods = tuple(dict.fromkeys(topo.split_pod(c) for c in chips))
+    return pods, tuple(topo.block_of(p) for p in pods)

@@ -27,6 +27,9 @@ class Allocation:
     offset: tuple[int, ...] | None = None
     cores: tuple[tuple[int, ...], ...] | None = None
     score: float | None = None
+    # A gang across pods of a fleet: its pods in rank order and their network blocks.
+    pods: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = ()
 
     @classmethod
     def waiting(cls, reason: str) -> Allocation:
@@ -44,6 +47,8 @@ class Allocation:
         if self.score is not None:
             d["score"] = self.score
         d["reason"] = self.reason
+        if self.pods:
+            d.update(pods=list(self.pods), blocks=list(self.blocks))
         return d
 
     @classmethod
@@ -53,4 +58,5 @@ class Allocation:
                    str(d.get("reason", "")), None if d.get("pod") is None else int(d["pod"]),
                    None if offset is None else tuple(int(x) for x in offset),
                    None if cores is None else tuple(tuple(int(x) for x in c) for c in cores),
-                   None if score is None else float(score))
+                   None if score is None else float(score),
+                   tuple(int(p) for p in d.get("pods") or ()), tuple(int(b) for b in d.get("blocks") or ()))

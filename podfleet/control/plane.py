@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from podfleet.control import chips, faults
+from podfleet.control import chips, faults, hardwareviews
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.connect import (
@@ -28,7 +28,8 @@ from podfleet.control.connect import (
 from podfleet.control.deploy import start_deployment
 from podfleet.control.events import FabricEvents, save_health
 from podfleet.control.fabricaccess import FabricAccess
-from podfleet.control.faults import KILL_WORKER
+from podfleet.control.faults import KILL_WORKER, SLOW_WORKER
+from podfleet.control.hardwareviews import ChipFilter
 from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
@@ -103,6 +104,7 @@ class ControlPlane:
         # (default $PODFLEET_WORKDIR or ~/.podfleet/work).
         self.workdir = workdir
         self.tl = timeline
+        self._summaries: dict[str, tuple[object, bytes]] = {}  # cluster -> (snapshot, its summary JSON)
         # Given by the composition root (``compose.build``): the plane builds no fabric of its
         # own and imports no fabric implementation, not even the factory that names them.
         self.fabric_factory = fabric_factory
@@ -155,8 +157,9 @@ class ControlPlane:
 
     # --- time, threads ---------------------------------------------------------------
     def now(self) -> float:
-        """Unix seconds on the timeline (tracks the wall clock when paced at speed 1)."""
-        return self.epoch + self.tl.now
+        """Unix seconds on the timeline (tracks the wall clock when paced at speed 1, also
+        after an engine stall: the timeline's ``skew_s`` is the time it re-anchored over)."""
+        return self.epoch + self.tl.now + self.tl.skew_s
 
     async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """From any thread's event loop: run a command on the engine thread and await it."""
@@ -173,6 +176,12 @@ class ControlPlane:
         self.load()
         self._thread = threading.Thread(target=self.tl.serve_forever, name="podfleet-engine", daemon=True)
         self._thread.start()
+
+    @property
+    def engine_running(self) -> bool:
+        """Whether the engine thread (serving) is alive: it ends on ``stop`` or when a
+        failure nobody handles stops it (fail-stop)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def stop(self) -> None:
         self.tl.stop()
@@ -533,14 +542,34 @@ class ControlPlane:
             self.render(rt)
         if chip is None:
             return rt.hardware_bytes
-        return rt.chip_bytes[rt.check_chip(chip)]
+        return rt.chip_json(rt.check_chip(chip))
+
+    def hardware_page(self, ref: str, flt: ChipFilter, limit: int, next_token: str | None) -> JsonObject:
+        """A page of the snapshot's chips matching ``flt`` (``control.hardwareviews``)."""
+        rt = self.resolve(ref)
+        return hardwareviews.page(rt.hardware, rt.topology, flt, limit, next_token)
+
+    def hardware_summary(self, ref: str) -> bytes:
+        """Per-pod and per-block counts of the snapshot, computed once per rendered snapshot."""
+        rt = self.resolve(ref)
+        snap = rt.hardware
+        hit = self._summaries.get(rt.id)
+        if hit is None or hit[0] is not snap:
+            hit = (snap, json.dumps(hardwareviews.summaries(snap, rt.topology), separators=(",", ":")).encode())
+            self._summaries[rt.id] = hit
+        return hit[1]
 
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
-                     rank: int | None = None, job: str | None = None, actor: str = "system") -> JsonObject:
+                     rank: int | None = None, job: str | None = None, factor: float | None = None,
+                     actor: str = "system") -> JsonObject:
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
                                  body={"kind": kind, "rank": rank, "jobId": job})
+        if kind == SLOW_WORKER:  # likewise: slow one rank's worker down
+            return self.mutation("InjectFault", actor, ref,
+                                 lambda: self.jobs.slow_worker(self.resolve(ref), rank, job, factor),
+                                 body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
 
         def do() -> tuple[JsonObject, str]:
             rt = self.resolve(ref)
@@ -591,7 +620,7 @@ class ControlPlane:
         # Clusters persisted before spares were chosen by the scheduler had the last N chips.
         stored = rec.status.spares
         spares = cluster_spares(spec, topology, stored if stored is not None else
-                                range(topology.n_chips - spec.spares, topology.n_chips))
+                                range(topology.n_chips - spec.total_spares(), topology.n_chips))
         if rec.state == ClusterState.DELETING:
             ClusterRecordOwner(rec).transition(ClusterState.DELETED, rec.status.reason, rec.updated_at)
             self.store.save_cluster(rec)

@@ -31,19 +31,23 @@ class Replacement:
 
 
 def choose_replacements(lost: Sequence[int], free: Sequence[int], spares: Collection[int],
-                        in_gang: Collection[int], check: Callable[[int], str | None] | None) -> Replacement:
+                        in_gang: Collection[int], check: Callable[[int], str | None] | None,
+                        pod_of: Callable[[int], int] | None = None) -> Replacement:
     """Pick a chip for each ``lost`` chip of a gang.
 
     ``free``: healthy chips no job holds, spares first (``ClusterRuntime.replacement_chips``);
     ``in_gang``: the gang's chips before the loss (never handed to another of its ranks);
     ``check``: the fabric's health check of one chip (None: the fabric has none, and a
-    healthy free chip passes)."""
+    healthy free chip passes); ``pod_of``: a fleet's pod of a chip: a lost rank moves
+    within its own pod first (NeuronLink to its tensor-parallel peers), then anywhere."""
     pool = [c for c in free if c not in in_gang]
     moves: dict[int, tuple[int, ReplacementPath]] = {}
     waiting: dict[int, str] = {}
     for chip in lost:
         if pool:
-            new = pool.pop(0)
+            home = pod_of(chip) if pod_of is not None else None
+            i = next((k for k, c in enumerate(pool) if pod_of is not None and pod_of(c) == home), 0)
+            new = pool.pop(i)
             moves[chip] = (new, ReplacementPath.SPARE if new in spares else ReplacementPath.FREE_CHIP)
         elif chip not in free:
             waiting[chip] = f"chip {chip} is not healthy and free, and no other chip is"

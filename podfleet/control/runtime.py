@@ -119,9 +119,9 @@ class ClusterRuntime(ClusterRecordOwner):
             for lk in topology.links
         ]
         self.hardware: JsonObject = {}
-        self.hardware_bytes = b"{}"
-        self.hardware_gzip = gzip.compress(b"{}", mtime=0)
-        self.chip_bytes: list[bytes] = []
+        # Encodings of ``hardware``, made on first read after each render (a fleet's
+        # snapshot is read a page or a summary at a time; most ticks nobody wants it whole).
+        self._encoded: tuple[object, bytes, bytes] | None = None
         self.rendered_at = -float("inf")  # timeline time of the snapshot
         # Set by readers, cleared by a render: ticks render only a snapshot someone reads,
         # so a simulated day without readers costs no JSON.
@@ -306,12 +306,31 @@ class ClusterRuntime(ClusterRecordOwner):
             "chips": chips,
             "links": links,
         }
-        self.chip_bytes = [json.dumps(c, separators=(",", ":")).encode() for c in chips]
         self.hardware = data
-        self.hardware_bytes = json.dumps(data, separators=(",", ":")).encode()
-        # Compressed once per tick too: most clients accept gzip, and 6x fewer bytes per
-        # response is less work for both ends of every read.
-        self.hardware_gzip = gzip.compress(self.hardware_bytes, compresslevel=5, mtime=0)
+
+    def _encode(self) -> tuple[object, bytes, bytes]:
+        snap = self.hardware  # replaced whole by each render: a reader keeps the one it took
+        enc = self._encoded
+        if enc is None or enc[0] is not snap:
+            raw = json.dumps(snap or {}, separators=(",", ":")).encode()
+            # Compressed once per snapshot too: most clients accept gzip, and 6x fewer bytes
+            # per response is less work for both ends of every read.
+            enc = (snap, raw, gzip.compress(raw, compresslevel=5, mtime=0))
+            self._encoded = enc
+        return enc
+
+    @property
+    def hardware_bytes(self) -> bytes:
+        """The whole snapshot as JSON (encoded once per rendered snapshot, on first read)."""
+        return self._encode()[1]
+
+    @property
+    def hardware_gzip(self) -> bytes:
+        return self._encode()[2]
+
+    def chip_json(self, chip: int) -> bytes:
+        """One chip of the snapshot as JSON."""
+        return json.dumps(self.hardware.get("chips", [])[chip], separators=(",", ":")).encode()
 
 
 # Link metrics that are already fields of the link (or static) are not repeated per tick.

@@ -67,7 +67,7 @@ def cluster_spares(spec: ClusterSpec, topology: Topology, stored: Sequence[int] 
         return tuple(int(c) for c in stored)
     if spec.spare_chips is not None:
         return tuple(spec.spare_chips)
-    return choose_spares(topology, spec.spares)
+    return choose_spares(topology, spec.total_spares())
 
 
 def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str, int] | None,
@@ -95,6 +95,8 @@ def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: b
         queue=spec.queue or "default", may_preempt=spec.priority_preemption != "never",
         parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
         grad_compression=spec.grad_compression or "none",
+        pods=spec.pods, topology_required=spec.topology_required,
+        topology_preferred=spec.topology_preferred,
     )
 
 
@@ -137,7 +139,8 @@ def worker_options(parallelism: str | tuple[int, int, int], plan: Plan | None) -
 
 def allocation_view(p: Placement) -> Allocation:
     return Allocation(tuple(p.chips), tuple(p.shape), p.reason, p.pod, tuple(p.offset),
-                      tuple(tuple(c) for c in p.cores), round(p.score, 3))
+                      tuple(tuple(c) for c in p.cores), round(p.score, 3),
+                      pods=tuple(p.pods), blocks=tuple(p.blocks))
 
 
 def pending_allocation(reason: str) -> Allocation:

@@ -18,7 +18,7 @@ from podfleet.fabric.commands import (
     DEFAULT_NEURON_MONITOR,
     MAX_COMMAND_CHARS,
 )
-from podfleet.hardware.catalog import custom_grid, get_topology
+from podfleet.hardware.catalog import MAX_FLEET_PODS, custom_grid, fleet_topology, get_topology
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.perf.compression import parse_grad_compression
@@ -65,6 +65,10 @@ class ClusterSpec:
     # fabric neuron only: the commands that list the host's devices and stream their telemetry
     neuron_ls: str | None = None  # default DEFAULT_NEURON_LS
     neuron_monitor: str | None = None  # default DEFAULT_NEURON_MONITOR
+    # Fleets: ``pods`` groups of ``type`` joined by EFA, ``pods_per_block`` behind each spine
+    # (default ``catalog.DEFAULT_PODS_PER_BLOCK``); ``spares`` is then per pod.
+    pods: int | None = None
+    pods_per_block: int | None = None
 
     @classmethod
     def parse(cls, d: JsonObject) -> ClusterSpec:
@@ -159,6 +163,8 @@ class ClusterSpec:
                 f"link_bw_gbps must be > 0 and <= 10000, got {self.link_bw_gbps}",
                 field="link_bw_gbps", allowed="(0, 10000]",
             )
+        if self.pods is not None or self.pods_per_block is not None:
+            self._validate_fleet()
         topo = self.topology()
         if self.chips is not None and self.chips != topo.n_chips:
             raise InfeasibleError(
@@ -189,7 +195,33 @@ class ClusterSpec:
                 raise InvalidInputError(f"quotas: team {team!r} needs a chip count >= 0, got {chips!r}",
                                         field="quotas")
 
+    def _validate_fleet(self) -> None:
+        for name, flag, v in (("pods", "pods", self.pods), ("pods_per_block", "podsPerBlock", self.pods_per_block)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_FLEET_PODS):
+                raise InvalidInputError(f"{name} must be an integer 1-{MAX_FLEET_PODS}, got {v!r}", field=flag,
+                                        allowed=f"1-{MAX_FLEET_PODS}")
+        if self.pods is None:
+            raise InfeasibleError("pods_per_block needs pods (the fleet's size)", field="podsPerBlock")
+        if self.type == "custom" or self.fabric != "sim":
+            raise InfeasibleError(f"a fleet of pods is built from a named type on the twin (fabric sim); "
+                                  f"got type {self.type!r} on fabric {self.fabric!r}", field="pods")
+        if self.link_bw_gbps is not None:
+            raise InfeasibleError("link_bw_gbps applies to a single pod, not a fleet", field="link_bw_gbps")
+        if self.spare_chips is not None:
+            raise InfeasibleError("a fleet's spares are chosen per pod: give spares (per pod), not spare_chips",
+                                  field="spare_chips")
+
+    @property
+    def is_fleet(self) -> bool:
+        return self.pods is not None
+
+    def total_spares(self) -> int:
+        """Spare chips in all: ``spares`` per pod on a fleet."""
+        return self.spares * (self.pods or 1)
+
     def topology(self) -> Topology:
+        if self.pods is not None:
+            return fleet_topology(self.type, self.pods, self.pods_per_block)
         if self.type == "custom":
             dims = list(self.dims) if self.dims is not None else [int(self.chips or 0)]
             if any(not isinstance(d, int) or isinstance(d, bool) for d in dims):
@@ -259,6 +291,11 @@ class JobSpec:
     # Set from a priority class at submit (``control.priorities``): its name and policy.
     priority_class: str | None = None
     priority_preemption: str | None = None
+    # Fleets (``scheduler.fleet``): exactly this many pods, and the network level the gang
+    # must not cross (required) or should cross least (preferred): "pod" | "block".
+    pods: int | None = None
+    topology_required: str | None = None
+    topology_preferred: str | None = None
 
     def to_dict(self) -> JsonObject:
         """The JSON form (the store's ``JobRecord.spec``, DescribeTrainingJob's spec fields).
@@ -354,6 +391,15 @@ class JobSpec:
             if deps is not None and (not isinstance(deps, list) or not 1 <= len(deps) <= 100
                                      or not all(isinstance(d, str) and _DEP_RE.match(d) for d in deps)):
                 raise InvalidInputError(f"{fname} must be 1-100 job ids (job-...), got {deps!r}", field=fname)
+        for fname in ("topology_required", "topology_preferred"):
+            level = getattr(self, fname)
+            if level is not None and level not in ("pod", "block"):
+                raise InvalidInputError(f"{fname} must be pod or block, got {level!r}", field=fname,
+                                        allowed=["pod", "block"])
+        if self.pods is not None and (not isinstance(self.pods, int) or isinstance(self.pods, bool)
+                                      or self.pods < 1 or self.chips % self.pods):
+            raise InvalidInputError(f"pods ({self.pods!r}) must be a positive divisor of chips ({self.chips})",
+                                    field="pods")
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
             raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
                                     allowed="0-100")

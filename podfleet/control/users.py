@@ -20,6 +20,7 @@ from podfleet.store.records import UserRecord
 from podfleet.wire import JsonObject
 
 MAX_INLINE = 20
+BOOTSTRAP_ADMIN = "admin"  # the name of the bootstrap administrator's tokens (control/tokens.py)
 
 
 def view(u: UserRecord) -> JsonObject:
@@ -45,6 +46,12 @@ def _get(plane: PlaneCore, name: str) -> UserRecord:
 
 def create(plane: PlaneCore, name: str, policies: list[str], *, actor: str) -> JsonObject:
     def do() -> tuple[JsonObject, str]:
+        if name == BOOTSTRAP_ADMIN:
+            # A user owns the tokens named after it: a user "admin" would put the bootstrap
+            # administrator's token under that user's policies (and MFARequired), locking the
+            # server's own recovery path out of admin rights.
+            raise ConflictError(f"user name {name!r} is reserved for the bootstrap administrator's token "
+                                "(PODFLEET_ADMIN_TOKEN, token reset-admin): choose another name", field="name")
         if plane.store.get_user(name) is not None:
             raise ConflictError(f"user {name!r} exists", field="name")
         for p in policies:

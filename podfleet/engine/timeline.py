@@ -8,6 +8,12 @@ milliseconds, at the sim time that corresponds to the wall clock.
 
 Single writer: other threads never touch engine state; they ``submit`` a callable and
 get a ``concurrent.futures.Future`` for its result (``await asyncio.wrap_future(f)``).
+
+Stalls: when the engine falls behind the wall clock by more than ``REANCHOR_S`` (the
+process was paused, a step blocked for minutes), the paced clock re-anchors instead of
+running the backlog at full speed behind the wall clock: the events due keep their order,
+and ``skew_s`` grows by the time lost, so ``now + skew_s`` (what the control plane stamps)
+never lags the wall clock by more than ``REANCHOR_S``.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from time import monotonic
 from typing import Any, ParamSpec, TypeVar
 
@@ -26,6 +32,7 @@ import simpy
 import simpy.rt
 
 from podfleet.engine.eventlog import EventLog, Record
+from podfleet.errors import UnavailableError
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -33,6 +40,8 @@ P = ParamSpec("P")
 # The inbox holds commands of every result type, so it erases them: a command is a
 # zero-argument call and the future its result goes to.
 _Command = tuple[Callable[[], Any], "Future[Any]"]
+# Paced time: behind the wall clock by more than this (wall seconds), the clock re-anchors.
+REANCHOR_S = 1.0
 
 
 class Timeline:
@@ -52,6 +61,8 @@ class Timeline:
         # Optional group-commit context for ``drain`` (see there); None: no batching.
         self.batch: Callable[[], AbstractContextManager[object]] | None = None
         self.events_processed = 0  # SimPy events stepped by run() / serve_forever()
+        # Timeline seconds lost to stalls (paced time only; see the module docstring).
+        self.skew_s = 0.0
         self.env: simpy.Environment = (
             simpy.Environment(start) if speed is None else PacedEnvironment(self, self._wake, start, 1.0 / speed)
         )
@@ -74,7 +85,12 @@ class Timeline:
         def loop() -> Generator[simpy.Event, Any, None]:
             yield self.env.timeout(interval_s if start_delay is None else start_delay)
             while True:
-                fn()
+                try:
+                    fn()
+                except UnavailableError as exc:
+                    # The store is unreachable: this round is skipped, the next one runs on
+                    # time (periodic work upserts whole records, so it catches up).
+                    self.emit("round-skipped", reason=exc.message)
                 yield self.env.timeout(interval_s)
 
         return self.env.process(loop())
@@ -120,8 +136,20 @@ class Timeline:
                 self._run(cmd, done)
                 self._resolve(done)
             return len(cmds)
+        stack = ExitStack()
         try:
-            with self.batch():
+            stack.enter_context(self.batch())
+        except UnavailableError as exc:
+            # The store refused to open the transaction (unreachable, or this server no
+            # longer leads): no command ran, so each is answered with that and the engine
+            # goes on; nothing in memory moved ahead of the store.
+            for _, fut in cmds:
+                if fut.set_running_or_notify_cancel():
+                    fut.set_exception(exc)
+            self.emit("batch-refused", reason=exc.message, commands=len(cmds))
+            return len(cmds)
+        try:
+            with stack:
                 for cmd in cmds:
                     self._run(cmd, done)
         except BaseException as exc:
@@ -231,7 +259,18 @@ class PacedEnvironment(simpy.rt.RealtimeEnvironment):
             delay = 0.5 if evt_time == float("inf") else (
                 self.real_start + (evt_time - self.env_start) * self.factor - monotonic()
             )
+            if delay < -REANCHOR_S:
+                self._reanchor(-delay)
+                break
             if delay <= 0:
                 break
             self._wake.wait(min(delay, 0.5))
         simpy.Environment.step(self)
+
+    def _reanchor(self, behind_s: float) -> None:
+        """The next event is ``behind_s`` wall seconds late: move the anchor by as much, so
+        the backlog runs paced from here, and count the timeline time lost in ``skew_s``."""
+        self.real_start += behind_s
+        lost = behind_s / self.factor
+        self._timeline.skew_s += lost
+        self._timeline.emit("timeline-reanchored", behind_s=round(behind_s, 3), skew_s=round(self._timeline.skew_s, 3))

@@ -200,6 +200,7 @@ class RunStatus:
     reason: str | None = None
     checkpoint_step: int | None = None
     log_tail: tuple[str, ...] = ()
+    step_time_s: float | None = None  # the last completed step's duration; None before one
 
     @property
     def live(self) -> bool:
@@ -221,19 +222,50 @@ class Introspection(Protocol):
 
 
 @runtime_checkable
-class ResumableRuns(Protocol):
-    """The twin: a job's state lives on its chips, so a run can be paused, have one
-    rank moved to another chip and resume from a step, and be checkpointed on demand.
-    ``launch`` honours ``WorkerGroupSpec.options["start_step"]``."""
+class RankMoves(Introspection, Protocol):
+    """What recovery, moves home and rollouts call (the recovery orchestrator): pause a
+    run at a step boundary, move one rank to another chip, resume it, checkpoint it now.
 
-    def pause(self, job_id: str, reason: str = ...) -> None: ...
+    Called on the engine thread and never blocking: a process fabric does the work in
+    the background and shows its progress in ``run_status`` (and events ``job-paused``,
+    ``rank-moved``, ``job-resumed``), which the orchestrator polls. ``RunStatus.step`` is
+    always the last step every rank completed. The full contract (the ``RunState`` each
+    call leaves the run in, errors, events) is in docs/health.md, "The RankMoves capability"."""
 
-    def resume(self, job_id: str, *, from_step: int | None = None) -> None: ...
+    def run_spec(self, job_id: str) -> WorkerGroupSpec | None:
+        """The spec the run runs with now (``chips`` after its moves); None if unknown."""
 
-    def move_rank(self, job_id: str, rank: int, new_chip: int) -> None: ...
+    def pause(self, job_id: str, reason: str = ...) -> RunStatus:
+        """RUNNING / RECOVERING -> PAUSED once every live rank holds the state of
+        ``step`` (at once on the twin; the status returned may still show the pause
+        pending). PAUSED: unchanged. Ended: ``ConflictError``."""
+
+    def resume(self, job_id: str, *, from_step: int | None = None) -> RunStatus:
+        """PAUSED -> RUNNING (the twin) or RECOVERING while moved ranks restore and the
+        process group re-forms, then RUNNING; rolled back to ``from_step`` when given.
+        RUNNING / RECOVERING: unchanged. Every chip must work (``ConflictError``)."""
+
+    def move_rank(self, job_id: str, rank: int, new_chip: int) -> RunStatus:
+        """A PAUSED run's rank ``rank`` runs on ``new_chip`` (healthy or degraded, free)
+        from now on: ``chips[rank] == new_chip`` at once, the run stays PAUSED, the old
+        chip is released; the rank's state comes from a live replica or the checkpoint."""
 
     def checkpoint_now(self, job_id: str) -> int | None:
-        """Save the job's state now; its step, or None when it does not run here."""
+        """Save the job's state now; its step, or None when it does not run here. A stop
+        or pause that follows waits for the write. The run's state is unchanged."""
+
+
+@runtime_checkable
+class ResumableRuns(RankMoves, Protocol):
+    """The twin: a run is a model whose state is its step counter on its chips, so its
+    rank moves, restores and resumes take no time of their own (the recovery
+    orchestrator waits their modelled costs, ``recovery.model.Timings``), and the twin
+    driver runs its jobs. ``launch`` honours ``WorkerGroupSpec.options["start_step"]``.
+    A process fabric never has ``step_time_fn``: its step times are measured."""
+
+    @property
+    def step_time_fn(self) -> Callable[..., float]:
+        """How long one step of a run takes (the twin's step-time model)."""
 
 
 @runtime_checkable
@@ -253,6 +285,38 @@ class WorkerKill(Protocol):
     """Kill one rank's worker process (real fabrics): returns its pid when known."""
 
     def kill_worker(self, job_id: str, rank: int) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """A gang that ran on through a control-plane restart, taken back by the new plane."""
+
+    job_id: str
+    chips: tuple[int, ...]  # rank r runs on chips[r]
+    pids: tuple[int, ...]
+    attempt: int
+    replayed: int  # reports the plane missed, replayed from the supervisor's journal
+
+
+@runtime_checkable
+class Reattachable(Protocol):
+    """Workers outlive the control plane (a supervisor or detached actors own them): a
+    restarted plane adopts the gangs still running instead of resuming them from a
+    checkpoint. ``adopt`` answers None, or a ConflictError's message, with nothing held for
+    the job; ``discard_unadopted`` stops whatever the plane did not adopt (after its
+    restore) and names those jobs."""
+
+    def adopt(self, job_id: str, checkpoint_step: int | None) -> Adoption | None: ...
+
+    def discard_unadopted(self) -> list[str]: ...
+
+
+@runtime_checkable
+class WorkerSlowdown(Protocol):
+    """Slow one rank's worker down (fault injection on real fabrics: the ``slow-worker``
+    fault): it computes ``factor`` times slower per sample until set back to 1."""
+
+    def slow_worker(self, job_id: str, rank: int, factor: float) -> None: ...
 
 
 @runtime_checkable
@@ -294,8 +358,11 @@ class FirmwareUpdate(Protocol):
 
 @runtime_checkable
 class TelemetrySource(Protocol):
-    """Per-chip telemetry rich enough for health scans (temperatures, ECC, utilization);
-    ``telemetry_metrics`` names the ``chip_metrics`` keys it reports."""
+    """Per-chip telemetry for health scans: ``chip_metrics`` carries the scan's names
+    (temperatures, ECC, utilization, ...: NaN for what the fabric cannot measure) and
+    ``telemetry_metrics`` names the keys it really measures (the twin: all of them; a
+    worker fabric: CPU, memory, step time, samples/s, heartbeat age; neuron: what
+    neuron-monitor reports). Consumers decide from that set, never from the fabric."""
 
     def telemetry_metrics(self) -> frozenset[str]: ...
 
@@ -427,7 +494,11 @@ class CollectiveProbe(Protocol):
 
 @runtime_checkable
 class HardwareErrors(Protocol):
-    """The hardware errors the fabric observed (NEURON_HW_ERR style ``fault`` events:
-    ``detail["fault"]`` is a ``FaultKind`` value), oldest first, bounded."""
+    """The fault log: errors the fabric observed, oldest first, bounded. The twin's are
+    NEURON_HW_ERR style ``fault`` events on a chip or link; neuron's are the
+    ``chip-failed`` / ``chip-degraded`` events its monitor reports read from; worker
+    fabrics' are ``worker-fault`` events (``detail["observed"]``: hang, signal, oom-kill,
+    exit). Diagnosis reads the evidence they carry (where, when, counters, signals),
+    never a label naming the fault an injector meant (the twin's ``detail["fault"]``)."""
 
     def hardware_errors(self) -> list[FabricEvent]: ...

@@ -10,17 +10,30 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError
-from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, Fabric
+from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, Fabric, FabricFactory
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
 
 # Heartbeat silence that counts as a hang for control-plane local workers: more than the
 # fabric's 1 s default, because the control plane shares its host's cores with them.
 LOCAL_HANG_TIMEOUT_S = 3.0
+# Warm standby workers (torch imported, waiting for a rank) a local cluster keeps, so a
+# rank move's replacement starts in well under a second: PODFLEET_LOCAL_WARM_WORKERS
+# (default 0: each idle standby holds a few hundred MB).
+LOCAL_WARM_ENV = "PODFLEET_LOCAL_WARM_WORKERS"
+
+
+def local_warm_workers() -> int:
+    raw = os.environ.get(LOCAL_WARM_ENV, "0").strip() or "0"
+    if not raw.isdigit():
+        raise InfeasibleError(f"{LOCAL_WARM_ENV}={raw!r} is not a whole number of standby workers",
+                              field=LOCAL_WARM_ENV)
+    return int(raw)
 
 
 # Fabrics whose construction reaches outside this process (a Ray cluster's GCS, the host's
@@ -57,8 +70,23 @@ def check_worker_settings(kind: str, *, ray_address: str | None = None) -> None:
     from_env()
 
 
+def with_agent(data_dir: Path) -> FabricFactory:
+    """``make_fabric`` whose local clusters' workers are owned by the agent of ``data_dir``
+    (started on first use, ``fabric.local.agent.launch``): they outlive this server and the
+    next one re-attaches to them."""
+    from podfleet.fabric.local.agent.protocol import agent_dir as where
+
+    agent_dir = where(data_dir)
+
+    def make(kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
+             *, options: Mapping[str, Any] | None = None) -> Fabric:
+        return make_fabric(kind, topology, timeline, spares, seed, options=options, agent_dir=agent_dir)
+
+    return make
+
+
 def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple[int, ...], seed: int,
-                *, options: Mapping[str, Any] | None = None) -> Fabric:
+                *, options: Mapping[str, Any] | None = None, agent_dir: Path | None = None) -> Fabric:
     """A fresh fabric for one cluster, attached to the timeline. A non-twin fabric may
     bring its own topology (``fabric.topology``), which the cluster then uses."""
     opts = dict(options or {})
@@ -77,8 +105,14 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
     if kind == "local":
         from podfleet.fabric.local import LocalFabric
 
+        agent = None
+        if agent_dir is not None:
+            from podfleet.fabric.local.agent.launch import ensure_agent
+
+            agent = ensure_agent(agent_dir)
         return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),
-                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S, max_hang_restarts=hang_restarts)
+                           hang_timeout_s=LOCAL_HANG_TIMEOUT_S, max_hang_restarts=hang_restarts,
+                           warm_workers=local_warm_workers(), refill_delay_s=1.0, agent=agent)
     if kind == "neuron":
         from podfleet.fabric.neuron.fabric import NeuronFabric
 

@@ -19,6 +19,7 @@ from podfleet.hardware.topology import (
     Axis,
     FleetTopology,
     GridTopology,
+    NetworkLevel,
     SwitchedTopology,
     Topology,
 )
@@ -87,6 +88,62 @@ NETWORKS: dict[str, NetworkTier] = {
 
 TOPOLOGY_NAMES = tuple(BUILDERS)
 
+# The network above a pod, level by level (reference/trn2.md). Inside a block (the pods
+# behind one spine switch) a chip gets its share of the instance's EFA: EFAv3 3.2 Tbps
+# per 16-chip instance = 25 GB/s per chip, 15 us HBM-to-HBM (internode-collective-comm.rst).
+# Across blocks the spine tier's oversubscription and extra switch latency are not
+# published for UltraClusters: 2:1 and +5 us are assumptions, kept parameters here.
+FLEET_BLOCK_OVERSUBSCRIPTION = 2.0
+FLEET_EXTRA_LATENCY_S = 5e-6
+DEFAULT_PODS_PER_BLOCK = 16  # a parameter: the pods one spine serves is not published
+MAX_FLEET_PODS = 1024
+
+
+def network_levels(base: str) -> tuple[NetworkLevel, ...]:
+    """The levels above one ``base`` group, innermost first: block, then fleet."""
+    net = NETWORKS[base]
+    src = "reference/trn2.md: EFA per instance / chips per instance; 15 us (internode-collective-comm.rst)"
+    return (
+        NetworkLevel("block", net.bw_per_chip_bytes_per_s, net.latency_s, src),
+        NetworkLevel("fleet", net.bw_per_chip_bytes_per_s / FLEET_BLOCK_OVERSUBSCRIPTION,
+                     net.latency_s + FLEET_EXTRA_LATENCY_S,
+                     f"assumption: {FLEET_BLOCK_OVERSUBSCRIPTION:g}:1 spine oversubscription, "
+                     f"+{FLEET_EXTRA_LATENCY_S * 1e6:g} us per spine crossing (not published)"),
+    )
+
+
+def pod_level(group: Topology) -> NetworkLevel:
+    """The innermost level: one pod's own interconnect (per chip, the pod's bisection share)."""
+    if isinstance(group, GridTopology):
+        bw = sum(a.link_bw_bytes_per_s * (2 if a.wrap and a.size > 2 else 1) for a in group.axes if a.size > 1)
+        lat = max(a.hop_latency_s for a in group.axes)
+    else:
+        bw, lat = group.bisection_bw_bytes_per_s * 2 / max(group.n_chips, 1), NVLINK_LATENCY_S
+    return NetworkLevel("pod", bw, lat, "reference/trn2.md: NeuronLink per chip; 1-2 us per hop")
+
+
+def fleet_topology(base: str, pods: int, pods_per_block: int | None = None) -> FleetTopology:
+    """``pods`` groups of ``base`` joined by EFA, in blocks of ``pods_per_block`` behind a spine."""
+    if base not in BUILDERS:
+        raise UnknownNameError("topology", base, TOPOLOGY_NAMES, field="type")
+    if not isinstance(pods, int) or not 1 <= pods <= MAX_FLEET_PODS:
+        raise InvalidInputError(f"pods must be 1-{MAX_FLEET_PODS}, got {pods!r}", field="pods",
+                                allowed=f"1-{MAX_FLEET_PODS}")
+    k = min(DEFAULT_PODS_PER_BLOCK, pods) if pods_per_block is None else pods_per_block
+    if not isinstance(k, int) or not 1 <= k <= pods:
+        raise InvalidInputError(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="podsPerBlock",
+                                allowed=f"1-{pods}")
+    key = f"{base}:{pods}/{k}"
+    cached = _cache.get(key)
+    if isinstance(cached, FleetTopology):
+        return cached
+    net = NETWORKS[base]
+    name = f"{base}:{pods}"
+    topo = FleetTopology(name, BUILDERS[base](), pods, net.bw_per_chip_bytes_per_s, net.latency_s,
+                         pods_per_block=k, levels=network_levels(base))
+    _cache[key] = topo
+    return topo
+
 _cache: dict[str, Topology] = {}
 
 
@@ -110,8 +167,9 @@ def get_topology(name: str) -> Topology:
                 f"fleet size in {name!r} must be a positive integer, e.g. {base}:4",
                 field="topology",
             )
-        net = NETWORKS[base]
-        topo = FleetTopology(name, topo, count, net.bw_per_chip_bytes_per_s, net.latency_s)
+        topo = fleet_topology(base, count) if count <= MAX_FLEET_PODS else FleetTopology(
+            name, topo, count, NETWORKS[base].bw_per_chip_bytes_per_s, NETWORKS[base].latency_s,
+            levels=network_levels(base))
     _cache[name] = topo
     return topo
 

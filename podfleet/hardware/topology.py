@@ -342,12 +342,31 @@ class SwitchedTopology(Topology):
         return (self.n_chips // 2) * self.per_chip_bw_bytes_per_s
 
 
+@dataclass(frozen=True)
+class NetworkLevel:
+    """One level of a fleet's network hierarchy: what a collective crossing it gets.
+
+    ``name`` is the level a group of chips stays inside ("pod": NeuronLink; "block": the
+    pods behind one spine, over EFA; "fleet": across spines). ``bw_per_chip_bytes_per_s``
+    is each chip's share of the level's bandwidth, per direction."""
+
+    name: str
+    bw_per_chip_bytes_per_s: float
+    latency_s: float
+    source: str = ""
+
+
 class FleetTopology(Topology):
     """``count`` copies of a group (pod or node) joined by a slower network tier.
 
     A chip crossing groups goes chip -> network -> chip: counted as 2 hops. The
     per-chip network bandwidth is the group's NIC bandwidth divided among its chips
     (e.g. EFAv3 3.2 Tbps per trn2 instance = 25 GB/s per chip).
+
+    Groups sit in network blocks of ``pods_per_block`` (the pods behind one spine
+    switch; the last block may be smaller). ``levels`` describes the network above a
+    group, innermost first ("block", then "fleet"); crossing blocks costs the fleet
+    level's bandwidth and latency.
     """
 
     kind = "fleet"
@@ -359,9 +378,19 @@ class FleetTopology(Topology):
         count: int,
         net_bw_per_chip_bytes_per_s: float,
         net_latency_s: float,
+        *,
+        pods_per_block: int | None = None,
+        levels: tuple[NetworkLevel, ...] = (),
     ) -> None:
         if count < 1:
             raise ValueError("a fleet needs at least one group")
+        self.pods_per_block = count if pods_per_block is None else int(pods_per_block)
+        if self.pods_per_block < 1:
+            raise ValueError("a network block needs at least one group")
+        self.levels = levels or (
+            NetworkLevel("block", net_bw_per_chip_bytes_per_s, net_latency_s),
+            NetworkLevel("fleet", net_bw_per_chip_bytes_per_s, net_latency_s),
+        )
         self.name = name
         self.group = group
         self.count = count
@@ -382,6 +411,27 @@ class FleetTopology(Topology):
 
     def split(self, chip: int) -> tuple[int, int]:
         return divmod(chip, self.group.n_chips)
+
+    def split_pod(self, chip: int) -> int:
+        """The group (pod) of a chip."""
+        return chip // self.group.n_chips
+
+    @property
+    def n_blocks(self) -> int:
+        return -(-self.count // self.pods_per_block)
+
+    def block_of(self, pod: int) -> int:
+        """The network block (spine) pod ``pod`` sits behind."""
+        return pod // self.pods_per_block
+
+    def block_pods(self, block: int) -> range:
+        return range(block * self.pods_per_block, min(self.count, (block + 1) * self.pods_per_block))
+
+    def level(self, name: str) -> NetworkLevel:
+        for lv in self.levels:
+            if lv.name == name:
+                return lv
+        raise KeyError(name)
 
     def hops(self, a: int, b: int) -> int:
         ga, la = self.split(a)
@@ -417,4 +467,11 @@ class FleetTopology(Topology):
         out["links"] = self._n_group_links * self.count
         out["groups"] = self.count
         out["group"] = self.group.name
+        out["pods_per_block"] = self.pods_per_block
+        out["blocks"] = self.n_blocks
+        out["network"] = [
+            {"level": lv.name, "bw_per_chip_gbps": round(lv.bw_per_chip_bytes_per_s / 1e9, 3),
+             "latency_us": round(lv.latency_s * 1e6, 3), "source": lv.source}
+            for lv in self.levels
+        ]
         return out

@@ -8,6 +8,15 @@ asks the recovery orchestrator to drain a chip when a failure is predicted.
     mon.start()                       # tl.every(interval_s, mon.tick)
     mon.chip_health() / mon.link_health()   -> ["ok" | "warning" | "critical", ...]
     mon.history.query(scope, metric, range, now, target)
+
+Worker fabrics (local, Ray) measure processes, not chips: their chip metrics carry NaN for
+what a worker slot cannot measure (temperatures, ECC), which the scan's rules read as
+"nothing seen". What they do measure gets its own rules here: a busy slot whose worker
+has sent no heartbeat for ``HEARTBEAT_STALE_S`` (``worker-heartbeat``, critical, while it
+lasts), and each new entry of the fabric's fault log about a worker (``HardwareErrors``,
+``worker-fault``: hung, killed from outside, OOM-killed) as an alert on its slot
+(``worker-hung``, ``worker-killed``, ``worker-oom-killed``) that resolves once a worker on
+that slot heartbeats again ``WORKER_ALERT_HOLD_S`` later (the job recovered).
 """
 
 from __future__ import annotations
@@ -18,12 +27,21 @@ from typing import Any
 import numpy as np
 
 from podfleet.engine.timeline import Timeline
-from podfleet.fabric.base import ChipState, Fabric, LinkState
+from podfleet.fabric.base import ChipState, Fabric, HardwareErrors, LinkState
 from podfleet.health.alerts import AlertBook
 from podfleet.health.predict import DEFAULT_MODEL, Alarm, LogisticModel, Predictor
 from podfleet.health.scan import HealthConfig, HealthScanner, ScanResult, thermal_inputs
 from podfleet.health.telemetry import RollupRow, TelemetryHistory
 from podfleet.scheduler.samples import util_ratio
+
+# A busy worker slot silent for this long is alerting (the fabric's own hang timeout, 1-3 s,
+# usually restarts it first: then the fault log's ``hang`` entry raises ``worker-hung``).
+HEARTBEAT_STALE_S = 10.0
+WORKER_ALERT_HOLD_S = 30.0
+_WORKER_RULES = {"hang": "worker-hung", "signal": "worker-killed", "oom-kill": "worker-oom-killed"}
+_WORKER_TEXT = {"hang": "worker stopped sending heartbeats (hung); restarted",
+                "signal": "worker killed by a signal podfleet did not send",
+                "oom-kill": "worker killed by the kernel's OOM killer"}
 
 # State codes the scanner reads: the order of the state enums.
 _CHIP_CODE = {s: i for i, s in enumerate(ChipState)}
@@ -63,6 +81,9 @@ class HealthMonitor:
         # ``thermal_inputs`` operands over chips (array operands cost less than scalars).
         self._ambient = np.full(n, cfg.ambient_c)
         self._floor_w = np.ones(n)
+        self._faults_seen = 0  # fault-log entries already turned into alerts
+        self._worker_alerts: dict[tuple[str, str], float] = {}  # (target, rule) -> fired at
+        self._stale = np.zeros(n, bool)
 
     def start(self) -> None:
         if self._proc is None:
@@ -115,8 +136,50 @@ class HealthMonitor:
                          probability=round(alarm.probability, 4))
             if self.drain is not None:
                 self.drain(alarm.chip, f"failure predicted (p={alarm.probability:.2f})")
+        self._worker_rules(now, metrics)
         self.last = res
         return res
+
+    def _worker_rules(self, now: float, metrics: Mapping[str, np.ndarray]) -> None:
+        """Alerts from what a worker fabric measures: heartbeats and its fault log."""
+        fab, book, cid = self.fab, self.book, self.cluster_id
+        age, busy = metrics.get("heartbeat_age_s"), metrics.get("busy")
+        fresh = np.ones(len(self._stale), bool)
+        if age is not None and busy is not None:
+            a = np.nan_to_num(np.asarray(age, np.float64))
+            b = np.asarray(busy, np.float64) > 0
+            stale = b & (a > HEARTBEAT_STALE_S)
+            fresh = b & (a <= HEARTBEAT_STALE_S)
+            for c in np.flatnonzero(stale & ~self._stale).tolist():
+                book.fire(cluster_id=cid, target=f"chip:{c}", rule="worker-heartbeat", severity="critical",
+                          message=f"worker sent no heartbeat for {a[c]:.0f} s", now=now, value=float(a[c]))
+            for c in np.flatnonzero(self._stale & ~stale).tolist():
+                book.clear(cid, f"chip:{c}", "worker-heartbeat", now)
+            self._stale = stale
+        if isinstance(fab, HardwareErrors):
+            log = fab.hardware_errors()
+            if len(log) < self._faults_seen:
+                self._faults_seen = 0  # a bounded log that wrapped: read what it holds
+            for ev in log[self._faults_seen:]:
+                seen = str(ev.detail.get("observed", ""))
+                rule = _WORKER_RULES.get(seen) if ev.kind == "worker-fault" else None
+                if rule is None or ev.chip is None:
+                    continue
+                target = f"chip:{ev.chip}"
+                book.fire(cluster_id=cid, target=target, rule=rule, severity="critical" if seen == "hang" else "warning",
+                          message=f"{_WORKER_TEXT[seen]} (rank {ev.detail.get('rank')} of {ev.job_id})", now=now,
+                          detail={k: v for k, v in ev.detail.items() if k in ("rank", "signal", "heartbeat_age_s")})
+                self._worker_alerts[(target, rule)] = now
+            self._faults_seen = len(log)
+        for (target, rule), t in list(self._worker_alerts.items()):
+            chip = int(target.removeprefix("chip:"))
+            if now - t >= WORKER_ALERT_HOLD_S and (chip >= len(fresh) or fresh[chip] or not self._usable_chip(chip)):
+                book.clear(cid, target, rule, now)
+                del self._worker_alerts[(target, rule)]
+
+    def _usable_chip(self, chip: int) -> bool:
+        u = self._usable
+        return bool(u[chip]) if u is not None and chip < len(u) else True
 
     def chip_health(self) -> list[str]:
         return self.scanner.chip_health_names()

@@ -374,8 +374,10 @@ class HealthScanner:
         raw_thr = (chip["throttle"],)
         if not same_frozen(raw_thr, self._thr_src):  # the very array of the last scan: no change
             self._thr_src = raw_thr
+            # A fabric that cannot see throttling reports NaN: not throttling (NaN as a bool is True).
+            throttled = np.nan_to_num(np.asarray(raw_thr[0], np.float64)) > 0
             self._rules["thermal-throttle"].apply(
-                book, cid, raw_thr[0], now, res, values=np.asarray(chip["temperature_c"], np.float64),
+                book, cid, throttled, now, res, values=np.asarray(chip["temperature_c"], np.float64),
                 message=lambda i, v: f"throttling at {v:.1f} C")
         if states_changed:
             self._states_key = skey

@@ -139,7 +139,7 @@ def _byte_gpt(name: str, layers: int, hidden: int, heads: int) -> ModelSpec:
 
 # Presets the built-in PyTorch trainer (podfleet.training) runs for real, sized for CPUs
 # in CI; every preset, these included, is also a model for the planner and the twin.
-TRAINER_PRESETS: tuple[str, ...] = ("debug", "tiny", "small")
+TRAINER_PRESETS: tuple[str, ...] = ("debug", "tiny", "small", "medium")
 
 MODELS: dict[str, ModelSpec] = {
     m.name: m
@@ -147,6 +147,7 @@ MODELS: dict[str, ModelSpec] = {
         _byte_gpt("debug", 2, 64, 4),  # ~0.13M params: tests
         _byte_gpt("tiny", 4, 128, 4),  # ~0.86M params: benchmarks
         _byte_gpt("small", 6, 384, 6),  # ~10.8M params
+        _byte_gpt("medium", 8, 512, 8),  # ~25.4M params: recovery-real's rank moves
         # Llama 3 (arXiv 2407.21783, Table 3): GQA with 8 KV heads, SwiGLU, RoPE.
         _llama("llama3-8b", 32, 4096, 32, 14336),
         _llama("llama3-70b", 80, 8192, 64, 28672),

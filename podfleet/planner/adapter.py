@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podfleet.hardware.topology import GridTopology
+from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.perf.models import ModelSpec
 from podfleet.planner.result import PlanResult
 from podfleet.planner.search import plan
@@ -27,3 +27,10 @@ class PlannerAdapter:
         # plan's uncompressed estimate (what compression changed).
         comp = grad_compression if grad_compression != "none" else None
         return plan(model, chips, topology=grid, block_shape=shape, grad_compression=comp)
+
+    def plan_topology(self, model: str | ModelSpec, chips: int, topology: Topology,
+                      grad_compression: str = "none") -> PlanResult:
+        """A gang across pods: TP/PP/DP for ``chips`` chips of ``topology`` (a fleet of the
+        gang's pods, priced at the network level its ring crosses)."""
+        comp = grad_compression if grad_compression != "none" else None
+        return plan(model, chips, topology=topology, grad_compression=comp)

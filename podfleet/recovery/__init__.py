@@ -12,9 +12,11 @@
     from podfleet.recovery.firmware import FirmwareRollouts
     fw = FirmwareRollouts(fabric, timeline, orch); fw.start(version, unit="chip" | "node", chips=None)
 
-Inside the control plane, the composition root (``podfleet.compose``) builds one
-``recovery.service.RecoveryService`` (an orchestrator per twin cluster, its journal shown
-on the jobs through the job table) and hands it to the job manager.
+The fabric is any that declares ``fabric.base.RankMoves`` (the twin does; its moves'
+costs are modelled, ``ResumableRuns``). Inside the control plane, the composition root
+(``podfleet.compose``) builds one ``recovery.service.RecoveryService`` (an orchestrator
+per cluster whose fabric declares it, its journal shown on the jobs through the job
+table) and hands it to the job manager.
 Benchmarks and tests build a twin pod with ``twin.harness.make_pod`` and run chaos with
 ``twin.chaos.ChaosRun`` (rehearsal code lives in ``podfleet.rehearsal``).
 """

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import simpy
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
-from podfleet.fabric.base import ChipState, FabricEvent
+from podfleet.fabric.base import ChipState, FabricEvent, FirmwareUpdate
+from podfleet.recovery.context import USABLE, RecoveryFabric
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.recovery.spares import tp_group, whole_groups
 from podfleet.states import check_transition
@@ -75,8 +76,14 @@ class Rollout:
         return d
 
 
+@runtime_checkable
+class RolloutFabric(RecoveryFabric, FirmwareUpdate, Protocol):
+    """What a rollout drives: rank moves (through the orchestrator) and firmware updates;
+    each chip's version is ``chip_metrics()["firmware_version"]``."""
+
+
 class FirmwareRollouts:
-    def __init__(self, fabric: Any, timeline: Timeline, orchestrator: RecoveryOrchestrator, *,
+    def __init__(self, fabric: RolloutFabric, timeline: Timeline, orchestrator: RecoveryOrchestrator, *,
                  versions: tuple[str, ...] = KNOWN_VERSIONS, update_s: float = 60.0, failure_p: float = 0.0,
                  settle_s: float = 5.0, before_batch: Callable[[], object] | None = None,
                  audit: Callable[[str, str, JsonObject], object] | None = None) -> None:
@@ -100,8 +107,8 @@ class FirmwareRollouts:
         if running:
             raise ConflictError(f"firmware rollout {running[0].id} to {running[0].version} is still running "
                                 f"({len(running[0].done)}/{running[0].total} chips)", field="version")
-        n = self.fab.n_chips
-        targets = list(range(n)) if chips is None else [self.fab.check_chip(c) for c in chips]
+        topo = self.fab.topology
+        targets = list(range(topo.n_chips)) if chips is None else [self._check_chip(c) for c in chips]
         if not targets:
             raise InvalidInputError("no chips to update", field="chips")
         versions = self.fab.chip_metrics()["firmware_version"]
@@ -113,6 +120,13 @@ class FirmwareRollouts:
         self._current = r
         self.tl.process(self._run(r))
         return r
+
+    def _check_chip(self, chip: int) -> int:
+        self.fab.topology.check_chip(chip)
+        return chip
+
+    def _state(self, chip: int) -> ChipState:
+        return self.fab.chip_states()[chip]
 
     @staticmethod
     def _node_batches(todo: list[int]) -> list[list[int]]:
@@ -138,8 +152,8 @@ class FirmwareRollouts:
         job_id = self.orch.owner.get(chip)
         if job_id is None or job_id not in self.orch.policies:
             return [chip]
-        run = self.fab.job(job_id)
-        return tp_group(run.chips, run.spec.options, chip)
+        spec = self.fab.run_spec(job_id)
+        return tp_group(spec.chips, spec.options, chip) if spec is not None else [chip]
 
     def get(self, rollout_id: str) -> Rollout:
         if rollout_id not in self.rollouts:
@@ -179,12 +193,12 @@ class FirmwareRollouts:
                     yield env.timeout(0.05)
             updating = []
             for c in batch:
-                if c not in self.orch.owner and self.fab.chip_state(c) in (ChipState.ISOLATED, ChipState.FAILED):
+                if c not in self.orch.owner and self._state(c) in (ChipState.ISOLATED, ChipState.FAILED):
                     # Out of service already (awaiting repair): nothing runs on it to update
                     # now; it is reported as skipped, not counted as a failed update.
                     r.skipped.append(c)
                     continue
-                if c in self.orch.owner or self.fab.chip_state(c) not in (ChipState.HEALTHY, ChipState.DEGRADED):
+                if c in self.orch.owner or self._state(c) not in USABLE:
                     self._finish(r, RolloutState.ROLLED_BACK, f"chip {c} could not be freed for the update", c)
                     return
                 self.fab.update_firmware(c, r.version, duration_s=self.update_s, failure_p=self.failure_p)
@@ -193,7 +207,7 @@ class FirmwareRollouts:
                 continue
             yield env.timeout(self.update_s + self.settle_s)
             for c in updating:  # health check: healthy and on the new version
-                ok = self.fab.chip_state(c) == ChipState.HEALTHY and \
+                ok = self._state(c) == ChipState.HEALTHY and \
                     str(self.fab.chip_metrics()["firmware_version"][c]) == r.version
                 if not ok:
                     yield from self._rollback(r, c)
@@ -216,10 +230,10 @@ class FirmwareRollouts:
 
     def _rollback(self, r: Rollout, bad: int) -> Generator[simpy.Event, Any, None]:
         """The updated chip failed its check: put every updated chip back on its old version."""
-        if self.fab.chip_state(bad) == ChipState.FAILED:
+        if self._state(bad) == ChipState.FAILED:
             self.fab.set_chip_state(bad, ChipState.ISOLATED, "failed firmware update")
         for c in [*r.done, *r.current]:
-            if self.fab.chip_state(c) in (ChipState.HEALTHY, ChipState.ISOLATED) and c not in self.orch.owner:
+            if self._state(c) in (ChipState.HEALTHY, ChipState.ISOLATED) and c not in self.orch.owner:
                 self.fab.update_firmware(c, r.previous[c], duration_s=self.update_s)
         yield self.tl.env.timeout(self.update_s)
         self._finish(r, RolloutState.ROLLED_BACK, f"chip {bad} failed its health check after the update; "

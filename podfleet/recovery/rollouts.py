@@ -16,8 +16,7 @@ from typing import overload
 from podfleet.control.ports import PlaneCore
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import InvalidInputError
-from podfleet.fabric.base import FirmwareUpdate
-from podfleet.recovery.firmware import FirmwareRollouts
+from podfleet.recovery.firmware import FirmwareRollouts, RolloutFabric
 from podfleet.recovery.service import RecoveryService
 from podfleet.wire import JsonObject
 
@@ -32,11 +31,12 @@ class FirmwareService:
         fw = self.firmware_by_cluster.get(rt.id)
         if fw is None:
             orch = self.recovery.for_cluster(rt)
-            if not isinstance(rt.fabric, FirmwareUpdate) or orch is None:
+            fab = rt.fabric
+            if not isinstance(fab, RolloutFabric) or orch is None:
                 raise InvalidInputError(f"fabric {rt.spec.fabric!r} of cluster {rt.rec.name} cannot update "
                                         "firmware online", field="cluster")
             fw = self.firmware_by_cluster[rt.id] = FirmwareRollouts(
-                rt.fabric, self.plane.tl, orch, before_batch=lambda: self.recovery.manage_running(rt),
+                fab, self.plane.tl, orch, before_batch=lambda: self.recovery.manage_running(rt),
                 # Each automatic step of a rollout is an audit record by the system.
                 audit=lambda result, target, detail: self.plane.audit(
                     "system:firmware", "FirmwareStep", target, result, {"cluster": rt.id, **detail}))

@@ -11,35 +11,80 @@ detour and runs measurably slower for it (its step time after the fault against 
 is shown degraded, with the link in its reason, until the link is repaired
 (``LinkImpact``).
 
-Only fabrics with ``ResumableRuns`` (a rank can be moved and resumed) get an orchestrator;
-elsewhere the process driver and the fabric recover jobs.
+Only fabrics with ``RankMoves`` (a run can be paused, have a rank moved and resume) get an
+orchestrator; elsewhere the process driver and the fabric recover jobs.
 
 Built by the composition root (``podfleet.compose``), which also runs ``housekeep`` on the
 timeline (journals a previous control plane left open; orchestrators of deleted
 clusters) and hands the health service ``drain_chip`` for its predicted failures.
 
-    svc.recoveries(cluster_ref)     ListRecoveries: journals, oldest first
+    svc.recoveries(cluster_ref)     journals, oldest first (timeline seconds)
+    svc.list_recoveries(cluster_ref)  ListRecoveries: the same as the API shows them (RFC 3339)
     svc.finished_counts()           (kind, state) -> recoveries finished (``/metrics``)
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Collection
 
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
+from podfleet.control.logbuf import rfc3339
 from podfleet.control.placement import Allocation
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
 from podfleet.engine.timeline import Timeline
-from podfleet.fabric.base import FabricEvent, Introspection, ResumableRuns
+from podfleet.fabric.base import FabricEvent, Introspection
+from podfleet.recovery.context import RecoveryFabric
 from podfleet.recovery.linkimpact import LinkImpact, positive
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.wire import JsonObject
 
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
+
+
+_UNIX_FROM = 1e9  # a number at least this is unix seconds (2001 on); below, timeline seconds
+_TIMES = ("t_start", "t_end", "detected_t")
+
+
+def _seconds(t: object, epoch: float) -> float | None:
+    """A record's time in timeline seconds: records hold timeline seconds (the
+    orchestrator's journals), RFC 3339 or unix seconds (the process driver's); ``epoch``
+    is the unix time of timeline 0."""
+    if isinstance(t, str):
+        try:
+            return dt.datetime.fromisoformat(t).timestamp() - epoch
+        except ValueError:
+            return None
+    if isinstance(t, int | float) and not isinstance(t, bool):
+        return float(t) - epoch if t >= _UNIX_FROM else float(t)
+    return None
+
+
+def on_timeline(rec: JsonObject, epoch: float) -> JsonObject:
+    """A recovery record with every time in timeline seconds (what code computes with)."""
+    out = {**rec, **{k: _seconds(rec.get(k), epoch) for k in _TIMES}}
+    out["steps"] = [{**st, "t_start": _seconds(st.get("t_start"), epoch), "t_end": _seconds(st.get("t_end"), epoch)}
+                    for st in rec.get("steps") or ()]
+    return out
+
+
+def shown(rec: JsonObject, epoch: float) -> JsonObject:
+    """A recovery record (``on_timeline``'s) as the API shows it: ``t_start``, ``t_end``
+    and each step's times in RFC 3339 like every time the API shows, beside them the
+    timeline seconds (``t_start_s``, ``t_end_s``) and ``duration_s``."""
+    def at(t: float | None) -> str | None:
+        return None if t is None else rfc3339(epoch + t)
+
+    start, end = rec.get("t_start"), rec.get("t_end")
+    return {**rec, "t_start": at(start), "t_end": at(end), "t_start_s": start, "t_end_s": end,
+            "detected_t": at(rec.get("detected_t")),
+            "duration_s": round(end - start, 6) if start is not None and end is not None else None,
+            "steps": [{**st, "t_start": at(st.get("t_start")), "t_end": at(st.get("t_end")),
+                       "t_start_s": st.get("t_start"), "t_end_s": st.get("t_end")} for st in rec.get("steps") or ()]}
 
 
 def policy_for(spec: JobSpec, n_chips: int | None = None) -> JobPolicy:
@@ -134,16 +179,18 @@ class RecoveryService:
 
     @staticmethod
     def supports(rt: ClusterRuntime) -> bool:
-        """Rank moves need a fabric whose runs can be paused, moved and resumed."""
-        return isinstance(rt.fabric, ResumableRuns) and isinstance(rt.fabric, Introspection)
+        """What the flows call: chip and link states (``Fabric``) and ``RankMoves``
+        (pause, move a rank, resume; the run's status and spec)."""
+        return isinstance(rt.fabric, RecoveryFabric)
 
     def for_cluster(self, rt: ClusterRuntime) -> RecoveryOrchestrator | None:
-        if not self.supports(rt):
+        fab = rt.fabric
+        if not isinstance(fab, RecoveryFabric):
             return None
         o = self.orch.get(rt.id)
         if o is None:
             lis = JobListener(self.table, self.tl, rt, self.render)
-            o = RecoveryOrchestrator(rt.fabric, self.tl, owner=rt.owners, listener=lis, subscribe=False,
+            o = RecoveryOrchestrator(fab, self.tl, owner=rt.owners, listener=lis, subscribe=False,
                                      spares=tuple(rt.spares))
             o.cordoned = set(rt.modes)
             self.orch[rt.id] = o
@@ -235,19 +282,31 @@ class RecoveryService:
 
     # --- reads --------------------------------------------------------------------------
     def recoveries(self, ref: str) -> list[JsonObject]:
-        """ListRecoveries: the cluster's recovery journals, oldest first."""
+        """The cluster's recovery journals, oldest first, times in timeline seconds: the
+        orchestrator's flows, and on worker fabrics the recoveries the process driver
+        recorded on each job (relaunches, and those the fabric made itself), in the same
+        shape."""
+        rt = self._cluster(ref)
+        epoch = self._epoch()
+        o = self.for_cluster(rt)
+        flows = [] if o is None else [r.to_dict() for r in [*o.done, *o.active.values(), *o.link_active.values()]]
+        worker = [on_timeline(dict(r), epoch) for job in self.table.on_cluster(rt.id, live=False)
+                  if job.status.runtime is not None for r in job.status.runtime.recoveries]
+        return sorted([*flows, *worker], key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
+
+    def list_recoveries(self, ref: str) -> list[JsonObject]:
+        """ListRecoveries: ``recoveries`` as the API shows them (RFC 3339 times, ``shown``)."""
+        epoch = self._epoch()
+        return [shown(r, epoch) for r in self.recoveries(ref)]
+
+    def _epoch(self) -> float:
+        """Unix time of timeline 0 (the job table's clock is the plane's wall clock)."""
+        return self.table.now() - self.tl.now
+
+    def _cluster(self, ref: str) -> ClusterRuntime:
         if self._resolve is None:
             raise RuntimeError("RecoveryService was built without a resolver (compose.build gives it one)")
-        rt = self._resolve(ref)
-        o = self.for_cluster(rt)
-        if o is None:
-            # Worker fabrics: the relaunches the process driver recorded on each job (and the
-            # recoveries the fabric made itself), in the twin journal's shape.
-            worker = [r for job in self.table.on_cluster(rt.id, live=False)
-                      if job.status.runtime is not None for r in job.status.runtime.recoveries]
-            return sorted(worker, key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
-        recs = [*o.done, *o.active.values(), *o.link_active.values()]
-        return [r.to_dict() for r in sorted(recs, key=lambda r: r.t_start)]
+        return self._resolve(ref)
 
     def finished_counts(self) -> Counter[tuple[str, str]]:
         """(kind, state) -> recovery flows finished, over every cluster (any thread: copies)."""

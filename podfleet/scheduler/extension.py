@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from podfleet.hardware.topology import GridTopology
+from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.scheduler.jobs import SchedulerJob
 from podfleet.scheduler.queues import QueueBook
 from podfleet.scheduler.state import PodState, SchedulerView
@@ -52,6 +52,17 @@ class ShapePlanner(Protocol):
 
     def __hash__(self) -> int:
         """Plans are cached per planner (and per model, chips, grid, shape)."""
+
+
+@runtime_checkable
+class FleetPlanner(Protocol):
+    """A planner that can also plan a gang across pods (``scheduler.fleet``): the model on
+    ``chips`` chips of ``topology`` (a fleet of the gang's pods, each holding the same
+    block), TP/PP/DP chosen for that placement."""
+
+    def plan_topology(self, model: Any, chips: int, topology: Topology,
+                      grad_compression: str = "none") -> ShapePlan:
+        """The fastest plan; raises ``PodfleetError`` (or ``ValueError``) when none runs."""
 
 
 def _zero_clock() -> float:

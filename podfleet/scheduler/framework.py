@@ -164,6 +164,27 @@ class Framework:
         self.refresh()
         return self._free_count
 
+    def summaries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(free blocks [pod, block], free shapes [pod, shape], usable free chips [pod]),
+        up to date, under the job-independent filters (read only: ``scheduler.fleet``)."""
+        self.refresh()
+        return self._free, self._shape_free, self._free_count
+
+    def job_free(self, state: CycleState, job: JobRequest, pod: int) -> tuple[Status, np.ndarray]:
+        """Free blocks of ``pod`` for this job: the summary narrowed by the job-dependent
+        filters (memory, ...); a filter's refusal is returned as its status."""
+        cl = self.handle.cluster
+        free = self._free[pod]
+        mask, narrowed = self._usable[pod], False
+        for f in self._job_filters:
+            s, m = f.filter(state, job, cl.pods[pod])
+            if s.code is Code.SKIP:
+                continue
+            if s.code is not Code.SUCCESS:
+                return s.by(f.name), free
+            mask, narrowed = mask & m, True
+        return st.SUCCESS, (cl.blocks.free(mask) if narrowed else free)
+
     # --- one cycle ---------------------------------------------------------------------
     def admit(self, state: CycleState, job: JobRequest) -> Status:
         """Quota admission: the first plugin that does not admit decides."""
@@ -187,7 +208,8 @@ class Framework:
         if not idx.shape_ids_for(job.chips, job.shape):
             dims = fmt_shape(idx.dims)
             if job.chips > idx.n_chips:
-                why = f"job asks {job.chips} chips; a pod has {idx.n_chips} ({dims}) and a gang stays in one pod"
+                why = (f"job asks {job.chips} chips; a pod has {idx.n_chips} ({dims}) and this cluster is one pod "
+                       "(a fleet cluster, created with pods, places gangs across pods)")
             elif job.shape is not None:
                 why = f"block shape {fmt_shape(job.shape)} does not fit a {dims} pod"
             else:

@@ -7,14 +7,15 @@ or read from ``clock`` so the same code runs in virtual or paced time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from podfleet.errors import ConflictError, NotFoundError
 from podfleet.fabric.base import ChipState
-from podfleet.hardware.topology import Topology
-from podfleet.scheduler import starvation
+from podfleet.hardware.topology import FleetTopology, Topology
+from podfleet.scheduler import fleet, starvation
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
@@ -41,8 +42,12 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
         planner: ShapePlanner | None = None,
         queues: Sequence[QueueSpec] = (),
+        fleet_first_fit: bool = False,
     ) -> None:
         self.topology = topology
+        # Gangs across pods: True takes the first free pods by index (the baseline the
+        # placement benchmark compares the block-aware choice with).
+        self.fleet_first_fit = fleet_first_fit
         self.cluster = SchedulerView(topology)
         self.clock = clock or (lambda: 0.0)
         self.policy = policy or QueuePolicy()
@@ -70,7 +75,13 @@ class Scheduler:
         self.cluster.set_spares(chips)
         idx = self.cluster.blocks
         never = np.stack([~p.spare for p in self.cluster.pods])
-        self._ever_shapes = np.asarray(idx.shape_free(idx.free_many(never)).any(axis=0))
+        ever = np.asarray(idx.shape_free(idx.free_many(never)))
+        self._ever_shapes: np.ndarray = np.asarray(ever.any(axis=0))
+        # Per pod and block size: could a block of that size be free once every job is gone?
+        sizes = np.asarray(idx.shape_size)
+        self._ever_sizes = np.zeros((len(self.cluster.pods), self.cluster.chips_per_pod + 1), dtype=bool)
+        for size in np.unique(sizes):
+            self._ever_sizes[:, int(size)] = ever[:, sizes == size].any(axis=1)
         self.spares = chips
         return chips
 
@@ -120,8 +131,24 @@ class Scheduler:
         """``now_s``, or the scheduler clock's time when None."""
         return self.clock() if now_s is None else now_s
 
+    def across_pods(self, job: JobRequest) -> bool:
+        """Placed across pods (``scheduler.fleet``): more chips than a pod, or ``pods`` > 1, on a fleet."""
+        return isinstance(self.topology, FleetTopology) and (
+            job.spans_pods or (job.pods is None and job.chips > self.cluster.chips_per_pod))
+
     def check(self, job: JobRequest) -> Status:
         """Could this job ever run here? ``UnschedulableAndUnresolvable`` with the reason if not."""
+        if self.across_pods(job):
+            assert isinstance(self.topology, FleetTopology)  # across_pods says so
+            why = fleet.unresolvable(job, self.topology, self.cluster.chips_per_pod,
+                                     fleet.block_sizes(self.framework), self._ever_sizes)
+            if why is not None:
+                return why.by("fleet")
+            quota = self.quotas.get(job.team)
+            if quota is not None and job.chips > quota:
+                return st.unresolvable(f"job asks {job.chips} chips; team {job.team!r} quota is {quota}")
+            s = self.framework.admit({}, job)
+            return s if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE else st.SUCCESS
         s = self.framework.pre_filter({}, job)
         if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
             return s
@@ -168,7 +195,7 @@ class Scheduler:
         # cluster does not change within a cycle unless something binds, which clears
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
-        failed: list[tuple[int, int, int, str, bool, str]] = []
+        failed: list[tuple[int, int, int, str, bool, str, tuple[str | None, int | None]]] = []
         # Quota refusals seen this cycle, by (queue, chips): the same ask of the same queue
         # gets the same answer until something binds (quota use changes only then).
         refused: dict[tuple[str, int], str] = {}
@@ -192,8 +219,11 @@ class Scheduler:
             if hit is None and req.shape is None and not starving:
                 # Same queue only: a job of another queue may reclaim where this one could not;
                 # and one that may preempt is not answered by one that may not.
-                hit = next((r for c, h, p, q, m, r in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
-                            and req.priority <= p and req.queue == q and (m or not req.may_preempt)), None)
+                # Gangs across pods: only one asking the same level and pod count shares the answer.
+                level = (req.topology_required, req.pods)
+                hit = next((r for c, h, p, q, m, r, lv in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
+                            and req.priority <= p and req.queue == q and (m or not req.may_preempt)
+                            and lv == level), None)
             if hit is not None:
                 rec.reason = hit
                 d = None
@@ -207,10 +237,10 @@ class Scheduler:
                     refused[(req.queue, req.chips)] = rec.reason
                 elif self._capacity_failure and req.shape is None:
                     failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, req.may_preempt,
-                                   rec.reason))
+                                   rec.reason, (req.topology_required, req.pods)))
             if d is not None:
                 out.append(d)
-            elif starving and self._holder is None:
+            elif starving and self._holder is None and not self.across_pods(rec.request):
                 holder_seen = True
                 held = starvation.hold_block(self.cluster, rec.slot, rec.request.chips, rec.request.shape)
                 if held is not None:
@@ -240,6 +270,16 @@ class Scheduler:
                 self._quota_refusal = True  # no reclaim involved: the answer depends on usage only
             rec.reason = str(s)
             return None
+        if self.across_pods(job):
+            assert isinstance(self.topology, FleetTopology)  # across_pods says so
+            s, placement = fleet.place(fw, state, job, self.topology, first_fit=self.fleet_first_fit)
+            if placement is None:
+                # Preemption takes blocks of one pod; a gang across pods waits for free pods.
+                # A capacity failure: later gangs as large get the same answer this cycle.
+                self._capacity_failure = True
+                rec.reason = str(s)
+                return None
+            return self._complete(rec, state, placement, now)
         s, cands = fw.find(state, job)
         if cands is None:
             if s.code is Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
@@ -390,10 +430,11 @@ class Scheduler:
     def _free_chips(self, rec: SchedulerJob) -> None:
         if rec.placement is None:
             return
-        pod = self.cluster.pods[rec.placement.pod]
-        mine = pod.owner == rec.slot
-        pod.owner[mine] = FREE
-        self.cluster.touch(pod)
+        for p in rec.placement.all_pods:
+            pod = self.cluster.pods[p]
+            mine = pod.owner == rec.slot
+            pod.owner[mine] = FREE
+            self.cluster.touch(pod)
         rec.placement = None
 
     def report_checkpoint(self, job_id: str, step: int) -> None:
@@ -446,10 +487,12 @@ class Scheduler:
         self.hold(job_id, chips, _rec=rec)
         self._to(rec, JobPhase.RUNNING, now)
         if chips:  # none: every chip it had is gone; it holds nothing until recovered
-            pod, _ = self.cluster.locate(int(chips[0]))
-            local = tuple(int(c) - pod.index * self.cluster.chips_per_pod for c in chips)
-            rec.placement = Placement(job_id, pod.index, tuple(int(c) for c in chips), local, (len(chips),),
-                                      (0,), reason="adopted after a control-plane restart")
+            where = [self.cluster.locate(int(c)) for c in chips]
+            pods = tuple(dict.fromkeys(pod.index for pod, _ in where))
+            rec.placement = Placement(job_id, pods[0], tuple(int(c) for c in chips),
+                                      tuple(int(lc) for _, lc in where), (len(chips),), (0,),
+                                      reason="adopted after a control-plane restart",
+                                      pods=pods if len(pods) > 1 else ())
         rec.started_s, rec.reason = now, ""
         self.pending.pop(job_id, None)
 
@@ -470,6 +513,12 @@ class Scheduler:
         for pod, local in where:
             pod.owner[local] = rec.slot
             self.cluster.touch(pod)
+        if rec.placement is not None:
+            # Its chips may now be on other pods (a rank moved across pods): release follows them.
+            pods = tuple(dict.fromkeys(pod.index for pod, _ in where))
+            rec.placement = replace(rec.placement, chips=tuple(int(c) for c in chips),
+                                    local_chips=tuple(int(lc) for _, lc in where),
+                                    pods=pods if len(pods) > 1 else (), pod=pods[0] if pods else rec.placement.pod)
 
     # --- read side ---------------------------------------------------------------------
     def _get(self, job_id: str) -> SchedulerJob:

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 COMM_PATTERNS = ("ring", "all-to-all")
 PARALLELISM = ("manual", "auto")
+# Network levels a gang may be kept inside (Kueue TAS): a pod (NeuronLink), or a block of
+# pods behind one spine (EFA). ``topology_required``: fail to place rather than cross it;
+# ``topology_preferred``: cross as few as possible.
+TOPOLOGY_LEVELS = ("pod", "block")
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class JobRequest:
     preemptible: bool = True
     may_preempt: bool = True  # False: its priority class never preempts lower-priority jobs
     grad_compression: str = "none"  # for parallelism="auto": plans are estimated with it (perf.compression)
+    pods: int | None = None  # a gang across pods: exactly this many pods, chips / pods on each
+    topology_required: str | None = None  # "pod" | "block": never cross it
+    topology_preferred: str | None = None  # "pod" | "block": cross it as little as possible
 
     def __post_init__(self) -> None:
         if not isinstance(self.chips, int) or self.chips < 1:
@@ -64,6 +71,21 @@ class JobRequest:
                 )
         if self.hbm_bytes_per_chip < 0:
             raise InvalidInputError("hbm_bytes_per_chip must be >= 0", field="hbm_bytes_per_chip")
+        for name, v in (("topology_required", self.topology_required), ("topology_preferred", self.topology_preferred)):
+            if v is not None and v not in TOPOLOGY_LEVELS:
+                raise InvalidInputError(f"{name} {v!r} is not one of {', '.join(TOPOLOGY_LEVELS)}", field=name,
+                                        allowed=list(TOPOLOGY_LEVELS))
+        if self.pods is not None:
+            if not isinstance(self.pods, int) or self.pods < 1 or self.chips % self.pods:
+                raise InvalidInputError(f"pods ({self.pods!r}) must be a positive divisor of chips ({self.chips})",
+                                        field="pods")
+            if self.shape is not None:
+                raise InvalidInputError("give pods or shape, not both", field="pods")
+
+    @property
+    def spans_pods(self) -> bool:
+        """Placed across pods (``scheduler.fleet``) rather than as one block of one pod."""
+        return self.pods is not None and self.pods > 1
 
 
 def fmt_shape(shape: tuple[int, ...] | None) -> str:
@@ -84,6 +106,14 @@ class Placement:
     score: float = 0.0
     plan: Any = None  # the planner's plan when parallelism="auto"
     reason: str = ""
+    # A gang across pods: every pod it holds chips on, in rank order, and the network
+    # blocks they sit in. Empty for a one-pod gang (``pod`` says it all).
+    pods: tuple[int, ...] = ()
+    blocks: tuple[int, ...] = ()
+
+    @property
+    def all_pods(self) -> tuple[int, ...]:
+        return self.pods or (self.pod,)
 
     @property
     def cores(self) -> tuple[tuple[int, ...], ...]:
@@ -100,6 +130,8 @@ class Placement:
             "cores": [list(c) for c in self.cores],
             "score": round(self.score, 3),
             "reason": self.reason,
+            "pods": list(self.all_pods),
+            **({"blocks": list(self.blocks)} if self.blocks else {}),
         }
 
 

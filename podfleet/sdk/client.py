@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -81,10 +82,20 @@ def unreachable(url: str, exc: httpx.HTTPError) -> PodfleetError:
     return PodfleetError(f"cannot reach podfleet at {url}: {text or type(exc).__name__}")
 
 
+def _retry_after(r: httpx.Response) -> float | None:
+    value = r.headers.get("retry-after", "")
+    try:
+        return min(max(float(value), 0.1), 10.0) if value else None
+    except ValueError:
+        return None  # an HTTP date: not one podfleet sends
+
+
 class PodfleetClient:
     def __init__(self, url: str = "http://127.0.0.1:8470", token: str | None = None, *,
-                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 retry_unavailable_s: float = 15.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.retry_unavailable_s = retry_unavailable_s
         self.url = check_url(url)
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, transport=transport)
 
@@ -103,10 +114,18 @@ class PodfleetClient:
             kw["params"] = {k: v for k, v in kw["params"].items() if v is not None}
         if "json" in kw:
             kw["json"] = {k: v for k, v in kw["json"].items() if v is not None}
-        try:
-            r = self._http.request(method, path, **kw)
-        except httpx.HTTPError as exc:
-            raise unreachable(self.url, exc) from None
+        deadline = time.monotonic() + self.retry_unavailable_s
+        while True:
+            try:
+                r = self._http.request(method, path, **kw)
+            except httpx.HTTPError as exc:
+                raise unreachable(self.url, exc) from None
+            # 503 + Retry-After: nothing was changed (a follower between leaders, the store
+            # unreachable), so the same request is sent again, for at most retry_unavailable_s.
+            wait = _retry_after(r)
+            if r.status_code != 503 or wait is None or time.monotonic() + wait > deadline:
+                break
+            time.sleep(wait)
         if r.status_code >= 400:
             try:
                 body = r.json()
@@ -189,8 +208,16 @@ class PodfleetClient:
         token needs a fresh code, ``use_mfa``)."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate")
 
-    def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params={"chip": chip})
+    def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None, pod: int | None = None,
+                                  state: str | None = None, job: str | None = None, limit: int | None = None,
+                                  next_token: str | None = None, summary: bool = False) -> dict[str, Any]:
+        """The whole cluster, one chip, a filtered page (pod, state, job, limit, next_token),
+        or with ``summary`` per-pod and per-block counts."""
+        params: dict[str, Any] = {"chip": chip, "pod": pod, "state": state, "job": job, "limit": limit,
+                                  "next_token": next_token}
+        if summary:
+            params["summary"] = "true"
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params=params)
 
     def get_cluster_logs(self, cluster: str, *, since: int = 0) -> dict[str, Any]:
         return self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since})
@@ -200,14 +227,19 @@ class PodfleetClient:
         return self._sse(f"/v1/clusters/{_seg(cluster)}/logs", {"follow": "true", "since": since})
 
     def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
-                     rank: int | None = None, job: str | None = None) -> dict[str, Any]:
-        """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) on local/ray."""
-        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job}
+                     rank: int | None = None, job: str | None = None, factor: float | None = None) -> dict[str, Any]:
+        """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) / ``slow-worker``
+        (rank, factor, job) on local/ray."""
+        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor}
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
+
+    def slow_worker(self, cluster: str, rank: int, factor: float, *, job: str | None = None) -> dict[str, Any]:
+        """InjectFault kind slow-worker (local clusters): rank ``rank`` computes ``factor`` x slower."""
+        return self.inject_fault(cluster, "slow-worker", rank=rank, job=job, factor=factor)
 
     # --- chip lifecycle ---------------------------------------------------------------------
     def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:

@@ -133,6 +133,26 @@ class AuditLog(AuditKeyring):
             deleted = s.execute(delete(AuditEventRow).where(AuditEventRow.seq <= through_seq))
         return int(getattr(deleted, "rowcount", 0) or 0)
 
+    def audit_key_mismatch(self) -> str | None:
+        """Why the keys in use do not verify the chain's newest record (None: they do, or
+        the chain is empty or unkeyed): a server with keys of its own would write a chain
+        that no other server sharing the store verifies."""
+        with self._reading() as s:
+            row = s.execute(select(AuditEventRow).order_by(AuditEventRow.seq.desc()).limit(1)).scalar()
+        if row is None or row.key_id is None:
+            return None
+        rec = convert.audit_record(row)
+        key = self.audit_keys.get(rec.key_id or "")
+        if key is None:
+            return f"the audit chain's newest record ({rec.seq}) is keyed with {rec.key_id}, which this server lacks"
+        expect = audit_hash(seq=rec.seq, time=rec.time, actor=rec.actor, action=rec.action, target=rec.target,
+                            result=rec.result, detail=rec.detail, prev_hash=rec.prev_hash, key_id=rec.key_id,
+                            key=key)
+        if expect != rec.hash:
+            return (f"this server's audit key {rec.key_id} does not verify the chain's newest record ({rec.seq}): "
+                    "it is another key of that name")
+        return None
+
     def verify_audit(self) -> tuple[bool, int | None, str]:
         def records() -> Iterator[AuditRecord]:
             after = 0

@@ -20,15 +20,16 @@ from typing import Any, cast
 from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import URL, CursorResult
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.engine import URL, CursorResult, Engine
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from podfleet.errors import ConflictError, NotFoundError, PodfleetError
+from podfleet.errors import ConflictError, NotFoundError, PodfleetError, UnavailableError
 from podfleet.store import convert
 from podfleet.store.audit_log import AuditLog
 from podfleet.store.convert import check_limit
 from podfleet.store.engine import is_memory, make_engines, resolve_url
+from podfleet.store.lease import Fence
 from podfleet.store.migrate import upgrade_to_head
 from podfleet.store.models import (
     Base,
@@ -72,6 +73,9 @@ class Store(AuditLog, UserStore):
         self._wsession = sessionmaker(self._writer, expire_on_commit=False)
         self._rsession = sessionmaker(self._reader, expire_on_commit=False)
         self._write_lock = threading.RLock()
+        # Set on a leader of several servers (``use_fence``): every write transaction first
+        # checks that the lease still names this server's term (``store.lease``).
+        self.fence: Fence | None = None
         self._current: ContextVar[Session | None] = ContextVar(
             f"podfleet_store_tx_{id(self)}", default=None
         )
@@ -90,6 +94,24 @@ class Store(AuditLog, UserStore):
     def schema_revision(self) -> str | None:
         with self._reading() as s:
             return s.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+    @property
+    def write_engine(self) -> Engine:
+        """The engine writes go through (the leadership lease uses its own connections on it)."""
+        return self._writer
+
+    def use_fence(self, fence: Fence | None) -> None:
+        """From now on every write transaction checks ``fence`` first (None: no check)."""
+        self.fence = fence
+
+    def ping(self) -> bool:
+        """Whether the database answers a trivial query now (``/readyz``)."""
+        try:
+            with self._reader.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except (OperationalError, InterfaceError):
+            return False
 
     def close(self) -> None:
         self._writer.dispose()
@@ -139,21 +161,34 @@ class Store(AuditLog, UserStore):
                     yield outer
             else:
                 with self._write_lock, self._wsession() as s, s.begin():
+                    if self.fence is not None:
+                        self.fence.check(s)
+                    else:
+                        # Connect now: a database that does not answer refuses the
+                        # transaction at its start, before its caller changed anything.
+                        s.connection()
                     yield s
         except IntegrityError as exc:
             raise (conflict or _integrity_error)(exc) from exc
+        except (OperationalError, InterfaceError) as exc:
+            raise unavailable(exc) from exc
 
     @contextmanager
     def _reading(self) -> Iterator[Session]:
         outer = self._current.get()
-        if outer is not None:
-            yield outer
-        elif self._memory:  # one shared connection: reads queue behind the writer
-            with self._write_lock, self._wsession() as s:
-                yield s
-        else:
-            with self._rsession() as s:
-                yield s
+        try:
+            if outer is not None:
+                yield outer
+            elif self._memory:  # one shared connection: reads queue behind the writer
+                with self._write_lock, self._wsession() as s:
+                    yield s
+            else:
+                with self._rsession() as s:
+                    yield s
+        except (OperationalError, InterfaceError) as exc:
+            if outer is not None:
+                raise  # the enclosing transaction's ``_writing`` translates it once
+            raise unavailable(exc) from exc
 
     def _upsert(self, s: Session, model: type[Base], rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
         dialect = pg_dialect if self.dialect == "postgresql" else sqlite_dialect
@@ -459,6 +494,14 @@ class Store(AuditLog, UserStore):
             if row is None:
                 raise NotFoundError(f"token {token_id!r} does not exist", field="token_id")
             row.revoked = True
+
+
+def unavailable(exc: OperationalError | InterfaceError) -> UnavailableError:
+    """The database did not answer (down, a connection cut, a lock it gave up on): the
+    caller may retry; nothing of this call was committed."""
+    reason = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+    return UnavailableError(f"the store is unavailable ({reason[0][:200] if reason else type(exc).__name__}); "
+                            "nothing was changed, retry shortly", retry_after_s=2)
 
 
 def _integrity_error(exc: IntegrityError) -> PodfleetError:

@@ -27,6 +27,13 @@ DEFAULT_DIR = Path("~/.podfleet")
 DEFAULT_FILE = "podfleet.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SUPPORTED = ("sqlite", "postgresql")
+# PostgreSQL: a connection attempt to a database that does not answer fails after this
+# long (the API answers 503, the elector tries again) instead of hanging on the TCP timeout.
+PG_CONNECT_TIMEOUT_S = 3
+# A transaction left open by a process that stopped (SIGSTOP, a frozen VM) is ended by the
+# database after this long, so it cannot hold the leadership lease row, or any row, for
+# ever (store.lease). podfleet's own transactions last milliseconds.
+PG_IDLE_IN_TRANSACTION_MS = 4000
 
 
 def default_path() -> Path:
@@ -91,7 +98,13 @@ def make_engines(url: URL) -> tuple[Engine, Engine]:
     """(write engine, read engine). They are one engine except for file SQLite."""
     common: dict[str, Any] = {"json_serializer": json_dumps}
     if url.get_backend_name() == "postgresql":
-        engine = create_engine(url, pool_pre_ping=True, **common)
+        # Added to the URL's own ``options`` (a search_path, say), not in their place.
+        given = url.query.get("options", "")
+        given = given if isinstance(given, str) else " ".join(given)
+        options = f"{given} -c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_MS}"
+        url = url.update_query_dict({"options": options.strip()})
+        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": PG_CONNECT_TIMEOUT_S},
+                               **common)
         return engine, engine
     if is_memory(url):
         # One shared connection, else each connection would be its own empty database.

@@ -227,3 +227,15 @@ class PriorityClassRow(Base):
     value: Mapped[int] = mapped_column(Integer)
     preemption: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[float] = mapped_column(Double)
+
+
+class LeaderLeaseRow(Base):
+    """The leadership lease of the servers sharing this store (``store.lease``): one row per
+    lease name; ``term`` is the fencing token, raised by every takeover."""
+
+    __tablename__ = "leader_lease"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    url: Mapped[str] = mapped_column(String(512))
+    term: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[float] = mapped_column(Double)

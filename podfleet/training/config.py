@@ -63,8 +63,16 @@ class WorkerConfig:
     step_delay_s: float = 0.0  # test/benchmark knob: sleep per step at an even share (scaled by this rank's share)
     shares: tuple[int, ...] = ()  # samples of the global batch per rank (sum = global_batch); (): even
     split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
+    slow_file: str | None = None  # fault injection (slow-worker): {"factors": {rank: f}} read between steps
     grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
     array_index: int | None = None  # a job-array member's index: PODFLEET_ARRAY_INDEX for its script
+    # Rank moves (training/regroup.py): where the fabric writes the next rendezvous, the
+    # rendezvous generation this process starts in, whether it replaces a lost rank (and so
+    # takes its state from a peer), and how long a survivor waits for the fabric's move.
+    regroup_file: str | None = None
+    generation: int = 0
+    join: bool = False
+    regroup_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.world_size < 1:

@@ -12,11 +12,20 @@ A new split arrives between steps: the fabric writes ``cfg.split_file``; rank 0 
 it and broadcasts it (one small collective per step, before the step's data is taken),
 so every rank switches at the same step. The reported loss is the scaled one: its mean
 over ranks is the global-batch mean, as with an even split.
+
+Slow-worker fault (``cfg.slow_file``, written by ``LocalFabric.slow_worker``): a rank
+slowed by factor f sleeps ``(f - 1) x`` its own step time before the fault (the median
+of its last unslowed steps) ``x share / even share`` after each step: at an even split
+its steps take f times as long, and the extra time scales with the samples it is given,
+as on a chip f times slower per sample. The baseline is frozen while slowed, so the
+sleep never feeds on time spent waiting for a peer. It sleeps between steps, where the
+fabric's per-rank speed measure (fabric/local/speed.py) sees it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -65,6 +74,46 @@ def _agree_split(cfg: WorkerConfig, current: tuple[int, ...]) -> tuple[int, ...]
     return tuple(int(x) for x in t.tolist())
 
 
+class SlowDown:
+    """This rank's slow-down factor from the fault file (re-read only when it changed) and
+    its unslowed step time per sample, the baseline the sleep is scaled from."""
+
+    def __init__(self, path: str | None, rank: int) -> None:
+        self.path, self.rank = path, rank
+        self.factor = 1.0
+        self._mtime: float | None = None
+        self._per_sample: list[float] = []  # the last unslowed steps' time per sample
+
+    def current(self) -> float:
+        if self.path is None:
+            return 1.0
+        try:
+            mtime = os.stat(self.path).st_mtime
+        except OSError:
+            self.factor, self._mtime = 1.0, None
+            return 1.0
+        if mtime != self._mtime:
+            self._mtime = mtime
+            try:
+                with open(self.path, encoding="utf-8") as f:
+                    got = json.load(f).get("factors", {}).get(str(self.rank), 1.0)
+                self.factor = max(1.0, float(got))
+            except (OSError, ValueError, TypeError, AttributeError):
+                self.factor = 1.0
+        return self.factor
+
+    def extra_s(self, step_time_s: float, samples: int) -> float:
+        """How long to sleep after a step of ``samples`` that took ``step_time_s``."""
+        factor = self.current()
+        if factor <= 1.0 or not self._per_sample:
+            if samples > 0:
+                self._per_sample = [*self._per_sample[-4:], step_time_s / samples]
+            if factor <= 1.0:
+                return 0.0
+        base = sorted(self._per_sample)[len(self._per_sample) // 2]
+        return (factor - 1.0) * base * samples
+
+
 @dataclass
 class LoopState:
     step: int = 0  # last completed step
@@ -87,6 +136,7 @@ def train(
     tokens_per_step = cfg.global_batch * cfg.seq_len
     even = cfg.global_batch // cfg.world_size
     shares = cfg.shares or (even,) * cfg.world_size
+    slow = SlowDown(cfg.slow_file, cfg.rank)
     for step in range(state.step + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         try:
@@ -120,6 +170,9 @@ def train(
         if cfg.step_delay_s:
             # An emulated slow chip is slow per sample: the delay scales with this rank's share.
             time.sleep(cfg.step_delay_s * shares[cfg.rank] * cfg.world_size / cfg.global_batch)
+        extra_s = slow.extra_s(step_time_s, shares[cfg.rank])
+        if extra_s > 0:
+            time.sleep(extra_s)
     return state
 
 

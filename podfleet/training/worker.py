@@ -247,9 +247,26 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
         state.step = restored.step
         reporter.log(f"restored step {restored.step} from {source}")
     start_step = state.step
-    ddp = DistributedDataParallel(model) if cfg.world_size > 1 else model
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    gen, synced = cfg.generation, False
+    if cfg.join and cfg.world_size > 1:
+        # A replacement for a lost rank: its state comes from the peers that kept theirs.
+        try:
+            state.step = _take_state(cfg, reporter, gen, model, optimizer, device, -1)
+        except Exception as exc:
+            from podfleet.training.loop import is_comm_failure
+            from podfleet.training.regroup import NoReplica
+
+            if not (is_comm_failure(exc) or isinstance(exc, NoReplica)):
+                raise
+            moved = None if isinstance(exc, NoReplica) else _rejoin(cfg, reporter, gen, backend, model, optimizer,
+                                                                      device, -1)
+            if moved is None:
+                reporter.log(f"replacement rank could not take the gang's state: {str(exc).splitlines()[0][:160]}")
+                return WorkerResult(cfg.rank, 0, None, (), 0, EXIT_PEER_LOST, str(exc), {"kind": "peer-lost"})
+            gen, state.step = moved
+        synced = True
     comp = parse_grad_compression(cfg.grad_compression)
-    codec = compression.install(ddp, comp, cfg.world_size, cfg.seed) if cfg.world_size > 1 else None
 
     def durable(step: int, path: str) -> None:
         if cfg.world_size == 1:
@@ -258,29 +275,83 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
 
     ckpt = (AsyncCheckpointer(cfg.checkpoint_dir, cfg.job_id, cfg.rank, cfg.world_size, kek, durable)
             if cfg.checkpoint_dir and cfg.checkpoint_interval else None)
-    try:
-        train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)
-    except PeerLost as lost:
-        if ckpt is not None:
-            ckpt.flush()
-        if not (cfg.replica_peer and cfg.replica_dir):
-            reporter.log(f"{lost}; replicas are off, the gang restarts from the last checkpoint")
-            return WorkerResult(cfg.rank, lost.step, None, tuple(state.losses), start_step, EXIT_PEER_LOST,
-                                str(lost), {"kind": "peer-lost"})
-        # DP replicas are identical, so this rank's whole (unsharded) state is the replica.
-        path = write_shard(cfg.replica_dir, cfg.job_id, lost.step, 0, snapshot(model, optimizer, 0, 1), kek)
-        manifest.commit(cfg.replica_dir, cfg.job_id, lost.step, 1, kind="replica")
-        if isinstance(reporter, MessageReporter):
-            reporter.send("replica", step=lost.step, path=str(path.parent))
-        reporter.log(f"{lost}; replica of step {lost.step} saved to {path.parent}")
-        return WorkerResult(cfg.rank, lost.step, state.losses[-1] if state.losses else None, tuple(state.losses),
-                            start_step, EXIT_PEER_LOST, str(lost), {"kind": "peer-lost", "replica": str(path.parent)})
+    while True:
+        # After a regroup every rank already holds the source's state: no second broadcast.
+        ddp = DistributedDataParallel(model, init_sync=not synced) if cfg.world_size > 1 else model
+        codec = compression.install(ddp, comp, cfg.world_size, cfg.seed) if cfg.world_size > 1 else None
+        try:
+            train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)
+            break
+        except PeerLost as lost:
+            del ddp, codec  # its reducer's hooks go with it; the next generation builds its own
+            if cfg.regroup_file and cfg.entrypoint is None:
+                reporter.log(f"{lost}; waiting for the fabric to move the lost rank (generation > {gen})")
+                moved = _rejoin(cfg, reporter, gen, backend, model, optimizer, device, lost.step)
+                if moved is not None:
+                    gen, state.step = moved
+                    synced = True
+                    continue
+                reporter.log("no rank move came: leaving the gang to be relaunched")
+            if ckpt is not None:
+                ckpt.flush()
+            if not (cfg.replica_peer and cfg.replica_dir):
+                reporter.log(f"{lost}; replicas are off, the gang restarts from the last checkpoint")
+                return WorkerResult(cfg.rank, lost.step, None, tuple(state.losses), start_step, EXIT_PEER_LOST,
+                                    str(lost), {"kind": "peer-lost"})
+            # DP replicas are identical, so this rank's whole (unsharded) state is the replica.
+            path = write_shard(cfg.replica_dir, cfg.job_id, lost.step, 0, snapshot(model, optimizer, 0, 1), kek)
+            manifest.commit(cfg.replica_dir, cfg.job_id, lost.step, 1, kind="replica")
+            if isinstance(reporter, MessageReporter):
+                reporter.send("replica", step=lost.step, path=str(path.parent))
+            reporter.log(f"{lost}; replica of step {lost.step} saved to {path.parent}")
+            return WorkerResult(cfg.rank, lost.step, state.losses[-1] if state.losses else None,
+                                tuple(state.losses), start_step, EXIT_PEER_LOST, str(lost),
+                                {"kind": "peer-lost", "replica": str(path.parent)})
     if ckpt is not None:
         ckpt.close()
     if cfg.world_size > 1:
         reporter.log(compression.report_line(comp, state.wire, state.step_times_s, codec))
     final = state.losses[-1] if state.losses else None
     return WorkerResult(cfg.rank, state.step, final, tuple(state.losses), start_step, EXIT_OK)
+
+
+def _take_state(cfg: WorkerConfig, reporter: Reporter, gen: int, model: torch.nn.Module,
+                optimizer: torch.optim.Optimizer, device: torch.device, held: int) -> int:
+    """Join the current group's state transfer (``regroup.sync_state``); the step restored."""
+    from podfleet.training.regroup import sync_state
+
+    t0 = time.perf_counter()
+    step, src = sync_state(model, optimizer, held, device)
+    took = time.perf_counter() - t0
+    reporter.log(f"regroup generation {gen}: state of step {step} from rank {src} in {took:.2f} s")
+    if isinstance(reporter, MessageReporter):
+        reporter.send("regrouped", generation=gen, step=step, source_rank=src, restore_s=round(took, 4))
+    return step
+
+
+def _rejoin(cfg: WorkerConfig, reporter: Reporter, gen: int, backend: str, model: torch.nn.Module,
+            optimizer: torch.optim.Optimizer, device: torch.device, held: int) -> tuple[int, int] | None:
+    """A survivor: leave the broken group, join the fabric's next rendezvous and share state.
+    (generation, step) once the gang trains again; None when no move came in time."""
+    from podfleet.training.loop import is_comm_failure
+    from podfleet.training.regroup import NoReplica, join_group, leave_group, wait_rendezvous
+
+    assert cfg.regroup_file is not None
+    while True:
+        leave_group()
+        rdv = wait_rendezvous(cfg.regroup_file, gen, cfg.regroup_timeout_s)
+        if rdv is None:
+            return None
+        gen = rdv.generation
+        try:
+            join_group(cfg, rdv, backend)
+            return gen, _take_state(cfg, reporter, gen, model, optimizer, device, held)
+        except NoReplica:
+            return None
+        except Exception as exc:  # another rank lost while re-forming: wait for the next generation
+            if not is_comm_failure(exc) and not isinstance(exc, TimeoutError):
+                raise
+            reporter.log(f"regroup generation {gen} failed: {str(exc).splitlines()[0][:160]}")
 
 
 def _preload() -> None:

@@ -3,12 +3,14 @@ faults at once, decoys that stay quiet, repaired faults that become history."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from podfleet.advisor import kb
 from podfleet.advisor.diagnose import diagnose
-from podfleet.advisor.runbooks import RUNBOOKS, UNEXPLAINED, Action
-from podfleet.fabric.base import ChipState
+from podfleet.advisor.runbooks import RUNBOOKS, UNEXPLAINED, WORKER_KINDS, Action
+from podfleet.fabric.base import ChipState, FabricEvent
 from podfleet.hardware.faults import CHIP_FAULTS, FAULT_KINDS, LINK_FAULTS, FaultKind
 from tests.advisor.conftest import Pod, make_pod
 
@@ -24,7 +26,7 @@ def findings(pod: Pod) -> list[dict]:
 
 
 def test_every_fault_kind_has_a_runbook_with_a_guide() -> None:
-    assert set(RUNBOOKS) == set(FAULT_KINDS)
+    assert set(RUNBOOKS) == set(FAULT_KINDS) | set(WORKER_KINDS)
     topics = set(kb.topics())
     for rb in [*RUNBOOKS.values(), UNEXPLAINED]:
         assert rb.topic in topics
@@ -51,7 +53,7 @@ def test_each_kind_is_named_at_its_place_with_its_action(kind: str) -> None:
         assert f["links"] == [target]
     else:
         assert f["chips"] == [chips[3]]
-        assert f["evidence"]["events"][0]["fault"] == kind
+        assert "fault" not in f["evidence"]["events"][0]  # the injector's label never reaches a finding
         assert "temperature_c" in f["evidence"]["metrics"]
     assert f["confidence"] >= 0.9
 
@@ -99,3 +101,30 @@ def test_a_repaired_chip_is_history_and_an_unexplained_one_says_so(pod: Pod) -> 
 
 def test_chip_kinds_and_link_kinds_cover_the_vocabulary() -> None:
     assert set(FaultKind) == CHIP_FAULTS | LINK_FAULTS
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_diagnosis_holds_with_the_injectors_label_replaced_by_a_neutral_one(kind: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 29: the twin attaches the kind it injected (detail["fault"]); a diagnoser that
+    # read it back would lose its accuracy here. Every label is "hardware-error" and the
+    # action / cause keys are gone: the finding comes from states, counters and logs.
+    pod = make_pod()
+    chips = pod.submit(32)
+    rt = pod.plane.resolve("pod")
+    real = rt.fabric.hardware_errors
+
+    def neutral() -> list[FabricEvent]:
+        return [replace(e, detail={"fault": "hardware-error"}) for e in real()]
+
+    monkeypatch.setattr(rt.fabric, "hardware_errors", neutral)
+    if kind in LINK_FAULTS:
+        target = "1-2" if {1, 2} <= set(chips) else f"{chips[0]}-{chips[1]}"
+        pod.plane.inject_fault("pod", kind, link=target)
+    else:
+        pod.plane.inject_fault("pod", kind, chip=chips[3])
+    pod.run(60)
+    assert all(e.detail == {"fault": "hardware-error"} for e in rt.fabric.hardware_errors())
+    out = findings(pod)
+    assert [f["kind"] for f in out] == [kind], out
+    assert out[0]["links"] == [target] if kind in LINK_FAULTS else out[0]["chips"] == [chips[3]]

@@ -24,7 +24,7 @@ from podfleet.security.tokens import Role
 from podfleet.store.memory import MemoryStore
 from tests.api.conftest import ADMIN_TOKEN, Live
 
-PUBLIC = {"Healthz", "Metrics"}
+PUBLIC = {"Healthz", "Readyz", "Metrics"}
 
 
 @dataclass

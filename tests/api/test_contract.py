@@ -8,7 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
 
 from podfleet.api.openapi import LINKS
 from tests.api.conftest import wait_active
@@ -108,3 +111,67 @@ def test_bounds_the_server_enforces_are_in_the_schema(doc: dict[str, Any]) -> No
     assert "llama3-8b" in schemas["PlanRequest"]["properties"]["model"]["enum"]
     assert schemas["FirmwareUpdateRequest"]["properties"]["version"]["enum"] == ["2.20.0", "2.21.0", "2.22.0",
                                                                                   "2.23.0"]
+
+
+def _validator(doc: dict[str, Any], name: str) -> jsonschema.Draft202012Validator:
+    """A JSON Schema validator for one request body of the document (OpenAPI 3.1 schemas are
+    JSON Schema 2020-12), its $refs resolved against the document."""
+    registry: Registry[Any] = Registry().with_resource("urn:doc", Resource(contents=doc, specification=DRAFT202012))
+    return jsonschema.Draft202012Validator({"$ref": f"urn:doc#/components/schemas/{name}"}, registry=registry)
+
+
+# Cross-field rules the engine checks, stated by the schema too (issue 30, item 9): each
+# body here is refused by the schema exactly when the server refuses it with a 422.
+@pytest.mark.parametrize("body,valid", [
+    ({"chips": 1}, False),                                   # no model, model_dims nor entrypoint
+    ({"model": None, "chips": 1}, False),
+    ({"model": "debug", "chips": 1}, True),
+    ({"model_dims": {"layers": 2, "hidden": 64, "heads": 2, "vocab": 100}, "chips": 1}, True),
+])
+def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, Any], valid: bool) -> None:
+    assert _validator(doc, "SubmitJobRequest").is_valid(body) is valid
+
+
+@pytest.mark.parametrize("body,valid", [
+    ({"name": "c", "fabric": "sim", "rayAddress": "auto"}, False),
+    ({"name": "c", "fabric": "ray", "rayAddress": "auto"}, True),
+    ({"name": "c", "rayAddress": "auto"}, True),             # fabric implied: ray
+    ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
+    ({"name": "c", "fabric": "local", "neuronMonitor": "neuron-monitor"}, False),
+    ({"name": "c", "neuronMonitor": "neuron-monitor"}, True),
+])
+def test_fabric_options_name_their_fabric_in_the_schema(doc: dict[str, Any], body: dict[str, Any],
+                                                        valid: bool) -> None:
+    assert _validator(doc, "CreateClusterRequest").is_valid(body) is valid
+
+
+@pytest.mark.parametrize("body,valid", [
+    ({"kind": "link-down", "link": "0-1"}, True),
+    ({"kind": "link-down", "chip": 3}, False),
+    ({"kind": "link-down", "link": "0-1", "chip": 3}, False),
+    ({"kind": "chip-failure", "chip": 3}, True),
+    ({"kind": "chip-failure", "link": "0-1"}, False),
+    ({"kind": "kill-worker", "rank": 0}, True),
+])
+def test_fault_targets_follow_the_kind_in_the_schema(admin: httpx.Client, pod: dict[str, Any],
+                                                     doc: dict[str, Any], body: dict[str, Any], valid: bool) -> None:
+    assert _validator(doc, "InjectFaultRequest").is_valid(body) is valid
+    if not valid:  # and the server agrees: what the schema refuses, the engine refuses too
+        r = admin.post("/v1/clusters/contract/faults", json=body)
+        assert r.status_code == 422, r.text
+
+
+def test_an_implied_fabric_is_the_one_its_options_name(admin: httpx.Client) -> None:
+    # rayAddress without a fabric means ray: refused here only because no Ray address is allowed.
+    r = admin.post("/v1/clusters", json={"name": "implied", "chips": 1, "rayAddress": "10.0.0.9:6379"})
+    assert r.status_code == 403 and "rayAddress" in r.text, r.text
+
+
+def test_policy_documents_and_code_uploads_have_schemas(doc: dict[str, Any]) -> None:
+    put = doc["paths"]["/v1/users/{user}/policies/{policy}"]["put"]["requestBody"]["content"]["application/json"]
+    body = put["schema"]
+    ref = next(s["$ref"] for s in body.get("anyOf", [body]) if "$ref" in s)
+    assert ref.endswith("/PolicyDocument")
+    assert "Statement" in doc["components"]["schemas"]["PolicyDocument"]["required"]
+    code = doc["paths"]["/v1/code"]["post"]["requestBody"]["content"]
+    assert code["application/octet-stream"]["schema"] == {"type": "string", "format": "binary"}

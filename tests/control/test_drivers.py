@@ -138,7 +138,13 @@ def test_process_driver_relaunches_a_gang_that_ended_and_counts_failures() -> No
     assert len(fab.launches) == 2 and second.options["resume"] is True
     assert second.chips[1] != first.chips[1] and second.chips[0] == first.chips[0]
     d = plane.jobs.describe(job["id"])
-    assert d["state"] == "RUNNING" and d["runtime"]["infra_failures"] == 1
+    # RECOVERING for the whole relaunch: until the fabric says the new gang started.
+    assert d["state"] == "RECOVERING" and d["runtime"]["infra_failures"] == 1
+    assert "waiting for the gang to start" in d["reason"]
+    fab.emit("job-started", job["id"], chips=list(second.chips))
+    advance(plane, 0.1)
+    d = plane.jobs.describe(job["id"])
+    assert d["state"] == "RUNNING" and d["allocation"]["chips"] == list(second.chips)
     assert plane.clusters[d["cluster_id"]].owner.get(first.chips[1]) is None
 
     # kill-worker goes to the fabric that declares WorkerKill, and says which pid.
@@ -193,7 +199,10 @@ def test_a_gang_that_keeps_hanging_fails_as_user_code_after_the_hang_restarts() 
         advance(plane, 0.1)
         d = plane.jobs.describe(job["id"])
         if n == 1:
-            assert d["state"] == "RUNNING" and len(fab.launches) == 2 and d["runtime"]["hang_restarts"] == 1
+            assert d["state"] == "RECOVERING" and len(fab.launches) == 2 and d["runtime"]["hang_restarts"] == 1
+            fab.emit("job-started", job["id"], chips=list(fab.launches[-1].chips))
+            advance(plane, 0.1)
+            assert plane.jobs.describe(job["id"])["state"] == "RUNNING"
     assert len(fab.launches) == 2  # not relaunched a third time
     assert d["state"] == "FAILED" and d["reason"].startswith("the job's code stopped responding: rank 0"), d
     assert "hang restarts allowed: 1" in d["reason"] and "user-code failure" in d["reason"]

@@ -23,5 +23,5 @@ def test_trainer_preset_is_the_registered_model(name: str) -> None:
 def test_only_trainer_presets_build_for_real() -> None:
     assert PRESET_NAMES == TRAINER_PRESETS
     assert "llama3-8b" in MODELS
-    with pytest.raises(UnknownNameError, match="valid: debug, small, tiny"):
+    with pytest.raises(UnknownNameError, match="valid: debug, medium, small, tiny"):
         get_preset("llama3-8b")

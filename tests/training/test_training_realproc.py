@@ -64,25 +64,58 @@ def test_events_arrive_on_the_engine_thread(uninterrupted: dict) -> None:
     assert kinds.count("worker-exited") == 2
 
 
-def test_kill_9_from_outside_recovers_on_a_spare_with_the_same_loss_curve(uninterrupted: dict, tmp_path: Path) -> None:
+def test_kill_9_from_outside_moves_the_rank_while_the_other_rank_keeps_running(uninterrupted: dict,
+                                                                             tmp_path: Path) -> None:
+    """A rank move (fabric/local/rankmove.py): the killed rank starts on the spare, rank 0's
+    process never stops (same pid), the gang re-forms without a relaunch (attempt 1) and the
+    loss curve is the uninterrupted run's: no step redone, none skipped, none reset."""
     fab = LocalFabric(3, spares=(2,), workdir=tmp_path, hang_timeout_s=10)
     try:
         fab.launch(WorkerGroupSpec("job-k", (0, 1), "debug", STEPS, checkpoint_interval=5,
                                    options={"global_batch": BATCH, "step_delay_s": 0.1, "max_retries": 0}))
         fab.wait("job-k", 120, until=lambda s: s.step >= 8)
-        os.kill(fab.pids("job-k")[1], signal.SIGKILL)  # a real kill -9, not through the fabric
+        before = fab.pids("job-k")
+        os.kill(before[1], signal.SIGKILL)  # a real kill -9, not through the fabric
+        moved = fab.wait("job-k", 120, until=lambda s: bool(s.recoveries))
+        after = fab.pids("job-k")
+        assert moved.state is JobState.RUNNING, moved.reason
+        assert after[0] == before[0] and after[1] != before[1]  # rank 0 is the same process
         st = fab.wait("job-k", 120)
         assert st.state is JobState.FINISHED, st.reason
         # Infrastructure failures do not use the retry budget (max_retries=0 here).
+        assert (st.infra_failures, st.user_failures, st.attempt) == (0, 0, 1)
+        (rec,) = st.recoveries
+        assert rec["mechanism"] == "rank-move" and rec["path"] == "spare"
+        assert rec["source"] == "replica" and rec["steps_lost"] == 0 and rec["source_rank"] == 0
+        assert rec["moves"] == {"1": [1, 2]} and st.chips == (0, 2)
+        assert fab.chip_states()[1] is ChipState.HEALTHY  # a killed worker is not a chip fault
+        exited = [e for e in fab.events if e.kind == "worker-exited"]
+        assert (exited[0].detail["rank"], exited[0].detail["exit_code"]) == (1, -signal.SIGKILL)
+        assert sum(1 for e in exited if e.detail["rank"] == 0) == 1  # rank 0 exited once: at the end
+        resumed = [e for e in fab.events if e.kind == "job-resumed"]
+        assert [e.detail["mechanism"] for e in resumed] == ["rank-move"] and resumed[0].detail["chips"] == [0, 2]
+        # Bitwise: the state broadcast from rank 0 is its exact fp32 state, data is a pure
+        # function of (seed, step), and a 2-way all-reduce (a + b) does not depend on order.
+        assert st.losses == uninterrupted["status"].losses
+    finally:
+        fab.close()
+
+
+def test_with_rank_moves_off_the_gang_relaunches_with_the_same_loss_curve(uninterrupted: dict,
+                                                                          tmp_path: Path) -> None:
+    fab = LocalFabric(3, spares=(2,), workdir=tmp_path, hang_timeout_s=10)
+    try:
+        fab.launch(WorkerGroupSpec("job-r", (0, 1), "debug", STEPS, checkpoint_interval=5,
+                                   options={"global_batch": BATCH, "step_delay_s": 0.1, "max_retries": 0,
+                                            "rank_moves": False}))
+        fab.wait("job-r", 120, until=lambda s: s.step >= 8)
+        os.kill(fab.pids("job-r")[1], signal.SIGKILL)
+        st = fab.wait("job-r", 120)
+        assert st.state is JobState.FINISHED, st.reason
         assert (st.infra_failures, st.user_failures, st.attempt) == (1, 0, 2)
         (rec,) = st.recoveries
-        assert rec["source"] == "replica" and rec["steps_lost"] == 0
+        assert rec["mechanism"] == "relaunch" and rec["source"] == "replica" and rec["steps_lost"] == 0
         assert rec["moves"] == {"1": [1, 2]} and st.chips == (0, 2)
-        assert fab.chip_states()[1] is ChipState.ISOLATED
-        exited = [e for e in fab.events if e.kind == "worker-exited" and e.detail["rank"] == 1]
-        assert exited[0].detail["infra"] and exited[0].detail["exit_code"] == -signal.SIGKILL
-        # Bitwise: the replica is the exact fp32 state of the last completed step, data is a
-        # pure function of (seed, step), and a 2-way all-reduce (a + b) does not depend on order.
         assert st.losses == uninterrupted["status"].losses
     finally:
         fab.close()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import json
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
@@ -19,6 +20,7 @@ from podfleet.api.schemas import (
     Logs,
 )
 from podfleet.api.sse import stream
+from podfleet.control.hardwareviews import ChipFilter
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 
@@ -33,9 +35,17 @@ async def create_cluster(body: CreateClusterRequest, request: Request, plane: Pl
     a user's policies must grant it)."""
     host = {"rayAddress": body.rayAddress, "neuronLs": body.neuronLs, "neuronMonitor": body.neuronMonitor}
     await require_fabric_commands(request, who, body.name, [k for k, v in host.items() if v is not None])
-    data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor"}, exclude_none=True)
-    named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor}
+    data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor", "podsPerBlock"},
+                           exclude_none=True)
+    named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor,
+             "pods_per_block": body.podsPerBlock}
     data.update({k: v for k, v in named.items() if v is not None})
+    if body.fabric is None:
+        # The fabric-specific options say which fabric is meant (the schema says the same).
+        implied = "ray" if body.rayAddress is not None else (
+            "neuron" if body.neuronLs is not None or body.neuronMonitor is not None else None)
+        if implied is not None:
+            data["fabric"] = implied
     return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
 
 
@@ -63,11 +73,30 @@ async def delete_cluster(cluster: ClusterRef, plane: Plane, who: CurrentPrincipa
 @router.get("/{cluster}/hardware", operation_id="DescribeClusterHardware",
             responses={200: {"model": Hardware | ChipOut, "description": "the whole cluster, or one chip with ?chip="}},
             response_class=Response)
-async def describe_hardware(request: Request, cluster: ClusterRef, plane: Plane, chip: ChipQuery = None) -> Response:
+async def describe_hardware(
+    request: Request, cluster: ClusterRef, plane: Plane, chip: ChipQuery = None,
+    pod: Annotated[int | None, Query(ge=0, le=1023, description="only this pod's chips (and its links)")] = None,
+    state: Annotated[Literal["healthy", "degraded", "failed", "isolated", "updating"] | None,
+                     Query(description="only chips in this state")] = None,
+    job: Annotated[str | None, Query(max_length=64, pattern=r"^job-[a-z0-9-]+$",
+                                     description="only chips this job holds")] = None,
+    limit: Annotated[int | None, Query(ge=1, le=4096, description="chips per page (a page has nextToken)")] = None,
+    next_token: Annotated[str | None, Query(alias="next_token", max_length=16, pattern=r"^\d+$",
+                                            description="from the previous page")] = None,
+    summary: Annotated[bool, Query(description="per-pod and per-block counts (healthy, failed, spare, "
+                                               "busy, utilization) instead of chips")] = False,
+) -> Response:
     """Chips (index, coords, state, spare, metrics) and links (src, dst, axis, state, metrics),
-    from the snapshot rendered once per telemetry tick."""
+    from the snapshot rendered once per telemetry tick. At fleet size: ``summary=true`` for
+    per-pod and per-block counts, or a page of chips (``pod``, ``state``, ``job``,
+    ``limit``, ``next_token``)."""
     if plane.snapshot_stale(cluster):
         await plane.call(plane.refresh_hardware, cluster)
+    if summary:
+        return Response(plane.hardware_summary(cluster), media_type="application/json")
+    if any(v is not None for v in (pod, state, job, limit, next_token)):
+        body = plane.hardware_page(cluster, ChipFilter(pod, state, job), limit or 256, next_token)
+        return Response(json.dumps(body, separators=(",", ":")).encode(), media_type="application/json")
     if chip is None and "gzip" in request.headers.get("accept-encoding", ""):
         return Response(plane.hardware_gzip(cluster), media_type="application/json",
                         headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
@@ -93,6 +122,7 @@ async def inject_fault(cluster: ClusterRef, body: InjectFaultRequest, plane: Pla
                        who: CurrentPrincipal) -> dict[str, Any]:
     """Inject a fault. The twin: chip faults need ``chip``, link faults ``link`` (A-B). Local
     and ray clusters: ``kill-worker`` kills one rank's worker (``rank``; ``jobId`` unless one
-    job runs there), an infrastructure failure the fabric recovers from."""
+    job runs there), an infrastructure failure the fabric recovers from; ``slow-worker`` slows
+    one rank down by ``factor`` (the balancer moves work off it)."""
     return await plane.call(plane.inject_fault, cluster, body.kind, chip=body.chip, link=body.link,
-                            rank=body.rank, job=body.jobId, actor=who.actor)
+                            rank=body.rank, job=body.jobId, factor=body.factor, actor=who.actor)

@@ -19,7 +19,10 @@ router = APIRouter(prefix="/v1/code", tags=["code"])
 
 @router.post("", operation_id="UploadCode", status_code=201,
              openapi_extra={"requestBody": {"required": True, "content": {
-                 "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}})
+                 # The same bytes under either type: application/octet-stream is the one
+                 # generated clients (and schemathesis) know how to send.
+                 "application/gzip": {"schema": {"type": "string", "format": "binary"}},
+                 "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def upload_code(request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Store a gzipped tarball of code, content-addressed; submit jobs with
     ``entrypoint: code:<sha256>/<path>``. The body limit is the server's code limit."""

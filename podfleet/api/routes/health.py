@@ -117,7 +117,7 @@ async def get_telemetry(
 @router.get("/clusters/{cluster}/recoveries", operation_id="ListRecoveries", response_model=RecoveryList)
 async def list_recoveries(cluster: ClusterRef, plane: Plane, svc: Recovery) -> dict[str, Any]:
     """Recovery flows with their steps (each with its reason and times)."""
-    return {"recoveries": await plane.call(svc.recoveries, cluster)}
+    return {"recoveries": await plane.call(svc.list_recoveries, cluster)}
 
 
 @router.post("/clusters/{cluster}/firmware", operation_id="StartFirmwareUpdate", response_model=FirmwareRollout,

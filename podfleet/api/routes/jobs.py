@@ -30,9 +30,13 @@ async def submit_job(cluster: ClusterRef, body: SubmitJobRequest, request: Reque
     Options that move checkpoints or their key (``checkpoint_dir``, ``key_file``) or turn
     encryption off (``encrypt_checkpoints: false``) need UseCheckpointOptions (admins; a
     user's policies must grant it, e.g. StorageAccess), and are audited."""
-    data = body.model_dump(exclude={"clientToken", "gradCompression"}, exclude_none=True)
+    data = body.model_dump(exclude={"clientToken", "gradCompression", "topologyRequired", "topologyPreferred"},
+                           exclude_none=True)
     if body.gradCompression is not None:
         data["grad_compression"] = body.gradCompression
+    for key, value in (("topology_required", body.topologyRequired), ("topology_preferred", body.topologyPreferred)):
+        if value is not None:
+            data[key] = value
     await require_checkpoint_options(request, who, cluster, data.get("options"))
     await require_queue(request, who, cluster, data.get("queue") or "default")
     return await plane.call(plane.jobs.submit, cluster, data, actor=who.actor, client_token=body.clientToken)

@@ -1,17 +1,43 @@
-"""Liveness and Prometheus metrics (no token: scraped by infrastructure)."""
+"""Liveness, readiness and Prometheus metrics (no token: scraped by infrastructure)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from podfleet.store.election import Role
 
 router = APIRouter(tags=["system"])
 
 
 @router.get("/healthz", operation_id="Healthz")
 async def healthz(request: Request) -> dict[str, object]:
+    """Liveness: the process answers (whatever the database does), and which role it has."""
     plane = request.app.state.plane
-    return {"ok": True, "clusters": len(plane.clusters), "timeline_s": round(plane.tl.now, 3)}
+    lead = request.app.state.leadership
+    leads = lead.role == Role.LEADER
+    return {"ok": True, "role": lead.role.value, "instance": lead.holder, "term": lead.term if leads else None,
+            "leader": lead.leader_url(), "clusters": len(plane.clusters) if leads else None,
+            "timeline_s": round(plane.tl.now, 3)}
+
+
+@router.get("/readyz", operation_id="Readyz")
+def readyz(request: Request) -> JSONResponse:
+    """Readiness: 200 when this server can answer the API now (the database answers, and it
+    leads or knows a leader to forward to), else 503 with the reason."""
+    lead = request.app.state.leadership
+    store_ok = request.app.state.plane.store.ping()
+    leads = lead.role == Role.LEADER
+    why = None if store_ok else "the store does not answer"
+    if why is None and not leads and lead.leader_url() is None:
+        why = "no leader is known yet"
+    body = {"ready": why is None, "role": lead.role.value, "store": "ok" if store_ok else "unreachable",
+            "leader": lead.leader_url()}
+    if why is not None:
+        body["reason"] = why
+    return JSONResponse(body, status_code=200 if why is None else 503,
+                        headers=None if why is None else {"Retry-After": "2"})
 
 
 @router.get("/metrics", operation_id="Metrics", response_class=Response,

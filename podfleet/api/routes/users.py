@@ -67,9 +67,11 @@ def describe_user(user: UserName, plane: Plane) -> dict[str, Any]:
 
 @router.put("/{user}/policies/{policy}", operation_id="PutUserPolicy")
 async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, plane: Plane, who: CurrentPrincipal,
-                          document: Annotated[dict[str, Any] | None, Body()] = None) -> dict[str, Any]:
+                          body: Annotated[PolicyDocument | None, Body()] = None) -> dict[str, Any]:
     """Attach the built-in ``policy`` (no body), or set an inline one (the body: a policy
     document of Statements)."""
+    # The schema states the document's shape; the engine still parses its meaning.
+    document = body.model_dump(exclude_unset=True) if body is not None else None
     if document:
         users.describe(plane, user)  # an unknown user is a 404 before the document is read, as on the engine
         _printable(document, "document")

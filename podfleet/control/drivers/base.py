@@ -50,6 +50,10 @@ class JobDriver(Protocol):
     def owns(self, job_id: str) -> bool:
         """True while the fabric or recovery is moving the job itself (hands off)."""
 
+    def holds_recovering(self, job_id: str) -> bool:
+        """True when a relaunched job's gang starts in the background: ``dispatch.launch``
+        leaves it RECOVERING and the driver moves it to RUNNING once the gang runs."""
+
     def on_event(self, ev: FabricEvent) -> None:
         """A fabric event about this cluster, on the engine thread, in a store transaction."""
 

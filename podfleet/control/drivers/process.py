@@ -40,6 +40,7 @@ from podfleet.fabric.base import (
     Introspection,
     WorkerGroupSpec,
     WorkerKill,
+    WorkerSlowdown,
     hang_reason,
 )
 from podfleet.training.config import PRESET_NAMES, WorkerConfig
@@ -69,13 +70,20 @@ class ProcessDriver:
         self.fabric = rt.fabric
         self.checkpoint_scheme = rt.fabric.kind
         self.fabric_recovering: set[str] = set()  # jobs the fabric is recovering itself
+        # RECOVERING jobs relaunched whose gang has not started yet: they stay RECOVERING
+        # (the whole relaunch, so the state is true) until the fabric's ``job-started``.
+        self.relaunching: set[str] = set()
         self.seen: dict[str, tuple[int, str | None]] = {}  # job -> (lines seen, last line)
         # Recoveries of relaunched gangs (and the fabric's own), recorded like the twin's.
         self.relaunches = Relaunches(self.table, self.counts, jobs.now, lambda: tuple(rt.spares))
 
     # --- JobDriver --------------------------------------------------------------------------
     def owns(self, job_id: str) -> bool:
-        return job_id in self.fabric_recovering
+        return job_id in self.fabric_recovering or job_id in self.relaunching
+
+    def holds_recovering(self, job_id: str) -> bool:
+        """A relaunched gang has not started yet: its job stays RECOVERING until it has."""
+        return job_id in self.relaunching
 
     def check_submit(self, spec: JobSpec) -> tuple[Plan | None, float | None]:
         """Refuse what a process fabric cannot run (4xx at submit, not a failed job later)."""
@@ -138,11 +146,17 @@ class ProcessDriver:
     def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:
         spec = job.spec
         self.relaunches.relaunched(job, chips, start_step)
-        self.fabric.launch(WorkerGroupSpec(
-            job_id=job.id, chips=chips, model=spec.model, steps=spec.steps,
-            checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint,
-            options=self.launch_options(job, start_step),
-        ))
+        if job.state == JobState.RECOVERING:
+            self.relaunching.add(job.id)  # a fabric that starts the gang inline clears it at once
+        try:
+            self.fabric.launch(WorkerGroupSpec(
+                job_id=job.id, chips=chips, model=spec.model, steps=spec.steps,
+                checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint,
+                options=self.launch_options(job, start_step),
+            ))
+        except BaseException:
+            self.relaunching.discard(job.id)
+            raise
 
     def stop(self, job_id: str) -> None:
         with contextlib.suppress(NotFoundError, ConflictError):
@@ -157,8 +171,39 @@ class ProcessDriver:
         if not isinstance(self.fabric, WorkerKill):
             raise InvalidInputError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot kill a worker",
                                     field="kind")
+        job, rank = self._fault_target("kill-worker", "--kill-worker R", rank, job_id)
+        job_id = job.id
+        pid = self.fabric.kill_worker(job_id, rank)
+        what = f"kill-worker: rank {rank} of {job_id}" + (f" (pid {pid})" if pid else "")
+        now = self.jobs.now()
+        rt.logs.append(now, f"fault injected: {what}")
+        table.log(job, f"fault injected: {what}")
+        out = {"cluster_id": rt.id, "kind": "kill-worker", "job_id": job_id, "rank": rank, "pid": pid,
+               "injected_at": now}
+        return out, f"{rt.id}/job/{job_id}/rank/{rank}"
+
+    def slow_worker(self, rank: int | None, job_id: str | None, factor: float | None) -> tuple[JsonObject, str]:
+        rt, table = self.rt, self.table
+        if not isinstance(self.fabric, WorkerSlowdown):
+            raise InfeasibleError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot slow a worker down",
+                                  field="kind")
+        if factor is None:
+            raise InfeasibleError("slow-worker needs a factor (--slow-worker RANK:FACTOR)", field="factor")
+        job, rank = self._fault_target("slow-worker", "--slow-worker RANK:FACTOR", rank, job_id)
+        self.fabric.slow_worker(job.id, rank, float(factor))
+        what = f"slow-worker: rank {rank} of {job.id} slowed {factor:g}x"
+        now = self.jobs.now()
+        rt.logs.append(now, f"fault injected: {what}")
+        table.log(job, f"fault injected: {what}")
+        out = {"cluster_id": rt.id, "kind": "slow-worker", "job_id": job.id, "rank": rank, "factor": float(factor),
+               "injected_at": now}
+        return out, f"{rt.id}/job/{job.id}/rank/{rank}"
+
+    def _fault_target(self, kind: str, flag: str, rank: int | None, job_id: str | None) -> tuple[Job, int]:
+        """The running job and rank a worker fault names (the only running job when none is given)."""
+        rt, table = self.rt, self.table
         if rank is None:
-            raise InfeasibleError("kill-worker needs a rank (--kill-worker R)", field="rank")
+            raise InfeasibleError(f"{kind} needs a rank ({flag})", field="rank")
         running = sorted(j.id for j in table.on_cluster(rt.id) if j.state in _LIVE)
         if job_id is None:
             if len(running) != 1:
@@ -171,26 +216,23 @@ class ProcessDriver:
             raise NotFoundError(f"job {job_id!r} not found on cluster {rt.rec.name}; running: "
                                 f"{', '.join(running) or 'none'}", field="jobId")
         if job_id not in running:
-            raise ConflictError(f"job {job_id} is {job.state.value}; kill-worker needs a running job "
+            raise ConflictError(f"job {job_id} is {job.state.value}; {kind} needs a running job "
                                 f"(running: {', '.join(running) or 'none'})", field="jobId", allowed=running)
         n = len(job.chips)
         if not 0 <= rank < n:
             raise NotFoundError(f"rank {rank} not in job {job_id}'s ranks 0-{n - 1}", field="rank",
                                     allowed=f"0-{n - 1}")
-        pid = self.fabric.kill_worker(job_id, rank)
-        what = f"kill-worker: rank {rank} of {job_id}" + (f" (pid {pid})" if pid else "")
-        now = self.jobs.now()
-        rt.logs.append(now, f"fault injected: {what}")
-        table.log(job, f"fault injected: {what}")
-        out = {"cluster_id": rt.id, "kind": "kill-worker", "job_id": job_id, "rank": rank, "pid": pid,
-               "injected_at": now}
-        return out, f"{rt.id}/job/{job_id}/rank/{rank}"
+        return job, rank
 
     # --- fabric events --------------------------------------------------------------------------
     def on_event(self, ev: FabricEvent) -> None:
         rt, table = self.rt, self.table
         if ev.kind in ("chip-failed", "chip-state"):
             self.jobs.save_health(rt)  # the fabric retired a slot; the rank move comes with job-resumed
+            if ev.kind == "chip-state" and ev.chip is not None:
+                rt.logs.append(self.jobs.now(), f"chip {ev.chip}: {ev.detail.get('state')} "
+                                                f"({ev.detail.get('reason', '')})", chip=ev.chip)
+                self.jobs.schedule(rt)  # a chip back in service may take waiting work
             return
         job = table.find(ev.job_id)
         if job is None or job.ended:
@@ -210,6 +252,14 @@ class ProcessDriver:
         elif kind == "job-started":
             table.log(job, f"workers started on chips {d.get('chips') or list(job.chips)}"
                            + (f", attempt {d['attempt']}" if "attempt" in d else ""))
+            if job.id in self.relaunching:
+                self.relaunching.discard(job.id)
+                if job.state == JobState.RECOVERING and job.status.allocation:
+                    # The relaunch is over only now that the gang runs (dispatch.launch left it).
+                    self.table.transition(job, JobState.RUNNING, f"relaunched gang running on chips "
+                                          f"{list(job.chips)} from step {job.status.progress.step}")
+        elif kind == "job-waiting":  # the fabric holds the gang back (its cluster unreachable)
+            table.set_reason(job, f"waiting: {d.get('reason')}")
         elif kind == "worker-exited":
             table.log(job, f"worker exited: rank {d.get('rank')} on chip {ev.chip}, cause {d.get('cause')}, "
                            f"exit code {d.get('exit_code')}: {d.get('message') or d.get('reason') or ''}")
@@ -223,7 +273,7 @@ class ProcessDriver:
         elif kind == "job-resumed":
             self._resumed(job, d)
         elif kind == "recovered":  # the fabric recovered a rank itself and measured it
-            self.relaunches.fabric_recovered(job, d, ev.t)
+            self.relaunches.fabric_recovered(job, d, ev.chip if ev.chip is not None else d.get("chip"))
         elif kind in ("job-finished", "job-failed", "job-stopped"):
             self._ended(job, kind, d)
         if job.ended:
@@ -231,6 +281,7 @@ class ProcessDriver:
 
     def _ended(self, job: Job, kind: str, d: JsonObject) -> None:
         self.fabric_recovering.discard(job.id)
+        self.relaunching.discard(job.id)
         self.relaunches.ended(job)
         if kind == "job-stopped":
             self.table.end(job, JobState.STOPPED, "stopped by the fabric")
@@ -273,8 +324,11 @@ class ProcessDriver:
             self.table.amend(job, allocation=alloc, persist=True)
 
     def _gang_ended(self, job: Job, d: JsonObject, chip: int | None) -> None:
-        """The gang ended because a rank died: relaunch it, or fail the job with the cause."""
-        if job.state not in _LIVE:
+        """The gang ended because a rank died: relaunch it, or fail the job with the cause.
+        A relaunched gang that is lost before it started is relaunched again the same way."""
+        again = job.id in self.relaunching and job.state == JobState.RECOVERING
+        self.relaunching.discard(job.id)
+        if job.state not in _LIVE and not again:
             return
         cause = str(d.get("cause", ""))
         reason = str(d.get("reason") or d.get("error") or cause)
@@ -297,8 +351,11 @@ class ProcessDriver:
             self.table.count_run(job, infra_failures=1)
             if chip is not None:
                 self.rt.owners.release_chip(chip, job.id)  # the dead rank moves to another chip
-            self.table.transition(job, JobState.RECOVERING, f"{reason}; relaunching from checkpoint step "
-                                                            f"{job.status.checkpoint_step}")
+            why = f"{reason}; relaunching from checkpoint step {job.status.checkpoint_step}"
+            if again:
+                self.table.set_reason(job, why)
+            else:
+                self.table.transition(job, JobState.RECOVERING, why)
         else:
             counts = self.table.count_run(job, user_failures=1)
             budget = job.spec.max_retries
@@ -307,7 +364,11 @@ class ProcessDriver:
                                                      f"max_retries={budget}): {reason}")
                 self.jobs.schedule(self.rt)
                 return
-            self.table.transition(job, JobState.RECOVERING, f"{reason}; retry {counts.user_failures} of {budget}")
+            why = f"{reason}; retry {counts.user_failures} of {budget}"
+            if again:
+                self.table.set_reason(job, why)
+            else:
+                self.table.transition(job, JobState.RECOVERING, why)
         self.jobs.relaunch(self.rt, job)
 
     # --- status, logs ------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ from podfleet.fabric.base import (
     ChipState,
     Fabric,
     FabricEvent,
-    Introspection,
     ResumableRuns,
     RunState,
     WorkerGroupSpec,
@@ -41,8 +40,8 @@ _JOB_FAILED = ("job-failed", "worker-exited")
 
 
 @runtime_checkable
-class TwinFabric(Fabric, Introspection, ResumableRuns, Protocol):
-    """A fabric this driver can run: introspection plus resumable runs."""
+class TwinFabric(Fabric, ResumableRuns, Protocol):
+    """A fabric this driver can run: resumable runs (introspection included)."""
 
 
 class TwinDriver:
@@ -59,6 +58,9 @@ class TwinDriver:
     def owns(self, job_id: str) -> bool:
         rec = self.jobs.recovery
         return rec is not None and rec.owns(job_id)
+
+    def holds_recovering(self, job_id: str) -> bool:
+        return False  # the twin's relaunch runs at once
 
     def check_submit(self, spec: JobSpec) -> tuple[Plan | None, float | None]:
         if spec.options:

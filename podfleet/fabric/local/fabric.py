@@ -18,6 +18,7 @@ import os
 import queue
 import signal
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -33,6 +34,7 @@ from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
     DEFAULT_HANG_RESTARTS,
+    Adoption,
     ChipState,
     CollectiveRow,
     FabricEvent,
@@ -43,12 +45,15 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.local import probes, reports, telemetry
+from podfleet.fabric.local import probes, rankmove, reattach, reports, telemetry
+from podfleet.fabric.local.agent.client import AgentSpawner
+from podfleet.fabric.local.faultlog import FaultLog
 from podfleet.fabric.local.jobs import TERMINAL, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
 from podfleet.fabric.local.process import Message, WorkerProcess
 from podfleet.fabric.local.recovery import handle_exit
+from podfleet.fabric.local.spawner import Spawner
 from podfleet.fabric.local.speed import RankSpeed
 from podfleet.fabric.local.state import LocalState
 from podfleet.hardware.topology import SwitchedTopology
@@ -66,8 +71,15 @@ _HOST = socket.gethostname()  # every slot's worker runs on this host
 OPTIONS = (
     "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover", "array_index",
     "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
-    "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression",
+    "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression", "rank_moves", "regroup_timeout_s",
 )
+
+
+def _group_dict(spec: WorkerGroupSpec) -> dict[str, Any]:
+    """The gang's spec as the agent keeps it (JSON), for a plane that re-attaches."""
+    return {"job_id": spec.job_id, "chips": list(spec.chips), "model": spec.model, "steps": spec.steps,
+            "checkpoint_interval": spec.checkpoint_interval, "entrypoint": spec.entrypoint,
+            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(spec.options).items()}}
 
 
 def free_port() -> int:
@@ -77,8 +89,10 @@ def free_port() -> int:
 
 
 class LocalFabric:
-    """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``Rebalanceable``, ``ChipCheck``,
-    ``WorkerPlacement``,
+    """Capabilities: ``Introspection``, ``WorkerKill``, ``WorkerSlowdown``, ``Reattachable`` (with an agent), ``Closeable``, ``Rebalanceable``,
+    ``ChipCheck``, ``WorkerPlacement``, ``TelemetrySource`` (what its monitor measures: CPU, memory,
+    step time, samples/s, heartbeat age per slot; NVML where GPUs exist), ``HardwareErrors``
+    (its workers' faults: hangs, outside kills, OOM kills, crashes; ``faultlog``),
     ``ComputeProbe`` and ``CollectiveProbe`` (``probes``: real kernels on spawned workers)."""
 
     kind = "local"
@@ -99,6 +113,7 @@ class LocalFabric:
         warm_workers: int = 0,
         refill_delay_s: float = 5.0,
         chip_env: Callable[[int], Mapping[str, str]] | None = None,
+        agent: str | Path | None = None,
     ) -> None:
         if n_slots < 1:
             raise InvalidInputError(f"n_slots must be >= 1, got {n_slots}", field="chips")
@@ -110,7 +125,16 @@ class LocalFabric:
         # here (the fix in the message), before any thread or directory exists.
         sandbox = from_env()
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="podfleet-local-"))
-        private_dir(self.workdir)  # checkpoints and logs: owner-only
+        if agent is None:
+            private_dir(self.workdir)  # checkpoints and logs: owner-only
+        else:
+            # Owner-only too, but the search bit a running job's uid was given to reach its
+            # directory (``security.jobfiles.prepare_job_dir``) stays: the agent's workers
+            # run on through this restart and must not lose their checkpoint directory.
+            self.workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            mode = stat.S_IMODE(self.workdir.stat().st_mode)
+            if mode & 0o066:
+                self.workdir.chmod(mode & ~0o066)
         self.hang_timeout_s, self.startup_timeout_s = hang_timeout_s, startup_timeout_s
         # A job whose ranks keep hanging (code that holds the GIL, or blocks without a
         # heartbeat) is restarted this many times, then fails as its own code's fault.
@@ -134,15 +158,24 @@ class LocalFabric:
         self._busy: dict[int, str] = {}
         self._subs: list[Callable[[FabricEvent], None]] = []
         self.events: deque[FabricEvent] = deque(maxlen=2000)
+        self.faults = FaultLog()
         self.state = LocalState(n_slots, telemetry.empty(n_slots, bool(self.n_gpus)))
         self._timeline: Any = None
         self._inbox: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
         self._dispatcher = threading.Thread(target=self._dispatch, name="local-fabric-dispatch", daemon=True)
         self._dispatcher.start()
-        self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
-                                refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
-                                extra_env=chip_env, keep_env=(KEY_ENV_DEFAULT,) if key_from_env else (),
-                                sandbox=sandbox)
+        keep = (KEY_ENV_DEFAULT,) if key_from_env else ()
+        # Who parents the workers (``spawner``): this process, or the host's agent, whose
+        # workers outlive this process and are adopted by the next plane (``adopt``).
+        self._pool: Spawner
+        if agent is not None:
+            self._pool = AgentSpawner(Path(agent), self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
+                                      refill_delay_s=refill_delay_s, keep_env=keep,
+                                      chip_env={c: dict(chip_env(c)) for c in range(n_slots)} if chip_env else None)
+        else:
+            self._pool = WorkerPool(self.workdir, n_gpus=self.n_gpus, warm_workers=warm_workers,
+                                    refill_delay_s=refill_delay_s, closed=self.state.closed, deliver=self.deliver,
+                                    extra_env=chip_env, keep_env=keep, sandbox=sandbox)
         self._monitor = Monitor(self.state, sampler=telemetry.ProcessSampler(), nvml=self._nvml, n_gpus=self.n_gpus,
                                 hang_timeout_s=hang_timeout_s, startup_timeout_s=startup_timeout_s,
                                 sample_interval_s=sample_interval_s, deliver=self.deliver, emit=self.emit)
@@ -180,10 +213,19 @@ class LocalFabric:
 
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         with self.state.lock:
-            return {k: v.copy() for k, v in self.state.metrics.items()}
+            return telemetry.with_scan_metrics({k: v.copy() for k, v in self.state.metrics.items()})
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
-        return {"up": np.ones(len(self.topology.links))}
+        return telemetry.link_view(len(self.topology.links))
+
+    # --- TelemetrySource, HardwareErrors ------------------------------------------------------
+    def telemetry_metrics(self) -> frozenset[str]:
+        """What the monitor and the workers' reports measure; the scan's other names are NaN."""
+        return telemetry.measured(gpus=bool(self.n_gpus), speed=True)
+
+    def hardware_errors(self) -> list[FabricEvent]:
+        with self.state.lock:
+            return self.faults.all()
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
         with self.state.lock:
@@ -212,6 +254,8 @@ class LocalFabric:
             jobdir = self.workdir / "jobs" / group.job_id
             jobdir.mkdir(parents=True, exist_ok=True)
             (jobdir / "work_split.json").unlink(missing_ok=True)  # a split from an earlier run of this id
+            (jobdir / "rendezvous.json").unlink(missing_ok=True)  # and a rank move's rendezvous
+            (jobdir / "slow.json").unlink(missing_ok=True)
             gb = int(opts.get("global_batch", WorkerConfig.global_batch))
             shares = split_samples(opts["work_split"], gb) if opts.get("work_split") else ()
             base = WorkerConfig(
@@ -222,8 +266,13 @@ class LocalFabric:
                 resume=bool(opts.get("resume", False)),
                 entrypoint_args=tuple(opts.get("entrypoint_args", ())),
                 shares=shares, split_file=str(jobdir / "work_split.json") if len(group.chips) > 1 else None,
+                # A lost rank of a built-in DP gang moves alone (rankmove.py) unless turned off.
+                regroup_file=(str(jobdir / "rendezvous.json") if len(group.chips) > 1 and group.entrypoint is None
+                              and bool(opts.get("rank_moves", True)) else None),
+                slow_file=str(jobdir / "slow.json") if group.entrypoint is None else None,
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
-                                        "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index")
+                                        "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index",
+                                        "regroup_timeout_s")
                    if k in opts},
             )
             job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
@@ -267,12 +316,25 @@ class LocalFabric:
             samples = split_samples([float(x) for x in shares], cfg.global_batch)
             job.base_cfg = cfg.replace(shares=samples)
             if cfg.split_file:
-                # Atomic (rank 0 never reads half a file), and never through a link the job
-                # planted at the temporary name in its own directory.
-                split = Path(cfg.split_file)
-                owner = self._pool.job_owner(split.parent) or (None, None)
-                write_for_job(split, json.dumps({"shares": list(samples)}).encode(), *owner)
+                self._write_job_file(Path(cfg.split_file), json.dumps({"shares": list(samples)}).encode())
             job.log.append(f"work split {list(samples)} (samples of {cfg.global_batch})")
+
+    def slow_worker(self, job_id: str, rank: int, factor: float) -> None:
+        """Fault injection: rank ``rank`` computes ``factor`` times slower per sample from its
+        next step (1.0 restores it); later gangs of the job keep it (training/loop ``SlowDown``)."""
+        with self.state.lock:
+            job = self._job(job_id)
+            if not 0 <= rank < len(job.chips):
+                raise InvalidInputError(f"rank {rank} not in [0, {len(job.chips)})", field="rank")
+            if not 1.0 <= factor <= 100.0:
+                raise InvalidInputError(f"slow-down factor must be in [1, 100], got {factor:g}", field="factor")
+            if job.base_cfg.slow_file is None:
+                raise ConflictError(f"job {job_id} runs its own entrypoint: only the built-in loop can be slowed")
+            job.slow[rank] = float(factor)
+            path = Path(job.base_cfg.slow_file)
+            owner = self._pool.job_owner(path.parent) or (None, None)
+            write_for_job(path, json.dumps({"factors": {str(r): f for r, f in job.slow.items()}}).encode(), *owner)
+            job.log.append(f"slow-worker: rank {rank} slowed {factor:g}x")
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
         """One host's workers share loopback / shared memory: there is no ring to choose; recorded."""
@@ -388,6 +450,11 @@ class LocalFabric:
     def close(self) -> None:
         self.state.closed.set()
         with self.state.lock:
+            if self._pool.outlives_fabric:
+                # The agent keeps the workers running (and journals them) for the next plane.
+                self._pool.close()
+                self._inbox.put((lambda: None, ()))
+                return
             for job in self.state.jobs.values():
                 for wp in job.workers.values():
                     if wp.alive:
@@ -405,32 +472,55 @@ class LocalFabric:
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None:
         job.attempt += 1
         job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
-        job.hung_ranks = {}
+        job.hung_ranks, job.moving = {}, None
         port = free_port()
         cfg0 = job.base_cfg
         if job.spec.entrypoint is None and len(job.chips) > 1:
             even = (cfg0.global_batch // len(job.chips),) * len(job.chips)
             job.speed = RankSpeed(len(job.chips), [(0, tuple(cfg0.shares) or even)])
+        for rank in range(len(job.chips)):
+            self._spawn(job, rank, port=port, resume_from=resume_from, resume=resume)
+        self._pool.gang_started()
+
+    def spawn_rank(self, job: LocalJob, rank: int, *, port: int, join: bool = False) -> WorkerProcess:
+        """Start one rank of the running gang on ``job.chips[rank]`` (a rank move's replacement:
+        ``join`` takes its state from the peers at the rendezvous on ``port``)."""
+        wp = self._spawn(job, rank, port=port, join=join)
+        self._pool.gang_started()
+        return wp
+
+    def publish_rendezvous(self, job: LocalJob) -> int:
+        """Write the job's next rendezvous (``job.generation``, a fresh port) for its workers."""
+        port = free_port()
+        path = job.base_cfg.regroup_file
+        assert path is not None  # only rank-move jobs have one
+        self._write_job_file(Path(path), rankmove.rendezvous_doc(job.generation, port, len(job.chips)))
+        return port
+
+    def _spawn(self, job: LocalJob, rank: int, *, port: int, resume_from: str | None = None, resume: bool = False,
+               join: bool = False) -> WorkerProcess:
+        chip = job.chips[rank]
         jobdir = self.workdir / "jobs" / job.spec.job_id
         replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"
-        for rank, chip in enumerate(job.chips):
-            cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
-                                       replica_dir=str(replica_dir))
-            delays = job.spec.options.get("rank_step_delay_s") or {}
-            if str(rank) in delays or rank in delays:  # a per-rank slow worker (tests, benchmarks)
-                cfg = cfg.replace(step_delay_s=float(delays.get(rank, delays.get(str(rank), 0.0))))
-            log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}.log"
+        cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
+                                   replica_dir=str(replica_dir), generation=job.generation, join=join)
+        delays = job.spec.options.get("rank_step_delay_s") or {}
+        if str(rank) in delays or rank in delays:  # a per-rank slow worker (tests, benchmarks)
+            cfg = cfg.replace(step_delay_s=float(delays.get(rank, delays.get(str(rank), 0.0))))
+        gen = f"-gen-{job.generation}" if join else ""
+        log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}{gen}.log"
 
-            def on_msg(wp: WorkerProcess, msg: Message) -> None:
-                self.deliver(reports.handle_message, self.state, self.emit, wp, msg)
+        wp = job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, self._on_msg, self._on_exit,
+                                                  group=_group_dict(job.spec))
+        job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
+                       f"pid {wp.pid}" + (f" (rank move, generation {job.generation})" if join else ""))
+        return wp
 
-            def on_exit(wp: WorkerProcess, code: int) -> None:
-                self.deliver(handle_exit, self, wp, code, time.monotonic())
-
-            job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, on_msg, on_exit)
-            job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
-                           f"pid {job.workers[rank].pid}")
-        self._pool.gang_started()
+    def _write_job_file(self, path: Path, data: bytes) -> None:
+        # Atomic (a worker never reads half a file), and never through a link the job
+        # planted at the temporary name in its own directory.
+        owner = self._pool.job_owner(path.parent) or (None, None)
+        write_for_job(path, data, *owner)
 
     def warm_ready(self) -> int:
         """How many warm standbys have finished preloading."""
@@ -468,7 +558,62 @@ class LocalFabric:
     def claim(self, chip: int, job_id: str) -> None:
         self._busy[chip] = job_id
 
+    def release_chip(self, chip: int, job_id: str) -> None:
+        """The job's rank left ``chip``, which stays in service (its worker died, not the slot)."""
+        if self._busy.get(chip) == job_id:
+            del self._busy[chip]
+
+    def busy_with(self, chip: int) -> str | None:
+        return self._busy.get(chip)
+
+    # --- Reattachable -------------------------------------------------------------------------
+    def adopt(self, job_id: str, checkpoint_step: int | None) -> Adoption | None:
+        """Take back ``job_id``'s gang when the agent kept it running through a restart
+        of the control plane (``reattach``); None when there is none to take."""
+        pool = self._pool
+        if not isinstance(pool, AgentSpawner):
+            return None
+        with self.state.lock:
+            infos = reattach.gangs(pool.found).get(job_id)
+            if not infos:
+                return None
+            adoption, rest = reattach.adopt(self, pool, infos, checkpoint_step, self._on_msg, self._on_exit)
+            if rest:
+                pool.discard(rest)
+            if adoption is not None:
+                self.emit("job-adopted", job_id=job_id, chips=list(adoption.chips), pids=list(adoption.pids),
+                          attempt=adoption.attempt, replayed=adoption.replayed)
+            return adoption
+
+    def discard_unadopted(self) -> list[str]:
+        """Stop the workers the agent held for jobs the plane did not adopt."""
+        pool = self._pool
+        if not isinstance(pool, AgentSpawner):
+            return []
+        with self.state.lock:
+            left = reattach.gangs(pool.found)
+            for infos in left.values():
+                pool.discard(infos)
+            pool.discard([i for i in pool.found if not i.get("config")])
+            return sorted(left)
+
     # --- private ----------------------------------------------------------------------------
+    def _on_msg(self, wp: WorkerProcess, msg: Message) -> None:
+        self.deliver(self._report, wp, msg)
+
+    def _on_exit(self, wp: WorkerProcess, code: int) -> None:
+        self.deliver(self._exited, wp, code, time.monotonic())
+
+    def _report(self, wp: WorkerProcess, msg: Message) -> None:
+        reports.handle_message(self.state, self.emit, wp, msg)
+        if isinstance(self._pool, AgentSpawner):  # handled: the agent may drop it from its journal
+            self._pool.handled(wp.pid, msg.get("agent_seq"))
+
+    def _exited(self, wp: WorkerProcess, code: int, detected_mono: float) -> None:
+        handle_exit(self, wp, code, detected_mono)
+        if isinstance(self._pool, AgentSpawner):
+            self._pool.handled_exit(wp.pid)
+
     def _job(self, job_id: str) -> LocalJob:
         if job_id not in self.state.jobs:
             raise NotFoundError(f"job {job_id} is not on this local fabric")
@@ -479,6 +624,9 @@ class LocalFabric:
         detail = {k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in detail.items()}
         ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
         self.events.append(ev)
+        if kind in ("hang", "worker-exited"):
+            rss = float(self.state.metrics["mem_bytes"][chip]) if chip is not None else None
+            self.faults.observe(ev, rss)
         for cb in list(self._subs):
             try:
                 cb(ev)

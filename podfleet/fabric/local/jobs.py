@@ -96,6 +96,9 @@ class LocalJob:
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
     resume_next: dict[str, Any] = field(default_factory=dict)
     speed: Any = None  # RankSpeed of the current attempt (built-in loop only)
+    generation: int = 0  # rendezvous generation of the gang (a rank move starts the next one)
+    moving: dict[str, Any] | None = None  # the rank move in flight (rankmove.py)
+    slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
 
     def set_state(self, dst: RunState) -> None:
         check_job_transition(self.state, dst)

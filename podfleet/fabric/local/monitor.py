@@ -43,7 +43,7 @@ class Monitor:
     def on_hang(self, wp: WorkerProcess, age_s: float) -> None:
         if wp.alive:
             self.emit("hang", chip=wp.chip, job_id=wp.cfg.job_id if wp.cfg else None, rank=wp.rank,
-                      heartbeat_age_s=round(age_s, 3), armed=wp.armed)
+                      heartbeat_age_s=round(age_s, 3), armed=wp.armed, attempt=wp.attempt)
             wp.kill("hang")
 
     def sample(self, live: list[WorkerProcess]) -> None:

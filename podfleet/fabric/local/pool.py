@@ -30,6 +30,8 @@ from podfleet.training.config import KEY_ENV_DEFAULT, WorkerConfig
 
 
 class WorkerPool:
+    outlives_fabric = False  # its workers are this process's children (``spawner.Spawner``)
+
     def __init__(self, workdir: Path, *, n_gpus: int, warm_workers: int, refill_delay_s: float,
                  closed: threading.Event, deliver: Callable[..., Any],
                  extra_env: Callable[[int], Mapping[str, str]] | None = None, keep_env: tuple[str, ...] = (),
@@ -56,7 +58,7 @@ class WorkerPool:
         return env
 
     def spawn(self, cfg: WorkerConfig, chip: int, attempt: int, log_path: Path, on_message: OnMessage,
-              on_exit: OnExit) -> WorkerProcess:
+              on_exit: OnExit, group: Mapping[str, Any] | None = None) -> WorkerProcess:
         """One rank's worker: a standby given the rank, else a fresh process."""
         jobdir = log_path.parent
         sb = self.job_sandbox(jobdir)

@@ -6,10 +6,13 @@ milliseconds (gloo sees the closed connection); because the loop runs every
 collective of a step before ``optimizer.step``, each survivor still holds exactly the
 last completed step, saves it (one encrypted shard, ``kind: replica``) and exits 75.
 Once the whole gang is down (survivors that do not exit within ``replica_grace_s``
-are killed), the failed rank's slot is retired (FAILED -> ISOLATED) and replaced by a
-spare, and a new gang starts from the newest of {survivor replica, last committed
-checkpoint}, on a fresh rendezvous port. Restarting every rank costs a torch import
-per process but keeps the process-group logic trivial and correct.
+are killed), the failed rank moves to a spare (else a free slot), and a new gang
+starts from the newest of {survivor replica, last committed checkpoint}, on a fresh
+rendezvous port. The slot it left is retired (FAILED -> ISOLATED) only when it fails
+its check (``check_chip_health``: the control plane took it out of service); a worker
+killed or crashed on a healthy slot is not a slot fault, and the slot stays in
+service, free (the control plane makes it a spare again). Restarting every rank costs
+a torch import per process but keeps the process-group logic trivial and correct.
 
 Budget: infrastructure failures (kill -9 from outside, ``kill_worker``, a hang, a
 retired slot) never count against ``max_retries``, but a job whose ranks hang again
@@ -28,6 +31,7 @@ from typing import Any, Protocol
 
 from podfleet.checkpoint import manifest
 from podfleet.fabric.base import RunState, hang_reason
+from podfleet.fabric.local import rankmove
 from podfleet.fabric.local.jobs import TERMINAL, Cause, LocalJob, classify_exit
 from podfleet.fabric.local.process import WorkerProcess
 from podfleet.fabric.local.state import LocalState
@@ -66,7 +70,13 @@ class RecoveryHost(Protocol):
 
     def claim(self, chip: int, job_id: str) -> None: ...
 
+    def release_chip(self, chip: int, job_id: str) -> None: ...
+
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None: ...
+
+    def spawn_rank(self, job: LocalJob, rank: int, *, port: int, join: bool = False) -> WorkerProcess: ...
+
+    def publish_rendezvous(self, job: LocalJob) -> int: ...
 
 
 def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
@@ -87,7 +97,8 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
     cause = classify_exit(code, wp.killed_by)
     msg = _message(wp, code, cause)
     fab.emit("worker-exited", chip=wp.chip, job_id=wp.cfg.job_id, rank=wp.rank, exit_code=code,
-             cause=cause.value, infra=cause is Cause.INFRA, message=msg, attempt=wp.attempt)
+             cause=cause.value, infra=cause is Cause.INFRA, message=msg, attempt=wp.attempt,
+             killed_by=wp.killed_by)
     if job is None or wp.attempt != job.attempt or job.state in TERMINAL:
         return
     job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] exited {code} ({cause.value}): {msg}")
@@ -100,6 +111,8 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
         if gang_down and all(w.exit_code == 0 for w in job.workers.values()):
             fab.finish(job, RunState.FINISHED, None)
         return
+    if rankmove.on_lost(fab, job, wp, cause, msg, detected_mono):
+        return  # the rank moves alone; the other ranks keep running
     if cause in (Cause.INFRA, Cause.USER_CODE, Cause.BAD_INPUT):
         job.failed_ranks[wp.rank] = (cause, msg)
     if wp.killed_by == "hang":
@@ -167,7 +180,13 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
             paths.append("own-chip")
             continue
         paths.append("spare" if new in fab.spares else "free-chip")
-        fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost")
+        why = fab.check_chip_health(old)
+        if why is None:
+            # The worker died, not its slot (kill -9, a crash, a hang): the slot stays in
+            # service, free for the next job or as a spare again.
+            fab.release_chip(old, job.spec.job_id)
+        else:
+            fab.retire_chip(old, f"worker of {job.spec.job_id} rank {r} lost: {why}")
         job.chips[r] = new
         fab.claim(new, job.spec.job_id)
         moves[r] = (old, new)
@@ -182,11 +201,11 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
         source, restored, resume_from = "scratch", 0, None
     rec.update(source=source, restored_step=restored, steps_lost=max(0, rec["last_step"] - restored),
                moves={str(r): list(m) for r, m in moves.items()}, relaunch_mono=time.monotonic(),
-               path=paths[0] if paths else None)
+               path=paths[0] if paths else rec.get("path"), mechanism="relaunch")
     job.recovery = rec
     job.set_state(RunState.RUNNING)
     # User scripts restore through pf.load_state(), which reads the latest checkpoint.
     fab.start_attempt(job, resume_from=resume_from if job.spec.entrypoint is None else None,
                       resume=job.spec.entrypoint is not None)
     fab.emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source=source, restored_step=restored,
-             chips=list(job.chips))
+             chips=list(job.chips), mechanism="relaunch", path="relaunch")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from podfleet.checkpoint import manifest
+from podfleet.fabric.local import rankmove
 from podfleet.fabric.local.jobs import LocalJob
 from podfleet.fabric.local.process import Message, WorkerProcess
 from podfleet.fabric.local.state import LocalState
@@ -36,6 +37,8 @@ def handle_message(state: LocalState, emit: Emit, wp: WorkerProcess, msg: Messag
         _on_progress(state, emit, job, wp, msg)
     elif kind == "checkpoint":
         _on_checkpoint(emit, job, wp, int(msg["step"]))
+    elif kind == "regrouped":
+        rankmove.on_regrouped(emit, job, msg)
     elif kind == "replica":
         step = int(msg["step"])
         if job.replica is None or step > job.replica[0]:

@@ -79,3 +79,52 @@ def empty(n_chips: int, gpus: bool) -> dict[str, np.ndarray]:
     out = {m: np.zeros(n_chips) for m in names}
     out["mem_capacity_bytes"][:] = float(psutil.virtual_memory().total)
     return out
+
+
+# --- what a worker fabric declares as its telemetry (``TelemetrySource``) -------------------
+
+# The health scan's and the history's chip metrics (the twin's names). A worker slot
+# measures some of them: utilization (its worker's CPU, or its GPU's), the memory its
+# worker holds, and on GPUs temperature and power; the rest (clock, throttling, ECC and
+# execution-error counters, link errors) no worker slot exposes, so they are NaN ("not
+# measured", as fabric/neuron does for what neuron-monitor lacks) and not declared.
+SCAN_METRICS = ("neuroncore_utilization", "hbm_used_bytes", "temperature_c", "power_w", "clock_mhz", "throttle",
+                "mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_uncorrected", "execution_errors",
+                "link_errors", "hbm_bw_bytes_per_s")
+PROCESS_MEASURED = frozenset({"busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s",
+                              "mem_capacity_bytes", "neuroncore_utilization", "hbm_used_bytes"})
+# A data-parallel gang's per-rank speed (fabric/local/speed.py): what the balancer reads.
+SPEED_MEASURED = frozenset({"own_step_s", "samples_per_s"})
+GPU_MEASURED = frozenset({*GPU_METRICS, "temperature_c", "power_w"})
+
+
+def measured(*, gpus: bool, speed: bool) -> frozenset[str]:
+    """The ``chip_metrics`` keys a worker fabric really measures (``telemetry_metrics``)."""
+    return PROCESS_MEASURED | (SPEED_MEASURED if speed else frozenset()) | (GPU_MEASURED if gpus else frozenset())
+
+
+def with_scan_metrics(m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``m`` (the fabric's own metrics over slots) plus the scan's names: utilization in
+    percent (GPU utilization where a GPU was sampled, else the worker's CPU share capped
+    at one core's 100%), memory held, GPU temperature and power; NaN for the rest."""
+    n = len(m["busy"])
+    nan = np.full(n, np.nan)
+    out = dict(m)
+    gpu = m.get("gpu_util_percent")
+    util = np.minimum(np.asarray(m["cpu_percent"], float), 100.0)
+    out["neuroncore_utilization"] = np.asarray(gpu, float) if gpu is not None else util
+    out["hbm_used_bytes"] = np.asarray(m.get("gpu_mem_bytes", m["mem_bytes"]), float)
+    out["temperature_c"] = np.asarray(m["gpu_temp_c"], float) if "gpu_temp_c" in m else nan.copy()
+    out["power_w"] = np.asarray(m["gpu_power_w"], float) if "gpu_power_w" in m else nan.copy()
+    for k in SCAN_METRICS:
+        if k not in out:
+            out[k] = nan.copy()
+    return out
+
+
+def link_view(links: int) -> dict[str, np.ndarray]:
+    """Link metrics of a host's worker slots: loopback / shared memory, nothing a worker
+    fabric can measure per link (NaN), always up."""
+    nan = np.full(links, np.nan)
+    return {"up": np.ones(links), "state": np.zeros(links, np.int64), "utilization": nan,
+            "bandwidth_bytes_per_s": nan.copy(), "errors": nan.copy()}

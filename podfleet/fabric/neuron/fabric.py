@@ -60,6 +60,8 @@ _FAULT_TEXT = {
 
 
 MEASURED = frozenset(m.name for m in CHIP_METRICS if m.source)
+# The events of this fabric's own that are its fault log (``hardware_errors``).
+_ERROR_KINDS = frozenset({"chip-failed", "chip-degraded", "link-down"})
 
 
 def chip_type_of_instance(inventory: NeuronInventory) -> str:
@@ -159,7 +161,7 @@ class NeuronFabric:
         self._subs.append(callback)
         self._runner.subscribe(callback)  # job and chip-state events come from the runner
 
-    # --- capabilities: Introspection, WorkerKill, TelemetrySource, Closeable ----------------
+    # --- capabilities: Introspection, WorkerKill, TelemetrySource, HardwareErrors, Closeable -------
     def run_status(self, job_id: str) -> RunStatus | None:
         return self._runner.run_status(job_id)
 
@@ -178,6 +180,14 @@ class NeuronFabric:
 
     def chip_workers(self) -> dict[int, dict[str, Any]]:
         return self._runner.chip_workers()
+
+    def hardware_errors(self) -> list[FabricEvent]:
+        """``HardwareErrors``: what neuron-monitor's reports showed (uncorrectable SRAM / HBM
+        errors, corrected bursts, runtime hardware errors: ``chip-failed`` / ``chip-degraded``
+        with their counts), the links neuron-ls does not report (``link-down``), and the
+        worker faults of its runner (hangs, outside kills, OOM kills), oldest first."""
+        mine = [ev for ev in self.events if ev.kind in _ERROR_KINDS]
+        return sorted([*mine, *self._runner.hardware_errors()], key=lambda ev: ev.t)
 
     def telemetry_metrics(self) -> frozenset[str]:
         """The chip metrics the Neuron tools measure. Those they do not expose (temperature,

@@ -17,6 +17,7 @@ this module without it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import math
@@ -27,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -56,12 +58,19 @@ from podfleet.fabric.ray.jobs import (
     RunState,
 )
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
+from podfleet.fabric.ray.probe import (
+    GCS_RECONNECT_ENV,
+    GCS_RECONNECT_TIMEOUT_S,
+    gcs_hostport,
+    gcs_unreachable,
+)
 from podfleet.fabric.ray.runner import JobRunner
 from podfleet.hardware.topology import SwitchedTopology, Topology
 from podfleet.security.redact import Redactor
 from podfleet.training.config import WorkerConfig
 
 RESOURCES = ("CPU", "GPU", "neuron_cores")
+NODE_LOST_PREFIX = "Ray node "  # a chip's reason when its node left (nodes_joined brings it back)
 METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s",
            "mem_capacity_bytes", "pid")  # as fabric/local
 # Strategies whose bundles are pinned to their chips' nodes: the control plane chose the
@@ -97,6 +106,10 @@ def ray_topology(resource: str, n_chips: int, topology: Topology | None = None,
     return SwitchedTopology(name, slot, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
 
 
+def _rfc3339(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _auth_error(ray: Any) -> tuple[type[BaseException], ...]:
     """Ray's token-authentication error (``ray.exceptions.AuthenticationError``, raised
     when token auth is on and this process has no token or a wrong one); none on a Ray
@@ -119,6 +132,8 @@ class _Connection:
     started = False  # a RayFabric called ray.init (else the embedding program did)
     address: str | None = None  # what it was called with (None: a private local instance)
     users = 0
+    kwargs: dict[str, Any] = {}  # what ray.init was called with (a reconnect repeats it)
+    generation = 0  # bumped by each reconnect: a fabric that saw an older one rebuilds its view
 
 
 _connection = _Connection()
@@ -152,6 +167,8 @@ def _import_ray() -> Any:
     # control plane's own, uvicorn's graceful shutdown: `podfleet up` then died with SIGABRT
     # instead of stopping its jobs and closing its store. Set it to 0 to keep Ray's.
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    # Read by Ray's core worker at ray.init: a lost head must not end the control plane.
+    os.environ.setdefault(GCS_RECONNECT_ENV, str(GCS_RECONNECT_TIMEOUT_S))
     try:
         return importlib.import_module("ray")
     except ImportError:
@@ -211,6 +228,12 @@ class RayFabric:
         # a remote cluster whose nodes lack podfleet or the key.
         self.runtime_env = dict(runtime_env) if runtime_env else None
         self._closed = False
+        # The GCS this fabric watches (None: Ray's own liveness only), and why it cannot be
+        # reached now (None while it can): set by the poller, read by every thread.
+        self.gcs = gcs_hostport(address)
+        self.unreachable: str | None = None
+        self.unreachable_since: float | None = None  # wall clock (RFC 3339 in views)
+        self._generation = _connection.generation
         if address is not None and not ray.is_initialized():
             # Before the lock: a refused port fails at once, even while another cluster's
             # connection hangs in ray.init holding it.
@@ -261,6 +284,7 @@ class RayFabric:
             raise InfeasibleError(f"cannot connect to Ray at {address!r}: {exc}", field="ray_address") from None
         _connection.started = True
         _connection.address = address
+        _connection.kwargs = kwargs
 
     def _setup(self, ray: Any, resource: str, n_chips: int | None, topology: Topology | None,
                spares: Iterable[int], chip_type: str, workdir: str | None) -> None:
@@ -307,8 +331,20 @@ class RayFabric:
         return list(self._states)
 
     def set_chip_state(self, chip: int, state: ChipState, reason: str) -> None:
+        """A chip returning to service (``chip repair``) whose node is gone moves to a live
+        node with room first; with none, it stays out of service and says so."""
         self.topology.check_chip(chip)
         check_chip_transition(self._states[chip], state)
+        if state in (ChipState.HEALTHY, ChipState.DEGRADED):
+            with self.state.lock:
+                if self.nodes.lost(chip):
+                    old = self.nodes.node_of(chip)
+                    node = self.nodes.remap(chip)
+                    if node is None or not node.alive:
+                        raise ConflictError(f"chip {chip}'s Ray node {old.short if old else '?'} is gone and no "
+                                            f"live Ray node has {self.per_chip:g} {self.resource} free for it "
+                                            "(start a raylet, then repair it again)", field="chip")
+                    reason = f"{reason}; now on Ray node {node.short} ({node.ip})"
         self._states[chip] = state
         self._reasons[chip] = reason
 
@@ -411,6 +447,8 @@ class RayFabric:
         """ChipCheck: the chip is healthy, no gang holds it, and its node is alive in the
         poller's latest view of the cluster (never a Ray call: the engine thread asks)."""
         self.topology.check_chip(chip)
+        if self.unreachable is not None:
+            return self.unreachable
         state = self._states[chip]
         if state not in (ChipState.HEALTHY, ChipState.DEGRADED):
             return f"chip {chip} is {state.value}"
@@ -443,9 +481,93 @@ class RayFabric:
         """A node holding chips left the cluster (poller): its chips fail (engine thread)."""
         for c in self.nodes.chips_on(node.node_id):
             if self._states[c] in (ChipState.HEALTHY, ChipState.DEGRADED, ChipState.UPDATING):
-                reason = f"Ray node {node.short} ({node.ip}) lost"
+                reason = f"{NODE_LOST_PREFIX}{node.short} ({node.ip}) lost"
                 self.set_chip_state(c, ChipState.FAILED, reason)
                 self._publish("chip-failed", None, c, {"reason": reason, "node_id": node.node_id})
+
+    def nodes_joined(self, nodes: Iterable[RayNode]) -> None:
+        """Nodes with room joined (a replacement raylet, a reconnect): chips whose node was
+        lost move onto them and return to service (engine thread), so waiting ranks run."""
+        names = ", ".join(f"{n.short} ({n.ip})" for n in nodes)
+        for c in range(self.n_chips):
+            # Only what the node's loss took out of service comes back by itself; a chip an
+            # operator isolated (drained, cordoned) waits for its operator.
+            by_loss = self._reasons.get(c, "").startswith(NODE_LOST_PREFIX)
+            with self.state.lock:
+                if not self.nodes.lost(c):
+                    continue
+                node = self.nodes.remap(c)
+            if node is None or self.nodes.lost(c):
+                continue
+            reason = f"mapped to Ray node {node.short} ({node.ip}), which joined"
+            if by_loss and self._states[c] is ChipState.FAILED:
+                self.set_chip_state(c, ChipState.ISOLATED, reason)
+            if by_loss and self._states[c] is ChipState.ISOLATED:
+                self.set_chip_state(c, ChipState.HEALTHY, reason)
+            self._publish("chip-state", None, c, {"state": self._states[c].value, "reason": reason,
+                                                  "node_id": node.node_id, "joined": names})
+
+    def link_lost(self, why: str) -> None:
+        """The poller cannot reach the GCS: the cluster is unreachable until it reconnects."""
+        addr = self.address
+        self.unreachable = f"the Ray cluster at {addr} is unreachable ({why}); reconnecting"
+        self.unreachable_since = time.time()
+        self.emit("fabric-degraded", reason=self.unreachable, address=addr)
+
+    def reconnect(self) -> bool:
+        """Poller thread, while unreachable: when the GCS answers again, start a new Ray
+        session (once per process, whichever fabric gets there first) and rebuild this
+        fabric's view of the nodes. False while the cluster cannot be reached."""
+        if self.gcs is not None:
+            why = gcs_unreachable(self.gcs)
+            if why is not None:
+                self.unreachable = f"the Ray cluster at {self.address} is unreachable ({why}); reconnecting"
+                return False
+        ray = self.state.ray
+        if not _connect_lock.acquire(timeout=CONNECT_WAIT_S):
+            return False
+        try:
+            if _connection.generation == self._generation:
+                # The old session's core worker must not talk to a new GCS (Ray aborts on
+                # "WrongClusterID"): drop it, then connect as at the start.
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+                try:
+                    ray.init(address=self.address, **_connection.kwargs)
+                except Exception as exc:  # not ready yet: the poller tries again later
+                    self.unreachable = (f"the Ray cluster at {self.address} is unreachable (reconnect failed: "
+                                        f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else exc}); "
+                                        "reconnecting")
+                    return False
+                _connection.generation += 1
+            self._generation = _connection.generation
+        finally:
+            _connect_lock.release()
+        try:
+            records = ray.nodes()
+        except Exception:
+            return False
+        with self.state.lock:
+            changes = self.nodes.apply(records)
+        down = self.unreachable_since
+        self.unreachable = None
+        self.unreachable_since = None
+        alive = len([n for n in self.nodes.nodes.values() if n.alive])
+        self.emit("fabric-recovered", address=self.address, down_s=round(time.time() - down, 3) if down else None,
+                  reason=f"reconnected to the Ray cluster at {self.address}"
+                         + (f" after {time.time() - down:.1f} s" if down else "") + f"; {alive} Ray node(s) alive")
+        for node in changes.died:
+            self.on_engine(self.node_died, node)
+        self.on_engine(self.nodes_joined, changes.joined)
+        return True
+
+    def connection_status(self) -> dict[str, Any]:
+        """Whether the Ray cluster is reachable, since when not, and its nodes."""
+        since = self.unreachable_since
+        with self.state.lock:
+            nodes = self.nodes.describe()
+        return {"state": "unreachable" if self.unreachable else "connected", "reason": self.unreachable or "",
+                "since": _rfc3339(since) if since is not None else None, "address": self.address, "nodes": nodes}
 
     def kill_worker(self, job_id: str, rank: int) -> int | None:
         """Fault injection: kill one rank's actor (ray.kill); detected like any death.

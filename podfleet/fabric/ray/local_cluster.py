@@ -44,6 +44,8 @@ class LocalRayCluster:
     address: str = ""
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _tmp: str = ""
+    _logs: Path = Path("/tmp")
+    _extra_tmp: list[str] = field(default_factory=list)
 
     def start(self, timeout_s: float = 120.0) -> LocalRayCluster:
         ray_bin = str(Path(sys.executable).with_name("ray"))
@@ -53,22 +55,52 @@ class LocalRayCluster:
         # Ray's socket paths must stay under 108 bytes: a short directory of our own.
         self._tmp = tempfile.mkdtemp(prefix="pfray-", dir="/tmp")
         logs = self.log_dir or Path(self._tmp)
-        env = {**os.environ, **self.env}
         port = _free_port()
         self.address = f"127.0.0.1:{port}"
-        common = ["--block", "--node-ip-address=127.0.0.1", "--object-store-memory=80000000",
-                  "--disable-usage-stats"]
+        self._logs = logs
         try:
-            self._spawn([ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={self.head_cpus}",
-                         "--include-dashboard=false", f"--temp-dir={self._tmp}", *common], logs / "head.log", env)
+            self._spawn(self._head_argv(ray_bin, port, self._tmp), logs / "head.log", self._env())
             self._wait_port(port, timeout_s)
-            for i, cpus in enumerate(self.node_cpus):
-                self._spawn([ray_bin, "start", f"--address={self.address}", f"--num-cpus={cpus}", *common],
-                            logs / f"raylet-{i + 1}.log", env)
+            for cpus in self.node_cpus:
+                self.add_node(cpus)
         except BaseException:
             self.stop()
             raise
         return self
+
+    _COMMON = ("--block", "--node-ip-address=127.0.0.1", "--object-store-memory=80000000", "--disable-usage-stats")
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, **self.env}
+
+    def _head_argv(self, ray_bin: str, port: int, tmp: str) -> list[str]:
+        return [ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={self.head_cpus}",
+                "--include-dashboard=false", f"--temp-dir={tmp}", *self._COMMON]
+
+    def add_node(self, cpus: int) -> int:
+        """Start one more raylet (a replacement for a lost one); its index in ``procs``."""
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        self._spawn([ray_bin, "start", f"--address={self.address}", f"--num-cpus={cpus}", *self._COMMON],
+                    self._logs / f"raylet-{len(self.procs)}.log", self._env())
+        return len(self.procs) - 1
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one node's process group (0: the head: its GCS and raylet), as a crash."""
+        proc = self.procs[index]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    def restart_head(self, timeout_s: float = 120.0) -> None:
+        """Start a new head on the same port after ``kill(0)``: a new Ray cluster (no GCS
+        fault tolerance) behind the same address, as an operator's restart gives."""
+        ray_bin = str(Path(sys.executable).with_name("ray"))
+        port = int(self.address.rsplit(":", 1)[1])
+        tmp = tempfile.mkdtemp(prefix="pfray-", dir="/tmp")
+        self._extra_tmp.append(tmp)
+        self._spawn(self._head_argv(ray_bin, port, tmp), self._logs / "head-2.log", self._env())
+        self.procs[0] = self.procs.pop()  # the killed head's place
+        self._wait_port(port, timeout_s)
 
     def _spawn(self, argv: list[str], log: Path, env: Mapping[str, str]) -> None:
         with log.open("wb") as out:
@@ -122,9 +154,11 @@ class LocalRayCluster:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         self.procs.clear()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = ""
+        for tmp in [self._tmp, *self._extra_tmp]:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._tmp = ""
+        self._extra_tmp.clear()
 
     def __enter__(self) -> LocalRayCluster:
         return self.start()

@@ -33,18 +33,27 @@ class RayNode:
         return self.node_id[:12]
 
 
+@dataclass(frozen=True)
+class NodeChanges:
+    """What a fresh view of the cluster changed: chip-holding nodes that died, and nodes
+    with room for chips that joined (or came back)."""
+
+    died: tuple[RayNode, ...] = ()
+    joined: tuple[RayNode, ...] = ()
+
+
 class NodeMap:
-    """chip -> node, built once from the cluster's nodes; liveness refreshed by ``update``."""
+    """chip -> node, numbered from the cluster's nodes at the start; liveness refreshed by
+    ``apply``. A chip whose node is gone keeps naming it (its check fails) until ``remap``
+    moves it to a live node with room: a node that joins later, or one after a reconnect."""
 
     def __init__(self, records: Iterable[Mapping[str, Any]], resource: str, per_chip: float, n_chips: int) -> None:
+        self.resource, self.per_chip = resource, per_chip
         self.nodes: dict[str, RayNode] = {}
         for rec in records:
-            if not rec.get("Alive", False):
-                continue
-            res = rec.get("Resources") or {}
-            cap = math.floor(float(res.get(resource, 0.0)) / per_chip + 1e-9)
-            node_id = str(rec.get("NodeID", ""))
-            self.nodes[node_id] = RayNode(node_id, str(rec.get("NodeManagerAddress", "")), HEAD_RESOURCE in res, cap)
+            if rec.get("Alive", False):
+                node = self._node(rec)
+                self.nodes[node.node_id] = node
         order = sorted(self.nodes.values(), key=lambda n: (not n.head, n.ip, n.node_id))
         self.chip_node: list[str | None] = []
         for node in order:
@@ -54,17 +63,62 @@ class NodeMap:
         self.chip_node.extend([None] * (n_chips - len(self.chip_node)))
         self.updated_mono = time.monotonic()
 
+    def _node(self, rec: Mapping[str, Any]) -> RayNode:
+        res = rec.get("Resources") or {}
+        cap = math.floor(float(res.get(self.resource, 0.0)) / self.per_chip + 1e-9)
+        return RayNode(str(rec.get("NodeID", "")), str(rec.get("NodeManagerAddress", "")), HEAD_RESOURCE in res, cap)
+
     def update(self, records: Iterable[Mapping[str, Any]]) -> list[RayNode]:
         """Apply a fresh ``ray.nodes()``; returns the chip-holding nodes that died since."""
-        alive = {str(r.get("NodeID", "")) for r in records if r.get("Alive", False)}
-        died = []
+        return list(self.apply(records).died)
+
+    def apply(self, records: Iterable[Mapping[str, Any]]) -> NodeChanges:
+        """Apply a fresh ``ray.nodes()``: liveness of the known nodes, and new nodes learnt
+        (a raylet started after the fabric, a replacement for a lost one)."""
+        recs = list(records)
+        alive = {str(r.get("NodeID", "")) for r in recs if r.get("Alive", False)}
+        died, joined = [], []
         for node in self.nodes.values():
             now_alive = node.node_id in alive
             if node.alive and not now_alive and node.node_id in self.chip_node:
                 died.append(node)
+            if now_alive and not node.alive and node.capacity:
+                joined.append(node)
             node.alive = now_alive
+        for rec in recs:
+            node_id = str(rec.get("NodeID", ""))
+            if node_id in alive and node_id not in self.nodes:
+                node = self._node(rec)
+                self.nodes[node_id] = node
+                if node.capacity:
+                    joined.append(node)
         self.updated_mono = time.monotonic()
-        return died
+        return NodeChanges(tuple(died), tuple(joined))
+
+    def room(self, node: RayNode) -> int:
+        """Chips the node could still hold."""
+        return node.capacity - self.chip_node.count(node.node_id)
+
+    def remap(self, chip: int) -> RayNode | None:
+        """Put a chip whose node is gone on a live node with room (the head first, then by
+        IP); the node it is on now, or None when no live node has room. A chip on a live
+        node (or on none: Ray places it) stays."""
+        current = self.node_of(chip)
+        if current is None and self.chip_node[chip] is None:
+            return None
+        if current is not None and current.alive:
+            return current
+        order = sorted(self.nodes.values(), key=lambda n: (not n.head, n.ip, n.node_id))
+        for node in order:
+            if node.alive and self.room(node) > 0:
+                self.chip_node[chip] = node.node_id
+                return node
+        return None
+
+    def lost(self, chip: int) -> bool:
+        """The chip names a node that is not alive (it needs ``remap``)."""
+        node = self.node_of(chip)
+        return node is not None and not node.alive
 
     def node_of(self, chip: int) -> RayNode | None:
         node_id = self.chip_node[chip]

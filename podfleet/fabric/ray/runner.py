@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from podfleet.fabric.ray.actor import WorkerActor
@@ -24,11 +24,16 @@ from podfleet.fabric.ray.jobs import (
     cause_of,
 )
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
+from podfleet.fabric.ray.probe import GCS_CHECK_FAILURES, gcs_unreachable
 from podfleet.training.config import WorkerConfig
 
 START_TIMEOUT_S = 120.0  # actor creation + hello on a busy cluster
 POLL_TIMEOUT_S = 2.0
 NODE_REFRESH_S = 2.0  # how often the poller re-reads which Ray nodes are alive
+# Reconnect attempts while the Ray cluster is unreachable: 1 s, doubling, at most 30 s.
+RECONNECT_FIRST_S = 1.0
+RECONNECT_MAX_S = 30.0
+PLACEMENT_SLICE_S = 1.0  # how often a gang waiting for its placement group looks at its nodes
 # A failing job's first cause is the one reported: a survivor's "peer lost" follows it.
 _BLAME = (ExitCause.INFRA, ExitCause.USER_CODE, ExitCause.BAD_INPUT, ExitCause.PEER_LOST, ExitCause.STOPPED)
 
@@ -60,7 +65,19 @@ class RunnerHost(Protocol):
 
     def worker_config(self, job: RayJob, rank: int, master_addr: str, master_port: int) -> WorkerConfig: ...
 
+    @property
+    def gcs(self) -> tuple[str, int] | None: ...
+
+    @property
+    def unreachable(self) -> str | None: ...
+
     def node_died(self, node: RayNode) -> None: ...
+
+    def nodes_joined(self, nodes: Iterable[RayNode]) -> None: ...
+
+    def link_lost(self, why: str) -> None: ...
+
+    def reconnect(self) -> bool: ...
 
     def on_engine(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
@@ -78,6 +95,9 @@ class JobRunner:
         self._thread: threading.Thread | None = None
         self._actor_cls: Any = None
         self._nodes_read_mono = 0.0
+        self._gcs_failures = 0  # GCS checks failed in a row
+        self._backoff_s = RECONNECT_FIRST_S
+        self._retry_mono = 0.0
 
     # --- threads --------------------------------------------------------------------------
     def start(self) -> None:
@@ -102,11 +122,15 @@ class JobRunner:
 
         n = len(job.ranks)
         try:
+            if not self._wait_for_link(job):
+                return
             selectors = f.bundle_selectors(job)
             pg = placement_group([f.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
                                  name=f"podfleet-{job.job_id}", bundle_label_selector=selectors)
             job.pg = pg
-            ready, _ = ray.wait([pg.ready()], timeout=f.placement_timeout_s)
+            ready = self._wait_placed(job, pg)
+            if ready is None:
+                return  # lost meanwhile (a node, the cluster): reported as such
             if not ready:
                 avail = ray.available_resources().get(f.resource, 0.0)
                 self._fail(job, None, f"placement group of {n} x {f.bundle()} ({job.strategy}) not placed "
@@ -149,9 +173,65 @@ class JobRunner:
             if job.state not in TERMINAL and job.state is not RunState.STOPPING:
                 self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
 
+    def _wait_for_link(self, job: RayJob) -> bool:
+        """A gang launched while the Ray cluster is unreachable waits for it (PLACING),
+        saying why once; False when the job was stopped meanwhile."""
+        said = False
+        while self.f.unreachable is not None:
+            if job.state is not RunState.PLACING or self._stop.is_set():
+                return False
+            if not said:
+                said = True
+                job.log.append(f"[fabric] waiting: {self.f.unreachable}")
+                self.f.emit("job-waiting", job_id=job.job_id, chip=job.ranks[0].chip, reason=self.f.unreachable)
+            time.sleep(PLACEMENT_SLICE_S)
+        return job.state is RunState.PLACING
+
+    def _wait_placed(self, job: RayJob, pg: Any) -> bool | None:
+        """Wait for the placement group in slices, watching the nodes its bundles are pinned
+        to: a pinned node that dies (or the cluster lost) ends the wait at once as a lost
+        gang, never a 60 s placement failure of the job. None when so reported."""
+        ray, f = self.state.ray, self.f
+        ref = pg.ready()
+        deadline = time.monotonic() + f.placement_timeout_s
+        while True:
+            ready, _ = ray.wait([ref], timeout=min(PLACEMENT_SLICE_S, max(0.0, deadline - time.monotonic())))
+            if ready:
+                return True
+            if f.unreachable is not None:
+                return None  # lose_all reports it
+            with self.state.lock:
+                lost = [r for r in job.ranks if job.strategy in ("pack", "strict_pack") and f.nodes.lost(r.chip)]
+                node = f.nodes.node_of(lost[0].chip) if lost else None
+            if lost and node is not None:
+                self._lose_gang(job, lost[0], f"its Ray node {node.short} ({node.ip}) is not alive")
+                return None
+            if time.monotonic() >= deadline:
+                return False
+
+    def _lose_gang(self, job: RayJob, blamed: RankRecord, why: str) -> None:
+        """A gang that cannot start because a rank's node is gone: an infrastructure loss
+        of that rank (the control plane moves it to another chip, or waits for one)."""
+        self.teardown(job)
+        with self.state.lock:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
+                return
+            for r in job.ranks:
+                r.cause = ExitCause.STOPPED if r is not blamed else ExitCause.INFRA
+            blamed.result = {"exit_code": None, "error": why}
+            job.set_state(RunState.FAILED)
+            job.reason = _reason(blamed)
+            job.cause = ExitCause.INFRA
+            self.state.free(job)
+        self.f.emit("worker-exited", job_id=job.job_id, chip=blamed.chip, rank=blamed.rank,
+                    cause=ExitCause.INFRA.value, exit_code=None, error=why, killed_by=None, reason=job.reason,
+                    infra=True, gang_ended=True)
+
     # --- polling ---------------------------------------------------------------------------------
     def _poll_loop(self) -> None:
         while not self._stop.wait(self.f.poll_interval_s):
+            if not self._link_up():
+                continue
             if time.monotonic() - self._nodes_read_mono >= NODE_REFRESH_S:
                 self._read_nodes()
             with self.state.lock:
@@ -163,6 +243,77 @@ class JobRunner:
                     except Exception as exc:  # keep watching the other jobs
                         job.log.append(f"[fabric] poll error: {type(exc).__name__}: {exc}")
 
+    def _link_up(self) -> bool:
+        """Watch the GCS; while it is lost make no Ray call (a call in flight when a new
+        head answers makes Ray abort the process) and reconnect with backoff."""
+        f, now = self.f, time.monotonic()
+        if f.unreachable is not None:
+            if now < self._retry_mono:
+                return False
+            if f.reconnect():
+                self._backoff_s = RECONNECT_FIRST_S
+                self._gcs_failures = 0
+                self._nodes_read_mono = now
+                return True
+            self._retry_mono = now + self._backoff_s
+            self._backoff_s = min(self._backoff_s * 2, RECONNECT_MAX_S)
+            return False
+        if f.gcs is None or now - self._nodes_read_mono < NODE_REFRESH_S:
+            return True
+        why = gcs_unreachable(f.gcs)
+        if why is None:
+            self._gcs_failures = 0
+            return True
+        self._gcs_failures += 1
+        self._nodes_read_mono = now
+        if self._gcs_failures < GCS_CHECK_FAILURES:
+            return True
+        f.link_lost(why)
+        self.lose_all(f.unreachable or why)
+        self._retry_mono = now + self._backoff_s
+        return False
+
+    def _gcs_answers(self) -> bool:
+        """Check the GCS right before a call that needs it (killing actors, removing a
+        placement group): ranks dying is often the first sign of a lost head, and such a
+        call would wait for the GCS forever. A GCS that does not answer is declared lost."""
+        f = self.f
+        if f.gcs is None:
+            return True
+        why = gcs_unreachable(f.gcs)
+        if why is None:
+            return True
+        f.link_lost(why)
+        self.lose_all(f.unreachable or why)
+        self._retry_mono = time.monotonic() + self._backoff_s
+        return False
+
+    def lose_all(self, reason: str) -> None:
+        """The Ray cluster is gone: every live gang is lost (its actors went with the head,
+        or cannot be reached), without a Ray call. Each is reported as an infrastructure
+        loss of the whole gang, so the control plane relaunches it once Ray is back."""
+        lost: list[RayJob] = []
+        with self.state.lock:
+            for job in self.state.jobs.values():
+                if job.state in TERMINAL or job.state is RunState.STOPPING:
+                    continue
+                for r in job.ranks:
+                    r.actor = None  # a handle of the old session: never used again
+                    if not r.done:
+                        r.cause = ExitCause.INFRA
+                        r.result = {"exit_code": None, "error": reason}
+                job.pg = None
+                job.set_state(RunState.FAILED)
+                job.reason = reason
+                job.cause = ExitCause.INFRA
+                job.log.append(f"[fabric] gang lost: {reason}")
+                self.state.free(job)
+                lost.append(job)
+        for job in lost:
+            r0 = job.ranks[0]
+            self.f.emit("worker-exited", job_id=job.job_id, chip=None, rank=r0.rank, cause=ExitCause.INFRA.value,
+                        exit_code=None, error=reason, killed_by=None, reason=reason, infra=True, gang_ended=True)
+
     def _read_nodes(self) -> None:
         """Refresh which nodes are alive (for ``check_chip``); chips of a lost node fail."""
         self._nodes_read_mono = time.monotonic()
@@ -171,9 +322,11 @@ class JobRunner:
         except Exception:  # the GCS is unreachable for now: the view just grows stale
             return
         with self.state.lock:
-            died = self.f.nodes.update(records)
-        for node in died:
+            changes = self.f.nodes.apply(records)
+        for node in changes.died:
             self.f.on_engine(self.f.node_died, node)
+        if changes.joined:
+            self.f.on_engine(self.f.nodes_joined, changes.joined)
 
     def _poll(self, job: RayJob) -> None:
         f, ray = self.f, self.state.ray
@@ -333,8 +486,14 @@ class JobRunner:
         self.f.emit("job-failed", job_id=job.job_id, chip=job.ranks[0].chip, reason=reason, cause="infra")
 
     def teardown(self, job: RayJob) -> None:
-        """Kill every actor of the gang and release its placement group (idempotent)."""
+        """Kill every actor of the gang and release its placement group (idempotent).
+        Never while the Ray cluster is unreachable (the handles belong to a lost session)."""
         ray = self.state.ray
+        if self.f.unreachable is not None or not self._gcs_answers():
+            for r in job.ranks:
+                r.actor = None
+            job.pg = None
+            return
         for r in job.ranks:
             if r.actor is not None:
                 with contextlib.suppress(Exception):  # already gone

@@ -8,7 +8,7 @@ SimPy process per job). One ``tl.every`` process samples telemetry for the whole
 fabric. Every state change is logged on the timeline and delivered to subscribers as a
 ``FabricEvent``.
 
-Capabilities: ``Introspection``, ``ResumableRuns``, ``FaultInjection``,
+Capabilities: ``Introspection``, ``ResumableRuns`` (so ``RankMoves``), ``FaultInjection``,
 ``FirmwareUpdate``, ``TelemetrySource``, ``Rebalanceable``, ``LinkTraffic``, and for acceptance checks
 ``ComputeProbe``, ``CollectiveProbe``, ``HardwareErrors`` (``probes``).
 """
@@ -238,7 +238,7 @@ class SimFabric:
         """Per-direction bandwidth of the slowest live link among ``chips`` (see workload)."""
         return self.board.job_link_bw(chips)
 
-    # --- jobs (Fabric, Introspection, ResumableRuns) --------------------------------------------
+    # --- jobs (Fabric, Introspection, RankMoves / ResumableRuns) --------------------------------------------
     def launch(self, group: WorkerGroupSpec) -> JobRun:
         """Start a job on ``group.chips`` (rank r on chips[r]) from ``options["start_step"]``."""
         return self.runner.launch(group)
@@ -253,16 +253,28 @@ class SimFabric:
     def job(self, job_id: str) -> JobRun:
         return self.runner.job(job_id)
 
-    def pause(self, job_id: str, reason: str = "paused by command") -> None:
-        self.runner.pause(job_id, reason)
+    def run_spec(self, job_id: str) -> WorkerGroupSpec | None:
+        run = self.runner.jobs.get(job_id)
+        return run.spec if run is not None else None
 
-    def resume(self, job_id: str, *, from_step: int | None = None) -> None:
+    def pause(self, job_id: str, reason: str = "paused by command") -> RunStatus:
+        self.runner.pause(job_id, reason)
+        return self._status(job_id)
+
+    def resume(self, job_id: str, *, from_step: int | None = None) -> RunStatus:
         """Resume a paused job, optionally rolled back to ``from_step`` (a checkpoint)."""
         self.runner.resume(job_id, from_step=from_step)
+        return self._status(job_id)
 
-    def move_rank(self, job_id: str, rank: int, new_chip: int) -> None:
+    def move_rank(self, job_id: str, rank: int, new_chip: int) -> RunStatus:
         """Run rank ``rank`` of the job on ``new_chip`` from now on."""
         self.runner.move_rank(job_id, rank, new_chip)
+        return self._status(job_id)
+
+    def _status(self, job_id: str) -> RunStatus:
+        st = self.runner.run_status(job_id)
+        assert st is not None  # the runner raised NotFoundError already
+        return st
 
     def checkpoint_now(self, job_id: str) -> int | None:
         return self.runner.checkpoint_now(job_id)

@@ -110,6 +110,8 @@ class JobRunner:
 
     def pause(self, job_id: str, reason: str = "paused by command") -> None:
         run = self.job(job_id)
+        if run.state == RunState.PAUSED:
+            return  # already holding its state (``RankMoves``: unchanged)
         if run.state != RunState.RUNNING:
             raise ConflictError(f"job {job_id} is {run.state.value}, not running", field="job_id")
         self.pause_job(job_id, reason)
@@ -117,6 +119,8 @@ class JobRunner:
     def resume(self, job_id: str, *, from_step: int | None = None) -> None:
         """Resume a paused job, optionally rolled back to ``from_step`` (a checkpoint)."""
         run = self.job(job_id)
+        if run.state == RunState.RUNNING:
+            return  # running already (``RankMoves``: unchanged)
         if run.state != RunState.PAUSED:
             raise ConflictError(f"job {job_id} is {run.state.value}, not paused", field="job_id")
         for c in run.chips:
@@ -203,6 +207,7 @@ class JobRunner:
             job_id=job_id, state=run.state, chips=tuple(run.chips), step=run.step,
             loss=None if math.isnan(run.loss) else run.loss, reason=run.pause_reason,
             checkpoint_step=run.last_checkpoint, log_tail=tuple(list(run.log)[-LOG_TAIL:]),
+            step_time_s=float(run.step_time_s) if run.step_time_s > 0 else None,
         )
 
     def run_logs(self, job_id: str) -> list[str]:

@@ -128,6 +128,7 @@ def test_a_hung_worker_is_detected_killed_and_resumed_from_the_checkpoint(tmp_pa
         assert rec["cause"] == "infra" and rec["source"] == "checkpoint" and rec["restored_step"] >= 4
         assert rec["steps_lost"] <= 2  # at most one checkpoint interval
         assert st.chips == (1,) and st.user_failures == 0
+        assert fab.chip_states()[0] is ChipState.HEALTHY  # a hung worker, not a slot fault
         assert sorted(st.losses) == list(range(1, 13))
         rs = fab.run_status("job-hang")
         assert rs is not None and rs.state is RunState.FINISHED and rs.infra_failures == 1 and rs.attempt == 2

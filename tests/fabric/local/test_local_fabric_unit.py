@@ -74,7 +74,7 @@ def test_job_transitions_are_enforced() -> None:
 
 
 def test_launch_validates_before_starting_anything(fab: LocalFabric) -> None:
-    with pytest.raises(UnknownNameError, match="valid: debug, small, tiny"):
+    with pytest.raises(UnknownNameError, match="valid: debug, medium, small, tiny"):
         fab.launch(WorkerGroupSpec("job-x", (0,), "gpt-huge", 2))
     with pytest.raises(UnknownNameError, match="unknown job option 'sede'"):
         fab.launch(WorkerGroupSpec("job-x", (0,), "debug", 2, options={"sede": 1}))

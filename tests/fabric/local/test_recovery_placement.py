@@ -33,14 +33,38 @@ def test_no_spare_slot_the_rank_returns_to_its_own_slot(tmp_path) -> None:
         assert st.state is RunState.FINISHED, st.reason
         [rec] = st.recoveries
         assert rec["path"] == "own-chip" and rec["moves"] == {} and rec["steps_lost"] >= 0
+        assert rec["mechanism"] == "rank-move"  # rank 0 kept running; rank 1 restarted on its slot
         assert rec["resume_s"] > 0 and rec["source"] in ("replica", "checkpoint")
         assert st.chips == (0, 1) and fab.chip_states() == [ChipState.HEALTHY] * 2
         logs = fab.run_logs("job-own")
         assert any(ln.startswith("[attempt 1] rank 1 on chip 1: node ") for ln in logs)
-        assert any(ln.startswith("[attempt 2] rank 1 on chip 1: node ") for ln in logs)
+        assert any(ln.startswith("[attempt 1] rank 1 on chip 1: node ") and "(rank move, generation 1)" in ln
+                   for ln in logs)
         assert fab.chip_hosts() == [fab.chip_hosts()[0]] * 2 and fab.chip_hosts()[0]
         assert fab.check_chip_health(1) is None  # the gang is gone: the slot is free and healthy
         assert fab.chip_metrics()["mem_capacity_bytes"][0] > 0
+    finally:
+        fab.close()
+
+
+def test_a_killed_worker_moves_to_the_spare_and_its_healthy_slot_stays_in_service(tmp_path) -> None:
+    # A worker killed (not its slot) is no chip fault: the rank takes the spare and the
+    # slot it left is neither failed nor isolated, free for the next job or as a spare.
+    fab = LocalFabric(2, spares=(1,), workdir=tmp_path / "w", hang_timeout_s=20)
+    try:
+        fab.launch(WorkerGroupSpec("job-kill", (0,), "debug", 12, checkpoint_interval=2,
+                                   options={"step_delay_s": 0.1, "global_batch": 4, "seq_len": 32}))
+        fab.wait("job-kill", 120, until=lambda s: (s.checkpoint_step or 0) >= 2)
+        fab.kill_worker("job-kill", 0)
+        st = fab.wait("job-kill", 180)
+        assert st.state is RunState.FINISHED, st.reason
+        [rec] = st.recoveries
+        assert rec["path"] == "spare" and rec["moves"] == {"0": [0, 1]} and rec["chip"] == 0
+        assert st.chips == (1,)
+        assert fab.chip_states() == [ChipState.HEALTHY] * 2 and fab.check_chip_health(0) is None
+        assert not [e for e in fab.events if e.kind == "chip-failed"]
+        [recovered] = [e for e in fab.events if e.kind == "recovered"]
+        assert recovered.chip == 0  # the event names the chip the rank was lost on
     finally:
         fab.close()
 
@@ -93,6 +117,7 @@ def test_a_local_jobs_recovery_is_recorded_and_listed_like_the_twins(tmp_path) -
         assert done["state"] == "SUCCEEDED", done["reason"]
         [rec] = done["runtime"]["recoveries"]
         assert rec["path"] == "own-chip" and rec["state"] == "done" and rec["kind"] == "worker-lost"
+        assert rec["mechanism"] == "rank-move"
         assert rec["resume_s"] > 0 and rec["steps_lost"] >= 0 and rec["restored_from"] in ("replica", "checkpoint")
         listed = plane.call_sync(parts.recovery.recoveries, "loc")
         assert [(r["id"], r["path"], r["job_id"]) for r in listed] == [(rec["id"], "own-chip", jid)]

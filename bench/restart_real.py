@@ -1,0 +1,200 @@
+"""kill -9 and restart of a real ``podfleet up`` while a local job trains (real processes).
+
+One server (SQLite, local fabric, its workers owned by the host's agent), one 2-rank job
+of the ``debug`` preset. The server is killed with SIGKILL mid-run, left down for
+``DOWN_S``, and started again on the same store and data directory; this repeats
+``ROUNDS`` times. Per restart:
+
+* ``reattach_s``: from the new server's process start to the first step beyond the one
+  the job had reached at the kill, read through the API (server start-up included).
+  ``serving_s`` is the part until ``/healthz`` answers (interpreter, imports, store,
+  reload), ``after_serving_s`` the rest (re-attach, replay, the first live step).
+* ``steps_lost``: steps trained twice: the step at the kill minus the step a worker
+  restored from after it (a ``restored step N`` line in the job's log); 0 when no worker
+  had to restore, i.e. the gang ran on.
+* ``pids_changed``: workers whose pid differs after the restart.
+* ``history_gaps``: steps in 1..now missing from the job's loss history (GetJobMetrics).
+
+Ray jobs are not part of this benchmark (the Ray fabric's detached actors are not built).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from podfleet.sdk import PodfleetClient
+
+NAME = "restart-real"
+DESCRIPTION = "kill -9 and restart of podfleet up with a local job training: steps_lost and reattach_s"
+TOKEN = "pf-bench-restart-real-admin-token-0123456789"
+DOWN_S = 2.0
+STEP_DELAY_S = 0.05
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            out = cond()
+            if out:
+                return out
+        except Exception as exc:  # the server is still starting
+            last = exc
+        time.sleep(0.1)
+    raise TimeoutError(f"{what} not within {timeout_s:g} s" + (f" (last: {last})" if last else ""))
+
+
+class Server:
+    """``podfleet up`` as a subprocess on ``root`` (store, data directory, keys)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.port = root, _port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "PODFLEET_WORKDIR": str(root / "work"), "PODFLEET_KEY_DIR": str(root / "keys"),
+                    "PODFLEET_ADMIN_TOKEN": TOKEN, "PODFLEET_LOCAL_AGENT": "true"}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_mono = 0.0
+        self.client = PodfleetClient(self.url, TOKEN)
+
+    def start(self) -> None:
+        self.started_mono = time.monotonic()
+        with open(self.root / "server.log", "ab") as logf:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "podfleet", "up", "--fabric", "local", "--port", str(self.port),
+                 "--db", str(self.root / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+        _until(lambda: self.client.healthz(), 120, "the server answering /healthz")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def stop_agent(self) -> None:
+        subprocess.run([sys.executable, "-m", "podfleet", "agent", "stop"], env=self.env, capture_output=True,
+                       timeout=60, check=False)
+
+
+def pids(c: PodfleetClient, cluster: str) -> dict[int, int]:
+    hw = c.describe_cluster_hardware(cluster)
+    return {int(ch["worker"]["rank"]): int(ch["worker"]["pid"]) for ch in hw["chips"] if ch.get("worker")}
+
+
+def step(c: PodfleetClient, job_id: str) -> int:
+    return int(c.describe_training_job(job_id)["progress"]["step"])
+
+
+def history_gaps(c: PodfleetClient, job_id: str, upto: int) -> int:
+    pts = c.get_job_metrics(job_id, resolution=10)["points"]
+    seen = set()
+    for p in pts:
+        seen.update(range(int(p["step_first"]), int(p["step_last"]) + 1))
+    return sum(1 for s in range(1, upto + 1) if s not in seen)
+
+
+def restored_steps(c: PodfleetClient, job_id: str) -> list[int]:
+    """Every ``restored step N`` a worker logged for the job, oldest first."""
+    out, since = [], 0
+    while True:
+        page = c.get_job_logs(job_id, since=since)
+        lines = page.get("lines") or []
+        for ln in lines:
+            text = str(ln.get("message", ""))
+            if "restored step " in text:
+                out.append(int(text.split("restored step ", 1)[1].split()[0]))
+        if not lines or int(page["next"]) <= since:
+            return out
+        since = int(page["next"])
+
+
+def start_job(srv: Server, chips: int = 2) -> tuple[str, str]:
+    c = srv.client
+    cl = c.create_cluster("loc", fabric="local", chips=chips, spares=0)
+    cid = cl["id"]
+    _until(lambda: c.describe_cluster(cid)["state"] == "active", 120, "the local cluster active")
+    job = c.submit_training_job(cid, model="debug", chips=chips, steps=100_000, checkpoint_interval=20,
+                                options={"step_delay_s": STEP_DELAY_S})
+    jid = job["id"]
+    _until(lambda: step(c, jid) >= 10, 180, "the job training")
+    return cid, jid
+
+
+def restart(srv: Server, cid: str, jid: str, *, kill_rank: int | None = None) -> dict[str, Any]:
+    """One kill -9 and restart; with ``kill_rank``, that worker is killed while the server is down."""
+    c = srv.client
+    before = pids(c, cid)
+    at_kill = step(c, jid)
+    restored_before = len(restored_steps(c, jid))
+    srv.kill9()
+    time.sleep(DOWN_S / 2)
+    if kill_rank is not None:
+        os.kill(before[kill_rank], signal.SIGKILL)
+    time.sleep(DOWN_S / 2)
+    srv.start()
+    serving_s = time.monotonic() - srv.started_mono
+    _until(lambda: step(c, jid) > at_kill, 180, "the job stepping past its step at the kill")
+    reattach_s = time.monotonic() - srv.started_mono
+    if kill_rank is not None:
+        _until(lambda: c.describe_training_job(jid)["state"] == "RUNNING" and len(pids(c, cid)) == len(before),
+               180, "the job recovered")
+    after = pids(c, cid)
+    now = step(c, jid)
+    restored = restored_steps(c, jid)[restored_before:]
+    return {"reattach_s": round(reattach_s, 3), "serving_s": round(serving_s, 3),
+            "after_serving_s": round(reattach_s - serving_s, 3),
+            "steps_lost": max(0, at_kill - min(restored)) if restored else 0,
+            "pids_changed": sum(1 for r, p in before.items() if after.get(r) != p), "step_at_kill": at_kill,
+            "step_after": now, "history_gaps": history_gaps(c, jid, now), "state": c.describe_training_job(jid)["state"]}
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    rounds = 1 if quick else 3
+    with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
+        srv = Server(Path(tmp))
+        srv.start()
+        try:
+            cid, jid = start_job(srv)
+            rows = [restart(srv, cid, jid) for _ in range(rounds)]
+            srv.client.stop_training_job(jid)
+        finally:
+            srv.stop()
+            srv.stop_agent()
+    re = [r["reattach_s"] for r in rows]
+    return {
+        "steps_lost": sum(r["steps_lost"] for r in rows),
+        "reattach_s": round(statistics.median(re), 3),
+        "reattach_s_max": max(re),
+        "serving_s": round(statistics.median(r["serving_s"] for r in rows), 3),
+        "after_serving_s": round(statistics.median(r["after_serving_s"] for r in rows), 3),
+        "pids_changed": sum(r["pids_changed"] for r in rows),
+        "history_gaps": sum(r["history_gaps"] for r in rows),
+        "restarts": rounds,
+        "goal_steps_lost": 0,
+        "goal_reattach_s": 5.0,
+        "job": "debug preset, 2 local ranks, gloo, checkpoint every 20 steps, step_delay_s 0.05",
+        "ray": "not measured: the Ray fabric's detached actors are not built yet",
+    }

@@ -1,0 +1,298 @@
+"""Gangs across pods: the same pod-aligned block on each of N pods, packed into the
+fewest network blocks.
+
+A gang larger than a pod (or one that names ``pods``) takes one block of ``chips / N``
+chips on each of N pods: whole pods when ``chips / N`` is a pod, else the same
+sub-block size on each (so every pod holds the same number of ranks and a
+tensor-parallel group never straddles a pod). The smallest N that divides the gang
+into a block size some pod can hold is tried first (whole pods before half pods).
+
+Network blocks (the pods behind one spine, ``FleetTopology.pods_per_block``) follow
+Kueue's Topology Aware Scheduling levels:
+
+* ``topology_required="block"``: all N pods in one block, or the gang waits (never
+  crosses a spine); ``"pod"``: the gang must fit one pod (a larger one is rejected).
+* otherwise (``topology_preferred``, the default for a gang across pods): one block
+  when any block has room, else the fewest blocks (the fullest blocks first).
+
+Inside a block the fullest pods that still hold the block go first (best fit); among
+blocks, the one with the fewest feasible pods that still suffices (best fit, as
+Slurm's topology/block plugin), so large blocks stay whole for large gangs.
+
+Ranks run pod by pod (blocks in order), each pod's block in its ring order: with
+Megatron's order (tp fastest, then dp, then pp) and tp dividing the per-pod size,
+tensor-parallel groups stay inside a pod and only data-parallel (or pipeline) rings
+cross EFA, crossing a spine at most once per block boundary.
+
+Everything is numpy over the framework's per-pod summaries: one pass over the pods
+per gang, then a loop over the N chosen pods only.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from podfleet.errors import PodfleetError
+from podfleet.hardware.topology import FleetTopology, NetworkLevel
+from podfleet.perf.layout import job_topology
+from podfleet.scheduler import status as st
+from podfleet.scheduler.blocks import BlockIndex
+from podfleet.scheduler.extension import CycleState, FleetPlanner
+from podfleet.scheduler.status import Status
+from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
+
+if TYPE_CHECKING:
+    from podfleet.scheduler.framework import Framework
+
+
+@dataclass(frozen=True)
+class FleetChoice:
+    """Where a gang across pods goes: its pods in rank order and the block id on each."""
+
+    pods: tuple[int, ...]
+    blocks: tuple[int, ...]  # network block of each pod (same order)
+    block_ids: tuple[int, ...]  # the chosen pod-local block (``BlockIndex`` id) on each pod
+    size: int  # chips per pod
+    crossings: int  # spine crossings of the gang's ring (0 inside one block)
+
+
+def splits(job: JobRequest, chips_per_pod: int, n_pods: int, sizes: frozenset[int]) -> list[tuple[int, int]]:
+    """(pods, chips per pod) ways to split the gang, fewest pods first."""
+    return _splits(job.chips, job.pods, chips_per_pod, n_pods, sizes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _splits(chips: int, pods: int | None, chips_per_pod: int, n_pods: int,
+            sizes: frozenset[int]) -> list[tuple[int, int]]:
+    if pods is not None:
+        s = chips // pods
+        return [(pods, s)] if s in sizes and pods <= n_pods else []
+    lo = -(-chips // chips_per_pod)
+    return [(n, chips // n) for n in range(max(lo, 2), n_pods + 1) if chips % n == 0 and chips // n in sizes]
+
+
+def unresolvable(job: JobRequest, topo: FleetTopology, chips_per_pod: int, sizes: frozenset[int],
+                 ever: np.ndarray) -> Status | None:
+    """Why this gang can never be placed on this fleet, or None. ``ever[pod, size]``:
+    pods that hold a free block of that size with every job gone (spares excluded)."""
+    if job.topology_required == "pod":
+        return st.unresolvable(f"job asks {job.chips} chips with topology_required pod; a pod has {chips_per_pod}")
+    if job.chips > topo.n_chips:
+        return st.unresolvable(f"job asks {job.chips} chips; the fleet has {topo.n_chips} "
+                               f"({topo.count} pods of {chips_per_pod})")
+    options = splits(job, chips_per_pod, topo.count, sizes)
+    if not options:
+        if job.pods is not None:
+            return st.unresolvable(f"{job.chips} chips on {job.pods} pods is {job.chips / job.pods:g} per pod: "
+                                   f"not a block a {chips_per_pod}-chip pod holds (or more pods than the "
+                                   f"fleet's {topo.count})")
+        return st.unresolvable(f"{job.chips} chips do not split into an equal block on each of 2-{topo.count} "
+                               f"pods (a gang across pods holds the same block size on every pod)")
+    possible = [(n, s) for n, s in options if int(ever[:, s].sum()) >= n]
+    if not possible:
+        n, s = options[0]
+        return st.unresolvable(f"needs {n} pods with a free {s}-chip block; only {int(ever[:, s].sum())} pods "
+                               f"have one once spares are held out")
+    if job.topology_required == "block":
+        k = topo.pods_per_block
+        fits = [(n, s) for n, s in possible
+                if max(int(ever[list(topo.block_pods(b)), s].sum()) for b in range(topo.n_blocks)) >= n]
+        if not fits:
+            n, _ = possible[0]
+            return st.unresolvable(f"job needs {n} pods with topology_required block; a network block has "
+                                   f"{k} pods")
+    return None
+
+
+def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_count: np.ndarray,
+           n: int, *, first_fit: bool = False) -> tuple[np.ndarray | None, int]:
+    """N pods among ``feasible`` (bool per pod): (pods in rank order, spine crossings), or
+    (None, -1). ``first_fit``: the first N feasible pods by index (the baseline)."""
+    pods = np.flatnonzero(feasible)
+    if len(pods) < n:
+        return None, -1
+    k = topo.pods_per_block
+    if first_fit:
+        pick = pods[:n]
+        blocks = pick // k
+        return pick, _crossings(blocks)
+    blk = pods // k
+    per_block = np.bincount(blk, minlength=topo.n_blocks)
+    # Within a block: fullest pods first (best fit), ties by index.
+    order = np.lexsort((pods, free_count[pods], blk))
+    pods, blk = pods[order], blk[order]
+    starts = np.concatenate(([0], np.cumsum(per_block)))
+    enough = np.flatnonzero(per_block >= n)
+    if len(enough):
+        b = int(enough[np.argmin(per_block[enough])])  # best-fit block
+        pick = pods[starts[b]:starts[b] + n]
+        return np.sort(pick), 0
+    if job.topology_required == "block":
+        return None, -1
+    # Fewest blocks: the blocks with the most feasible pods first.
+    chosen: list[np.ndarray] = []
+    left = n
+    for b in np.argsort(-per_block, kind="stable"):
+        if left <= 0 or per_block[b] == 0:
+            break
+        take = min(left, int(per_block[b]))
+        chosen.append(np.sort(pods[starts[b]:starts[b] + take]))
+        left -= take
+    pick = np.concatenate(chosen)
+    return pick, _crossings(pick // k)
+
+
+def _crossings(blocks: np.ndarray) -> int:
+    """Spine crossings of a ring over pods in this order (closing edge included)."""
+    if len(blocks) < 2:
+        return 0
+    return int((blocks != np.roll(blocks, 1)).sum())
+
+
+def pending_reason(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.ndarray,
+                   pods_busy: int, pods_full: int) -> str:
+    """What is missing at which level: pods with a free block, and the best block."""
+    have = int(feasible.sum())
+    k = topo.pods_per_block
+    per_block = np.bincount(np.flatnonzero(feasible) // k, minlength=topo.n_blocks)
+    best = int(np.argmax(per_block)) if len(per_block) else 0
+    what = "whole pods" if s == topo.group.n_chips else f"pods with a free {s}-chip block"
+    level = "block" if job.topology_required == "block" else "fleet"
+    parts = [f"needs {n} {what}"]
+    if level == "block":
+        parts.append(f"in one network block (topology_required block): best block {best} has "
+                     f"{int(per_block[best]) if len(per_block) else 0} of its {len(topo.block_pods(best))} pods free")
+    else:
+        parts.append(f"the fleet has {have} free")
+    tail = []
+    if pods_busy:
+        tail.append(f"{pods_busy} pods without a free {s}-chip block")
+    if pods_full:
+        tail.append(f"{pods_full} pods with no usable chip free")
+    return "; ".join(parts) + (f" ({', '.join(tail)})" if tail else "")
+
+
+def describe_choice(c: FleetChoice, shape: tuple[int, ...]) -> str:
+    blocks = sorted(set(c.blocks))
+    where = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(map(str, blocks))}"
+    pods = f"{c.pods[0]}-{c.pods[-1]}" if list(c.pods) == list(range(c.pods[0], c.pods[-1] + 1)) else \
+        ", ".join(map(str, c.pods))
+    return (f"{len(c.pods)} pods ({pods}) in {where}, a {fmt_shape(shape)} block on each; "
+            f"{c.crossings} spine crossings")
+
+
+def block_sizes(fw: Framework) -> frozenset[int]:
+    return _sizes(fw.handle.cluster.blocks)
+
+
+@functools.lru_cache(maxsize=16)
+def _sizes(idx: BlockIndex) -> frozenset[int]:
+    return frozenset(int(v) for v in np.unique(idx.shape_size))
+
+
+def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology, *,
+          first_fit: bool = False) -> tuple[Status, Placement | None]:
+    """A placement across pods for ``job``, or Unschedulable with what is missing where."""
+    from podfleet.scheduler.plugins.topology_block import preferred_shape
+
+    cl = fw.handle.cluster
+    idx, per = cl.blocks, cl.chips_per_pod
+    _, shape_free, free_count = fw.summaries()
+    options = splits(job, per, len(cl.pods), block_sizes(fw))
+    missing = ""
+    for n, s in options:
+        sids = idx.shape_ids_for(s)
+        feasible: np.ndarray = np.asarray(shape_free[:, sids].any(axis=1))
+        for _attempt in range(3):  # a pod refused by a job filter drops out, and the rest is retried
+            pick, cross = choose(job, topo, feasible, free_count, n, first_fit=first_fit)
+            if pick is None:
+                break
+            ids, rows = idx.blocks_for(s)
+            grid = cl.pods[0].grid
+            pref = idx.shape_id[preferred_shape(grid, s, math.gcd(job.tp, s), job.comm)]
+            chosen: list[int] = []
+            refused = False
+            for p in pick.tolist():
+                status, pod_free = fw.job_free(state, job, p)
+                if not status.ok:
+                    return status, None
+                cand = np.flatnonzero(pod_free[ids])
+                if not len(cand):
+                    feasible = feasible.copy()
+                    feasible[p] = False
+                    refused = True
+                    break
+                # The job's preferred shape on every pod when it is free there.
+                same = cand[idx.block_shape[ids[cand]] == pref]
+                chosen.append(int((same if len(same) else cand)[0]))
+            if refused:
+                continue
+            return st.SUCCESS, _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
+        if not missing:  # the first (fewest pods) way to split says what is missing
+            busy = int((~feasible & (free_count > 0)).sum())
+            full = int((free_count == 0).sum())
+            missing = pending_reason(job, topo, n, s, feasible, busy, full)
+    return st.unschedulable(missing or "no way to split the gang across pods").by("fleet"), None
+
+
+def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: list[int],
+               ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> Placement:
+    from podfleet.scheduler.cores import cores_per_chip
+
+    cl = fw.handle.cluster
+    idx, per = cl.blocks, cl.chips_per_pod
+    local = rows[np.asarray(chosen)]  # [pods, s] pod-local chips in ring order
+    chips = tuple((local + pick[:, None] * per).ravel().tolist())
+    block_ids = tuple(int(ids[j]) for j in chosen)
+    shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
+    pods = tuple(int(p) for p in pick.tolist())
+    choice = FleetChoice(pods, tuple(topo.block_of(p) for p in pods), block_ids, s, cross)
+    plan = fleet_plan(fw, job, topo, len(pods), shape, cross)
+    return Placement(
+        job_id=job.job_id, pod=pods[0], chips=chips,
+        local_chips=tuple(local.ravel().tolist()),
+        shape=(len(pods), *shape), offset=(pods[0], *(int(v) for v in idx.block_offset[block_ids[0]])),
+        cores_per_chip=cores_per_chip(cl.pods[0].grid.chip_type), plan=plan,
+        reason=describe_choice(choice, shape), pods=pods, blocks=choice.blocks,
+    )
+
+
+def fleet_plan(fw: Framework, job: JobRequest, topo: FleetTopology, n: int, shape: tuple[int, ...],
+               crossings: int) -> object | None:
+    """``parallelism: auto``: TP/PP/DP for this placement (a fleet of ``n`` pods of ``shape``
+    blocks, priced at the network level the gang's ring crosses); None without a planner."""
+    planner = fw.handle.planner
+    if job.parallelism != "auto" or not isinstance(planner, FleetPlanner):
+        return None
+    level = topo.level("fleet" if crossings else "block")
+    try:
+        return _fleet_plan_cached(planner, job.model, job.grad_compression, job_fleet(topo, n, shape, level))
+    except TypeError:  # an unhashable model: planned without the cache
+        return _fleet_plan(planner, job.model, job.grad_compression, job_fleet(topo, n, shape, level))
+
+
+@functools.lru_cache(maxsize=512)
+def job_fleet(topo: FleetTopology, n: int, shape: tuple[int, ...], level: NetworkLevel) -> FleetTopology:
+    """The gang's own topology: ``n`` pods each holding a ``shape`` block, joined at ``level``."""
+    group = topo.group
+    if math.prod(shape) != group.n_chips:
+        group = job_topology(group, math.prod(shape), shape)
+    return FleetTopology(f"{group.name}:{n}", group, n, level.bw_per_chip_bytes_per_s, level.latency_s,
+                         pods_per_block=n, levels=topo.levels)
+
+
+@functools.lru_cache(maxsize=512)
+def _fleet_plan_cached(planner: FleetPlanner, model: object, comp: str, topo: FleetTopology) -> object | None:
+    return _fleet_plan(planner, model, comp, topo)
+
+
+def _fleet_plan(planner: FleetPlanner, model: object, comp: str, topo: FleetTopology) -> object | None:
+    try:
+        return planner.plan_topology(model, topo.n_chips, topo, comp)
+    except (PodfleetError, ValueError):
+        return None  # no plan runs the model here: the job runs on the fallback model

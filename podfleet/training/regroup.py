@@ -1,0 +1,170 @@
+"""Re-forming a data-parallel gang in place after one rank was lost (the worker side of a
+rank move; ``fabric/local/rankmove.py`` is the fabric's).
+
+A survivor whose collective failed (``loop.PeerLost``) keeps its model and optimizer in
+memory, destroys the broken process group and waits for the fabric's next rendezvous:
+a JSON document ``{"generation", "addr", "port", "world_size"}`` the fabric writes to
+``cfg.regroup_file`` once it has started the lost rank's replacement on another chip.
+Every rank (survivors and the replacement, which starts with ``cfg.join``) then joins
+a new process group on that fresh port (a new TCPStore hosted by rank 0, same world
+size, the ranks keep their numbers), as torchelastic does on a re-rendezvous: the old
+group is destroyed, never reused.
+
+State: the ranks all-gather the step each holds (-1 for a replacement); the lowest rank
+holding the highest step is the source and broadcasts its model and optimizer state to
+all the others (one flat buffer per dtype, so a 25M-parameter model costs three
+collectives, not thousands). Broadcasting to every rank, not only the new one, also
+covers a survivor that finished one step fewer than another (a peer died inside the
+last all-reduce). Nothing is copied into a rank's model until the whole buffer arrived,
+so a second loss during the transfer leaves every survivor's state intact for the next
+generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from podfleet.training.config import WorkerConfig
+
+POLL_S = 0.02  # how often a waiting survivor looks for the fabric's rendezvous
+
+
+class NoReplica(Exception):
+    """No rank of the re-formed gang holds the job's state (every holder was lost)."""
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    generation: int
+    addr: str
+    port: int
+    world_size: int
+
+
+def read_rendezvous(path: str) -> Rendezvous | None:
+    """The fabric's latest rendezvous, or None when there is none (or it is half-written)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        return Rendezvous(int(doc["generation"]), str(doc["addr"]), int(doc["port"]), int(doc["world_size"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def wait_rendezvous(path: str, after: int, timeout_s: float) -> Rendezvous | None:
+    """The first rendezvous newer than generation ``after``, or None after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = read_rendezvous(path)
+        if got is not None and got.generation > after:
+            return got
+        time.sleep(POLL_S)
+    return None
+
+
+def leave_group() -> None:
+    """Destroy this process's broken process group (a peer's socket closed: it returns at once)."""
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def join_group(cfg: WorkerConfig, rdv: Rendezvous, backend: str) -> None:
+    if rdv.world_size != cfg.world_size:
+        raise ValueError(f"rendezvous for world size {rdv.world_size}, this rank is of {cfg.world_size}")
+    dist.init_process_group(backend, init_method=f"tcp://{rdv.addr}:{rdv.port}", rank=cfg.rank,
+                            world_size=rdv.world_size, timeout=timedelta(seconds=cfg.regroup_timeout_s))
+
+
+def _skeleton(obj: Any, out: list[torch.Tensor]) -> Any:
+    """``obj`` with each tensor replaced by a placeholder (collected into ``out`` in order)."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+        return ("__tensor__", tuple(obj.shape), str(obj.dtype).removeprefix("torch."))
+    if isinstance(obj, dict):
+        return {k: _skeleton(v, out) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_skeleton(v, out) for v in obj)
+    return obj
+
+
+def _is_placeholder(obj: Any) -> bool:
+    return isinstance(obj, tuple) and len(obj) == 3 and obj[0] == "__tensor__"
+
+
+def _fill(skel: Any, it: Any) -> Any:
+    if _is_placeholder(skel):
+        return next(it)
+    if isinstance(skel, dict):
+        return {k: _fill(v, it) for k, v in skel.items()}
+    if isinstance(skel, list | tuple):
+        return type(skel)(_fill(v, it) for v in skel)
+    return skel
+
+
+def _placeholders(skel: Any, out: list[tuple[tuple[int, ...], str]]) -> None:
+    if _is_placeholder(skel):
+        out.append((tuple(skel[1]), skel[2]))
+    elif isinstance(skel, dict):
+        for v in skel.values():
+            _placeholders(v, out)
+    elif isinstance(skel, list | tuple):
+        for v in skel:
+            _placeholders(v, out)
+
+
+def _broadcast_flat(tensors: list[torch.Tensor], shapes: list[tuple[tuple[int, ...], str]], src: int,
+                    device: torch.device) -> list[torch.Tensor]:
+    """Broadcast ``tensors`` (on ``src``; ``shapes`` elsewhere) as one flat buffer per dtype."""
+    is_src = dist.get_rank() == src
+    by_dtype: dict[str, list[int]] = {}
+    for i, (_shape, dt) in enumerate(shapes):
+        by_dtype.setdefault(dt, []).append(i)
+    out: list[torch.Tensor | None] = [None] * len(shapes)
+    for dt in sorted(by_dtype):
+        idx = by_dtype[dt]
+        numels = [int(torch.Size(shapes[i][0]).numel()) for i in idx]
+        if is_src:
+            flat = torch.cat([tensors[i].detach().reshape(-1).to(device) for i in idx])
+        else:
+            flat = torch.empty(sum(numels), dtype=getattr(torch, dt), device=device)
+        dist.broadcast(flat, src=src)
+        for i, part in zip(idx, flat.split(numels), strict=True):
+            out[i] = part.view(shapes[i][0])
+    return [t for t in out if t is not None]
+
+
+def sync_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
+               device: torch.device) -> tuple[int, int]:
+    """Give every rank the newest state in the gang: (step restored, source rank).
+    ``step`` is what this rank holds (-1: nothing, a replacement). Raises ``NoReplica``."""
+    world = dist.get_world_size()
+    steps = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(steps, torch.tensor([step], dtype=torch.int64))
+    held = [int(t.item()) for t in steps]
+    best = max(held)
+    if best < 0:
+        raise NoReplica("no rank of the re-formed gang holds the job's state")
+    src = held.index(best)
+    mine: list[torch.Tensor] = []
+    skel = _skeleton({"model": model.state_dict(), "optim": optimizer.state_dict()}, mine)
+    box: list[Any] = [skel if dist.get_rank() == src else None]
+    dist.broadcast_object_list(box, src=src)
+    shapes: list[tuple[tuple[int, ...], str]] = []
+    _placeholders(box[0], shapes)
+    got = _broadcast_flat(mine, shapes, src, device)
+    if dist.get_rank() != src:
+        full = _fill(box[0], iter(got))
+        with torch.no_grad():
+            for name, value in model.state_dict().items():
+                value.copy_(full["model"][name])
+        optimizer.load_state_dict(full["optim"])
+    return best, src

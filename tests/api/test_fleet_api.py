@@ -1,0 +1,83 @@
+"""Fleet clusters through the API: pods and podsPerBlock, a gang across pods with its
+topology levels, and DescribeClusterHardware paged, filtered and summarised (issue 28)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from tests.api.conftest import Live, wait_active
+
+
+def _running(c: httpx.Client, job_id: str) -> dict:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        job = c.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] != "PENDING":
+            return job
+        time.sleep(0.05)
+    return job
+
+
+def test_a_fleet_cluster_places_a_gang_across_pods_and_pages_its_hardware(live: Live, admin: httpx.Client) -> None:
+    r = admin.post("/v1/clusters", json={"name": "fleet-8", "type": "trn2-ultraserver", "pods": 8,
+                                          "podsPerBlock": 8, "spares": 0})
+    assert r.status_code == 201, r.text
+    view = wait_active(admin, "fleet-8")
+    assert view["chips"] == 512
+    r = admin.post("/v1/clusters/fleet-8/jobs", json={"model": "llama3-8b", "chips": 256, "pods": 8,
+                                                       "topologyRequired": "block", "steps": 100000})
+    assert r.status_code == 201, r.text
+    job = _running(admin, r.json()["id"])
+    assert job["state"] in ("PLACING", "RUNNING"), job
+    assert job["allocation"]["pods"] == list(range(8)) and set(job["allocation"]["blocks"]) == {0}
+    # A page of pod 3: its 64 chips, in index order, with its links; half of them the job's.
+    deadline = time.monotonic() + 10
+    while True:
+        page = admin.get("/v1/clusters/fleet-8/hardware", params={"pod": 3}).json()
+        if sum(1 for c in page["chips"] if c["job"] == job["id"]) == 32 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert [c["index"] for c in page["chips"]] == list(range(192, 256))
+    assert sum(1 for c in page["chips"] if c["job"] == job["id"]) == 32
+    assert all(192 <= lk["src"] < 256 for lk in page["links"]) and page["nextToken"] is None
+    # Paging through the job's chips 100 at a time gives each once.
+    seen, token = [], None
+    while True:
+        params = {"job": job["id"], "limit": 100, **({"next_token": token} if token else {})}
+        p = admin.get("/v1/clusters/fleet-8/hardware", params=params).json()
+        seen += [c["index"] for c in p["chips"]]
+        token = p["nextToken"]
+        if not token:
+            break
+    assert sorted(seen) == sorted(job["allocation"]["chips"]) and len(seen) == 256
+    s = admin.get("/v1/clusters/fleet-8/hardware", params={"summary": "true"}).json()
+    assert [p["busy"] for p in s["pods"]] == [32] * 8 and s["blocks"][0]["busy"] == 256
+    assert s["blocks"][0]["healthy"] == 512 and s["pods"][3]["jobs"] == [job["id"]]
+    bad = admin.get("/v1/clusters/fleet-8/hardware", params={"pod": 9})
+    assert bad.status_code == 400 and "valid pods are 0-7" in bad.text, bad.text
+    # Required block on a fleet of one 8-pod block: 1,024 chips can never fit.
+    r = admin.post("/v1/clusters/fleet-8/jobs", json={"model": "llama3-8b", "chips": 1024,
+                                                       "topologyRequired": "block"})
+    assert r.status_code in (201, 400, 409, 422), r.text
+    if r.status_code == 201:
+        assert _running(admin, r.json()["id"])["state"] == "FAILED"
+
+
+def test_metrics_roll_a_large_fleet_up_per_pod_unless_per_chip_is_asked() -> None:
+    from podfleet.api.chip_metrics import FabricCollector
+    from tests.control.conftest import active_cluster, make_plane
+
+    plane = make_plane()
+    cl = active_cluster(plane, "big", pods=17, pods_per_block=4)
+    job = plane.jobs.submit(cl["id"], {"model": "llama3-8b", "chips": 128, "steps": 1000}, actor="test")
+    plane.tl.run(plane.tl.now + 5)
+    fams = {m.name: m for m in FabricCollector(plane).collect()}
+    busy = {s.labels["pod"]: s.value for s in fams["podfleet_pod_chips_busy"].samples}
+    assert len(busy) == 17 and sum(busy.values()) == 128, busy
+    assert {s.labels["block"] for s in fams["podfleet_pod_chips"].samples} == {"0", "1", "2", "3", "4"}
+    assert not fams["podfleet_chip_up"].samples  # no series per chip for this cluster
+    per_chip = {m.name: m for m in FabricCollector(plane, per_chip=True).collect()}
+    assert len(per_chip["podfleet_chip_up"].samples) == 17 * 64
+    assert plane.jobs.describe(job["id"])["state"] == "RUNNING"

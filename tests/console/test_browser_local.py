@@ -1,0 +1,83 @@
+"""The console on a cluster of real worker processes (the README's `local-a`: three
+slots, one spare, a `tiny` job): its cluster, job and dashboard pages render without
+errors, the host switch its links meet at is drawn, and the times shown are the wall
+clock's (issue 30, items 1 and 2)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.console.conftest import Served, serve, wait_active
+from tests.console.test_browser import ARGS, CHROMIUM, Watched, sync_api
+
+pytestmark = [pytest.mark.browser, pytest.mark.realproc]
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Served]:
+    yield from serve(speed=1.0, default_cluster=None)
+
+
+@pytest.fixture(scope="module")
+def job(site: Served) -> str:
+    with site.client() as c:
+        r = c.post("/v1/clusters", json={"name": "local-a", "fabric": "local", "chips": 3, "spares": 1})
+        assert r.status_code == 201, r.text
+        wait_active(c, "local-a", 90)
+        r = c.post("/v1/clusters/local-a/jobs", json={"model": "tiny", "chips": 2, "steps": 100000,
+                                                       "checkpoint_interval": 20})
+        assert r.status_code in (200, 201, 202), r.text
+        job_id = str(r.json()["id"])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if c.get(f"/v1/jobs/{job_id}").json()["progress"]["step"] >= 2:
+                return job_id
+            time.sleep(0.5)
+    raise AssertionError(f"{job_id} took no step within 120 s")
+
+
+@pytest.fixture(scope="module")
+def admin(site: Served) -> Iterator[Watched]:
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        w = Watched(b, site, "admin")
+        yield w
+        w.context.close()
+        b.close()
+
+
+_STAMP = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d)(?::(\d\d))?")
+
+
+def _times_on_page(w: Watched) -> list[datetime]:
+    text = w.page.inner_text("main")
+    return [datetime(*(int(g) for g in m.groups()[:5]), int(m.group(6) or 0), tzinfo=UTC)  # type: ignore[misc]
+            for m in _STAMP.finditer(text)]
+
+
+@pytest.mark.parametrize("path,ready", [
+    ("/clusters/local-a", "[data-chip='2']"),
+    ("/clusters/local-a/dashboard", "canvas"),
+    ("/jobs/{job}", "h1"),
+])
+def test_a_local_clusters_pages_render_with_wall_clock_times(admin: Watched, job: str, path: str,
+                                                            ready: str) -> None:
+    admin.errors.clear()
+    admin.open(path.format(job=job), ready)
+    admin.page.wait_for_timeout(1500)  # a live update or two
+    assert admin.errors == [], admin.errors
+    assert "Could not load this page" not in admin.page.inner_text("main")
+    now = datetime.now(UTC)
+    for t in _times_on_page(admin):
+        assert t.year >= 2000 and abs((t - now).total_seconds()) < 600, f"{path} shows {t.isoformat()}"
+
+
+def test_the_host_switch_of_a_local_cluster_is_drawn(admin: Watched, job: str) -> None:
+    admin.open("/clusters/local-a", "[data-chip='2']")
+    assert admin.page.locator("[data-hub]").count() == 1
+    assert admin.page.locator("[data-link]").count() == 3

@@ -1,0 +1,61 @@
+"""A rank a process fabric recovered itself (local: a killed worker moved to the spare):
+the slot it left is no chip fault, so it refills the spare count, and the recovery
+record names the chip and carries RFC 3339 times (issue 26 item 8)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from podfleet.control import ControlPlane
+from podfleet.recovery.service import RecoveryService
+from tests.control.conftest import advance
+from tests.control.test_drivers import FakeProcessFabric, fake_plane
+
+
+def _moved_to_the_spare() -> tuple[ControlPlane, FakeProcessFabric, str, int]:
+    plane, made = fake_plane()
+    plane.create_cluster({"name": "p", "fabric": "local", "chips": 3, "spares": 1}, actor="t")
+    advance(plane, 5)
+    fab = made[0]
+    [spare] = plane.describe_cluster("p")["spares"]
+    job = plane.jobs.submit("p", {"model": "debug", "chips": 2, "steps": 100}, actor="t")
+    advance(plane, 1)
+    chips = list(fab.launches[-1].chips)
+    assert spare not in chips
+    lost = chips[1]
+    # What the local fabric sends when it moves a killed rank to the spare itself.
+    fab.emit("worker-exited", job["id"], chip=lost, rank=1, cause="infra", exit_code=-9)
+    fab.emit("job-recovering", job["id"], rank=1, cause="infra", message="rank 1 killed")
+    fab.emit("job-resumed", job["id"], chips=[chips[0], spare], source="replica", restored_step=3, attempt=2)
+    fab.emit("recovered", job["id"], chip=lost, rank=1, cause="infra", source="replica", restored_step=3,
+             steps_lost=0, resume_s=0.8, moves={"1": [lost, spare]}, path="spare", last_step=3, attempt=1)
+    advance(plane, 5)  # telemetry ticks: spares are accounted
+    return plane, fab, job["id"], lost
+
+
+def test_the_slot_a_recovered_rank_left_becomes_the_spare() -> None:
+    plane, _fab, jid, lost = _moved_to_the_spare()
+    view = plane.describe_cluster("p")
+    assert plane.jobs.describe(jid)["state"] == "RUNNING"
+    assert view["spares"] == [lost], view
+    assert view["spare_shortfall"] == ""
+
+
+def test_the_fabrics_recovery_record_names_the_chip_and_has_rfc3339_times() -> None:
+    plane, _fab, jid, lost = _moved_to_the_spare()
+    [rec] = plane.jobs.describe(jid)["runtime"]["recoveries"]
+    assert rec["chip"] == lost and rec["target"] == f"chip:{lost}" and rec["rank"] == 1
+    end = dt.datetime.fromisoformat(rec["t_end"])
+    start = dt.datetime.fromisoformat(rec["t_start"])
+    assert end.tzinfo is not None and rec["t_end"].endswith("Z")
+    assert abs(end.timestamp() - plane.now()) < 10  # wall-clock time, not the fabric's own counter
+    # It ended resume_s after the fabric noticed the loss (RFC 3339 keeps milliseconds).
+    assert (end - start).total_seconds() == pytest.approx(0.8, abs=0.002)
+    svc = RecoveryService(plane.table, plane.tl, plane.render, resolve=plane.resolve)
+    [shown] = svc.list_recoveries("p")  # ListRecoveries
+    assert shown["t_end"] == rec["t_end"] and shown["t_start"] == rec["t_start"]
+    assert shown["target"] == f"chip:{lost}" and shown["duration_s"] == pytest.approx(0.8, abs=0.002)
+    [computed] = svc.recoveries("p")  # timeline seconds, to compute with
+    assert computed["t_end"] == shown["t_end_s"] and abs(computed["t_end"] - plane.tl.now) < 10
