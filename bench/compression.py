@@ -26,8 +26,8 @@ import statistics
 import tempfile
 from typing import Any
 
-from podfleet.fabric.base import WorkerGroupSpec
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import RunState, WorkerGroupSpec
+from podfleet.fabric.local import LocalFabric
 
 NAME = "compression"
 DESCRIPTION = "gradient compression (bf16, PowerSGD, lossless zstd) on real DDP training vs uncompressed"
@@ -55,7 +55,7 @@ def _run(fab: LocalFabric, mode: str, model: str, steps: int, batch: int) -> dic
                                options={"global_batch": batch, "grad_compression": mode, "seed": 0,
                                         "replica_peer": False, "encrypt_checkpoints": False}))
     st = fab.wait(job, 600)
-    if st.state is not JobState.FINISHED:
+    if st.state is not RunState.FINISHED:
         raise RuntimeError(f"{mode} run ended {st.state.value}: {st.reason}")
     return {"losses": dict(st.losses), **_figures(fab.run_logs(job), mode)}
 

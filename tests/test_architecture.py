@@ -273,11 +273,11 @@ _MUTATORS = frozenset({"append", "extend", "update", "pop", "clear", "insert", "
 
 def _reaches_status(node: ast.AST) -> bool:
     """``x.status.y...`` or ``x.status``: an attribute chain through a ``status`` attribute.
-    Cluster records keep their status as a dict (``rt.rec.status["reason"]``): subscripts
-    are not followed, so only a job's typed ``JobStatus`` is seen."""
+    A cluster record's ``rec.status`` (``ClusterStatus``) is left to
+    ``record_writes`` below, so only a job's typed ``JobStatus`` is seen here."""
     while isinstance(node, ast.Attribute):
         if node.attr == "status":
-            # ``rec.status`` is a cluster record's dict (``rt.rec.status.pop(...)``), not a job's.
+            # ``rec.status`` is a cluster record's (``ClusterStatus``), not a job's.
             return not (isinstance(node.value, ast.Attribute) and node.value.attr == "rec")
         node = node.value
     return False
@@ -340,6 +340,70 @@ def test_only_the_job_table_writes_a_jobs_status() -> None:
     bad = [f"{p.relative_to(ROOT)}:{n}" for p in modules("control", "recovery", "health", "scheduler", "advisor", "rehearsal",
                                                            "api", "cli")
            if p.name != "jobtable.py" for n in status_writes(p.read_text())]
+    assert not bad, bad
+
+
+# --- one writer of a cluster's record, and of a job's other fields -------------------------------
+
+_RECORD_FIELDS = frozenset({"state", "updated_at", "spec", "status"})
+_RECORD_NAMES = frozenset({"job", "j", "rec", "record"})
+
+
+def _a_record(node: ast.AST) -> bool:
+    """``rec``/``job``/``j`` or ``x.rec``: a cluster's record or a job, by the names the code
+    gives them."""
+    return (isinstance(node, ast.Name) and node.id in _RECORD_NAMES) or \
+        (isinstance(node, ast.Attribute) and node.attr == "rec")
+
+
+def _through_record_status(node: ast.AST) -> bool:
+    """``rec.status`` or ``x.rec.status``, or anything reached through it."""
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        if isinstance(node, ast.Attribute) and node.attr == "status" and _a_record(node.value) \
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("job", "j")):
+            return True
+        node = node.value
+    return False
+
+
+def record_writes(source: str) -> list[int]:
+    """Lines that write a record's own fields (``rec.state = ...``, ``job.updated_at = ...``),
+    a cluster record's status (``rt.rec.status.reason = ...``, ``rec.status["x"] = ...``,
+    ``rec.status.deployment.update(...)``)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        for t in targets:
+            if (isinstance(t, ast.Attribute) and t.attr in _RECORD_FIELDS and _a_record(t.value)) or \
+                    (isinstance(t, ast.Attribute | ast.Subscript) and _through_record_status(t.value)):
+                bad.append(node.lineno)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS \
+                and _through_record_status(node.func.value):
+            bad.append(node.lineno)
+        if isinstance(node, ast.Delete) and any(isinstance(t, ast.Subscript) and _through_record_status(t.value)
+                                                for t in node.targets):
+            bad.append(node.lineno)
+    return sorted(set(bad))
+
+
+def test_the_record_write_finder_finds_writes() -> None:
+    assert record_writes("rt.rec.state = 'active'\n") == [1]
+    assert record_writes("rec.status.reason = 'x'\n") == [1]
+    assert record_writes("rt.rec.status['reason'] = 'x'\n") == [1]
+    assert record_writes("pending.rec.status.deployment.update(x)\n") == [1]
+    assert record_writes("rec.updated_at = now\njob.state = s\n") == [1, 2]
+    assert record_writes("x = rt.rec.status.reason\nself.state = 1\nrun.state = 2\nrt.set_reason('x')\n") == []
+
+
+def test_only_the_owners_write_a_cluster_record_or_a_jobs_fields() -> None:
+    # A cluster's record changes through ``ClusterRecordOwner`` (``control.clusterrecord``:
+    # ``ClusterRuntime`` and ``ConnectingCluster`` are owners); a job's state and timestamps
+    # through ``JobTable``. The store only persists them.
+    owners = {"control/clusterrecord.py", "control/jobtable.py"}
+    bad = [f"{p.relative_to(ROOT)}:{n}" for p in modules("control", "recovery", "health", "scheduler", "advisor",
+                                                           "rehearsal", "api", "cli", "console", "security")
+           if str(p.relative_to(ROOT)) not in owners for n in record_writes(p.read_text())]
     assert not bad, bad
 
 

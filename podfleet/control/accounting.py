@@ -22,10 +22,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podfleet.control.lifecycle import JobState
 from podfleet.errors import UnknownNameError
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.jobstatus import Job
@@ -56,11 +57,11 @@ def key_of(spec: JobSpec, owner: str | None) -> dict[str, str]:
     return {"user": owner or "unknown", "queue": spec.queue or "default", "team": spec.team or "default"}
 
 
-def summarize(items: Iterable[tuple[dict[str, str], dict[str, float]]], by: str) -> list[dict[str, Any]]:
+def summarize(items: Iterable[tuple[dict[str, str], dict[str, float]]], by: str) -> list[JsonObject]:
     """Chip-seconds per ``by`` (user, queue or team), largest busy first."""
     if by not in GROUPS:
         raise UnknownNameError("usage grouping", by, GROUPS, field="by")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for key, usage in items:
         row = out.setdefault(key[by], {by: key[by], **dict.fromkeys(KINDS, 0.0), "jobs": 0})
         for k in KINDS:
@@ -74,7 +75,7 @@ def summarize(items: Iterable[tuple[dict[str, str], dict[str, float]]], by: str)
     return rows
 
 
-def to_csv(rows: list[dict[str, Any]], by: str) -> str:
+def to_csv(rows: list[JsonObject], by: str) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = [by, *KINDS, "chip_hours", "jobs"]
@@ -94,7 +95,7 @@ def job_usage(job: Job, now: float) -> dict[str, float]:
 
 
 def report(jobs: Iterable[Job], now: float, *, by: str = "user", since: float | None = None,
-           cluster_id: str | None = None) -> dict[str, Any]:
+           cluster_id: str | None = None) -> JsonObject:
     """GetUsage: chip-seconds per user, queue or team, of the jobs submitted at or after
     ``since`` (unix s; None: all), on one cluster or all."""
     picked = [j for j in jobs if (since is None or j.created_at >= since)
@@ -105,7 +106,7 @@ def report(jobs: Iterable[Job], now: float, *, by: str = "user", since: float | 
             "jobs": len(picked)}
 
 
-def counters(views: Iterable[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
+def counters(views: Iterable[JsonObject]) -> dict[tuple[str, str, str], float]:
     """``podfleet_chip_seconds_total`` by (queue, team, kind): closed intervals only, so
     every series only grows (job views are replaced whole, safe to read on any thread)."""
     out: dict[tuple[str, str, str], float] = {}

@@ -33,7 +33,6 @@ Modes persist with the cluster (``status.chip_modes``), spares too (``status.spa
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import numpy as np
 
@@ -43,6 +42,7 @@ from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InvalidInputError, PodfleetError
 from podfleet.fabric.base import ChipState, FaultInjection, WorkerKill
+from podfleet.wire import JsonObject
 
 # What each operator command does to the mode (None: the mode is left as it is).
 _TARGET: dict[str, ChipMode | None] = {
@@ -58,14 +58,14 @@ OPERATIONS = {"cordon": "CordonChip", "drain": "DrainChip", "uncordon": "Uncordo
 # --- commands (engine thread) ------------------------------------------------------------------
 
 def chip_command(plane: PlanePort, ref: str, chip: int, action: str, *, actor: str = "system",
-                 reason: str | None = None) -> dict[str, Any]:
+                 reason: str | None = None) -> JsonObject:
     """Run one operator command on a chip, audited as Cordon/Drain/Uncordon/RepairChip;
     ``reason`` (the operator's words) goes into the audit record and the cluster's log."""
     if action not in _TARGET:
         raise InvalidInputError(f"chip action must be one of {', '.join(ACTIONS)}, got {action!r}",
                                 field="action", allowed=list(ACTIONS))
 
-    def do() -> tuple[dict[str, Any], str]:
+    def do() -> tuple[JsonObject, str]:
         rt = plane.resolve(ref)
         rt.check_chip(chip)
         if action == "repair":
@@ -77,7 +77,7 @@ def chip_command(plane: PlanePort, ref: str, chip: int, action: str, *, actor: s
         plane.render(rt)
         return chip_view(rt, chip), f"{rt.id}/chip/{chip}"
 
-    body: dict[str, Any] = {"chip": chip, **({"reason": reason} if reason else {})}
+    body: JsonObject = {"chip": chip, **({"reason": reason} if reason else {})}
     out = plane.mutation(OPERATIONS[action], actor, f"{ref}/chip/{chip}", do, body=body)
     rt = plane.clusters.get(str(out["cluster_id"]))
     if rt is not None:  # after the commit: a repaired or uncordoned chip may take waiting work
@@ -147,17 +147,14 @@ def _repair(plane: PlanePort, rt: ClusterRuntime, chip: int) -> None:
     rt.logs.append(plane.now(), f"chip {chip}: repaired ({state.value} -> healthy)", chip=chip)
 
 
-def chip_view(rt: ClusterRuntime, chip: int) -> dict[str, Any]:
+def chip_view(rt: ClusterRuntime, chip: int) -> JsonObject:
     state = rt.chip_states()[chip].value
     return {"cluster_id": rt.id, "cluster": rt.rec.name, "chip": chip, "state": state,
             "mode": shown_mode(rt.modes.mode(chip), state), "spare": bool(rt.spare_mask[chip]), "job": rt.owners.get(chip)}
 
 
 def persist(plane: PlanePort, rt: ClusterRuntime) -> None:
-    rt.rec.status["chip_modes"] = rt.modes.to_dict()
-    rt.rec.status["spares"] = list(rt.spares)
-    rt.rec.status["original_spares"] = list(rt.original_spares)
-    rt.rec.updated_at = plane.now()
+    rt.set_chip_layout(rt.modes.to_dict(), rt.spares, rt.original_spares, plane.now())
     plane.store.save_cluster(rt.rec)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.runtime import DEPLOY_STEPS
@@ -33,6 +34,7 @@ from podfleet.errors import PodfleetError
 from podfleet.fabric.base import Fabric, close_fabric
 from podfleet.hardware.topology import Topology
 from podfleet.store.records import ClusterRecord
+from podfleet.wire import JsonObject
 
 log = logging.getLogger("podfleet.control")
 
@@ -51,12 +53,12 @@ def retry_delay(attempts: int) -> float:
     return float(min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** max(0, attempts - 1)))
 
 
-def pending_deployment(state: str) -> dict[str, Any]:
+def pending_deployment(state: str) -> JsonObject:
     return {"state": state, "percent": 0, "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS]}
 
 
 @dataclass
-class ConnectingCluster:
+class ConnectingCluster(ClusterRecordOwner):
     """A cluster whose fabric is being built, or could not be (state ``failed``). Engine
     thread only; it has the parts of a ``ClusterRuntime`` its read paths use."""
 
@@ -81,21 +83,16 @@ class ConnectingCluster:
         return ClusterState(self.rec.state)
 
     @property
-    def deployment(self) -> dict[str, Any]:
-        dep: dict[str, Any] = self.rec.status.get("deployment") or pending_deployment("connecting")
-        return dep
+    def deployment(self) -> JsonObject:
+        return self.rec.status.deployment or pending_deployment("connecting")
 
-    @deployment.setter
-    def deployment(self, value: dict[str, Any]) -> None:
-        self.rec.status["deployment"] = value
-
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         rec, topo = self.rec, self.topology
         return {"id": rec.id, "name": rec.name, "state": rec.state, "type": self.spec.type,
                 "fabric": self.spec.fabric, "chips": topo.n_chips, "dims": list(topo.dims),
                 "chip_type": topo.chip_type, "spares": list(self.spares), "spare_shortfall": "",
                 "cordoned": [], "draining": [], "spec": self.spec.to_dict(), "deployment": self.deployment,
-                "jobs_running": 0, "scheduler": {}, "reason": rec.status.get("reason", ""),
+                "jobs_running": 0, "scheduler": {}, "reason": rec.status.reason,
                 "created_at": rfc3339(rec.created_at), "updated_at": rfc3339(rec.updated_at)}
 
 

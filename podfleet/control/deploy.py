@@ -5,7 +5,6 @@ its outcome; on the twin the whole deployment takes a few seconds of timeline ti
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
 
 import simpy
 
@@ -14,6 +13,7 @@ from podfleet.control.logbuf import rfc3339
 from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
 from podfleet.fabric.base import ChipState, ResumableRuns
+from podfleet.wire import JsonObject
 
 _TICKS_PER_STEP = 5
 
@@ -77,11 +77,11 @@ def _deploy(plane: PlanePort, rt: ClusterRuntime) -> Generator[simpy.Event, obje
     plane.jobs.schedule(rt)
 
 
-def _set_step(rt: ClusterRuntime, k: int, step: dict[str, Any]) -> None:
+def _set_step(rt: ClusterRuntime, k: int, step: JsonObject) -> None:
     steps = list(rt.deployment["steps"])
     steps[k] = step
     rt.deployment = {**rt.deployment, "steps": steps}
-    rt.rec.status["deployment"] = rt.deployment
+    rt.set_deployment(rt.deployment)
 
 
 def _step_detail(rt: ClusterRuntime, name: str) -> str:

@@ -142,9 +142,8 @@ class FabricEvents:
         # A recovery may say how (a Ray cluster reconnected): shown as the reason then.
         reason = str(ev.detail.get("reason") or (ev.kind if ev.kind == "fabric-degraded" else ""))
         rt.logs.append(self.now(), f"fabric: {ev.kind}" + (f": {reason}" if reason else ""))
-        if rt.rec.status.get("reason") != reason and rt.state == ClusterState.ACTIVE:
-            rt.rec.status["reason"] = reason or "fabric recovered"
-            rt.rec.updated_at = self.now()
+        if rt.rec.status.reason != reason and rt.state == ClusterState.ACTIVE:
+            rt.set_reason(reason or "fabric recovered", self.now())
             self.store.save_cluster(rt.rec)
         if ev.kind == "fabric-recovered":
             self.jobs.schedule(rt)  # jobs waiting for the fabric look again now

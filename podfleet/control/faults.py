@@ -3,8 +3,6 @@ declares, then hands it to the fabric (engine thread, inside ``InjectFault``).""
 
 from __future__ import annotations
 
-from typing import Any
-
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import (
@@ -17,6 +15,7 @@ from podfleet.errors import (
 from podfleet.fabric.base import FaultInjection
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.hardware.topology import Topology
+from podfleet.wire import JsonObject
 
 KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
 SLOW_WORKER = "slow-worker"  # likewise: one rank computes ``factor`` times slower per sample
@@ -24,7 +23,7 @@ WORKER_FAULTS = (KILL_WORKER, SLOW_WORKER)
 
 
 def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
-           now: float) -> tuple[dict[str, Any], str]:
+           now: float) -> tuple[JsonObject, str]:
     """Inject ``kind`` at ``chip`` or ``link`` ("A-B"); the result and the audit target."""
     if kind not in FAULT_KINDS:
         raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, *WORKER_FAULTS), field="kind")

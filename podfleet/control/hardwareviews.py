@@ -14,6 +14,7 @@ from typing import Any
 
 from podfleet.errors import InvalidInputError
 from podfleet.hardware.topology import FleetTopology, Topology
+from podfleet.wire import JsonObject
 
 MAX_PAGE = 4096
 
@@ -33,7 +34,7 @@ def pod_shape(topo: Topology) -> tuple[int, int, int]:
 
 
 def page(snapshot: Mapping[str, Any], topo: Topology, flt: ChipFilter, limit: int,
-         next_token: str | None) -> dict[str, Any]:
+         next_token: str | None) -> JsonObject:
     """One page of the chips that match ``flt``, in index order, with the links of the
     pod when ``flt.pod`` names one; ``nextToken`` resumes after the page."""
     pods, per, _ = pod_shape(topo)
@@ -69,11 +70,11 @@ def page(snapshot: Mapping[str, Any], topo: Topology, flt: ChipFilter, limit: in
     }
 
 
-def summaries(snapshot: Mapping[str, Any], topo: Topology) -> dict[str, Any]:
+def summaries(snapshot: Mapping[str, Any], topo: Topology) -> JsonObject:
     """Per pod and per block: chips, healthy, failed, spare, busy, utilization, jobs."""
     pods, per, k = pod_shape(topo)
     chips: Sequence[Mapping[str, Any]] = snapshot.get("chips", [])
-    rows: list[dict[str, Any]] = []
+    rows: list[JsonObject] = []
     for p in range(pods):
         part = chips[p * per:(p + 1) * per]
         healthy = sum(1 for c in part if c["state"] == "healthy")

@@ -23,6 +23,7 @@ from podfleet.control.logbuf import rfc3339
 from podfleet.errors import InvalidInputError
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import JobMetricRecord
+from podfleet.wire import JsonObject
 
 FINE_S = 10.0
 COARSE_S = 300.0
@@ -56,8 +57,8 @@ class Bucket:
                 s[2] = max(s[2], v)
                 s[3] += 1
 
-    def to_data(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"step_first": self.step_first, "step_last": self.step_last, "count": self.count,
+    def to_data(self) -> JsonObject:
+        out: JsonObject = {"step_first": self.step_first, "step_last": self.step_last, "count": self.count,
                                "t_first": self.t_first, "t_last": self.t_last}
         for k, (total, lo, hi, n) in self.stats.items():
             out[k] = {"avg": total / n, "min": lo, "max": hi}
@@ -68,9 +69,9 @@ class Bucket:
         return out
 
 
-def point(resolution_s: float, t_start: float, data: Mapping[str, Any]) -> dict[str, Any]:
+def point(resolution_s: float, t_start: float, data: Mapping[str, Any]) -> JsonObject:
     """One bucket as ``GetJobMetrics`` serves it (flat: ``loss``, ``loss_min``, ...)."""
-    p: dict[str, Any] = {"time": rfc3339(t_start), "t_start": t_start, "resolution_s": resolution_s,
+    p: JsonObject = {"time": rfc3339(t_start), "t_start": t_start, "resolution_s": resolution_s,
                          "step_first": data.get("step_first"), "step_last": data.get("step_last"),
                          "samples": data.get("count", 0)}
     for k in METRICS:
@@ -85,7 +86,7 @@ class JobMetrics:
     def __init__(self, store: StoreProtocol) -> None:
         self.store = store
         self.open: dict[tuple[str, float], Bucket] = {}  # (job, resolution) -> open bucket
-        self.recent: dict[str, deque[tuple[float, dict[str, Any]]]] = {}  # job -> closed fine buckets
+        self.recent: dict[str, deque[tuple[float, JsonObject]]] = {}  # job -> closed fine buckets
         self.span: dict[str, tuple[float, float]] = {}  # job -> (first, last) report time while it runs
 
     def record(self, job_id: str, t: float, detail: Mapping[str, Any]) -> None:
@@ -122,7 +123,7 @@ class JobMetrics:
             self.recent.setdefault(job_id, deque(maxlen=RECENT_BUCKETS)).append((b.t_start, b.to_data()))
 
     def query(self, job_id: str, *, resolution_s: float | None = None, since: float = 0.0,
-              limit: int = 2000) -> dict[str, Any]:
+              limit: int = 2000) -> JsonObject:
         """The job's history, oldest first: 10-second buckets of the last hour when asked
         (or by default while the job runs and is younger than an hour), else 5-minute ones."""
         if resolution_s is not None and resolution_s not in RESOLUTIONS:
@@ -133,7 +134,7 @@ class JobMetrics:
         if resolution_s is None:  # fine while the run's fine history covers all of it
             first, last = self.span.get(job_id, (0.0, float("inf")))
             resolution_s = FINE_S if last - first < RECENT_BUCKETS * FINE_S else COARSE_S
-        rows: list[tuple[float, dict[str, Any]]]
+        rows: list[tuple[float, JsonObject]]
         if resolution_s == FINE_S:
             rows = fine
         else:

@@ -39,6 +39,7 @@ from podfleet.hardware.topology import FleetTopology
 from podfleet.scheduler import DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
+from podfleet.wire import JsonObject
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
 # How often, at most, a cluster's scheduling cycles re-render the shown reason and wait of
@@ -102,12 +103,12 @@ class JobManager:
         self.plane.render(rt)
 
     # --- commands ----------------------------------------------------------------------------
-    def submit(self, cluster_ref: str, body: dict[str, Any], *, actor: str = "system",
-               client_token: str | None = None) -> dict[str, Any]:
+    def submit(self, cluster_ref: str, body: JsonObject, *, actor: str = "system",
+               client_token: str | None = None) -> JsonObject:
         plane = self.plane
         created: list[Job] = []
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rt = plane.resolve(cluster_ref)
             for fixed in ("priority_class", "priority_preemption"):
                 if fixed in body:
@@ -186,7 +187,7 @@ class JobManager:
                 out = {**out, "array": self.describe_array(arr)}
         return out
 
-    def _describe_submitted(self, ref: str) -> dict[str, Any]:
+    def _describe_submitted(self, ref: str) -> JsonObject:
         """A replayed submit's answer: the job, or an array's first member with the array."""
         if ref.startswith("arr-"):
             arr = self.describe_array(ref)
@@ -209,7 +210,7 @@ class JobManager:
         return list(dict.fromkeys(out))
 
     # --- arrays ------------------------------------------------------------------------------
-    def describe_array(self, array_id: str) -> dict[str, Any]:
+    def describe_array(self, array_id: str) -> JsonObject:
         members = [j for j in (self.table.find(m) for m in self.holds.members(array_id)) if j is not None]
         if not members:
             raise NotFoundError(f"job array {array_id} not found", field="array")
@@ -222,8 +223,8 @@ class JobManager:
                 "jobs": [{"id": j.id, "index": j.spec.array_index, "state": j.state.value,
                           "reason": j.status.reason} for j in members]}
 
-    def stop_array(self, array_id: str, *, actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def stop_array(self, array_id: str, *, actor: str = "system") -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             view = self.describe_array(array_id)
             live = [j for j in (self.table.find(m["id"]) for m in view["jobs"]) if j is not None and not j.ended]
             if not live:
@@ -238,8 +239,8 @@ class JobManager:
             self.schedule(rt)
         return out
 
-    def stop(self, job_id: str, *, actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def stop(self, job_id: str, *, actor: str = "system") -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             job = self.table.get(self.resolve_id(job_id))
             if job.ended:
                 raise ConflictError(f"job {job_id} already ended ({job.state.value})", field="job")
@@ -256,7 +257,7 @@ class JobManager:
         for job in self.table.on_cluster(rt.id):
             self.table.end(job, JobState.STOPPED, reason)
 
-    def kill_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None) -> tuple[dict[str, Any], str]:
+    def kill_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
         drv = self.driver(rt)
         if not isinstance(drv, ProcessDriver):
             raise InfeasibleError(
@@ -265,7 +266,7 @@ class JobManager:
         return drv.kill_worker(rank, job_id)
 
     def slow_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None,
-                    factor: float | None) -> tuple[dict[str, Any], str]:
+                    factor: float | None) -> tuple[JsonObject, str]:
         drv = self.driver(rt)
         if not isinstance(drv, ProcessDriver):
             raise InfeasibleError(
@@ -275,18 +276,18 @@ class JobManager:
 
     # --- reads (any thread) ------------------------------------------------------------------
     @property
-    def views(self) -> Mapping[str, dict[str, Any]]:
+    def views(self) -> Mapping[str, JsonObject]:
         return self.table.views
 
     def resolve_id(self, ref: str) -> str:
         """A job id from the id itself or a unique prefix (or tail) of one."""
         return resolve_ref(ref, self.table.views, "job")
 
-    def describe(self, job_id: str) -> dict[str, Any]:
+    def describe(self, job_id: str) -> JsonObject:
         return self.table.describe(self.resolve_id(job_id))
 
     def list(self, *, cluster_id: str | None = None, state: str | None = None,
-             next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+             next_token: str | None = None, max_results: int = 100) -> tuple[list[JsonObject], str | None]:
         return self.table.list(cluster_id=cluster_id, state=state, next_token=next_token, max_results=max_results)
 
     def job_logs(self, job_id: str) -> LogBuffer:

@@ -18,6 +18,7 @@ from podfleet.control.placement import Allocation
 from podfleet.control.planning import Plan
 from podfleet.control.specs import JobSpec
 from podfleet.store.records import JobRecord
+from podfleet.wire import JsonObject
 
 
 @dataclass
@@ -28,8 +29,8 @@ class Progress:
     tokens_per_s: float | None = 0.0
     step_time_s: float | None = None  # measured by process fabrics, modelled by the twin
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"step": self.step, "steps": self.steps, "loss": self.loss,
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {"step": self.step, "steps": self.steps, "loss": self.loss,
                              "tokens_per_s": self.tokens_per_s}
         if self.step_time_s is not None:
             d["step_time_s"] = self.step_time_s
@@ -47,12 +48,12 @@ class SchedulingInfo:
     last_rebalance: dict[str, str] | None = None
     balance_degree: float | None = None
     # The split the fabric was given (Rebalanceable): per-rank shares, ring order, applied or not.
-    work_split: dict[str, Any] | None = None
+    work_split: JsonObject | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         # Only what happened: no "preemptions: 0" on a job never preempted.
         # (Built field by field: ``asdict``'s recursion was a hot spot of view rendering.)
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         d = self.__dict__  # the fields by name: a dict lookup, not ``getattr``
         for name in _SCHEDULING_FIELDS:
             v = d[name]
@@ -91,9 +92,9 @@ class RunCounts:
     max_retries: int = 0
     launches: int = 0
     hang_restarts: int = 0  # relaunches after a rank stopped heartbeating (PODFLEET_HANG_RESTARTS)
-    recoveries: list[dict[str, Any]] = field(default_factory=list)
+    recoveries: list[JsonObject] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return asdict(self)
 
 
@@ -107,7 +108,7 @@ class JobStatus:
     plan: Plan | None = None  # the layout (tp, pp, dp, ...) and its predicted figures
     timestamps: dict[str, str] = field(default_factory=dict)  # state -> when it was entered
     scheduling: SchedulingInfo = field(default_factory=SchedulingInfo)
-    recovery: dict[str, Any] | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
+    recovery: JsonObject | None = None  # the recovery journal (podfleet.recovery.model.Recovery)
     runtime: RunCounts | None = None  # process fabrics only
     failed_chip: int | None = None
     # Accounting (``control.accounting``): chip-seconds by kind over closed intervals, when
@@ -116,8 +117,8 @@ class JobStatus:
     usage_from: float | None = None
     submitted_by: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {f.name: getattr(self, f.name) for f in fields(self)}
         d["progress"] = self.progress.to_dict()
         d["scheduling"] = self.scheduling.to_dict()
         d["runtime"] = self.runtime.to_dict() if self.runtime is not None else None

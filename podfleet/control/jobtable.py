@@ -37,6 +37,7 @@ from podfleet.control.planning import Plan
 from podfleet.errors import NotFoundError
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import CheckpointRecord
+from podfleet.wire import JsonObject
 
 # Job and its status are values of their own module; imported from here as well.
 __all__ = ["Job", "JobStatus", "JobTable", "Progress", "RunCounts", "SchedulingInfo"]
@@ -54,7 +55,7 @@ class JobTable:
         self.store = store
         self.now = now
         self._jobs: dict[str, Job] = {}
-        self._views: dict[str, dict[str, Any]] = {}
+        self._views: dict[str, JsonObject] = {}
         self._logs: dict[str, LogBuffer] = {}
         self._waiting: dict[str, dict[str, None]] = {}  # cluster id -> PENDING / RECOVERING job ids
         self._on_end: list[Callable[[Job], None]] = []
@@ -101,7 +102,7 @@ class JobTable:
 
     def transition(self, job: Job, dst: JobState, reason: str, *,
                    allocation: Allocation | Literal[_Keep.KEEP] | None = _KEEP,
-                   recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP) -> None:
+                   recovery: JsonObject | Literal[_Keep.KEEP] | None = _KEEP) -> None:
         """Change state (enforced transitions), persist before anyone can see it, log it."""
         check_job_transition(job.state, dst)
         now = self.now()
@@ -158,7 +159,7 @@ class JobTable:
     def amend(self, job: Job, *, reason: str | Literal[_Keep.KEEP] = _KEEP,
               allocation: Allocation | Literal[_Keep.KEEP] | None = _KEEP,
               plan: Plan | Literal[_Keep.KEEP] | None = _KEEP,
-              recovery: dict[str, Any] | Literal[_Keep.KEEP] | None = _KEEP,
+              recovery: JsonObject | Literal[_Keep.KEEP] | None = _KEEP,
               failed_chip: int | Literal[_Keep.KEEP] | None = _KEEP,
               checkpoint_step: int | None = None, persist: bool = False, view: bool = True) -> None:
         """Status fields without a transition (``_KEEP``: left as they are). The newest
@@ -234,7 +235,7 @@ class JobTable:
             c.max_retries = at_least.max_retries or c.max_retries
         return c
 
-    def add_run_recovery(self, job: Job, rec: dict[str, Any]) -> None:
+    def add_run_recovery(self, job: Job, rec: JsonObject) -> None:
         """One closed recovery of a process fabric's job (``runtime.recoveries``; memory only)."""
         self.run_counts(job).recoveries.append(rec)
 
@@ -277,17 +278,17 @@ class JobTable:
 
     # --- reads (any thread) ----------------------------------------------------------------
     @property
-    def views(self) -> Mapping[str, dict[str, Any]]:
+    def views(self) -> Mapping[str, JsonObject]:
         return self._views
 
-    def describe(self, job_id: str) -> dict[str, Any]:
+    def describe(self, job_id: str) -> JsonObject:
         view = self._views.get(job_id)
         if view is None:
             raise NotFoundError(f"job {job_id!r} not found", field="job")
         return view
 
     def list(self, *, cluster_id: str | None = None, state: str | None = None,
-             next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+             next_token: str | None = None, max_results: int = 100) -> tuple[list[JsonObject], str | None]:
         views = self._views
         ids = sorted(
             i for i, v in list(views.items())
@@ -310,7 +311,7 @@ class JobTable:
             ids.pop(job.id, None)
 
     @staticmethod
-    def view_of(job: Job) -> dict[str, Any]:
+    def view_of(job: Job) -> JsonObject:
         """DescribeTrainingJob's object for ``job``."""
         st = job.status
         return {

@@ -9,16 +9,15 @@ for a user's token the ``MFARequired`` policy asks for a second factor.
 
 from __future__ import annotations
 
-from typing import Any
-
 from podfleet.checkpoint import keys
 from podfleet.control.ports import PlaneCore
 from podfleet.control.workdir import cluster_workdir
 from podfleet.errors import ConflictError
+from podfleet.wire import JsonObject
 
 
-def rotate_cluster_key(plane: PlaneCore, cluster: str, *, actor: str) -> dict[str, Any]:
-    def do() -> tuple[dict[str, Any], str]:
+def rotate_cluster_key(plane: PlaneCore, cluster: str, *, actor: str) -> JsonObject:
+    def do() -> tuple[JsonObject, str]:
         rt = plane.resolve(cluster)
         path = keys.kek_path_for(cluster_workdir(plane.workdir, rt.rec.id))
         if not path.is_file():

@@ -11,6 +11,8 @@ import functools
 from collections import deque
 from typing import Any
 
+from podfleet.wire import JsonObject
+
 
 @functools.lru_cache(maxsize=8192)
 def rfc3339(t: float) -> str:
@@ -20,7 +22,7 @@ def rfc3339(t: float) -> str:
 
 class LogBuffer:
     def __init__(self, keep: int = 2000) -> None:
-        self._lines: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._lines: deque[JsonObject] = deque(maxlen=keep)
         self._next = 0  # absolute offset of the next line
         # A follower (SSE) stops here: the job ended or the deployment finished. Lines
         # may still be appended later (a cluster logs faults) and read with ``since``.
@@ -34,6 +36,6 @@ class LogBuffer:
     def end(self) -> int:
         return self._next
 
-    def since(self, offset: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+    def since(self, offset: int = 0, limit: int = 1000) -> list[JsonObject]:
         lines = list(self._lines)  # a copy: the engine may append meanwhile
         return [ln for ln in lines if ln["offset"] >= offset][:limit]

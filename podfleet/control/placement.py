@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from podfleet.wire import JsonObject
+
 
 @dataclass(frozen=True)
 class Allocation:
@@ -33,8 +35,8 @@ class Allocation:
     def waiting(cls, reason: str) -> Allocation:
         return cls((), (), reason)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {}
+    def to_dict(self) -> JsonObject:
+        d: JsonObject = {}
         if self.pod is not None:
             d["pod"] = self.pod
         d.update(chips=list(self.chips), shape=list(self.shape))

@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from podfleet.control import chips, faults, hardwareviews
 from podfleet.control.balancing import ClusterBalancer
+from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.connect import (
     DEFAULT_CONNECT_TIMEOUT_S,
     ConnectingCluster,
@@ -34,7 +35,7 @@ from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobmetrics import JobMetrics
 from podfleet.control.jobs import JobManager
 from podfleet.control.jobtable import JobTable
-from podfleet.control.lifecycle import ClusterState, check_cluster_transition
+from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer
 from podfleet.control.priorities import PriorityClasses
 from podfleet.control.queues import QueueCommands
@@ -58,7 +59,8 @@ from podfleet.fabric.base import (
 from podfleet.hardware.topology import Topology
 from podfleet.scheduler.extension import ShapePlanner
 from podfleet.store.protocol import StoreProtocol
-from podfleet.store.records import ClusterRecord
+from podfleet.store.records import ClusterRecord, ClusterStatus
+from podfleet.wire import JsonObject
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -72,7 +74,7 @@ class HealthPort(Protocol):
         """The cluster's chip/link health for its hardware snapshot, once scanned."""
 
 
-def request_hash(body: dict[str, Any]) -> str:
+def request_hash(body: JsonObject) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -194,10 +196,10 @@ class ControlPlane:
 
     # --- the write path ---------------------------------------------------------------------
     def mutation(
-        self, op: str, actor: str, target: str, fn: Callable[[], tuple[dict[str, Any], str]],
-        *, body: dict[str, Any] | None = None, client_token: str | None = None,
-        replay: Callable[[str], dict[str, Any]] | None = None,
-    ) -> dict[str, Any]:
+        self, op: str, actor: str, target: str, fn: Callable[[], tuple[JsonObject, str]],
+        *, body: JsonObject | None = None, client_token: str | None = None,
+        replay: Callable[[str], JsonObject] | None = None,
+    ) -> JsonObject:
         """Run ``fn`` (which persists its records) in one transaction with its idempotency
         key and audit record; audit failures too. Returns ``fn``'s result."""
         store = self.store
@@ -228,30 +230,29 @@ class ControlPlane:
             raise
         return result
 
-    def audit(self, actor: str, action: str, target: str, result: str, detail: dict[str, Any] | None = None) -> None:
+    def audit(self, actor: str, action: str, target: str, result: str, detail: JsonObject | None = None) -> None:
         """Engine-thread audit append for calls that never reached a command (denied, invalid)."""
         self.store.append_audit(time=self.now(), actor=actor, action=action, target=target,
                                 result=result, detail=detail or {})
 
     # --- clusters -------------------------------------------------------------------------
-    def create_cluster(self, body: dict[str, Any], *, actor: str = "system", client_token: str | None = None) -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def create_cluster(self, body: JsonObject, *, actor: str = "system", client_token: str | None = None) -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             spec = ClusterSpec.parse({"fabric": self.default_fabric, **body})
             if spec.name in self.names:
                 raise ConflictError(f"a cluster named {spec.name!r} already exists", field="name")
             self.access.check(spec)
             topology = spec.topology()
             now = self.now()
-            rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
-                                {"deployment": None}, now, now)
             # Spares where they keep the largest blocks free (or as named), persisted with
             # the cluster and given to the fabric, so twin, recovery and scheduler agree.
             spares = cluster_spares(spec, topology)
-            rec.status["spares"] = list(spares)
+            rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
+                                ClusterStatus(spares=list(spares)), now, now)
             if self._builds_off_engine(spec):
                 pending = ConnectingCluster(rec, spec, topology, spares, _target(spec))
-                rec.status["deployment"] = pending_deployment("connecting")
-                rec.status["reason"] = f"connecting to {pending.target}"
+                pending.set_deployment(pending_deployment("connecting"))
+                pending.set_reason(f"connecting to {pending.target}")
                 self.store.save_cluster(rec)
                 connecting.append(pending)
                 return pending.view(), rec.id
@@ -259,7 +260,7 @@ class ControlPlane:
             fabric = self._make_fabric(spec, topology, spares, rec.id)
             rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
                                 planner=self.planner)
-            rec.status["deployment"] = rt.deployment
+            rt.set_deployment(rt.deployment)
             self.store.save_cluster(rec)
             created.append(rt)
             return rt.view(), rec.id
@@ -331,12 +332,12 @@ class ControlPlane:
         rt.logs = pending.logs
         if pending.restored:
             self._restore_health(rt)
-            rt.rec.status["reason"] = "fabric reconnected after a restart"
+            rt.set_reason("fabric reconnected after a restart")
             rt.logs.closed = rt.state != ClusterState.DEPLOYING
         if rt.state == ClusterState.DEPLOYING:
             rt.deployment = pending_deployment("pending")
-            rt.rec.status["deployment"] = rt.deployment
-        rt.rec.status.pop("fabric_connected", None)
+            rt.set_deployment(rt.deployment)
+        rt.set_connected(None)
         self.store.save_cluster(rt.rec)
         self._install(rt)
         held.release()  # the fabric's first events, now that the plane is subscribed
@@ -350,9 +351,9 @@ class ControlPlane:
         pending.failed = reason
         pending.logs.append(self.now(), reason, step="fabric-connection")
         if pending.state == ClusterState.DEPLOYING:
-            pending.deployment = {**pending.deployment, "state": "failed"}
+            pending.set_deployment({**pending.deployment, "state": "failed"})
             # Not retried at a restart: the operator deletes it and creates it again.
-            pending.rec.status["fabric_connected"] = False
+            pending.set_connected(False)
             self.set_cluster_state(pending, ClusterState.FAILED, reason)
         elif pending.restored and self._serving:
             # A deployed cluster whose fabric is a dependency that may come back (a Ray head
@@ -360,8 +361,7 @@ class ControlPlane:
             pending.attempts += 1
             delay = retry_delay(pending.attempts)
             why = f"{reason}; trying again in {delay:g} s (attempt {pending.attempts})"
-            pending.rec.status["reason"] = why
-            pending.rec.updated_at = self.now()
+            pending.set_reason(why, self.now())
             self.store.save_cluster(pending.rec)
             pending.logs.append(self.now(), why, step="fabric-connection")
             for job_id in pending.held_jobs:
@@ -371,8 +371,7 @@ class ControlPlane:
             self.tl.call_at(delay, functools.partial(self._reconnect_restored, pending))
             return
         else:
-            pending.rec.status["reason"] = reason
-            pending.rec.updated_at = self.now()
+            pending.set_reason(reason, self.now())
             self.store.save_cluster(pending.rec)
         pending.logs.closed = True
         if pending.held_jobs:
@@ -387,14 +386,14 @@ class ControlPlane:
         pending.failed = None
         self._connect(pending)
 
-    def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], dict[str, Any]]]:
+    def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], JsonObject]]:
         """A cluster's deployment and fabric log, and its deployment progress as it is now
         (the progress follows the cluster from connecting to deployed)."""
         pending = self._connecting(ref)
         rt: ClusterRuntime | ConnectingCluster = pending if pending is not None else self.resolve(ref)
         cid = rt.id
 
-        def progress() -> dict[str, Any]:
+        def progress() -> JsonObject:
             now = self.clusters.get(cid) or self.connecting.get(cid)
             return now.deployment if now is not None else rt.deployment
 
@@ -487,11 +486,7 @@ class ControlPlane:
         self.render(self.resolve(ref))
 
     def set_cluster_state(self, rt: ClusterRuntime | ConnectingCluster, dst: ClusterState, reason: str = "") -> None:
-        check_cluster_transition(rt.state, dst)
-        rt.rec.state = dst.value
-        rt.rec.updated_at = self.now()
-        rt.rec.status["reason"] = reason
-        rt.rec.status["deployment"] = rt.deployment
+        rt.transition(dst, reason, self.now(), deployment=rt.deployment)
         self.store.save_cluster(rt.rec)
         rt.logs.append(self.now(), f"cluster {dst.value}" + (f": {reason}" if reason else ""))
 
@@ -508,8 +503,8 @@ class ControlPlane:
             raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
         return rt
 
-    def delete_cluster(self, ref: str, *, actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def delete_cluster(self, ref: str, *, actor: str = "system") -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             pending = self._connecting(ref)
             if pending is not None:  # its build, if still running, is discarded when it answers
                 self.set_cluster_state(pending, ClusterState.DELETING, "delete requested")
@@ -531,7 +526,7 @@ class ControlPlane:
 
         return self.mutation("DeleteCluster", actor, ref, do)
 
-    def describe_cluster(self, ref: str) -> dict[str, Any]:
+    def describe_cluster(self, ref: str) -> JsonObject:
         pending = self._connecting(ref)
         if pending is not None:
             return pending.view()
@@ -544,9 +539,9 @@ class ControlPlane:
         if rec is None:
             raise NotFoundError(f"cluster {ref!r} not found", field="cluster")
         return {"id": rec.id, "name": rec.name, "state": rec.state, "spec": rec.spec,
-                "reason": rec.status.get("reason", "")}
+                "reason": rec.status.reason}
 
-    def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[dict[str, Any]], str | None]:
+    def list_clusters(self, *, next_token: str | None = None, max_results: int = 100) -> tuple[list[JsonObject], str | None]:
         ids = sorted(i for i in [*self.clusters, *self.connecting] if next_token is None or i > next_token)
         page = ids[:max_results]
         views = []
@@ -573,7 +568,7 @@ class ControlPlane:
             return rt.hardware_bytes
         return rt.chip_json(rt.check_chip(chip))
 
-    def hardware_page(self, ref: str, flt: ChipFilter, limit: int, next_token: str | None) -> dict[str, Any]:
+    def hardware_page(self, ref: str, flt: ChipFilter, limit: int, next_token: str | None) -> JsonObject:
         """A page of the snapshot's chips matching ``flt`` (``control.hardwareviews``)."""
         rt = self.resolve(ref)
         return hardwareviews.page(rt.hardware, rt.topology, flt, limit, next_token)
@@ -591,7 +586,7 @@ class ControlPlane:
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
-                     actor: str = "system") -> dict[str, Any]:
+                     actor: str = "system") -> JsonObject:
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
                                  body={"kind": kind, "rank": rank, "jobId": job})
@@ -600,7 +595,7 @@ class ControlPlane:
                                  lambda: self.jobs.slow_worker(self.resolve(ref), rank, job, factor),
                                  body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rt = self.resolve(ref)
             out, target = faults.inject(rt, kind, chip=chip, link=link, now=self.now())
             self.render(rt)
@@ -609,14 +604,14 @@ class ControlPlane:
         return self.mutation("InjectFault", actor, ref, do, body={"kind": kind, "chip": chip, "link": link})
 
     def get_job_metrics(self, job_ref: str, *, resolution_s: float | None = None, since: float = 0.0,
-                        limit: int = 2000) -> dict[str, Any]:
+                        limit: int = 2000) -> JsonObject:
         """A job's metrics history (engine thread: the open buckets are written there)."""
         job_id = str(self.jobs.describe(job_ref)["id"])
         return self.job_metrics.query(job_id, resolution_s=resolution_s, since=since, limit=limit)
 
     # --- chip lifecycle (control.chips) -------------------------------------------------------
     def chip_command(self, ref: str, chip: int, action: str, *, actor: str = "system",
-                     reason: str | None = None) -> dict[str, Any]:
+                     reason: str | None = None) -> JsonObject:
         """cordon | drain | uncordon | repair one chip (audited, with the operator's
         ``reason`` when given); its chip view."""
         return chips.chip_command(self, ref, chip, action, actor=actor, reason=reason)
@@ -647,11 +642,11 @@ class ControlPlane:
         spec = ClusterSpec.parse(rec.spec)
         topology = spec.topology()
         # Clusters persisted before spares were chosen by the scheduler had the last N chips.
-        stored = rec.status.get("spares")
+        stored = rec.status.spares
         spares = cluster_spares(spec, topology, stored if stored is not None else
                                 range(topology.n_chips - spec.total_spares(), topology.n_chips))
         if rec.state == ClusterState.DELETING:
-            rec.state = ClusterState.DELETED.value
+            ClusterRecordOwner(rec).transition(ClusterState.DELETED, rec.status.reason, rec.updated_at)
             self.store.save_cluster(rec)
             return
         try:
@@ -659,30 +654,33 @@ class ControlPlane:
             refused = None
         except PodfleetError as exc:
             refused = exc.message
-        if rec.status.get("fabric_connected") is False or refused or self._builds_off_engine(spec):
+        if rec.status.fabric_connected is False or refused or self._builds_off_engine(spec):
             # Never connected or no longer allowed (listed, failed, until deleted), or
             # connected again off the engine thread: its jobs wait for the fabric
             # (``JobManager.resume_restored``).
             pending = ConnectingCluster(rec, spec, topology, spares, _target(spec), restored=True)
-            if rec.status.get("fabric_connected") is False or refused:
+            if rec.status.fabric_connected is False or refused:
                 pending.settled = True
-                pending.failed = refused or str(rec.status.get("reason") or "no fabric")
+                pending.failed = refused or rec.status.reason or "no fabric"
                 if refused:  # shown, not persisted: allowed again, it reconnects at a restart
-                    rec.status["reason"] = f"not reconnected after a restart: {refused}"
+                    pending.set_reason(f"not reconnected after a restart: {refused}")
                 pending.logs.append(self.now(), pending.failed)
                 pending.logs.closed = True
                 self.connecting[pending.id] = pending
                 self.names[rec.name] = pending.id
             else:
                 pending.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
-                rec.status["reason"] = f"reconnecting to {pending.target} after a restart"
+                pending.set_reason(f"reconnecting to {pending.target} after a restart")
                 self._connect(pending)
             return
         try:
             fabric = self._make_fabric(spec, topology, spares, rec.id)
         except PodfleetError as exc:
-            rec.state = ClusterState.FAILED.value if rec.state == "deploying" else rec.state
-            rec.status["reason"] = f"fabric unavailable after restart: {exc.message}"
+            owner, why = ClusterRecordOwner(rec), f"fabric unavailable after restart: {exc.message}"
+            if rec.state == ClusterState.DEPLOYING:
+                owner.transition(ClusterState.FAILED, why, rec.updated_at)
+            else:
+                owner.set_reason(why)
             self.store.save_cluster(rec)
             return
         rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
@@ -703,7 +701,7 @@ def _target(spec: ClusterSpec) -> str:
     return f"fabric {spec.fabric}" + (f" at {spec.ray_address}" if spec.ray_address else "")
 
 
-def _audit_detail(body: dict[str, Any] | None) -> dict[str, Any]:
+def _audit_detail(body: JsonObject | None) -> JsonObject:
     # Keep audit rows small and JSON-plain: the request fields, never secrets.
-    plain: dict[str, Any] = json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))
+    plain: JsonObject = json.loads(json.dumps({k: v for k, v in (body or {}).items() if k != "token"}, default=str))
     return plain

@@ -13,6 +13,7 @@ from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.hardware.topology import Topology
 from podfleet.perf.models import ModelSpec
 from podfleet.planner import plan
+from podfleet.wire import JsonObject
 
 PLAN_FIELDS = ("tp", "pp", "dp", "micro_batch", "num_micro_batches", "recompute", "zero_stage",
                "step_time_s", "tokens_per_s", "mfu", "memory_per_chip_bytes", "fits")
@@ -54,12 +55,12 @@ class Plan:
         """A planner's prediction (not the fallback degrees of a job it could not plan)."""
         return self.note is None
 
-    def perf_fields(self) -> dict[str, Any]:
+    def perf_fields(self) -> JsonObject:
         """The ``perf.Plan`` fields and figures the twin's step time reads (``options["plan"]``)."""
         d = self.to_dict()
         return {k: d[k] for k in PERF_PLAN_FIELDS if k in d}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = {f.name: v for f in fields(self) if (v := self.__dict__[f.name]) is not None}
         if self.block_shape is not None:
             d["block_shape"] = list(self.block_shape)
@@ -77,7 +78,7 @@ class Plan:
 
 
 def plan_parallelism(model: str, chips: int, *, chip_type: str = "trn2", topology: str | None = None,
-                     tp: int | None = None, pp: int | None = None, dp: int | None = None) -> dict[str, Any]:
+                     tp: int | None = None, pp: int | None = None, dp: int | None = None) -> JsonObject:
     """The PlanParallelism payload: best plan, candidates and rejected ones."""
     return plan(model, chips, topology=topology, chip_type=None if topology else chip_type,
                 tp=tp, pp=pp, dp=dp).to_dict()

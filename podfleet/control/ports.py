@@ -14,7 +14,7 @@ so.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from podfleet.control.connect import ConnectingCluster
 from podfleet.control.drivers.base import JobOps
@@ -23,12 +23,13 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
 from podfleet.store.protocol import StoreProtocol
+from podfleet.wire import JsonObject
 
 
 class PriorityResolver(Protocol):
     """Named priority classes (``control.priorities.PriorityClasses``)."""
 
-    def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
+    def resolve(self, body: JsonObject) -> JsonObject:
         """The submit body with a class name in ``priority`` turned into its value."""
 
 
@@ -73,13 +74,13 @@ class PlaneCore(Protocol):
     def set_cluster_state(self, rt: ClusterRuntime, dst: ClusterState, reason: str = "") -> None: ...
 
     def audit(self, actor: str, action: str, target: str, result: str,
-              detail: dict[str, Any] | None = None) -> None: ...
+              detail: JsonObject | None = None) -> None: ...
 
     def mutation(
-        self, op: str, actor: str, target: str, fn: Callable[[], tuple[dict[str, Any], str]],
-        *, body: dict[str, Any] | None = None, client_token: str | None = None,
-        replay: Callable[[str], dict[str, Any]] | None = None,
-    ) -> dict[str, Any]: ...
+        self, op: str, actor: str, target: str, fn: Callable[[], tuple[JsonObject, str]],
+        *, body: JsonObject | None = None, client_token: str | None = None,
+        replay: Callable[[str], JsonObject] | None = None,
+    ) -> JsonObject: ...
 
 
 class PlanePort(PlaneCore, Protocol):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from podfleet.errors import InvalidInputError, PodfleetError, UnknownNameError
 from podfleet.perf.models import MODELS, ModelSpec, custom_model, get_model
+from podfleet.wire import JsonObject
 
 MODEL_DIM_FIELDS = ("layers", "hidden", "heads", "vocab", "seq_len")
 SCRIPT_LABEL = "script"
@@ -15,7 +14,7 @@ def model_names() -> list[str]:
     return sorted(MODELS)
 
 
-def resolve_model(name: str, dims: dict[str, Any] | None) -> ModelSpec:
+def resolve_model(name: str, dims: JsonObject | None) -> ModelSpec:
     """The model a job trains: a preset, or ``custom`` with ``model_dims``."""
     if name == "custom" or (dims and name not in MODELS):
         if not dims:
@@ -40,5 +39,5 @@ def resolve_model(name: str, dims: dict[str, Any] | None) -> ModelSpec:
     return get_model(name)
 
 
-def check_model(name: str, dims: dict[str, Any] | None) -> ModelSpec:
+def check_model(name: str, dims: JsonObject | None) -> ModelSpec:
     return resolve_model(name, dims)

@@ -11,11 +11,12 @@ the class does not move jobs already queued.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podfleet.control.specs import MAX_PRIORITY
 from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.store.records import PriorityClassRecord
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.ports import PlaneCore
@@ -32,10 +33,10 @@ class PriorityClasses:
     def load(self) -> None:
         self.classes = {r.name: r for r in self.plane.store.list_priority_classes()}
 
-    def create(self, body: dict[str, Any], *, actor: str = "system") -> dict[str, Any]:
+    def create(self, body: JsonObject, *, actor: str = "system") -> JsonObject:
         done: list[PriorityClassRecord] = []
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rec = self._parse(body)
             if rec.name in self.classes:
                 raise ConflictError(f"priority class {rec.name!r} already exists", field="name")
@@ -48,8 +49,8 @@ class PriorityClasses:
             self.classes[rec.name] = rec
         return out
 
-    def delete(self, name: str, *, actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+    def delete(self, name: str, *, actor: str = "system") -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             rec = self.classes.get(name)
             if rec is None:
                 raise NotFoundError(f"priority class {name!r} not found", field="name")
@@ -60,10 +61,10 @@ class PriorityClasses:
         self.classes.pop(name, None)
         return out
 
-    def list_all(self) -> list[dict[str, Any]]:
+    def list_all(self) -> list[JsonObject]:
         return [self._view(r) for _, r in sorted(self.classes.items())]
 
-    def resolve(self, body: dict[str, Any]) -> dict[str, Any]:
+    def resolve(self, body: JsonObject) -> JsonObject:
         """A submit body with ``priority: NAME`` turned into the class's value and policy."""
         p = body.get("priority")
         if not isinstance(p, str):
@@ -78,7 +79,7 @@ class PriorityClasses:
         return {**body, "priority": rec.value, "priority_class": rec.name, "priority_preemption": rec.preemption}
 
     # --- helpers ------------------------------------------------------------------------
-    def _parse(self, body: dict[str, Any]) -> PriorityClassRecord:
+    def _parse(self, body: JsonObject) -> PriorityClassRecord:
         extra = sorted(set(body) - {"name", "value", "preemption"})
         if extra:
             raise InvalidInputError(f"unknown priority class field {extra[0]!r} (known: name, value, preemption)",
@@ -96,5 +97,5 @@ class PriorityClasses:
         return PriorityClassRecord(name, value, pre, self.plane.now())
 
     @staticmethod
-    def _view(rec: PriorityClassRecord) -> dict[str, Any]:
+    def _view(rec: PriorityClassRecord) -> JsonObject:
         return {"name": rec.name, "value": rec.value, "preemption": rec.preemption, "created_at": rec.created_at}

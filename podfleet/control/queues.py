@@ -10,13 +10,14 @@ operator defines it; deleting a defined ``default`` makes it unlimited again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podfleet.control.ids import new_id
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InfeasibleError, NotFoundError
 from podfleet.scheduler.queues import DEFAULT_QUEUE, QueueSpec
 from podfleet.store.records import QueueRecord
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.ports import PlanePort
@@ -38,11 +39,11 @@ class QueueCommands:
         return sorted(rt.scheduler.queues.specs)
 
     # --- commands (engine thread) --------------------------------------------------------
-    def create(self, cluster_ref: str, body: dict[str, Any], *, actor: str = "system") -> dict[str, Any]:
+    def create(self, cluster_ref: str, body: JsonObject, *, actor: str = "system") -> JsonObject:
         plane = self.plane
         done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]] = []
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rt = plane.resolve(cluster_ref)
             spec = QueueSpec.from_dict(body)
             if (rt.id, spec.name) in self._records:
@@ -57,11 +58,11 @@ class QueueCommands:
         out = plane.mutation("CreateQueue", actor, f"{cluster_ref}/{body.get('name', '')}", do, body=body)
         return self._apply(done) or out
 
-    def update(self, cluster_ref: str, name: str, changes: dict[str, Any], *, actor: str = "system") -> dict[str, Any]:
+    def update(self, cluster_ref: str, name: str, changes: JsonObject, *, actor: str = "system") -> JsonObject:
         plane = self.plane
         done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]] = []
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rt = plane.resolve(cluster_ref)
             old = self._record(rt, name)
             spec = QueueSpec.from_dict(old.spec).updated(changes)
@@ -74,11 +75,11 @@ class QueueCommands:
         out = plane.mutation("UpdateQueue", actor, f"{cluster_ref}/{name}", do, body={"name": name, **changes})
         return self._apply(done) or out
 
-    def delete(self, cluster_ref: str, name: str, *, actor: str = "system") -> dict[str, Any]:
+    def delete(self, cluster_ref: str, name: str, *, actor: str = "system") -> JsonObject:
         plane = self.plane
         done: list[tuple[ClusterRuntime, QueueRecord]] = []
 
-        def do() -> tuple[dict[str, Any], str]:
+        def do() -> tuple[JsonObject, str]:
             rt = plane.resolve(cluster_ref)
             rec = self._record(rt, name)
             rt.scheduler.remove_queue(name)  # ConflictError while jobs use it: nothing written yet
@@ -100,14 +101,14 @@ class QueueCommands:
         return out
 
     # --- reads (engine thread: usage moves with every cycle) ------------------------------
-    def describe(self, cluster_ref: str, name: str) -> dict[str, Any]:
+    def describe(self, cluster_ref: str, name: str) -> JsonObject:
         rt = self.plane.resolve(cluster_ref)
         if rt.scheduler.queues.get(name) is None:
             raise NotFoundError(f"queue {name!r} not found on cluster {rt.rec.name} (queues: "
                                 f"{', '.join(self.names(rt))})", field="queue")
         return self._view(rt, name, self._records.get((rt.id, name)))
 
-    def list_all(self, cluster_ref: str | None = None) -> list[dict[str, Any]]:
+    def list_all(self, cluster_ref: str | None = None) -> list[JsonObject]:
         rts = [self.plane.resolve(cluster_ref)] if cluster_ref else \
             [self.plane.clusters[c] for c in sorted(self.plane.clusters)]
         return [self._view(rt, n, self._records.get((rt.id, n))) for rt in rts for n in self.names(rt)]
@@ -129,7 +130,7 @@ class QueueCommands:
                 raise InfeasibleError(f"{fname} {v} exceeds the {capacity} chips cluster {rt.rec.name} can place "
                                         f"({rt.topology.n_chips} chips - {len(rt.spares)} spares)", field=fname)
 
-    def _apply(self, done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]]) -> dict[str, Any] | None:
+    def _apply(self, done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]]) -> JsonObject | None:
         out = None
         for rt, rec, spec in done:  # only after the commit
             rt.scheduler.set_queue(spec)
@@ -139,7 +140,7 @@ class QueueCommands:
         return out
 
     @staticmethod
-    def _view(rt: ClusterRuntime, name: str, rec: QueueRecord | None) -> dict[str, Any]:
+    def _view(rt: ClusterRuntime, name: str, rec: QueueRecord | None) -> JsonObject:
         sched = rt.scheduler
         book = sched.queues
         view = book.view(name) if book.get(name) is not None else {**(rec.spec if rec else {}), "used": 0,

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from podfleet.control.chipmodes import ChipMode, ChipModes, shown_mode
+from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
@@ -32,6 +33,7 @@ from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.state import FREE
 from podfleet.store.records import ClusterRecord
+from podfleet.wire import JsonObject
 
 
 class HealthSource(Protocol):
@@ -60,7 +62,7 @@ METRICS_IDLE_S = 60.0
 DEPLOY_STEPS = ("chip-initialisation", "interconnect-configuration", "storage-mounts", "self-test")
 
 
-class ClusterRuntime:
+class ClusterRuntime(ClusterRecordOwner):
     def __init__(self, rec: ClusterRecord, spec: ClusterSpec, topology: Topology, fabric: Fabric, *,
                  spares: tuple[int, ...] | None = None, clock: Callable[[], float] | None = None,
                  planner: ShapePlanner | None = None) -> None:
@@ -77,8 +79,8 @@ class ClusterRuntime:
         self.owners = ChipOwners()  # chip -> job id holding it (written only through its methods)
         # The operator's cordons and drains (``control.chips``), and what spare accounting
         # needs: the spares the cluster started with, and why it is short of spares.
-        self.modes = ChipModes(rec.status.get("chip_modes"))
-        self.original_spares: tuple[int, ...] = tuple(rec.status.get("original_spares") or self.spares)
+        self.modes = ChipModes(rec.status.chip_modes)
+        self.original_spares: tuple[int, ...] = tuple(rec.status.original_spares or self.spares)
         self.spare_shortfall = ""
         self.settled_key: tuple[Any, ...] | None = None
         # The link states last folded into the scheduler, with its pods' link versions then.
@@ -90,7 +92,7 @@ class ClusterRuntime:
         # on the engine thread (readers on API threads only see whole dicts) and only while
         # someone reads them: a read marks them wanted for ``METRICS_LEASE_S`` of timeline
         # time; each tick then re-computes them if anything they derive from moved.
-        self._sched_metrics: dict[str, Any] = {}
+        self._sched_metrics: JsonObject = {}
         self._queue_waits: dict[str, float] = {}
         self._clock = clock or (lambda: 0.0)
         self.metrics_read_at = -float("inf")  # timeline time of the last read
@@ -98,7 +100,9 @@ class ClusterRuntime:
         self._metrics_key: tuple[Any, ...] | None = None
         self.balancer: Balancer | None = None  # on fabrics that declare the telemetry it samples
         self.logs = LogBuffer()
-        self.deployment: dict[str, Any] = rec.status.get("deployment") or {
+        # The live deployment view (``control.deploy`` moves it); the record has it as of
+        # the last save (``set_deployment``).
+        self.deployment: JsonObject = rec.status.deployment or {
             "state": "pending",
             "percent": 0,
             "steps": [{"name": s, "state": "pending"} for s in DEPLOY_STEPS],
@@ -114,7 +118,7 @@ class ClusterRuntime:
              "bw_gbps": round(lk.bw_bytes_per_s / 1e9, 3)}
             for lk in topology.links
         ]
-        self.hardware: dict[str, Any] = {}
+        self.hardware: JsonObject = {}
         # Encodings of ``hardware``, made on first read after each render (a fleet's
         # snapshot is read a page or a summary at a time; most ticks nobody wants it whole).
         self._encoded: tuple[object, bytes, bytes] | None = None
@@ -175,7 +179,7 @@ class ClusterRuntime:
                 if s == ChipState.HEALTHY and i not in self.owners and i not in self.modes]
         return sorted(free, key=lambda i: (not self.spare_mask[i], i))
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         rec = self.rec
         return {
             "id": rec.id,
@@ -194,14 +198,14 @@ class ClusterRuntime:
             "deployment": self.deployment,
             "jobs_running": len(set(self.owners.values())),
             "scheduler": self.sched_metrics,
-            "reason": rec.status.get("reason", ""),
+            "reason": rec.status.reason,
             "created_at": rfc3339(rec.created_at),
             "updated_at": rfc3339(rec.updated_at),
         }
 
     # --- scheduler figures --------------------------------------------------------
     @property
-    def sched_metrics(self) -> dict[str, Any]:
+    def sched_metrics(self) -> JsonObject:
         """DescribeCluster's ``scheduler`` object as last computed (any thread; marks it wanted)."""
         self.metrics_read_at = self._clock()
         return self._sched_metrics

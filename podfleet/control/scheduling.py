@@ -30,6 +30,7 @@ from podfleet.scheduler import JobRequest, Placement, Scheduler, choose_spares, 
 from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.state import FREE
+from podfleet.wire import JsonObject
 
 _HOLDING = (JobPhase.RUNNING, JobPhase.CHECKPOINTING)
 
@@ -122,10 +123,10 @@ def plan_fields(plan: object) -> Plan | None:
     return Plan.from_dict(d)
 
 
-def worker_options(parallelism: str | tuple[int, int, int], plan: Plan | None) -> dict[str, Any]:
+def worker_options(parallelism: str | tuple[int, int, int], plan: Plan | None) -> JsonObject:
     """``WorkerGroupSpec.options`` for the layout: ``parallelism`` {tp, pp, dp} when the job
     gave it, ``plan`` (perf.Plan fields) when a plan is known."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if isinstance(parallelism, tuple):
         tp, pp, dp = parallelism
         out["parallelism"] = {"tp": tp, "pp": pp, "dp": dp}
@@ -207,7 +208,7 @@ def chip_utilization(fabric: Fabric) -> np.ndarray | None:
     return np.nan_to_num(a / 100.0)
 
 
-def scheduler_metrics(sched: Scheduler, spares: Sequence[int], util: np.ndarray | None) -> dict[str, Any]:
+def scheduler_metrics(sched: Scheduler, spares: Sequence[int], util: np.ndarray | None) -> JsonObject:
     """DescribeCluster's ``scheduler`` object: pods, utilization, fragmentation, waits,
     per-job load-balance degree. Engine thread (the framework refreshes summaries).
     ``util``: the fabric's per-chip utilization (``chip_utilization``; None without telemetry)."""

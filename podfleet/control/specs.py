@@ -22,6 +22,7 @@ from podfleet.hardware.catalog import MAX_FLEET_PODS, custom_grid, fleet_topolog
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.perf.compression import parse_grad_compression
+from podfleet.wire import JsonObject
 
 CLUSTER_TYPES = ("trn2-ultraserver", "trn2-node", "trn1-node", "custom")
 FABRICS = ("sim", "local", "ray", "neuron")
@@ -70,7 +71,7 @@ class ClusterSpec:
     pods_per_block: int | None = None
 
     @classmethod
-    def parse(cls, d: dict[str, Any]) -> ClusterSpec:
+    def parse(cls, d: JsonObject) -> ClusterSpec:
         known = set(cls.__dataclass_fields__)
         extra = sorted(set(d) - known)
         if extra:
@@ -97,11 +98,11 @@ class ClusterSpec:
         spec.validate()
         return spec
 
-    def fabric_options(self) -> dict[str, Any]:
+    def fabric_options(self) -> JsonObject:
         """What the fabric factory needs beyond the topology (``make_fabric(options=)``)."""
         return {"ray_address": self.ray_address, "neuron_ls": self.neuron_ls, "neuron_monitor": self.neuron_monitor}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["dims"] = list(self.dims) if self.dims else None
         d["spare_chips"] = list(self.spare_chips) if self.spare_chips is not None else None
@@ -272,7 +273,7 @@ class JobSpec:
     name: str | None = None
     team: str | None = None  # quota owner (the cluster's ``quotas``); None: "default"
     max_retries: int = 0  # real fabrics: crashes in the job's own code allowed before it fails
-    options: dict[str, Any] | None = None  # real fabrics: worker options (seed, global_batch, ...)
+    options: JsonObject | None = None  # real fabrics: worker options (seed, global_batch, ...)
     # Gradient compression: none | bf16 | powersgd:RANK | lossless (perf.compression); real
     # fabrics run it (training.compression), the twin models it in the step time.
     grad_compression: str = "none"
@@ -296,14 +297,14 @@ class JobSpec:
     topology_required: str | None = None
     topology_preferred: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (the store's ``JobRecord.spec``, DescribeTrainingJob's spec fields).
         A fresh dict each call, built from one rendering kept with the (frozen) spec:
         ``asdict`` walks every field, and a job's view is rendered at each change."""
         return copy.deepcopy(self.view)
 
     @functools.cached_property
-    def view(self) -> dict[str, Any]:
+    def view(self) -> JsonObject:
         """``to_dict`` rendered once: shared, so read it and never change it."""
         d = asdict(self)
         if isinstance(self.parallelism, tuple):
@@ -337,7 +338,7 @@ class JobSpec:
         return cls(**vals)
 
     @classmethod
-    def parse(cls, d: dict[str, Any]) -> JobSpec:
+    def parse(cls, d: JsonObject) -> JobSpec:
         known = set(cls.__dataclass_fields__)
         extra = sorted(set(d) - known)
         if extra:

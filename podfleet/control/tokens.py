@@ -4,23 +4,22 @@ returned once, at creation; only its hash is stored."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.ports import PlaneCore
 from podfleet.errors import ConflictError, NotFoundError
 from podfleet.security.tokens import Role, generate_token, hash_token, new_token_id
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import TokenRecord
+from podfleet.wire import JsonObject
 
 
-def view(rec: TokenRecord) -> dict[str, Any]:
+def view(rec: TokenRecord) -> JsonObject:
     return {"id": rec.id, "name": rec.name, "role": rec.role, "revoked": rec.revoked,
             "created_at": rfc3339(rec.created_at)}
 
 
-def create(plane: PlaneCore, name: str, role: str, *, actor: str) -> dict[str, Any]:
-    def do() -> tuple[dict[str, Any], str]:
+def create(plane: PlaneCore, name: str, role: str, *, actor: str) -> JsonObject:
+    def do() -> tuple[JsonObject, str]:
         r = Role.parse(role)
         if any(t.name == name and not t.revoked for t in plane.store.list_tokens()):
             raise ConflictError(f"a live token named {name!r} exists; revoke it or pick another name",
@@ -34,8 +33,8 @@ def create(plane: PlaneCore, name: str, role: str, *, actor: str) -> dict[str, A
     return plane.mutation("CreateAccessToken", actor, name, do, body={"name": name, "role": role})
 
 
-def revoke(plane: PlaneCore, token_id: str, *, actor: str, own_id: str | None = None) -> dict[str, Any]:
-    def do() -> tuple[dict[str, Any], str]:
+def revoke(plane: PlaneCore, token_id: str, *, actor: str, own_id: str | None = None) -> JsonObject:
+    def do() -> tuple[JsonObject, str]:
         rec = plane.store.get_token(token_id)
         if rec is None:
             raise NotFoundError(f"token {token_id!r} does not exist", field="token_id")
@@ -50,11 +49,11 @@ def revoke(plane: PlaneCore, token_id: str, *, actor: str, own_id: str | None = 
     return plane.mutation("RevokeAccessToken", actor, token_id, do, body={"token_id": token_id})
 
 
-def listing(plane: PlaneCore) -> list[dict[str, Any]]:
+def listing(plane: PlaneCore) -> list[JsonObject]:
     return [view(t) for t in plane.store.list_tokens()]
 
 
-def reset_admin(store: StoreProtocol, now: float, *, actor: str) -> tuple[str, dict[str, Any]]:
+def reset_admin(store: StoreProtocol, now: float, *, actor: str) -> tuple[str, JsonObject]:
     """Issue a new admin token straight into the store (``podfleet token reset-admin``):
     for an operator who lost the admin token but can reach the store's files. The live
     tokens named ``admin`` are revoked, so a lost one stops working. Audited; returns the

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any
 
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.ports import PlaneCore
@@ -18,12 +17,13 @@ from podfleet.errors import AuthError, ConflictError, InvalidInputError, NotFoun
 from podfleet.security import mfa
 from podfleet.security.policy import BUILTIN, Policy, builtin, parse_policy
 from podfleet.store.records import UserRecord
+from podfleet.wire import JsonObject
 
 MAX_INLINE = 20
 BOOTSTRAP_ADMIN = "admin"  # the name of the bootstrap administrator's tokens (control/tokens.py)
 
 
-def view(u: UserRecord) -> dict[str, Any]:
+def view(u: UserRecord) -> JsonObject:
     return {"name": u.name, "policies": list(u.policies), "inline_policies": sorted(u.inline),
             "mfa": u.mfa_secret is not None, "recovery_codes_left": len(u.recovery or []),
             "mfa_locked": u.mfa_locked, "mfa_failures": u.mfa_failures, "recovery_failures": u.recovery_failures,
@@ -44,8 +44,8 @@ def _get(plane: PlaneCore, name: str) -> UserRecord:
     return u
 
 
-def create(plane: PlaneCore, name: str, policies: list[str], *, actor: str) -> dict[str, Any]:
-    def do() -> tuple[dict[str, Any], str]:
+def create(plane: PlaneCore, name: str, policies: list[str], *, actor: str) -> JsonObject:
+    def do() -> tuple[JsonObject, str]:
         if name == BOOTSTRAP_ADMIN:
             # A user owns the tokens named after it: a user "admin" would put the bootstrap
             # administrator's token under that user's policies (and MFARequired), locking the
@@ -63,10 +63,10 @@ def create(plane: PlaneCore, name: str, policies: list[str], *, actor: str) -> d
     return plane.mutation("CreateUser", actor, name, do, body={"name": name, "policies": policies})
 
 
-def put_policy(plane: PlaneCore, name: str, policy: str, doc: dict[str, Any] | None, *,
-               actor: str) -> dict[str, Any]:
+def put_policy(plane: PlaneCore, name: str, policy: str, doc: JsonObject | None, *,
+               actor: str) -> JsonObject:
     """Attach a built-in policy (``doc`` None) or set an inline one."""
-    def do() -> tuple[dict[str, Any], str]:
+    def do() -> tuple[JsonObject, str]:
         u = _get(plane, name)
         if doc is None:
             if policy not in BUILTIN:  # attaching names a policy that must exist: 404 lists them
@@ -87,8 +87,8 @@ def put_policy(plane: PlaneCore, name: str, policy: str, doc: dict[str, Any] | N
                           body={"user": name, "policy": policy, "document": doc})
 
 
-def delete_policy(plane: PlaneCore, name: str, policy: str, *, actor: str) -> dict[str, Any]:
-    def do() -> tuple[dict[str, Any], str]:
+def delete_policy(plane: PlaneCore, name: str, policy: str, *, actor: str) -> JsonObject:
+    def do() -> tuple[JsonObject, str]:
         u = _get(plane, name)
         if policy not in u.policies and policy not in u.inline:
             raise NotFoundError(f"user {name!r} has no policy {policy!r}", field="policy")
@@ -100,12 +100,12 @@ def delete_policy(plane: PlaneCore, name: str, policy: str, *, actor: str) -> di
     return plane.mutation("DeleteUserPolicy", actor, f"{name}/{policy}", do, body={"user": name, "policy": policy})
 
 
-def enable_mfa(plane: PlaneCore, name: str, seal_key: bytes, *, actor: str) -> dict[str, Any]:
+def enable_mfa(plane: PlaneCore, name: str, seal_key: bytes, *, actor: str) -> JsonObject:
     """Enrol a TOTP secret: the URI and recovery codes are in this answer only."""
     secret = mfa.new_secret()
     codes, hashes = mfa.new_recovery_codes()
 
-    def do() -> tuple[dict[str, Any], str]:
+    def do() -> tuple[JsonObject, str]:
         u = _get(plane, name)
         if u.mfa_secret is not None:
             raise ConflictError(f"user {name!r} already has MFA; an admin resets it by deleting the user",
@@ -162,9 +162,9 @@ def check_mfa(plane: PlaneCore, name: str, code: str, seal_key: bytes, *, now: f
     plane.store.save_user(u)
 
 
-def unlock(plane: PlaneCore, name: str, *, actor: str) -> dict[str, Any]:
+def unlock(plane: PlaneCore, name: str, *, actor: str) -> JsonObject:
     """Clear a user's failed-code count and lock (admin; audited)."""
-    def do() -> tuple[dict[str, Any], str]:
+    def do() -> tuple[JsonObject, str]:
         u = _get(plane, name)
         before = _attempts(u)
         _set_attempts(u, mfa.Attempts())
@@ -174,9 +174,9 @@ def unlock(plane: PlaneCore, name: str, *, actor: str) -> dict[str, Any]:
     return plane.mutation("UnlockUser", actor, name, do, body={"user": name})
 
 
-def listing(plane: PlaneCore) -> list[dict[str, Any]]:
+def listing(plane: PlaneCore) -> list[JsonObject]:
     return [view(u) for u in plane.store.list_users()]
 
 
-def describe(plane: PlaneCore, name: str) -> dict[str, Any]:
+def describe(plane: PlaneCore, name: str) -> JsonObject:
     return view(_get(plane, name))

@@ -155,8 +155,14 @@ class Fabric(Protocol):
 
 
 class RunState(StrEnum):
-    """A job's gang as its fabric sees it (not the control plane's ``JobState``)."""
+    """A job's gang as its fabric sees it: the one run-state vocabulary of every fabric (the
+    twin uses RUNNING, PAUSED, STOPPED, FINISHED; local processes add RECOVERING, STOPPING,
+    FAILED; Ray adds PLACING and STARTING). Each fabric enforces its own transitions over
+    it. Not the control plane's user-visible ``JobState`` (``control.lifecycle``), which a
+    driver derives from the fabric's events."""
 
+    PLACING = "placing"  # Ray: waiting for the placement group (all bundles or nothing)
+    STARTING = "starting"  # Ray: actors created, rendezvous in progress
     RUNNING = "running"
     PAUSED = "paused"  # the twin: stopped between steps, state kept on the chips
     RECOVERING = "recovering"  # a process fabric is relaunching a lost rank itself
@@ -166,7 +172,16 @@ class RunState(StrEnum):
     STOPPED = "stopped"
 
 
-LIVE_RUN_STATES = frozenset({RunState.RUNNING, RunState.PAUSED, RunState.RECOVERING})
+LIVE_RUN_STATES = frozenset({RunState.PLACING, RunState.STARTING, RunState.RUNNING, RunState.PAUSED,
+                             RunState.RECOVERING})
+ENDED_RUN_STATES = frozenset({RunState.FINISHED, RunState.FAILED, RunState.STOPPED})
+
+
+def run_transitions(live: dict[RunState, set[RunState]]) -> dict[RunState, frozenset[RunState]]:
+    """A process fabric's run-state machine: its own live states and where each may go,
+    plus the end every such fabric shares (a stop drains to STOPPED; the ends are final)."""
+    return {**{s: frozenset(dst) for s, dst in live.items()}, RunState.STOPPING: frozenset({RunState.STOPPED}),
+            **{s: frozenset() for s in ENDED_RUN_STATES}}
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from podfleet.recovery.context import USABLE, RecoveryFabric
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.recovery.spares import tp_group, whole_groups
 from podfleet.states import check_transition
+from podfleet.wire import JsonObject
 
 KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
 UNITS = ("chip", "node")
@@ -65,7 +66,7 @@ class Rollout:
     def total(self) -> int:
         return sum(len(b) for b in self.batches)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["state"] = self.state.value
         d["progress"] = round(len(self.done) / self.total, 4) if self.total else 1.0
@@ -85,7 +86,7 @@ class FirmwareRollouts:
     def __init__(self, fabric: RolloutFabric, timeline: Timeline, orchestrator: RecoveryOrchestrator, *,
                  versions: tuple[str, ...] = KNOWN_VERSIONS, update_s: float = 60.0, failure_p: float = 0.0,
                  settle_s: float = 5.0, before_batch: Callable[[], object] | None = None,
-                 audit: Callable[[str, str, dict[str, Any]], object] | None = None) -> None:
+                 audit: Callable[[str, str, JsonObject], object] | None = None) -> None:
         self.fab, self.tl, self.orch = fabric, timeline, orchestrator
         # (result, target, detail) of each automatic step: a batch updated, the rollout's end.
         self.audit = audit

@@ -4,9 +4,10 @@ in-memory default used by the twin harness."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from podfleet.recovery.model import Recovery
+from podfleet.wire import JsonObject
 
 
 class RecoveryListener(Protocol):
@@ -19,7 +20,7 @@ class MemoryJournal:
     """Default listener: keeps the latest journal of every recovery (a store stand-in)."""
 
     def __init__(self) -> None:
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, JsonObject] = {}
         self.links: dict[int, str] = {}
 
     def recovery_changed(self, rec: Recovery) -> None:

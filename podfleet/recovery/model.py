@@ -13,6 +13,7 @@ from typing import Any
 
 from podfleet.errors import InvalidInputError
 from podfleet.states import check_transition
+from podfleet.wire import JsonObject
 
 NO_SPARE_POLICIES = ("shrink", "wait")
 
@@ -121,7 +122,7 @@ class Step:
     reason: str
     t_start: float
     t_end: float | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: JsonObject = field(default_factory=dict)
 
 
 @dataclass
@@ -147,14 +148,14 @@ class Recovery:
     def step(self) -> str | None:
         return self.steps[-1].name if self.steps else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         d = asdict(self)
         d["state"] = self.state.value
         d["step"] = self.step
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Recovery:
+    def from_dict(cls, d: JsonObject) -> Recovery:
         d = {k: v for k, v in d.items() if k != "step"}
         d["state"] = RecoveryState(d["state"])
         d["steps"] = [Step(**s) for s in d.get("steps", [])]

@@ -45,7 +45,6 @@ collaborators on one ``RecoveryContext`` (``recovery.context``): ``JobFlows``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from podfleet.control.owners import ChipOwners
 from podfleet.engine.timeline import Timeline
@@ -57,6 +56,7 @@ from podfleet.recovery.jobflows import JobFlows, cause_kind
 from podfleet.recovery.journal import MemoryJournal, RecoveryListener
 from podfleet.recovery.links import LinkFlows
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Timings
+from podfleet.wire import JsonObject
 
 __all__ = ["RecoveryOrchestrator", "cause_kind"]
 
@@ -248,7 +248,7 @@ class RecoveryOrchestrator:
             self.jobs.chips.schedule_repair(chip)
         return None
 
-    def adopt(self, journal: dict[str, Any], policy: JobPolicy | None = None) -> Recovery:
+    def adopt(self, journal: JsonObject, policy: JobPolicy | None = None) -> Recovery:
         """Continue a recovery journaled by a previous control plane."""
         rec = Recovery.from_dict(journal)
         assert rec.job_id is not None

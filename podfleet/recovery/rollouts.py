@@ -11,13 +11,14 @@ Commands (engine thread; the API calls them through ``plane.call``):
 
 from __future__ import annotations
 
-from typing import Any, overload
+from typing import overload
 
 from podfleet.control.ports import PlaneCore
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import InvalidInputError
 from podfleet.recovery.firmware import FirmwareRollouts, RolloutFabric
 from podfleet.recovery.service import RecoveryService
+from podfleet.wire import JsonObject
 
 
 class FirmwareService:
@@ -42,8 +43,8 @@ class FirmwareService:
         return fw
 
     def start_firmware(self, ref: str, version: str, *, unit: str = "chip", chips: list[int] | None = None,
-                       actor: str = "system") -> dict[str, Any]:
-        def do() -> tuple[dict[str, Any], str]:
+                       actor: str = "system") -> JsonObject:
+        def do() -> tuple[JsonObject, str]:
             rt = self.plane.resolve(ref)
             fw = self._fw(rt)
             self.recovery.manage_running(rt)
@@ -54,20 +55,20 @@ class FirmwareService:
         return self.plane.mutation("StartFirmwareUpdate", actor, ref, do,
                                    body={"version": version, "unit": unit, "chips": chips})
 
-    def firmware_rollouts(self, ref: str) -> list[dict[str, Any]]:
+    def firmware_rollouts(self, ref: str) -> list[JsonObject]:
         rt = self.plane.resolve(ref)
         return [{"cluster_id": rt.id, **r.to_dict()} for r in self._fw(rt).rollouts.values()]
 
-    def firmware_rollout(self, ref: str, rollout_id: str) -> dict[str, Any]:
+    def firmware_rollout(self, ref: str, rollout_id: str) -> JsonObject:
         rt = self.plane.resolve(ref)
         return {"cluster_id": rt.id, **self._fw(rt).get(rollout_id).to_dict()}
 
     @overload
-    def firmware(self, ref: str) -> list[dict[str, Any]]: ...
+    def firmware(self, ref: str) -> list[JsonObject]: ...
 
     @overload
-    def firmware(self, ref: str, rollout_id: str) -> dict[str, Any]: ...
+    def firmware(self, ref: str, rollout_id: str) -> JsonObject: ...
 
-    def firmware(self, ref: str, rollout_id: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+    def firmware(self, ref: str, rollout_id: str | None = None) -> JsonObject | list[JsonObject]:
         """All of the cluster's rollouts, or the one named."""
         return self.firmware_rollouts(ref) if rollout_id is None else self.firmware_rollout(ref, rollout_id)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable, Collection
-from typing import Any
 
 from podfleet.control.jobtable import JobTable
 from podfleet.control.lifecycle import JobState
@@ -43,6 +42,7 @@ from podfleet.recovery.context import RecoveryFabric
 from podfleet.recovery.linkimpact import LinkImpact, positive
 from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
+from podfleet.wire import JsonObject
 
 _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
 _MOVE_EVENTS = ("job-paused", "rank-moved", "job-resumed")  # RankMoves' events of a flow's calls
@@ -66,7 +66,7 @@ def _seconds(t: object, epoch: float) -> float | None:
     return None
 
 
-def on_timeline(rec: dict[str, Any], epoch: float) -> dict[str, Any]:
+def on_timeline(rec: JsonObject, epoch: float) -> JsonObject:
     """A recovery record with every time in timeline seconds (what code computes with)."""
     out = {**rec, **{k: _seconds(rec.get(k), epoch) for k in _TIMES}}
     out["steps"] = [{**st, "t_start": _seconds(st.get("t_start"), epoch), "t_end": _seconds(st.get("t_end"), epoch)}
@@ -74,7 +74,7 @@ def on_timeline(rec: dict[str, Any], epoch: float) -> dict[str, Any]:
     return out
 
 
-def shown(rec: dict[str, Any], epoch: float) -> dict[str, Any]:
+def shown(rec: JsonObject, epoch: float) -> JsonObject:
     """A recovery record (``on_timeline``'s) as the API shows it: ``t_start``, ``t_end``
     and each step's times in RFC 3339 like every time the API shows, beside them the
     timeline seconds (``t_start_s``, ``t_end_s``) and ``duration_s``."""
@@ -288,7 +288,7 @@ class RecoveryService:
         return o.drain(chip, reason) if o is not None else None
 
     # --- reads --------------------------------------------------------------------------
-    def recoveries(self, ref: str) -> list[dict[str, Any]]:
+    def recoveries(self, ref: str) -> list[JsonObject]:
         """The cluster's recovery journals, oldest first, times in timeline seconds: the
         orchestrator's flows, and on worker fabrics the recoveries the process driver
         recorded on each job (relaunches, and those the fabric made itself), in the same
@@ -301,7 +301,7 @@ class RecoveryService:
                   if job.status.runtime is not None for r in job.status.runtime.recoveries]
         return sorted([*flows, *worker], key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
 
-    def list_recoveries(self, ref: str) -> list[dict[str, Any]]:
+    def list_recoveries(self, ref: str) -> list[JsonObject]:
         """ListRecoveries: ``recoveries`` as the API shows them (RFC 3339 times, ``shown``)."""
         epoch = self._epoch()
         return [shown(r, epoch) for r in self.recoveries(ref)]
@@ -336,10 +336,10 @@ class RecoveryService:
             if not j or job.state != JobState.RUNNING or j.get("state") not in ("running", "waiting") \
                     or self.owns(job.id):
                 continue
-            rec = Recovery.from_dict(j)
+            journal = Recovery.from_dict(j)
             now = self.tl.now
-            rec.steps.append(Step("finished-after-restart", "the control plane restarted during the recovery; "
-                                  "the job was relaunched from its checkpoint", now, now))
-            rec.state = RecoveryState.DONE
-            rec.t_end = now
-            self.table.amend(job, recovery=rec.to_dict(), persist=True)
+            journal.steps.append(Step("finished-after-restart", "the control plane restarted during the recovery; "
+                                      "the job was relaunched from its checkpoint", now, now))
+            journal.state = RecoveryState.DONE
+            journal.t_end = now
+            self.table.amend(job, recovery=journal.to_dict(), persist=True)

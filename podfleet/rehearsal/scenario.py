@@ -31,10 +31,9 @@ from pydantic import (
 
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
-from podfleet.fabric.base import ChipState, FabricEvent, WorkerGroupSpec
+from podfleet.fabric.base import ChipState, FabricEvent, RunState, WorkerGroupSpec
 from podfleet.fabric.sim.fabric import SimFabric
 from podfleet.fabric.sim.faults import FaultRates, PrecursorParams
-from podfleet.fabric.sim.workload import JobState
 from podfleet.hardware.catalog import TOPOLOGY_NAMES, get_topology
 from podfleet.hardware.faults import FaultKind
 from podfleet.perf.models import MODELS
@@ -332,7 +331,7 @@ def _standalone_recovery(tl: Timeline, fab: SimFabric) -> None:
 
     def act(job_id: str) -> None:
         run = fab.jobs.get(job_id)
-        if run is None or run.state != JobState.PAUSED:
+        if run is None or run.state != RunState.PAUSED:
             return
         used = set(fab.busy_chips())
         for rank, c in enumerate(run.chips):
@@ -349,7 +348,7 @@ def _standalone_recovery(tl: Timeline, fab: SimFabric) -> None:
             tl.call_at(0, functools.partial(act, ev.job_id))
         elif ev.kind == "chip-healthy":
             for jid, run in fab.jobs.items():
-                if run.state == JobState.PAUSED:
+                if run.state == RunState.PAUSED:
                     tl.call_at(0, functools.partial(act, jid))
 
     fab.subscribe(on_event)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from typing import Any, TypeVar
 
 from podfleet.errors import InvalidInputError
 from podfleet.store.models import (
@@ -19,78 +22,81 @@ from podfleet.store.records import (
     CheckpointRecord,
     ChipHealthRecord,
     ClusterRecord,
+    ClusterStatus,
     JobRecord,
     TokenRecord,
 )
 
+R = TypeVar("R")
+
+
+def cluster_status_json(s: ClusterStatus) -> dict[str, Any]:
+    """The JSON column's form: the fields that are set (the shape rows had as a dict)."""
+    return {f.name: copy.deepcopy(v) for f in fields(s) if (v := s.__dict__[f.name]) is not None}
+
+
+def cluster_status(d: Mapping[str, Any] | None) -> ClusterStatus:
+    """A stored status back; keys this version does not know are left out (an old row loads)."""
+    d = d or {}
+    spares, original = d.get("spares"), d.get("original_spares")
+    connected = d.get("fabric_connected")
+    return ClusterStatus(
+        reason=str(d.get("reason") or ""), deployment=copy.deepcopy(d.get("deployment")),
+        spares=None if spares is None else [int(c) for c in spares],
+        original_spares=None if original is None else [int(c) for c in original],
+        chip_modes=copy.deepcopy(d.get("chip_modes")),
+        fabric_connected=None if connected is None else bool(connected),
+    )
+
+
+def row_of(r: Any) -> dict[str, Any]:
+    """A record's row: its fields are the table's columns, by name."""
+    return {f.name: r.__dict__[f.name] for f in fields(r)}
+
+
+def record_of(cls: type[R], row: object) -> R:
+    """The record of ``row``: the columns the record's fields name."""
+    return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})  # type: ignore[arg-type]
+
 
 def cluster_row(r: ClusterRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "name": r.name, "state": r.state, "spec": r.spec, "status": r.status,
-        "created_at": r.created_at, "updated_at": r.updated_at,
-    }
+    return {**row_of(r), "status": cluster_status_json(r.status)}
 
 
 def cluster_record(r: ClusterRow) -> ClusterRecord:
-    return ClusterRecord(
-        id=r.id, name=r.name, state=r.state, spec=r.spec, status=r.status,
-        created_at=r.created_at, updated_at=r.updated_at,
-    )
+    return replace(record_of(ClusterRecord, r), status=cluster_status(r.status))
 
 
 def job_row(r: JobRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "cluster_id": r.cluster_id, "state": r.state, "spec": r.spec,
-        "status": r.status, "created_at": r.created_at, "updated_at": r.updated_at,
-    }
+    return row_of(r)
 
 
 def job_record(r: JobRow) -> JobRecord:
-    return JobRecord(
-        id=r.id, cluster_id=r.cluster_id, state=r.state, spec=r.spec, status=r.status,
-        created_at=r.created_at, updated_at=r.updated_at,
-    )
+    return record_of(JobRecord, r)
 
 
 def chip_row(r: ChipHealthRecord) -> dict[str, Any]:
-    return {
-        "cluster_id": r.cluster_id, "chip": r.chip, "state": r.state, "spare": r.spare,
-        "detail": r.detail,
-    }
+    return row_of(r)
 
 
 def chip_record(r: ChipHealthRow) -> ChipHealthRecord:
-    return ChipHealthRecord(
-        cluster_id=r.cluster_id, chip=r.chip, state=r.state, spare=r.spare, detail=r.detail
-    )
+    return record_of(ChipHealthRecord, r)
 
 
 def checkpoint_row(r: CheckpointRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "job_id": r.job_id, "step": r.step, "path": r.path,
-        "created_at": r.created_at, "detail": r.detail,
-    }
+    return row_of(r)
 
 
 def checkpoint_record(r: CheckpointRow) -> CheckpointRecord:
-    return CheckpointRecord(
-        id=r.id, job_id=r.job_id, step=r.step, path=r.path, created_at=r.created_at,
-        detail=r.detail,
-    )
+    return record_of(CheckpointRecord, r)
 
 
 def token_row(r: TokenRecord) -> dict[str, Any]:
-    return {
-        "id": r.id, "name": r.name, "role": r.role, "token_hash": r.token_hash,
-        "created_at": r.created_at, "revoked": r.revoked,
-    }
+    return row_of(r)
 
 
 def token_record(r: TokenRow) -> TokenRecord:
-    return TokenRecord(
-        id=r.id, name=r.name, role=r.role, token_hash=r.token_hash, created_at=r.created_at,
-        revoked=r.revoked,
-    )
+    return record_of(TokenRecord, r)
 
 
 def audit_row(r: AuditRecord, detail_text: str) -> dict[str, Any]:

@@ -13,12 +13,27 @@ from typing import Any
 
 
 @dataclass
+class ClusterStatus:
+    """What the control plane derived about a cluster (``ClusterRecord.status``; the store
+    keeps it as JSON, ``store.convert``). Written only through the cluster's owner
+    (``control.clusterrecord.ClusterRecordOwner``: ``ClusterRuntime`` and
+    ``ConnectingCluster``)."""
+
+    reason: str = ""
+    deployment: dict[str, Any] | None = None  # DescribeCluster ``deployment`` (state, percent, steps)
+    spares: list[int] | None = None  # as chosen at create (None: a record from before they were stored)
+    original_spares: list[int] | None = None  # the spares it started with (spare accounting)
+    chip_modes: dict[str, Any] | None = None  # the operator's cordons and drains (control.chipmodes)
+    fabric_connected: bool | None = None  # False: never connected (not retried at a restart)
+
+
+@dataclass
 class ClusterRecord:
     id: str  # "cl-..."
     name: str  # unique among live clusters
     state: str  # ClusterState value (deploying, active, failed, deleting, deleted)
     spec: dict[str, Any]
-    status: dict[str, Any] = field(default_factory=dict)
+    status: ClusterStatus = field(default_factory=ClusterStatus)
     created_at: float = 0.0  # unix seconds (UTC)
     updated_at: float = 0.0
 

@@ -51,7 +51,7 @@ def test_cordon_keeps_placement_off_until_uncordon(plane: ControlPlane) -> None:
     assert plane.jobs.describe(job["id"])["state"] == "RUNNING"
     assert _audited(plane, "CordonChip") == ["ok"] and _audited(plane, "UncordonChip") == ["ok"]
     # A cordon survives in the cluster record (a restart reloads it).
-    assert plane.store.get_cluster(hw_chip["id"]).status["chip_modes"] == {}
+    assert plane.store.get_cluster(hw_chip["id"]).status.chip_modes == {}
 
 
 def test_bad_chip_and_illegal_moves_are_refused(plane: ControlPlane) -> None:

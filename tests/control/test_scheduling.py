@@ -62,7 +62,7 @@ def test_spares_chosen_by_choose_spares_are_never_allocated(plane: ControlPlane)
     assert view["spares"] == want != [60, 61, 62, 63]
     rt = plane.clusters[view["id"]]
     assert list(rt.fabric.spares) == want  # the twin is told the same chips
-    assert plane.store.get_cluster(view["id"]).status["spares"] == want
+    assert plane.store.get_cluster(view["id"]).status.spares == want
     hw = json.loads(plane.hardware("pod"))
     assert [c["index"] for c in hw["chips"] if c["spare"]] == want
     held: set[int] = set()

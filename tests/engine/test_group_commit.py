@@ -11,11 +11,11 @@ import pytest
 
 from podfleet.engine import Timeline
 from podfleet.store import open_store
-from podfleet.store.records import ClusterRecord
+from podfleet.store.records import ClusterRecord, ClusterStatus
 
 
 def _rec(i: int) -> ClusterRecord:
-    return ClusterRecord(f"cl-{i:03d}", f"c{i}", "active", {"type": "trn2-node"}, {}, 1.0, 1.0)
+    return ClusterRecord(f"cl-{i:03d}", f"c{i}", "active", {"type": "trn2-node"}, ClusterStatus(), 1.0, 1.0)
 
 
 def test_batch_commits_once_and_a_failing_command_rolls_back_alone(tmp_path: Path) -> None:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from podfleet.store.records import ClusterRecord, JobRecord
+from podfleet.store.records import ClusterRecord, ClusterStatus, JobRecord
 
 
 def cluster(i: int, *, name: str | None = None, state: str = "active") -> ClusterRecord:
     return ClusterRecord(
         id=f"cl-{i:03d}", name=name or f"pod-{i}", state=state,
         spec={"type": "trn2-ultraserver", "spares": i % 5, "dims": [4, 4, 4]},
-        status={"progress": 0.5, "steps": ["init", "fabric"]}, created_at=100.0 + i,
+        status=ClusterStatus(reason="deploying", deployment={"percent": 50, "steps": ["init", "fabric"]},
+                             spares=[i % 5]), created_at=100.0 + i,
         updated_at=100.5 + i,
     )
 

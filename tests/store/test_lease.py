@@ -19,7 +19,7 @@ from podfleet.errors import NotLeaderError
 from podfleet.store import Store
 from podfleet.store.election import Elector, Role
 from podfleet.store.lease import Fence, Lease
-from podfleet.store.records import ClusterRecord
+from podfleet.store.records import ClusterRecord, ClusterStatus
 
 TTL_S = 4.0
 
@@ -98,7 +98,7 @@ def test_two_servers_never_both_hold_the_lease(tmp_path: Path, n: int,
             if current is not None and term != current.term:
                 store.use_fence(Fence(holder, term))
                 with pytest.raises(NotLeaderError):
-                    store.save_cluster(ClusterRecord("cl-x", "x", "active", {}, {}, 0.0, 0.0))
+                    store.save_cluster(ClusterRecord("cl-x", "x", "active", {}, ClusterStatus(), 0.0, 0.0))
     finally:
         store.close()
 
@@ -115,7 +115,7 @@ def test_a_paused_leader_loses_its_term_and_every_write(tmp_path: Path) -> None:
     a.step()
     assert a.leads() and a.term == 1
     store.use_fence(Fence("a", 1))
-    store.save_cluster(ClusterRecord("cl-a", "a", "active", {}, {}, clock.t, clock.t))  # term 1 writes
+    store.save_cluster(ClusterRecord("cl-a", "a", "active", {}, ClusterStatus(), clock.t, clock.t))  # term 1 writes
     b.step()
     assert not b.leads() and b.leader_url() == "http://a"
     clock.t += TTL_S + 0.1  # a is paused past its lease
@@ -123,12 +123,12 @@ def test_a_paused_leader_loses_its_term_and_every_write(tmp_path: Path) -> None:
     b.step()
     assert b.leads() and b.term == 2
     with pytest.raises(NotLeaderError, match="term 2 of b"):
-        store.save_cluster(ClusterRecord("cl-b", "b", "active", {}, {}, clock.t, clock.t))
+        store.save_cluster(ClusterRecord("cl-b", "b", "active", {}, ClusterStatus(), clock.t, clock.t))
     assert store.get_cluster("cl-b") is None
     a.step()  # a wakes: its round finds the lease gone and says so
     assert lost and lost[0][0] == 1 and not a.leads() and a.leader_url() == "http://b"
     store.use_fence(Fence("b", 2))
-    store.save_cluster(ClusterRecord("cl-b", "b", "active", {}, {}, clock.t, clock.t))
+    store.save_cluster(ClusterRecord("cl-b", "b", "active", {}, ClusterStatus(), clock.t, clock.t))
     assert store.get_cluster("cl-b") is not None
     store.close()
 

@@ -7,7 +7,7 @@ import pytest
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.security.tokens import generate_token, hash_token, new_token_id
 from podfleet.store import Store
-from podfleet.store.records import CheckpointRecord, ChipHealthRecord, TokenRecord
+from podfleet.store.records import CheckpointRecord, ChipHealthRecord, ClusterStatus, TokenRecord
 from tests.store.factories import cluster, job
 
 
@@ -16,7 +16,9 @@ def test_cluster_roundtrip_and_upsert(store: Store) -> None:
     store.save_cluster(rec)
     assert store.get_cluster("cl-000") == rec
     rec.state = "deleting"
-    rec.status = {"progress": 1.0, "nested": {"a": [1, 2, {"b": None}]}, "text": "héllo"}
+    rec.status = ClusterStatus(reason="héllo", deployment={"nested": {"a": [1, 2, {"b": None}]}},
+                               spares=[3], original_spares=[3, 4], chip_modes={"5": "cordoned"},
+                               fabric_connected=False)
     store.save_cluster(rec)
     assert store.get_cluster("cl-000") == rec
     assert len(store.list_clusters()) == 1
@@ -164,3 +166,14 @@ def test_telemetry_rollups_upsert_query_and_prune(store) -> None:
     assert store.prune_rollups(resolution_s=60.0, before=100.0) == 3
     assert [r.t_start for r in store.list_rollups("cl-r", resolution_s=60.0)] == [120.0]
     assert len(store.list_rollups("cl-r", resolution_s=3600.0)) == 1
+
+
+def test_a_cluster_status_stored_as_a_dict_loads_typed() -> None:
+    # Rows written before the status was typed: the same JSON shape, unknown keys left out.
+    from podfleet.store.convert import cluster_status, cluster_status_json
+
+    old = {"deployment": None, "spares": [60, 61], "reason": "ok", "fabric_connected": False, "gone": 1}
+    st = cluster_status(old)
+    assert st == ClusterStatus(reason="ok", spares=[60, 61], fabric_connected=False)
+    assert cluster_status_json(st) == {"reason": "ok", "spares": [60, 61], "fabric_connected": False}
+    assert cluster_status(None) == ClusterStatus()

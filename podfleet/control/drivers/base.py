@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from podfleet.fabric.base import FabricEvent
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.jobtable import Job, JobTable
@@ -32,7 +33,7 @@ class JobDriver(Protocol):
         """Refuse what this fabric cannot run (a 4xx at submit); the job's layout and
         model size."""
 
-    def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
+    def launch_options(self, job: Job, start_step: int) -> JsonObject:
         """``WorkerGroupSpec.options`` for (re)launching ``job`` from ``start_step``."""
 
     def start(self, job: Job, chips: tuple[int, ...], start_step: int) -> None:

@@ -20,7 +20,7 @@ a job fails) are copied into the job's log, so ``job logs`` shows them.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from podfleet.control.drivers.relaunches import Relaunches
 from podfleet.control.jobtable import Job, RunCounts
@@ -44,6 +44,7 @@ from podfleet.fabric.base import (
     hang_reason,
 )
 from podfleet.training.config import PRESET_NAMES, WorkerConfig
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.drivers.base import JobOps
@@ -127,7 +128,7 @@ class ProcessDriver:
         if not isinstance(value, str) or value.lower() not in strategies:
             raise UnknownNameError("placement strategy", str(value), strategies, field="options")
 
-    def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
+    def launch_options(self, job: Job, start_step: int) -> JsonObject:
         spec = job.spec
         opts = dict(spec.options or {})
         opts["max_retries"] = spec.max_retries
@@ -165,7 +166,7 @@ class ProcessDriver:
         return None  # no on-demand checkpoint: the last saved one (work since it is redone)
 
     # --- fault injection ------------------------------------------------------------------------
-    def kill_worker(self, rank: int | None, job_id: str | None) -> tuple[dict[str, Any], str]:
+    def kill_worker(self, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
         rt, table = self.rt, self.table
         if not isinstance(self.fabric, WorkerKill):
             raise InvalidInputError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot kill a worker",
@@ -181,7 +182,7 @@ class ProcessDriver:
                "injected_at": now}
         return out, f"{rt.id}/job/{job_id}/rank/{rank}"
 
-    def slow_worker(self, rank: int | None, job_id: str | None, factor: float | None) -> tuple[dict[str, Any], str]:
+    def slow_worker(self, rank: int | None, job_id: str | None, factor: float | None) -> tuple[JsonObject, str]:
         rt, table = self.rt, self.table
         if not isinstance(self.fabric, WorkerSlowdown):
             raise InfeasibleError(f"fabric {rt.spec.fabric} of cluster {rt.rec.name} cannot slow a worker down",
@@ -276,7 +277,7 @@ class ProcessDriver:
         if job.ended:
             self.seen.pop(job.id, None)
 
-    def _ended(self, job: Job, kind: str, d: dict[str, Any]) -> None:
+    def _ended(self, job: Job, kind: str, d: JsonObject) -> None:
         self.fabric_recovering.discard(job.id)
         self.relaunching.discard(job.id)
         self.relaunches.ended(job)
@@ -292,7 +293,7 @@ class ProcessDriver:
                 self.table.end(job, JobState.FAILED, str(d.get("reason") or "the workers failed"))
         self.jobs.schedule(self.rt)
 
-    def _recovering(self, job: Job, d: dict[str, Any]) -> None:
+    def _recovering(self, job: Job, d: JsonObject) -> None:
         cause = str(d.get("cause", ""))
         # (The fabric's own failure count may already include this exit: only the budget is used.)
         no_retries = not job.spec.max_retries
@@ -303,7 +304,7 @@ class ProcessDriver:
         self.table.transition(job, JobState.RECOVERING,
                               f"rank {d.get('rank')} lost ({cause}): {d.get('message', '')}; {what}")
 
-    def _resumed(self, job: Job, d: dict[str, Any]) -> None:
+    def _resumed(self, job: Job, d: JsonObject) -> None:
         self.fabric_recovering.discard(job.id)
         self._update_counts(job)
         chips = tuple(int(c) for c in d.get("chips", ()))
@@ -320,7 +321,7 @@ class ProcessDriver:
             self.table.log(job, reason)
             self.table.amend(job, allocation=alloc, persist=True)
 
-    def _gang_ended(self, job: Job, d: dict[str, Any], chip: int | None) -> None:
+    def _gang_ended(self, job: Job, d: JsonObject, chip: int | None) -> None:
         """The gang ended because a rank died: relaunch it, or fail the job with the cause.
         A relaunched gang that is lost before it started is relaunched again the same way."""
         again = job.id in self.relaunching and job.state == JobState.RECOVERING

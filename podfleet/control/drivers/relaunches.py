@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from podfleet.control.logbuf import rfc3339
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.jobtable import Job, JobTable, RunCounts
 
 
 def recovery_record(job_id: str, n: int, *, rank: object, cause: object, chip: object,
-                    detected_t: float | None, last_step: int | None) -> dict[str, Any]:
+                    detected_t: float | None, last_step: int | None) -> JsonObject:
     """A process-fabric job's recovery, in the twin journal's shape (``detected_t``: unix seconds)."""
     at = rfc3339(detected_t) if detected_t is not None else None
     return {"id": f"rec-{job_id}-{n}", "kind": "worker-lost", "target": f"chip:{chip}", "job_id": job_id,
@@ -40,7 +41,7 @@ class Relaunches:
     def __init__(self, table: JobTable, counts: Callable[[Job], RunCounts], now: Callable[[], float],
                  spares: Callable[[], tuple[int, ...]]) -> None:
         self.table, self.counts, self.now, self.spares = table, counts, now, spares
-        self.open_records: dict[str, dict[str, Any]] = {}  # job -> its recovery in flight
+        self.open_records: dict[str, JsonObject] = {}  # job -> its recovery in flight
 
     def open(self, job: Job, rank: object, cause: str, chip: int | None) -> None:
         """A rank was lost and the gang will be relaunched."""

@@ -11,7 +11,7 @@ take (a free chip, a job being placed) is handled here.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from podfleet.control import scheduling
 from podfleet.control.jobtable import Job
@@ -28,6 +28,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
 )
 from podfleet.perf.models import MODELS
+from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.drivers.base import JobOps
@@ -68,7 +69,7 @@ class TwinDriver:
         model = check_model(spec.model, spec.model_dims)
         return plan_for_job(self.rt.topology, model, spec.chips, spec.parallelism), model.params
 
-    def launch_options(self, job: Job, start_step: int) -> dict[str, Any]:
+    def launch_options(self, job: Job, start_step: int) -> JsonObject:
         spec, st = job.spec, job.status
         # ``params`` makes the twin use its simple step model; a model the performance
         # model knows (a preset or custom dims) must get its step time from the plan the

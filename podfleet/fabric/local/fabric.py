@@ -48,7 +48,7 @@ from podfleet.fabric.base import (
 from podfleet.fabric.local import probes, rankmove, reattach, reports, telemetry
 from podfleet.fabric.local.agent.client import AgentSpawner
 from podfleet.fabric.local.faultlog import FaultLog
-from podfleet.fabric.local.jobs import TERMINAL, JobState, JobStatus, LocalJob
+from podfleet.fabric.local.jobs import TERMINAL, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
 from podfleet.fabric.local.pool import WorkerPool
 from podfleet.fabric.local.process import Message, WorkerProcess
@@ -286,9 +286,9 @@ class LocalFabric:
     def stop(self, job_id: str) -> None:
         with self.state.lock:
             job = self._job(job_id)
-            if job.state in TERMINAL or job.state is JobState.STOPPING:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
                 return
-            job.set_state(JobState.STOPPING)
+            job.set_state(RunState.STOPPING)
             # The slots are free at once: the control plane may place the next job on them
             # while these workers exit (SIGTERM now, SIGKILL after 2 s).
             for c in job.chips:
@@ -299,7 +299,7 @@ class LocalFabric:
                 wp.kill("stop", signal.SIGTERM)
             # Exits not yet handled will finish the job from handle_exit, in event order.
             if all(wp.exit_handled for wp in job.workers.values()):
-                self.finish(job, JobState.STOPPED, "stopped")
+                self.finish(job, RunState.STOPPED, "stopped")
                 return
             attempt = job.attempt
             threading.Timer(2.0, lambda: self.deliver(self._force_stop, job, attempt)).start()
@@ -527,13 +527,13 @@ class LocalFabric:
         with self.state.lock:
             return self._pool.ready()
 
-    def finish(self, job: LocalJob, state: JobState, reason: str | None) -> None:
+    def finish(self, job: LocalJob, state: RunState, reason: str | None) -> None:
         job.set_state(state)
         job.reason = reason
         for c in job.chips:
             if self._busy.get(c) == job.spec.job_id:
                 del self._busy[c]
-        kind = {JobState.FINISHED: "job-finished", JobState.FAILED: "job-failed"}.get(state, "job-stopped")
+        kind = {RunState.FINISHED: "job-finished", RunState.FAILED: "job-failed"}.get(state, "job-stopped")
         self.emit(kind, job_id=job.spec.job_id, reason=reason, step=job.step, loss=job.loss)
         # Its uid back to the pool (and anything still running as it killed), its directory
         # back to the server: the next job to draw the uid finds nothing of this one.
@@ -654,7 +654,7 @@ class LocalFabric:
                 return
 
     def _force_stop(self, job: LocalJob, attempt: int) -> None:
-        if job.attempt == attempt and job.state is JobState.STOPPING:
+        if job.attempt == attempt and job.state is RunState.STOPPING:
             for wp in job.workers.values():
                 if wp.alive:
                     wp.kill("stop")

@@ -5,33 +5,18 @@ from __future__ import annotations
 import signal
 from collections import deque
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from podfleet.fabric.base import ExitCause
+from podfleet.fabric.base import ENDED_RUN_STATES, ExitCause, RunState, run_transitions
 from podfleet.states import check_transition
 from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST, EXIT_USER_ERROR
 
+JOB_TRANSITIONS = run_transitions({
+    RunState.RUNNING: {RunState.RECOVERING, RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
+    RunState.RECOVERING: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED},
+})
 
-class JobState(StrEnum):
-    RUNNING = "running"
-    RECOVERING = "recovering"
-    STOPPING = "stopping"
-    FINISHED = "finished"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.RUNNING: frozenset({JobState.RECOVERING, JobState.STOPPING, JobState.FINISHED, JobState.FAILED}),
-    JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.STOPPING, JobState.FAILED}),
-    JobState.STOPPING: frozenset({JobState.STOPPED}),
-    JobState.FINISHED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.STOPPED: frozenset(),
-}
-
-TERMINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.STOPPED})
+TERMINAL = ENDED_RUN_STATES
 
 
 # The exit classification is shared by every real fabric (fabric.base.ExitCause).
@@ -61,14 +46,14 @@ def classify_exit(code: int, killed_by: str | None) -> Cause:
     return Cause.USER_CODE
 
 
-def check_job_transition(src: JobState, dst: JobState) -> None:
+def check_job_transition(src: RunState, dst: RunState) -> None:
     check_transition("job", JOB_TRANSITIONS, src, dst)
 
 
 @dataclass(frozen=True)
 class JobStatus:
     job_id: str
-    state: JobState
+    state: RunState
     chips: tuple[int, ...]
     step: int  # last step every rank completed
     loss: float | None
@@ -90,7 +75,7 @@ class LocalJob:
     base_cfg: Any  # WorkerConfig for rank 0 of the first attempt
     max_retries: int
     recover: bool
-    state: JobState = JobState.RUNNING
+    state: RunState = RunState.RUNNING
     attempt: int = 0
     workers: dict[int, Any] = field(default_factory=dict)  # rank -> WorkerProcess (current attempt)
     step: int = 0
@@ -115,6 +100,6 @@ class LocalJob:
     moving: dict[str, Any] | None = None  # the rank move in flight (rankmove.py)
     slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
 
-    def set_state(self, dst: JobState) -> None:
+    def set_state(self, dst: RunState) -> None:
         check_job_transition(self.state, dst)
         self.state = dst

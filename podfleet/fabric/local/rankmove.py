@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from podfleet.fabric.local.jobs import Cause, JobState, LocalJob
+from podfleet.fabric.base import RunState
+from podfleet.fabric.local.jobs import Cause, LocalJob
 from podfleet.fabric.local.process import Message, WorkerProcess
 
 MECHANISM = "rank-move"
@@ -63,13 +64,13 @@ class MoveHost(Protocol):
 def eligible(job: LocalJob, wp: WorkerProcess, cause: Cause) -> bool:
     """Whether the loss of ``wp`` can be a rank move rather than a relaunch."""
     cfg = job.base_cfg
-    if not cfg.regroup_file or not job.recover or job.state not in (JobState.RUNNING, JobState.RECOVERING):
+    if not cfg.regroup_file or not job.recover or job.state not in (RunState.RUNNING, RunState.RECOVERING):
         return False
     if wp.killed_by == "hang":
         return False  # a hang restarts the gang, so the hang-restart budget counts it
     if cause is not Cause.INFRA or any(c is not Cause.INFRA for c, _m in job.failed_ranks.values()):
         return False
-    if job.state is JobState.RECOVERING:
+    if job.state is RunState.RECOVERING:
         return False  # a relaunch (or another move) is already under way
     survivors = [w for r, w in job.workers.items() if r != wp.rank and w.alive and w.killed_by is None]
     return bool(survivors)
@@ -110,8 +111,8 @@ def on_lost(fab: MoveHost, job: LocalJob, wp: WorkerProcess, cause: Cause, msg: 
     if job.recovery is None:
         job.recovery = {"detect_mono": detected_mono, "attempt": job.attempt, "last_step": job.step,
                         "kill_mono": wp.kill_mono, "rank": rank, "chip": old, "cause": cause.value, "message": msg}
-    if job.state is JobState.RUNNING:
-        job.set_state(JobState.RECOVERING)
+    if job.state is RunState.RUNNING:
+        job.set_state(RunState.RECOVERING)
         fab.emit("job-recovering", job_id=job.spec.job_id, rank=rank, cause=cause.value, message=msg,
                  mechanism=MECHANISM)
     if new != old:
@@ -152,8 +153,8 @@ def on_regrouped(emit: Callable[..., None], job: LocalJob, msg: Message) -> None
     if rec is not None:
         rec.update(restored_step=step, steps_lost=max(0, int(rec.get("last_step", step)) - step),
                    source_rank=msg.get("source_rank"), restore_s=msg.get("restore_s"))
-    if job.state is JobState.RECOVERING:
-        job.set_state(JobState.RUNNING)
+    if job.state is RunState.RECOVERING:
+        job.set_state(RunState.RUNNING)
     job.log.append(f"rank move generation {moving['generation']} done: rank {moving['rank']} on chip "
                    f"{moving['to']}, state of step {step} from rank {msg.get('source_rank')}")
     emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source="replica", restored_step=step,
@@ -172,7 +173,7 @@ def abort(job: LocalJob, why: str) -> None:
 
 
 def _timed_out(job: LocalJob, gen: int, timeout_s: float) -> None:
-    if job.moving is not None and job.moving["generation"] == gen and job.state is JobState.RECOVERING:
+    if job.moving is not None and job.moving["generation"] == gen and job.state is RunState.RECOVERING:
         abort(job, f"the gang did not re-form within {timeout_s:g} s")
 
 

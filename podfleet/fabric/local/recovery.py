@@ -30,9 +30,9 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from podfleet.checkpoint import manifest
-from podfleet.fabric.base import hang_reason
+from podfleet.fabric.base import RunState, hang_reason
 from podfleet.fabric.local import rankmove
-from podfleet.fabric.local.jobs import TERMINAL, Cause, JobState, LocalJob, classify_exit
+from podfleet.fabric.local.jobs import TERMINAL, Cause, LocalJob, classify_exit
 from podfleet.fabric.local.process import WorkerProcess
 from podfleet.fabric.local.state import LocalState
 
@@ -60,7 +60,7 @@ class RecoveryHost(Protocol):
 
     def deliver(self, fn: Callable[..., Any], *args: Any) -> None: ...
 
-    def finish(self, job: LocalJob, state: JobState, reason: str | None) -> None: ...
+    def finish(self, job: LocalJob, state: RunState, reason: str | None) -> None: ...
 
     def pick_spare(self) -> int | None: ...
 
@@ -103,13 +103,13 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
         return
     job.log.append(f"[attempt {wp.attempt} rank {wp.rank}] exited {code} ({cause.value}): {msg}")
     gang_down = all(w.exit_handled for w in job.workers.values())
-    if job.state is JobState.STOPPING:
+    if job.state is RunState.STOPPING:
         if gang_down:
-            fab.finish(job, JobState.STOPPED, "stopped")
+            fab.finish(job, RunState.STOPPED, "stopped")
         return
     if cause is Cause.OK:
         if gang_down and all(w.exit_code == 0 for w in job.workers.values()):
-            fab.finish(job, JobState.FINISHED, None)
+            fab.finish(job, RunState.FINISHED, None)
         return
     if rankmove.on_lost(fab, job, wp, cause, msg, detected_mono):
         return  # the rank moves alone; the other ranks keep running
@@ -122,8 +122,8 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
                         "kill_mono": wp.kill_mono}
     if cause in (Cause.INFRA, Cause.USER_CODE, Cause.BAD_INPUT) and "rank" not in job.recovery:
         job.recovery.update(rank=wp.rank, chip=wp.chip, cause=cause.value, message=msg)
-    if job.state is JobState.RUNNING:
-        job.set_state(JobState.RECOVERING)
+    if job.state is RunState.RUNNING:
+        job.set_state(RunState.RECOVERING)
         fab.emit("job-recovering", job_id=job.spec.job_id, rank=wp.rank, cause=cause.value, message=msg)
         attempt = job.attempt
         threading.Timer(fab.replica_grace_s, lambda: fab.deliver(_reap, job, attempt)).start()
@@ -132,7 +132,7 @@ def handle_exit(fab: RecoveryHost, wp: WorkerProcess, code: int, detected_mono: 
 
 
 def _reap(job: LocalJob, attempt: int) -> None:
-    if job.attempt == attempt and job.state is JobState.RECOVERING:
+    if job.attempt == attempt and job.state is RunState.RECOVERING:
         for w in job.workers.values():
             if w.alive:
                 w.kill("recovery")
@@ -142,7 +142,7 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
     failed = job.failed_ranks
     bad = [m for c, m in failed.values() if c is Cause.BAD_INPUT]
     if bad:
-        fab.finish(job, JobState.FAILED, f"bad input: {bad[0]}")
+        fab.finish(job, RunState.FAILED, f"bad input: {bad[0]}")
         return
     if job.hung_ranks:
         job.hang_restarts += 1
@@ -150,20 +150,20 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
             # The same job hanging again and again is its code (holding the GIL in a C
             # call, a deadlock), not the host: a user-code failure, not restarted again.
             job.user_failures += 1
-            fab.finish(job, JobState.FAILED, hang_reason(next(iter(job.hung_ranks.values())), job.hang_restarts,
+            fab.finish(job, RunState.FAILED, hang_reason(next(iter(job.hung_ranks.values())), job.hang_restarts,
                                                          fab.hang_timeout_s, fab.max_hang_restarts))
             return
     user = [m for c, m in failed.values() if c is Cause.USER_CODE]
     if user:
         job.user_failures += 1
         if job.user_failures > job.max_retries:
-            fab.finish(job, JobState.FAILED,
+            fab.finish(job, RunState.FAILED,
                        f"user code failed ({job.user_failures} failures, max_retries={job.max_retries}): {user[0]}")
             return
     infra = sorted(r for r, (c, _m) in failed.items() if c is Cause.INFRA)
     job.infra_failures += len(infra) if infra else (0 if user else 1)
     if not job.recover:
-        fab.finish(job, JobState.FAILED, f"worker lost and recovery is off: {next(iter(failed.values()), (0, '?'))[1]}")
+        fab.finish(job, RunState.FAILED, f"worker lost and recovery is off: {next(iter(failed.values()), (0, '?'))[1]}")
         return
     moves = {}
     paths = []
@@ -174,7 +174,7 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
         if new is None:
             why = fab.check_chip_health(old)
             if why is not None:
-                fab.finish(job, JobState.FAILED, f"rank {r} lost on chip {old}, no other slot is free and its "
+                fab.finish(job, RunState.FAILED, f"rank {r} lost on chip {old}, no other slot is free and its "
                                                  f"own failed its check: {why}")
                 return
             paths.append("own-chip")
@@ -203,7 +203,7 @@ def _relaunch_or_fail(fab: RecoveryHost, job: LocalJob) -> None:
                moves={str(r): list(m) for r, m in moves.items()}, relaunch_mono=time.monotonic(),
                path=paths[0] if paths else rec.get("path"), mechanism="relaunch")
     job.recovery = rec
-    job.set_state(JobState.RUNNING)
+    job.set_state(RunState.RUNNING)
     # User scripts restore through pf.load_state(), which reads the latest checkpoint.
     fab.start_attempt(job, resume_from=resume_from if job.spec.entrypoint is None else None,
                       resume=job.spec.entrypoint is not None)

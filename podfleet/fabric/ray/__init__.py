@@ -6,6 +6,6 @@ the control plane) works without Ray installed.
 
 from podfleet.fabric.ray.fabric import METRICS, RESOURCES, STRATEGIES, RayFabric
 from podfleet.fabric.ray.factory import make_ray_fabric
-from podfleet.fabric.ray.jobs import ExitCause, RayJobState
+from podfleet.fabric.ray.jobs import ExitCause
 
-__all__ = ["METRICS", "RESOURCES", "STRATEGIES", "ExitCause", "RayFabric", "RayJobState", "make_ray_fabric"]
+__all__ = ["METRICS", "RESOURCES", "STRATEGIES", "ExitCause", "RayFabric", "make_ray_fabric"]

@@ -54,8 +54,8 @@ from podfleet.fabric.ray.jobs import (
     ExitCause,
     RankRecord,
     RayJob,
-    RayJobState,
     RayState,
+    RunState,
 )
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
 from podfleet.fabric.ray.probe import (
@@ -422,9 +422,9 @@ class RayFabric:
     def stop(self, job_id: str) -> None:
         job = self._job(job_id)
         with self.state.lock:
-            if job.state in TERMINAL or job.state is RayJobState.STOPPING:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
                 return
-            job.set_state(RayJobState.STOPPING)
+            job.set_state(RunState.STOPPING)
             for r in job.ranks:
                 if not r.done:
                     r.killed_by = "stop"
@@ -433,7 +433,7 @@ class RayFabric:
             for r in job.ranks:
                 if not r.done:
                     r.cause = ExitCause.STOPPED
-            job.set_state(RayJobState.STOPPED)
+            job.set_state(RunState.STOPPED)
             job.reason = "stopped"
             self.state.free(job)
         self.emit("job-stopped", job_id=job_id)
@@ -576,7 +576,7 @@ class RayFabric:
         if not 0 <= rank < len(job.ranks):
             raise NotFoundError(f"job {job_id} has ranks 0-{len(job.ranks) - 1}, not {rank}", field="rank")
         r = job.ranks[rank]
-        if job.state is not RayJobState.RUNNING or r.actor is None or r.done:
+        if job.state is not RunState.RUNNING or r.actor is None or r.done:
             raise ConflictError(f"rank {rank} of job {job_id} is not running (job {job.state.value})", field="rank")
         r.killed_by = "fault"
         self.state.ray.kill(r.actor, no_restart=True)

@@ -5,45 +5,24 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from podfleet.fabric.base import ExitCause, RunState, RunStatus
+from podfleet.fabric.base import ENDED_RUN_STATES, ExitCause, RunState, RunStatus, run_transitions
 from podfleet.states import check_transition
 
 # Placement strategies by the job option's name -> Ray's (``placement`` of a job).
 STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", "strict_spread": "STRICT_SPREAD"}
 
 
-class RayJobState(StrEnum):
-    PLACING = "placing"  # waiting for the placement group (all bundles or nothing)
-    STARTING = "starting"  # actors created, rendezvous in progress
-    RUNNING = "running"
-    STOPPING = "stopping"
-    FINISHED = "finished"
-    FAILED = "failed"
-    STOPPED = "stopped"
-
-
-RAY_JOB_TRANSITIONS: dict[RayJobState, frozenset[RayJobState]] = {
-    RayJobState.PLACING: frozenset({RayJobState.STARTING, RayJobState.STOPPING, RayJobState.FAILED}),
-    RayJobState.STARTING: frozenset({RayJobState.RUNNING, RayJobState.STOPPING, RayJobState.FAILED}),
-    RayJobState.RUNNING: frozenset({RayJobState.STOPPING, RayJobState.FINISHED, RayJobState.FAILED}),
-    RayJobState.STOPPING: frozenset({RayJobState.STOPPED}),
-    RayJobState.FINISHED: frozenset(),
-    RayJobState.FAILED: frozenset(),
-    RayJobState.STOPPED: frozenset(),
-}
-TERMINAL = frozenset({RayJobState.FINISHED, RayJobState.FAILED, RayJobState.STOPPED})
-_RUN_STATE = {
-    RayJobState.PLACING: RunState.RUNNING,  # live: the gang is being started
-    RayJobState.STARTING: RunState.RUNNING,
-    RayJobState.RUNNING: RunState.RUNNING,
-    RayJobState.STOPPING: RunState.STOPPING,
-    RayJobState.FINISHED: RunState.FINISHED,
-    RayJobState.FAILED: RunState.FAILED,
-    RayJobState.STOPPED: RunState.STOPPED,
-}
+RAY_JOB_TRANSITIONS = run_transitions({
+    RunState.PLACING: {RunState.STARTING, RunState.STOPPING, RunState.FAILED},
+    RunState.STARTING: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED},
+    RunState.RUNNING: {RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
+})
+TERMINAL = ENDED_RUN_STATES
+# What ``run_status`` shows: a gang being started counts as running (it is live, and the
+# control plane has nothing to do about the difference).
+_SHOWN = {RunState.PLACING: RunState.RUNNING, RunState.STARTING: RunState.RUNNING}
 LOG_TAIL = 20
 
 
@@ -81,7 +60,7 @@ class RayJob:
     strategy: str
     workdir: str
     checkpoint_dir: str | None
-    state: RayJobState = RayJobState.PLACING
+    state: RunState = RunState.PLACING
     pg: Any = None  # ray placement group
     ranks: list[RankRecord] = field(default_factory=list)
     step: int = 0
@@ -96,7 +75,7 @@ class RayJob:
     def job_id(self) -> str:
         return str(self.spec.job_id)
 
-    def set_state(self, dst: RayJobState) -> None:
+    def set_state(self, dst: RunState) -> None:
         check_transition("ray job", RAY_JOB_TRANSITIONS, self.state, dst)
         self.state = dst
 
@@ -122,9 +101,9 @@ class RayJob:
 
     def run_status(self) -> RunStatus:
         """This fabric restarts nothing: one attempt, and a failure is charged to its cause."""
-        failed = self.state is RayJobState.FAILED
+        failed = self.state is RunState.FAILED
         return RunStatus(
-            job_id=self.job_id, state=_RUN_STATE[self.state], chips=tuple(r.chip for r in self.ranks),
+            job_id=self.job_id, state=_SHOWN.get(self.state, self.state), chips=tuple(r.chip for r in self.ranks),
             step=self.step, loss=self.loss, attempt=1,
             infra_failures=int(failed and self.cause is ExitCause.INFRA),
             user_failures=int(failed and self.cause is ExitCause.USER_CODE),

@@ -19,8 +19,8 @@ from podfleet.fabric.ray.jobs import (
     ExitCause,
     RankRecord,
     RayJob,
-    RayJobState,
     RayState,
+    RunState,
     cause_of,
 )
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
@@ -139,7 +139,7 @@ class JobRunner:
             if self._actor_cls is None:
                 self._actor_cls = ray.remote(WorkerActor)
             with self.state.lock:
-                if job.state is not RayJobState.PLACING:
+                if job.state is not RunState.PLACING:
                     # Stopped while placing: stop() may have run before job.pg was set.
                     from ray.util.placement_group import remove_placement_group
 
@@ -151,11 +151,11 @@ class JobRunner:
                         **f.actor_options(), max_concurrency=4, max_restarts=0,
                         scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
                     ).remote(job.job_id, r.rank)
-                job.set_state(RayJobState.STARTING)
+                job.set_state(RunState.STARTING)
             infos = ray.get([r.actor.hello.remote() for r in job.ranks], timeout=START_TIMEOUT_S)
             master = infos[0]
             with self.state.lock:
-                if job.state is not RayJobState.STARTING:
+                if job.state is not RunState.STARTING:
                     return
                 for r, info in zip(job.ranks, infos, strict=True):
                     r.info = info
@@ -163,14 +163,14 @@ class JobRunner:
                     r.run_ref = r.actor.run.remote(cfg.to_json(), job.workdir)
                     job.log.append(f"[fabric] rank {r.rank} on chip {r.chip}: node {str(info.get('node_id'))[:12]} "
                                    f"ip {info.get('ip')} pid {info.get('pid')}")
-                job.set_state(RayJobState.RUNNING)
+                job.set_state(RunState.RUNNING)
             f.emit("job-started", job_id=job.job_id, chip=job.ranks[0].chip,
                    nodes=sorted({i["ip"] for i in infos}), placement=job.strategy,
                    master=f"{master['ip']}:{master['port']}", chips=[r.chip for r in job.ranks],
                    ranks=[{"rank": r.rank, "chip": r.chip, "node_id": r.info.get("node_id"),
                            "ip": r.info.get("ip"), "pid": r.info.get("pid")} for r in job.ranks])
         except Exception as exc:  # Ray errors of every kind end the start, never the fabric
-            if job.state not in TERMINAL and job.state is not RayJobState.STOPPING:
+            if job.state not in TERMINAL and job.state is not RunState.STOPPING:
                 self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
 
     def _wait_for_link(self, job: RayJob) -> bool:
@@ -178,14 +178,14 @@ class JobRunner:
         saying why once; False when the job was stopped meanwhile."""
         said = False
         while self.f.unreachable is not None:
-            if job.state is not RayJobState.PLACING or self._stop.is_set():
+            if job.state is not RunState.PLACING or self._stop.is_set():
                 return False
             if not said:
                 said = True
                 job.log.append(f"[fabric] waiting: {self.f.unreachable}")
                 self.f.emit("job-waiting", job_id=job.job_id, chip=job.ranks[0].chip, reason=self.f.unreachable)
             time.sleep(PLACEMENT_SLICE_S)
-        return job.state is RayJobState.PLACING
+        return job.state is RunState.PLACING
 
     def _wait_placed(self, job: RayJob, pg: Any) -> bool | None:
         """Wait for the placement group in slices, watching the nodes its bundles are pinned
@@ -214,12 +214,12 @@ class JobRunner:
         of that rank (the control plane moves it to another chip, or waits for one)."""
         self.teardown(job)
         with self.state.lock:
-            if job.state in TERMINAL or job.state is RayJobState.STOPPING:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
                 return
             for r in job.ranks:
                 r.cause = ExitCause.STOPPED if r is not blamed else ExitCause.INFRA
             blamed.result = {"exit_code": None, "error": why}
-            job.set_state(RayJobState.FAILED)
+            job.set_state(RunState.FAILED)
             job.reason = _reason(blamed)
             job.cause = ExitCause.INFRA
             self.state.free(job)
@@ -237,7 +237,7 @@ class JobRunner:
             with self.state.lock:
                 jobs = list(self.state.jobs.values())
             for job in jobs:
-                if job.state is RayJobState.RUNNING:
+                if job.state is RunState.RUNNING:
                     try:
                         self._poll(job)
                     except Exception as exc:  # keep watching the other jobs
@@ -295,7 +295,7 @@ class JobRunner:
         lost: list[RayJob] = []
         with self.state.lock:
             for job in self.state.jobs.values():
-                if job.state in TERMINAL or job.state is RayJobState.STOPPING:
+                if job.state in TERMINAL or job.state is RunState.STOPPING:
                     continue
                 for r in job.ranks:
                     r.actor = None  # a handle of the old session: never used again
@@ -303,7 +303,7 @@ class JobRunner:
                         r.cause = ExitCause.INFRA
                         r.result = {"exit_code": None, "error": reason}
                 job.pg = None
-                job.set_state(RayJobState.FAILED)
+                job.set_state(RunState.FAILED)
                 job.reason = reason
                 job.cause = ExitCause.INFRA
                 job.log.append(f"[fabric] gang lost: {reason}")
@@ -358,7 +358,7 @@ class JobRunner:
                 polled.append((r, ray.get(r.actor.poll.remote(), timeout=POLL_TIMEOUT_S)))  # its last words
             finished.append((r, result, None))
         with self.state.lock:
-            if job.state is not RayJobState.RUNNING:
+            if job.state is not RunState.RUNNING:
                 return
             for r, p in polled:
                 if p is None:
@@ -441,25 +441,25 @@ class JobRunner:
     def _finish(self, job: RayJob, outcome: str, blamed: RankRecord | None) -> None:
         f = self.f
         with self.state.lock:
-            if job.state is not RayJobState.RUNNING:
+            if job.state is not RunState.RUNNING:
                 return
             for r in job.ranks:
                 if not r.done:
                     r.killed_by = r.killed_by or "stop"
         self.teardown(job)
         with self.state.lock:
-            if job.state is not RayJobState.RUNNING:
+            if job.state is not RunState.RUNNING:
                 return
             for r in job.ranks:
                 if not r.done:
                     r.cause = ExitCause.STOPPED
             self.state.free(job)
             if outcome == "finished":
-                job.set_state(RayJobState.FINISHED)
+                job.set_state(RunState.FINISHED)
                 job.reason = "all steps done"
             else:
                 assert blamed is not None
-                job.set_state(RayJobState.FAILED)
+                job.set_state(RunState.FAILED)
                 job.reason = _reason(blamed)
                 job.cause = blamed.cause
         if outcome == "finished":
@@ -477,9 +477,9 @@ class JobRunner:
     def _fail(self, job: RayJob, blamed: RankRecord | None, reason: str) -> None:
         self.teardown(job)
         with self.state.lock:
-            if job.state in TERMINAL or job.state is RayJobState.STOPPING:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
                 return
-            job.set_state(RayJobState.FAILED)
+            job.set_state(RunState.FAILED)
             job.reason = reason
             job.cause = ExitCause.INFRA
             self.state.free(job)

@@ -44,7 +44,7 @@ from podfleet.fabric.sim.fabric import CHIP_STATES, LINK_STATES, SimFabric
 from podfleet.fabric.sim.faults import FaultKind, FaultRates, PrecursorParams
 from podfleet.fabric.sim.links import LinkTable
 from podfleet.fabric.sim.telemetry import METRIC_NAMES, ThermalParams
-from podfleet.fabric.sim.workload import JobRun, JobState, default_step_time
+from podfleet.fabric.sim.workload import JobRun, default_step_time
 
 __all__ = [
     "CHIP_STATES",
@@ -53,7 +53,6 @@ __all__ = [
     "FaultKind",
     "FaultRates",
     "JobRun",
-    "JobState",
     "LinkTable",
     "PrecursorParams",
     "SimFabric",

@@ -42,7 +42,7 @@ from podfleet.fabric.sim.injector import FaultProcess
 from podfleet.fabric.sim.jobs import JobRunner
 from podfleet.fabric.sim.links import LinkTable, build_link_table
 from podfleet.fabric.sim.telemetry import METRIC_NAMES, ChipTelemetry, ThermalParams
-from podfleet.fabric.sim.workload import JobRun, JobState, StepTimeFn, default_step_time
+from podfleet.fabric.sim.workload import SIM_RUN_STATES, JobRun, StepTimeFn, default_step_time
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.specs import get_chip
 from podfleet.hardware.topology import Topology
@@ -427,7 +427,7 @@ class SimFabric:
                               "max": round(float(temp.max()), 2)},
             "power_w_total": round(float(t.power_w.sum()), 1),
             "utilization_pct_mean": round(float(t.neuroncore_utilization.mean()), 2),
-            "jobs": {s.value: sum(r.state == s for r in self.jobs.values()) for s in JobState},
+            "jobs": {s.value: sum(r.state == s for r in self.jobs.values()) for s in SIM_RUN_STATES},
             "faults_by_kind": dict(self.faults_by_kind),
             "chip_hours_lost": round(self.chip_hours_lost(), 4),
             "sim_time_s": self.now,

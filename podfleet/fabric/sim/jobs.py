@@ -31,7 +31,6 @@ from podfleet.fabric.sim.congestion import Congestion
 from podfleet.fabric.sim.context import SimContext, StepModel
 from podfleet.fabric.sim.workload import (
     JobRun,
-    JobState,
     StepTimeFn,
     check_shares,
     default_step_time,
@@ -46,12 +45,6 @@ MIN_COMM_SHARE = 0.1  # overlapped gradient traffic: links busy even when comm i
 DEFAULT_COMPUTE_SHARE = 0.8  # share of a step spent computing when the model does not say
 _STOP = "stop"
 LOG_TAIL = 20
-_RUN_STATE = {
-    JobState.RUNNING: RunState.RUNNING,
-    JobState.PAUSED: RunState.PAUSED,
-    JobState.STOPPED: RunState.STOPPED,
-    JobState.FINISHED: RunState.FINISHED,
-}
 
 
 class JobRunner:
@@ -78,7 +71,7 @@ class JobRunner:
         """Start a job on ``group.chips`` (rank r on chips[r]), from ``options["start_step"]``
         (default 0; a restart from a checkpoint), its last checkpoint ``options["checkpoint_step"]``
         (default the start step)."""
-        if group.job_id in self.jobs and self.jobs[group.job_id].state in (JobState.RUNNING, JobState.PAUSED):
+        if group.job_id in self.jobs and self.jobs[group.job_id].state in (RunState.RUNNING, RunState.PAUSED):
             raise ConflictError(f"job {group.job_id} is already running", field="job_id")
         if not group.chips:
             raise InvalidInputError("a job needs at least one chip", field="chips")
@@ -110,9 +103,9 @@ class JobRunner:
 
     def stop(self, job_id: str) -> None:
         run = self.job(job_id)
-        if run.state in (JobState.STOPPED, JobState.FINISHED):
+        if run.state in (RunState.STOPPED, RunState.FINISHED):
             return
-        run.state = JobState.STOPPED
+        run.state = RunState.STOPPED
         self._release(run)
         if run.process is not None and run.process.is_alive:
             run.process.interrupt(_STOP)
@@ -120,18 +113,18 @@ class JobRunner:
 
     def pause(self, job_id: str, reason: str = "paused by command") -> None:
         run = self.job(job_id)
-        if run.state == JobState.PAUSED:
+        if run.state == RunState.PAUSED:
             return  # already holding its state (``RankMoves``: unchanged)
-        if run.state != JobState.RUNNING:
+        if run.state != RunState.RUNNING:
             raise ConflictError(f"job {job_id} is {run.state.value}, not running", field="job_id")
         self.pause_job(job_id, reason)
 
     def resume(self, job_id: str, *, from_step: int | None = None) -> None:
         """Resume a paused job, optionally rolled back to ``from_step`` (a checkpoint)."""
         run = self.job(job_id)
-        if run.state == JobState.RUNNING:
+        if run.state == RunState.RUNNING:
             return  # running already (``RankMoves``: unchanged)
-        if run.state != JobState.PAUSED:
+        if run.state != RunState.PAUSED:
             raise ConflictError(f"job {job_id} is {run.state.value}, not paused", field="job_id")
         for c in run.chips:
             st = self.board.chip_state(c)
@@ -143,7 +136,7 @@ class JobRunner:
             run.step = from_step
             # Rolled back: report progress from here on (not only once past the old step).
             run.last_progress_step = min(run.last_progress_step, run.step)
-        run.state = JobState.RUNNING
+        run.state = RunState.RUNNING
         run.pause_reason = None
         self.congestion.set_job(job_id, run.ring or run.chips)
         self._note(run, "job-resumed", job_id=job_id, step=run.step)
@@ -153,7 +146,7 @@ class JobRunner:
     def move_rank(self, job_id: str, rank: int, new_chip: int) -> None:
         """Run rank ``rank`` of the job on ``new_chip`` from now on."""
         run = self.job(job_id)
-        if run.state in (JobState.STOPPED, JobState.FINISHED):
+        if run.state in (RunState.STOPPED, RunState.FINISHED):
             raise ConflictError(f"job {job_id} is {run.state.value}", field="job_id")
         if not 0 <= rank < len(run.chips):
             raise InvalidInputError(f"rank must be 0-{len(run.chips) - 1}, got {rank}", field="rank")
@@ -176,7 +169,7 @@ class JobRunner:
         # the old chip; the balancer may set a better one).
         launch = run.extra.get("launch_chips", ())
         run.ring = launch if launch != run.chips and set(launch) == set(run.chips) else ()
-        if run.state == JobState.RUNNING:
+        if run.state == RunState.RUNNING:
             self.congestion.set_job(job_id, run.ring or run.chips)
         self._note(run, "rank-moved", job_id=job_id, rank=rank, from_chip=old, to_chip=new_chip)
 
@@ -194,7 +187,7 @@ class JobRunner:
         if sorted(order) != sorted(run.chips):
             raise InvalidInputError("a ring order must list the job's chips exactly once", field="ring")
         run.ring = order
-        if run.state == JobState.RUNNING:
+        if run.state == RunState.RUNNING:
             self.congestion.set_job(job_id, order)
         run.log.append(f"t={self.ctx.now:.1f}s ring order set ({len(order)} chips)")
 
@@ -203,7 +196,7 @@ class JobRunner:
         completed so far are exactly what a checkpoint taken now holds. No event: the
         caller records the checkpoint (a ``checkpoint`` event would restart a preemption)."""
         run = self.jobs.get(job_id)
-        if run is None or run.state not in (JobState.RUNNING, JobState.PAUSED):
+        if run is None or run.state not in (RunState.RUNNING, RunState.PAUSED):
             return None
         run.last_checkpoint = run.step
         run.log.append(f"t={self.ctx.now:.1f}s checkpoint on demand at step {run.step}")
@@ -214,7 +207,7 @@ class JobRunner:
         if run is None:
             return None
         return RunStatus(
-            job_id=job_id, state=_RUN_STATE[run.state], chips=tuple(run.chips), step=run.step,
+            job_id=job_id, state=run.state, chips=tuple(run.chips), step=run.step,
             loss=None if math.isnan(run.loss) else run.loss, reason=run.pause_reason,
             checkpoint_step=run.last_checkpoint, log_tail=tuple(list(run.log)[-LOG_TAIL:]),
             step_time_s=float(run.step_time_s) if run.step_time_s > 0 else None,
@@ -317,9 +310,9 @@ class JobRunner:
 
     def pause_job(self, job_id: str, reason: str) -> None:
         run = self.jobs.get(job_id)
-        if run is None or run.state != JobState.RUNNING:
+        if run is None or run.state != RunState.RUNNING:
             return
-        run.state = JobState.PAUSED
+        run.state = RunState.PAUSED
         run.pause_reason = reason
         self.congestion.drop_job(job_id)
         self._set_load(run, 0.0, 0.0, float(run.spec.options.get("hbm_fraction", 0.85)))
@@ -333,7 +326,7 @@ class JobRunner:
         tokens = tokens_per_step(spec0, self.model)
         window = self.ctx.telemetry_interval_s
         while run.step < run.spec.steps:
-            if run.state == JobState.PAUSED:
+            if run.state == RunState.PAUSED:
                 run.resume_evt = env.event()
                 try:
                     yield run.resume_evt
@@ -389,7 +382,7 @@ class JobRunner:
             run.tokens_per_s = tokens / st
             run.loss = loss_at(run.step, float(rng.standard_normal()))
             self._after_steps(run)
-        run.state = JobState.FINISHED
+        run.state = RunState.FINISHED
         self._release(run)
         self._note(run, "job-finished", job_id=run.job_id, step=run.step, loss=round(run.loss, 5),
                     duration_s=env.now - run.started_t)

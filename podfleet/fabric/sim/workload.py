@@ -33,13 +33,12 @@ import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from podfleet.errors import InvalidInputError
-from podfleet.fabric.base import WorkerGroupSpec
+from podfleet.fabric.base import RunState, WorkerGroupSpec
 from podfleet.fabric.sim.context import StepModel
 
 if TYPE_CHECKING:
@@ -54,11 +53,9 @@ DEFAULT_OVERLAP = 0.8
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([bm])\b", re.IGNORECASE)
 
 
-class JobState(StrEnum):
-    RUNNING = "running"
-    PAUSED = "paused"
-    STOPPED = "stopped"
-    FINISHED = "finished"
+# The run states a twin's job passes through (``RunState`` is every fabric's vocabulary):
+# its statistics count jobs by these.
+SIM_RUN_STATES = (RunState.RUNNING, RunState.PAUSED, RunState.STOPPED, RunState.FINISHED)
 
 
 def model_params(spec: WorkerGroupSpec) -> float:
@@ -146,7 +143,7 @@ class JobRun:
     """Mutable run state of one job on the twin (the fabric's own record)."""
 
     spec: WorkerGroupSpec
-    state: JobState = JobState.RUNNING
+    state: RunState = RunState.RUNNING
     step: int = 0
     loss: float = math.nan
     step_time_s: float = math.nan

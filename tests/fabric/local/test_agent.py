@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from podfleet.errors import ConflictError
-from podfleet.fabric.base import Reattachable, WorkerGroupSpec
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import Reattachable, RunState, WorkerGroupSpec
+from podfleet.fabric.local import LocalFabric
 from podfleet.fabric.local.agent import protocol
 from podfleet.fabric.local.agent.client import AgentConnection, agent_status, stop_agent
 from podfleet.fabric.local.agent.launch import ensure_agent
@@ -80,7 +80,7 @@ def test_gang_outlives_its_plane_and_is_adopted(agent: Path, tmp_path: Path) -> 
         assert adoption is not None and adoption.pids == (before[0], before[1]) and adoption.replayed > 0
         assert fab2.discard_unadopted() == ["job-b"]
         st2 = fab2.wait("job-a", 120, until=lambda s: s.step > st.step + 8)
-        assert st2.state is JobState.RUNNING and st2.attempt == st.attempt
+        assert st2.state is RunState.RUNNING and st2.attempt == st.attempt
         assert fab2.pids("job-a") == before  # never restarted
         assert not _gaps(st2.losses, st2.step)  # steps trained while no plane listened are all there
         assert fab2.adopt("job-a", None) is None  # adopted once
@@ -95,14 +95,14 @@ def test_gang_outlives_its_plane_and_is_adopted(agent: Path, tmp_path: Path) -> 
         fab3 = LocalFabric(4, workdir=wd, agent=agent, hang_timeout_s=HANG_S)
         try:
             assert fab3.adopt("job-a", st2.checkpoint_step) is not None
-            st3 = fab3.wait("job-a", 180, until=lambda s: bool(s.recoveries) and s.state is JobState.RUNNING
+            st3 = fab3.wait("job-a", 180, until=lambda s: bool(s.recoveries) and s.state is RunState.RUNNING
                             and s.step > s.recoveries[0]["restored_step"])
-            assert st3.state is JobState.RUNNING, "\n".join(fab3.job_logs("job-a")[-80:])
+            assert st3.state is RunState.RUNNING, "\n".join(fab3.job_logs("job-a")[-80:])
             rec = st3.recoveries[0]
             assert rec["cause"] == "infra" and rec["rank"] == 1
             assert fab3.pids("job-a")[1] != before[1]
             fab3.stop("job-a")
-            assert fab3.wait("job-a", 60).state is JobState.STOPPED
+            assert fab3.wait("job-a", 60).state is RunState.STOPPED
         finally:
             fab3.close()
     finally:

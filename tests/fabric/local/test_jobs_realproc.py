@@ -10,7 +10,7 @@ import pytest
 
 from podfleet.checkpoint import manifest, shard
 from podfleet.fabric.base import ChipState, RunState, WorkerGroupSpec
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.local import LocalFabric
 
 pytestmark = pytest.mark.realproc
 
@@ -30,7 +30,7 @@ def _healthy(fab: LocalFabric) -> None:
 def test_missing_entrypoint_fails_the_job_with_the_cause(fab: LocalFabric) -> None:
     fab.launch(WorkerGroupSpec("job-noent", (0,), "custom", 3, entrypoint="/nonexistent/train.py"))
     st = fab.wait("job-noent", 60)
-    assert st.state is JobState.FAILED
+    assert st.state is RunState.FAILED
     assert "bad input" in st.reason and "/nonexistent/train.py does not exist" in st.reason
     assert any("missing-entrypoint" in line for line in st.log_tail)
     _healthy(fab)
@@ -42,7 +42,7 @@ def test_unwritable_checkpoint_dir_fails_the_job(fab: LocalFabric, tmp_path: Pat
     fab.launch(WorkerGroupSpec("job-ckdir", (1,), "debug", 3, checkpoint_interval=1,
                                options={"checkpoint_dir": str(blocker / "ckpt")}))
     st = fab.wait("job-ckdir", 60)
-    assert st.state is JobState.FAILED and "is not writable" in st.reason
+    assert st.state is RunState.FAILED and "is not writable" in st.reason
     _healthy(fab)
 
 
@@ -51,7 +51,7 @@ def test_script_that_crashes_at_import_fails_after_its_retry_budget(fab: LocalFa
     script.write_text("import podfleet\nraise RuntimeError('boom at import')\n")
     fab.launch(WorkerGroupSpec("job-crash", (0,), "custom", 3, entrypoint=str(script)))
     st = fab.wait("job-crash", 60)
-    assert st.state is JobState.FAILED
+    assert st.state is RunState.FAILED
     assert st.user_failures == 1 and st.infra_failures == 0
     assert "user code failed" in st.reason and "RuntimeError: boom at import" in st.reason
     assert any("Traceback" in line for line in st.log_tail)
@@ -66,7 +66,7 @@ def test_wrong_key_refuses_to_resume(fab: LocalFabric, tmp_path: Path) -> None:
     manifest.commit(root, "job-key", 4, 1)
     fab.launch(WorkerGroupSpec("job-key", (1,), "debug", 6, options={"checkpoint_dir": str(root), "resume": True}))
     st = fab.wait("job-key", 60)
-    assert st.state is JobState.FAILED and "wrong key" in st.reason and "shard-00000.pfck" in st.reason
+    assert st.state is RunState.FAILED and "wrong key" in st.reason and "shard-00000.pfck" in st.reason
     _healthy(fab)
 
 
@@ -94,7 +94,7 @@ def test_user_entrypoint_with_helpers_is_retried_and_resumes_from_its_state(fab:
     fab.launch(WorkerGroupSpec("job-user", (0,), "custom", 8, entrypoint=str(script),
                                options={"max_retries": 1, "entrypoint_args": ["--lr", "1"]}))
     st = fab.wait("job-user", 90)
-    assert st.state is JobState.FINISHED, st.reason
+    assert st.state is RunState.FINISHED, st.reason
     assert (st.user_failures, st.attempt) == (1, 2)
     assert st.losses[8] == 24.0  # w = 8 after 8 steps: the retry resumed from step 4's state
     assert st.checkpoint_step == 8
@@ -121,7 +121,7 @@ def test_a_hung_worker_is_detected_killed_and_resumed_from_the_checkpoint(tmp_pa
         fab.wait("job-hang", 60, until=lambda s: (s.checkpoint_step or 0) >= 4)
         os.kill(fab.pids("job-hang")[0], signal.SIGSTOP)  # alive but silent: a hang
         st = fab.wait("job-hang", 90)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         hangs = [e for e in fab.events if e.kind == "hang"]
         assert hangs and hangs[0].chip == 0 and hangs[0].detail["heartbeat_age_s"] > 1.0
         rec = st.recoveries[0]
@@ -141,10 +141,10 @@ def test_stop_ends_a_running_job_and_frees_its_chips(fab: LocalFabric) -> None:
     fab.wait("job-stop", 60, until=lambda s: s.step >= 2)
     fab.stop("job-stop")
     st = fab.wait("job-stop", 30)
-    assert st.state is JobState.STOPPED
+    assert st.state is RunState.STOPPED
     assert {e.detail["cause"] for e in fab.events if e.kind == "worker-exited" and e.job_id == "job-stop"} == {"stopped"}
     fab.launch(WorkerGroupSpec("job-after-stop", (0,), "custom", 1, entrypoint="/nonexistent.py"))
-    assert fab.wait("job-after-stop", 30).state is JobState.FAILED  # the chips were free again
+    assert fab.wait("job-after-stop", 30).state is RunState.FAILED  # the chips were free again
 
 
 GIL_HOLDER = """
@@ -164,7 +164,7 @@ def test_a_job_whose_code_holds_the_gil_fails_after_the_hang_restarts(tmp_path: 
     try:
         fab.launch(WorkerGroupSpec("job-gil", (0,), "custom", 5, entrypoint=str(script)))
         st = fab.wait("job-gil", 120)
-        assert st.state is JobState.FAILED, st.reason
+        assert st.state is RunState.FAILED, st.reason
         assert st.reason is not None and st.reason.startswith("the job's code stopped responding: rank 0"), st.reason
         assert "in 2 attempts" in st.reason and "hang restarts allowed: 1" in st.reason
         assert "user-code failure" in st.reason
@@ -182,5 +182,5 @@ def test_an_array_member_sees_its_index(fab: LocalFabric, tmp_path: Path) -> Non
     script.write_text(f"import os\nopen({str(out)!r}, 'w').write(os.environ['PODFLEET_ARRAY_INDEX'])\n")
     fab.launch(WorkerGroupSpec("job-arr-3", (0,), "custom", 1, entrypoint=str(script), options={"array_index": 3}))
     st = fab.wait("job-arr-3", 60)
-    assert st.state is JobState.FINISHED, st.reason
+    assert st.state is RunState.FINISHED, st.reason
     assert out.read_text() == "3"

@@ -17,9 +17,9 @@ from podfleet.errors import (
     NotFoundError,
     UnknownNameError,
 )
-from podfleet.fabric.base import ChipState, Fabric, WorkerGroupSpec
+from podfleet.fabric.base import ChipState, Fabric, RunState, WorkerGroupSpec
 from podfleet.fabric.local import Cause, LocalFabric
-from podfleet.fabric.local.jobs import JobState, check_job_transition, classify_exit
+from podfleet.fabric.local.jobs import check_job_transition, classify_exit
 from podfleet.training.config import EXIT_BAD_INPUT, EXIT_PEER_LOST, EXIT_USER_ERROR, WorkerConfig
 
 
@@ -69,9 +69,9 @@ def test_classify_exit(code: int, killed_by: str | None, cause: Cause) -> None:
 
 
 def test_job_transitions_are_enforced() -> None:
-    check_job_transition(JobState.RUNNING, JobState.RECOVERING)
+    check_job_transition(RunState.RUNNING, RunState.RECOVERING)
     with pytest.raises(InvalidTransitionError, match="job cannot go from finished to running"):
-        check_job_transition(JobState.FINISHED, JobState.RUNNING)
+        check_job_transition(RunState.FINISHED, RunState.RUNNING)
 
 
 def test_launch_validates_before_starting_anything(fab: LocalFabric) -> None:
@@ -164,7 +164,7 @@ def test_the_final_event_waits_for_every_handled_exit(fab: LocalFabric) -> None:
     fab.subscribe(lambda ev: kinds.append(ev.kind))
     with fab.state.lock:
         handle_exit(fab, job.workers[0], 0, 0.0)  # type: ignore[arg-type]
-        assert kinds == ["worker-exited"] and job.state is JobState.RUNNING
+        assert kinds == ["worker-exited"] and job.state is RunState.RUNNING
         handle_exit(fab, job.workers[1], 0, 0.0)  # type: ignore[arg-type]
     assert kinds == ["worker-exited", "worker-exited", "job-finished"]
-    assert job.state is JobState.FINISHED
+    assert job.state is RunState.FINISHED

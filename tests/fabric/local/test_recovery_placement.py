@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from podfleet.fabric.base import ChipCheck, ChipState, WorkerGroupSpec, WorkerPlacement
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import ChipCheck, ChipState, RunState, WorkerGroupSpec, WorkerPlacement
+from podfleet.fabric.local import LocalFabric
 
 pytestmark = pytest.mark.realproc
 
@@ -30,7 +30,7 @@ def test_no_spare_slot_the_rank_returns_to_its_own_slot(tmp_path) -> None:
         pid = fab.kill_worker("job-own", 1)
         assert pid == workers[1]["pid"]
         st = fab.wait("job-own", 180)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         [rec] = st.recoveries
         assert rec["path"] == "own-chip" and rec["moves"] == {} and rec["steps_lost"] >= 0
         assert rec["mechanism"] == "rank-move"  # rank 0 kept running; rank 1 restarted on its slot
@@ -57,7 +57,7 @@ def test_a_killed_worker_moves_to_the_spare_and_its_healthy_slot_stays_in_servic
         fab.wait("job-kill", 120, until=lambda s: (s.checkpoint_step or 0) >= 2)
         fab.kill_worker("job-kill", 0)
         st = fab.wait("job-kill", 180)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         [rec] = st.recoveries
         assert rec["path"] == "spare" and rec["moves"] == {"0": [0, 1]} and rec["chip"] == 0
         assert st.chips == (1,)

@@ -17,7 +17,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     WorkerKill,
 )
-from podfleet.fabric.sim import METRIC_NAMES, JobState, SimFabric
+from podfleet.fabric.sim import METRIC_NAMES, SimFabric
 
 CHIPS = tuple(range(8))
 
@@ -79,7 +79,7 @@ def test_checkpoint_now_returns_the_step_and_records_it(pod: SimFabric, tl: Time
     assert pod.checkpoint_now("job-c") == run.step
     tl.run(400.0)
     pod.resume("job-c", from_step=step)
-    assert run.step == step and run.state is JobState.RUNNING
+    assert run.step == step and run.state is RunState.RUNNING
 
 
 def test_launch_honours_start_step(pod: SimFabric, tl: Timeline, events) -> None:

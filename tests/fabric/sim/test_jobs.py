@@ -6,14 +6,14 @@ import pytest
 
 from podfleet.engine import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
-from podfleet.fabric.base import ChipState, WorkerGroupSpec
-from podfleet.fabric.sim import JobState, SimFabric
+from podfleet.fabric.base import ChipState, RunState, WorkerGroupSpec
+from podfleet.fabric.sim import SimFabric
 
 CHIPS = tuple(range(16))
 
 
 def run_until_done(tl: Timeline, run, limit_s: float = 1e6) -> None:
-    while run.state in (JobState.RUNNING, JobState.PAUSED) and tl.now < limit_s:
+    while run.state in (RunState.RUNNING, RunState.PAUSED) and tl.now < limit_s:
         tl.run(tl.now + 1000.0)
 
 
@@ -24,7 +24,7 @@ def spec(steps: int = 200, ckpt: int = 50, model: str = "llama3-8b", chips=CHIPS
 def test_job_runs_to_completion_with_checkpoints_and_progress(pod: SimFabric, tl: Timeline, events) -> None:
     run = pod.launch(spec())
     run_until_done(tl, run)
-    assert run.state == JobState.FINISHED and run.step == 200
+    assert run.state == RunState.FINISHED and run.step == 200
     ck = [e.detail["step"] for e in events if e.kind == "checkpoint"]
     assert ck == [50, 100, 150, 200]
     prog = [e for e in events if e.kind == "progress"]
@@ -59,7 +59,7 @@ def test_chip_failure_pauses_job_then_move_rank_and_resume(pod: SimFabric, tl: T
     pod.inject_fault("chip-failure", chip=5)
     failed = [e for e in events if e.kind == "chip-failed"][-1]
     assert failed.chip == 5 and failed.job_id == "job-1"
-    assert run.state == JobState.PAUSED and events[-1].kind == "job-paused"
+    assert run.state == RunState.PAUSED and events[-1].kind == "job-paused"
     tl.run(4000.0)
     assert run.step == step_before  # no progress while paused
     with pytest.raises(ConflictError, match="chip 5"):
@@ -71,7 +71,7 @@ def test_chip_failure_pauses_job_then_move_rank_and_resume(pod: SimFabric, tl: T
     pod.resume("job-1", from_step=run.last_checkpoint)
     assert run.step == run.last_checkpoint
     run_until_done(tl, run)
-    assert run.state == JobState.FINISHED and run.step == 120
+    assert run.state == RunState.FINISHED and run.step == 120
 
 
 def test_pause_resume_stop(pod: SimFabric, tl: Timeline, events) -> None:
@@ -87,7 +87,7 @@ def test_pause_resume_stop(pod: SimFabric, tl: Timeline, events) -> None:
     pod.stop("job-1")
     s = run.step
     tl.run(5000.0)
-    assert run.state == JobState.STOPPED and run.step == s
+    assert run.state == RunState.STOPPED and run.step == s
     assert pod.telemetry.load.sum() == 0
     with pytest.raises(ConflictError):
         pod.resume("job-1")
@@ -129,7 +129,7 @@ def test_pluggable_step_time(tl: Timeline) -> None:
     fab = SimFabric("trn2-node", tl, step_time_fn=fixed)
     run = fab.launch(WorkerGroupSpec("job-x", (0, 1), "debug", 100))
     tl.run(1000.0)
-    assert run.state == JobState.FINISHED and calls
+    assert run.state == RunState.FINISHED and calls
     assert run.step_time_s == 2.5
     assert fab.jobs["job-x"].summary()["state"] == "finished"
 
@@ -138,6 +138,6 @@ def test_launch_from_start_step(pod: SimFabric, tl: Timeline) -> None:
     run = pod.launch(spec(steps=30, ckpt=10, model="debug", start_step=20))
     assert run.step == 20 and run.last_checkpoint == 20
     run_until_done(tl, run)
-    assert run.state == JobState.FINISHED and run.step == 30
+    assert run.state == RunState.FINISHED and run.step == 30
     with pytest.raises(InvalidInputError, match="start_step"):
         pod.launch(WorkerGroupSpec("job-9", (40,), "debug", 5, options={"start_step": 5}))

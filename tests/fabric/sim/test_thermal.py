@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podfleet.engine import Timeline
-from podfleet.fabric.base import ChipState, WorkerGroupSpec
-from podfleet.fabric.sim import JobState, SimFabric, ThermalParams
+from podfleet.fabric.base import ChipState, RunState, WorkerGroupSpec
+from podfleet.fabric.sim import SimFabric, ThermalParams
 from podfleet.fabric.sim.telemetry import ChipTelemetry
 from podfleet.hardware.specs import get_chip
 
@@ -105,7 +105,7 @@ def test_thermal_runaway_under_load_fails_the_chip() -> None:
     failed = next(e for e in events if e.kind == "chip-failed")
     assert failed.detail["cause"] == "thermal-runaway" and failed.job_id == "job-t"
     assert failed.detail["temperature_c"] > fab.thermal.critical_c
-    assert run.state == JobState.PAUSED
+    assert run.state == RunState.PAUSED
 
 
 def test_idle_runaway_chip_degrades_but_survives() -> None:
