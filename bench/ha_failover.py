@@ -217,7 +217,7 @@ def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
     s = sorted(values)
-    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], 3)
+    return round(s[min(len(s) - 1, round(q * (len(s) - 1)))], 3)
 
 
 def _unavailable(results: list[tuple[float, str, int]], kills: list[float]) -> list[float]:

@@ -15,7 +15,7 @@ NAMED_IN_ISSUES = {
     "twin-pod", "twin-fleet", "api-latency", "planner-time", "perf-validation", "placement", "balance",
     "trace-replay", "chaos", "recovery-time", "ettr", "firmware", "health-scan", "prediction",
     "recovery-real", "runtime-overhead", "checkpoint-io", "balance-real", "rehearsal-pod", "rehearsal-fleet",
-    "compression", "congestion", "link-failover", "recovery-ray", "tenancy",
+    "compression", "congestion", "link-failover", "recovery-ray", "tenancy", "ha-failover",
 }
 
 
@@ -36,3 +36,22 @@ def test_quick_run_prints_figures() -> None:
 def test_unknown_benchmark_is_one_line() -> None:
     r = runner.invoke(app, ["bench", "run", "nope"])
     assert r.exit_code == 2 and "unknown benchmark" in r.stderr and "twin-pod" in r.stderr
+
+
+def test_ha_failover_counts_unavailability_and_double_allocations() -> None:
+    """ha-failover's counting, on hand-made samples (the quick run itself needs PostgreSQL
+    and three servers: ``podfleet bench run ha-failover --quick``)."""
+    from podfleet.benchmarks import discover
+
+    mod = discover()["ha-failover"].module
+    _double_allocations, _unavailable = mod._double_allocations, mod._unavailable
+
+    writes = [(1.0, "submit", 201), (2.0, "stop", 503), (2.5, "submit", 0), (4.0, "submit", 201),
+              (9.0, "create", 202), (11.0, "submit", 201)]
+    # Kill at 1.5: refused from 2.0 until the write acknowledged at 4.0; kill at 10: none refused.
+    assert _unavailable(writes, [1.5, 10.0]) == [2.0, 0.0]
+    jobs = [{"state": "RUNNING", "cluster_id": "a", "allocation": {"chips": [0, 1]}},
+            {"state": "RUNNING", "cluster_id": "a", "allocation": {"chips": [1, 2]}},
+            {"state": "STOPPED", "cluster_id": "a", "allocation": {"chips": [2]}},
+            {"state": "RUNNING", "cluster_id": "b", "allocation": {"chips": [0]}}]
+    assert _double_allocations(jobs) == 1
