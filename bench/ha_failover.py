@@ -23,7 +23,7 @@ Figures (counted from what happened):
 * ``unavailable_s`` p99 (writes): per kill, from the first write refused or failed after it
   to the next write acknowledged.
 * ``jobs_interrupted``: jobs running before a kill (and not stopped by the load) that were
-  not running 15 s after the takeover; ``steps_redone``: steps they went back (twin jobs
+  not running 10 s after the takeover; ``steps_redone``: steps they went back (twin jobs
   resume from their last checkpoint on the new leader: re-attaching to running work is
   ``podfleet agent``'s, issue 27 item 1).
 """
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -59,7 +60,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 RATE_PER_S = 20.0  # the issue asks 200/s; this shared 2-core machine carries about this
 MIX = (("read", 0.5), ("submit", 0.3), ("stop", 0.17), ("create", 0.03))
 MAX_CLUSTERS = 3  # cluster creates beyond this are sent as reads (memory of the twin)
-SETTLE_S = 15.0  # after a takeover: time for jobs to be placed again before sampling
+SETTLE_S = 10.0  # after a takeover: time for jobs to be placed again before sampling
 SERVERS = 3
 
 
@@ -81,10 +82,12 @@ class Fleet:
                     "PODFLEET_WORKDIR": str(workdir / "work"), "PODFLEET_LEASE_TTL_S": str(ttl_s)}
         self.ports = [free_port() for _ in range(SERVERS)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * SERVERS
+        self.down: set[int] = set()  # killed or frozen, until started again
 
     def start(self, i: int, *args: str) -> None:
         self.procs[i] = spawn_url_server(self.url, self.ports[i], TOKEN, *args, env=self.env,
                                          log=self.workdir / f"server-{i}.log", timeout_s=180)
+        self.down.discard(i)
 
     def leader(self) -> int | None:
         for i, port in enumerate(self.ports):
@@ -115,7 +118,10 @@ def _pick(rng: random.Random) -> str:
 
 
 def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random.Random) -> None:
-    base = f"http://127.0.0.1:{rng.choice(fleet.ports)}"
+    # As behind a load balancer that health-checks: only servers that are up get requests
+    # (taken out at the kill, back once started; an optimistic balancer, said so in the docs).
+    up = [p for i, p in enumerate(fleet.ports) if fleet.procs[i] is not None and i not in fleet.down]
+    base = f"http://127.0.0.1:{rng.choice(up or fleet.ports)}"
     with load.lock:
         jobs = list(load.acked_jobs.values())
         n_clusters = len(load.acked_clusters)
@@ -250,6 +256,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     takeovers: list[float] = []
     kill_times: list[float] = []
     stale_exits, double, interrupted, redone, samples = 0, 0, 0, 0, 0
+    reloads: list[float] = []
     try:
         fleet.start(0, "--default-cluster", "pod-0")
         for i in range(1, SERVERS):
@@ -266,6 +273,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             assert proc is not None
             how = signal.SIGKILL if k % 2 == 0 else signal.SIGSTOP
             t0 = time.monotonic()
+            fleet.down.add(lead)
             proc.send_signal(how)
             kill_times.append(t0)
             new = None
@@ -318,6 +326,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     finally:
         stop.set()
         fleet.stop_all()
+        # How long each new leader took to reload the store (its log line): the part of a
+        # takeover that is not the lease running out.
+        for log in workdir.glob("server-*.log"):
+            reloads += [float(m) for m in re.findall(r"store reloaded in ([0-9.]+) s", log.read_text())]
         with admin.connect() as conn:
             conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
         admin.dispose()
@@ -331,6 +343,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "takeover_s_p99": _pct(takeovers, 0.99),
         "unavailable_s_p99": _pct(unavailable, 0.99),
         "unavailable_s_p50": _pct(unavailable, 0.5),
+        "reload_s_p50": _pct(reloads, 0.5),
+        "reload_s_p99": _pct(reloads, 0.99),
         "jobs_interrupted": interrupted,
         "steps_redone": redone,
         "stale_leader_exits": stale_exits,

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,8 +287,12 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         term = server.elector.term if server.elector is not None else None
         if term is not None and isinstance(server.store, Store) and server.elector is not None:
             server.store.use_fence(Fence(server.elector.holder, term))
+        t0 = time.monotonic()
         server.plane.start()
         ensure_default_cluster(server.plane, default_cluster)
+        if term is not None:
+            print(f"podfleet: leading with term {term}: store reloaded in {time.monotonic() - t0:.2f} s",
+                  file=sys.stderr, flush=True)
         if server.digests is not None:
             server.digests.start()  # the start-up digest, then one every N records and every interval
         if server.role is not None:
