@@ -80,3 +80,22 @@ def test_the_sdk_retries_a_503_with_retry_after_and_gives_up_after_its_budget() 
     impatient = PodfleetClient("http://x", "t", transport=httpx.MockTransport(always), retry_unavailable_s=0.5)
     with pytest.raises(NotLeaderError, match="no leader"):
         impatient.list_clusters()
+
+
+def test_a_sole_server_says_it_leads_and_is_ready() -> None:
+    from podfleet.api.main import create_app
+    from podfleet.control.plane import ControlPlane
+    from podfleet.engine.timeline import Timeline
+    from podfleet.fabric.factory import make_fabric
+    from podfleet.store.memory import MemoryStore
+
+    app = create_app(ControlPlane(MemoryStore(), Timeline(speed=50.0), fabric_factory=make_fabric))
+
+    async def go() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            return await c.get("/healthz"), await c.get("/readyz"), await c.get("/metrics")
+
+    health, ready, metrics = asyncio.run(go())
+    assert health.json()["role"] == "leader" and ready.status_code == 200 and ready.json()["store"] == "ok"
+    assert any(line.startswith("podfleet_leader{instance=") and line.endswith(" 1.0")
+               for line in metrics.text.splitlines())
