@@ -205,7 +205,9 @@ def elect(settings: Settings, store: StoreProtocol) -> tuple[Elector | None, IO[
     url = settings.advertise_url or f"{'https' if settings.tls_cert else 'http'}://{settings.host}:{settings.port}"
     elector = Elector(Lease(store.write_engine, ttl_s=settings.lease_ttl_s), instance_name(settings), url)
     elector.step()
-    if elector.last_error is not None:
+    # A round may fail on a busy lease row (a lock timeout): that is a follower's normal
+    # start, its next round asks again. A database that does not answer is an error here.
+    if elector.last_error is not None and not store.ping():
         raise PodfleetError(f"cannot take part in the leadership election on {store.url}: {elector.last_error}")
     if elector.term is not None:
         store.use_fence(Fence(elector.holder, elector.term))
