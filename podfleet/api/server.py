@@ -320,8 +320,8 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         with contextlib.suppress(Exception):
             server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
         server.plane.stop()
-        if server.digests is not None:
-            server.digests.stop()  # the last digest signs the chain's final head
+        if server.digests is not None and (server.role is None or server.role.serving.is_set()):
+            server.digests.stop()  # the last digest signs the chain's final head (a leader's)
         if server.elector is not None:
             server.elector.stop()  # a clean stop hands the lease on at once
         server.store.close()
