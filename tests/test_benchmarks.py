@@ -17,6 +17,7 @@ NAMED_IN_ISSUES = {
     "trace-replay", "chaos", "recovery-time", "ettr", "firmware", "health-scan", "prediction",
     "recovery-real", "runtime-overhead", "checkpoint-io", "balance-real", "rehearsal-pod", "rehearsal-fleet",
     "compression", "congestion", "link-failover", "recovery-ray", "tenancy", "fleet-api", "restart-real",
+    "ha-failover",
 }
 
 
@@ -51,3 +52,20 @@ def test_recovery_real_quick_moves_every_killed_rank_through_the_control_plane()
     assert out["survivor_pid_kept"] == 2 and out["failed_recoveries"] == 0 and out["steps_lost_max"] == 0
     assert len(out["kill_to_step_s"]) == 2 and all(t > 0 for t in out["kill_to_step_s"])
     assert out["kill_to_step_s_p99"] >= out["kill_to_step_s_p50"] > 0
+def test_ha_failover_counts_unavailability_and_double_allocations() -> None:
+    """ha-failover's counting, on hand-made samples (the quick run itself needs PostgreSQL
+    and three servers: ``podfleet bench run ha-failover --quick``)."""
+    from podfleet.benchmarks import discover
+
+    mod = discover()["ha-failover"].module
+    _double_allocations, _unavailable = mod._double_allocations, mod._unavailable
+
+    writes = [(1.0, "submit", 201), (2.0, "stop", 503), (2.5, "submit", 0), (4.0, "submit", 201),
+              (9.0, "create", 202), (11.0, "submit", 201)]
+    # Kill at 1.5: refused from 2.0 until the write acknowledged at 4.0; kill at 10: none refused.
+    assert _unavailable(writes, [1.5, 10.0]) == [2.0, 0.0]
+    jobs = [{"state": "RUNNING", "cluster_id": "a", "allocation": {"chips": [0, 1]}},
+            {"state": "RUNNING", "cluster_id": "a", "allocation": {"chips": [1, 2]}},
+            {"state": "STOPPED", "cluster_id": "a", "allocation": {"chips": [2]}},
+            {"state": "RUNNING", "cluster_id": "b", "allocation": {"chips": [0]}}]
+    assert _double_allocations(jobs) == 1

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,7 +211,9 @@ def elect(settings: Settings, store: StoreProtocol) -> tuple[Elector | None, IO[
     url = settings.advertise_url or f"{'https' if settings.tls_cert else 'http'}://{settings.host}:{settings.port}"
     elector = Elector(Lease(store.write_engine, ttl_s=settings.lease_ttl_s), instance_name(settings), url)
     elector.step()
-    if elector.last_error is not None:
+    # A round may fail on a busy lease row (a lock timeout): that is a follower's normal
+    # start, its next round asks again. A database that does not answer is an error here.
+    if elector.last_error is not None and not store.ping():
         raise PodfleetError(f"cannot take part in the leadership election on {store.url}: {elector.last_error}")
     if elector.term is not None:
         store.use_fence(Fence(elector.holder, elector.term))
@@ -292,8 +295,12 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         term = server.elector.term if server.elector is not None else None
         if term is not None and isinstance(server.store, Store) and server.elector is not None:
             server.store.use_fence(Fence(server.elector.holder, term))
+        t0 = time.monotonic()
         server.plane.start()
         ensure_default_cluster(server.plane, default_cluster)
+        if term is not None:
+            print(f"podfleet: leading with term {term}: store reloaded in {time.monotonic() - t0:.2f} s",
+                  file=sys.stderr, flush=True)
         if server.digests is not None:
             server.digests.start()  # the start-up digest, then one every N records and every interval
         if server.role is not None:
@@ -319,8 +326,8 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         with contextlib.suppress(Exception):
             server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
         server.plane.stop()
-        if server.digests is not None:
-            server.digests.stop()  # the last digest signs the chain's final head
+        if server.digests is not None and (server.role is None or server.role.serving.is_set()):
+            server.digests.stop()  # the last digest signs the chain's final head (a leader's)
         if server.elector is not None:
             server.elector.stop()  # a clean stop hands the lease on at once
         server.store.close()

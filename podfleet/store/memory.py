@@ -90,6 +90,9 @@ class MemoryStore(AuditKeyring):
             if name not in frame:
                 frame[name] = len(self._audit) if name == "_audit" else _snapshot(getattr(self, name))
 
+    def ping(self) -> bool:
+        return True  # in this process: there is nothing to be unreachable
+
     def close(self) -> None:
         pass
 

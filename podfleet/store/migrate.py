@@ -24,3 +24,28 @@ def upgrade_to_head(engine: Engine) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+def downgrade_to(engine: Engine, revision: str) -> None:
+    """Take the schema back to ``revision`` (a rollback to an older podfleet; every
+    migration's ``downgrade`` drops only what it added)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)
+
+
+if __name__ == "__main__":  # python -m podfleet.store.migrate downgrade REVISION  (store: $PODFLEET_DB)
+    import sys
+
+    from sqlalchemy import create_engine
+
+    from podfleet.store.engine import resolve_url
+
+    if len(sys.argv) != 3 or sys.argv[1] != "downgrade":
+        sys.exit("usage: python -m podfleet.store.migrate downgrade REVISION   (the store is $PODFLEET_DB)")
+    downgrade_to(create_engine(resolve_url(None)), sys.argv[2])
+    print(f"store {resolve_url(None).render_as_string(hide_password=True)} is at revision {sys.argv[2]}")

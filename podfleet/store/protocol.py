@@ -34,6 +34,7 @@ class StoreProtocol(Protocol):
 
     def transaction(self) -> AbstractContextManager[None]: ...
     def close(self) -> None: ...
+    def ping(self) -> bool: ...  # the database answers now (``/readyz``)
 
     # clusters
     def save_cluster(self, rec: ClusterRecord) -> None: ...  # upsert by id
