@@ -298,8 +298,8 @@ def _write(d: Path, name: str, text: str) -> Path:
 @ROOT_ONLY
 @pytest.mark.realproc
 def test_a_job_reaches_neither_the_server_nor_another_job(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from podfleet.fabric.base import WorkerGroupSpec
-    from podfleet.fabric.local import JobState, LocalFabric
+    from podfleet.fabric.base import RunState, WorkerGroupSpec
+    from podfleet.fabric.local import LocalFabric
 
     monkeypatch.setenv("PODFLEET_ADMIN_TOKEN", ADMIN)  # the server's environment holds it
     monkeypatch.delenv("PODFLEET_CHECKPOINT_KEY", raising=False)
@@ -313,7 +313,7 @@ def test_a_job_reaches_neither_the_server_nor_another_job(isolated: Path, monkey
     try:
         fab.launch(WorkerGroupSpec("job-victim", (0,), "custom", 1, entrypoint=str(victim)))
         st = fab.wait("job-victim", 120, until=lambda s: s.step >= 1)
-        assert st.state is JobState.RUNNING, st
+        assert st.state is RunState.RUNNING, st
         vpid = fab.pids("job-victim")[0]
         vdir = fab.workdir / "jobs" / "job-victim"
         deadline = time.monotonic() + 30
@@ -323,7 +323,7 @@ def test_a_job_reaches_neither_the_server_nor_another_job(isolated: Path, monkey
                                    options={"entrypoint_args": [str(vpid), str(vdir), str(fab.key_file), ADMIN]}))
         st = fab.wait("job-attacker", 120)
         adir = fab.workdir / "jobs" / "job-attacker"
-        assert st.state is JobState.FAILED, st
+        assert st.state is RunState.FAILED, st
         probe = json.loads((adir / "probe.json").read_text())
         vuid = int(next(ln for ln in Path(f"/proc/{vpid}/status").read_text().splitlines()
                         if ln.startswith("Uid:")).split()[1])
@@ -339,7 +339,7 @@ def test_a_job_reaches_neither_the_server_nor_another_job(isolated: Path, monkey
         assert adir.stat().st_uid == 0 and (adir / "probe.json").stat().st_uid == 0
         assert [le.uid for le in uids.UidLeases(from_env().uid_range or (0, 0)).leases()] == [vuid]
         (vdir / "release").write_text("")
-        assert fab.wait("job-victim", 60).state is JobState.FINISHED
+        assert fab.wait("job-victim", 60).state is RunState.FINISHED
         assert uids.UidLeases(from_env().uid_range or (0, 0)).leases() == []
     finally:
         fab.close()
@@ -372,8 +372,8 @@ RETRY = """
 @ROOT_ONLY
 @pytest.mark.realproc
 def test_links_a_job_plants_are_not_followed_on_its_retry(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from podfleet.fabric.base import WorkerGroupSpec
-    from podfleet.fabric.local import JobState, LocalFabric
+    from podfleet.fabric.base import RunState, WorkerGroupSpec
+    from podfleet.fabric.local import LocalFabric
     from podfleet.security.code import pack_dir, store_artifact
 
     monkeypatch.delenv("PODFLEET_CHECKPOINT_KEY", raising=False)
@@ -393,7 +393,7 @@ def test_links_a_job_plants_are_not_followed_on_its_retry(isolated: Path, monkey
                                    options={"max_retries": 1, "entrypoint_args": [str(target_dir), str(target_file)]}))
         st = fab.wait("job-retry", 150)
         jobdir = fab.workdir / "jobs" / "job-retry"
-        assert st.state is JobState.FINISHED, (st, jobfiles.read_tail(jobdir / "attempt-1-rank-0.log", 20))
+        assert st.state is RunState.FINISHED, (st, jobfiles.read_tail(jobdir / "attempt-1-rank-0.log", 20))
         assert json.loads((jobdir / "attempt-1.json").read_text()) == {"write_staged": "PermissionError"}
         second = json.loads((jobdir / "attempt-2.json").read_text())
         assert second["file"] == str(fab.workdir / "staged" / "job-retry" / art.digest / "train.py")
@@ -416,8 +416,8 @@ STANDBY_PROBE = """
 @ROOT_ONLY
 @pytest.mark.realproc
 def test_a_warm_standby_drops_to_its_jobs_uid_before_the_job(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from podfleet.fabric.base import WorkerGroupSpec
-    from podfleet.fabric.local import JobState, LocalFabric
+    from podfleet.fabric.base import RunState, WorkerGroupSpec
+    from podfleet.fabric.local import LocalFabric
 
     src = isolated / "src"
     src.mkdir(mode=0o755)
@@ -437,7 +437,7 @@ def test_a_warm_standby_drops_to_its_jobs_uid_before_the_job(isolated: Path, mon
         fab.launch(WorkerGroupSpec("job-warm", (0,), "custom", 1, entrypoint=str(script)))
         st = fab.wait("job-warm", 120)
         jobdir = fab.workdir / "jobs" / "job-warm"
-        assert st.state is JobState.FINISHED, (st, jobfiles.read_tail(jobdir / "attempt-1-rank-0.log", 20))
+        assert st.state is RunState.FINISHED, (st, jobfiles.read_tail(jobdir / "attempt-1-rank-0.log", 20))
         probe = json.loads((jobdir / "probe.json").read_text())
         (ruid, euid, suid), (rgid, egid, sgid), groups = probe["ids"]
         lo, hi = (int(x) for x in _range().split("-"))

@@ -162,8 +162,8 @@ def _logs(jobdir: Path) -> str:
 def test_workers_run_unprivileged_and_still_train_with_encrypted_checkpoints(
         worker_user: pwd.struct_passwd, worker_python: dict[str, str], outside: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from podfleet.fabric.base import WorkerGroupSpec
-    from podfleet.fabric.local import JobState, LocalFabric
+    from podfleet.fabric.base import RunState, WorkerGroupSpec
+    from podfleet.fabric.local import LocalFabric
 
     for k, v in worker_python.items():
         monkeypatch.setenv(k, v)
@@ -193,7 +193,7 @@ def test_workers_run_unprivileged_and_still_train_with_encrypted_checkpoints(
         fab.launch(WorkerGroupSpec("job-sbx", (0, 1), "custom", 4, entrypoint=entry,
                                    options=args))
         st = fab.wait("job-sbx", 150)
-        assert st.state is JobState.FINISHED, _logs(fab.workdir / "jobs" / "job-sbx")
+        assert st.state is RunState.FINISHED, _logs(fab.workdir / "jobs" / "job-sbx")
         jobdir = fab.workdir / "jobs" / "job-sbx"
         # Staged read-only for the job (the server's file, the job's group), beside its directory.
         staged = fab.workdir / "staged" / "job-sbx" / art.digest / "train.py"
@@ -222,7 +222,7 @@ def test_workers_run_unprivileged_and_still_train_with_encrypted_checkpoints(
         fab.launch(WorkerGroupSpec("job-sbx", (0, 1), "custom", 6, entrypoint=entry,
                                    options=args))
         st = fab.wait("job-sbx", 150)
-        assert st.state is JobState.FINISHED, _logs(fab.workdir / "jobs" / "job-sbx")
+        assert st.state is RunState.FINISHED, _logs(fab.workdir / "jobs" / "job-sbx")
         assert json.loads((jobdir / "probe-1-4.json").read_text())["resumed_from"] == 4
     finally:
         fab.close()
@@ -244,8 +244,8 @@ def test_key_material_goes_by_pipe_not_by_name(tmp_path: Path) -> None:
 
 @pytest.mark.realproc
 def test_a_key_from_the_environment_reaches_the_worker_by_pipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from podfleet.fabric.base import WorkerGroupSpec
-    from podfleet.fabric.local import JobState, LocalFabric
+    from podfleet.fabric.base import RunState, WorkerGroupSpec
+    from podfleet.fabric.local import LocalFabric
 
     key_hex = "cd" * 32
     monkeypatch.setenv("PODFLEET_CHECKPOINT_KEY", key_hex)
@@ -259,7 +259,7 @@ def test_a_key_from_the_environment_reaches_the_worker_by_pipe(tmp_path: Path, m
                                    options={"entrypoint_args": ["/nonexistent-db", "/nonexistent-kek"]}))
         st = fab.wait("job-envkey", 120)
         jobdir = fab.workdir / "jobs" / "job-envkey"
-        assert st.state is JobState.FINISHED, _logs(jobdir)
+        assert st.state is RunState.FINISHED, _logs(jobdir)
         probe = json.loads((jobdir / "probe-0-0.json").read_text())
         assert "PODFLEET_CHECKPOINT_KEY" not in probe["env"]  # not in its environment...
         d = manifest.latest(jobdir / "checkpoints")

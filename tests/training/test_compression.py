@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podfleet.errors import InvalidInputError
-from podfleet.fabric.base import WorkerGroupSpec
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import RunState, WorkerGroupSpec
+from podfleet.fabric.local import LocalFabric
 from podfleet.training.config import WorkerConfig
 
 STEPS = 6
@@ -55,7 +55,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 @pytest.mark.realproc
 def test_every_mode_trains_to_the_end(runs: dict[str, dict]) -> None:
     for mode, r in runs.items():
-        assert r["status"].state is JobState.FINISHED, (mode, r["status"].reason)
+        assert r["status"].state is RunState.FINISHED, (mode, r["status"].reason)
         assert sorted(r["status"].losses) == list(range(1, STEPS + 1))
         assert len(r["wire"]) == 2  # both ranks reported their bytes
 
@@ -108,7 +108,7 @@ def test_a_script_compresses_with_the_jobs_mode(tmp_path: Path) -> None:
                                    options={"grad_compression": "lossless", "replica_peer": False,
                                             "encrypt_checkpoints": False}))
         st_ = fab.wait("job-script", 180)
-        assert st_.state is JobState.FINISHED, (st_.reason, st_.log_tail)
+        assert st_.state is RunState.FINISHED, (st_.reason, st_.log_tail)
         assert any("pf.compress_gradients" in ln for ln in fab.run_logs("job-script"))
     finally:
         fab.close()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from podfleet.engine.timeline import Timeline
-from podfleet.fabric.base import ChipState, WorkerGroupSpec
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import ChipState, RunState, WorkerGroupSpec
+from podfleet.fabric.local import LocalFabric
 from podfleet.training.config import NullReporter, WorkerConfig
 from podfleet.training.worker import run_worker
 
@@ -46,7 +46,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def test_two_worker_dp_equals_single_process(uninterrupted: dict) -> None:
     st = uninterrupted["status"]
-    assert st.state is JobState.FINISHED, st.reason
+    assert st.state is RunState.FINISHED, st.reason
     rep = NullReporter()
     res = run_worker(WorkerConfig(job_id="job-single", rank=0, world_size=1, steps=STEPS, global_batch=BATCH), rep)
     assert res.exit_code == 0, res.error
@@ -78,10 +78,10 @@ def test_kill_9_from_outside_moves_the_rank_while_the_other_rank_keeps_running(u
         os.kill(before[1], signal.SIGKILL)  # a real kill -9, not through the fabric
         moved = fab.wait("job-k", 120, until=lambda s: bool(s.recoveries))
         after = fab.pids("job-k")
-        assert moved.state is JobState.RUNNING, moved.reason
+        assert moved.state is RunState.RUNNING, moved.reason
         assert after[0] == before[0] and after[1] != before[1]  # rank 0 is the same process
         st = fab.wait("job-k", 120)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         # Infrastructure failures do not use the retry budget (max_retries=0 here).
         assert (st.infra_failures, st.user_failures, st.attempt) == (1, 0, 1)
         (rec,) = st.recoveries
@@ -111,7 +111,7 @@ def test_with_rank_moves_off_the_gang_relaunches_with_the_same_loss_curve(uninte
         fab.wait("job-r", 120, until=lambda s: s.step >= 8)
         os.kill(fab.pids("job-r")[1], signal.SIGKILL)
         st = fab.wait("job-r", 120)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         assert (st.infra_failures, st.user_failures, st.attempt) == (1, 0, 2)
         (rec,) = st.recoveries
         assert rec["mechanism"] == "relaunch" and rec["source"] == "replica" and rec["steps_lost"] == 0

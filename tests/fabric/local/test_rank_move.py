@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from podfleet.fabric.base import ChipState, WorkerGroupSpec
-from podfleet.fabric.local import JobState, LocalFabric
+from podfleet.fabric.base import ChipState, RunState, WorkerGroupSpec
+from podfleet.fabric.local import LocalFabric
 
 pytestmark = pytest.mark.realproc
 STEPS = 24
@@ -39,7 +39,7 @@ def test_a_killed_rank_of_three_moves_while_the_others_keep_their_processes(tmp_
         assert rec["mechanism"] == "rank-move" and rec["path"] == "spare" and rec["moves"] == {"1": [1, 3]}
         assert rec["steps_lost"] == 0 and rec["source"] == "replica"
         st = fab.wait("job-3", 180)
-        assert st.state is JobState.FINISHED, st.reason
+        assert st.state is RunState.FINISHED, st.reason
         assert st.attempt == 1 and st.chips == (0, 3, 2)
         assert sorted(st.losses) == list(range(1, STEPS + 1))  # not reset, none skipped
         assert fab.chip_states()[1] is ChipState.HEALTHY  # a killed worker is not a chip fault
