@@ -61,7 +61,10 @@ _CLUSTER_FABRIC_OPTIONS: list[JsonValue] = [
     {"if": {"anyOf": [_present("neuronLs"), _present("neuronMonitor")]},
      "then": {"properties": {"fabric": {"enum": ["neuron", None]}}}},
 ]
-_JOB_MODEL_GIVEN: list[JsonValue] = [_present("model"), _present("model_dims"), _present("entrypoint")]
+# Said with if/then, not a top-level anyOf: client generators (openapi-python-client) turn
+# an object with a top-level anyOf into a union and drop its model class.
+_JOB_MODEL_GIVEN: JsonDict = {"if": {"not": _present("model")},
+                              "then": {"anyOf": [_present("model_dims"), _present("entrypoint")]}}
 _LINK_KINDS: list[JsonValue] = [*sorted(str(k) for k in LINK_FAULTS)]
 _CHIP_KINDS: list[JsonValue] = [*sorted(str(k) for k in FAULT_KINDS if k not in LINK_FAULTS)]
 _FAULT_TARGETS: list[JsonValue] = [
@@ -198,7 +201,7 @@ class SubmitJobRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"model": "llama3-8b", "chips": 4, "steps": 100000, "checkpoint_interval": 100}],
         # a preset (or custom) model, custom model_dims, or a script that defines its own model
-        "anyOf": _JOB_MODEL_GIVEN})
+        "allOf": [_JOB_MODEL_GIVEN]})
 
     model: JobModelName | None = Field(None, description="a preset (local and ray clusters run debug, tiny, small and medium), "
                                        "or custom with model_dims")
@@ -355,6 +358,37 @@ class Hardware(_Out):
     cluster_id: str
     chips: list[ChipOut]
     links: list[LinkOut]
+
+
+class PodSummary(_Out):
+    pod: int
+    block: int
+    chips: int
+    healthy: int
+    failed: int
+    spare: int
+    busy: int
+    utilization: float
+    jobs: list[str]
+
+
+class BlockSummary(_Out):
+    block: int
+    pods: list[int]
+    chips: int
+    healthy: int
+    failed: int
+    spare: int
+    busy: int
+    utilization: float
+
+
+class HardwareSummary(_Out):
+    """DescribeClusterHardware with ``summary=true``: counts per pod and per network block."""
+
+    cluster_id: str
+    pods: list[PodSummary]
+    blocks: list[BlockSummary]
 
 
 class LogLine(_Out):

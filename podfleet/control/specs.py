@@ -397,9 +397,12 @@ class JobSpec:
                 raise InvalidInputError(f"{fname} must be pod or block, got {level!r}", field=fname,
                                         allowed=["pod", "block"])
         if self.pods is not None and (not isinstance(self.pods, int) or isinstance(self.pods, bool)
-                                      or self.pods < 1 or self.chips % self.pods):
-            raise InvalidInputError(f"pods ({self.pods!r}) must be a positive divisor of chips ({self.chips})",
-                                    field="pods")
+                                      or self.pods < 1):
+            raise InvalidInputError(f"pods must be a positive integer, got {self.pods!r}", field="pods")
+        if self.pods is not None and self.chips % self.pods:
+            # Both fields well formed, their combination impossible: a 422, like tp and chips.
+            raise InfeasibleError(f"pods ({self.pods}) must be a divisor of chips ({self.chips}): the same "
+                                  "number of chips on each pod", field="pods")
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
             raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
                                     allowed="0-100")

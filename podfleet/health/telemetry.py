@@ -18,6 +18,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -302,18 +303,42 @@ class TelemetryHistory:
         if target is not None and not 0 <= target < n:
             raise InvalidInputError(f"{scope} must be 0-{n - 1}, got {target}", field=scope)
         span, res = RANGES[range_]
-        sel = (lambda a: a[:, target]) if target is not None else (lambda a: np.nanmean(a, axis=1) if a.size else a[:, 0])
+        # A fabric reports NaN for what it does not measure (a worker slot has no temperature):
+        # such a point is null in the answer, and a mean is over the targets that measured it.
+        sel = (lambda a: a[:, target]) if target is not None else (lambda a: _finite_mean(a) if a.size else a[:, 0])
         if res is None:
             t, v = self.raw[scope].series(metric, since=now - span)
-            vals = [round(float(x), 6) for x in sel(v)] if t.size else []
+            vals = [_point(x, 6) for x in sel(v)] if t.size else []
             return {"range": range_, "resolution_s": None, "t": t.tolist(), "avg": vals, "min": vals, "max": vals}
         rows = [r for r in self.rows.get((scope, metric, res), ()) if r.t_start >= now - span]
         if target is not None:
-            avg = [float(r.avg[target]) for r in rows]
-            mn = [float(r.min[target]) for r in rows]
-            mx = [float(r.max[target]) for r in rows]
+            avg = [_point(r.avg[target]) for r in rows]
+            mn = [_point(r.min[target]) for r in rows]
+            mx = [_point(r.max[target]) for r in rows]
         else:
-            avg = [float(np.mean(r.avg)) for r in rows]
-            mn = [float(np.min(r.min)) for r in rows]
-            mx = [float(np.max(r.max)) for r in rows]
+            avg = [_point(_finite_mean(np.asarray(r.avg)[None, :])[0]) for r in rows]
+            mn = [_point(_finite_reduce(r.min, np.min)) for r in rows]
+            mx = [_point(_finite_reduce(r.max, np.max)) for r in rows]
         return {"range": range_, "resolution_s": res, "t": [r.t_start for r in rows], "avg": avg, "min": mn, "max": mx}
+
+
+def _point(x: Any, digits: int | None = None) -> float | None:
+    """One point of a series as JSON takes it: None where nothing was measured."""
+    v = float(x)
+    if not np.isfinite(v):
+        return None
+    return round(v, digits) if digits is not None else v
+
+
+def _finite_mean(a: np.ndarray) -> np.ndarray:
+    """Row means over the finite entries; NaN for a row with none (no warning)."""
+    ok = np.isfinite(a)
+    n = ok.sum(axis=1)
+    total = np.where(ok, a, 0.0).sum(axis=1)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def _finite_reduce(a: Any, fn: Callable[[np.ndarray], Any]) -> float:
+    v = np.asarray(a, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(fn(v)) if v.size else float("nan")

@@ -16,6 +16,7 @@ from podfleet.api.schemas import (
     CreateClusterRequest,
     FaultOut,
     Hardware,
+    HardwareSummary,
     InjectFaultRequest,
     Logs,
 )
@@ -71,7 +72,9 @@ async def delete_cluster(cluster: ClusterRef, plane: Plane, who: CurrentPrincipa
 
 
 @router.get("/{cluster}/hardware", operation_id="DescribeClusterHardware",
-            responses={200: {"model": Hardware | ChipOut, "description": "the whole cluster, or one chip with ?chip="}},
+            responses={200: {"model": Hardware | ChipOut | HardwareSummary,
+                             "description": "the whole cluster (or a page of it), one chip with ?chip=, or "
+                                            "per-pod and per-block counts with ?summary=true"}},
             response_class=Response)
 async def describe_hardware(
     request: Request, cluster: ClusterRef, plane: Plane, chip: ChipQuery = None,
