@@ -24,7 +24,10 @@ from pathlib import Path
 
 from podfleet.errors import InfeasibleError
 
-STOP_WAIT_S = 60.0
+# A private cluster is disposable: after SIGTERM its `ray start --block` processes get a
+# few seconds to exit, then the process group is killed (Ray's own shutdown of a head
+# and its raylets took about 30 s on two cores, most of a Ray test module's teardown).
+STOP_WAIT_S = 5.0
 
 
 def _free_port() -> int:
