@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from podfleet.errors import InvalidInputError, UnknownNameError
+from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,13 @@ class ModelSpec:
             v = getattr(self, fname)
             if not isinstance(v, int) or v < 1:
                 raise InvalidInputError(f"{fname} must be a positive integer, got {v!r}", field=fname)
+        # Each field well formed, the combination impossible: 422 at the API, like tp and chips.
         if self.hidden % self.heads:
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"hidden ({self.hidden}) must be divisible by heads ({self.heads})", field="hidden"
             )
         if self.kv_heads and self.heads % self.kv_heads:
-            raise InvalidInputError(
+            raise InfeasibleError(
                 f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})",
                 field="kv_heads",
             )
