@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from podfleet.errors import InvalidInputError, PodfleetError, UnknownNameError
+from podfleet.errors import InfeasibleError, InvalidInputError, PodfleetError, UnknownNameError
 from podfleet.perf.models import MODELS, ModelSpec, custom_model, get_model
 from podfleet.wire import JsonObject
 
@@ -27,7 +27,9 @@ def resolve_model(name: str, dims: JsonObject | None) -> ModelSpec:
             return custom_model(int(dims["layers"]), int(dims["hidden"]), int(dims["heads"]),
                                 int(dims["vocab"]), seq_len=int(dims.get("seq_len", 2048)))
         except PodfleetError as exc:
-            raise InvalidInputError(f"model_dims: {exc.message}", field="model_dims") from None
+            # An impossible combination (hidden not divisible by heads) stays a 422.
+            kind = InfeasibleError if isinstance(exc, InfeasibleError) else InvalidInputError
+            raise kind(f"model_dims: {exc.message}", field="model_dims") from None
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"model_dims: {exc}", field="model_dims") from None
     if name == SCRIPT_LABEL:  # JobSpec.parse's label for an entrypoint job without a model
