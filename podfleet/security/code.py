@@ -13,6 +13,7 @@ absolute paths, no ``..``, no links, bounded in size and count.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -159,7 +160,9 @@ def pack_dir(directory: str | Path, *, max_bytes: int = 64 << 20) -> bytes:
     if not root.is_dir():
         raise InvalidInputError(f"{directory} is not a directory", field="dir")
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    # The gzip header carries a timestamp too: zero it, or the same tree packed a second
+    # later gets another digest and is stored twice.
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         for p in sorted(root.rglob("*")):
             rel = p.relative_to(root)
             if p.is_symlink() or any(part in ("__pycache__", ".git") for part in rel.parts):

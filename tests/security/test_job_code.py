@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+import time
 from pathlib import Path
+from unittest.mock import patch
 
 import httpx
 import pytest
@@ -68,6 +70,10 @@ def test_entrypoints_are_confined(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError):
         confine_entrypoint("code:" + "0" * 64 + "/train.py", code_root=root, allowed_dirs=[])
     assert not store_artifact(pack_dir(allowed), root).created  # content-addressed
+    # Packed in another second, the same tree is still the same bytes (the gzip header's
+    # timestamp once made this test fail whenever the two packs straddled a second).
+    with patch("time.time", return_value=time.time() + 3600):
+        assert pack_dir(allowed) == pack_dir(allowed) and not store_artifact(pack_dir(allowed), root).created
 
 
 @pytest.mark.parametrize(("name", "kind", "why"), [
