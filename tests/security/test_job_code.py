@@ -69,11 +69,13 @@ def test_entrypoints_are_confined(tmp_path: Path) -> None:
             confine_entrypoint(bad, code_root=root, allowed_dirs=[])
     with pytest.raises(NotFoundError):
         confine_entrypoint("code:" + "0" * 64 + "/train.py", code_root=root, allowed_dirs=[])
-    assert not store_artifact(pack_dir(allowed), root).created  # content-addressed
-    # Packed in another second, the same tree is still the same bytes (the gzip header's
+    packed_now = pack_dir(allowed)
+    assert not store_artifact(packed_now, root).created  # content-addressed
+    # Packed an hour later, the same tree is still the same bytes (the gzip header's
     # timestamp once made this test fail whenever the two packs straddled a second).
     with patch("time.time", return_value=time.time() + 3600):
-        assert pack_dir(allowed) == pack_dir(allowed) and not store_artifact(pack_dir(allowed), root).created
+        packed_later = pack_dir(allowed)
+    assert packed_later == packed_now and not store_artifact(packed_later, root).created
 
 
 @pytest.mark.parametrize(("name", "kind", "why"), [
