@@ -85,26 +85,7 @@ def spawn_server(db: Path, port: int, token: str, *args: str, log: Path | None =
     return once ``/healthz`` answers. Extra CLI ``args`` are appended; stderr goes to
     ``log`` when given. Raises AssertionError (with the log's tail) if it exits or does
     not come up in time. For tests and benchmarks that need a separate server process."""
-    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": token}
-    err = log.open("ab") if log is not None else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podfleet", "up", "--db", f"sqlite:///{db}", "--port", str(port),
-         "--output", "json", *args],
-        env=env, stdout=subprocess.DEVNULL, stderr=err,
-    )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            tail = log.read_text()[-2000:] if log is not None else ""
-            raise AssertionError(f"podfleet up exited with {proc.returncode}: {tail}")
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"podfleet up did not answer /healthz within {timeout_s:.0f} s")
+    return spawn_url_server(f"sqlite:///{db}", port, token, *args, log=log, timeout_s=timeout_s)
 
 
 def stop_server(proc: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
@@ -146,7 +127,7 @@ def wait_healthz(proc: subprocess.Popen[bytes], port: int, timeout_s: float, log
         if proc.poll() is not None:
             tail = log.read_text()[-2000:] if log is not None else ""
             raise AssertionError(f"podfleet up exited with {proc.returncode}: {tail}")
-        time.sleep(0.2)
+        time.sleep(0.1)
     proc.kill()
     raise AssertionError(f"podfleet up did not answer /healthz within {timeout_s:.0f} s")
 

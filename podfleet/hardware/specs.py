@@ -36,6 +36,18 @@ class ChipSpec:
         return self.tflops[dtype] * 1e12
 
 
+
+def _nvidia(name: str, *, sms: int, tflops: dict[str, float], hbm_gb: int, hbm_tb_s: float, nvlink_gb_s: float,
+            tdp_w: float, l2_mib: int, sheet: str) -> ChipSpec:
+    """A GPU from its data sheet's units: ``link_bw_bytes_per_s`` is one direction, the
+    sheet's NVLink figure both; the L2 cache stands for on-chip SRAM."""
+    return ChipSpec(name=name, vendor="nvidia", cores=sms, tflops=tflops, hbm_bytes=hbm_gb * GB,
+                    hbm_bw_bytes_per_s=hbm_tb_s * TB, link_bw_bytes_per_s=nvlink_gb_s * GB / 2, tdp_w=tdp_w,
+                    sram_bytes=l2_mib * 1024**2, source=f"NVIDIA {sheet} data sheet")
+
+
+_HOPPER_TFLOPS = {"fp8": 1979.0, "bf16": 989.0, "fp16": 989.0, "fp32": 67.0}
+
 CHIPS: dict[str, ChipSpec] = {
     "trn2": ChipSpec(
         name="trn2",
@@ -62,42 +74,14 @@ CHIPS: dict[str, ChipSpec] = {
         sram_bytes=2 * 24 * 1024**2,
         source="neuron-docs about-neuron/arch/neuron-hardware/trainium.rst; trn1-arch.rst",
     ),
-    "a100": ChipSpec(
-        name="a100",
-        vendor="nvidia",
-        cores=108,
-        tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5, "tf32": 156.0},
-        hbm_bytes=80 * GB,
-        hbm_bw_bytes_per_s=2.0 * TB,
-        link_bw_bytes_per_s=600 * GB / 2,  # NVLink 600 GB/s is bidirectional
-        tdp_w=400.0,
-        sram_bytes=40 * 1024**2,
-        source="NVIDIA A100 80GB data sheet",
-    ),
-    "h100": ChipSpec(
-        name="h100",
-        vendor="nvidia",
-        cores=132,
-        tflops={"fp8": 1979.0, "bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-        hbm_bytes=80 * GB,
-        hbm_bw_bytes_per_s=3.35 * TB,
-        link_bw_bytes_per_s=900 * GB / 2,
-        tdp_w=700.0,
-        sram_bytes=50 * 1024**2,
-        source="NVIDIA H100 SXM data sheet",
-    ),
-    "h200": ChipSpec(
-        name="h200",
-        vendor="nvidia",
-        cores=132,
-        tflops={"fp8": 1979.0, "bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-        hbm_bytes=141 * GB,
-        hbm_bw_bytes_per_s=4.8 * TB,
-        link_bw_bytes_per_s=900 * GB / 2,
-        tdp_w=700.0,
-        sram_bytes=50 * 1024**2,
-        source="NVIDIA H200 SXM data sheet",
-    ),
+    # NVIDIA data sheets: memory in GB and TB/s, NVLink bidirectional (halved to one direction).
+    "a100": _nvidia("a100", sms=108, tflops={"bf16": 312.0, "fp16": 312.0, "fp32": 19.5, "tf32": 156.0},
+                    hbm_gb=80, hbm_tb_s=2.0, nvlink_gb_s=600, tdp_w=400.0, l2_mib=40, sheet="A100 80GB"),
+    "h100": _nvidia("h100", sms=132, tflops=_HOPPER_TFLOPS, hbm_gb=80, hbm_tb_s=3.35, nvlink_gb_s=900,
+                    tdp_w=700.0, l2_mib=50, sheet="H100 SXM"),
+    # The H100's die with more and faster HBM.
+    "h200": _nvidia("h200", sms=132, tflops=_HOPPER_TFLOPS, hbm_gb=141, hbm_tb_s=4.8, nvlink_gb_s=900,
+                    tdp_w=700.0, l2_mib=50, sheet="H200 SXM"),
 }
 
 

@@ -8,6 +8,7 @@ naming the JSON path, e.g. ``neuron_runtime_data[0].report.memory_used.period``)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,56 +29,60 @@ def malformed(source: str, path: str, expected: str, got: object) -> InvalidInpu
     )
 
 
-def obj(source: str, parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
-    """An object field, or None when absent / null."""
+def document(source: str, doc: object, kind: type, expected: str) -> Any:
+    """A whole document: JSON text decoded (or an already-decoded value) whose top level is
+    a ``kind`` (``expected`` says which, in the error)."""
+    if isinstance(doc, str | bytes):
+        try:
+            doc = json.loads(doc)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"malformed {source} document: not JSON ({exc})", field="document") from None
+    if not isinstance(doc, kind):
+        raise malformed(source, "document", expected, doc)
+    return doc
+
+
+def _field(source: str, parent: Mapping[str, Any], key: str, path: str, kind: type | tuple[type, ...],
+           expected: str) -> Any:
+    """``parent[key]`` if it is a ``kind`` (never a bool where a number is wanted: ``true``
+    is not a count), None when absent or null."""
     v = parent.get(key)
     if v is None:
         return None
-    if not isinstance(v, Mapping):
-        raise malformed(source, f"{path}.{key}" if path else key, "an object", v)
+    if isinstance(v, bool) or not isinstance(v, kind):
+        raise malformed(source, f"{path}.{key}" if path else key, expected, v)
+    return v
+
+
+def obj(source: str, parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any] | None:
+    """An object field, or None when absent / null."""
+    v: Mapping[str, Any] | None = _field(source, parent, key, path, Mapping, "an object")
     return v
 
 
 def arr(source: str, parent: Mapping[str, Any], key: str, path: str) -> list[Any]:
     """A list field; absent / null gives an empty list."""
-    v = parent.get(key)
-    if v is None:
-        return []
-    if not isinstance(v, list):
-        raise malformed(source, f"{path}.{key}" if path else key, "a list", v)
-    return v
+    return _field(source, parent, key, path, list, "a list") or []
 
 
 def num(
     source: str, parent: Mapping[str, Any], key: str, path: str, default: float | None = None
 ) -> float | None:
-    """A number field (bools are refused: ``true`` is not a count)."""
-    v = parent.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise malformed(source, f"{path}.{key}" if path else key, "a number", v)
-    return float(v)
+    """A number field, as a float."""
+    v = _field(source, parent, key, path, (int, float), "a number")
+    return default if v is None else float(v)
 
 
 def integer(
     source: str, parent: Mapping[str, Any], key: str, path: str, default: int | None = None
 ) -> int | None:
-    v = parent.get(key)
-    if v is None:
-        return default
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise malformed(source, f"{path}.{key}" if path else key, "an integer", v)
-    return v
+    v: int | None = _field(source, parent, key, path, int, "an integer")
+    return default if v is None else v
 
 
 def text(source: str, parent: Mapping[str, Any], key: str, path: str, default: str = "") -> str:
-    v = parent.get(key)
-    if v is None:
-        return default
-    if not isinstance(v, str):
-        raise malformed(source, f"{path}.{key}" if path else key, "a string", v)
-    return v
+    v: str | None = _field(source, parent, key, path, str, "a string")
+    return default if v is None else v
 
 
 def index_key(source: str, key: object, path: str) -> int:

@@ -15,14 +15,13 @@ wiring against the grid rather than trusting the instance type.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from podfleet.errors import InvalidInputError
-from podfleet.fabric.neuron._fields import arr, integer, malformed, num, text
+from podfleet.fabric.neuron._fields import arr, document, integer, malformed, num, text
 from podfleet.hardware.catalog import custom_grid, get_topology
 from podfleet.hardware.topology import GridTopology, Topology
 
@@ -80,15 +79,9 @@ class NeuronInventory:
         return out
 
 
-def parse_neuron_ls(doc: str | bytes | Sequence[Any]) -> NeuronInventory:
+def parse_neuron_ls(raw: str | bytes | Sequence[Any]) -> NeuronInventory:
     """Parse ``neuron-ls -j`` output. Raises ``InvalidInputError`` naming the bad path."""
-    if isinstance(doc, str | bytes):
-        try:
-            doc = json.loads(doc)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"malformed {SRC} document: not JSON ({exc})", field="document") from None
-    if not isinstance(doc, list):
-        raise malformed(SRC, "document", "a JSON list of devices", doc)
+    doc: list[Any] = document(SRC, raw, list, "a JSON list of devices")
     devices: list[NeuronDevice] = []
     instance_type = ""
     for i, d in enumerate(doc):

@@ -12,13 +12,20 @@ seconds, memory in bytes), which are also the twin's units.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from podfleet.errors import InvalidInputError
-from podfleet.fabric.neuron._fields import arr, index_key, integer, malformed, num, obj, text
+from podfleet.fabric.neuron._fields import (
+    arr,
+    document,
+    index_key,
+    integer,
+    malformed,
+    num,
+    obj,
+    text,
+)
 
 SRC = "neuron-monitor"
 
@@ -104,18 +111,12 @@ class MonitorReport:
     unknown_keys: tuple[str, ...] = ()
 
 
-def parse_monitor_report(doc: str | bytes | Mapping[str, Any]) -> MonitorReport:
+def parse_monitor_report(raw: str | bytes | Mapping[str, Any]) -> MonitorReport:
     """Parse one report (JSON text or an already-decoded object).
 
     Raises ``InvalidInputError`` naming the JSON path for a malformed document.
     """
-    if isinstance(doc, str | bytes):
-        try:
-            doc = json.loads(doc)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise InvalidInputError(f"malformed {SRC} document: not JSON ({exc})", field="document") from None
-    if not isinstance(doc, Mapping):
-        raise malformed(SRC, "document", "a JSON object", doc)
+    doc: Mapping[str, Any] = document(SRC, raw, Mapping, "a JSON object")
     runtimes = tuple(
         _runtime(r, f"neuron_runtime_data[{i}]")
         for i, r in enumerate(arr(SRC, doc, "neuron_runtime_data", ""))
