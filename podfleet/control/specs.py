@@ -40,6 +40,15 @@ _QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _DEP_RE = re.compile(r"^(job|arr)-[a-z0-9-]{1,60}$")
 
 
+
+def _refuse_unknown_fields(cls: type, d: Mapping[str, Any], what: str) -> None:
+    """A request naming a field the spec does not have is refused, naming the first one
+    and the fields there are (a typo is not silently dropped)."""
+    known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+    extra = sorted(set(d) - known)
+    if extra:
+        raise UnknownNameError(what, extra[0], known, field=extra[0])
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
@@ -72,10 +81,7 @@ class ClusterSpec:
 
     @classmethod
     def parse(cls, d: JsonObject) -> ClusterSpec:
-        known = set(cls.__dataclass_fields__)
-        extra = sorted(set(d) - known)
-        if extra:
-            raise UnknownNameError("cluster field", extra[0], known, field=extra[0])
+        _refuse_unknown_fields(cls, d, "cluster field")
         if d.get("type") is None and d.get("fabric") in SLOT_FABRICS and d.get("chips") is not None:
             # A real cluster of --chips N worker slots, not a Trainium shape.
             d = {**d, "type": "custom"}
@@ -339,10 +345,7 @@ class JobSpec:
 
     @classmethod
     def parse(cls, d: JsonObject) -> JobSpec:
-        known = set(cls.__dataclass_fields__)
-        extra = sorted(set(d) - known)
-        if extra:
-            raise UnknownNameError("job field", extra[0], known, field=extra[0])
+        _refuse_unknown_fields(cls, d, "job field")
         vals = {k: v for k, v in d.items() if v is not None}
         par = vals.get("parallelism", "auto")
         if isinstance(par, dict):

@@ -67,6 +67,18 @@ class ScanResult:
     chip_health: np.ndarray | None = None  # int8 severity per chip
     link_health: np.ndarray | None = None
 
+    def opened(self, fired: tuple[Alert, bool]) -> None:
+        """What ``AlertBook.fire`` answered: kept when it opened the alert (not when it only
+        refreshed one already open)."""
+        alert, new = fired
+        if new:
+            self.fired.append(alert)
+
+    def closed(self, alert: Alert | None) -> None:
+        """What ``AlertBook.clear`` answered: the alert it resolved, if one was open."""
+        if alert is not None:
+            self.resolved.append(alert)
+
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     """Equal contents of two arrays of one dtype and shape (bytes: far cheaper than a
@@ -97,15 +109,11 @@ class _MaskRule:
         for i in np.flatnonzero(new).tolist():
             target = f"{self.prefix}:{names[i] if names is not None else i}"
             v = None if values is None else float(values[i])
-            alert, is_new = book.fire(cluster_id=cluster_id, target=target, rule=self.name,
-                                      severity=self.severity, message=message(i, v), now=now, value=v)
-            if is_new:
-                res.fired.append(alert)
+            res.opened(book.fire(cluster_id=cluster_id, target=target, rule=self.name,
+                                 severity=self.severity, message=message(i, v), now=now, value=v))
         for i in np.flatnonzero(gone).tolist():
             target = f"{self.prefix}:{names[i] if names is not None else i}"
-            a = book.clear(cluster_id, target, self.name, now)
-            if a is not None:
-                res.resolved.append(a)
+            res.closed(book.clear(cluster_id, target, self.name, now))
         self.active = mask.copy()
         self.on = bool(mask.any())
 
@@ -479,14 +487,10 @@ class HealthScanner:
             # (the step time it reports, or the last step the scan saw).
             bar_s = max(stall_s, STALL_STEPS * max(float(j.get("step_time_s") or 0.0), w.gap_s))
             if running and now - moved_t >= bar_s:
-                a, new = book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",
-                                   message=f"no training step for {now - moved_t:.0f} s", now=now)
-                if new:
-                    res.fired.append(a)
+                res.opened(book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",
+                                     message=f"no training step for {now - moved_t:.0f} s", now=now))
             elif is_open(cid, target, "job-stalled"):
-                stalled_cleared = book.clear(cid, target, "job-stalled", now)
-                if stalled_cleared is not None:
-                    res.resolved.append(stalled_cleared)
+                res.closed(book.clear(cid, target, "job-stalled", now))
             tps = float(j.get("tokens_per_s") or 0.0)
             hist = w.tps
             if running and tps > 0:
@@ -495,23 +499,17 @@ class HealthScanner:
                 if not slow:
                     hist.add(tps)
                 if slow:
-                    a, new = book.fire(cluster_id=cid, target=target, rule="job-slow", severity="warning",
-                                       message=f"{tps:.4g} tokens/s is more than {cfg.rel:.0%} under {base:.4g}",
-                                       now=now, value=tps)
-                    if new:
-                        res.fired.append(a)
+                    res.opened(book.fire(cluster_id=cid, target=target, rule="job-slow", severity="warning",
+                                         message=f"{tps:.4g} tokens/s is more than {cfg.rel:.0%} under {base:.4g}",
+                                         now=now, value=tps))
                 elif is_open(cid, target, "job-slow"):
-                    slow_cleared = book.clear(cid, target, "job-slow", now)
-                    if slow_cleared is not None:
-                        res.resolved.append(slow_cleared)
+                    res.closed(book.clear(cid, target, "job-slow", now))
         # Every job seen this scan is in ``watch`` now: more entries means some left
         # (no set difference built at every scan).
         for gone in [g for g in watch if g not in jobs] if len(watch) > len(jobs) else ():
             watch.pop(gone, None)
             for rule in ("job-stalled", "job-slow"):
-                cleared = book.clear(cid, f"job:{gone}", rule, now)
-                if cleared is not None:
-                    res.resolved.append(cleared)
+                res.closed(book.clear(cid, f"job:{gone}", rule, now))
 
     def _health(self, states: np.ndarray, skey: bytes, link_states: np.ndarray | None) -> None:
         rules = self._all_rules

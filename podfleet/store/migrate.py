@@ -3,6 +3,8 @@ installed podfleet upgrades its own database when the store opens."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -17,25 +19,27 @@ MIGRATE_LOCK_KEY = 0x70666D6967726174
 def upgrade_to_head(engine: Engine) -> None:
     """Migrate in one transaction holding the database's write lock (SQLite: the engine's
     BEGIN IMMEDIATE; PostgreSQL: an advisory lock), so concurrent openers migrate once."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
-        cfg.attributes["connection"] = conn
+    with _locked(engine) as cfg:
         command.upgrade(cfg, "head")
 
 
 def downgrade_to(engine: Engine, revision: str) -> None:
     """Take the schema back to ``revision`` (a rollback to an older podfleet; every
-    migration's ``downgrade`` drops only what it added)."""
+    migration's ``downgrade`` drops only what it added), under the same lock."""
+    with _locked(engine) as cfg:
+        command.downgrade(cfg, revision)
+
+
+@contextmanager
+def _locked(engine: Engine) -> Iterator[Config]:
+    """Alembic's config over one transaction that holds the migration lock."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATE_LOCK_KEY})
         cfg.attributes["connection"] = conn
-        command.downgrade(cfg, revision)
+        yield cfg
 
 
 if __name__ == "__main__":  # python -m podfleet.store.migrate downgrade REVISION  (store: $PODFLEET_DB)

@@ -85,6 +85,16 @@ def text(source: str, parent: Mapping[str, Any], key: str, path: str, default: s
     return default if v is None else v
 
 
+def device_entry(source: str, entry: object, key: str, path: str) -> tuple[Mapping[str, Any], int]:
+    """One device's object in a list, and its index (``key``: a non-negative integer)."""
+    if not isinstance(entry, Mapping):
+        raise malformed(source, path, "an object", entry)
+    index = integer(source, entry, key, path)
+    if index is None or index < 0:
+        raise malformed(source, f"{path}.{key}", "a non-negative integer", entry.get(key))
+    return entry, index
+
+
 def index_key(source: str, key: object, path: str) -> int:
     """Object keys that are indices ("0", "12") as ints."""
     if isinstance(key, str) and key.isdigit():

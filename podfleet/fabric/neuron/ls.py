@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from podfleet.errors import InvalidInputError
-from podfleet.fabric.neuron._fields import arr, document, integer, malformed, num, text
+from podfleet.fabric.neuron._fields import (
+    arr,
+    device_entry,
+    document,
+    integer,
+    malformed,
+    num,
+    text,
+)
 from podfleet.hardware.catalog import custom_grid, get_topology
 from podfleet.hardware.topology import GridTopology, Topology
 
@@ -86,11 +94,7 @@ def parse_neuron_ls(raw: str | bytes | Sequence[Any]) -> NeuronInventory:
     instance_type = ""
     for i, d in enumerate(doc):
         path = f"[{i}]"
-        if not isinstance(d, Mapping):
-            raise malformed(SRC, path, "an object", d)
-        index = integer(SRC, d, "neuron_device", path)
-        if index is None or index < 0:
-            raise malformed(SRC, f"{path}.neuron_device", "a non-negative integer", d.get("neuron_device"))
+        d, index = device_entry(SRC, d, "neuron_device", path)
         procs = []
         for j, p in enumerate(arr(SRC, d, "neuron_processes", path)):
             ppath = f"{path}.neuron_processes[{j}]"

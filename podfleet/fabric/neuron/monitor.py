@@ -18,6 +18,7 @@ from typing import Any
 
 from podfleet.fabric.neuron._fields import (
     arr,
+    device_entry,
     document,
     index_key,
     integer,
@@ -285,11 +286,7 @@ def _ecc(hw: Mapping[str, Any], group_errors: dict[str, str]) -> tuple[DeviceEcc
     out = []
     for i, d in enumerate(arr(SRC, hw, "neuron_devices", gpath)):
         dpath = f"{gpath}.neuron_devices[{i}]"
-        if not isinstance(d, Mapping):
-            raise malformed(SRC, dpath, "an object", d)
-        dev = integer(SRC, d, "neuron_device_index", dpath)
-        if dev is None or dev < 0:
-            raise malformed(SRC, f"{dpath}.neuron_device_index", "a non-negative integer", d.get("neuron_device_index"))
+        d, dev = device_entry(SRC, d, "neuron_device_index", dpath)
         out.append(
             DeviceEcc(
                 dev,
