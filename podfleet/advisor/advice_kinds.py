@@ -156,11 +156,19 @@ def _free_chips(rt: ClusterRuntime) -> list[int]:
     return [c for c in rt.replacement_chips() if c not in rt.owners]
 
 
-def stragglers(plane: ControlPlane, rt: ClusterRuntime, jobs: Sequence[JobShape], fp: str) -> list[Candidate]:
+def _movable_metric(rt: ClusterRuntime, name: str) -> np.ndarray | None:
+    """The chip metric ``name`` where the fabric measures it and a rank could move to a
+    free chip (no free chip: nothing to advise that moves one)."""
     m = rt.fabric.chip_metrics()
-    if "clock_mhz" not in m or not _free_chips(rt):
+    if name not in m or not _free_chips(rt):
+        return None
+    return np.asarray(m[name], float)
+
+
+def stragglers(plane: ControlPlane, rt: ClusterRuntime, jobs: Sequence[JobShape], fp: str) -> list[Candidate]:
+    clock = _movable_metric(rt, "clock_mhz")
+    if clock is None:
         return []
-    clock = np.asarray(m["clock_mhz"], float)
     out = []
     for job in jobs:
         idx = np.asarray(job.chips)
@@ -215,10 +223,9 @@ def climbing_ecc(plane: ControlPlane, rt: ClusterRuntime, jobs: Sequence[JobShap
     """Chips whose corrected-HBM-error count is at least ``ECC_MIN_CORRECTED`` and grew
     since the previous look (``history``: chip -> count then; without one, any count at
     or over the threshold)."""
-    m = rt.fabric.chip_metrics()
-    if "mem_ecc_corrected" not in m or not _free_chips(rt):
+    ce = _movable_metric(rt, "mem_ecc_corrected")
+    if ce is None:
         return []
-    ce = np.asarray(m["mem_ecc_corrected"], float)
     out = []
     for job in jobs:
         for rank, chip in enumerate(job.chips):

@@ -460,25 +460,23 @@ class ChaosRun:
         fab = rt.fabric
         assert isinstance(fab, FaultInjection)
         for c, s in enumerate(rt.chip_states()):
-            key = ("chip", c)
-            if s in (ChipState.FAILED, ChipState.ISOLATED):
-                since = self.down_since.setdefault(key, now)
-                if now - since >= REPAIR_S:
-                    fab.repair_chip(c, "replaced by the chaos technician")
-                    self.repairs += 1
-                    del self.down_since[key]
-            else:
-                self.down_since.pop(key, None)
+            if self._down_long(("chip", c), s in (ChipState.FAILED, ChipState.ISOLATED), now):
+                fab.repair_chip(c, "replaced by the chaos technician")
         for j, ls in enumerate(rt.fabric.link_states()):
-            key = ("link", j)
-            if str(ls) != LinkState.UP.value:
-                since = self.down_since.setdefault(key, now)
-                if now - since >= REPAIR_S:
-                    fab.repair_link(j, "reseated by the chaos technician")
-                    self.repairs += 1
-                    del self.down_since[key]
-            else:
-                self.down_since.pop(key, None)
+            if self._down_long(("link", j), str(ls) != LinkState.UP.value, now):
+                fab.repair_link(j, "reseated by the chaos technician")
+
+    def _down_long(self, key: tuple[str, int], down: bool, now: float) -> bool:
+        """Whether the part ``key`` has been down ``REPAIR_S`` by now, counted as repaired
+        when so (the caller repairs it): up again, its clock starts over."""
+        if not down:
+            self.down_since.pop(key, None)
+            return False
+        if now - self.down_since.setdefault(key, now) < REPAIR_S:
+            return False
+        self.repairs += 1
+        del self.down_since[key]
+        return True
 
     # --- acknowledged writes -----------------------------------------------------------------
     def _churn(self) -> None:

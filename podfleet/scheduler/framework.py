@@ -9,7 +9,6 @@ sample of feasible nodes in a large cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +18,7 @@ from podfleet.errors import InvalidInputError
 from podfleet.scheduler import status as st
 from podfleet.scheduler.cores import cores_per_chip
 from podfleet.scheduler.extension import (
+    POINTS,
     AdmitPlugin,
     BindPlugin,
     Candidates,
@@ -95,7 +95,7 @@ class Framework:
         self.permitters: list[PermitPlugin] = []
         self.binders: list[BindPlugin] = []
         # The same lists by extension-point name (as in ``extension.POINTS``), for introspection.
-        self.points: dict[str, Sequence[object]] = {
+        self.points: dict[str, list[Any]] = {
             "admit": self.admitters, "reclaim": self.reclaimers, "pre_filter": self.pre_filters, "filter": self.filters, "post_filter": self.post_filters,
             "score": self.scorers, "reserve": self.reservers, "permit": self.permitters, "bind": self.binders,
         }
@@ -116,25 +116,11 @@ class Framework:
         self._static_filters = [f for f in self.filters if not f.job_dependent]
 
     def _add(self, plugin: Plugin) -> None:
-        """File ``plugin`` under every extension point whose Protocol it implements."""
-        if isinstance(plugin, AdmitPlugin):
-            self.admitters.append(plugin)
-        if isinstance(plugin, ReclaimPlugin):
-            self.reclaimers.append(plugin)
-        if isinstance(plugin, PreFilterPlugin):
-            self.pre_filters.append(plugin)
-        if isinstance(plugin, FilterPlugin):
-            self.filters.append(plugin)
-        if isinstance(plugin, PostFilterPlugin):
-            self.post_filters.append(plugin)
-        if isinstance(plugin, ScorePlugin):
-            self.scorers.append(plugin)
-        if isinstance(plugin, ReservePlugin):
-            self.reservers.append(plugin)
-        if isinstance(plugin, PermitPlugin):
-            self.permitters.append(plugin)
-        if isinstance(plugin, BindPlugin):
-            self.binders.append(plugin)
+        """File ``plugin`` under every extension point whose Protocol it implements
+        (``extension.POINTS``: the same names as ``self.points``)."""
+        for point, protocol in POINTS.items():
+            if isinstance(plugin, protocol):
+                self.points[point].append(plugin)
 
     # --- pod summaries ---------------------------------------------------------------
     def refresh(self) -> None:
