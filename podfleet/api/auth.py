@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Depends, Request
 from starlette.requests import HTTPConnection
@@ -157,14 +157,43 @@ def credential_live(conn: HTTPConnection) -> bool:
     return bool(token) and conn.app.state.tokens.lookup(token) is not None
 
 
+V = TypeVar("V")
+
+
+class _ReadThrough(Generic[V]):
+    """Key -> what the store said of it, for ``ttl_s`` seconds: a store read per request
+    would dominate a snapshot read. While the store does not answer, a key known a moment
+    ago still reads (reads are answered from the read models during an outage); an
+    unknown one gets the 503."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.hits: dict[str, tuple[V, float]] = {}
+
+    def get(self, key: str, load: Callable[[], V]) -> V:
+        now = time.monotonic()
+        hit = self.hits.get(key)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        try:
+            value = load()
+        except UnavailableError:
+            if hit is not None:
+                return hit[0]
+            raise
+        if len(self.hits) > 10_000:
+            self.hits.clear()
+        self.hits[key] = (value, now + self.ttl_s)
+        return value
+
+
 class TokenCache:
-    """Token hash -> principal, for a few seconds: a store read per request would
-    dominate a snapshot read. Revocation takes effect within ``ttl_s``."""
+    """Token hash -> principal, for a few seconds. Revocation takes effect within ``ttl_s``."""
 
     def __init__(self, store: StoreProtocol, ttl_s: float = 5.0) -> None:
         self.store = store
         self.ttl_s = ttl_s
-        self._hits: dict[str, tuple[Principal | None, float]] = {}
+        self._cache: _ReadThrough[Principal | None] = _ReadThrough(ttl_s)
 
     @staticmethod
     def hash_of(token: str) -> str:
@@ -174,30 +203,19 @@ class TokenCache:
         return self.lookup_hash(hash_token(token)) if token else None
 
     def lookup_hash(self, h: str) -> Principal | None:
-        now = time.monotonic()
-        hit = self._hits.get(h)
-        if hit is not None and hit[1] > now:
-            return hit[0]
-        try:
+        def load() -> Principal | None:
             rec = self.store.find_token_by_hash(h)
-        except UnavailableError:
-            # The store does not answer: a token known a moment ago still reads (reads are
-            # answered from the read models during an outage); an unknown one gets the 503.
-            if hit is not None:
-                return hit[0]
-            raise
-        p = None if rec is None or rec.revoked else Principal(rec.id, rec.name, Role.parse(rec.role))
-        if len(self._hits) > 10_000:
-            self._hits.clear()
-        self._hits[h] = (p, now + self.ttl_s)
-        return p
+            return None if rec is None or rec.revoked else Principal(rec.id, rec.name, Role.parse(rec.role))
+
+        return self._cache.get(h, load)
 
     def forget(self, token_id: str) -> None:
         """Drop a revoked token from this process's cache at once (other processes
         sharing the store still honour it for up to ``ttl_s``)."""
-        for h, (p, _) in list(self._hits.items()):
+        hits = self._cache.hits
+        for h, (p, _) in list(hits.items()):
             if p is not None and p.id == token_id:
-                del self._hits[h]
+                del hits[h]
 
 
 def client_address(conn: HTTPConnection) -> str:
@@ -287,27 +305,17 @@ class UserCache:
 
     def __init__(self, store: StoreProtocol, ttl_s: float = 5.0) -> None:
         self.store, self.ttl_s = store, ttl_s
-        self._hits: dict[str, tuple[list[Policy] | None, float]] = {}
+        self._cache: _ReadThrough[list[Policy] | None] = _ReadThrough(ttl_s)
 
     def policies(self, name: str) -> list[Policy] | None:
-        now = time.monotonic()
-        hit = self._hits.get(name)
-        if hit is not None and hit[1] > now:
-            return hit[0]
-        try:
+        def load() -> list[Policy] | None:
             u = self.store.get_user(name)
-        except UnavailableError:
-            if hit is not None:  # as for tokens: known a moment ago, still known
-                return hit[0]
-            raise
-        out = users.policies_of(u) if u is not None else None
-        if len(self._hits) > 10_000:
-            self._hits.clear()
-        self._hits[name] = (out, now + self.ttl_s)
-        return out
+            return users.policies_of(u) if u is not None else None
+
+        return self._cache.get(name, load)
 
     def forget(self, name: str) -> None:
-        self._hits.pop(name, None)
+        self._cache.hits.pop(name, None)
 
 
 @functools.cache
