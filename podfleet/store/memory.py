@@ -90,6 +90,26 @@ class MemoryStore(AuditKeyring):
             if name not in frame:
                 frame[name] = len(self._audit) if name == "_audit" else _snapshot(getattr(self, name))
 
+    # The records kept by key: one copy in, one copy out, so a caller never holds the
+    # store's own object.
+    def _put(self, name: str, key: str, rec: object) -> None:
+        with self._lock:
+            self._touch(name)
+            getattr(self, name)[key] = copy.deepcopy(rec)
+
+    def _get(self, name: str, key: str) -> Any:
+        with self._lock:
+            rec = getattr(self, name).get(key)
+            return copy.deepcopy(rec) if rec is not None else None
+
+    def _delete(self, name: str, key: str) -> bool:
+        with self._lock:
+            if key not in getattr(self, name):
+                return False
+            self._touch(name)
+            del getattr(self, name)[key]
+            return True
+
     def ping(self) -> bool:
         return True  # in this process: there is nothing to be unreachable
 
@@ -98,14 +118,10 @@ class MemoryStore(AuditKeyring):
 
     # --- clusters ----------------------------------------------------------------
     def save_cluster(self, rec: ClusterRecord) -> None:
-        with self._lock:
-            self._touch("_clusters")
-            self._clusters[rec.id] = copy.deepcopy(rec)
+        self._put("_clusters", rec.id, rec)
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
-        with self._lock:
-            rec = self._clusters.get(cluster_id)
-            return copy.deepcopy(rec) if rec else None
+        return self._get("_clusters", cluster_id)
 
     def find_cluster_by_name(self, name: str) -> ClusterRecord | None:
         with self._lock:
@@ -122,14 +138,10 @@ class MemoryStore(AuditKeyring):
 
     # --- jobs ------------------------------------------------------------------------
     def save_job(self, rec: JobRecord) -> None:
-        with self._lock:
-            self._touch("_jobs")
-            self._jobs[rec.id] = copy.deepcopy(rec)
+        self._put("_jobs", rec.id, rec)
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        with self._lock:
-            rec = self._jobs.get(job_id)
-            return copy.deepcopy(rec) if rec else None
+        return self._get("_jobs", job_id)
 
     def list_jobs(self, *, cluster_id: str | None = None, states: Sequence[str] | None = None, after: str | None = None, limit: int = 100) -> list[JobRecord]:
         with self._lock:
@@ -196,14 +208,10 @@ class MemoryStore(AuditKeyring):
 
     # --- health reports --------------------------------------------------------------------
     def save_report(self, rec: ReportRecord) -> None:
-        with self._lock:
-            self._touch("_reports")
-            self._reports[rec.id] = copy.deepcopy(rec)
+        self._put("_reports", rec.id, rec)
 
     def get_report(self, report_id: str) -> ReportRecord | None:
-        with self._lock:
-            rec = self._reports.get(report_id)
-            return copy.deepcopy(rec) if rec else None
+        return self._get("_reports", report_id)
 
     def list_reports(self, cluster_id: str, *, limit: int = 1000) -> list[ReportRecord]:
         check_limit(limit)
@@ -237,29 +245,17 @@ class MemoryStore(AuditKeyring):
         return sorted(out, key=lambda q: (q.cluster_id, q.name))
 
     def delete_queue(self, queue_id: str) -> bool:
-        with self._lock:
-            if queue_id not in self._queues:
-                return False
-            self._touch("_queues")
-            del self._queues[queue_id]
-            return True
+        return self._delete("_queues", queue_id)
 
     def save_priority_class(self, rec: PriorityClassRecord) -> None:
-        with self._lock:
-            self._touch("_priority_classes")
-            self._priority_classes[rec.name] = copy.deepcopy(rec)
+        self._put("_priority_classes", rec.name, rec)
 
     def list_priority_classes(self) -> list[PriorityClassRecord]:
         with self._lock:
             return [copy.deepcopy(r) for _, r in sorted(self._priority_classes.items())]
 
     def delete_priority_class(self, name: str) -> bool:
-        with self._lock:
-            if name not in self._priority_classes:
-                return False
-            self._touch("_priority_classes")
-            del self._priority_classes[name]
-            return True
+        return self._delete("_priority_classes", name)
 
     # --- checkpoints ---------------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:
@@ -290,9 +286,7 @@ class MemoryStore(AuditKeyring):
 
     # --- tokens --------------------------------------------------------------------------
     def add_token(self, rec: TokenRecord) -> None:
-        with self._lock:
-            self._touch("_tokens")
-            self._tokens[rec.id] = copy.deepcopy(rec)
+        self._put("_tokens", rec.id, rec)
 
     def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
         with self._lock:
@@ -310,9 +304,7 @@ class MemoryStore(AuditKeyring):
             return len(self._tokens)
 
     def get_token(self, token_id: str) -> TokenRecord | None:
-        with self._lock:
-            t = self._tokens.get(token_id)
-            return copy.deepcopy(t) if t else None
+        return self._get("_tokens", token_id)
 
     def revoke_token(self, token_id: str) -> None:
         with self._lock:
@@ -324,23 +316,17 @@ class MemoryStore(AuditKeyring):
 
     # --- users ---------------------------------------------------------------------------
     def save_user(self, rec: UserRecord) -> None:
-        with self._lock:
-            self._touch("_users")
-            self._users[rec.name] = copy.deepcopy(rec)
+        self._put("_users", rec.name, rec)
 
     def get_user(self, name: str) -> UserRecord | None:
-        with self._lock:
-            u = self._users.get(name)
-            return copy.deepcopy(u) if u is not None else None
+        return self._get("_users", name)
 
     def list_users(self) -> list[UserRecord]:
         with self._lock:
             return [copy.deepcopy(u) for _, u in sorted(self._users.items())]
 
     def delete_user(self, name: str) -> bool:
-        with self._lock:
-            self._touch("_users")
-            return self._users.pop(name, None) is not None
+        return self._delete("_users", name)
 
     # --- audit ---------------------------------------------------------------------------
     def append_audit(self, *, time: float, actor: str, action: str, target: str, result: str, detail: dict[str, Any]) -> AuditRecord:
