@@ -159,17 +159,23 @@ class Framework:
     def job_free(self, state: CycleState, job: JobRequest, pod: int) -> tuple[Status, np.ndarray]:
         """Free blocks of ``pod`` for this job: the summary narrowed by the job-dependent
         filters (memory, ...); a filter's refusal is returned as its status."""
-        cl = self.handle.cluster
-        free = self._free[pod]
+        s, mask = self._job_mask(state, job, pod)
+        if s.code is not Code.SUCCESS or mask is None:
+            return s, self._free[pod]
+        return s, self.handle.cluster.blocks.free(mask)
+
+    def _job_mask(self, state: CycleState, job: JobRequest, pod: int) -> tuple[Status, np.ndarray | None]:
+        """The pod's usable chips narrowed by the job-dependent filters (None: none of them
+        narrowed it), or the first refusal."""
         mask, narrowed = self._usable[pod], False
         for f in self._job_filters:
-            s, m = f.filter(state, job, cl.pods[pod])
+            s, m = f.filter(state, job, self.handle.cluster.pods[pod])
             if s.code is Code.SKIP:
                 continue
             if s.code is not Code.SUCCESS:
-                return s.by(f.name), free
+                return s.by(f.name), None
             mask, narrowed = mask & m, True
-        return st.SUCCESS, (cl.blocks.free(mask) if narrowed else free)
+        return st.SUCCESS, (mask if narrowed else None)
 
     # --- one cycle ---------------------------------------------------------------------
     def admit(self, state: CycleState, job: JobRequest) -> Status:
@@ -221,15 +227,10 @@ class Framework:
         for p in feasible:
             free = self._free[p]
             if self._job_filters:
-                mask, narrowed = self._usable[p], False
-                for f in self._job_filters:
-                    s, m = f.filter(state, job, cl.pods[p])
-                    if s.code is Code.SKIP:
-                        continue
-                    if s.code is not Code.SUCCESS:
-                        return s.by(f.name), None
-                    mask, narrowed = mask & m, True
-                if narrowed:
+                s, mask = self._job_mask(state, job, int(p))
+                if s.code is not Code.SUCCESS:
+                    return s, None
+                if mask is not None:
                     free = idx.free(mask)
                     if not idx.shape_free(free)[sids].any():
                         continue
