@@ -11,6 +11,7 @@ import numpy as np
 
 from podfleet.hardware.topology import Topology
 from podfleet.states import check_transition
+from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST
 
 if TYPE_CHECKING:  # type-only: worker processes import this module without the engine
     from podfleet.engine.timeline import Timeline
@@ -65,6 +66,19 @@ class ExitCause(StrEnum):
     BAD_INPUT = "bad-input"  # missing entrypoint, wrong key, unwritable dir: retrying won't help
     PEER_LOST = "peer-lost"  # a survivor whose collective broke after a peer died
     STOPPED = "stopped"  # we stopped it (job stop, or the rest of a gang being recovered)
+
+
+def exit_cause(code: int | None) -> ExitCause:
+    """What a worker's own exit code says (``training.config``'s ``EXIT_*``): anything but
+    a clean end, a lost peer or bad input is its code's fault. Kills and signals are the
+    fabric's to tell apart first (it knows who sent them)."""
+    if code == EXIT_OK:
+        return ExitCause.OK
+    if code == EXIT_PEER_LOST:
+        return ExitCause.PEER_LOST
+    if code == EXIT_BAD_INPUT:
+        return ExitCause.BAD_INPUT
+    return ExitCause.USER_CODE
 
 
 # Restarts of a job whose ranks stopped heartbeating (hang detection) before it fails as

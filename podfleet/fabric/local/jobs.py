@@ -7,9 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from podfleet.fabric.base import ENDED_RUN_STATES, ExitCause, RunState, run_transitions
+from podfleet.fabric.base import ENDED_RUN_STATES, ExitCause, RunState, exit_cause, run_transitions
 from podfleet.states import check_transition
-from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST, EXIT_USER_ERROR
 
 JOB_TRANSITIONS = run_transitions({
     RunState.RUNNING: {RunState.RECOVERING, RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
@@ -33,17 +32,9 @@ def classify_exit(code: int, killed_by: str | None) -> Cause:
         return Cause.INFRA
     if killed_by in ("stop", "recovery"):
         return Cause.STOPPED
-    if code == EXIT_OK:
-        return Cause.OK
-    if code == EXIT_PEER_LOST:
-        return Cause.PEER_LOST
-    if code == EXIT_BAD_INPUT:
-        return Cause.BAD_INPUT
     if code < 0:
         return Cause.INFRA if -code in _INFRA_SIGNALS else Cause.USER_CODE
-    if code == EXIT_USER_ERROR:
-        return Cause.USER_CODE
-    return Cause.USER_CODE
+    return exit_cause(code)
 
 
 def check_job_transition(src: RunState, dst: RunState) -> None:

@@ -7,7 +7,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from podfleet.fabric.base import ENDED_RUN_STATES, ExitCause, RunState, RunStatus, run_transitions
+from podfleet.fabric.base import (
+    ENDED_RUN_STATES,
+    ExitCause,
+    RunState,
+    RunStatus,
+    exit_cause,
+    run_transitions,
+)
 from podfleet.states import check_transition
 
 # Placement strategies by the job option's name -> Ray's (``placement`` of a job).
@@ -129,13 +136,5 @@ class RayState:
 
 
 def cause_of(result: dict[str, Any]) -> ExitCause:
-    from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST
-
-    code = result.get("exit_code")
-    if code == EXIT_OK:
-        return ExitCause.OK
-    if code == EXIT_BAD_INPUT:
-        return ExitCause.BAD_INPUT
-    if code == EXIT_PEER_LOST:
-        return ExitCause.PEER_LOST
-    return ExitCause.USER_CODE
+    """A rank's result from its actor: its worker's exit code is all it says."""
+    return exit_cause(result.get("exit_code"))
