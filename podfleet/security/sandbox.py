@@ -45,6 +45,7 @@ import os
 import pwd
 import resource
 import stat
+import subprocess
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -52,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from podfleet.errors import InvalidInputError
+from podfleet.security.files import open_private_append
 from podfleet.security.uids import UIDS_ENV, parse_range
 
 log = logging.getLogger("podfleet.security.sandbox")
@@ -295,3 +297,37 @@ def key_pipe(material: bytes) -> int:
     finally:
         os.close(w)
     return r
+
+
+def spawn_worker(sandbox: WorkerSandbox, args: list[str], *, log_path: str | Path, env: Mapping[str, str],
+                 cwd: str | Path | None, key: bytes | None = None,
+                 stdin: int = subprocess.DEVNULL) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``python -m podfleet.training.worker ARGS`` under ``sandbox`` (its uid and gid
+    when it switches user, its own session), its output appended to the owner-only
+    ``log_path``. The worker reports on a pipe (``--report-fd``) and reads its checkpoint
+    key from another (``--key-fd``, when ``key`` is given). Returns the process and the
+    report pipe's read end, which the caller reads and closes; the child's ends are closed
+    here whatever happens."""
+    r_fd, w_fd = os.pipe()
+    fds = [w_fd]
+    args = [*args, "--report-fd", str(w_fd)]
+    switch = sandbox.switches_user
+    try:
+        if key is not None:
+            fds.append(key_pipe(key))
+            args += ["--key-fd", str(fds[-1])]
+        with os.fdopen(open_private_append(log_path), "ab") as log:
+            proc = subprocess.Popen(
+                [sandbox.executable, "-m", "podfleet.training.worker", *args], stdin=stdin,
+                stdout=log, stderr=subprocess.STDOUT, pass_fds=tuple(fds), env=env, cwd=cwd,
+                start_new_session=True, user=sandbox.uid if switch else None,
+                group=sandbox.gid if switch else None,
+                extra_groups=[] if switch else None,  # subprocess's own: no preexec_fn in a threaded server
+            )
+    except BaseException:
+        os.close(r_fd)
+        raise
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return proc, r_fd

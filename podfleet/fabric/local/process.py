@@ -31,9 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from podfleet.security.files import open_private_append, private_dir
+from podfleet.security.files import private_dir
 from podfleet.security.jobfiles import read_tail
-from podfleet.security.sandbox import WorkerSandbox, key_pipe
+from podfleet.security.sandbox import WorkerSandbox, spawn_worker
 from podfleet.training.config import WorkerConfig
 
 Message = dict[str, Any]
@@ -73,35 +73,16 @@ class WorkerProcess:
         self.hang_reported = False
         self._on_message, self._on_exit = on_message, on_exit
         self.sandbox = sandbox or WorkerSandbox()
-        r_fd, w_fd = os.pipe()
         args = ["--standby"] if cfg is None else ["--config", cfg.to_json()]
         args += ["--rlimits", self.sandbox.limits_arg()]
         if self.sandbox.root_opt_in or os.geteuid() != 0:
             # Root on purpose (or a server that is not root anyway): any other worker that is
             # still root when its job's code is due (a standby told no uid) refuses to run it.
             args.append("--allow-root")
-        fds = [w_fd]
-        switch = self.sandbox.switches_user
-        if key is not None:
-            fds.append(key_pipe(key))
-            args += ["--key-fd", str(fds[-1])]
         # Logs are the job's: owner-only (0600), in the job's own directory, which is also
         # the worker's working directory.
-        try:
-            with os.fdopen(open_private_append(log_path), "ab") as log:
-                self.popen = subprocess.Popen(
-                    [self.sandbox.executable, "-m", "podfleet.training.worker", *args, "--report-fd", str(w_fd)],
-                    stdin=subprocess.PIPE if cfg is None else subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, pass_fds=tuple(fds), env=env, start_new_session=True,
-                    cwd=cwd, user=self.sandbox.uid if switch else None, group=self.sandbox.gid if switch else None,
-                    extra_groups=[] if switch else None,  # subprocess's own: no preexec_fn in a threaded server
-                )
-        except BaseException:
-            os.close(r_fd)
-            raise
-        finally:
-            for fd in fds:
-                os.close(fd)
+        self.popen, r_fd = spawn_worker(self.sandbox, args, log_path=log_path, env=env, cwd=cwd, key=key,
+                                        stdin=subprocess.PIPE if cfg is None else subprocess.DEVNULL)
         self.pid = self.popen.pid
         self._reader = threading.Thread(target=self._read, args=(r_fd,), name=f"worker-{self.pid}", daemon=True)
         self._reader.start()

@@ -18,14 +18,13 @@ import contextlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from podfleet.security.files import open_private_append, private_dir
+from podfleet.security.files import private_dir
 from podfleet.security.jobfiles import prepare_job_dir, reclaim_job_dir, stage_code
-from podfleet.security.sandbox import WorkerSandbox, key_material, key_pipe
+from podfleet.security.sandbox import WorkerSandbox, key_material, spawn_worker
 from podfleet.security.uids import UidLeases
 from podfleet.security.workerenv import worker_env
 from podfleet.training.config import EXIT_USER_ERROR, Reporter, WorkerConfig
@@ -71,29 +70,10 @@ def run_as_child(cfg: WorkerConfig, sandbox: WorkerSandbox, reporter: Reporter, 
         cfg = cfg.replace(entrypoint=entry)
         key = key_material(cfg.key_file, cfg.key_env) if cfg.encrypt_checkpoints else None
         env = worker_env(os.environ, {**sb.env(jobdir), "OMP_NUM_THREADS": str(cfg.threads)}, keep=keep_env)
-        r_fd, w_fd = os.pipe()
-        fds = [w_fd]
-        args = ["--config", cfg.to_json(), "--rlimits", sb.limits_arg(), "--report-fd", str(w_fd),
-                "--die-with-parent", str(os.getpid())]
-        if key is not None:
-            fds.append(key_pipe(key))
-            args += ["--key-fd", str(fds[-1])]
+        args = ["--config", cfg.to_json(), "--rlimits", sb.limits_arg(), "--die-with-parent", str(os.getpid())]
         if sb.root_opt_in:
             args.append("--allow-root")
-        switch = sb.switches_user
-        try:
-            with os.fdopen(open_private_append(jobdir / f"rank-{cfg.rank}.log"), "ab") as log:
-                proc = subprocess.Popen(
-                    [sb.executable, "-m", "podfleet.training.worker", *args], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, pass_fds=tuple(fds), env=env, cwd=jobdir,
-                    start_new_session=True, user=sb.uid if switch else None, group=sb.gid if switch else None,
-                    extra_groups=[] if switch else None)
-        except BaseException:
-            os.close(r_fd)
-            raise
-        finally:
-            for fd in fds:
-                os.close(fd)
+        proc, r_fd = spawn_worker(sb, args, log_path=jobdir / f"rank-{cfg.rank}.log", env=env, cwd=jobdir, key=key)
         try:
             last = _relay(r_fd, reporter)
         finally:
