@@ -48,9 +48,10 @@ import stat
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from podfleet.errors import InvalidInputError
 from podfleet.security.files import open_private_append
@@ -331,3 +332,17 @@ def spawn_worker(sandbox: WorkerSandbox, args: list[str], *, log_path: str | Pat
         for fd in fds:
             os.close(fd)
     return proc, r_fd
+
+
+def worker_reports(fd: int) -> Iterator[dict[str, Any]]:
+    """The messages a worker writes on its report pipe (``spawn_worker``), one JSON object
+    a line, until it closes; a line that is not JSON (a torn write at a kill) is skipped.
+    Closes ``fd``."""
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                msg = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(msg, dict):
+                yield msg

@@ -33,7 +33,7 @@ from typing import Any
 
 from podfleet.security.files import private_dir
 from podfleet.security.jobfiles import read_tail
-from podfleet.security.sandbox import WorkerSandbox, spawn_worker
+from podfleet.security.sandbox import WorkerSandbox, spawn_worker, worker_reports
 from podfleet.training.config import WorkerConfig
 
 Message = dict[str, Any]
@@ -122,24 +122,19 @@ class WorkerProcess:
             pass  # it died meanwhile; the reader reports the exit
 
     def _read(self, fd: int) -> None:
-        with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                now = time.monotonic()
-                self.last_beat_mono = now
-                try:
-                    msg = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                kind = msg.get("type")
-                if kind == "heartbeat":
-                    continue
-                if kind == "ready":
-                    self.ready = True
-                    continue
-                if kind in ("running", "progress"):
-                    self.armed = True
-                msg["recv_mono"] = now
-                self._on_message(self, msg)
+        for msg in worker_reports(fd):
+            now = time.monotonic()
+            self.last_beat_mono = now
+            kind = msg.get("type")
+            if kind == "heartbeat":
+                continue
+            if kind == "ready":
+                self.ready = True
+                continue
+            if kind in ("running", "progress"):
+                self.armed = True
+            msg["recv_mono"] = now
+            self._on_message(self, msg)
         code = self.popen.wait()
         self.exit_code = code
         self._on_exit(self, code)

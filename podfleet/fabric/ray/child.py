@@ -15,7 +15,6 @@ reporter, which the driver polls as before.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from collections.abc import Iterable
@@ -24,7 +23,7 @@ from typing import Any
 
 from podfleet.security.files import private_dir
 from podfleet.security.jobfiles import prepare_job_dir, reclaim_job_dir, stage_code
-from podfleet.security.sandbox import WorkerSandbox, key_material, spawn_worker
+from podfleet.security.sandbox import WorkerSandbox, key_material, spawn_worker, worker_reports
 from podfleet.security.uids import UidLeases
 from podfleet.security.workerenv import worker_env
 from podfleet.training.config import EXIT_USER_ERROR, Reporter, WorkerConfig
@@ -33,24 +32,19 @@ from podfleet.training.config import EXIT_USER_ERROR, Reporter, WorkerConfig
 def _relay(fd: int, reporter: Reporter) -> dict[str, Any]:
     """Forward the child's reports; returns its last ``error`` / ``done`` message."""
     last: dict[str, Any] = {}
-    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            kind = msg.get("type")
-            if kind == "progress":
-                reporter.progress(int(msg["step"]), float(msg["loss"]), float(msg.get("tokens_per_s", 0.0)),
-                                  float(msg.get("step_time_s", 0.0)))
-            elif kind == "checkpoint":
-                reporter.checkpoint(int(msg["step"]), str(msg.get("path", "")))
-            elif kind == "log":
-                reporter.log(str(msg.get("line", "")))
-            elif kind in ("error", "done"):
-                last = msg
-            else:
-                reporter.heartbeat()
+    for msg in worker_reports(fd):
+        kind = msg.get("type")
+        if kind == "progress":
+            reporter.progress(int(msg["step"]), float(msg["loss"]), float(msg.get("tokens_per_s", 0.0)),
+                              float(msg.get("step_time_s", 0.0)))
+        elif kind == "checkpoint":
+            reporter.checkpoint(int(msg["step"]), str(msg.get("path", "")))
+        elif kind == "log":
+            reporter.log(str(msg.get("line", "")))
+        elif kind in ("error", "done"):
+            last = msg
+        else:
+            reporter.heartbeat()
     return last
 
 
