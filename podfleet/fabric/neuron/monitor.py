@@ -12,7 +12,7 @@ seconds, memory in bytes), which are also the twin's units.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,24 +125,18 @@ def parse_monitor_report(raw: str | bytes | Mapping[str, Any]) -> MonitorReport:
     system = obj(SRC, doc, "system_data", "") or {}
     group_errors: dict[str, str] = {}
     ecc = None
-    hw = obj(SRC, system, "neuron_hw_counters", "system_data")
-    if hw is not None:
-        ecc = _ecc(hw, group_errors)
+    if (found := _group(system, "neuron_hw_counters", "system_data", group_errors)) is not None:
+        ecc = _ecc(*found)
     vcpu_avg: dict[str, float] = {}
-    vcpu = obj(SRC, system, "vcpu_usage", "system_data")
-    if vcpu is not None:
-        _group_error(vcpu, "vcpu_usage", "system_data.vcpu_usage", group_errors)
-        avg = obj(SRC, vcpu, "average_usage", "system_data.vcpu_usage") or {}
-        for k in avg:
-            v = num(SRC, avg, k, "system_data.vcpu_usage.average_usage")
-            if v is not None:
-                vcpu_avg[k] = v
+    if (found := _group(system, "vcpu_usage", "system_data", group_errors)) is not None:
+        vcpu, gpath = found
+        avg = obj(SRC, vcpu, "average_usage", gpath) or {}
+        vcpu_avg = _numbers(avg, list(avg), f"{gpath}.average_usage")
     mem_total = mem_used = None
-    mem = obj(SRC, system, "memory_info", "system_data")
-    if mem is not None:
-        _group_error(mem, "memory_info", "system_data.memory_info", group_errors)
-        mem_total = num(SRC, mem, "memory_total_bytes", "system_data.memory_info")
-        mem_used = num(SRC, mem, "memory_used_bytes", "system_data.memory_info")
+    if (found := _group(system, "memory_info", "system_data", group_errors)) is not None:
+        mem, gpath = found
+        mem_total = num(SRC, mem, "memory_total_bytes", gpath)
+        mem_used = num(SRC, mem, "memory_used_bytes", gpath)
     inst = obj(SRC, doc, "instance_info", "") or {}
     instance = {k: text(SRC, inst, k, "instance_info") for k in inst if inst[k] is not None}
     return MonitorReport(
@@ -158,10 +152,27 @@ def parse_monitor_report(raw: str | bytes | Mapping[str, Any]) -> MonitorReport:
     )
 
 
-def _group_error(group: Mapping[str, Any], name: str, path: str, out: dict[str, str]) -> None:
-    err = text(SRC, group, "error", path)
-    if err:
-        out[name] = err
+def _group(parent: Mapping[str, Any], name: str, path: str,
+           errors: dict[str, str]) -> tuple[Mapping[str, Any], str] | None:
+    """A metric group of ``parent`` and its path, its ``error`` (a group neuron-monitor
+    could not read) noted in ``errors``; None when the group is not configured."""
+    group = obj(SRC, parent, name, path)
+    if group is None:
+        return None
+    gpath = f"{path}.{name}" if path else name
+    if err := text(SRC, group, "error", gpath):
+        errors[name] = err
+    return group, gpath
+
+
+def _numbers(parent: Mapping[str, Any], keys: Iterable[str], path: str) -> dict[str, float]:
+    """The fields of ``keys`` that ``parent`` has, as numbers."""
+    out = {}
+    for k in keys:
+        v = num(SRC, parent, k, path)
+        if v is not None:
+            out[k] = v
+    return out
 
 
 def _runtime(r: object, path: str) -> RuntimeReport:
@@ -171,10 +182,8 @@ def _runtime(r: object, path: str) -> RuntimeReport:
     rpath = f"{path}.report"
     group_errors: dict[str, str] = {}
     cores: list[CoreCounters] = []
-    ncc = obj(SRC, report, "neuroncore_counters", rpath)
-    if ncc is not None:
-        gpath = f"{rpath}.neuroncore_counters"
-        _group_error(ncc, "neuroncore_counters", gpath, group_errors)
+    if (found := _group(report, "neuroncore_counters", rpath, group_errors)) is not None:
+        ncc, gpath = found
         in_use = obj(SRC, ncc, "neuroncores_in_use", gpath) or {}
         for key, data in in_use.items():
             cpath = f"{gpath}.neuroncores_in_use.{key}"
@@ -190,10 +199,8 @@ def _runtime(r: object, path: str) -> RuntimeReport:
             cores.append(CoreCounters(core, _pct(util_pct), flops, _physical(data, cpath)))
     core_mem: dict[int, float] = {}
     dev_mem = host_mem = None
-    mu = obj(SRC, report, "memory_used", rpath)
-    if mu is not None:
-        gpath = f"{rpath}.memory_used"
-        _group_error(mu, "memory_used", gpath, group_errors)
+    if (found := _group(report, "memory_used", rpath, group_errors)) is not None:
+        mu, gpath = found
         used = obj(SRC, mu, "neuron_runtime_used_bytes", gpath) or {}
         upath = f"{gpath}.neuron_runtime_used_bytes"
         dev_mem = num(SRC, used, "neuron_device", upath)
@@ -210,10 +217,8 @@ def _runtime(r: object, path: str) -> RuntimeReport:
     execs: dict[str, float] = {}
     dev_lat: dict[str, float] = {}
     tot_lat: dict[str, float] = {}
-    es = obj(SRC, report, "execution_stats", rpath)
-    if es is not None:
-        gpath = f"{rpath}.execution_stats"
-        _group_error(es, "execution_stats", gpath, group_errors)
+    if (found := _group(report, "execution_stats", rpath, group_errors)) is not None:
+        es, gpath = found
         summary = obj(SRC, es, "error_summary", gpath) or {}
         for kind in ERROR_KINDS:
             # The guide's prose says "numeric", its JSON "numerical": accept both.
@@ -223,23 +228,14 @@ def _runtime(r: object, path: str) -> RuntimeReport:
                 v = num(SRC, summary, alias, f"{gpath}.error_summary")
             if v is not None:
                 errors[kind] = v
-        outcomes = obj(SRC, es, "execution_summary", gpath) or {}
-        for k in EXEC_OUTCOMES:
-            v = num(SRC, outcomes, k, f"{gpath}.execution_summary")
-            if v is not None:
-                execs[k] = v
+        execs = _numbers(obj(SRC, es, "execution_summary", gpath) or {}, EXEC_OUTCOMES, f"{gpath}.execution_summary")
         lat = obj(SRC, es, "latency_stats", gpath) or {}
         for name, out in (("device_latency", dev_lat), ("total_latency", tot_lat)):
             pct = obj(SRC, lat, name, f"{gpath}.latency_stats") or {}  # null when nothing ran
-            for p in pct:
-                v = num(SRC, pct, p, f"{gpath}.latency_stats.{name}")
-                if v is not None:
-                    out[p] = v
+            out.update(_numbers(pct, list(pct), f"{gpath}.latency_stats.{name}"))
     user = system = None
-    vu = obj(SRC, report, "neuron_runtime_vcpu_usage", rpath)
-    if vu is not None:
-        gpath = f"{rpath}.neuron_runtime_vcpu_usage"
-        _group_error(vu, "neuron_runtime_vcpu_usage", gpath, group_errors)
+    if (found := _group(report, "neuron_runtime_vcpu_usage", rpath, group_errors)) is not None:
+        vu, gpath = found
         usage = obj(SRC, vu, "vcpu_usage", gpath) or {}
         user = num(SRC, usage, "user", f"{gpath}.vcpu_usage")
         system = num(SRC, usage, "system", f"{gpath}.vcpu_usage")
@@ -280,9 +276,7 @@ def _physical(data: Mapping[str, Any], path: str) -> tuple[float, ...]:
     return ()
 
 
-def _ecc(hw: Mapping[str, Any], group_errors: dict[str, str]) -> tuple[DeviceEcc, ...]:
-    gpath = "system_data.neuron_hw_counters"
-    _group_error(hw, "neuron_hw_counters", gpath, group_errors)
+def _ecc(hw: Mapping[str, Any], gpath: str) -> tuple[DeviceEcc, ...]:
     out = []
     for i, d in enumerate(arr(SRC, hw, "neuron_devices", gpath)):
         dpath = f"{gpath}.neuron_devices[{i}]"
