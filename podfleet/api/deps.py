@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Protocol
 
 from fastapi import Depends, Path, Query, Request
 
@@ -12,11 +13,34 @@ from podfleet.errors import ConflictError
 from podfleet.health.service import HealthService
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
+from podfleet.store.records import AuditRecord
+
+
+class AuditLog(Protocol):
+    """What the audit routes read of the store: the chain, and the keys its MACs are
+    checked with (``create_app`` hands the plane's store in as this port)."""
+
+    @property
+    def audit_keys(self) -> Mapping[str, bytes]: ...
+
+    def list_audit(self, *, after_seq: int = 0, limit: int = 100) -> list[AuditRecord]: ...
+
+    def iter_audit(self) -> Iterator[AuditRecord]: ...
+
+    def verify_audit(self) -> tuple[bool, int | None, str]: ...
 
 
 async def get_plane(request: Request) -> ControlPlane:
     # async: a sync dependency would cost a threadpool round trip on every request
     return request.app.state.plane
+
+
+async def get_audit_log(request: Request) -> AuditLog:
+    return request.app.state.audit_log
+
+
+async def get_store_ping(request: Request) -> Callable[[], bool]:
+    return request.app.state.store_ping
 
 
 async def get_health(request: Request) -> HealthService:
@@ -41,6 +65,8 @@ async def get_firmware(request: Request) -> FirmwareService:
 
 
 Plane = Annotated[ControlPlane, Depends(get_plane)]
+Audit = Annotated[AuditLog, Depends(get_audit_log)]
+StorePing = Annotated[Callable[[], bool], Depends(get_store_ping)]  # the database answers now
 Health = Annotated[HealthService, Depends(get_health)]
 Recovery = Annotated[RecoveryService, Depends(get_recovery)]
 Firmware = Annotated[FirmwareService, Depends(get_firmware)]

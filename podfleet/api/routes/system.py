@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from podfleet.api.deps import StorePing
 from podfleet.store.election import Role
 
 router = APIRouter(tags=["system"])
@@ -23,11 +24,11 @@ async def healthz(request: Request) -> dict[str, object]:
 
 
 @router.get("/readyz", operation_id="Readyz")
-def readyz(request: Request) -> JSONResponse:
+def readyz(request: Request, store_ping: StorePing) -> JSONResponse:
     """Readiness: 200 when this server can answer the API now (the database answers, and it
     leads or knows a leader to forward to), else 503 with the reason."""
     lead = request.app.state.leadership
-    store_ok = request.app.state.plane.store.ping()
+    store_ok = store_ping()
     leads = lead.role == Role.LEADER
     why = None if store_ok else "the store does not answer"
     if why is None and not leads and lead.leader_url() is None:
