@@ -6,6 +6,7 @@ them, once.
     parts.health     # telemetry, scans, alerts, failure prediction (podfleet.health)
     parts.recovery   # per-cluster recovery orchestrators, ListRecoveries (podfleet.recovery)
     parts.firmware   # rolling firmware updates (podfleet.recovery.rollouts)
+    parts.maintenance  # rolling maintenance commands on real hosts (podfleet.recovery.maintenanceservice)
 
 Each part gets only the ports it uses, through its constructor or a declared ``use_*``
 method, and nothing is attached by patching attributes:
@@ -18,6 +19,7 @@ method, and nothing is attached by patching attributes:
     plane      <- the health service as its ``HealthPort`` (chip/link health in snapshots)
     health     <- the recovery service as its ``DrainPort`` (predicted failures)
     firmware   <- the plane (``PlaneCore``) and the recovery service it drives
+    maintenance <- the plane (``MaintenancePlane``: its audited chip commands)
     timeline   <- the health scan and the recovery's housekeeping, every health interval
 
 The scheduler and the balancer are per cluster and built by the plane when a cluster is
@@ -37,6 +39,7 @@ from podfleet.fabric.factory import make_fabric, reaches_out
 from podfleet.health.scan import HealthConfig
 from podfleet.health.service import HealthService
 from podfleet.planner.adapter import PlannerAdapter
+from podfleet.recovery.maintenanceservice import MaintenanceService
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.protocol import StoreProtocol
@@ -48,6 +51,7 @@ class Parts:
     health: HealthService
     recovery: RecoveryService
     firmware: FirmwareService
+    maintenance: MaintenanceService
 
 
 def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFactory | None = None,
@@ -72,4 +76,4 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
     # After the health scan at each interval (as it ran inside the scan before): journals a
     # previous control plane left open are closed, deleted clusters' orchestrators dropped.
     timeline.every(health.cfg.interval_s, lambda: recovery.housekeep(plane.clusters))
-    return Parts(plane, health, recovery, firmware)
+    return Parts(plane, health, recovery, firmware, MaintenanceService(plane))

@@ -184,6 +184,7 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     role = ServingRole(elector) if elector is not None else None
     leadership: Leadership = role if role is not None else Sole(instance_name(settings))
     app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware,
+                     maintenance=parts.maintenance,
                      leadership=leadership, metrics_per_chip=settings.metrics_per_chip)
     # Health reports: archived in the store with retention, every active cluster's generated daily.
     app.state.reports = reports.StoredReports(store, settings.report_retention_days)
