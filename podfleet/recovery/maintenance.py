@@ -15,7 +15,8 @@ each group, in order:
    the fabric's own rank move, while the job's other ranks keep running); chips already
    out of service (failed, isolated) at their turn are skipped, not updated;
 2. wait until no rank holds them (``drain_timeout_s``: a rank that cannot move is a
-   failed group);
+   failed group); the next group also waits until the jobs moved train again (no job of
+   the cluster ``RECOVERING``), so each move is a pause of its own;
 3. run the command once per host of the group (``HostCommands.host_command``, on a
    thread of its own: the engine never blocks), with ``PODFLEET_MAINTENANCE_ID``,
    ``PODFLEET_HOST`` and ``PODFLEET_CHIPS`` in its environment; its exit code, output
@@ -27,7 +28,8 @@ each group, in order:
    pauses (``paused``) once ``max_failures`` groups have failed; ``resume`` goes on.
 
 States (enforced): running -> paused | succeeded | failed; paused -> running. A rollout
-that reached its end with some groups failed is ``failed``; the chips that worked are
+that reached its end with some groups failed is ``failed``, and so is one whose cluster
+went away under it (``reason`` starts with ``stopped:``); the chips that worked are
 back in service either way. Rollouts live with the control plane's process (as firmware
 rollouts do): a restarted control plane starts with none, and chips a rollout left
 cordoned stay cordoned (modes persist).
@@ -44,7 +46,13 @@ from typing import Any, Protocol, runtime_checkable
 import simpy
 
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
+from podfleet.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PodfleetError,
+    UnknownNameError,
+)
 from podfleet.fabric.base import ChipState, CommandResult, Fabric, HostCommands
 from podfleet.states import check_transition
 from podfleet.wire import JsonObject
@@ -90,6 +98,9 @@ class ChipOps(Protocol):
 
     def keep_out(self, chip: int, reason: str) -> None:
         """Leave the chip isolated and cordoned with ``reason``."""
+
+    def recovering(self) -> list[str]:
+        """The cluster's jobs still recovering (a moved rank not yet training)."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +243,15 @@ class MaintenanceRollouts:
             self.log(msg, chip)
 
     def _run(self, r: Maintenance) -> Generator[simpy.Event, Any, None]:
+        try:
+            yield from self._batches(r)
+        except PodfleetError as exc:  # e.g. the cluster was deleted under the rollout
+            r.current = []
+            self._finish(r, f"stopped: {exc.message}")
+            return
+        self._finish(r)
+
+    def _batches(self, r: Maintenance) -> Generator[simpy.Event, Any, None]:
         env = self.tl.env
         while r.next_batch < len(r.batches):
             batch = r.batches[r.next_batch]
@@ -254,7 +274,6 @@ class MaintenanceRollouts:
                     yield env.timeout(POLL_S)
                 self._resumed.discard(r.id)
                 self._note(f"maintenance {r.id}: resumed")
-        self._finish(r)
 
     def _group(self, r: Maintenance, chips: list[int]) -> Generator[simpy.Event, Any, bool]:
         env = self.tl.env
@@ -309,6 +328,12 @@ class MaintenanceRollouts:
                 else:
                     self._fail(r, c, f"failed its health check after the command: {bad}")
                     ok = False
+        # The next group waits for the jobs this one moved to train again: two moves back
+        # to back would make one pause twice as long, and a move onto a chip of the next
+        # group would be undone at once.
+        deadline = env.now + r.drain_timeout_s
+        while self.chips.recovering() and env.now < deadline:
+            yield env.timeout(POLL_S)
         self.tl.emit("maintenance-progress", rollout=r.id, done=len(r.done), total=r.total)
         return ok
 
@@ -321,11 +346,13 @@ class MaintenanceRollouts:
     def _failures(r: Maintenance) -> str:
         return "; ".join(f"chip {c}: {w}" for c, w in sorted(r.failed.items()))
 
-    def _finish(self, r: Maintenance) -> None:
-        state = MaintenanceState.FAILED if r.failed else MaintenanceState.SUCCEEDED
+    def _finish(self, r: Maintenance, stopped: str | None = None) -> None:
+        state = MaintenanceState.FAILED if r.failed or stopped else MaintenanceState.SUCCEEDED
+        if r.state is MaintenanceState.PAUSED:
+            r.set_state(MaintenanceState.RUNNING)
         r.set_state(state)
         r.t_end = self.tl.now
-        r.reason = (f"{len(r.done)} chips maintained" + (f"; skipped (out of service): {r.skipped}" if r.skipped else "")
+        r.reason = (f"{stopped}; " if stopped else "") + (f"{len(r.done)} chips maintained" + (f"; skipped (out of service): {r.skipped}" if r.skipped else "")
                     + (f"; stay cordoned: {self._failures(r)}" if r.failed else ""))
         self._note(f"maintenance {r.id} {state.value}: {r.reason}")
         self.tl.emit("maintenance-end", rollout=r.id, state=state.value, reason=r.reason)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from podfleet.control.chipmodes import ChipMode
+from podfleet.control.lifecycle import JobState
 from podfleet.control.ports import PlaneCore
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, PodfleetError
@@ -67,6 +68,9 @@ class PlaneChips:
         if chip not in self.operator_cordoned:
             self.plane.chip_command(self.rt.id, chip, "uncordon", actor=ACTOR, reason=reason)
         return None
+
+    def recovering(self) -> list[str]:
+        return [j.id for j in self.plane.table.on_cluster(self.rt.id) if j.state is JobState.RECOVERING]
 
     def keep_out(self, chip: int, reason: str) -> None:
         if self.fab.chip_states()[chip] in (ChipState.HEALTHY, ChipState.DEGRADED):

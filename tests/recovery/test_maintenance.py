@@ -216,3 +216,17 @@ def test_starting_maintenance_needs_a_second_factor_under_mfa_required() -> None
     for action in ("StartMaintenance", "ResumeMaintenance"):
         assert not evaluate(policies, action, "cluster/p", {MFA_KEY: "false"}).allowed
         assert evaluate(policies, action, "cluster/p", {MFA_KEY: "true"}).allowed
+
+
+def test_a_cluster_deleted_under_a_rollout_ends_it_failed_not_the_engine() -> None:
+    plane, svc, _ = _plane()
+    r = svc.start("p", "sh -c 'sleep 0.3'")
+    rollouts = svc.by_cluster[r["cluster_id"]]
+    plane.delete_cluster("p", actor="t")
+    deadline = time.monotonic() + 20
+    while rollouts.get(r["id"]).state.value == "running":
+        assert time.monotonic() < deadline
+        advance(plane, 1)
+        time.sleep(0.01)
+    got = rollouts.get(r["id"])
+    assert got.state.value == "failed" and got.reason.startswith("stopped: "), got.reason
