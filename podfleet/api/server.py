@@ -162,7 +162,7 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     parts = build(store, tl, fabric_factory=factory, telemetry_interval_s=settings.telemetry_interval_s,
                   default_fabric=settings.fabric,
                   fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
-                  hang_restarts=settings.hang_restarts)
+                  hang_restarts=settings.hang_restarts, firmware_command=settings.firmware_command)
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied) if leads else (None, False)

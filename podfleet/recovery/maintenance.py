@@ -138,6 +138,7 @@ class Maintenance:
     runs: list[HostRun] = field(default_factory=list)
     reason: str = ""
     t_end: float | None = None
+    version: str | None = None  # a firmware update run as a maintenance rollout: its version
 
     @property
     def total(self) -> int:
@@ -186,7 +187,7 @@ class MaintenanceRollouts:
     # --- commands ---------------------------------------------------------------------------
     def start(self, command: list[str], *, unit: str = "chip", chips: list[int] | None = None,
               max_failures: int = 1, timeout_s: float = 600.0, drain_timeout_s: float = 120.0,
-              actor: str = "system") -> Maintenance:
+              actor: str = "system", version: str | None = None) -> Maintenance:
         if unit not in UNITS:
             raise UnknownNameError("maintenance unit", unit, UNITS, field="unit")
         if not command:
@@ -209,7 +210,7 @@ class MaintenanceRollouts:
             raise InvalidInputError("no chips to maintain", field="chips")
         batches = [[c] for c in targets] if unit == "chip" else self._host_batches(targets)
         r = Maintenance(f"mt-{len(self.rollouts) + 1:04d}", list(command), unit, batches, max_failures,
-                        timeout_s, drain_timeout_s, actor, self.tl.now)
+                        timeout_s, drain_timeout_s, actor, self.tl.now, version=version)
         self.rollouts[r.id] = r
         self.tl.emit("maintenance-start", rollout=r.id, unit=unit, chips=r.total, groups=len(batches))
         self.tl.process(self._run(r))

@@ -41,6 +41,7 @@ class PlaneChips:
     def __init__(self, plane: MaintenancePlane, rt: ClusterRuntime, fabric: MaintenanceFabric) -> None:
         self.plane, self.rt, self.fab = plane, rt, fabric
         self.operator_cordoned: set[int] = set()  # cordoned before the rollout: stay so after it
+        self.moved_at: dict[str, int] = {}  # job -> its step when a rank of it was told to move
 
     def holder(self, chip: int) -> str | None:
         return self.rt.owners.get(chip)
@@ -48,6 +49,9 @@ class PlaneChips:
     def take_out(self, chip: int, reason: str) -> None:
         if self.rt.modes.mode(chip) is ChipMode.CORDONED:
             self.operator_cordoned.add(chip)
+        job = self.plane.table.find(self.holder(chip))
+        if job is not None:
+            self.moved_at[job.id] = job.status.progress.step
         # Drain: cordoned at once; a rank on the chip moves off (the fabric evicts it from the
         # isolated slot and moves it), and the chip turns cordoned when no rank holds it.
         self.plane.chip_command(self.rt.id, chip, "drain", actor=ACTOR, reason=reason)
@@ -70,7 +74,18 @@ class PlaneChips:
         return None
 
     def recovering(self) -> list[str]:
-        return [j.id for j in self.plane.table.on_cluster(self.rt.id) if j.state is JobState.RECOVERING]
+        """Jobs recovering, or a rank of which moved and that has not trained a step since
+        (a process fabric reports the job running again once its gang re-formed, a step
+        before it trains)."""
+        out = []
+        for j in self.plane.table.on_cluster(self.rt.id):
+            moved = self.moved_at.get(j.id)
+            if j.state is JobState.RECOVERING or (
+                    moved is not None and j.state is JobState.RUNNING and j.status.progress.step <= moved):
+                out.append(j.id)
+            elif moved is not None:
+                del self.moved_at[j.id]
+        return out
 
     def keep_out(self, chip: int, reason: str) -> None:
         if self.fab.chip_states()[chip] in (ChipState.HEALTHY, ChipState.DEGRADED):
@@ -100,8 +115,14 @@ class MaintenanceService:
                     ACTOR, "MaintenanceStep", target, result, {"cluster": rt.id, **detail}))
         return mt
 
+    def supports(self, rt: ClusterRuntime) -> bool:
+        return isinstance(rt.fabric, MaintenanceFabric)
+
     def start(self, ref: str, command: str, *, unit: str = "chip", chips: list[int] | None = None,
-              max_failures: int = 1, timeout_s: float = 600.0, actor: str = "system") -> JsonObject:
+              max_failures: int = 1, timeout_s: float = 600.0, actor: str = "system",
+              version: str | None = None, operation: str = "StartMaintenance") -> JsonObject:
+        """A maintenance rollout of ``command``; ``version`` and ``operation``: a firmware
+        update run as one (``recovery.rollouts``), audited as ``StartFirmwareUpdate``."""
         try:
             argv = split_command(command, "--command")
         except InvalidInputError as exc:  # well formed (a string) but not a command line: 422
@@ -110,14 +131,15 @@ class MaintenanceService:
         def do() -> tuple[JsonObject, str]:
             rt = self.plane.resolve(ref)
             r = self._mt(rt).start(argv, unit=unit, chips=chips, max_failures=max_failures,
-                                   timeout_s=timeout_s, actor=actor)
+                                   timeout_s=timeout_s, actor=actor, version=version)
             rt.logs.append(self.plane.now(), f"maintenance {r.id} started by {actor} over {r.total} chips "
                                              f"({len(r.batches)} groups by {unit}): {command}")
             return {"cluster_id": rt.id, **r.to_dict()}, rt.id
 
-        return self.plane.mutation("StartMaintenance", actor, ref, do,
-                                   body={"command": command, "unit": unit, "chips": chips,
-                                         "max_failures": max_failures, "timeout_s": timeout_s})
+        body: JsonObject = ({"version": version, "unit": unit, "chips": chips} if version is not None else
+                            {"command": command, "unit": unit, "chips": chips, "max_failures": max_failures,
+                             "timeout_s": timeout_s})
+        return self.plane.mutation(operation, actor, ref, do, body=body)
 
     def resume(self, ref: str, rollout_id: str, *, actor: str = "system") -> JsonObject:
         def do() -> tuple[JsonObject, str]:
@@ -127,9 +149,11 @@ class MaintenanceService:
 
         return self.plane.mutation("ResumeMaintenance", actor, f"{ref}/{rollout_id}", do)
 
-    def list(self, ref: str) -> list[JsonObject]:
+    def list(self, ref: str, *, firmware: bool | None = None) -> list[JsonObject]:
+        """The cluster's rollouts; ``firmware``: only firmware updates (True) or only the others (False)."""
         rt = self.plane.resolve(ref)
-        return [{"cluster_id": rt.id, **r.to_dict()} for r in self._mt(rt).rollouts.values()]
+        return [{"cluster_id": rt.id, **r.to_dict()} for r in self._mt(rt).rollouts.values()
+                if firmware is None or (r.version is not None) is firmware]
 
     def describe(self, ref: str, rollout_id: str) -> JsonObject:
         rt = self.plane.resolve(ref)

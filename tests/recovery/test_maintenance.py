@@ -30,6 +30,8 @@ from podfleet.fabric.commands import run_host_command
 from podfleet.hardware.topology import Topology
 from podfleet.recovery.maintenance import MaintenanceFabric
 from podfleet.recovery.maintenanceservice import MaintenanceService
+from podfleet.recovery.rollouts import FirmwareService
+from podfleet.recovery.service import RecoveryService
 from podfleet.security.policy import MFA_KEY, builtin, evaluate
 from podfleet.store.memory import MemoryStore
 from tests.control.conftest import active_cluster, advance, make_plane
@@ -48,6 +50,7 @@ class HostFabric:
         self.runs: dict[str, list[int]] = {}
         self.subs: list[Callable[[FabricEvent], None]] = []
         self.moves: list[tuple[int, int]] = []
+        self.step = 3
 
     def attach(self, timeline: Any) -> None: ...
 
@@ -73,6 +76,8 @@ class HostFabric:
         self.emit("job-resumed", job_id, chips=list(chips), source="replica", restored_step=3, attempt=2)
         self.emit("recovered", job_id, chip=old, rank=rank, cause="infra", source="replica", restored_step=3,
                   steps_lost=0, resume_s=0.5, moves={str(rank): [old, to]}, path="free", last_step=3, attempt=1)
+        self.step += 1  # the re-formed gang trains its next step
+        self.emit("progress", job_id, step=self.step, loss=1.0, tokens_per_s=10.0, step_time_s=0.1)
 
     def link_states(self) -> list[LinkState]:
         return [LinkState.UP] * len(self.topology.links)
@@ -94,7 +99,7 @@ class HostFabric:
 
     def run_status(self, job_id: str) -> RunStatus | None:
         chips = self.runs.get(job_id)
-        return None if chips is None else RunStatus(job_id, RunState.RUNNING, tuple(chips), 3)
+        return None if chips is None else RunStatus(job_id, RunState.RUNNING, tuple(chips), self.step)
 
     def run_logs(self, job_id: str) -> list[str]:
         return []
@@ -230,3 +235,21 @@ def test_a_cluster_deleted_under_a_rollout_ends_it_failed_not_the_engine() -> No
         time.sleep(0.01)
     got = rollouts.get(r["id"])
     assert got.state.value == "failed" and got.reason.startswith("stopped: "), got.reason
+
+
+def test_firmware_update_on_a_host_command_fabric_is_a_maintenance_rollout_of_the_admins_command() -> None:
+    plane, svc, _ = _plane()
+    recovery = RecoveryService(plane.table, plane.tl, plane.render, resolve=plane.resolve)
+    with pytest.raises(ConflictError, match="PODFLEET_FIRMWARE_COMMAND"):
+        FirmwareService(plane, recovery, svc).start_firmware("p", "2.22.0")
+    fw = FirmwareService(plane, recovery, svc, command="sh -c 'echo flashing $1 on $PODFLEET_CHIPS' fw {version}")
+    r = fw.start_firmware("p", "2.22.0", unit="node", actor="u-2:op")
+    assert r["id"].startswith("mt-") and r["version"] == "2.22.0" and r["unit"] == "host"
+    _until(plane, svc, r["id"], ("succeeded", "failed", "paused"))
+    [out] = fw.firmware_rollouts("p")
+    assert out["state"] == "succeeded" and sorted(out["done"]) == [0, 1, 2, 3]
+    assert [run["output"].strip() for run in out["runs"]] == ["flashing 2.22.0 on 0,1", "flashing 2.22.0 on 2,3"]
+    started = [a for a in plane.store.list_audit(limit=500) if a.action == "StartFirmwareUpdate"]
+    assert started[-1].actor == "u-2:op" and started[-1].detail.get("version") == "2.22.0", started[-1]
+    svc.start("p", "true")  # a plain maintenance rollout is not a firmware update
+    assert [x["id"] for x in fw.firmware_rollouts("p")] == [r["id"]]
