@@ -18,7 +18,7 @@ rollout / (the steps/s of the ``BASELINE_S`` before it x the rollout's duration)
 the job did not do because of the rollout (noise can make it slightly negative). The
 ratio shrinks as the command takes longer (the rollout stretches, the job's pauses do
 not), so ``compute_lost_s`` gives the same loss in seconds of the job's compute, and
-``interruptions_s`` each pause longer than 10 step times (one per rank move).
+``interruptions_s`` each pause longer than 3 step times (one per rank move).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def _scenario(plane: Any, maintenance: Any, model: str, baseline_s: float) -> di
         # The same loss in seconds of the job's compute: independent of how long the
         # command keeps free chips busy (which stretches the rollout, not the job's pauses).
         "compute_lost_s": round((expected - steps) / rate, 3) if rate else None,
-        "interruptions_s": [round(g, 3) for g in clock.gaps(t_start, t_end) if gaps and g > 10 * float(np.median(gaps))],
+        "interruptions_s": [round(g, 3) for g in clock.gaps(t_start, t_end) if gaps and g > 3 * float(np.median(gaps))],
         "rollout_s": round(rollout_s, 3),
         "steps_during_rollout": steps,
         "steps_expected_at_baseline_rate": round(expected, 1),

@@ -7,8 +7,9 @@ one group of chips at a time, with the group's ranks moved away first.
     mt.get(r.id).to_dict()    # state, progress, done, current, failed, runs (exit codes, output)
     mt.resume(r.id)           # a rollout paused after ``max_failures`` failed groups
 
-A group is one chip (``unit: chip``) or every chip of one host (``unit: host``). For
-each group, in order:
+A group is one chip (``unit: chip``) or every chip of one host (``unit: host``), taken
+in chip order, the groups no rank runs on first (a rank that has to move then finds the
+free chips maintained already, so it moves once). For each group:
 
 1. take the chips out of service (``ChipOps.take_out``: the chip lifecycle's drain, so a
    chip running a rank is cordoned and its rank moves to a spare or free chip through
@@ -209,6 +210,9 @@ class MaintenanceRollouts:
         if not targets:
             raise InvalidInputError("no chips to maintain", field="chips")
         batches = [[c] for c in targets] if unit == "chip" else self._host_batches(targets)
+        # Groups no rank runs on first: by the time a rank has to move, the free chips it can
+        # move to are maintained already, so it moves once (not onto a chip whose turn comes).
+        batches.sort(key=lambda b: any(self.chips.holder(c) is not None for c in b))
         r = Maintenance(f"mt-{len(self.rollouts) + 1:04d}", list(command), unit, batches, max_failures,
                         timeout_s, drain_timeout_s, actor, self.tl.now, version=version)
         self.rollouts[r.id] = r
