@@ -5,15 +5,18 @@ service, and the job trains on (issue 26 item 4)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from podfleet.api.server import bootstrap_admin
 from podfleet.api.testing import serve_in_thread
+from podfleet.cli.main import app
 from podfleet.compose import build
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.local import LocalFabric
@@ -48,11 +51,12 @@ def test_maintenance_moves_the_rank_away_runs_the_command_and_returns_the_chip(t
         assert isinstance(fab, LocalFabric)
         chips = c.get(f"/v1/jobs/{jid}").json()["allocation"]["chips"]
         pids = fab.pids(jid)
-        r = c.post("/v1/clusters/loc/maintenance",
-                   json={"command": "sh -c 'echo updated $PODFLEET_CHIPS'", "chips": [chips[1]]})
-        assert r.status_code == 202, r.text
-        rid = r.json()["id"]
-        _wait(lambda: c.get(f"/v1/clusters/loc/maintenance/{rid}").json()["state"] != "running", 60, "the rollout")
+        # The CLI as an admin runs it: through the SDK and the API, following it to its end.
+        got = CliRunner().invoke(app, ["maintenance", "run", "loc", "--command", "sh -c 'echo updated $PODFLEET_CHIPS'",
+                                       "--chip", str(chips[1]), "--wait", "-o", "json"],
+                                 env={"PODFLEET_URL": url, "PODFLEET_TOKEN": TOKEN})
+        assert got.exit_code == 0, got.stderr
+        rid = json.loads(got.stdout)["id"]
         out = c.get(f"/v1/clusters/loc/maintenance/{rid}").json()
         assert out["state"] == "succeeded", out
         [run] = out["runs"]
