@@ -1,5 +1,5 @@
 """Maintenance rollouts of a control plane's clusters: one ``MaintenanceRollouts`` per
-cluster whose fabric declares ``HostCommands`` (the local fabric today). Built by the
+cluster whose fabric declares ``HostCommands`` (local, Ray, neuron). Built by the
 composition root beside the firmware service. Each chip a rollout takes out of service
 or brings back goes through the chip lifecycle's own audited commands (``DrainChip``,
 ``RepairChip``, ``UncordonChip``, by ``system:maintenance``), so the ranks it frees move
@@ -105,8 +105,8 @@ class MaintenanceService:
             fab = rt.fabric
             if not isinstance(fab, MaintenanceFabric):
                 raise ConflictError(f"fabric {rt.spec.fabric!r} of cluster {rt.rec.name} cannot run commands "
-                                        "on its hosts (no HostCommands): maintenance rollouts run on local "
-                                        "clusters", field="cluster")
+                                        "on its hosts (no HostCommands): maintenance rollouts run on local, "
+                                        "ray and neuron clusters", field="cluster")
             plane = self.plane
             mt = self.by_cluster[rt.id] = MaintenanceRollouts(
                 fab, plane.tl, PlaneChips(plane, rt, fab),

@@ -3,8 +3,8 @@ whose fabric declares ``FirmwareUpdate`` and whose runs recovery can move (a spa
 each chip's work over first). Built by the composition root (``podfleet.compose``) beside
 the recovery service it drives; the health service knows nothing of it.
 
-A cluster whose fabric runs commands on its hosts instead (``HostCommands``: local) is
-updated by a maintenance rollout (``recovery.maintenance``) of the admin-configured
+A cluster whose fabric runs commands on its hosts instead (``HostCommands``: local, Ray,
+neuron) is updated by a maintenance rollout (``recovery.maintenance``) of the admin-configured
 ``command`` (``PODFLEET_FIRMWARE_COMMAND``, ``{version}`` replaced by the version, shell
 quoted): ranks moved away by the chip lifecycle's drain, the command's exit code and
 output kept, chips health-checked and returned, a failing chip left cordoned. Its
