@@ -6,6 +6,7 @@ them, once.
     parts.health     # telemetry, scans, alerts, failure prediction (podfleet.health)
     parts.recovery   # per-cluster recovery orchestrators, ListRecoveries (podfleet.recovery)
     parts.firmware   # rolling firmware updates (podfleet.recovery.rollouts)
+    parts.maintenance  # rolling maintenance commands on real hosts (podfleet.recovery.maintenanceservice)
 
 Each part gets only the ports it uses, through its constructor or a declared ``use_*``
 method, and nothing is attached by patching attributes:
@@ -17,7 +18,9 @@ method, and nothing is attached by patching attributes:
     jobs       <- the recovery service as its ``RecoveryPort``
     plane      <- the health service as its ``HealthPort`` (chip/link health in snapshots)
     health     <- the recovery service as its ``DrainPort`` (predicted failures)
-    firmware   <- the plane (``PlaneCore``) and the recovery service it drives
+    firmware   <- the plane (``PlaneCore``), the recovery service it drives and, for fabrics
+                  that update through a host command, the maintenance service
+    maintenance <- the plane (``MaintenancePlane``: its audited chip commands)
     timeline   <- the health scan and the recovery's housekeeping, every health interval
 
 The scheduler and the balancer are per cluster and built by the plane when a cluster is
@@ -37,6 +40,7 @@ from podfleet.fabric.factory import make_fabric, reaches_out
 from podfleet.health.scan import HealthConfig
 from podfleet.health.service import HealthService
 from podfleet.planner.adapter import PlannerAdapter
+from podfleet.recovery.maintenanceservice import MaintenanceService
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.protocol import StoreProtocol
@@ -48,6 +52,7 @@ class Parts:
     health: HealthService
     recovery: RecoveryService
     firmware: FirmwareService
+    maintenance: MaintenanceService
 
 
 def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFactory | None = None,
@@ -55,9 +60,11 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
           balance_interval_s: float | None = None, schedule_interval_s: float = 10.0,
           health_config: HealthConfig | None = None, fabric_access: FabricAccess | None = None,
           connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-          hang_restarts: int = DEFAULT_HANG_RESTARTS) -> Parts:
+          hang_restarts: int = DEFAULT_HANG_RESTARTS, firmware_command: str | None = None) -> Parts:
     """The whole control plane on ``timeline``: call ``plane.start()`` (served) or
-    ``plane.load()`` (virtual time) next."""
+    ``plane.load()`` (virtual time) next. ``firmware_command``: what a firmware update runs
+    on each host of a cluster without online firmware updates but with host commands
+    (``PODFLEET_FIRMWARE_COMMAND``)."""
     plane = ControlPlane(store, timeline, fabric_factory=fabric_factory or make_fabric, planner=PlannerAdapter(),
                          telemetry_interval_s=telemetry_interval_s, default_fabric=default_fabric, workdir=workdir,
                          balance_interval_s=balance_interval_s, schedule_interval_s=schedule_interval_s,
@@ -67,9 +74,10 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
     plane.jobs.use_recovery(recovery)
     health = HealthService(plane, health_config, drain=recovery)
     plane.use_health(health)
-    firmware = FirmwareService(plane, recovery)
+    maintenance = MaintenanceService(plane)
+    firmware = FirmwareService(plane, recovery, maintenance, command=firmware_command)
     health.start()
     # After the health scan at each interval (as it ran inside the scan before): journals a
     # previous control plane left open are closed, deleted clusters' orchestrators dropped.
     timeline.every(health.cfg.interval_s, lambda: recovery.housekeep(plane.clusters))
-    return Parts(plane, health, recovery, firmware)
+    return Parts(plane, health, recovery, firmware, maintenance)

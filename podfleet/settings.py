@@ -110,6 +110,9 @@ class Settings(BaseSettings):
     neuron_commands: str | None = None
     fabric_connect_timeout_s: float = Field(60.0, gt=0)
     hang_restarts: int = Field(2, ge=0)  # control plane -> fabrics and the process driver
+    # What `firmware update` runs on each host of a cluster that updates through a maintenance
+    # rollout (local; recovery/rollouts.py): a command line, `{version}` replaced by the version.
+    firmware_command: str | None = None
     # Local clusters' workers owned by the host's agent (``podfleet agent``), so they outlive
     # a restart of the server. None: on for ``podfleet up``, off for an embedded plane.
     local_agent: bool | None = None

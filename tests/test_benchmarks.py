@@ -17,7 +17,7 @@ NAMED_IN_ISSUES = {
     "trace-replay", "chaos", "recovery-time", "ettr", "firmware", "health-scan", "prediction",
     "recovery-real", "runtime-overhead", "checkpoint-io", "balance-real", "rehearsal-pod", "rehearsal-fleet",
     "compression", "congestion", "link-failover", "recovery-ray", "tenancy", "fleet-api", "restart-real",
-    "ha-failover",
+    "ha-failover", "maintenance-real",
 }
 
 

@@ -80,6 +80,11 @@ RULES: dict[str, Role] = {
     "DescribeFirmwareUpdate": Role.VIEWER,
     "AcknowledgeAlert": Role.OPERATOR,
     "StartFirmwareUpdate": Role.OPERATOR,
+    # Maintenance rollouts run an admin's command on the hosts (api/routes/maintenance.py).
+    "ListMaintenance": Role.VIEWER,
+    "DescribeMaintenance": Role.VIEWER,
+    "StartMaintenance": Role.ADMIN,
+    "ResumeMaintenance": Role.ADMIN,
     "ListAuditEvents": Role.ADMIN,
     "VerifyAuditChain": Role.ADMIN,
     "CreateAccessToken": Role.ADMIN,

@@ -11,6 +11,7 @@ from podfleet.api.schemas import MAX_CHIP_INDEX
 from podfleet.control.plane import ControlPlane
 from podfleet.errors import ConflictError
 from podfleet.health.service import HealthService
+from podfleet.recovery.maintenanceservice import MaintenanceService
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.records import AuditRecord
@@ -64,12 +65,20 @@ async def get_firmware(request: Request) -> FirmwareService:
     return svc
 
 
+async def get_maintenance(request: Request) -> MaintenanceService:
+    svc: MaintenanceService | None = request.app.state.maintenance
+    if svc is None:
+        raise ConflictError("maintenance rollouts are not available on this control plane")
+    return svc
+
+
 Plane = Annotated[ControlPlane, Depends(get_plane)]
 Audit = Annotated[AuditLog, Depends(get_audit_log)]
 StorePing = Annotated[Callable[[], bool], Depends(get_store_ping)]  # the database answers now
 Health = Annotated[HealthService, Depends(get_health)]
 Recovery = Annotated[RecoveryService, Depends(get_recovery)]
 Firmware = Annotated[FirmwareService, Depends(get_firmware)]
+Maintenance = Annotated[MaintenanceService, Depends(get_maintenance)]
 NextToken = Annotated[str | None, Query(alias="nextToken", max_length=128, description="from the previous page")]
 MaxResults = Annotated[int, Query(alias="maxResults", ge=1, le=1000)]
 # A chip index: the schema states the absolute bound (the largest cluster); an index past

@@ -17,6 +17,7 @@ from podfleet.api.metrics import ApiMetrics, MetricsMiddleware
 from podfleet.api.routes import audit, chips, clusters, health, jobs, plan, system, tokens
 from podfleet.api.routes import code as code_routes
 from podfleet.api.routes import keys as key_routes
+from podfleet.api.routes import maintenance as maintenance_routes
 from podfleet.api.routes import ops as ops_routes
 from podfleet.api.routes import queues as queue_routes
 from podfleet.api.routes import usage as usage_routes
@@ -26,6 +27,7 @@ from podfleet.api.usage_metrics import UsageCollector
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
+from podfleet.recovery.maintenanceservice import MaintenanceService
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.security.ratelimit import DenialLog, TokenBuckets
@@ -37,10 +39,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 def create_app(plane: ControlPlane, health_service: HealthService | None = None,
                guard: GuardConfig | None = None, *, recovery: RecoveryService | None = None,
-               firmware: FirmwareService | None = None, leadership: Leadership | None = None,
+               firmware: FirmwareService | None = None, maintenance: MaintenanceService | None = None,
+               leadership: Leadership | None = None,
                metrics_per_chip: bool = False) -> FastAPI:
     """The app over the parts ``compose.build`` made (``recovery``: ListRecoveries;
-    ``firmware``: rollouts); a part left out is answered with 409, never a 500.
+    ``firmware``: rollouts; ``maintenance``: maintenance rollouts); a part left out is answered with 409, never a 500.
     ``leadership``: the election among servers sharing the store (default: this one leads)."""
     app = FastAPI(
         title="podfleet", version="0.1.0",
@@ -50,6 +53,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.health = health_service  # alerts, telemetry (None: answered with 409)
     app.state.recovery = recovery  # ListRecoveries
     app.state.firmware = firmware  # firmware rollouts
+    app.state.maintenance = maintenance  # maintenance rollouts
     app.state.tokens = TokenCache(plane.store)
     # The routes reach the store only through these ports (deps.Audit, deps.StorePing).
     app.state.audit_log = plane.store
@@ -81,7 +85,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     problems.install(app)
     v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
     for module in (clusters, chips, jobs, plan, audit, health, tokens, code_routes, ops_routes, user_routes,
-                   key_routes, queue_routes, usage_routes):
+                   key_routes, queue_routes, usage_routes, maintenance_routes):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(system.router)

@@ -162,7 +162,7 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     parts = build(store, tl, fabric_factory=factory, telemetry_interval_s=settings.telemetry_interval_s,
                   default_fabric=settings.fabric,
                   fabric_access=access, connect_timeout_s=settings.fabric_connect_timeout_s,
-                  hang_restarts=settings.hang_restarts)
+                  hang_restarts=settings.hang_restarts, firmware_command=settings.firmware_command)
     plane = parts.plane
     supplied = settings.admin_token.get_secret_value() if settings.admin_token else None
     token, from_env = bootstrap_admin(plane, supplied) if leads else (None, False)
@@ -184,6 +184,7 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     role = ServingRole(elector) if elector is not None else None
     leadership: Leadership = role if role is not None else Sole(instance_name(settings))
     app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware,
+                     maintenance=parts.maintenance,
                      leadership=leadership, metrics_per_chip=settings.metrics_per_chip)
     # Health reports: archived in the store with retention, every active cluster's generated daily.
     app.state.reports = reports.StoredReports(store, settings.report_retention_days)

@@ -59,7 +59,8 @@ def serve_in_thread(plane: ControlPlane, *, start_plane: bool = True,
     (``api/connections.options``); ``http``: auto, httptools or h11."""
     port = free_port()
     if app is None:
-        app = (create_app(plane, parts.health, recovery=parts.recovery, firmware=parts.firmware) if parts is not None
+        app = (create_app(plane, parts.health, recovery=parts.recovery, firmware=parts.firmware,
+                                 maintenance=parts.maintenance) if parts is not None
                else create_app(plane, health))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
                                            **connections.options(header_timeout_s=header_timeout_s, impl=http)))

@@ -18,6 +18,7 @@ from podfleet.cli import (
     firmware,
     hardware,
     job,
+    maintenance,
     remote,
     token,
     topology,
@@ -81,6 +82,7 @@ CLUSTERS, JOBS, CHIPS, HEALTH, SECURITY, TOOLS = PANELS
 app.add_typer(cluster.app, name="cluster", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
 app.add_typer(hardware.app, name="hardware", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
 app.add_typer(firmware.app, name="firmware", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
+app.add_typer(maintenance.app, name="maintenance", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
 app.command("status", rich_help_panel=CLUSTERS)(status_cli.status)
 app.add_typer(job.app, name="job", rich_help_panel=JOBS, cls=PodfleetGroup)
 app.add_typer(code_cli.app, name="code", rich_help_panel=JOBS, cls=PodfleetGroup)

@@ -379,6 +379,38 @@ class FirmwareUpdate(Protocol):
                         failure_p: float = ...) -> None: ...
 
 
+@dataclass(frozen=True)
+class CommandResult:
+    """What one maintenance command did on one host: its exit code (None when it could
+    not start or ran past its timeout, ``error`` then says which), the tail of its
+    combined stdout and stderr, and how long it ran."""
+
+    host: str
+    exit_code: int | None
+    output: str
+    duration_s: float
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@runtime_checkable
+class HostCommands(Protocol):
+    """Run an admin's maintenance command on the host that holds some chips (maintenance
+    rollouts: ``recovery.maintenance``). The local fabric runs it on this host; a fabric of
+    several hosts on the one named. The command gets a scrubbed environment: ``env`` and
+    a ``PATH``, never the control plane's own variables."""
+
+    def chip_hosts(self) -> Sequence[str]: ...
+
+    def host_command(self, chip: int, argv: Sequence[str], *, env: Mapping[str, str],
+                     timeout_s: float) -> Callable[[], CommandResult]:
+        """Prepared on the engine thread; the call that runs it blocks until the command
+        ends, so the caller runs it on a thread of its own."""
+
+
 @runtime_checkable
 class TelemetrySource(Protocol):
     """Per-chip telemetry for health scans: ``chip_metrics`` carries the scan's names

@@ -400,6 +400,26 @@ class PodfleetClient:
         """DescribeFirmwareUpdate: one rollout's state and progress."""
         return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}")
 
+    def start_maintenance(self, cluster: str, command: str, *, unit: str = "chip", chips: list[int] | None = None,
+                          max_failures: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
+        """StartMaintenance (admin; a second factor under MFARequired, ``use_mfa``): run
+        ``command`` on each host, ``unit`` (chip or host) at a time, ranks moved away first."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
+                             json={"command": command, "unit": unit, "chips": chips, "max_failures": max_failures,
+                                   "timeout_s": timeout_s})
+
+    def list_maintenance(self, cluster: str) -> dict[str, Any]:
+        """ListMaintenance: ``{"rollouts": [...]}``."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance")
+
+    def describe_maintenance(self, cluster: str, rollout: str) -> dict[str, Any]:
+        """DescribeMaintenance: state, progress, failed chips, each host's exit code and output."""
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}")
+
+    def resume_maintenance(self, cluster: str, rollout: str) -> dict[str, Any]:
+        """ResumeMaintenance: go on with a rollout paused after its failures."""
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume")
+
     # --- operations intelligence ----------------------------------------------------------
     def verify_cluster(self, cluster: str, *, max_size_bytes: int | None = None, ops: list[str] | None = None,
                        compute: bool = True, interconnect: bool = True, drill: bool = True,

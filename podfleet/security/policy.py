@@ -146,7 +146,7 @@ READ_ACTIONS = ["ListClusters", "DescribeCluster", "DescribeClusterHardware", "G
                 "PlanParallelism", "ListAlerts", "ListRecoveries", "ListFirmwareUpdates", "DescribeFirmwareUpdate",
                 "DiagnoseCluster", "GetRecommendations", "ListGuides", "GetGuide", "ListHealthReports",
                 "GetHealthReport", "ListQueues", "DescribeQueue", "DescribeJobArray", "ListPriorityClasses",
-                "GetUsage"]
+                "GetUsage", "ListMaintenance", "DescribeMaintenance"]
 AUDIT_READS = ["ListAuditEvents", "VerifyAuditChain"]
 # Reads only ClusterAdmin (or an inline policy naming them) grants: who holds which
 # credential, and who may do what.
@@ -161,10 +161,11 @@ FABRIC_COMMANDS_ACTION = "UseFabricCommands"
 OPTION_ACTIONS = [CHECKPOINT_OPTIONS_ACTION, FABRIC_COMMANDS_ACTION]
 # Changes that need a second factor when MFA is enforced (``MFA_REQUIRED`` policy): token
 # creation, policy changes (creating a user attaches policies), key rotation, cluster
-# deletion, unlocking a user's second factor. EnableMfa is not among them: a user without
+# deletion, unlocking a user's second factor, and running a maintenance command on the
+# hosts (StartMaintenance, ResumeMaintenance). EnableMfa is not among them: a user without
 # MFA must be able to enrol.
 MFA_ACTIONS = ["CreateAccessToken", "CreateUser", "Put*Policy", "Attach*Policy", "Delete*Policy", "RotateKeys",
-               "DeleteCluster", "UnlockUser"]
+               "DeleteCluster", "UnlockUser", "StartMaintenance", "ResumeMaintenance"]
 
 BUILTIN: dict[str, Policy] = {
     "ClusterAdmin": _policy("ClusterAdmin", {"Sid": "Everything", "Effect": "Allow", "Action": "*", "Resource": "*"}),

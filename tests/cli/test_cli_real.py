@@ -110,3 +110,16 @@ def test_local_drain_moves_the_rank_and_cordons(live: Live) -> None:
     _until(lambda: json.loads(run(live, "cluster", "describe", "cli-drain", "-o", "json")[1])["cordoned"] == [chip])
     code, out, err = run(live, "cluster", "delete", "cli-drain", "--yes", "-o", "json")
     assert code == 0, err
+
+
+def test_maintenance_cli_refusals(live: Live) -> None:
+    code, _, err = run(live, "cluster", "create", "cli-mt", "--type", "custom", "--chips", "2", "--fabric", "sim")
+    assert code == 0, err
+    code, _, err = run(live, "maintenance", "run", "cli-mt", "--command", "true", "--unit", "rack")
+    assert code == 2 and "chip or host" in err
+    code, _, err = run(live, "maintenance", "run", "cli-mt", "--command", "true", role="operator")
+    assert code == 5 and "\n" not in err.strip()  # admin only: one line
+    code, _, err = run(live, "maintenance", "run", "cli-mt", "--command", "true")
+    assert code == 4 and "maintenance rollouts are not available" in err  # this plane was built without them
+    code, _, err = run(live, "maintenance", "resume", "cli-mt", "mt-0001")
+    assert code == 4, err

@@ -59,7 +59,8 @@ def serve(workdir: Path, guard: GuardConfig | None = None, **serving: Any) -> It
     plane = parts.plane
     bootstrap_admin(plane, ADMIN_TOKEN)
     tokens = role_tokens(store, ADMIN_TOKEN)
-    app = create_app(plane, parts.health, guard, recovery=parts.recovery, firmware=parts.firmware)
+    app = create_app(plane, parts.health, guard, recovery=parts.recovery, firmware=parts.firmware,
+                     maintenance=parts.maintenance)
     with serve_in_thread(plane, app=app, health=parts.health, **serving) as url:
         yield Api(url, plane, store, app, workdir, tokens)
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import AlertRef, ClusterRef, Firmware, Health, Plane, Recovery, RolloutRef
 from podfleet.api.schemas import MAX_CHIP_INDEX, MAX_CHIPS, MAX_LINK_INDEX, RequestBody
-from podfleet.errors import InvalidInputError
+from podfleet.errors import ConflictError, InvalidInputError
 from podfleet.health.service import HealthService
 from podfleet.health.telemetry import ALL_METRICS, CHIP_METRICS, LINK_METRICS
 from podfleet.recovery.firmware import KNOWN_VERSIONS
@@ -137,7 +137,7 @@ async def list_firmware(cluster: ClusterRef, plane: Plane, svc: Firmware) -> dic
     none, and ``unavailable`` says why (``StartFirmwareUpdate`` refuses it with that sentence)."""
     try:
         return {"rollouts": await plane.call(svc.firmware_rollouts, cluster)}
-    except InvalidInputError as exc:  # the fabric's capability, not the request: an empty listing
+    except (InvalidInputError, ConflictError) as exc:  # the fabric's capability or its configuration
         return {"rollouts": [], "unavailable": exc.message}
 
 

@@ -12,6 +12,7 @@ What leaves the fabric from a worker (logs, failure tails, event details) passes
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -37,6 +38,7 @@ from podfleet.fabric.base import (
     Adoption,
     ChipState,
     CollectiveRow,
+    CommandResult,
     FabricEvent,
     LinkState,
     MatmulRate,
@@ -45,6 +47,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
+from podfleet.fabric.commands import run_host_command
 from podfleet.fabric.local import probes, rankmove, reattach, reports, telemetry
 from podfleet.fabric.local.agent.client import AgentSpawner
 from podfleet.fabric.local.faultlog import FaultLog
@@ -354,6 +357,12 @@ class LocalFabric:
 
     def chip_hosts(self) -> list[str]:
         return [_HOST] * self.n_slots
+
+    def host_command(self, chip: int, argv: Sequence[str], *, env: Mapping[str, str],
+                     timeout_s: float) -> Callable[[], CommandResult]:
+        """HostCommands: every slot is on this host, so the command runs here."""
+        self.topology.check_chip(chip)
+        return functools.partial(run_host_command, _HOST, tuple(argv), dict(env), timeout_s)
 
     def chip_workers(self) -> dict[int, dict[str, Any]]:
         return {wp.chip: {"job_id": wp.cfg.job_id if wp.cfg else None, "rank": wp.rank, "node_id": _HOST,

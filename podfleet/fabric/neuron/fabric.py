@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.base import (
     DEFAULT_HANG_RESTARTS,
     ChipState,
+    CommandResult,
     FabricEvent,
     LinkState,
     RunStatus,
@@ -180,6 +181,11 @@ class NeuronFabric:
 
     def chip_workers(self) -> dict[int, dict[str, Any]]:
         return self._runner.chip_workers()
+
+    def host_command(self, chip: int, argv: Sequence[str], *, env: Mapping[str, str],
+                     timeout_s: float) -> Callable[[], CommandResult]:
+        """HostCommands: the Trainium host is the one the runner's workers run on (this one)."""
+        return self._runner.host_command(chip, argv, env=env, timeout_s=timeout_s)
 
     def hardware_errors(self) -> list[FabricEvent]:
         """``HardwareErrors``: what neuron-monitor's reports showed (uncorrectable SRAM / HBM

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import math
 import os
@@ -26,7 +27,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
@@ -42,12 +43,14 @@ from podfleet.errors import (
 )
 from podfleet.fabric.base import (
     ChipState,
+    CommandResult,
     FabricEvent,
     LinkState,
     RunStatus,
     WorkerGroupSpec,
     check_chip_transition,
 )
+from podfleet.fabric.ray.hostcmd import node_command
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
     TERMINAL,
@@ -179,7 +182,7 @@ def _import_ray() -> Any:
 
 class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
-    ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``.
+    ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``.
 
     ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
     checkpoint KEK every worker gets unless the job names its own (with a multi-machine
@@ -461,6 +464,20 @@ class RayFabric:
     def chip_hosts(self) -> list[str]:
         with self.state.lock:
             return [self.nodes.host(c) for c in range(self.n_chips)]
+
+    def host_command(self, chip: int, argv: Sequence[str], *, env: Mapping[str, str],
+                     timeout_s: float) -> Callable[[], CommandResult]:
+        """HostCommands: a task pinned to the chip's Ray node (``ray/hostcmd.py``); refused
+        at once while the Ray cluster is unreachable or the chip has no live node."""
+        self.topology.check_chip(chip)
+        with self.state.lock:
+            node = self.nodes.node_of(chip)
+        down = self.unreachable or (None if node is not None and node.alive else f"chip {chip} has no live Ray node")
+        if down is not None or node is None:
+            why = down or f"chip {chip} has no live Ray node"
+            return lambda: CommandResult("", None, "", 0.0, why)
+        return functools.partial(node_command, self.state.ray, node.node_id, node.ip, tuple(argv), dict(env),
+                                 timeout_s)
 
     def chip_workers(self) -> dict[int, dict[str, Any]]:
         out: dict[int, dict[str, Any]] = {}

@@ -20,6 +20,7 @@ from podfleet.fabric.base import (
     Fabric,
     FabricEvent,
     FaultInjection,
+    HostCommands,
     Introspection,
     LinkState,
     ResumableRuns,
@@ -98,6 +99,10 @@ def test_trn2_48xlarge_topology_metrics_and_capabilities(make) -> None:
     assert not {"temperature_c", "clock_mhz", "hbm_bw_bytes_per_s"} & fab.telemetry_metrics()  # NaN: not measured
     assert set(fab.telemetry_metrics()) <= set(m)
     assert fab.health_reason() is None and fab.monitor_status()["state"] == "ok"
+    # HostCommands (maintenance rollouts): the host's command runs where the workers run.
+    assert isinstance(fab, HostCommands)
+    res = fab.host_command(3, ["sh", "-c", "echo on $PODFLEET_HOST"], env={"PODFLEET_HOST": "h"}, timeout_s=10)()
+    assert res.ok and res.output.strip() == "on h" and res.host == fab.chip_hosts()[3]
 
 
 def test_uncorrectable_ecc_fails_the_device_and_alerts(make) -> None:

@@ -102,6 +102,21 @@ def test_fabric_protocol(setup):
     assert fabric.run_status("job-none") is None and fabric.run_logs("job-none") == []
 
 
+def test_host_command_runs_on_the_chips_ray_node(setup):
+    """HostCommands (maintenance rollouts): a task pinned to the chip's node runs the
+    command there, with only the environment it was given."""
+    from podfleet.fabric.base import HostCommands
+
+    fabric, _, _ = setup
+    assert isinstance(fabric, HostCommands)
+    res = fabric.host_command(2, ["sh", "-c", "echo chips=$PODFLEET_CHIPS key=${PODFLEET_CHECKPOINT_KEY:-none}"],
+                              env={"PODFLEET_CHIPS": "2"}, timeout_s=30)()
+    assert res.ok and res.output.strip() == "chips=2 key=none", res
+    assert res.host == fabric.chip_hosts()[2]
+    bad = fabric.host_command(2, ["sh", "-c", "echo no; exit 4"], env={}, timeout_s=30)()
+    assert bad.exit_code == 4 and bad.output.strip() == "no"
+
+
 def test_launch_validation(setup):
     fabric, _, _ = setup
     with pytest.raises(ConflictError, match="in use by job job-done"):

@@ -1,0 +1,93 @@
+"""``podfleet maintenance run CLUSTER --command CMD [--unit chip|host] [--chip N ...]
+[--max-failures N] [--timeout-s S] [--mfa CODE] [--wait]``, ``maintenance status CLUSTER
+[ROLLOUT]`` and ``maintenance resume CLUSTER ROLLOUT``. Admin only (audited); user tokens
+under an MFARequired policy give a fresh code with ``--mfa``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.errors import InvalidInputError
+from podfleet.sdk.client import PodfleetClient
+
+app = typer.Typer(help="Rolling maintenance commands on real hosts.", no_args_is_help=True)
+UNITS = ("chip", "host")
+MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens under MFARequired)")
+
+
+@app.command("run")
+def run(
+    cluster: str = typer.Argument(..., help="id or name"),
+    command: str = typer.Option(..., "--command", help="command line run on each host (no shell: wrap in sh -c)"),
+    unit: str = typer.Option("chip", "--unit", help="chip or host at a time"),
+    chip: list[int] = typer.Option(None, "--chip", help="only these chips (repeat); default: all"),
+    max_failures: int = typer.Option(1, "--max-failures", help="pause after this many failed chips or hosts"),
+    timeout_s: float = typer.Option(600.0, "--timeout-s", help="kill one host's command after this many seconds"),
+    mfa: str | None = MfaOpt,
+    wait: bool = typer.Option(False, "--wait", help="follow the rollout until it ends or pauses"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Run CMD on each host, one chip (or host) at a time: its ranks move away first, the
+    exit code and output are kept, the chips are health-checked and return; a failing
+    chip stays cordoned with the reason and the rollout pauses after --max-failures."""
+    with errors():
+        if unit not in UNITS:
+            raise InvalidInputError(f"--unit must be chip or host, got {unit!r}", field="unit", allowed=list(UNITS))
+        c = client(url, token, mfa=mfa)
+        r = c.start_maintenance(cluster, command, unit=unit, chips=chip or None, max_failures=max_failures,
+                                timeout_s=timeout_s)
+        if wait:
+            r = _follow(c, cluster, r["id"], show=output == OutputFormat.table)
+        emit(r, output, title="maintenance rollout")
+
+
+def _follow(c: PodfleetClient, cluster: str, rollout: str, *, show: bool) -> dict[str, Any]:
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  disable=not show, transient=True) as bar:
+        task = bar.add_task(f"maintenance {rollout}", total=1.0)
+        while True:
+            r = c.describe_maintenance(cluster, rollout)
+            bar.update(task, completed=r["progress"])
+            if r["state"] != "running":
+                return r
+            time.sleep(0.5)
+
+
+@app.command("status")
+def status(
+    cluster: str = typer.Argument(..., help="id or name"),
+    rollout: str | None = typer.Argument(None, help="mt-...; default: all rollouts"),
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Maintenance rollouts: state, progress, failed chips, each host's exit code and output."""
+    with errors():
+        c = client(url, token)
+        if rollout:
+            emit(c.describe_maintenance(cluster, rollout), output, title="maintenance rollout")
+        else:
+            emit(c.list_maintenance(cluster)["rollouts"], output, title="maintenance rollouts",
+                 columns=["id", "unit", "state", "progress", "chips", "reason"])
+
+
+@app.command("resume")
+def resume(
+    cluster: str = typer.Argument(..., help="id or name"),
+    rollout: str = typer.Argument(..., help="mt-..."),
+    mfa: str | None = MfaOpt,
+    url: str = UrlOpt,
+    token: str = TokenOpt,
+    output: OutputFormat = OutputOpt,
+) -> None:
+    """Go on with a rollout paused after its failures (the failed chips stay cordoned)."""
+    with errors():
+        emit(client(url, token, mfa=mfa).resume_maintenance(cluster, rollout), output, title="maintenance rollout")
