@@ -474,10 +474,12 @@ class JobManager:
             if not page:
                 break
             after = page[-1].id
+            steps = store.latest_checkpoint_steps([rec.id for rec in page])
             self._restoring = True
             try:
-                for rec in page:
-                    self._restore(Job.from_record(rec))
+                with self.table.views_deferred():
+                    for rec in page:
+                        self._restore(Job.from_record(rec), steps.get(rec.id))
             finally:
                 self._restoring = False
         if self.holds.held:
@@ -488,12 +490,11 @@ class JobManager:
         for rt in list(self.plane.clusters.values()):
             self.schedule(rt)
 
-    def _restore(self, job: Job) -> None:
+    def _restore(self, job: Job, checkpoint_step: int | None) -> None:
         rt = self.plane.clusters.get(job.cluster_id)
-        ckpt = self.plane.store.latest_checkpoint(job.id)
         self.table.add(job)
-        if ckpt is not None:
-            self.table.amend(job, checkpoint_step=ckpt.step)
+        if checkpoint_step is not None:
+            self.table.amend(job, checkpoint_step=checkpoint_step)
         self.holds.note(job.id, job.spec)
         if job.ended:
             self.table.close_log(job)

@@ -287,6 +287,17 @@ class Store(AuditLog, UserStore):
             row = s.execute(q).scalars().first()
             return convert.checkpoint_record(row) if row else None
 
+    def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """Each job's newest checkpoint step (jobs without one left out), in one query: a
+        reload asks this for a page of jobs at a time instead of once per job (800 round
+        trips were two thirds of a new leader's reload)."""
+        if not job_ids:
+            return {}
+        q = (select(CheckpointRow.job_id, func.max(CheckpointRow.step))
+             .where(CheckpointRow.job_id.in_(list(job_ids))).group_by(CheckpointRow.job_id))
+        with self._reading() as s:
+            return {str(job): int(step) for job, step in s.execute(q)}
+
     def list_checkpoints(self, job_id: str) -> list[CheckpointRecord]:
         q = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
         q = q.order_by(CheckpointRow.step, CheckpointRow.created_at)

@@ -272,6 +272,10 @@ class MemoryStore(AuditKeyring):
             cps = self._checkpoints.get(job_id)
             return copy.deepcopy(max(cps, key=lambda c: c.step)) if cps else None
 
+    def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]:
+        with self._lock:
+            return {j: max(c.step for c in self._checkpoints[j]) for j in job_ids if self._checkpoints.get(j)}
+
     # --- idempotency ---------------------------------------------------------------------
     def get_idempotent(self, operation: str, client_token: str) -> str | None:
         with self._lock:

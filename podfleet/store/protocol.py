@@ -78,6 +78,7 @@ class StoreProtocol(Protocol):
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...
     def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None: ...
+    def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]: ...  # job -> newest step
 
     # idempotency: a retried Create/Submit with the same clientToken returns the same resource
     def get_idempotent(self, operation: str, client_token: str) -> str | None: ...  # -> resource id
