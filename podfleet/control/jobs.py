@@ -27,6 +27,7 @@ from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
+from podfleet.control.warm import Warmth
 from podfleet.control.workdir import code_root
 from podfleet.errors import (
     ConflictError,
@@ -69,11 +70,17 @@ class JobManager:
         self._recheck_due = False
         self._restoring = False
         table.on_end(self._held_may_move)
+        # A follower's parsed specs, for its takeover's reload (``control.warm``); None: none kept.
+        self.warmth: Warmth | None = None
 
     @property
     def hang_restarts(self) -> int:
         """Relaunches of a job whose ranks hang before it fails as its code's fault."""
         return self.plane.hang_restarts
+
+    def use_warmth(self, warmth: Warmth) -> None:
+        """A reload takes the specs ``warmth`` parsed while this server followed."""
+        self.warmth = warmth
 
     def use_recovery(self, recovery: RecoveryPort) -> None:
         """Chip faults of running twin jobs go to ``recovery`` first (composition root)."""
@@ -479,7 +486,8 @@ class JobManager:
             try:
                 with self.table.views_deferred():
                     for rec in page:
-                        self._restore(Job.from_record(rec), steps.get(rec.id))
+                        spec = self.warmth.spec_for(rec.id, rec.spec) if self.warmth is not None else None
+                        self._restore(Job.from_record(rec, spec), steps.get(rec.id))
             finally:
                 self._restoring = False
         if self.holds.held:

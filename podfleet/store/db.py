@@ -258,6 +258,21 @@ class Store(AuditLog, UserStore):
         with self._reading() as s:
             return [convert.job_record(r) for r in s.execute(q).scalars()]
 
+    def job_ids(self) -> list[str]:
+        """Every job's id (no other column): what a follower scans for jobs it has not seen."""
+        with self._reading() as s:
+            return [str(i) for i in s.execute(select(JobRow.id).order_by(JobRow.id)).scalars()]
+
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored specs of ``job_ids`` (unknown ids left out), a few hundred per query."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(job_ids)
+        for lo in range(0, len(ids), 500):
+            q = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids[lo:lo + 500]))
+            with self._reading() as s:
+                out.update({str(i): dict(spec) for i, spec in s.execute(q)})
+        return out
+
     # ---- chip health -----------------------------------------------------------------
     def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None:
         if not records:

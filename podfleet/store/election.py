@@ -9,6 +9,10 @@ that runs out, or a renewal refused, ends the term: ``on_lost`` is called and th
 is a follower again. Either way the store's fence (``Fence``) refuses the old term's
 writes, whatever the elector believes.
 
+A follower's next round comes at the lease's expiry when that is sooner than its usual
+cadence (``next_round_s``): after a leader dies, the lease lapses at its last renewal plus
+``ttl_s``, and a follower that only looked once a second took over up to a second late.
+
 ``run_forever`` is the thread; ``step`` one round, so tests drive it with a fake clock.
 """
 
@@ -23,6 +27,9 @@ from enum import StrEnum
 from podfleet.store.lease import Lease, LeaseState
 
 log = logging.getLogger("podfleet.election")
+# A follower's round timed for the lease's expiry comes this much after it (the database's
+# clock and this host's timer differ by scheduling noise), and never sooner than this.
+EXPIRY_SLACK_S = 0.02
 
 
 class Role(StrEnum):
@@ -43,6 +50,7 @@ class Elector:
         self.valid_until = 0.0
         self.last_error: str | None = None
         self.known: LeaseState | None = None  # the row as last read (who leads, at which URL)
+        self.read_mono = 0.0  # when ``known`` was read (this host's monotonic clock)
         self._stop = threading.Event()
 
     @property
@@ -50,6 +58,14 @@ class Elector:
         """How often a round runs: renewals several times per lease, so one slow round
         does not lose it."""
         return self.lease.ttl_s / 4
+
+    def next_round_s(self) -> float:
+        """How long until the next round: the usual cadence, or sooner when the lease a
+        follower last read runs out before that."""
+        if self.term is not None or self.known is None or self.known.holder == self.holder:
+            return self.interval_s
+        left = self.known.remaining_s - (self.monotonic() - self.read_mono)
+        return max(EXPIRY_SLACK_S, min(self.interval_s, left + EXPIRY_SLACK_S))
 
     def leads(self) -> bool:
         return self.term is not None and self.monotonic() < self.valid_until
@@ -78,15 +94,20 @@ class Elector:
                     if self.on_elected is not None:
                         self.on_elected(term)
                 else:
-                    self.known = self.lease.read()
+                    self._read()
             elif self.lease.renew(self.holder, self.term):
                 self.valid_until = started + self.lease.ttl_s - self.margin_s
             else:
                 self._lose("the lease was taken over")
-                self.known = self.lease.read()
+                self._read()
             self.last_error = None
         except Exception as exc:  # the database unreachable: this round changes nothing
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def _read(self) -> None:
+        started = self.monotonic()
+        self.known = self.lease.read()
+        self.read_mono = started  # read before the call: the expiry it computes is never late
 
     def _lose(self, why: str) -> None:
         term, self.term = self.term, None
@@ -97,7 +118,7 @@ class Elector:
             self.on_lost(term, why)
 
     def run_forever(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.next_round_s()):
             self.step()
 
     def start(self) -> threading.Thread:

@@ -41,6 +41,9 @@ class LeaseState:
     url: str
     term: int
     expires_at: float
+    # Seconds the lease had left when read, by the database's clock (the reader's own clock
+    # may differ from it, but a duration does not depend on whose clock measured it).
+    remaining_s: float = 0.0
 
 
 Clock = Callable[[Connection], float]
@@ -64,7 +67,11 @@ class Lease:
     def read(self) -> LeaseState | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(table_of(LeaderLeaseRow)).where(LeaderLeaseRow.name == self.name)).first()
-        return LeaseState(row.holder, row.url, int(row.term), float(row.expires_at)) if row else None
+            now = self.clock(conn) if row else 0.0
+        if row is None:
+            return None
+        return LeaseState(row.holder, row.url, int(row.term), float(row.expires_at),
+                          max(0.0, float(row.expires_at) - now))
 
     def acquire(self, holder: str, url: str) -> int | None:
         """Take the lease if it is free or expired: the new term; None while another holds it.

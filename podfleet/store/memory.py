@@ -261,6 +261,14 @@ class MemoryStore(AuditKeyring):
             del self._priority_classes[name]
             return True
 
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {j: copy.deepcopy(self._jobs[j].spec) for j in job_ids if j in self._jobs}
+
     # --- checkpoints ---------------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:
         with self._lock:

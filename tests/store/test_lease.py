@@ -144,3 +144,36 @@ def test_a_clean_stop_hands_the_lease_on_at_once(tmp_path: Path) -> None:
     b.step()
     assert b.leads() and b.term == 2
     store.close()
+
+
+def test_a_follower_times_its_next_round_for_the_lease_s_expiry(tmp_path: Path) -> None:
+    # A dead leader's lease lapses at its last renewal + ttl: the follower's next round
+    # comes then, not up to a whole round later.
+    clock = FakeClock()
+    store = _store(tmp_path)
+    lease = Lease(store.write_engine, ttl_s=TTL_S, clock=clock.db)
+    a = Elector(lease, "a", "http://a", monotonic=clock.mono)
+    b = Elector(lease, "b", "http://b", monotonic=clock.mono)
+    a.step()
+    assert a.next_round_s() == a.interval_s == TTL_S / 4  # the leader renews on its cadence
+    clock.t += 0.5
+    b.step()  # reads the lease with 3.5 s left
+    assert b.known is not None and b.known.remaining_s == pytest.approx(TTL_S - 0.5)
+    assert b.next_round_s() == b.interval_s
+    clock.t += 2.9  # 0.6 s left: sooner than the cadence
+    assert b.next_round_s() == pytest.approx(0.6 + 0.02)
+    clock.t += 0.62  # a is gone: b's round at the expiry takes over
+    b.step()
+    assert b.leads() and b.term == 2
+    c = Elector(lease, "c", "http://c", monotonic=clock.mono)
+    c.step()
+    assert not c.leads() and c.next_round_s() == pytest.approx(c.interval_s)
+    clock.t += 2.9
+    b.step()  # renewed: c, having read the old expiry, looks once more and then keeps its cadence
+    assert b.leads()
+    clock.t += 0.6
+    assert c.next_round_s() == pytest.approx(0.5 + 0.02)
+    clock.t += 0.52
+    c.step()
+    assert not c.leads() and c.next_round_s() == pytest.approx(c.interval_s)
+    store.close()

@@ -136,6 +136,16 @@ def test_latest_checkpoint_steps_of_many_jobs_in_one_call(store: Store) -> None:
     assert memory.latest_checkpoint_steps(["job-000", "job-001"]) == {"job-000": 7}
 
 
+def test_job_ids_and_specs_for_a_followers_warm_up(store: Store) -> None:
+    store.save_cluster(cluster(0))
+    for i in (2, 0, 1):
+        store.save_job(job(i))
+    assert store.job_ids() == ["job-000", "job-001", "job-002"]
+    specs = store.job_specs(["job-002", "job-000", "job-nope"])
+    assert specs == {"job-002": job(2).spec, "job-000": job(0).spec}
+    assert store.job_specs([]) == {}
+
+
 def test_idempotency_keys_are_unique_per_operation(store: Store) -> None:
     assert store.get_idempotent("SubmitTrainingJob", "tok-1") is None
     store.put_idempotent("SubmitTrainingJob", "tok-1", "job-001", "h1")
