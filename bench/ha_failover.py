@@ -378,4 +378,5 @@ def run(quick: bool = False) -> dict[str, Any]:
         "goal_rate_per_s": 200.0,
         "median_takeover_note": "a kill -9 waits out the rest of the lease (PODFLEET_LEASE_TTL_S): an assumption",
         "mean_takeover_s": round(statistics.fmean(takeovers), 3) if takeovers else None,
+        "takeovers_s": [round(t, 3) for t in takeovers],  # in kill order: kill -9, SIGSTOP, ...
     }

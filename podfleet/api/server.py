@@ -107,6 +107,10 @@ class ServingRole:
     def role(self) -> ServerRole:
         return ServerRole.LEADER if self.serving.is_set() and self.elector.leads() else ServerRole.FOLLOWER
 
+    @property
+    def serves_reads(self) -> bool:
+        return self.serving.is_set() and self.elector.serves_reads
+
     def leader_url(self) -> str | None:
         if self.elector.leads():
             return self.elector.url if self.serving.is_set() else None
@@ -357,6 +361,11 @@ def takeover(server: Server, term: int, lead: Callable[[], None]) -> None:
     engine reloads on a thread of its own, so the elector goes on renewing meanwhile."""
     if isinstance(server.store, Store) and server.elector is not None:
         server.store.use_fence(Fence(server.elector.holder, term))
+    if server.role is not None and server.role.serving.is_set():
+        # Its own term lapsed during a store outage and nobody took over: its memory is
+        # the store's, so it leads on (writes carry the new term) without a reload.
+        log.warning("leader again with term %d after a store outage", term)
+        return
     log.warning("leader: took over with term %d; reloading the store", term)
     threading.Thread(target=lead, name="podfleet-takeover", daemon=True).start()
 

@@ -9,6 +9,13 @@ that runs out, or a renewal refused, ends the term: ``on_lost`` is called and th
 is a follower again. Either way the store's fence (``Fence``) refuses the old term's
 writes, whatever the elector believes.
 
+A leader whose belief runs out while the database does not answer (its renewals failed:
+an outage, not a takeover) is *suspended*, not ended: it no longer leads (``leads`` is
+False, so two electors still never both lead) but keeps its memory and answers reads from
+it (``serves_reads``). When the database answers again it ``reclaim``s the lease if the row
+still names its term (nobody took over: its memory is the store's) and leads on under a
+new term (``on_elected``); if another term came in between, its term ends (``on_lost``).
+
 A follower's next round comes at the lease's expiry when that is sooner than its usual
 cadence (``next_round_s``): after a leader dies, the lease lapses at its last renewal plus
 ``ttl_s``, and a follower that only looked once a second took over up to a second late.
@@ -51,6 +58,7 @@ class Elector:
         self.last_error: str | None = None
         self.known: LeaseState | None = None  # the row as last read (who leads, at which URL)
         self.read_mono = 0.0  # when ``known`` was read (this host's monotonic clock)
+        self.suspended: int | None = None  # a term that lapsed while the database was out of reach
         self._stop = threading.Event()
 
     @property
@@ -71,6 +79,12 @@ class Elector:
         return self.term is not None and self.monotonic() < self.valid_until
 
     @property
+    def serves_reads(self) -> bool:
+        """Whether this server's memory is the leader's: it leads, or its term lapsed only
+        because the database is out of reach (nothing else could have written)."""
+        return self.leads() or self.suspended is not None
+
+    @property
     def role(self) -> Role:
         return Role.LEADER if self.leads() else Role.FOLLOWER
 
@@ -83,9 +97,14 @@ class Elector:
     def step(self) -> None:
         started = self.monotonic()
         if self.term is not None and started >= self.valid_until:
-            self._lose("its lease ran out before a renewal was confirmed")
+            if self.last_error is not None:  # renewals failed: the database is out of reach
+                self._suspend()
+            else:
+                self._lose("its lease ran out before a renewal was confirmed")
         try:
-            if self.term is None:
+            if self.suspended is not None:
+                self._reclaim(started)
+            elif self.term is None:
                 term = self.lease.acquire(self.holder, self.url)
                 if term is not None:
                     self.term, self.valid_until = term, started + self.lease.ttl_s - self.margin_s
@@ -103,6 +122,27 @@ class Elector:
             self.last_error = None
         except Exception as exc:  # the database unreachable: this round changes nothing
             self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def _suspend(self) -> None:
+        self.suspended, self.term = self.term, None
+        log.warning("leadership suspended: term %s lapsed while the database was out of reach (%s); "
+                    "reads answer from memory", self.suspended, self.last_error)
+
+    def _reclaim(self, started: float) -> None:
+        old = self.suspended
+        assert old is not None
+        term = self.lease.reclaim(self.holder, old)  # raises while the database is still out of reach
+        self.suspended = None
+        if term is None:
+            self.term = old  # so that ``_lose`` ends it
+            self._lose("another server took the lease while the database was out of reach")
+            self._read()
+            return
+        self.term, self.valid_until = term, started + self.lease.ttl_s - self.margin_s
+        self.known = LeaseState(self.holder, self.url, term, 0.0)
+        log.warning("leader again: term %d follows term %d (nobody took over during the outage)", term, old)
+        if self.on_elected is not None:
+            self.on_elected(term)
 
     def _read(self) -> None:
         started = self.monotonic()

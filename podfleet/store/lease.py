@@ -98,6 +98,22 @@ class Lease:
                 holder=holder, url=url, term=term, expires_at=now + self.ttl_s))
             return term
 
+    def reclaim(self, holder: str, term: int) -> int | None:
+        """After one's own ``term`` lapsed with nobody taking over (the database was out of
+        reach): a new term if the row still names ``term`` and ``holder``, else None. The
+        holder's memory is then exactly what the store holds (no other term wrote), so it
+        leads on without a reload; any other term in between ends it."""
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
+            row = self._locked(conn)
+            if row is None or row.holder != holder or int(row.term) != term:
+                return None
+            now = self.clock(conn)
+            conn.execute(update(table_of(LeaderLeaseRow)).where(LeaderLeaseRow.name == self.name).values(
+                term=term + 1, expires_at=now + self.ttl_s))
+            return term + 1
+
     def renew(self, holder: str, term: int) -> bool:
         """Extend one's own unexpired term by ``ttl_s``; False once it is not one's own (or
         has lapsed: a lapsed term is never revived, its holder must acquire a new one)."""
