@@ -70,7 +70,8 @@ class Elector:
     def next_round_s(self) -> float:
         """How long until the next round: the usual cadence, or sooner when the lease a
         follower last read runs out before that."""
-        if self.term is not None or self.known is None or self.known.holder == self.holder:
+        if self.term is not None or self.known is None or self.known.holder == self.holder \
+                or self.last_error is not None:  # a database that fails is not asked faster
             return self.interval_s
         left = self.known.remaining_s - (self.monotonic() - self.read_mono)
         return max(EXPIRY_SLACK_S, min(self.interval_s, left + EXPIRY_SLACK_S))

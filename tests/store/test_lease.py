@@ -172,6 +172,9 @@ def test_a_follower_times_its_next_round_for_the_lease_s_expiry(tmp_path: Path) 
     assert b.next_round_s() == b.interval_s
     clock.t += 2.9  # 0.6 s left: sooner than the cadence
     assert b.next_round_s() == pytest.approx(0.6 + 0.02)
+    b.last_error = "OperationalError: connection refused"  # a failed round: back to the cadence
+    assert b.next_round_s() == b.interval_s
+    b.last_error = None
     clock.t += 0.62  # a is gone: b's round at the expiry takes over
     b.step()
     assert b.leads() and b.term == 2
