@@ -22,6 +22,9 @@ Figures (counted from what happened):
   kill -9 costs at least the rest of the lease: that part is the setting, not a result.
 * ``unavailable_s`` p99 (writes): per kill, from the first write refused or failed after it
   to the next write acknowledged.
+* ``reload_s`` p50/p99: each new leader's reload of the store (its log line), and
+  ``takeover_specs_warm`` / ``takeover_specs_parsed``: the job specs those reloads took
+  from the follower's warm-up (``control.warm``) or had to parse.
 * ``jobs_interrupted``: jobs running before a kill (and not stopped by the load) that were
   not running 10 s after the takeover; ``steps_redone``: steps they went back (twin jobs
   resume from their last checkpoint on the new leader: re-attaching to running work is
@@ -258,6 +261,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     kill_times: list[float] = []
     stale_exits, double, interrupted, redone, samples = 0, 0, 0, 0, 0
     reloads: list[float] = []
+    specs_warm, specs_parsed = 0, 0
     try:
         fleet.start(0, "--default-cluster", "pod-0")
         for i in range(1, SERVERS):
@@ -330,7 +334,12 @@ def run(quick: bool = False) -> dict[str, Any]:
         # How long each new leader took to reload the store (its log line): the part of a
         # takeover that is not the lease running out.
         for log in workdir.glob("server-*.log"):
-            reloads += [float(m) for m in re.findall(r"store reloaded in ([0-9.]+) s", log.read_text())]
+            text_ = log.read_text()
+            reloads += [float(m) for m in re.findall(r"store reloaded in ([0-9.]+) s", text_)]
+            # A takeover's reload takes the job specs its follower parsed ahead (control.warm).
+            for warm_n, parsed_n in re.findall(r"\((\d+) job specs warm, (\d+) parsed\)", text_):
+                specs_warm += int(warm_n)
+                specs_parsed += int(parsed_n)
         with admin.connect() as conn:
             conn.execute(text(f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
         admin.dispose()
@@ -346,6 +355,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "unavailable_s_p50": _pct(unavailable, 0.5),
         "reload_s_p50": _pct(reloads, 0.5),
         "reload_s_p99": _pct(reloads, 0.99),
+        "takeover_specs_warm": specs_warm,
+        "takeover_specs_parsed": specs_parsed,
         "jobs_interrupted": interrupted,
         "steps_redone": redone,
         "stale_leader_exits": stale_exits,
@@ -361,9 +372,11 @@ def run(quick: bool = False) -> dict[str, Any]:
         "acked_clusters": len(load.acked_clusters),
         "allocation_samples": samples,
         "rate_per_s": rate,
+        "load_1m": round(os.getloadavg()[0], 2),  # the machine's load at the end (shared)
         "lease_ttl_s": ttl_s,
         "goal_takeover_s_p99": 5.0,
         "goal_rate_per_s": 200.0,
         "median_takeover_note": "a kill -9 waits out the rest of the lease (PODFLEET_LEASE_TTL_S): an assumption",
         "mean_takeover_s": round(statistics.fmean(takeovers), 3) if takeovers else None,
+        "takeovers_s": [round(t, 3) for t in takeovers],  # in kill order: kill -9, SIGSTOP, ...
     }

@@ -9,6 +9,10 @@ leader unreachable, or a request already forwarded once: two servers that each t
 other leads must not bounce it for ever) is answered ``503`` with ``Retry-After`` and the
 leader's URL in ``leader`` when one is known, which the SDK and CLI retry.
 
+A leader whose lease lapsed only because the store is out of reach (``Elector.serves_reads``)
+answers reads (GET, HEAD) itself, from its memory, which no other server can have moved on
+from while nobody reaches the store; its writes are refused with ``503`` and ``Retry-After``.
+
 The console's pages, ``/healthz``, ``/readyz`` and ``/metrics`` are always this server's own.
 
 ``Sole`` is the leadership of a server that shares its store with nobody (SQLite): it
@@ -49,6 +53,11 @@ class Leadership(Protocol):
     @property
     def role(self) -> Role: ...
 
+    @property
+    def serves_reads(self) -> bool:
+        """Whether reads may be answered from this server's memory while it does not lead."""
+        ...
+
     def leader_url(self) -> str | None: ...
 
 
@@ -60,6 +69,10 @@ class Sole:
     @property
     def role(self) -> Role:
         return Role.LEADER
+
+    @property
+    def serves_reads(self) -> bool:
+        return True
 
     def leader_url(self) -> str | None:
         return None
@@ -97,6 +110,12 @@ class LeaderGate:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/") \
                 or self.leadership.role == Role.LEADER:
             await self.app(scope, receive, send)
+            return
+        if self.leadership.serves_reads:  # the store is out of reach: memory answers reads
+            if scope["method"] in ("GET", "HEAD"):
+                await self.app(scope, receive, send)
+            else:
+                await self._refuse(send, None, "its lease lapsed while the store is out of reach (an outage)")
             return
         leader = self.leadership.leader_url()
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -30,6 +30,7 @@ from podfleet.compose import build
 from podfleet.console import mount as mount_console
 from podfleet.control.fabricaccess import FabricAccess
 from podfleet.control.plane import ControlPlane
+from podfleet.control.warm import Warmth
 from podfleet.control.workdir import workdir_root
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InfeasibleError, InvalidInputError, PodfleetError
@@ -67,6 +68,9 @@ CLEANUP_S = 5.0
 # A server whose leadership ended exits with this (EX_TEMPFAIL): its memory may be ahead of
 # what the new leader reloads, so it starts again as a follower (systemd Restart=always).
 LOST_LEADERSHIP_EXIT = 75
+# A follower's warm-up round (``control.warm``): jobs submitted since the last one are
+# parsed ahead of a takeover; the few newer than that are parsed by the reload.
+WARM_INTERVAL_S = 2.0
 log = logging.getLogger("podfleet.server")
 
 
@@ -102,6 +106,10 @@ class ServingRole:
     @property
     def role(self) -> ServerRole:
         return ServerRole.LEADER if self.serving.is_set() and self.elector.leads() else ServerRole.FOLLOWER
+
+    @property
+    def serves_reads(self) -> bool:
+        return self.serving.is_set() and self.elector.serves_reads
 
     def leader_url(self) -> str | None:
         if self.elector.leads():
@@ -296,11 +304,15 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         term = server.elector.term if server.elector is not None else None
         if term is not None and isinstance(server.store, Store) and server.elector is not None:
             server.store.use_fence(Fence(server.elector.holder, term))
+        if warmth is not None:
+            warmth.stop()
         t0 = time.monotonic()
         server.plane.start()
         ensure_default_cluster(server.plane, default_cluster)
         if term is not None:
-            print(f"podfleet: leading with term {term}: store reloaded in {time.monotonic() - t0:.2f} s",
+            warm = f" ({warmth.stats.specs_warm} job specs warm, {warmth.stats.specs_parsed} parsed)" \
+                if warmth is not None else ""
+            print(f"podfleet: leading with term {term}: store reloaded in {time.monotonic() - t0:.2f} s{warm}",
                   file=sys.stderr, flush=True)
         if server.digests is not None:
             server.digests.start()  # the start-up digest, then one every N records and every interval
@@ -309,6 +321,8 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
             watch_engine(server)
 
     elector = server.elector
+    # A follower does the reload's read-only work ahead of its takeover (``control.warm``).
+    warmth = follow_store(server) if elector is not None and not elector.leads() else None
     if elector is not None:
         elector.on_elected = lambda term: takeover(server, term, lead)
     if elector is None or elector.leads():
@@ -323,6 +337,8 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
                                           timeout_graceful_shutdown=GRACEFUL_S))
     finally:
         server.stopping.set()
+        if warmth is not None:
+            warmth.stop()
         # Refusals counted but not yet written as a summary row go to the trail now.
         with contextlib.suppress(Exception):
             server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
@@ -334,11 +350,23 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         server.store.close()
 
 
+def follow_store(server: Server) -> Warmth:
+    warmth = Warmth(server.store)
+    server.plane.jobs.use_warmth(warmth)
+    threading.Thread(target=warmth.run, args=(WARM_INTERVAL_S,), name="podfleet-warm", daemon=True).start()
+    return warmth
+
+
 def takeover(server: Server, term: int, lead: Callable[[], None]) -> None:
     """Elector thread: this server won ``term``. Its writes carry the term from now on; the
     engine reloads on a thread of its own, so the elector goes on renewing meanwhile."""
     if isinstance(server.store, Store) and server.elector is not None:
         server.store.use_fence(Fence(server.elector.holder, term))
+    if server.role is not None and server.role.serving.is_set():
+        # Its own term lapsed during a store outage and nobody took over: its memory is
+        # the store's, so it leads on (writes carry the new term) without a reload.
+        log.warning("leader again with term %d after a store outage", term)
+        return
     log.warning("leader: took over with term %d; reloading the store", term)
     threading.Thread(target=lead, name="podfleet-takeover", daemon=True).start()
 

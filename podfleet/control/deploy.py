@@ -1,10 +1,14 @@
 """Cluster deployment as visible steps on the timeline: chip initialisation, interconnect
 configuration, storage mounts, self-test. Each step logs, reports progress and persists
-its outcome; on the twin the whole deployment takes a few seconds of timeline time."""
+its outcome; on the twin the whole deployment takes a few seconds of timeline time.
+
+A write that the store refuses (unreachable, or this server no longer leads) is tried
+again every ``SAVE_RETRY_S`` until it goes through: raised out of the deployment's
+process, it would stop the engine, and the server with it, over an outage of the store."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import simpy
 
@@ -12,10 +16,12 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
+from podfleet.errors import UnavailableError
 from podfleet.fabric.base import ChipState, ResumableRuns
 from podfleet.wire import JsonObject
 
 _TICKS_PER_STEP = 5
+SAVE_RETRY_S = 1.0
 
 
 def step_durations_s(rt: ClusterRuntime) -> dict[str, float]:
@@ -65,16 +71,36 @@ def _deploy(plane: PlanePort, rt: ClusterRuntime) -> Generator[simpy.Event, obje
         rt.logs.append(plane.now(), f"step {k + 1}/{len(DEPLOY_STEPS)}: {name} {'failed' if failed else 'done'}: {detail}", step=name)
         if failed:
             rt.deployment = {**rt.deployment, "state": "failed"}
-            plane.set_cluster_state(rt, ClusterState.FAILED, detail)
+            yield from _settle(plane, rt, ClusterState.FAILED, detail)
             rt.logs.closed = True
             return
-        plane.store.save_cluster(rt.rec)  # progress survives a restart (the step reruns)
+        # Progress survives a restart (the step reruns).
+        yield from _persisted(plane, rt, lambda: plane.store.save_cluster(rt.rec))
     rt.deployment = {**rt.deployment, "state": "succeeded", "percent": 100}
-    plane.set_cluster_state(rt, ClusterState.ACTIVE, "deployment succeeded")
-    plane.save_health(rt)
+    yield from _settle(plane, rt, ClusterState.ACTIVE, "deployment succeeded")
+    yield from _persisted(plane, rt, lambda: plane.save_health(rt))
     plane.render(rt)
     rt.logs.closed = True
     plane.jobs.schedule(rt)
+
+
+def _persisted(plane: PlanePort, rt: ClusterRuntime, write: Callable[[], object]) -> Generator[simpy.Event, object, None]:
+    while True:
+        try:
+            write()
+            return
+        except UnavailableError as exc:
+            plane.tl.emit("deploy-write-retry", cluster=rt.id, reason=exc.message)
+            yield plane.tl.env.timeout(SAVE_RETRY_S)
+
+
+def _settle(plane: PlanePort, rt: ClusterRuntime, dst: ClusterState, reason: str) -> Generator[simpy.Event, object, None]:
+    try:
+        plane.set_cluster_state(rt, dst, reason)
+    except UnavailableError:
+        # The transition is made in memory; its record goes once the store answers.
+        yield from _persisted(plane, rt, lambda: plane.store.save_cluster(rt.rec))
+        rt.logs.append(plane.now(), f"cluster {dst.value}: {reason}")
 
 
 def _set_step(rt: ClusterRuntime, k: int, step: JsonObject) -> None:

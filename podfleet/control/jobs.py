@@ -27,6 +27,7 @@ from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
+from podfleet.control.warm import Warmth
 from podfleet.control.workdir import code_root
 from podfleet.errors import (
     ConflictError,
@@ -69,11 +70,17 @@ class JobManager:
         self._recheck_due = False
         self._restoring = False
         table.on_end(self._held_may_move)
+        # A follower's parsed specs, for its takeover's reload (``control.warm``); None: none kept.
+        self.warmth: Warmth | None = None
 
     @property
     def hang_restarts(self) -> int:
         """Relaunches of a job whose ranks hang before it fails as its code's fault."""
         return self.plane.hang_restarts
+
+    def use_warmth(self, warmth: Warmth) -> None:
+        """A reload takes the specs ``warmth`` parsed while this server followed."""
+        self.warmth = warmth
 
     def use_recovery(self, recovery: RecoveryPort) -> None:
         """Chip faults of running twin jobs go to ``recovery`` first (composition root)."""
@@ -474,10 +481,13 @@ class JobManager:
             if not page:
                 break
             after = page[-1].id
+            steps = store.latest_checkpoint_steps([rec.id for rec in page])
             self._restoring = True
             try:
-                for rec in page:
-                    self._restore(Job.from_record(rec))
+                with self.table.views_deferred():
+                    for rec in page:
+                        spec = self.warmth.spec_for(rec.id, rec.spec) if self.warmth is not None else None
+                        self._restore(Job.from_record(rec, spec), steps.get(rec.id))
             finally:
                 self._restoring = False
         if self.holds.held:
@@ -488,12 +498,11 @@ class JobManager:
         for rt in list(self.plane.clusters.values()):
             self.schedule(rt)
 
-    def _restore(self, job: Job) -> None:
+    def _restore(self, job: Job, checkpoint_step: int | None) -> None:
         rt = self.plane.clusters.get(job.cluster_id)
-        ckpt = self.plane.store.latest_checkpoint(job.id)
         self.table.add(job)
-        if ckpt is not None:
-            self.table.amend(job, checkpoint_step=ckpt.step)
+        if checkpoint_step is not None:
+            self.table.amend(job, checkpoint_step=checkpoint_step)
         self.holds.note(job.id, job.spec)
         if job.ended:
             self.table.close_log(job)

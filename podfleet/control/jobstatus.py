@@ -180,6 +180,7 @@ class Job:
                          self.created_at, self.updated_at)
 
     @classmethod
-    def from_record(cls, rec: JobRecord) -> Job:
-        return cls(rec.id, rec.cluster_id, JobState(rec.state), JobSpec.from_dict(rec.spec), JobStatus.from_dict(rec.status),
-                   rec.created_at, rec.updated_at)
+    def from_record(cls, rec: JobRecord, spec: JobSpec | None = None) -> Job:
+        """``spec``: the record's spec already parsed (a follower's warm-up, ``control.warm``)."""
+        return cls(rec.id, rec.cluster_id, JobState(rec.state), spec if spec is not None else JobSpec.from_dict(rec.spec),
+                   JobStatus.from_dict(rec.status), rec.created_at, rec.updated_at)

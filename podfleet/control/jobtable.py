@@ -24,6 +24,7 @@ A job's status is the typed ``JobStatus`` (``control.jobstatus``); the store kee
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 from typing import Any, Final, Literal
 
@@ -60,6 +61,8 @@ class JobTable:
         self._waiting: dict[str, dict[str, None]] = {}  # cluster id -> PENDING / RECOVERING job ids
         self._on_end: list[Callable[[Job], None]] = []
         self._on_checkpoint: list[Callable[[Job, int], None]] = []
+        # Inside ``views_deferred``: the ids whose view is to be rendered when it ends.
+        self._deferred: set[str] | None = None
 
     # --- listeners (declared at composition) -----------------------------------------------
     def on_end(self, fn: Callable[[Job], None]) -> None:
@@ -257,7 +260,28 @@ class JobTable:
 
     def refresh(self, job: Job) -> None:
         """Re-render the job's view after a memory-only change."""
+        if self._deferred is not None:
+            self._deferred.add(job.id)
+            return
         self._views[job.id] = self.view_of(job)
+
+    @contextmanager
+    def views_deferred(self) -> Iterator[None]:
+        """Render each view changed inside once, when the block ends. A reload (a restart,
+        a new leader's takeover) adds, amends and moves every job before anything reads
+        them: rendered at each of those steps, 800 jobs took a third of the reload."""
+        if self._deferred is not None:
+            yield  # nested: the outer block renders
+            return
+        self._deferred = set()
+        try:
+            yield
+        finally:
+            dirty, self._deferred = self._deferred, None
+            for job_id in sorted(dirty):
+                job = self._jobs.get(job_id)
+                if job is not None:
+                    self._views[job_id] = self.view_of(job)
 
     def refresh_scheduling(self, job: Job) -> None:
         """Re-render only the ``scheduling`` part of the job's view, after a change to
@@ -265,7 +289,7 @@ class JobTable:
         rest of the view is the last one's (every other change re-rendered it already).
         A new view object all the same: views are replaced, never mutated."""
         view = self._views.get(job.id)
-        if view is None:
+        if view is None or self._deferred is not None:
             self.refresh(job)
             return
         self._views[job.id] = {**view, "scheduling": job.status.scheduling.to_dict()}

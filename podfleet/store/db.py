@@ -258,6 +258,21 @@ class Store(AuditLog, UserStore):
         with self._reading() as s:
             return [convert.job_record(r) for r in s.execute(q).scalars()]
 
+    def job_ids(self) -> list[str]:
+        """Every job's id (no other column): what a follower scans for jobs it has not seen."""
+        with self._reading() as s:
+            return [str(i) for i in s.execute(select(JobRow.id).order_by(JobRow.id)).scalars()]
+
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The stored specs of ``job_ids`` (unknown ids left out), a few hundred per query."""
+        out: dict[str, dict[str, Any]] = {}
+        ids = list(job_ids)
+        for lo in range(0, len(ids), 500):
+            q = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids[lo:lo + 500]))
+            with self._reading() as s:
+                out.update({str(i): dict(spec) for i, spec in s.execute(q)})
+        return out
+
     # ---- chip health -----------------------------------------------------------------
     def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None:
         if not records:
@@ -286,6 +301,17 @@ class Store(AuditLog, UserStore):
         with self._reading() as s:
             row = s.execute(q).scalars().first()
             return convert.checkpoint_record(row) if row else None
+
+    def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """Each job's newest checkpoint step (jobs without one left out), in one query: a
+        reload asks this for a page of jobs at a time instead of once per job (800 round
+        trips were two thirds of a new leader's reload)."""
+        if not job_ids:
+            return {}
+        q = (select(CheckpointRow.job_id, func.max(CheckpointRow.step))
+             .where(CheckpointRow.job_id.in_(list(job_ids))).group_by(CheckpointRow.job_id))
+        with self._reading() as s:
+            return {str(job): int(step) for job, step in s.execute(q)}
 
     def list_checkpoints(self, job_id: str) -> list[CheckpointRecord]:
         q = select(CheckpointRow).where(CheckpointRow.job_id == job_id)

@@ -41,6 +41,9 @@ class LeaseState:
     url: str
     term: int
     expires_at: float
+    # Seconds the lease had left when read, by the database's clock (the reader's own clock
+    # may differ from it, but a duration does not depend on whose clock measured it).
+    remaining_s: float = 0.0
 
 
 Clock = Callable[[Connection], float]
@@ -64,7 +67,11 @@ class Lease:
     def read(self) -> LeaseState | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(table_of(LeaderLeaseRow)).where(LeaderLeaseRow.name == self.name)).first()
-        return LeaseState(row.holder, row.url, int(row.term), float(row.expires_at)) if row else None
+            now = self.clock(conn) if row else 0.0
+        if row is None:
+            return None
+        return LeaseState(row.holder, row.url, int(row.term), float(row.expires_at),
+                          max(0.0, float(row.expires_at) - now))
 
     def acquire(self, holder: str, url: str) -> int | None:
         """Take the lease if it is free or expired: the new term; None while another holds it.
@@ -90,6 +97,22 @@ class Lease:
             conn.execute(update(table_of(LeaderLeaseRow)).where(LeaderLeaseRow.name == self.name).values(
                 holder=holder, url=url, term=term, expires_at=now + self.ttl_s))
             return term
+
+    def reclaim(self, holder: str, term: int) -> int | None:
+        """After one's own ``term`` lapsed with nobody taking over (the database was out of
+        reach): a new term if the row still names ``term`` and ``holder``, else None. The
+        holder's memory is then exactly what the store holds (no other term wrote), so it
+        leads on without a reload; any other term in between ends it."""
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}"))
+            row = self._locked(conn)
+            if row is None or row.holder != holder or int(row.term) != term:
+                return None
+            now = self.clock(conn)
+            conn.execute(update(table_of(LeaderLeaseRow)).where(LeaderLeaseRow.name == self.name).values(
+                term=term + 1, expires_at=now + self.ttl_s))
+            return term + 1
 
     def renew(self, holder: str, term: int) -> bool:
         """Extend one's own unexpired term by ``ttl_s``; False once it is not one's own (or

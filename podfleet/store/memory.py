@@ -257,6 +257,14 @@ class MemoryStore(AuditKeyring):
     def delete_priority_class(self, name: str) -> bool:
         return self._delete("_priority_classes", name)
 
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {j: copy.deepcopy(self._jobs[j].spec) for j in job_ids if j in self._jobs}
+
     # --- checkpoints ---------------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:
         with self._lock:
@@ -267,6 +275,10 @@ class MemoryStore(AuditKeyring):
         with self._lock:
             cps = self._checkpoints.get(job_id)
             return copy.deepcopy(max(cps, key=lambda c: c.step)) if cps else None
+
+    def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]:
+        with self._lock:
+            return {j: max(c.step for c in self._checkpoints[j]) for j in job_ids if self._checkpoints.get(j)}
 
     # --- idempotency ---------------------------------------------------------------------
     def get_idempotent(self, operation: str, client_token: str) -> str | None:

@@ -46,6 +46,8 @@ class StoreProtocol(Protocol):
     def save_job(self, rec: JobRecord) -> None: ...  # upsert by id
     def get_job(self, job_id: str) -> JobRecord | None: ...
     def list_jobs(self, *, cluster_id: str | None = None, states: Sequence[str] | None = None, after: str | None = None, limit: int = 100) -> list[JobRecord]: ...
+    def job_ids(self) -> list[str]: ...  # every job's id, in id order
+    def job_specs(self, job_ids: Sequence[str]) -> dict[str, dict[str, Any]]: ...  # id -> stored spec
 
     # chip health (one row per cluster chip)
     def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None: ...
@@ -78,6 +80,7 @@ class StoreProtocol(Protocol):
     # checkpoints
     def add_checkpoint(self, rec: CheckpointRecord) -> None: ...
     def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None: ...
+    def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]: ...  # job -> newest step
 
     # idempotency: a retried Create/Submit with the same clientToken returns the same resource
     def get_idempotent(self, operation: str, client_token: str) -> str | None: ...  # -> resource id

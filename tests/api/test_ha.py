@@ -3,8 +3,9 @@
 PostgreSQL (a schema of its own per test): a leader and a follower; the follower forwards
 the API; a leader paused with SIGSTOP is taken over, and after SIGCONT it ends itself
 instead of writing (its term is fenced); both verify one audit chain (one key directory).
-The store cut off by a TCP proxy: reads still answer, writes answer 503 with Retry-After,
-``/readyz`` says not ready while ``/healthz`` stays up, and writes work again after.
+The store cut off by a TCP proxy for longer than the lease: reads still answer from memory,
+writes answer 503 with Retry-After, ``/readyz`` says not ready while ``/healthz`` stays up,
+and after it the server leads on under a new term and the write goes through.
 SQLite: a second server on the same file is refused in one line.
 """
 
@@ -137,8 +138,9 @@ def test_a_store_outage_answers_503_for_writes_and_reads_from_memory(pg_schema: 
     pg = make_url(PG_URL)
     proxy = CuttableProxy(pg.port or 5432, pg.host or "127.0.0.1")
     port = free_port()
+    env = {**_env(tmp_path), "PODFLEET_LEASE_TTL_S": "2"}  # a short lease: the outage outlasts it soon
     server = spawn_url_server(_url(pg_schema, proxy.port), port, TOKEN, "--default-cluster", "pod-0",
-                              env=_env(tmp_path), log=tmp_path / "s.log")
+                              env=env, log=tmp_path / "s.log")
     base = f"http://127.0.0.1:{port}"
     try:
         _wait(lambda: role_of(port) == "leader", what="the server leads")
@@ -152,6 +154,14 @@ def test_a_store_outage_answers_503_for_writes_and_reads_from_memory(pg_schema: 
         write = _submit(port, "during", "o-2")
         assert write.status_code == 503, write.text
         assert write.headers.get("retry-after") and write.json()["code"] in ("unavailable", "not-leader")
+        # Longer than the lease: the leader's term lapses (suspended, no longer "leader"), and
+        # it still answers reads from memory and refuses writes with 503, never exits.
+        _wait(lambda: httpx.get(f"{base}/healthz", timeout=10).json()["role"] == "follower", 30, "suspension")
+        reads = httpx.get(f"{base}/v1/jobs", headers=AUTH, timeout=30)
+        assert reads.status_code == 200 and any(j["name"] == "before" for j in reads.json()["jobs"])
+        write = _submit(port, "during", "o-2")
+        assert write.status_code == 503 and write.headers.get("retry-after"), write.text
+        assert server.poll() is None
         proxy.restore()
         # Back: the same request (same clientToken) goes through; nothing was half-applied.
         # The lease may have lapsed meanwhile: the server then restarts as a follower
@@ -170,12 +180,14 @@ def test_a_store_outage_answers_503_for_writes_and_reads_from_memory(pg_schema: 
             if server.poll() is not None:
                 assert server.returncode == LOST_LEADERSHIP_EXIT, (tmp_path / "s.log").read_text()[-2000:]
                 # As systemd's Restart=always would: it comes back as a follower, then leads.
-                server = spawn_url_server(_url(pg_schema, proxy.port), port, TOKEN, env=_env(tmp_path),
+                server = spawn_url_server(_url(pg_schema, proxy.port), port, TOKEN, env=env,
                                           log=tmp_path / "s.log", wait=False)
             assert time.monotonic() < deadline, "writes did not come back after the outage"
             time.sleep(0.5)
         names = [j["name"] for j in httpx.get(f"{base}/v1/jobs", headers=AUTH, timeout=30).json()["jobs"]]
         assert names.count("during") == 1 and names.count("before") == 1
+        # Nobody took over meanwhile: it leads on under a new term, its memory kept.
+        assert role_of(port) == "leader" and "leader again with term" in (tmp_path / "s.log").read_text()
     finally:
         if server.poll() is None:
             stop_server(server)

@@ -22,9 +22,15 @@ class Following:
     term: int | None = None
     leader: str | None = None
 
+    suspended: bool = False  # its own term lapsed in a store outage
+
     @property
     def role(self) -> Role:
         return Role.FOLLOWER
+
+    @property
+    def serves_reads(self) -> bool:
+        return self.suspended
 
     def leader_url(self) -> str | None:
         return self.leader
@@ -58,6 +64,19 @@ def test_an_unreachable_leader_is_503_and_the_servers_own_pages_stay_local() -> 
     r = _get(gate, "/v1/clusters")
     assert r.status_code == 503 and "does not answer" in r.json()["detail"]
     assert _get(gate, "/healthz").text == "answered here"
+
+
+def test_a_leader_suspended_by_a_store_outage_answers_reads_itself_and_refuses_writes() -> None:
+    gate = LeaderGate(here, Following(suspended=True))
+
+    async def go() -> tuple[httpx.Response, httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gate), base_url="http://t") as c:
+            return await c.get("/v1/jobs"), await c.post("/v1/clusters/pod/jobs", json={})
+
+    read, write = asyncio.run(go())
+    assert read.text == "answered here"
+    assert write.status_code == 503 and write.headers["retry-after"] == "1"
+    assert "out of reach" in write.json()["detail"]
 
 
 def test_the_sdk_retries_a_503_with_retry_after_and_gives_up_after_its_budget() -> None:

@@ -42,3 +42,27 @@ def test_refresh_scheduling_renders_what_refresh_renders() -> None:
     assert view is not before and before["scheduling"]["balance_degree"] == 0.9  # replaced, not mutated
     assert view == table.view_of(job) and list(view) == list(table.view_of(job))
     assert list(view["scheduling"]) == list(table.view_of(job)["scheduling"])
+
+
+def test_views_deferred_renders_each_changed_job_once_at_the_end() -> None:
+    # A reload's path: add, amend, transition several jobs, then read them.
+    table = JobTable(MemoryStore(), lambda: 100.0)
+    renders: list[str] = []
+    table.view_of = lambda job: renders.append(job.id) or JobTable.view_of(job)  # type: ignore[method-assign]
+    jobs = [Job(f"job-{i}", "cl-1", JobState.RUNNING, JobSpec("m", 2), JobStatus(Progress(step=i, steps=10)))
+            for i in range(3)]
+    with table.views_deferred():
+        for job in jobs:
+            table.add(job)
+            table.amend(job, checkpoint_step=job.status.progress.step)
+            table.transition(job, JobState.RECOVERING, "control plane restarted")
+        with table.views_deferred():  # nested: the outer block renders
+            table.refresh_scheduling(jobs[0])
+        assert renders == [] and table.views == {}
+    assert sorted(renders) == ["job-0", "job-1", "job-2"]
+    for job in jobs:
+        view = table.describe(job.id)
+        assert view == JobTable.view_of(job) and view["state"] == "RECOVERING"
+        assert view["checkpoint_step"] == job.status.progress.step
+    table.refresh(jobs[0])  # outside the block: rendered at once again
+    assert renders[-1] == "job-0"

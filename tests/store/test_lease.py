@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 from podfleet.errors import NotLeaderError
 from podfleet.store import Store
 from podfleet.store.election import Elector, Role
-from podfleet.store.lease import Fence, Lease
+from podfleet.store.lease import Fence, Lease, LeaseState
 from podfleet.store.records import ClusterRecord, ClusterStatus
 
 TTL_S = 4.0
@@ -49,6 +49,16 @@ class Flaky(Lease):
         if self.down:
             raise ConnectionError("database unreachable")
         return super().renew(holder, term)
+
+    def reclaim(self, holder: str, term: int) -> int | None:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        return super().reclaim(holder, term)
+
+    def read(self) -> LeaseState | None:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        return super().read()
 
 
 def _store(tmp_path: Path) -> Store:
@@ -143,4 +153,79 @@ def test_a_clean_stop_hands_the_lease_on_at_once(tmp_path: Path) -> None:
     a.stop()
     b.step()
     assert b.leads() and b.term == 2
+    store.close()
+
+
+def test_a_follower_times_its_next_round_for_the_lease_s_expiry(tmp_path: Path) -> None:
+    # A dead leader's lease lapses at its last renewal + ttl: the follower's next round
+    # comes then, not up to a whole round later.
+    clock = FakeClock()
+    store = _store(tmp_path)
+    lease = Lease(store.write_engine, ttl_s=TTL_S, clock=clock.db)
+    a = Elector(lease, "a", "http://a", monotonic=clock.mono)
+    b = Elector(lease, "b", "http://b", monotonic=clock.mono)
+    a.step()
+    assert a.next_round_s() == a.interval_s == TTL_S / 4  # the leader renews on its cadence
+    clock.t += 0.5
+    b.step()  # reads the lease with 3.5 s left
+    assert b.known is not None and b.known.remaining_s == pytest.approx(TTL_S - 0.5)
+    assert b.next_round_s() == b.interval_s
+    clock.t += 2.9  # 0.6 s left: sooner than the cadence
+    assert b.next_round_s() == pytest.approx(0.6 + 0.02)
+    b.last_error = "OperationalError: connection refused"  # a failed round: back to the cadence
+    assert b.next_round_s() == b.interval_s
+    b.last_error = None
+    clock.t += 0.62  # a is gone: b's round at the expiry takes over
+    b.step()
+    assert b.leads() and b.term == 2
+    c = Elector(lease, "c", "http://c", monotonic=clock.mono)
+    c.step()
+    assert not c.leads() and c.next_round_s() == pytest.approx(c.interval_s)
+    clock.t += 2.9
+    b.step()  # renewed: c, having read the old expiry, looks once more and then keeps its cadence
+    assert b.leads()
+    clock.t += 0.6
+    assert c.next_round_s() == pytest.approx(0.5 + 0.02)
+    clock.t += 0.52
+    c.step()
+    assert not c.leads() and c.next_round_s() == pytest.approx(c.interval_s)
+    store.close()
+
+
+def test_a_leader_cut_off_from_the_database_is_suspended_then_leads_on_or_ends(tmp_path: Path) -> None:
+    """A store outage longer than the lease: the leader stops leading but keeps serving reads
+    from memory; back, it reclaims the lease (nobody took over) under a new term, or its
+    term ends (somebody did)."""
+    clock = FakeClock()
+    store = _store(tmp_path)
+    lease = Flaky(store.write_engine, ttl_s=TTL_S, clock=clock.db)
+    lost: list[int] = []
+    elected: list[int] = []
+    a = Elector(lease, "a", "http://a", monotonic=clock.mono, on_lost=lambda t, _w: lost.append(t),
+                on_elected=elected.append)
+    a.step()
+    assert a.leads() and elected == [1]
+    lease.down = True
+    for _ in range(5):  # renewals fail, then the belief runs out
+        clock.t += 1.0
+        a.step()
+    assert not a.leads() and a.suspended == 1 and a.serves_reads and lost == []
+    lease.down = False
+    clock.t += 1.0
+    a.step()
+    assert a.leads() and a.term == 2 and elected == [1, 2] and a.suspended is None and lost == []
+    store.use_fence(Fence("a", 2))
+    store.save_cluster(ClusterRecord("cl-a", "a", "active", {}, ClusterStatus(), clock.t, clock.t))
+    # Again, and this time another server takes the lease before a hears back.
+    lease.down = True
+    for _ in range(5):
+        clock.t += 1.0
+        a.step()
+    assert a.suspended == 2
+    lease.down = False
+    b = Elector(lease, "b", "http://b", monotonic=clock.mono)
+    b.step()
+    assert b.leads() and b.term == 3
+    a.step()
+    assert lost == [2] and not a.leads() and not a.serves_reads and a.leader_url() == "http://b"
     store.close()

@@ -41,6 +41,30 @@ def test_reopen_is_idempotent_and_keeps_data(store_url: URL) -> None:
             assert s.verify_audit()[0]
 
 
+def test_the_packaged_head_is_read_without_alembic_and_a_store_at_it_is_not_migrated(
+        store_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from podfleet.store import migrate
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrate.MIGRATIONS_DIR))
+    assert migrate.package_head() == ScriptDirectory.from_config(cfg).get_current_head()
+    with Store(store_url) as s:
+        assert migrate.current_revision(s._writer) == migrate.package_head()
+    called: list[str] = []
+    monkeypatch.setattr("alembic.command.upgrade", lambda cfg, rev: called.append(rev))
+    with Store(store_url) as s:  # at head: Alembic is not run
+        assert s.schema_revision() == migrate.package_head()
+    assert called == []
+    with Store(store_url) as s, s._writer.begin() as conn:  # one revision behind: it is
+        conn.execute(text("UPDATE alembic_version SET version_num = '0007'"))
+    with Store(store_url):
+        pass
+    assert called == ["head"]
+
+
 def test_sqlite_is_configured_for_durability(tmp_path: Path) -> None:
     with open_store(str(tmp_path / "x.db")) as s, s._writer.connect() as conn:
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"

@@ -7,6 +7,7 @@ import pytest
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError
 from podfleet.security.tokens import generate_token, hash_token, new_token_id
 from podfleet.store import Store
+from podfleet.store.memory import MemoryStore
 from podfleet.store.records import CheckpointRecord, ChipHealthRecord, ClusterStatus, TokenRecord
 from tests.store.factories import cluster, job
 
@@ -115,6 +116,34 @@ def test_checkpoints_latest_by_step(store: Store) -> None:
         store.add_checkpoint(CheckpointRecord("ckpt-100", "job-000", 400, "/x", 1.0))
     with pytest.raises(NotFoundError):
         store.add_checkpoint(CheckpointRecord("ckpt-x", "job-nope", 1, "/x", 1.0))
+
+
+def test_latest_checkpoint_steps_of_many_jobs_in_one_call(store: Store) -> None:
+    # What a reload reads per page of jobs: each job's newest step, jobs without one left out.
+    store.save_cluster(cluster(0))
+    for i in range(3):
+        store.save_job(job(i))
+    for jid, step in (("job-000", 10), ("job-000", 30), ("job-000", 20), ("job-002", 5)):
+        store.add_checkpoint(CheckpointRecord(f"ckpt-{jid}-{step}", jid, step, f"/ckpt/{step}", 1000.0 + step))
+    steps = store.latest_checkpoint_steps(["job-000", "job-001", "job-002", "job-nope"])
+    assert steps == {"job-000": 30, "job-002": 5}
+    assert store.latest_checkpoint_steps([]) == {}
+    memory = MemoryStore()
+    memory.save_cluster(cluster(0))
+    memory.save_job(job(0))
+    memory.add_checkpoint(CheckpointRecord("c1", "job-000", 7, "/c", 1.0))
+    memory.add_checkpoint(CheckpointRecord("c2", "job-000", 3, "/c", 2.0))
+    assert memory.latest_checkpoint_steps(["job-000", "job-001"]) == {"job-000": 7}
+
+
+def test_job_ids_and_specs_for_a_followers_warm_up(store: Store) -> None:
+    store.save_cluster(cluster(0))
+    for i in (2, 0, 1):
+        store.save_job(job(i))
+    assert store.job_ids() == ["job-000", "job-001", "job-002"]
+    specs = store.job_specs(["job-002", "job-000", "job-nope"])
+    assert specs == {"job-002": job(2).spec, "job-000": job(0).spec}
+    assert store.job_specs([]) == {}
 
 
 def test_idempotency_keys_are_unique_per_operation(store: Store) -> None:
