@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from podfleet.errors import PodfleetError
-from podfleet.hardware.topology import FleetTopology, NetworkLevel
+from podfleet.hardware.topology import FleetTopology, GridTopology, NetworkLevel
 from podfleet.perf.layout import job_topology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import BlockIndex
@@ -198,40 +198,36 @@ def _sizes(idx: BlockIndex) -> frozenset[int]:
 def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology, *,
           first_fit: bool = False) -> tuple[Status, Placement | None]:
     """A placement across pods for ``job``, or Unschedulable with what is missing where."""
-    from podfleet.scheduler.plugins.topology_block import preferred_shape
-
     cl = fw.handle.cluster
     idx, per = cl.blocks, cl.chips_per_pod
-    _, shape_free, free_count = fw.summaries()
+    _, _, free_count = fw.summaries()
+    size_free, size_count = fw.size_summary()
     options = splits(job, per, len(cl.pods), block_sizes(fw))
     missing = ""
     for n, s in options:
-        sids = idx.shape_ids_for(s)
-        feasible: np.ndarray = np.asarray(shape_free[:, sids].any(axis=1))
-        for _attempt in range(3):  # a pod refused by a job filter drops out, and the rest is retried
+        col = idx.size_col[s]
+        # Fewer pods with a free block of this size than the split needs: no pod search.
+        if size_count[col] < n and missing:
+            continue
+        feasible: np.ndarray = size_free[:, col]
+        for _attempt in range(3):  # pods refused by a job filter drop out, and the rest is retried
             pick, cross = choose(job, topo, feasible, free_count, n, first_fit=first_fit)
             if pick is None:
                 break
-            ids, rows = idx.blocks_for(s)
-            grid = cl.pods[0].grid
-            pref = idx.shape_id[preferred_shape(grid, s, math.gcd(job.tp, s), job.comm)]
-            chosen: list[int] = []
-            refused = False
-            for p in pick.tolist():
-                status, pod_free = fw.job_free(state, job, p)
-                if not status.ok:
-                    return status, None
-                cand = np.flatnonzero(pod_free[ids])
-                if not len(cand):
-                    feasible = feasible.copy()
-                    feasible[p] = False
-                    refused = True
-                    break
-                # The job's preferred shape on every pod when it is free there.
-                same = cand[idx.block_shape[ids[cand]] == pref]
-                chosen.append(int((same if len(same) else cand)[0]))
-            if refused:
+            ids, rows, is_pref = _size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
+            # The chosen pods' free blocks of this size for this job, all pods in one call.
+            status, pod_free = fw.job_free_pods(state, job, pick)
+            if not status.ok:
+                return status, None
+            cand = pod_free[:, ids]  # [n, blocks of size s]
+            has = cand.any(axis=1)
+            if not has.all():
+                feasible = feasible.copy()
+                feasible[pick[~has]] = False
                 continue
+            # The job's preferred shape on every pod where it is free there, else the first free.
+            same = cand & is_pref
+            chosen = np.where(same.any(axis=1), same.argmax(axis=1), cand.argmax(axis=1))
             return st.SUCCESS, _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
         if not missing:  # the first (fewest pods) way to split says what is missing
             busy = int((~feasible & (free_count > 0)).sum())
@@ -240,15 +236,26 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
     return st.unschedulable(missing or "no way to split the gang across pods").by("fleet"), None
 
 
-def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: list[int],
+@functools.lru_cache(maxsize=256)
+def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int, comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(block ids, chips in ring order, is the job's preferred shape) of every ``s``-chip block."""
+    from podfleet.scheduler.plugins.topology_block import preferred_shape
+
+    ids, rows = idx.blocks_for(s)
+    is_pref = idx.block_shape[ids] == idx.shape_id[preferred_shape(grid, s, tp, comm)]
+    is_pref.setflags(write=False)
+    return ids, rows, is_pref
+
+
+def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
                ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> Placement:
     from podfleet.scheduler.cores import cores_per_chip
 
     cl = fw.handle.cluster
     idx, per = cl.blocks, cl.chips_per_pod
-    local = rows[np.asarray(chosen)]  # [pods, s] pod-local chips in ring order
+    local = rows[chosen]  # [pods, s] pod-local chips in ring order
     chips = tuple((local + pick[:, None] * per).ravel().tolist())
-    block_ids = tuple(int(ids[j]) for j in chosen)
+    block_ids = tuple(ids[chosen].tolist())
     shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
     pods = tuple(int(p) for p in pick.tolist())
     choice = FleetChoice(pods, tuple(topo.block_of(p) for p in pods), block_ids, s, cross)

@@ -430,11 +430,7 @@ class Scheduler:
     def _free_chips(self, rec: SchedulerJob) -> None:
         if rec.placement is None:
             return
-        for p in rec.placement.all_pods:
-            pod = self.cluster.pods[p]
-            mine = pod.owner == rec.slot
-            pod.owner[mine] = FREE
-            self.cluster.touch(pod)
+        self.cluster.release(rec.slot, rec.placement.all_pods)
         rec.placement = None
 
     def report_checkpoint(self, job_id: str, step: int) -> None:
