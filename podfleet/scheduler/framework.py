@@ -115,6 +115,7 @@ class Framework:
         self._free_count = np.zeros(n_pods, dtype=np.int64)
         self._size_free = np.zeros((n_pods, len(idx.sizes)), dtype=bool)
         self._size_count = np.zeros(len(idx.sizes), dtype=np.int64)  # pods with a free block of each size
+        self._with_free = 0  # pods with a usable chip free
         # Summaries by usable-chip pattern (pods of <= 64 chips): a fleet's pods are mostly
         # wholly free or wholly held, so most refreshed pods repeat a pattern already seen.
         self._patterns: dict[int, int] = {}  # pattern -> its row in the two tables below
@@ -164,7 +165,9 @@ class Framework:
             free, shape_free = self._by_pattern(idx.pack(mask))
         self._free[pods] = free
         self._shape_free[pods] = shape_free
-        self._free_count[pods] = mask.sum(axis=1)
+        count = mask.sum(axis=1)
+        self._with_free += int((count > 0).sum()) - int((self._free_count[pods] > 0).sum())
+        self._free_count[pods] = count
         size_free = idx.size_free(shape_free)
         self._size_count += size_free.sum(axis=0) - self._size_free[pods].sum(axis=0)
         self._size_free[pods] = size_free
@@ -228,6 +231,11 @@ class Framework:
         ``blocks.sizes``, up to date (read only)."""
         self.refresh()
         return self._size_free, self._size_count
+
+    def pods_with_free(self) -> int:
+        """How many pods have a usable chip free (kept as pods change, not counted)."""
+        self.refresh()
+        return self._with_free
 
     def summaries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(free blocks [pod, block], free shapes [pod, shape], usable free chips [pod]),
