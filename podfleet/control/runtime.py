@@ -86,6 +86,7 @@ class ClusterRuntime(ClusterRecordOwner):
         self.settled_key: tuple[Any, ...] | None = None
         # The link states last folded into the scheduler, with its pods' link versions then.
         self.synced_links: tuple[int, list[Any]] | None = None
+        self.synced_health: tuple[list[ChipState], tuple[int, ...], np.ndarray] | None = None
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0), planner)
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
