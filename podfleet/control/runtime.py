@@ -200,7 +200,7 @@ class ClusterRuntime(ClusterRecordOwner):
             "draining": self.modes.chips_in(ChipMode.DRAINING),
             "spec": self.spec.to_dict(),
             "deployment": self.deployment,
-            "jobs_running": len(set(self.owners.values())),
+            "jobs_running": self.owners.job_count(),
             "scheduler": self.sched_metrics,
             "reason": rec.status.reason,
             "created_at": rfc3339(rec.created_at),
