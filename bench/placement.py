@@ -16,6 +16,7 @@ shared machine wall-clock latency measures the other tenants as much as this cod
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -140,8 +141,8 @@ def fleet_gangs(rounds: int, seed: int = 0, *, first_fit: bool = False) -> dict[
                 used += len(d.placement.chips)
                 pods = d.placement.all_pods
                 if len(pods) > 1:
-                    blocks = np.asarray(d.placement.blocks)
-                    shares.append(float((blocks != np.roll(blocks, 1)).sum()) / len(pods))
+                    b = d.placement.blocks  # ring edges across a spine, the closing edge included
+                    shares.append((sum(x != y for x, y in itertools.pairwise(b)) + (b[0] != b[-1])) / len(pods))
 
     while used < 0.85 * topo.n_chips and i < 4000:
         submit()

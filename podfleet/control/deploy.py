@@ -18,6 +18,7 @@ from podfleet.control.ports import PlanePort
 from podfleet.control.runtime import DEPLOY_STEPS, ClusterRuntime
 from podfleet.errors import UnavailableError
 from podfleet.fabric.base import ChipState, ResumableRuns
+from podfleet.hardware.topology import FleetTopology
 from podfleet.wire import JsonObject
 
 _TICKS_PER_STEP = 5
@@ -27,13 +28,16 @@ SAVE_RETRY_S = 1.0
 def step_durations_s(rt: ClusterRuntime) -> dict[str, float]:
     """Twin timings: scale with what each step touches (chips, links, mounts). A fabric of
     worker processes has its slots already (its workers start per job): its steps only
-    check them."""
+    check them. A fleet's pods are separate UltraServers, each initialising its own chips
+    and NeuronLinks on its own hosts: they deploy side by side, so a step takes what one
+    pod's takes (these per-chip and per-link times are the twin's assumptions)."""
     if not isinstance(rt.fabric, ResumableRuns):
         return dict.fromkeys(DEPLOY_STEPS, 0.1)
-    n = rt.topology.n_chips
+    topo = rt.topology
+    pod = topo.group if isinstance(topo, FleetTopology) else topo
     return {
-        "chip-initialisation": 0.5 + 0.02 * n,
-        "interconnect-configuration": 0.3 + 0.003 * len(rt.topology.links),
+        "chip-initialisation": 0.5 + 0.02 * pod.n_chips,
+        "interconnect-configuration": 0.3 + 0.003 * len(pod.links),
         "storage-mounts": 0.2 + 0.3 * rt.spec.storage_nodes,
         "self-test": 1.0,
     }

@@ -28,6 +28,14 @@ class ChipOwners(Mapping[int, str]):
     def __len__(self) -> int:
         return len(self._by_chip)
 
+    def job_count(self) -> int:
+        """How many jobs hold chips (one C-level pass, not a Mapping walk)."""
+        return len(set(self._by_chip.values()))
+
+    def copy(self) -> dict[int, str]:
+        """chip -> job as of now (a plain dict the caller may keep)."""
+        return dict(self._by_chip)
+
     def chips_of(self, job_id: str) -> list[int]:
         return sorted(c for c, j in list(self._by_chip.items()) if j == job_id)
 

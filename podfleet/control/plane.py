@@ -571,12 +571,12 @@ class ControlPlane:
     def hardware_page(self, ref: str, flt: ChipFilter, limit: int, next_token: str | None) -> JsonObject:
         """A page of the snapshot's chips matching ``flt`` (``control.hardwareviews``)."""
         rt = self.resolve(ref)
-        return hardwareviews.page(rt.hardware, rt.topology, flt, limit, next_token)
+        return hardwareviews.page(rt.snapshot, rt.topology, flt, limit, next_token)
 
     def hardware_summary(self, ref: str) -> bytes:
         """Per-pod and per-block counts of the snapshot, computed once per rendered snapshot."""
         rt = self.resolve(ref)
-        snap = rt.hardware
+        snap = rt.snapshot
         hit = self._summaries.get(rt.id)
         if hit is None or hit[0] is not snap:
             hit = (snap, json.dumps(hardwareviews.summaries(snap, rt.topology), separators=(",", ":")).encode())

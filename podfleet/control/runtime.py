@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from podfleet.control.chipmodes import ChipMode, ChipModes, shown_mode
+from podfleet.control.chipmodes import ChipMode, ChipModes
 from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
@@ -25,6 +25,7 @@ from podfleet.control.scheduling import (
     queue_waits,
     scheduler_metrics,
 )
+from podfleet.control.snapshot import EMPTY, HardwareSnapshot, link_index, metric_column
 from podfleet.control.specs import ClusterSpec
 from podfleet.errors import NotFoundError
 from podfleet.fabric.base import ChipState, Fabric, WorkerPlacement
@@ -85,6 +86,7 @@ class ClusterRuntime(ClusterRecordOwner):
         self.settled_key: tuple[Any, ...] | None = None
         # The link states last folded into the scheduler, with its pods' link versions then.
         self.synced_links: tuple[int, list[Any]] | None = None
+        self.synced_health: tuple[list[ChipState], tuple[int, ...], np.ndarray] | None = None
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0), planner)
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
@@ -118,7 +120,9 @@ class ClusterRuntime(ClusterRecordOwner):
              "bw_gbps": round(lk.bw_bytes_per_s / 1e9, 3)}
             for lk in topology.links
         ]
-        self.hardware: JsonObject = {}
+        self._link_src, self._link_by_src = link_index(self._links)
+        self.snapshot: HardwareSnapshot = EMPTY
+        self._owners_at = -1  # the owners' version the snapshot's copy was taken at
         # Encodings of ``hardware``, made on first read after each render (a fleet's
         # snapshot is read a page or a summary at a time; most ticks nobody wants it whole).
         self._encoded: tuple[object, bytes, bytes] | None = None
@@ -196,7 +200,7 @@ class ClusterRuntime(ClusterRecordOwner):
             "draining": self.modes.chips_in(ChipMode.DRAINING),
             "spec": self.spec.to_dict(),
             "deployment": self.deployment,
-            "jobs_running": len(set(self.owners.values())),
+            "jobs_running": self.owners.job_count(),
             "scheduler": self.sched_metrics,
             "reason": rec.status.reason,
             "created_at": rfc3339(rec.created_at),
@@ -263,56 +267,49 @@ class ClusterRuntime(ClusterRecordOwner):
         if t is not None:
             self.rendered_at = t
         fab = self.fabric
-        states = [str(s) for s in fab.chip_states()]
-        metrics = {k: _tolist(v) for k, v in fab.chip_metrics().items()}
-        link_states = [str(s) for s in fab.link_states()]
-        link_metrics = {k: _tolist(v) for k, v in fab.link_metrics().items() if k not in _LINK_SKIP}
-        chip_health = health.chip_health() if health is not None else None
-        link_health = health.link_health() if health is not None else None
         if self._placement is None:  # asked once: a runtime protocol's isinstance is not free
             self._placement = (fab,) if isinstance(fab, WorkerPlacement) else ()
         hosts: Sequence[str] = ()
         workers: Mapping[int, Mapping[str, Any]] = {}
         if self._placement:
             hosts, workers = self._placement[0].chip_hosts(), self._placement[0].chip_workers()
-        chips = []
-        for i in range(self.topology.n_chips):
-            chips.append({
-                "index": i,
-                "coords": self._coords[i],
-                "state": states[i],
-                "spare": bool(self.spare_mask[i]),
-                "mode": shown_mode(self.modes.mode(i), states[i]),
-                "health": chip_health[i] if chip_health else None,
-                "job": self.owners.get(i),
-                "metrics": {k: v[i] for k, v in metrics.items()},
-            })
-            if self._placement:  # where the chip and its rank's worker live (real fabrics)
-                chips[-1]["host"] = hosts[i] if i < len(hosts) else ""
-                chips[-1]["worker"] = dict(workers[i]) if i in workers else None
-        links = [
-            {**lk, "state": link_states[j] if j < len(link_states) else "up",
-             "health": link_health[j] if link_health and j < len(link_health) else None,
-             "metrics": {k: v[j] for k, v in link_metrics.items() if j < len(v)}}
-            for j, lk in enumerate(self._links)
-        ]
-        data = {
-            "cluster_id": self.rec.id,
-            "name": self.rec.name,
-            "state": self.rec.state,
-            "type": self.spec.type,
-            "dims": list(self.topology.dims),
-            "time": rfc3339(now),
-            "chips": chips,
-            "links": links,
-        }
-        self.hardware = data
+        # Columns as of now; chip and link objects are built from them when read
+        # (``control.snapshot``): a fleet is read a page or a summary at a time.
+        self.snapshot = HardwareSnapshot(
+            head={"cluster_id": self.rec.id, "name": self.rec.name, "state": self.rec.state,
+                  "type": self.spec.type, "dims": list(self.topology.dims), "time": rfc3339(now)},
+            coords=self._coords,
+            states=[str(s) for s in fab.chip_states()],
+            spare=self.spare_mask.copy(),
+            modes={c: self.modes[c] for c in self.modes},
+            owners=self._owners_copy(),
+            metrics={k: metric_column(v) for k, v in fab.chip_metrics().items()},
+            chip_health=health.chip_health() if health is not None else None,
+            link_defs=self._links, link_src=self._link_src, link_by_src=self._link_by_src,
+            link_states=list(fab.link_states()),
+            link_metrics={k: metric_column(v) for k, v in fab.link_metrics().items() if k not in _LINK_SKIP},
+            link_health=health.link_health() if health is not None else None,
+            hosts=hosts, workers=workers, placed=bool(self._placement),
+        )
+
+    def _owners_copy(self) -> Mapping[int, str]:
+        # Kept while nobody's chips changed: the last snapshot's copy is still right.
+        prev = self.snapshot.owners
+        if self._owners_at == self.owners.version and self.snapshot is not EMPTY:
+            return prev
+        self._owners_at = self.owners.version
+        return self.owners.copy()
+
+    @property
+    def hardware(self) -> JsonObject:
+        """The whole snapshot as a dict (built once per render, on first use)."""
+        return self.snapshot.as_dict()
 
     def _encode(self) -> tuple[object, bytes, bytes]:
-        snap = self.hardware  # replaced whole by each render: a reader keeps the one it took
+        snap = self.snapshot  # replaced whole by each render: a reader keeps the one it took
         enc = self._encoded
         if enc is None or enc[0] is not snap:
-            raw = json.dumps(snap or {}, separators=(",", ":")).encode()
+            raw = json.dumps(snap.as_dict(), separators=(",", ":")).encode()
             # Compressed once per snapshot too: most clients accept gzip, and 6x fewer bytes
             # per response is less work for both ends of every read.
             enc = (snap, raw, gzip.compress(raw, compresslevel=5, mtime=0))
@@ -330,21 +327,11 @@ class ClusterRuntime(ClusterRecordOwner):
 
     def chip_json(self, chip: int) -> bytes:
         """One chip of the snapshot as JSON."""
-        return json.dumps(self.hardware.get("chips", [])[chip], separators=(",", ":")).encode()
+        snap = self.snapshot
+        if not 0 <= chip < snap.n_chips:
+            raise IndexError(chip)
+        return json.dumps(snap.chip(chip), separators=(",", ":")).encode()
 
 
 # Link metrics that are already fields of the link (or static) are not repeated per tick.
 _LINK_SKIP = frozenset({"src", "dst", "state", "nominal_bandwidth_bytes_per_s", "latency_s"})
-
-
-def _tolist(arr: np.ndarray) -> list[object]:
-    a = np.asarray(arr)
-    if a.dtype.kind == "f":
-        # float64 first: a rounded float32 still prints 17 digits.
-        a = np.round(a.astype(np.float64), 3)
-        finite = np.isfinite(a)
-        if not finite.all():  # JSON has no NaN/inf: send null
-            a = a.astype(object)
-            a[~finite] = None
-    out: list[object] = a.tolist()
-    return out

@@ -41,6 +41,8 @@ class SyncTarget(Protocol):
 
     # The link states last folded into the scheduler, with its pods' link versions then.
     synced_links: tuple[int, list[Any]] | None
+    # The chip states and modes last folded, with the healthy mask made of them.
+    synced_health: tuple[list[ChipState], tuple[int, ...], np.ndarray] | None
 
     @property
     def scheduler(self) -> Scheduler: ...
@@ -159,17 +161,27 @@ def sync(rt: SyncTarget) -> None:
     sched: Scheduler = rt.scheduler
     cl = sched.cluster
     states = rt.chip_states()
-    # A cordoned or draining chip is out of service for placement, whatever the fabric
-    # says of it (``control.chips``).
-    for c in rt.modes:
-        if states[c] is ChipState.HEALTHY:
-            states[c] = ChipState.ISOLATED
-    healthy = np.fromiter(map(ChipState.HEALTHY.__eq__, states), dtype=bool, count=len(states))
+    moded = tuple(rt.modes)
+    last = rt.synced_health
+    if last is not None and last[1] == moded and last[0] == states:
+        healthy = last[2]  # nothing moved since the last fold (one C-level list compare)
+    else:
+        seen = list(states)
+        # A cordoned or draining chip is out of service for placement, whatever the fabric
+        # says of it (``control.chips``).
+        for c in moded:
+            if states[c] is ChipState.HEALTHY:
+                states[c] = ChipState.ISOLATED
+        healthy = np.fromiter(map(ChipState.HEALTHY.__eq__, states), dtype=bool, count=len(states))
+        rt.synced_health = (seen, moded, healthy)
     per = cl.chips_per_pod
     # Compared over all pods at once (a fleet has 1,024), then set chip by chip where it differs.
-    held = np.concatenate([pod.healthy for pod in cl.pods]) if len(cl.pods) > 1 else cl.pods[0].healthy
+    held = cl.arrays.healthy.reshape(-1)
     for chip in np.flatnonzero(held != healthy).tolist():
-        sched.set_chip_state(chip, states[chip])
+        state = states[chip]
+        if state is ChipState.HEALTHY and chip in moded:  # as folded above (a kept fold)
+            state = ChipState.ISOLATED
+        sched.set_chip_state(chip, state)
     links = rt.fabric.link_states()
     if cl.links_per_pod and len(links) == cl.links_per_pod * len(cl.pods):
         # Folded only when the fabric's links or the scheduler's moved since the last fold
@@ -190,7 +202,7 @@ def sync(rt: SyncTarget) -> None:
         r = sched.jobs.get(job_id)
         if r is not None and r.phase in _HOLDING and not rt.spare_mask[chip]:
             want[chip] = r.slot
-    owners = np.concatenate([pod.owner for pod in cl.pods]) if len(cl.pods) > 1 else cl.pods[0].owner
+    owners = cl.arrays.owner.reshape(-1)
     for i in np.flatnonzero((owners != want).reshape(len(cl.pods), per).any(axis=1)).tolist():
         pod = cl.pods[i]
         pod.owner[:] = want[pod.index * per:(pod.index + 1) * per]
@@ -219,8 +231,19 @@ def scheduler_metrics(sched: Scheduler, spares: Sequence[int], util: np.ndarray 
     m["queue_wait_p95_s"] = round(float(m["queue_wait_p95_s"]), 3)
     for p in m["pods"]:
         p["utilization"] = round(float(p["utilization"]), 4)
+    if len(m["pods"]) > LISTED_PODS:
+        # A fleet's pods are counted per pod and per block by DescribeClusterHardware
+        # (summary=true); listed here they were 150 KB of every DescribeCluster and
+        # ListClusters answer for 1,024 pods.
+        m["pod_count"] = len(m["pods"])
+        m["pods_whole_free"] = sum(1 for p in m["pods"] if p["utilization"] == 0.0 and not p["unhealthy"])
+        m["pods"] = []
+        m["pods_in"] = "DescribeClusterHardware summary=true"
     m["spares"] = list(spares)
     return m
+
+
+LISTED_PODS = 64  # DescribeCluster lists the pods of a cluster of at most this many
 
 
 def record_wait(r: SchedulerJob, now: float) -> float:

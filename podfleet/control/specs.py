@@ -109,6 +109,12 @@ class ClusterSpec:
         return {"ray_address": self.ray_address, "neuron_ls": self.neuron_ls, "neuron_monitor": self.neuron_monitor}
 
     def to_dict(self) -> JsonObject:
+        """A fresh dict each call, copied from one rendering kept with the (frozen) spec:
+        every DescribeCluster and ListClusters answer holds it."""
+        return copy.deepcopy(self._rendered)
+
+    @functools.cached_property
+    def _rendered(self) -> JsonObject:
         d = asdict(self)
         d["dims"] = list(self.dims) if self.dims else None
         d["spare_chips"] = list(self.spare_chips) if self.spare_chips is not None else None

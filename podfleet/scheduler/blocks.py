@@ -155,6 +155,11 @@ class BlockIndex:
         self.shape_starts = np.array([s.start for s in self.shapes])
         self.shape_size = np.array([math.prod(s.shape) for s in self.shapes])
         # Blocks are sorted by size descending, so the first free block is the largest.
+        # Shapes of one size are contiguous too: the sizes (descending) and where each starts.
+        sizes, first = np.unique(-self.shape_size, return_index=True)
+        self.sizes: tuple[int, ...] = tuple(int(-v) for v in sizes)
+        self.size_starts = first
+        self.size_col = {size: i for i, size in enumerate(self.sizes)}
 
     def _snake_chips(self, shape: tuple[int, ...], offsets: np.ndarray) -> np.ndarray:
         local = ring_walk(self.topology, shape)
@@ -224,6 +229,10 @@ class BlockIndex:
     def shape_free(self, free: np.ndarray) -> np.ndarray:
         """bool [..., n_shapes]: any free block of each shape (``free`` is [..., n_blocks])."""
         return np.logical_or.reduceat(free, self.shape_starts, axis=-1)
+
+    def size_free(self, shape_free: np.ndarray) -> np.ndarray:
+        """bool [..., len(sizes)]: any free block of each size (``shape_free`` is [..., n_shapes])."""
+        return np.logical_or.reduceat(shape_free, self.size_starts, axis=-1)
 
     def largest_free(self, free: np.ndarray) -> int:
         hit = np.flatnonzero(free)

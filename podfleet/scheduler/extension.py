@@ -148,6 +148,20 @@ class FilterPlugin(Protocol):
 
 
 @runtime_checkable
+class PodsFilterPlugin(Protocol):
+    """A Filter that also answers for many pods in one call: bool [len(pods), chips per
+    pod], from the cluster's fleet-wide ``ChipArrays``. The framework asks this where it
+    has many pods at once (refreshing the pods a gang across pods changed, checking the
+    pods chosen for one) and ``filter`` elsewhere; both must agree."""
+
+    name: str
+    job_dependent: bool
+
+    def filter_pods(self, state: CycleState, job: JobRequest | None, view: SchedulerView,
+                    pods: np.ndarray) -> tuple[Status, np.ndarray]: ...
+
+
+@runtime_checkable
 class PostFilterPlugin(Protocol):
     name: str
 

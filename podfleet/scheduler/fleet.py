@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from podfleet.errors import PodfleetError
-from podfleet.hardware.topology import FleetTopology, NetworkLevel
+from podfleet.hardware.topology import FleetTopology, GridTopology, NetworkLevel
 from podfleet.perf.layout import job_topology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import BlockIndex
@@ -123,15 +123,10 @@ def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_coun
         return pick, _crossings(blocks)
     blk = pods // k
     per_block = np.bincount(blk, minlength=topo.n_blocks)
-    # Within a block: fullest pods first (best fit), ties by index.
-    order = np.lexsort((pods, free_count[pods], blk))
-    pods, blk = pods[order], blk[order]
-    starts = np.concatenate(([0], np.cumsum(per_block)))
     enough = np.flatnonzero(per_block >= n)
     if len(enough):
         b = int(enough[np.argmin(per_block[enough])])  # best-fit block
-        pick = pods[starts[b]:starts[b] + n]
-        return np.sort(pick), 0
+        return _fullest(pods[blk == b], free_count, n), 0
     if job.topology_required == "block":
         return None, -1
     # Fewest blocks: the blocks with the most feasible pods first.
@@ -141,34 +136,38 @@ def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_coun
         if left <= 0 or per_block[b] == 0:
             break
         take = min(left, int(per_block[b]))
-        chosen.append(np.sort(pods[starts[b]:starts[b] + take]))
+        chosen.append(_fullest(pods[blk == b], free_count, take))
         left -= take
     pick = np.concatenate(chosen)
     return pick, _crossings(pick // k)
+
+
+def _fullest(pods: np.ndarray, free_count: np.ndarray, take: int) -> np.ndarray:
+    """The ``take`` fullest of ``pods`` (one block's, by index), ties by index, in index order."""
+    order = np.argsort(free_count[pods], kind="stable")
+    return np.sort(pods[order[:take]])
 
 
 def _crossings(blocks: np.ndarray) -> int:
     """Spine crossings of a ring over pods in this order (closing edge included)."""
     if len(blocks) < 2:
         return 0
-    return int((blocks != np.roll(blocks, 1)).sum())
+    return int((blocks[1:] != blocks[:-1]).sum()) + int(blocks[0] != blocks[-1])
 
 
 def pending_reason(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.ndarray,
-                   pods_busy: int, pods_full: int) -> str:
-    """What is missing at which level: pods with a free block, and the best block."""
-    have = int(feasible.sum())
-    k = topo.pods_per_block
-    per_block = np.bincount(np.flatnonzero(feasible) // k, minlength=topo.n_blocks)
-    best = int(np.argmax(per_block)) if len(per_block) else 0
+                   pods_busy: int, pods_full: int, have: int | None = None) -> str:
+    """What is missing at which level: pods with a free block, and the best block.
+    ``have``: how many pods are feasible, when the caller already counted them."""
     what = "whole pods" if s == topo.group.n_chips else f"pods with a free {s}-chip block"
-    level = "block" if job.topology_required == "block" else "fleet"
     parts = [f"needs {n} {what}"]
-    if level == "block":
+    if job.topology_required == "block":
+        per_block = np.bincount(np.flatnonzero(feasible) // topo.pods_per_block, minlength=topo.n_blocks)
+        best = int(np.argmax(per_block)) if len(per_block) else 0
         parts.append(f"in one network block (topology_required block): best block {best} has "
                      f"{int(per_block[best]) if len(per_block) else 0} of its {len(topo.block_pods(best))} pods free")
     else:
-        parts.append(f"the fleet has {have} free")
+        parts.append(f"the fleet has {int(feasible.sum()) if have is None else have} free")
     tail = []
     if pods_busy:
         tail.append(f"{pods_busy} pods without a free {s}-chip block")
@@ -180,8 +179,9 @@ def pending_reason(job: JobRequest, topo: FleetTopology, n: int, s: int, feasibl
 def describe_choice(c: FleetChoice, shape: tuple[int, ...]) -> str:
     blocks = sorted(set(c.blocks))
     where = f"block {blocks[0]}" if len(blocks) == 1 else f"blocks {', '.join(map(str, blocks))}"
-    pods = f"{c.pods[0]}-{c.pods[-1]}" if list(c.pods) == list(range(c.pods[0], c.pods[-1] + 1)) else \
-        ", ".join(map(str, c.pods))
+    # Pods are distinct and in rank order: a run of consecutive pods when the ends say so.
+    run = c.pods[-1] - c.pods[0] + 1 == len(c.pods) and all(b > a for a, b in zip(c.pods, c.pods[1:], strict=False))
+    pods = f"{c.pods[0]}-{c.pods[-1]}" if run else ", ".join(map(str, c.pods))
     return (f"{len(c.pods)} pods ({pods}) in {where}, a {fmt_shape(shape)} block on each; "
             f"{c.crossings} spine crossings")
 
@@ -198,60 +198,74 @@ def _sizes(idx: BlockIndex) -> frozenset[int]:
 def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology, *,
           first_fit: bool = False) -> tuple[Status, Placement | None]:
     """A placement across pods for ``job``, or Unschedulable with what is missing where."""
-    from podfleet.scheduler.plugins.topology_block import preferred_shape
-
     cl = fw.handle.cluster
     idx, per = cl.blocks, cl.chips_per_pod
-    _, shape_free, free_count = fw.summaries()
+    _, _, free_count = fw.summaries()
+    size_free, size_count = fw.size_summary()
     options = splits(job, per, len(cl.pods), block_sizes(fw))
     missing = ""
     for n, s in options:
-        sids = idx.shape_ids_for(s)
-        feasible: np.ndarray = np.asarray(shape_free[:, sids].any(axis=1))
-        for _attempt in range(3):  # a pod refused by a job filter drops out, and the rest is retried
+        col = idx.size_col[s]
+        feasible: np.ndarray = size_free[:, col]
+        # Fewer pods with a free block of this size than the split needs: no pod search
+        # (only the first way to split says what is missing).
+        if size_count[col] < n:
+            if not missing:
+                missing = _missing(job, topo, n, s, feasible, int(size_count[col]), fw.pods_with_free())
+            continue
+        for _attempt in range(3):  # pods refused by a job filter drop out, and the rest is retried
             pick, cross = choose(job, topo, feasible, free_count, n, first_fit=first_fit)
             if pick is None:
                 break
-            ids, rows = idx.blocks_for(s)
-            grid = cl.pods[0].grid
-            pref = idx.shape_id[preferred_shape(grid, s, math.gcd(job.tp, s), job.comm)]
-            chosen: list[int] = []
-            refused = False
-            for p in pick.tolist():
-                status, pod_free = fw.job_free(state, job, p)
-                if not status.ok:
-                    return status, None
-                cand = np.flatnonzero(pod_free[ids])
-                if not len(cand):
-                    feasible = feasible.copy()
-                    feasible[p] = False
-                    refused = True
-                    break
-                # The job's preferred shape on every pod when it is free there.
-                same = cand[idx.block_shape[ids[cand]] == pref]
-                chosen.append(int((same if len(same) else cand)[0]))
-            if refused:
+            ids, rows, is_pref = _size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
+            # The chosen pods' free blocks of this size for this job, all pods in one call.
+            status, pod_free = fw.job_free_pods(state, job, pick)
+            if not status.ok:
+                return status, None
+            cand = pod_free[:, ids]  # [n, blocks of size s]
+            has = cand.any(axis=1)
+            if not has.all():
+                feasible = feasible.copy()
+                feasible[pick[~has]] = False
                 continue
+            # The job's preferred shape on every pod where it is free there, else the first free.
+            same = cand & is_pref
+            chosen = np.where(same.any(axis=1), same.argmax(axis=1), cand.argmax(axis=1))
             return st.SUCCESS, _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
         if not missing:  # the first (fewest pods) way to split says what is missing
-            busy = int((~feasible & (free_count > 0)).sum())
-            full = int((free_count == 0).sum())
-            missing = pending_reason(job, topo, n, s, feasible, busy, full)
+            missing = _missing(job, topo, n, s, np.asarray(feasible), int(feasible.sum()), fw.pods_with_free())
     return st.unschedulable(missing or "no way to split the gang across pods").by("fleet"), None
 
 
-def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: list[int],
+def _missing(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.ndarray,
+             have: int, with_free: int) -> str:
+    # A pod with a free block of size s has a usable chip free: busy = with some free - feasible.
+    return pending_reason(job, topo, n, s, feasible, with_free - have, topo.count - with_free, have)
+
+
+@functools.lru_cache(maxsize=256)
+def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int, comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(block ids, chips in ring order, is the job's preferred shape) of every ``s``-chip block."""
+    from podfleet.scheduler.plugins.topology_block import preferred_shape
+
+    ids, rows = idx.blocks_for(s)
+    is_pref = idx.block_shape[ids] == idx.shape_id[preferred_shape(grid, s, tp, comm)]
+    is_pref.setflags(write=False)
+    return ids, rows, is_pref
+
+
+def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
                ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> Placement:
     from podfleet.scheduler.cores import cores_per_chip
 
     cl = fw.handle.cluster
     idx, per = cl.blocks, cl.chips_per_pod
-    local = rows[np.asarray(chosen)]  # [pods, s] pod-local chips in ring order
+    local = rows[chosen]  # [pods, s] pod-local chips in ring order
     chips = tuple((local + pick[:, None] * per).ravel().tolist())
-    block_ids = tuple(int(ids[j]) for j in chosen)
+    block_ids = tuple(ids[chosen].tolist())
     shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
-    pods = tuple(int(p) for p in pick.tolist())
-    choice = FleetChoice(pods, tuple(topo.block_of(p) for p in pods), block_ids, s, cross)
+    pods = tuple(pick.tolist())
+    choice = FleetChoice(pods, tuple((pick // topo.pods_per_block).tolist()), block_ids, s, cross)
     plan = fleet_plan(fw, job, topo, len(pods), shape, cross)
     return Placement(
         job_id=job.job_id, pod=pods[0], chips=chips,

@@ -27,6 +27,7 @@ from podfleet.scheduler.extension import (
     Handle,
     PermitPlugin,
     Plugin,
+    PodsFilterPlugin,
     PostFilterPlugin,
     PreFilterPlugin,
     ReclaimPlugin,
@@ -112,8 +113,18 @@ class Framework:
         self._free = np.zeros((n_pods, idx.n_blocks), dtype=bool)
         self._shape_free = np.zeros((n_pods, len(idx.shapes)), dtype=bool)
         self._free_count = np.zeros(n_pods, dtype=np.int64)
+        self._size_free = np.zeros((n_pods, len(idx.sizes)), dtype=bool)
+        self._size_count = np.zeros(len(idx.sizes), dtype=np.int64)  # pods with a free block of each size
+        self._with_free = 0  # pods with a usable chip free
+        # Summaries by usable-chip pattern (pods of <= 64 chips): a fleet's pods are mostly
+        # wholly free or wholly held, so most refreshed pods repeat a pattern already seen.
+        self._patterns: dict[int, int] = {}  # pattern -> its row in the two tables below
+        self._pattern_free = np.zeros((0, idx.n_blocks), dtype=bool)
+        self._pattern_shapes = np.zeros((0, len(idx.shapes)), dtype=bool)
         self._job_filters = [f for f in self.filters if f.job_dependent]
         self._static_filters = [f for f in self.filters if not f.job_dependent]
+        # Which filters answer for many pods in one call (asked once, by the Protocol they declare).
+        self._batch: dict[int, PodsFilterPlugin] = {id(f): f for f in self.filters if isinstance(f, PodsFilterPlugin)}
 
     def _add(self, plugin: Plugin) -> None:
         """File ``plugin`` under every extension point whose Protocol it implements
@@ -129,18 +140,69 @@ class Framework:
             return
         pods = np.fromiter(sorted(cl.dirty), dtype=np.int64)
         cl.dirty.clear()
-        for p in pods:
-            pod = cl.pods[p]
-            mask = pod.free_mask()
-            for f in self._static_filters:
-                s, m = f.filter({}, None, pod)
-                if s.code is not Code.SKIP:
-                    mask &= m
-            self._usable[p] = mask
-        free = cl.blocks.free_many(self._usable[pods])
+        # Every changed pod at once: a gang across pods changes tens of them per bind.
+        _, mask, _ = self._filter_pods(self._static_filters, {}, None, pods, cl.arrays.free(pods))
+        self._usable[pods] = mask
+        idx = cl.blocks
+        if idx.bits is None:
+            free = idx.free_many(mask)
+            shape_free = idx.shape_free(free)
+        else:
+            free, shape_free = self._by_pattern(idx.pack(mask))
         self._free[pods] = free
-        self._shape_free[pods] = cl.blocks.shape_free(free)
-        self._free_count[pods] = self._usable[pods].sum(axis=1)
+        self._shape_free[pods] = shape_free
+        count = mask.sum(axis=1)
+        self._with_free += int((count > 0).sum()) - int((self._free_count[pods] > 0).sum())
+        self._free_count[pods] = count
+        size_free = idx.size_free(shape_free)
+        self._size_count += size_free.sum(axis=0) - self._size_free[pods].sum(axis=0)
+        self._size_free[pods] = size_free
+
+    def _by_pattern(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(free blocks, free shapes) per row of usable-chip bit patterns, each new pattern
+        computed once (one AND over the index for all of them) and remembered."""
+        idx = self.handle.cluster.blocks
+        keys = patterns.tolist()
+        new = sorted({k for k in keys if k not in self._patterns})
+        if new:
+            if len(self._patterns) + len(new) > 4096:  # bounded: forget and start over
+                self._patterns.clear()
+                self._pattern_free, self._pattern_shapes = self._pattern_free[:0], self._pattern_shapes[:0]
+            usable = (np.asarray(new, dtype=np.uint64)[:, None] >> np.arange(idx.n_chips, dtype=np.uint64)) & 1
+            free = idx.free_many(usable.astype(bool))
+            base = len(self._pattern_free)
+            self._pattern_free = np.concatenate([self._pattern_free, free])
+            self._pattern_shapes = np.concatenate([self._pattern_shapes, idx.shape_free(free)])
+            self._patterns.update((k, base + i) for i, k in enumerate(new))
+        rows = np.fromiter((self._patterns[k] for k in keys), dtype=np.int64, count=len(keys))
+        return self._pattern_free[rows], self._pattern_shapes[rows]
+
+    def _filter_pods(self, filters: Sequence[FilterPlugin], state: CycleState, job: JobRequest | None,
+                     pods: np.ndarray, mask: np.ndarray) -> tuple[Status, np.ndarray, bool]:
+        """``mask`` [len(pods), chips] narrowed by ``filters``, and whether any narrowed it;
+        the first refusal is returned as its status (with the mask so far). Filters that
+        answer for many pods are asked once, the others pod by pod."""
+        cl = self.handle.cluster
+        narrowed = False
+        for f in filters:
+            batch = self._batch.get(id(f))
+            if batch is not None:
+                s, m = batch.filter_pods(state, job, cl, pods)
+                if s.code is Code.SKIP:
+                    continue
+                if s.code is not Code.SUCCESS:
+                    return s.by(f.name), mask, narrowed
+                mask, narrowed = mask & m, True
+                continue
+            for i, p in enumerate(pods.tolist()):
+                s, m = f.filter(state, job, cl.pods[p])
+                if s.code is Code.SKIP:
+                    continue
+                if s.code is not Code.SUCCESS:
+                    return s.by(f.name), mask, narrowed
+                mask[i] &= m
+                narrowed = True
+        return st.SUCCESS, mask, narrowed
 
     def largest_free_shape(self, pod: int) -> tuple[int, ...] | None:
         self.refresh()
@@ -149,6 +211,17 @@ class Framework:
     def free_counts(self) -> np.ndarray:
         self.refresh()
         return self._free_count
+
+    def size_summary(self) -> tuple[np.ndarray, np.ndarray]:
+        """(free sizes [pod, size], pods with a free block of each size [size]), sizes as
+        ``blocks.sizes``, up to date (read only)."""
+        self.refresh()
+        return self._size_free, self._size_count
+
+    def pods_with_free(self) -> int:
+        """How many pods have a usable chip free (kept as pods change, not counted)."""
+        self.refresh()
+        return self._with_free
 
     def summaries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(free blocks [pod, block], free shapes [pod, shape], usable free chips [pod]),
@@ -176,6 +249,16 @@ class Framework:
                 return s.by(f.name), None
             mask, narrowed = mask & m, True
         return st.SUCCESS, (mask if narrowed else None)
+
+    def job_free_pods(self, state: CycleState, job: JobRequest, pods: np.ndarray) -> tuple[Status, np.ndarray]:
+        """``job_free`` for many pods at once: free blocks [len(pods), n_blocks]."""
+        self.refresh()
+        if not self._job_filters:
+            return st.SUCCESS, self._free[pods]
+        s, mask, narrowed = self._filter_pods(self._job_filters, state, job, pods, self._usable[pods])
+        if not s.ok or not narrowed:
+            return s, self._free[pods]
+        return st.SUCCESS, self.handle.cluster.blocks.free_many(mask)
 
     # --- one cycle ---------------------------------------------------------------------
     def admit(self, state: CycleState, job: JobRequest) -> Status:

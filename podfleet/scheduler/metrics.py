@@ -59,11 +59,12 @@ def pod_metrics(sched: Scheduler) -> list[dict[str, Any]]:
     pods = sched.cluster.pods
     if not pods:
         return []
-    spare = np.stack([p.spare for p in pods])
+    arrays = sched.cluster.arrays  # [pods, chips]: every pod's rows at once
+    spare = arrays.spare
     n_spare = spare.sum(axis=1).tolist()
     non_spare = (spare.shape[1] - spare.sum(axis=1)).tolist()
-    held = (np.stack([p.owner for p in pods]) >= 0).sum(axis=1).tolist()
-    unhealthy = (~np.stack([p.healthy for p in pods])).sum(axis=1).tolist()
+    held = (arrays.owner >= 0).sum(axis=1).tolist()
+    unhealthy = (~arrays.healthy).sum(axis=1).tolist()
     cache = _largest.get(fw)
     if cache is None or len(cache) != len(pods):
         cache = _largest[fw] = [(-1, None, 0)] * len(pods)

@@ -82,6 +82,7 @@ class Scheduler:
         self._ever_sizes = np.zeros((len(self.cluster.pods), self.cluster.chips_per_pod + 1), dtype=bool)
         for size in np.unique(sizes):
             self._ever_sizes[:, int(size)] = ever[:, sizes == size].any(axis=1)
+        self._fleet_checks: dict[tuple[int, int | None, str | None], Status | None] = {}
         self.spares = chips
         return chips
 
@@ -140,8 +141,12 @@ class Scheduler:
         """Could this job ever run here? ``UnschedulableAndUnresolvable`` with the reason if not."""
         if self.across_pods(job):
             assert isinstance(self.topology, FleetTopology)  # across_pods says so
-            why = fleet.unresolvable(job, self.topology, self.cluster.chips_per_pod,
-                                     fleet.block_sizes(self.framework), self._ever_sizes)
+            # The answer depends on the ask and the spares only: asked once per kind of gang.
+            key = (job.chips, job.pods, job.topology_required)
+            if key not in self._fleet_checks:
+                self._fleet_checks[key] = fleet.unresolvable(job, self.topology, self.cluster.chips_per_pod,
+                                                             fleet.block_sizes(self.framework), self._ever_sizes)
+            why = self._fleet_checks[key]
             if why is not None:
                 return why.by("fleet")
             quota = self.quotas.get(job.team)
@@ -430,11 +435,7 @@ class Scheduler:
     def _free_chips(self, rec: SchedulerJob) -> None:
         if rec.placement is None:
             return
-        for p in rec.placement.all_pods:
-            pod = self.cluster.pods[p]
-            mine = pod.owner == rec.slot
-            pod.owner[mine] = FREE
-            self.cluster.touch(pod)
+        self.cluster.release(rec.slot, rec.placement.all_pods)
         rec.placement = None
 
     def report_checkpoint(self, job_id: str, step: int) -> None:

@@ -34,21 +34,43 @@ def pod_grid(group: Topology) -> GridTopology:
     return custom_grid([group.n_chips], chip_type, wrap=False, name=f"{group.name}-line")
 
 
+class ChipArrays:
+    """The chip arrays of every pod of a cluster, [pods, chips per pod]: a pod's arrays
+    are rows of these (views), so a fleet-wide question (which chips of these 64 pods
+    are free?) is one numpy expression rather than a loop over pods."""
+
+    def __init__(self, pods: int, n: int, hbm_bytes: int) -> None:
+        self.owner = np.full((pods, n), FREE, dtype=np.int64)
+        self.nominated = np.full((pods, n), FREE, dtype=np.int64)
+        self.spare = np.zeros((pods, n), dtype=bool)
+        self.healthy = np.ones((pods, n), dtype=bool)
+        self.hbm_bytes = np.full((pods, n), hbm_bytes, dtype=np.int64)
+
+    def free(self, pods: np.ndarray) -> np.ndarray:
+        """bool [len(pods), n]: chips neither held nor nominated."""
+        free: np.ndarray = (self.owner[pods] == FREE) & (self.nominated[pods] == FREE)
+        return free
+
+
 class PodState:
-    def __init__(self, index: int, grid: GridTopology, blocks: BlockIndex, *, uniform_hops: bool = False) -> None:
+    def __init__(self, index: int, grid: GridTopology, blocks: BlockIndex, *, uniform_hops: bool = False,
+                 arrays: ChipArrays | None = None) -> None:
         n = grid.n_chips
         self.index = index
         self.grid = grid
         self.blocks = blocks
         self.uniform_hops = uniform_hops  # switched: every pair one hop apart
         self.n_chips = n
-        self.owner = np.full(n, FREE, dtype=np.int64)
-        self.nominated = np.full(n, FREE, dtype=np.int64)
-        self.spare = np.zeros(n, dtype=bool)
-        self.chip_state = [ChipState.HEALTHY] * n
-        self.healthy = np.ones(n, dtype=bool)
         spec = get_chip(grid.chip_type)
-        self.hbm_bytes = np.full(n, spec.hbm_bytes, dtype=np.int64)
+        row = index if arrays is not None else 0
+        arrays = arrays or ChipArrays(1, n, spec.hbm_bytes)
+        # Rows of the cluster's arrays: written in place only (never rebound), so both views agree.
+        self.owner = arrays.owner[row]
+        self.nominated = arrays.nominated[row]
+        self.spare = arrays.spare[row]
+        self.chip_state = [ChipState.HEALTHY] * n
+        self.healthy = arrays.healthy[row]
+        self.hbm_bytes = arrays.hbm_bytes[row]
         self.temperature_c = np.full(n, AMBIENT_C)
         self.power_w = np.zeros(n)
         self.forecast_power_w = np.zeros(n)  # predicted demand of the jobs on each chip
@@ -80,8 +102,9 @@ class SchedulerView:
         grid = pod_grid(group)
         self.blocks = block_index(grid)
         self.chips_per_pod = grid.n_chips
+        self.arrays = ChipArrays(count, grid.n_chips, get_chip(grid.chip_type).hbm_bytes)
         self.pods = [
-            PodState(p, grid, self.blocks, uniform_hops=not isinstance(group, GridTopology))
+            PodState(p, grid, self.blocks, uniform_hops=not isinstance(group, GridTopology), arrays=self.arrays)
             for p in range(count)
         ]
         self.dirty: set[int] = set(range(count))
@@ -109,6 +132,24 @@ class SchedulerView:
     def touch(self, pod: PodState) -> None:
         pod.version += 1
         self.dirty.add(pod.index)
+
+    def touch_pods(self, pods: Sequence[int]) -> None:
+        for p in pods:
+            self.pods[p].version += 1
+        self.dirty.update(pods)
+
+    def release(self, slot: int, pods: Sequence[int]) -> None:
+        """Free every chip ``slot`` holds on ``pods`` (one gather and scatter for a gang
+        across many pods); only the pods where it held a chip change."""
+        rows = np.asarray(pods, dtype=np.int64)
+        held = self.arrays.owner[rows]
+        mine = held == slot
+        hit = mine.any(axis=1)
+        if not hit.any():
+            return
+        held[mine] = FREE
+        self.arrays.owner[rows[hit]] = held[hit]
+        self.touch_pods(rows[hit].tolist())
 
     # --- operator / telemetry inputs ----------------------------------------------
     def set_spares(self, chips: tuple[int, ...]) -> None:

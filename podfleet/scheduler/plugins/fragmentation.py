@@ -38,7 +38,11 @@ class Fragmentation:
         free, pod_pos = cands.free, cands.pod_pos
         ones = idx.blocks_for(1)[0]
         free_after = free[:, ones].sum(axis=1)[pod_pos] - job.chips
-        largest = idx.largest_after_many(free, pod_pos, cands.block)
+        # A block that fills its pod scores 100 whatever is left: only the others look for it.
+        largest = np.zeros(len(cands), dtype=np.int64)
+        rest = free_after > 0
+        if rest.any():
+            largest[rest] = idx.largest_after_many(free, pod_pos[rest], cands.block[rest])
         pod_chips = cands.cluster.chips_per_pod
         contiguous = largest / np.maximum(free_after, 1)
         packed = 1.0 - free_after / pod_chips

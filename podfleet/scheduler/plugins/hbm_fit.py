@@ -47,5 +47,12 @@ class HbmFit:
         return st.SUCCESS, pod.hbm_bytes >= job.hbm_bytes_per_chip
 
 
+    def filter_pods(self, state: CycleState, job: JobRequest | None, view: SchedulerView,
+                    pods: np.ndarray) -> tuple[Status, np.ndarray]:
+        hbm = view.arrays.hbm_bytes[pods]
+        if job is None or job.hbm_bytes_per_chip == 0:
+            return st.SKIP, hbm >= 0
+        return st.SUCCESS, hbm >= job.hbm_bytes_per_chip
+
 def factory(handle: Handle, args: dict[str, Any]) -> HbmFit:
     return HbmFit(handle.cluster)

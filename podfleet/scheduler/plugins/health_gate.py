@@ -9,7 +9,7 @@ import numpy as np
 from podfleet.fabric.base import ChipState
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import CycleState, Handle
-from podfleet.scheduler.state import PodState
+from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest
 
@@ -28,6 +28,10 @@ class HealthGate:
     def filter(self, state: CycleState, job: JobRequest | None, pod: PodState) -> tuple[Status, np.ndarray]:
         return st.SUCCESS, pod.healthy.copy()
 
+
+    def filter_pods(self, state: CycleState, job: JobRequest | None, view: SchedulerView,
+                    pods: np.ndarray) -> tuple[Status, np.ndarray]:
+        return st.SUCCESS, view.arrays.healthy[pods]
 
 def factory(handle: Handle, args: dict[str, Any]) -> HealthGate:
     return HealthGate()

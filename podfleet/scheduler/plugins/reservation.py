@@ -32,33 +32,24 @@ class Reservation:
         cl = self.handle.cluster
         slot = self._slot(job)
         per = cl.chips_per_pod
-        # A gang across pods: its chips grouped by pod; all checked before any is taken.
-        chips_arr = np.asarray(placement.chips, dtype=np.int64)
-        pod_of = chips_arr // per
-        groups = [(cl.pods[p], chips_arr[pod_of == p] - p * per) for p in placement.all_pods] \
-            if placement.pods else [(cl.pods[placement.pod], np.asarray(placement.local_chips, dtype=np.int64))]
-        for pod, chips in groups:
-            held = pod.owner[chips]
-            if ((held != FREE) & (held != slot)).any():
-                return st.unschedulable(f"chips {placement.chips} are no longer free")
-            nominated = pod.nominated[chips]
-            if ((nominated != FREE) & (nominated != slot)).any():
-                return st.unschedulable("chips are nominated for another job")
-        for pod, chips in groups:
-            pod.owner[chips] = slot
-            pod.nominated[chips] = FREE
-            cl.touch(pod)
+        # Every chip by (pod, local chip) in one gather: a gang across pods is checked whole
+        # before any chip is taken.
+        chips_arr = np.fromiter(placement.chips, dtype=np.int64, count=len(placement.chips))
+        pod_of, local = np.divmod(chips_arr, per)
+        arrays = cl.arrays
+        held = arrays.owner[pod_of, local]
+        if ((held != FREE) & (held != slot)).any():
+            return st.unschedulable(f"chips {placement.chips} are no longer free")
+        nominated = arrays.nominated[pod_of, local]
+        if ((nominated != FREE) & (nominated != slot)).any():
+            return st.unschedulable("chips are nominated for another job")
+        arrays.owner[pod_of, local] = slot
+        arrays.nominated[pod_of, local] = FREE
+        cl.touch_pods(placement.all_pods)
         return st.SUCCESS
 
     def unreserve(self, state: CycleState, job: JobRequest, placement: Placement) -> None:
-        cl = self.handle.cluster
-        slot = self._slot(job)
-        for p in placement.all_pods:
-            pod = cl.pods[p]
-            mine = pod.owner == slot
-            if mine.any():
-                pod.owner[mine] = FREE
-                cl.touch(pod)
+        self.handle.cluster.release(self._slot(job), placement.all_pods)
 
 
 def factory(handle: Handle, args: dict[str, Any]) -> Reservation:
