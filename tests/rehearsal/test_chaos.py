@@ -108,3 +108,23 @@ def test_a_restart_mid_recovery_adopts_the_flow_it_was_cut_off_in(tmp_path: Path
     assert job.state.value == "RUNNING" and chip not in job.chips
     assert job.status.recovery is not None and job.status.recovery["state"] == "done"
     assert run.rt.chip_states()[chip] == ChipState.HEALTHY  # the firmware reset brought it back
+
+
+def test_a_slowdown_after_a_later_fault_on_the_job_is_the_later_faults(tmp_path: Path) -> None:
+    """A fault's slowdown is looked for until the next fault hits the same job: a slower
+    report seen after that is the later fault's (judged against its own rate before)."""
+    from podfleet.rehearsal.chaos import Fault
+
+    run = ChaosRun(0, faults=0, db_path=str(tmp_path / "c.db"), restarts=0)
+    run.setup()
+    job_id = run.resident[0]
+    run.advance(run.plane.tl.now + 300.0)  # a fresh progress report since the marks below
+    n = len(run.plane.table.find(job_id).chips)
+    # Rates before far above anything the job reports: any fresh report reads as slower.
+    first = Fault(0, "link-flap", 0.0, "link 0-1", 0, job_id, rate_before=1e12, chips_before=n, view_mark=-1)
+    later = Fault(1, "chip-failure", 1.0, "chip 0", None, job_id, rate_before=1e12, chips_before=n, view_mark=-1)
+    run.log = [first]
+    assert run._effect(first, rates=True) == "slowed"
+    run.log = [first, later]
+    assert run._effect(first, rates=True) is None
+    assert run._effect(later, rates=True) == "slowed"
