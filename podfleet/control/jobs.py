@@ -555,6 +555,10 @@ class JobManager:
             # they are still healthy (``schedule`` -> ``relaunch``).
             self.table.transition(job, JobState.RECOVERING, f"control plane restarted ({why}); resuming from "
                                                             f"checkpoint step {job.status.checkpoint_step}")
+        if job.state == JobState.RECOVERING and self.recovery is not None:
+            # A recovery flow the old plane was cut off in is this plane's to finish: its
+            # faulty chips go out of service before the job is placed again.
+            self.recovery.adopt_restored(rt, job.id)
         if job.state == JobState.RECOVERING and job.status.allocation:
             healthy = rt.chip_states()
             rt.owners.assign(job.id, [c for c in job.chips if healthy[c] == ChipState.HEALTHY and c not in rt.owners])

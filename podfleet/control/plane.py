@@ -634,9 +634,16 @@ class ControlPlane:
         self.jobs.restore_all()
 
     def _restore_health(self, rt: ClusterRuntime) -> None:
+        """What a restart keeps of the chips' health: failed chips isolated and degraded
+        chips degraded (a fresh twin would otherwise heal them all)."""
+        fab = rt.fabric
         for h in self.store.list_chip_health(rt.id):
-            if h.state in (ChipState.FAILED, ChipState.ISOLATED) and h.chip < rt.topology.n_chips:
-                rt.fabric.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
+            if h.chip >= rt.topology.n_chips:
+                continue
+            if h.state in (ChipState.FAILED, ChipState.ISOLATED):
+                fab.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
+            elif h.state == ChipState.DEGRADED and fab.chip_states()[h.chip] == ChipState.HEALTHY:
+                fab.set_chip_state(h.chip, ChipState.DEGRADED, "degraded before the restart")
 
     def _restore_cluster(self, rec: ClusterRecord) -> None:
         spec = ClusterSpec.parse(rec.spec)

@@ -23,7 +23,7 @@ from podfleet.recovery import costs
 from podfleet.recovery.chipsteps import ChipSteps
 from podfleet.recovery.context import RecoveryContext
 from podfleet.recovery.home import FOLLOW, REHOME, HomeFlows
-from podfleet.recovery.model import DEFAULT_STATE_BYTES_PER_RANK, Recovery, RecoveryState
+from podfleet.recovery.model import DEFAULT_STATE_BYTES_PER_RANK, Recovery, RecoveryState, Step
 from podfleet.recovery.spares import choose_spare, free_chips, group_of
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
@@ -62,6 +62,9 @@ class JobFlows:
         self._state_bytes: dict[tuple[str, int], float] = {}
         self._step_end: dict[str, simpy.Event] = {}  # job id -> fires when its next step ends
         self._proc_of: dict[str, simpy.Process] = {}  # recovery id -> its flow
+        # job id -> a flow a previous control plane was cut off in, adopted by this one
+        # while the job manager relaunches the job (``adopt_relaunch``).
+        self.relaunching: dict[str, Recovery] = {}
 
     # --- starting and ending flows ---------------------------------------------------------
     def start(self, rec: Recovery) -> None:
@@ -102,6 +105,56 @@ class JobFlows:
             # A chip of the job's pod may have come free while it recovered.
             job_id = rec.job_id
             ctx.tl.call_at(0, lambda: self.home.rehome_quietly(job_id))
+
+    # --- flows a previous control plane was cut off in ----------------------------------------
+    def adopt_relaunch(self, rec: Recovery) -> None:
+        """Finish a flow whose job the fabric no longer runs (the twin died with the old
+        plane): what the flow still had to do to its chips is done now (a faulty chip is
+        isolated, so the relaunch cannot land on it; a firmware fault gets its reset), and
+        the job's state comes from its checkpoint through the job manager's relaunch. The
+        flow ends when the fabric runs the job again (``relaunched``)."""
+        ctx = self.ctx
+        assert rec.job_id is not None
+        now = ctx.tl.now
+        if rec.detected_t is None:  # the fault is in the journal: known now, if not before
+            rec.detected_t = now
+        if rec.state == RecoveryState.WAITING:
+            rec.set_state(RecoveryState.RUNNING)
+        ctx.step(rec, "adopted", "control plane restarted and the fabric no longer runs the job: finishing the "
+                 "recovery from its journal; the job restarts from its checkpoint")
+        for chip, cause in rec.pending:
+            if cause in (REHOME, FOLLOW, "firmware-update") or ctx.chip_state(int(chip)) == ChipState.ISOLATED:
+                continue  # a planned move needs nothing of its chip; an isolated chip is done
+            ctx.step(rec, "isolate", f"chip {chip} {cause}: fence it out before the relaunch", chip=int(chip))
+            self.chips.isolate(int(chip), str(cause))
+        rec.pending.clear()
+        self.relaunching[rec.job_id] = rec
+
+    def relaunched(self, job_id: str) -> None:
+        """The fabric runs an adopted flow's job again (its ``job-started``): the flow
+        ends, restored from the checkpoint. The journal is closed without another step
+        shown as in progress (the job manager has handed the job back already)."""
+        rec = self.relaunching.pop(job_id, None)
+        if rec is None:
+            return
+        ctx = self.ctx
+        now = ctx.tl.now
+        run = ctx.fab.run_status(job_id)
+        if rec.steps and rec.steps[-1].t_end is None:
+            rec.steps[-1].t_end = now
+        step = run.checkpoint_step if run is not None else None
+        rec.steps.append(Step("restore", "relaunched from the latest checkpoint by the job manager", now, now,
+                              {"source": "checkpoint", "from_step": step}))
+        ctx.tl.emit("recovery-step", recovery=rec.id, job_id=job_id, step="restore", source="checkpoint")
+        rec.restored_from = "checkpoint"
+        ctx.close(rec, RecoveryState.DONE)
+
+    def abandon(self, job_id: str, reason: str) -> None:
+        """An adopted flow whose job ended before it ran again."""
+        rec = self.relaunching.pop(job_id, None)
+        if rec is not None:
+            self.ctx.step(rec, "failed", reason)
+            self.ctx.close(rec, RecoveryState.FAILED)
 
     # --- a fabric's steps ---------------------------------------------------------------------
     def step_ended(self, job_id: str) -> None:

@@ -31,7 +31,10 @@ state (perf's memory model) and the copy path's bandwidth (``recovery.costs``).
 
 A second failure in a job already recovering joins its flow (``pending``). Every step
 is idempotent against the fabric's state, so an orchestrator rebuilt from the journal
-after a control-plane restart (``adopt``) finishes what the old one started.
+after a control-plane restart finishes what the old one started: ``adopt`` where the
+fabric still runs the job (its workers outlived the plane), ``adopt_relaunch`` where it
+does not (the twin dies with its plane): the flow's chips are isolated and the job comes
+back from its checkpoint through the job manager's relaunch, which ends the flow.
 
 The fabric is any that declares ``RankMoves`` (``fabric.base``): the twin, whose moves
 take no time of their own (``ResumableRuns``: each step waits its modelled cost), or a
@@ -259,6 +262,28 @@ class RecoveryOrchestrator:
         self.ctx.step(rec, "adopted", "control plane restarted; finishing the recovery from its journal")
         self.jobs.start(rec)
         return rec
+
+    def adopt_relaunch(self, journal: JsonObject) -> Recovery:
+        """Continue a journaled recovery whose job this fabric no longer runs: its chips
+        are dealt with now, the job manager relaunches the job from its checkpoint, and the
+        flow ends at the job's ``job-started`` (``relaunched``)."""
+        rec = Recovery.from_dict(journal)
+        assert rec.job_id is not None
+        self.jobs.adopt_relaunch(rec)
+        return rec
+
+    def relaunched(self, job_id: str) -> None:
+        self.jobs.relaunched(job_id)
+
+    def relaunching(self, job_id: str) -> bool:
+        return job_id in self.jobs.relaunching
+
+    def relaunching_jobs(self) -> tuple[str, ...]:
+        """The jobs of adopted flows waiting for their relaunch."""
+        return tuple(self.jobs.relaunching)
+
+    def abandon(self, job_id: str, reason: str) -> None:
+        self.jobs.abandon(job_id, reason)
 
     # --- moves home ------------------------------------------------------------------------
     def away(self, job_id: str) -> list[int]:

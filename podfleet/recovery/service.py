@@ -222,8 +222,33 @@ class RecoveryService:
                     o.manage(job.id, policy_for(job.spec, len(run.chips)))
         return o
 
+    def adopt_restored(self, rt: ClusterRuntime, job_id: str) -> None:
+        """A job reloaded RECOVERING after a control-plane restart, with the journal of a
+        flow the previous plane did not finish: this plane's orchestrator adopts it (the
+        flow goes on where the fabric still runs the job, else it deals with the flow's
+        chips before the job manager relaunches the job from its checkpoint)."""
+        job = self.table.find(job_id)
+        journal = job.status.recovery if job is not None else None
+        if job is None or job.state != JobState.RECOVERING or not journal \
+                or journal.get("state") not in ("running", "waiting") or not journal.get("job_id"):
+            return
+        o = self.for_cluster(rt)
+        if o is None:
+            return
+        fab = rt.fabric
+        run = fab.run_status(job.id) if isinstance(fab, Introspection) else None
+        if run is not None and run.live:
+            o.adopt(journal, policy_for(job.spec, len(run.chips)))
+        else:
+            o.adopt_relaunch(journal)
+
     def on_event(self, rt: ClusterRuntime, ev: FabricEvent) -> bool:
         """Handle a fabric event; True when the orchestrator took the fault over."""
+        if ev.kind == "job-started" and ev.job_id is not None:
+            o = self.orch.get(rt.id)
+            if o is not None:
+                o.relaunched(ev.job_id)  # an adopted flow's job runs again: the flow ends
+            return False
         if ev.kind == "progress" and ev.job_id is not None:
             o = self.orch.get(rt.id)
             if o is not None:
@@ -330,11 +355,17 @@ class RecoveryService:
         self.close_stale()
 
     def close_stale(self) -> None:
-        """Journals left open by a previous control plane whose job runs again: closed."""
+        """Journals left open by a previous control plane whose job runs again: closed.
+        An adopted flow whose job ended before it ran again: failed."""
+        for o in list(self.orch.values()):
+            for job_id in o.relaunching_jobs():
+                adopted = self.table.find(job_id)
+                if adopted is None or adopted.ended:
+                    o.abandon(job_id, "the job ended before it ran again")
         for job in self.table:
             j = job.status.recovery
             if not j or job.state != JobState.RUNNING or j.get("state") not in ("running", "waiting") \
-                    or self.owns(job.id):
+                    or self.owns(job.id) or any(o.relaunching(job.id) for o in self.orch.values()):
                 continue
             journal = Recovery.from_dict(j)
             now = self.tl.now

@@ -14,7 +14,8 @@ Counting is strict:
   chips of a running job's block;
 * it is *interrupting* only if it then paused (the control plane or the twin has the job
   not running), slowed (a fresh progress report under 95% of the tokens/s per chip
-  before the fault) or stopped the job; a fault that touched a job and did none of
+  before the fault, seen before the next fault on the same job: a later slowdown is the
+  later fault's, judged against its own rate before) or stopped the job; a fault that touched a job and did none of
   these within ``SETTLE_S`` needed no recovery and is counted apart
   (``no_action_needed``);
 * every fault kind has the recovery flow it needs (``EXPECTED_FLOW``: a chip failure or
@@ -340,10 +341,17 @@ class ChaosRun:
             return "paused" if self._pause_is_ours(f) else None
         if not rates:
             return None
+        if self._later_fault_on_job(f):
+            # A slowdown first seen after another fault hit the same job is that fault's (it
+            # is judged on it, from its own rate before); this one showed none before it.
+            return None
         prog = self.plane.jobs.describe(f.job)["progress"]
         if int(prog.get("step") or 0) != f.view_mark and self._slow(f, float(prog.get("tokens_per_s") or 0.0), job):
             return "slowed"
         return None
+
+    def _later_fault_on_job(self, f: Fault) -> bool:
+        return any(g.job == f.job and g.i > f.i for g in self.log)
 
     def _pause_is_ours(self, f: Fault) -> bool:
         """Whether ``f`` explains its job's pause: the job's open recovery is for ``f``'s

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from podfleet.fabric.base import ChipState
 from podfleet.store import StoreProtocol, open_store
 from podfleet.store.memory import MemoryStore
 from tests.control.conftest import active_cluster, advance, make_plane
@@ -57,3 +58,19 @@ def test_restart_resumes_running_jobs_from_checkpoint(store: StoreProtocol) -> N
     assert p2.describe_cluster(deploying["id"])["state"] == "active"
     advance(p2, 3000)
     assert p2.jobs.describe(running["id"])["state"] == "SUCCEEDED"
+
+
+def test_a_restart_keeps_degraded_chips(store: StoreProtocol) -> None:
+    """A fresh twin heals everything: the store's chip health puts degraded chips back
+    (as it does failed ones), so a fenced chip is not counted as healthy after a restart."""
+    p1 = make_plane(store)
+    active_cluster(p1)
+    rt1 = p1.clusters[p1.names["pod"]]
+    rt1.fabric.set_chip_state(20, ChipState.DEGRADED, "test: a fenced HBM stack")
+    p1.inject_fault("pod", "chip-failure", chip=21, actor="t")
+    advance(p1, 1)
+    p2 = make_plane(store, seed=1)
+    p2.load()
+    chips = p2.clusters[p2.names["pod"]].chip_states()
+    assert chips[20] == ChipState.DEGRADED and chips[21] == ChipState.ISOLATED
+    assert sum(s != ChipState.HEALTHY for s in chips) == 2

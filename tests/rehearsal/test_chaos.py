@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from podfleet.control.jobs import JobManager
+from podfleet.fabric.base import ChipState
 from podfleet.recovery.orchestrator import RecoveryOrchestrator, cause_kind
 from podfleet.recovery.service import RecoveryService
-from podfleet.rehearsal.chaos import EXPECTED_FLOW, ChaosRun
+from podfleet.rehearsal.chaos import CLUSTER, EXPECTED_FLOW, ChaosRun
 from podfleet.store.db import Store
 from podfleet.store.records import JobRecord
 
@@ -79,3 +80,51 @@ def test_each_disabled_recovery_flow_is_reported_lost(tmp_path: Path, monkeypatc
     missed = [u for u in r["unrecovered"] if u.split(" at ")[0] in needing]
     assert missed, r
     assert r["recovered"] < r["interrupting_faults"]
+
+
+def test_a_restart_mid_recovery_adopts_the_flow_it_was_cut_off_in(tmp_path: Path) -> None:
+    """A firmware fault's chip-failure flow cut at ``detect`` by a restart 5 ms later: the
+    new plane adopts the journaled flow (the chip is isolated before the relaunch, the job
+    comes back from its checkpoint) instead of relaunching the job onto the faulty chip."""
+    run = ChaosRun(0, faults=0, db_path=str(tmp_path / "c.db"), restarts=0)
+    run.setup()
+    job_id = run.resident[0]
+    chip = run.rt.owners.chips_of(job_id)[3]
+    t0 = run.plane.tl.now
+    run.plane.inject_fault(CLUSTER, "firmware-fault", chip=chip, actor="test")
+    run.advance(t0 + 0.005)
+    cut = run.plane.table.find(job_id).status.recovery
+    assert cut is not None and cut["step"] == "detect" and cut["state"] == "running"
+    run.restart()
+    assert run.rt.chip_states()[chip] == ChipState.ISOLATED  # before any placement
+    run.advance(t0 + 120.0)
+    orch = run.parts.recovery.orchestrator(run.rt.id)
+    assert orch is not None
+    rec = next(r for r in orch.done if r.id == cut["id"])
+    names = [s.name for s in rec.steps]
+    assert rec.kind == "chip-failure" and rec.state.value == "done" and rec.restored_from == "checkpoint", names
+    assert names[:3] == ["detect", "adopted", "isolate"] and names[-1] == "restore"
+    job = run.plane.table.find(job_id)
+    assert job.state.value == "RUNNING" and chip not in job.chips
+    assert job.status.recovery is not None and job.status.recovery["state"] == "done"
+    assert run.rt.chip_states()[chip] == ChipState.HEALTHY  # the firmware reset brought it back
+
+
+def test_a_slowdown_after_a_later_fault_on_the_job_is_the_later_faults(tmp_path: Path) -> None:
+    """A fault's slowdown is looked for until the next fault hits the same job: a slower
+    report seen after that is the later fault's (judged against its own rate before)."""
+    from podfleet.rehearsal.chaos import Fault
+
+    run = ChaosRun(0, faults=0, db_path=str(tmp_path / "c.db"), restarts=0)
+    run.setup()
+    job_id = run.resident[0]
+    run.advance(run.plane.tl.now + 300.0)  # a fresh progress report since the marks below
+    n = len(run.plane.table.find(job_id).chips)
+    # Rates before far above anything the job reports: any fresh report reads as slower.
+    first = Fault(0, "link-flap", 0.0, "link 0-1", 0, job_id, rate_before=1e12, chips_before=n, view_mark=-1)
+    later = Fault(1, "chip-failure", 1.0, "chip 0", None, job_id, rate_before=1e12, chips_before=n, view_mark=-1)
+    run.log = [first]
+    assert run._effect(first, rates=True) == "slowed"
+    run.log = [first, later]
+    assert run._effect(first, rates=True) is None
+    assert run._effect(later, rates=True) == "slowed"

@@ -77,6 +77,10 @@ class RecoveryPort(Protocol):
     def set_spares(self, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
         """The cluster's spares changed (one took a rank, or one was restored)."""
 
+    def adopt_restored(self, rt: ClusterRuntime, job_id: str) -> None:
+        """A job reloaded RECOVERING after a restart: adopt the flow its journal left open
+        (before the job manager places it again)."""
+
 
 class JobOps(Protocol):
     """What drivers and ``dispatch`` ask of the job manager (``control.jobs``): the job
