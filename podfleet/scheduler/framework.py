@@ -9,6 +9,7 @@ sample of feasible nodes in a large cluster.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
