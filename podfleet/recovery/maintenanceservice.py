@@ -41,7 +41,8 @@ class PlaneChips:
     def __init__(self, plane: MaintenancePlane, rt: ClusterRuntime, fabric: MaintenanceFabric) -> None:
         self.plane, self.rt, self.fab = plane, rt, fabric
         self.operator_cordoned: set[int] = set()  # cordoned before the rollout: stay so after it
-        self.moved_at: dict[str, int] = {}  # job -> its step when a rank of it was told to move
+        # job -> its count of closed recoveries when a rank of it was told to move
+        self.moved_at: dict[str, int] = {}
 
     def holder(self, chip: int) -> str | None:
         return self.rt.owners.get(chip)
@@ -51,7 +52,7 @@ class PlaneChips:
             self.operator_cordoned.add(chip)
         job = self.plane.table.find(self.holder(chip))
         if job is not None:
-            self.moved_at[job.id] = job.status.progress.step
+            self.moved_at[job.id] = len(self.plane.table.run_counts(job).recoveries)
         # Drain: cordoned at once; a rank on the chip moves off (the fabric evicts it from the
         # isolated slot and moves it), and the chip turns cordoned when no rank holds it.
         self.plane.chip_command(self.rt.id, chip, "drain", actor=ACTOR, reason=reason)
@@ -74,14 +75,14 @@ class PlaneChips:
         return None
 
     def recovering(self) -> list[str]:
-        """Jobs recovering, or a rank of which moved and that has not trained a step since
-        (a process fabric reports the job running again once its gang re-formed, a step
-        before it trains)."""
+        """Jobs recovering, or a rank of which was moved and whose move has not closed yet:
+        a process fabric reports the job running once its gang re-formed, and closes the
+        move's recovery (``recovered``) at the first step trained after it."""
         out = []
         for j in self.plane.table.on_cluster(self.rt.id):
             moved = self.moved_at.get(j.id)
             if j.state is JobState.RECOVERING or (
-                    moved is not None and j.state is JobState.RUNNING and j.status.progress.step <= moved):
+                    moved is not None and len(self.plane.table.run_counts(j).recoveries) <= moved):
                 out.append(j.id)
             elif moved is not None:
                 del self.moved_at[j.id]

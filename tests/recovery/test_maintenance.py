@@ -51,6 +51,8 @@ class HostFabric:
         self.subs: list[Callable[[FabricEvent], None]] = []
         self.moves: list[tuple[int, int]] = []
         self.step = 3
+        self.trains_after_move = True
+        self.pending: list[dict[str, Any]] = []
 
     def attach(self, timeline: Any) -> None: ...
 
@@ -73,10 +75,20 @@ class HostFabric:
         self.moves.append((old, to))
         self.emit("worker-exited", job_id, chip=old, rank=rank, cause="infra", exit_code=-9)
         self.emit("job-recovering", job_id, rank=rank, cause="infra", message=f"rank {rank} evicted")
-        self.emit("job-resumed", job_id, chips=list(chips), source="replica", restored_step=3, attempt=2)
-        self.emit("recovered", job_id, chip=old, rank=rank, cause="infra", source="replica", restored_step=3,
-                  steps_lost=0, resume_s=0.5, moves={str(rank): [old, to]}, path="free", last_step=3, attempt=1)
-        self.step += 1  # the re-formed gang trains its next step
+        self.emit("job-resumed", job_id, chips=list(chips), source="replica", restored_step=self.step, attempt=2)
+        self.pending.append(dict(chip=old, rank=rank, cause="infra", source="replica", restored_step=self.step,
+                                 steps_lost=0, resume_s=0.5, moves={str(rank): [old, to]}, path="free",
+                                 last_step=self.step, attempt=1))
+        if self.trains_after_move:
+            self.train(job_id)
+
+    def train(self, job_id: str) -> None:
+        """The re-formed gang trains its next step: as the local fabric does, the move's
+        recovery closes then."""
+        self.step += 1
+        for rec in self.pending:
+            self.emit("recovered", job_id, **rec)
+        self.pending.clear()
         self.emit("progress", job_id, step=self.step, loss=1.0, tokens_per_s=10.0, step_time_s=0.1)
 
     def link_states(self) -> list[LinkState]:
@@ -257,3 +269,23 @@ def test_firmware_update_on_a_host_command_fabric_is_a_maintenance_rollout_of_th
     assert started[-1].actor == "u-2:op" and started[-1].detail.get("version") == "2.22.0", started[-1]
     svc.start("p", "true")  # a plain maintenance rollout is not a firmware update
     assert [x["id"] for x in fw.firmware_rollouts("p")] == [r["id"]]
+
+
+def test_the_next_chip_waits_until_the_moved_job_trains_again() -> None:
+    plane, svc, [fab] = _plane()
+    fab.trains_after_move = False
+    job = plane.jobs.submit("p", {"model": "debug", "chips": 2, "steps": 10**6}, actor="t")
+    advance(plane, 1)
+    r = svc.start("p", "true")
+    deadline = time.monotonic() + 20
+    while len(fab.moves) < 1:
+        assert time.monotonic() < deadline
+        advance(plane, 1)
+        time.sleep(0.01)
+    for _ in range(20):  # the gang re-formed but trains no step: chip 1's rank is not moved yet
+        advance(plane, 1)
+        time.sleep(0.01)
+    assert len(fab.moves) == 1 and svc.describe("p", r["id"])["state"] == "running"
+    fab.train(job["id"])
+    out = _until(plane, svc, r["id"], ("succeeded", "failed", "paused"))
+    assert out["state"] == "succeeded" and len(fab.moves) == 2
