@@ -27,12 +27,18 @@ Figures (counted from what happened):
   from the follower's warm-up (``control.warm``) or had to parse.
 * ``jobs_interrupted``: jobs running before a kill (and not stopped by the load) that were
   not running 10 s after the takeover; ``steps_redone``: steps they went back (twin jobs
-  resume from their last checkpoint on the new leader: re-attaching to running work is
-  ``podfleet agent``'s, issue 27 item 1).
+  resume from their last checkpoint on the new leader).
+* One real local job (2 ranks of the ``debug`` preset, workers owned by the host's
+  ``podfleet agent``, which the three servers share through one data directory) trains
+  throughout: ``local_job_interrupted`` counts the takeovers after which it was not
+  RUNNING on the same worker processes, stepping past its step at the kill;
+  ``local_job_restores``: times a worker of it restored from a checkpoint (0: the new
+  leaders re-attached to the running gang, no step redone).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -40,6 +46,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -53,6 +60,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from podfleet.api.testing import free_port, role_of, spawn_url_server
+from podfleet.sdk import PodfleetClient
 
 NAME = "ha-failover"
 DESCRIPTION = ("3 servers on PostgreSQL, mixed open-loop load, the leader killed (kill -9 / SIGSTOP) in turn: "
@@ -65,6 +73,7 @@ MIX = (("read", 0.5), ("submit", 0.3), ("stop", 0.17), ("create", 0.03))
 MAX_CLUSTERS = 3  # cluster creates beyond this are sent as reads (memory of the twin)
 SETTLE_S = 10.0  # after a takeover: time for jobs to be placed again before sampling
 SERVERS = 3
+LOCAL_STEP_DELAY_S = 0.05  # the local job's workers sleep this per step (a light load on 2 cores)
 
 
 @dataclass
@@ -222,6 +231,50 @@ def _double_allocations(jobs: list[dict[str, Any]]) -> int:
     return sum(n - 1 for n in owned.values() if n > 1)
 
 
+def _local_job(c: PodfleetClient) -> tuple[str, str]:
+    """A local cluster and a 2-rank job training on it (its workers owned by the agent)."""
+    cid = str(c.create_cluster("loc", fabric="local", chips=2, spares=0, client_token="loc")["id"])
+    _until(lambda: c.describe_cluster(cid)["state"] == "active", 180, "the local cluster active")
+    jid = str(c.submit_training_job(cid, model="debug", chips=2, steps=10_000_000, checkpoint_interval=20,
+                                    options={"step_delay_s": LOCAL_STEP_DELAY_S}, client_token="loc-job")["id"])
+    _until(lambda: _local_state(c, cid, jid)[1] >= 5, 240, "the local job training")
+    return cid, jid
+
+
+def _local_state(c: PodfleetClient, cid: str, jid: str) -> tuple[str, int, dict[int, int], int]:
+    """(state, step, rank -> pid, restores so far) of the local job."""
+    job = c.describe_training_job(jid)
+    hw = c.describe_cluster_hardware(cid)
+    pids = {int(ch["worker"]["rank"]): int(ch["worker"]["pid"]) for ch in hw["chips"] if ch.get("worker")}
+    restores, since = 0, 0
+    while True:
+        page = c.get_job_logs(jid, since=since)
+        lines = page.get("lines") or []
+        restores += sum(1 for ln in lines if "restored step " in str(ln.get("message", "")))
+        if not lines or int(page["next"]) <= since:
+            break
+        since = int(page["next"])
+    return str(job["state"]), int(job["progress"]["step"]), pids, restores
+
+
+def _stepped_past(c: PodfleetClient, cid: str, jid: str, step: int) -> tuple[str, int, dict[int, int], int] | None:
+    st = _local_state(c, cid, jid)
+    return st if st[1] > step else None
+
+
+def _until(cond: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            out = cond()
+            if out:
+                return out
+        except httpx.HTTPError:
+            pass  # between leaders
+        time.sleep(0.5)
+    raise RuntimeError(f"{what}: not within {timeout_s:g} s")
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -262,10 +315,14 @@ def run(quick: bool = False) -> dict[str, Any]:
     stale_exits, double, interrupted, redone, samples = 0, 0, 0, 0, 0
     reloads: list[float] = []
     specs_warm, specs_parsed = 0, 0
+    local_interrupted, local_restores = 0, 0
+    local_outcomes: list[str] = []
     try:
         fleet.start(0, "--default-cluster", "pod-0")
         for i in range(1, SERVERS):
             fleet.start(i)
+        sdk = PodfleetClient(f"http://127.0.0.1:{fleet.ports[0]}", TOKEN)
+        local_cid, local_jid = _local_job(sdk)
         driver = threading.Thread(target=_drive, args=(fleet, load, rate, stop, 7), daemon=True)
         driver.start()
         time.sleep(10 if quick else 20)
@@ -274,6 +331,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             if lead is None:
                 raise RuntimeError("no leader before a kill")
             before = {j["id"]: j for j in _jobs(fleet.ports[lead]) if j["state"] == "RUNNING"}
+            lead_sdk = PodfleetClient(f"http://127.0.0.1:{fleet.ports[lead]}", TOKEN)
+            _, local_step, local_pids, _ = _local_state(lead_sdk, local_cid, local_jid)
             proc = fleet.procs[lead]
             assert proc is not None
             how = signal.SIGKILL if k % 2 == 0 else signal.SIGSTOP
@@ -313,6 +372,25 @@ def run(quick: bool = False) -> dict[str, Any]:
                     interrupted += 1
                 else:
                     redone += max(0, int(j["progress"]["step"]) - int(a["progress"]["step"]))
+            new_sdk = PodfleetClient(f"http://127.0.0.1:{fleet.ports[new]}", TOKEN)
+            try:
+                state, _, pids_now, restores = _until(
+                    functools.partial(_stepped_past, new_sdk, local_cid, local_jid, local_step), 60,
+                    "the local job stepping past its step at the kill")
+                local_restores = restores
+                # The hardware view names the workers on its next telemetry tick after a reload.
+                deadline = time.monotonic() + 30
+                while pids_now != local_pids and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    state, _, pids_now, restores = _local_state(new_sdk, local_cid, local_jid)
+                local_restores = restores
+                ok = state == "RUNNING" and pids_now == local_pids
+                local_interrupted += int(not ok)
+                local_outcomes.append("ran on" if ok else f"{state}, pids {local_pids} -> {pids_now}")
+            except RuntimeError as exc:
+                local_interrupted += 1
+                job = new_sdk.describe_training_job(local_jid)
+                local_outcomes.append(f"{exc}: {job['state']} at step {job['progress']['step']} ({job['reason']})")
             fleet.start(lead)  # back as a follower
         stop.set()
         driver.join(timeout=60)
@@ -328,9 +406,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         names = {c["name"] for c in httpx.get(f"http://127.0.0.1:{fleet.ports[lead]}/v1/clusters", headers=AUTH,
                                                params={"maxResults": 1000}, timeout=30).json()["clusters"]}
         lost += sum(1 for n in load.acked_clusters if n not in names)
+        PodfleetClient(f"http://127.0.0.1:{fleet.ports[lead]}", TOKEN).stop_training_job(local_jid)
     finally:
         stop.set()
         fleet.stop_all()
+        # The agent the servers shared (and any worker it still holds) goes with the bench.
+        subprocess.run([sys.executable, "-m", "podfleet", "agent", "stop"], env={**os.environ, **fleet.env},
+                       capture_output=True, timeout=60, check=False)
         # How long each new leader took to reload the store (its log line): the part of a
         # takeover that is not the lease running out.
         for log in workdir.glob("server-*.log"):
@@ -358,6 +440,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "takeover_specs_warm": specs_warm,
         "takeover_specs_parsed": specs_parsed,
         "jobs_interrupted": interrupted,
+        "local_job_interrupted": local_interrupted,
+        "local_job_restores": local_restores,
+        "local_job_outcomes": local_outcomes,  # per takeover, in kill order
         "steps_redone": redone,
         "stale_leader_exits": stale_exits,
         "kills": kills,

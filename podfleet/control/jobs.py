@@ -484,7 +484,9 @@ class JobManager:
             steps = store.latest_checkpoint_steps([rec.id for rec in page])
             self._restoring = True
             try:
-                with self.table.views_deferred():
+                # One commit per page: the jobs that move (RUNNING -> RECOVERING, PLACING ->
+                # PENDING) were one transaction each, ~11 ms apiece on PostgreSQL.
+                with self.table.views_deferred(), store.transaction():
                     for rec in page:
                         spec = self.warmth.spec_for(rec.id, rec.spec) if self.warmth is not None else None
                         self._restore(Job.from_record(rec, spec), steps.get(rec.id))
