@@ -128,6 +128,8 @@ def metric_column(arr: np.ndarray) -> np.ndarray:
 
 
 def _item(a: np.ndarray, i: int) -> object:
+    if a.ndim > 1:  # a value per NeuronCore (or per port): the chip's row, as a list
+        return _column(a[i])
     v = a.item(i)
     return None if isinstance(v, float) and not math.isfinite(v) else v  # JSON has no NaN/inf
 
