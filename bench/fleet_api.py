@@ -5,12 +5,16 @@ t0 + i/rate whatever happened to earlier ones; its latency counts from then) spr
 evenly over DescribeCluster (the fleet), ListClusters (one page of 100),
 DescribeClusterHardware (a page of 256 chips, and the per-pod summary) and
 SubmitTrainingJob (32-chip jobs on the fleet; a pod keeps one spare). Figures: p50/p99 per operation, errors,
-the server's resident memory (RSS, from /proc via psutil) and the set-up time (first
-create to every cluster active). Quick mode: 4 pods, 2 one-pod clusters, 2 s of load."""
+the server's resident memory (RSS, from /proc via psutil), the set-up time (first
+create to every cluster active), and the server's CPU seconds per wall second idle and
+under the load (with the machine's load average: on a shared machine a server that
+needs more than it is given queues every request). Quick mode: 4 pods, 2 one-pod
+clusters, 2 s of load."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import tempfile
 import time
@@ -92,6 +96,32 @@ async def _load(url: str, duration_s: float, chips: int) -> dict[str, Any]:
     return out
 
 
+def _sequential(url: str, chips: int, n: int = 10) -> dict[str, float]:
+    """Service time: ``n`` requests of each kind one after another (closed loop, nothing
+    queued), the median per kind. Beside the open loop's figures it says whether the
+    latency there is the work of a request or the wait behind others."""
+    out: dict[str, float] = {}
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
+        calls = {
+            "describe": lambda: c.get("/v1/clusters/fleet"),
+            "list": lambda: c.get("/v1/clusters", params={"maxResults": 100}),
+            "hardware_page": lambda: c.get("/v1/clusters/fleet/hardware",
+                                           params={"limit": 256, "next_token": str(256 * (chips // 512))}),
+            "pod_summary": lambda: c.get("/v1/clusters/fleet/hardware", params={"summary": "true"}),
+            "submit": lambda: c.post("/v1/clusters/fleet/jobs", json={"model": "tiny", "chips": 32, "steps": 100,
+                                                                      "checkpoint_interval": 50}),
+        }
+        for kind, call in calls.items():
+            ms = []
+            for _ in range(n):
+                t = time.perf_counter()
+                call().raise_for_status()
+                ms.append((time.perf_counter() - t) * 1000)
+            out[f"{kind}_sequential_p50_ms"] = round(float(np.percentile(ms, 50)), 2)
+    return out
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     from podfleet.api.testing import free_port, spawn_server, stop_server
 
@@ -118,8 +148,21 @@ def run(quick: bool = False) -> dict[str, Any]:
                 scrape_t = time.perf_counter()
                 metrics_bytes = len(c.get("/metrics").content)
                 scrape_s = time.perf_counter() - scrape_t
+            sequential = _sequential(url, chips)
+            server = psutil.Process(proc.pid)
+            idle0 = server.cpu_times()
+            time.sleep(5.0)
+            idle1 = server.cpu_times()
             figures = asyncio.run(_load(url, duration_s, chips))
-            rss = psutil.Process(proc.pid).memory_info().rss
+            load1 = server.cpu_times()
+            rss = server.memory_info().rss
+            # The server's own CPU per wall second, idle (the twin ticking 65,536 chips at
+            # speed 1) and under the load: above what the machine gives it, requests queue.
+            figures["server_cpu_idle"] = round((idle1.user + idle1.system - idle0.user - idle0.system) / 5.0, 3)
+            figures["server_cpu_under_load"] = round(
+                (load1.user + load1.system - idle1.user - idle1.system) / (duration_s + 0.6), 3)
+            figures["load_avg_1m"] = round(os.getloadavg()[0], 2)
+            figures.update(sequential)
             figures.update(fleet_pods=pods, fleet_chips=chips, one_pod_clusters=small, setup_s=round(setup_s, 1),
                            server_rss_bytes=int(rss), server_rss_gib=round(rss / 2**30, 3),
                            metrics_bytes=metrics_bytes, metrics_scrape_s=round(scrape_s, 3),

@@ -54,12 +54,13 @@ def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int
         if not lo <= start <= hi:
             raise InvalidInputError(f"next_token {next_token!r} is outside the chips asked for", field="next_token")
     states, owners = snapshot.states, snapshot.owners
-    out: list[JsonObject] = []
+    picked: list[int] = []
     i = start
-    while i < hi and len(out) < limit:
+    while i < hi and len(picked) < limit:
         if (flt.state is None or states[i] == flt.state) and (flt.job is None or owners.get(i) == flt.job):
-            out.append(snapshot.chip(i))
+            picked.append(i)
         i += 1
+    out = snapshot.chips_at(picked)
     links = snapshot.links_from(lo, hi) if flt.pod is not None else []
     head = snapshot.head
     return {

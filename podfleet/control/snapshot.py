@@ -54,6 +54,22 @@ class HardwareSnapshot:
         out["metrics"] = {k: _item(v, i) for k, v in self.metrics.items()}
         return out
 
+    def chips_at(self, chips: Sequence[int]) -> list[JsonObject]:
+        """Chips ``chips`` (ascending): metric columns converted per range, not per value,
+        when the chips lie close together (a page)."""
+        if not chips:
+            return []
+        lo, hi = chips[0], chips[-1] + 1
+        if hi - lo > 4 * len(chips):  # scattered (a job's chips across the fleet): one by one
+            return [self.chip(i) for i in chips]
+        cols = {k: _column(v[lo:hi]) for k, v in self.metrics.items()}
+        out = []
+        for i in chips:
+            c = self.chip_base(i)
+            c["metrics"] = {k: v[i - lo] for k, v in cols.items()}
+            out.append(c)
+        return out
+
     def chip_base(self, i: int) -> JsonObject:
         """Chip ``i`` without its metrics (placed last, as the API has always listed them)."""
         state = self.states[i]
@@ -128,6 +144,8 @@ def metric_column(arr: np.ndarray) -> np.ndarray:
 
 
 def _item(a: np.ndarray, i: int) -> object:
+    if a.ndim > 1:  # a value per NeuronCore (or per port): the chip's row, as a list
+        return _column(a[i])
     v = a.item(i)
     return None if isinstance(v, float) and not math.isfinite(v) else v  # JSON has no NaN/inf
 

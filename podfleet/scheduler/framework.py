@@ -81,6 +81,9 @@ class FrameworkConfig:
         return cls(plugins, pods)
 
 
+_PATTERNS = 4096  # usable-chip patterns whose summaries a framework keeps (9 MB for a 4x4x4 pod)
+
+
 class Framework:
     def __init__(self, handle: Handle, config: FrameworkConfig | None = None) -> None:
         from podfleet.scheduler.registry import build_plugin  # registry imports plugins
@@ -145,7 +148,7 @@ class Framework:
         _, mask, _ = self._filter_pods(self._static_filters, {}, None, pods, cl.arrays.free(pods))
         self._usable[pods] = mask
         idx = cl.blocks
-        if idx.bits is None:
+        if idx.bits is None or len(cl.pods) == 1:  # one pod's patterns seldom repeat
             free = idx.free_many(mask)
             shape_free = idx.shape_free(free)
         else:
@@ -166,14 +169,21 @@ class Framework:
         keys = patterns.tolist()
         new = sorted({k for k in keys if k not in self._patterns})
         if new:
-            if len(self._patterns) + len(new) > 4096:  # bounded: forget and start over
+            base = len(self._patterns)
+            if base + len(new) > _PATTERNS:  # bounded: forget and start over
                 self._patterns.clear()
-                self._pattern_free, self._pattern_shapes = self._pattern_free[:0], self._pattern_shapes[:0]
+                base = 0
+            need = base + len(new)
+            if need > len(self._pattern_free):  # the tables grow by doubling, not per pattern
+                cap = min(_PATTERNS, max(need, 2 * len(self._pattern_free), 64))
+                grown = np.zeros((cap, idx.n_blocks), dtype=bool)
+                grown_shapes = np.zeros((cap, len(idx.shapes)), dtype=bool)
+                grown[:base], grown_shapes[:base] = self._pattern_free[:base], self._pattern_shapes[:base]
+                self._pattern_free, self._pattern_shapes = grown, grown_shapes
             usable = (np.asarray(new, dtype=np.uint64)[:, None] >> np.arange(idx.n_chips, dtype=np.uint64)) & 1
             free = idx.free_many(usable.astype(bool))
-            base = len(self._pattern_free)
-            self._pattern_free = np.concatenate([self._pattern_free, free])
-            self._pattern_shapes = np.concatenate([self._pattern_shapes, idx.shape_free(free)])
+            self._pattern_free[base:need] = free
+            self._pattern_shapes[base:need] = idx.shape_free(free)
             self._patterns.update((k, base + i) for i, k in enumerate(new))
         rows = np.fromiter((self._patterns[k] for k in keys), dtype=np.int64, count=len(keys))
         return self._pattern_free[rows], self._pattern_shapes[rows]
