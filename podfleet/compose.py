@@ -37,6 +37,7 @@ from podfleet.fabric.factory import make_fabric, reaches_out
 from podfleet.health.scan import HealthConfig
 from podfleet.health.service import HealthService
 from podfleet.planner.adapter import PlannerAdapter
+from podfleet.recovery.model import Timings
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.protocol import StoreProtocol
@@ -55,7 +56,7 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
           balance_interval_s: float | None = None, schedule_interval_s: float = 10.0,
           health_config: HealthConfig | None = None, fabric_access: FabricAccess | None = None,
           connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-          hang_restarts: int = DEFAULT_HANG_RESTARTS) -> Parts:
+          hang_restarts: int = DEFAULT_HANG_RESTARTS, recovery_timings: Timings | None = None) -> Parts:
     """The whole control plane on ``timeline``: call ``plane.start()`` (served) or
     ``plane.load()`` (virtual time) next."""
     plane = ControlPlane(store, timeline, fabric_factory=fabric_factory or make_fabric, planner=PlannerAdapter(),
@@ -63,7 +64,7 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
                          balance_interval_s=balance_interval_s, schedule_interval_s=schedule_interval_s,
                          fabric_access=fabric_access, connect_timeout_s=connect_timeout_s,
                          hang_restarts=hang_restarts, reaches_out=reaches_out)
-    recovery = RecoveryService(plane.table, timeline, plane.render, resolve=plane.resolve)
+    recovery = RecoveryService(plane.table, timeline, plane.render, resolve=plane.resolve, timings=recovery_timings)
     plane.jobs.use_recovery(recovery)
     health = HealthService(plane, health_config, drain=recovery)
     plane.use_health(health)
