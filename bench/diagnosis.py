@@ -11,8 +11,10 @@ and with every fault-log entry's detail replaced by ``{"fault": "hardware-error"
 
 Each trial is a fresh control plane in virtual time (``compose.build``, a 64-chip
 trn2-ultraserver with 2 spares) with decoys that must not become findings: a running
-32-chip job (its chips run hot and its links busy, within spec) and a second job stopped
-a minute before the diagnosis (a job-induced utilization dip). Then one or two faults
+32-chip job (its chips run hot and its links busy, within spec), a second job stopped
+a minute before the diagnosis (a job-induced utilization dip), and a noisy but healthy
+link inside the hot job (three bursts of 50-500 link errors counted, the link never
+leaves ``up``). Then one or two faults
 at once (half the trials each), of random kinds, on random distinct chips or links,
 injected through ``plane.inject_fault``; after ``SETTLE_S`` of timeline the diagnosis
 runs with the health service's alerts.
@@ -63,16 +65,25 @@ def trial(seed: int, n_faults: int) -> dict[str, Any]:
     plane.load()
     plane.create_cluster({"name": "pod", "type": "trn2-ultraserver", "spares": 2})
     tl.run(tl.now + 60)
-    plane.jobs.submit("pod", {"name": "hot", "model": "llama3-8b", "chips": 32, "steps": 10**6,
+    hot_job = plane.jobs.submit("pod", {"name": "hot", "model": "llama3-8b", "chips": 32, "steps": 10**6,
                               "checkpoint_interval": 20})
     dip = plane.jobs.submit("pod", {"name": "dip", "model": "llama3-8b", "chips": 16, "steps": 10**6,
                                     "checkpoint_interval": 20})
     tl.run(tl.now + 240)
     plane.jobs.stop(dip["id"])
-    tl.run(tl.now + 60)
     topo = plane.resolve("pod").topology
-    truth: list[tuple[str, str]] = []
     used: set[str] = set()
+    # A noisy but healthy link inside the hot job: link errors counted (retrained lanes,
+    # CRC retries) in bursts, the link never leaves ``up``: a decoy, not a fault.
+    hot = set(plane.jobs.describe(hot_job["id"])["allocation"]["chips"])
+    inside = [lk for lk in topo.links if lk.src in hot and lk.dst in hot] or list(topo.links)
+    noisy = inside[int(rng.integers(len(inside)))]
+    used.add(f"link:{min(noisy.src, noisy.dst)}-{max(noisy.src, noisy.dst)}")
+    board = plane.resolve("pod").fabric.board
+    for _ in range(3):
+        board.bump_link_errors(noisy.index, int(rng.integers(50, 500)))
+        tl.run(tl.now + 20)
+    truth: list[tuple[str, str]] = []
     while len(truth) < n_faults:
         kind = str(rng.choice(FAULT_KINDS))
         if kind in LINK_FAULTS:

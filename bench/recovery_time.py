@@ -16,15 +16,23 @@ control plane knows: heartbeat hang timeout for hard failures, telemetry + healt
 for degradations) and recovery proper (detection -> resume). Every figure comes out of
 the simulated events; step costs are the measured constants of ``recovery.model``
 scaled by each rank's state and the copy path (derivation in docs/health.md).
+
+``sensitivity``: the p50 of each path again, with each assumption or configured
+constant of ``recovery.model.Timings`` that the flows of these faults wait on at half
+and at twice its value (``SENSITIVITY``: fewer faults per run, 20 and 8, each on its own
+plane with the other constants at their defaults). A figure that moves one-for-one with
+a constant is that constant restated, not a measurement.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from podfleet.fabric.base import ChipState
+from podfleet.recovery.model import Timings
 from podfleet.rehearsal.recovery_rehearsal import CLUSTER, rehearse
 
 NAME = "recovery-time"
@@ -33,10 +41,21 @@ DESCRIPTION = ("recovery time fault -> running on the control plane in twin time
 KINDS = ("chip-failure", "hbm-uncorrectable", "sram-uncorrectable", "firmware-fault", "thermal-runaway")
 GAP_S = 60.0
 PLANS = {"replica": {"tp": 8, "pp": 4, "dp": 2}, "checkpoint": {"tp": 8, "pp": 8, "dp": 1}}
+# The ``Timings`` fields these flows wait on that are not measured here: what each is.
+SENSITIVITY = {
+    "hang_timeout_s": "configured: the local fabric's heartbeat hang timeout (detection of a hard failure)",
+    "scan_interval_s": "configured: the health scan interval (detection of a degradation)",
+    "checkpoint_bw_bytes_per_s": "assumption: per-chip read bandwidth from shared storage",
+    "isolate_s": "assumption: fence the chip out of the collective group",
+    "select_s": "assumption: the spare choice",
+    "fence_s": "assumption: retire a bad HBM partition",
+    "throttle_s": "assumption: hold a runaway chip's clock down",
+    "resume_s": "assumption: release the paused gang",
+}
 
 
-def _measure(path: str, n: int, seed: int) -> tuple[list[dict[str, Any]], float]:
-    r = rehearse(seed)
+def _measure(path: str, n: int, seed: int, timings: Timings | None = None) -> tuple[list[dict[str, Any]], float]:
+    r = rehearse(seed, timings=timings)
     job = r.submit({"model": "llama3-70b", "chips": 64, "steps": 10**7, "checkpoint_interval": 10,
                     "parallelism": PLANS[path]})
     rng = np.random.default_rng(seed)
@@ -68,6 +87,28 @@ def _dist(a: np.ndarray) -> dict[str, float]:
         "min": round(float(a.min()), 3), "max": round(float(a.max()), 3), "n": int(a.size)}
 
 
+def _p50(path: str, n: int, seed: int, timings: Timings) -> float | None:
+    recs, _ = _measure(path, n, seed, timings)
+    total = [x["t_end"] - x["t_start"] for x in recs if x["restored_from"] == path]
+    return round(float(np.percentile(total, 50)), 3) if total else None
+
+
+def sensitivity(quick: bool = False) -> dict[str, Any]:
+    """Each path's p50 with each ``SENSITIVITY`` constant at half and at twice its value."""
+    sizes = {"replica": 10 if quick else 20, "checkpoint": 4 if quick else 8}
+    base = Timings()
+    out: dict[str, Any] = {"faults_per_run": sizes}
+    for name, what in SENSITIVITY.items():
+        v = float(getattr(base, name))
+        row: dict[str, Any] = {"value": v, "what": what}
+        for label, factor in (("half", 0.5), ("default", 1.0), ("twice", 2.0)):
+            tm = replace(base, **{name: v * factor})
+            row[label] = {path: _p50(path, n, seed, tm) for path, n, seed in
+                          (("replica", sizes["replica"], 1), ("checkpoint", sizes["checkpoint"], 2))}
+        out[name] = row
+    return out
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     n = 40 if quick else 400
     out: dict[str, Any] = {}
@@ -91,4 +132,5 @@ def run(quick: bool = False) -> dict[str, Any]:
         out[f"{path}_other_source"] = len(recs) - len(mine)  # e.g. a replica job whose peer was down
     out["faults_per_path"] = {"replica": n, "checkpoint": n // 4}
     out["model"] = "llama3-70b, 64 chips, two-pod twin (128 chips), 4 spares, repair after 600 s"
+    out["sensitivity"] = sensitivity(quick)
     return out

@@ -41,6 +41,7 @@ from podfleet.health.scan import HealthConfig
 from podfleet.health.service import HealthService
 from podfleet.planner.adapter import PlannerAdapter
 from podfleet.recovery.maintenanceservice import MaintenanceService
+from podfleet.recovery.model import Timings
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.protocol import StoreProtocol
@@ -60,7 +61,8 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
           balance_interval_s: float | None = None, schedule_interval_s: float = 10.0,
           health_config: HealthConfig | None = None, fabric_access: FabricAccess | None = None,
           connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
-          hang_restarts: int = DEFAULT_HANG_RESTARTS, firmware_command: str | None = None) -> Parts:
+          hang_restarts: int = DEFAULT_HANG_RESTARTS, firmware_command: str | None = None,
+          recovery_timings: Timings | None = None) -> Parts:
     """The whole control plane on ``timeline``: call ``plane.start()`` (served) or
     ``plane.load()`` (virtual time) next. ``firmware_command``: what a firmware update runs
     on each host of a cluster without online firmware updates but with host commands
@@ -70,7 +72,7 @@ def build(store: StoreProtocol, timeline: Timeline, *, fabric_factory: FabricFac
                          balance_interval_s=balance_interval_s, schedule_interval_s=schedule_interval_s,
                          fabric_access=fabric_access, connect_timeout_s=connect_timeout_s,
                          hang_restarts=hang_restarts, reaches_out=reaches_out)
-    recovery = RecoveryService(plane.table, timeline, plane.render, resolve=plane.resolve)
+    recovery = RecoveryService(plane.table, timeline, plane.render, resolve=plane.resolve, timings=recovery_timings)
     plane.jobs.use_recovery(recovery)
     health = HealthService(plane, health_config, drain=recovery)
     plane.use_health(health)

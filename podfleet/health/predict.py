@@ -17,7 +17,14 @@ all show in some of them:
   and stops do not look like drift (level and trend);
 * ``r_hot60``: share of the steady minutes of the last hour whose resistance was more
   than ``HOT_RISE`` over the baseline of that minute (intermittent episodes);
-* ``link_spread30m``: share of the last 30 minutes with link errors on the chip.
+* ``link_spread30m``: share of the last 30 minutes with link errors on the chip;
+* ``ecc_excess120``: share of the last 120 minutes that saw a corrected error, over the
+  chip's own share before them (its minutes with errors since its history began, up to
+  120 minutes ago; ``EXCESS_Z`` binomial standard deviations allowed). Healthy chips carry
+  a background of corrected errors in the field (a third of machines, thousands a year
+  on some: Schroeder et al. 2009; ``fabric.sim.background``), steady at their own rate; a
+  precursor is a change of rate, and a one-off burst is one minute. Until a chip has
+  ``BASELINE_MIN`` minutes before the window, its own share is taken as 0.
 
 Thermal evidence is only what the load does not explain: at steady state ``(T - ambient)
 / P`` does not depend on load, and an excess counts (hot minute, rise) only past
@@ -49,8 +56,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FEATURES = ("ecc_log10m", "ecc_minutes120", "ecc_episodes120", "r_rise", "r_hot60", "link_spread30m")
-SCALE = (1.0, 1.0, 10.0, 10.0, 1.0, 1.0)
+FEATURES = ("ecc_log10m", "ecc_minutes120", "ecc_episodes120", "r_rise", "r_hot60", "link_spread30m",
+            "ecc_excess120")
+SCALE = (1.0, 1.0, 10.0, 10.0, 1.0, 1.0, 1.0)
+EXCESS_Z = 3.0  # binomial standard deviations of a chip's own share that are not an excess
+BASELINE_MIN = 120  # minutes before the 120-minute window needed for a chip's own rate
 HISTORY_MIN = 128  # > the longest look-back (120 minutes)
 HOT_RISE = 0.05  # a minute is "hot" when its thermal resistance is 5% over the baseline
 # Sensor noise assumed per temperature reading (and power noise as its equivalent in C);
@@ -85,7 +95,9 @@ class LogisticModel:
 # 5-minute means of healthy chips under job churn reached 4 standard errors, and the fit,
 # with a large weight on ``r_rise``, alarmed on residual rises of 0.2-0.3%; real thermal
 # precursors are 15-45%). This fit passes the churn, idle-noise and load-step tests.
-DEFAULT_MODEL = LogisticModel(weights=(-3.1949, 0.2687, 457.5146, -13.9383, 858.6314, 373.9778, -111.5422),
+# ``ecc_excess120`` came later (2026-12-02, with the field background): its weight here is
+# 0, so the plane's model is the one fitted before it; the benchmark fits all seven.
+DEFAULT_MODEL = LogisticModel(weights=(-3.1949, 0.2687, 457.5146, -13.9383, 858.6314, 373.9778, -111.5422, 0.0),
                                threshold=0.99962)
 
 
@@ -145,6 +157,8 @@ class PrecursorFeatures:
         self.minutes = 0
         # Running sums over the windows the features read.
         self._ecc10 = np.zeros(n)
+        self._eccm_all = np.zeros(n)  # minutes with corrected errors since the chip's history began
+        self._mins_all = np.zeros(n)
         self._eccm120 = np.zeros(n)
         self._epi120 = np.zeros(n)
         self._link30 = np.zeros(n)
@@ -176,7 +190,7 @@ class PrecursorFeatures:
             for a in (self.ecc, self.link, self.r, self.steady, self.hot, self.begins, self.iv):
                 a[:, mask] = 0
             self.p[:, mask] = np.nan
-            for s in (self._ecc10, self._eccm120, self._epi120, self._link30, self._r5, self._k5, self._iv5,
+            for s in (self._ecc10, self._eccm_all, self._mins_all, self._eccm120, self._epi120, self._link30, self._r5, self._k5, self._iv5,
                       self._rb, self._kb, self._ivb, self._hot60, self._st60):
                 s[mask] = 0.0
 
@@ -249,6 +263,8 @@ class PrecursorFeatures:
         # the row about to be overwritten (HISTORY_MIN old) is in no window.
         o5, o10, o30, o60, o120 = self._ago(5), self._ago(10), self._ago(30), self._ago(60), self._ago(120)
         self._ecc10 += ecc - self.ecc[o10]
+        self._eccm_all += ecc > 0
+        self._mins_all += 1.0
         self._eccm120 += (ecc > 0).astype(np.float64) - (self.ecc[o120] > 0)
         begins = (ecc > 0) & (self.ecc[self._ago(1)] == 0)
         self._epi120 += begins.astype(np.float64) - self.begins[o120]
@@ -295,9 +311,15 @@ class PrecursorFeatures:
         d = np.sign(d) * np.maximum(np.abs(d) - margin, 0.0)
         rise = np.clip(np.where(have, d / base, 0.0), -1.0, 2.0)
         hot = np.where(self._st60 >= 5, self._hot60 / np.maximum(self._st60, 1), 0.0)
+        m120 = np.maximum(self._eccm120, 0.0)
+        before = self._mins_all - 120.0
+        share = np.where(before >= BASELINE_MIN, np.clip((self._eccm_all - m120) / np.maximum(before, 1.0), 0, 1), 0.0)
+        expected = share * 120.0
+        margin = EXCESS_Z * np.sqrt(expected * (1.0 - share))
+        excess = np.maximum(m120 - expected - margin, 0.0) / 120.0
         return np.stack([np.log1p(np.maximum(self._ecc10, 0.0)), self._eccm120 / 120.0, self._epi120 / 120.0,
                          rise, hot,
-                         self._link30 / 30.0], axis=1)
+                         self._link30 / 30.0, excess], axis=1)
 
 
 @dataclass

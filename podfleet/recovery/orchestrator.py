@@ -244,11 +244,10 @@ class RecoveryOrchestrator:
         return self.chip_fault(chip, "predicted-failure")
 
     def _standalone_chip(self, chip: int, cause: str) -> Recovery | None:
-        """A fault on a chip no managed job holds: take it out of service until repaired."""
-        ctx = self.ctx
-        if ctx.chip_state(chip) != ChipState.ISOLATED:
-            ctx.fab.set_chip_state(chip, ChipState.ISOLATED, f"isolated: {cause}")
-            self.jobs.chips.schedule_repair(chip)
+        """A fault on a chip no managed job holds: take it out of service until repaired,
+        or (a firmware fault) until its reset, as under a job (``ChipSteps.isolate``)."""
+        if self.ctx.chip_state(chip) != ChipState.ISOLATED:
+            self.jobs.chips.isolate(chip, cause)
         return None
 
     def adopt(self, journal: JsonObject, policy: JobPolicy | None = None) -> Recovery:

@@ -40,7 +40,7 @@ from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent, Introspection
 from podfleet.recovery.context import RecoveryFabric
 from podfleet.recovery.linkimpact import LinkImpact, positive
-from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step
+from podfleet.recovery.model import JobPolicy, Recovery, RecoveryState, Step, Timings
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.wire import JsonObject
 
@@ -167,8 +167,9 @@ class RecoveryService:
     """Routes chip and link faults of clusters whose fabric declares ``RankMoves`` to their orchestrators."""
 
     def __init__(self, table: JobTable, timeline: Timeline, render: Callable[[ClusterRuntime], None],
-                 resolve: Callable[[str], ClusterRuntime] | None = None) -> None:
+                 resolve: Callable[[str], ClusterRuntime] | None = None, timings: Timings | None = None) -> None:
         self.table, self.tl, self.render = table, timeline, render
+        self.timings = timings  # None: ``Timings()``; benchmarks vary it for their sensitivities
         self._resolve = resolve  # a cluster by id or name (the plane's), for the reads by ref
         self.orch: dict[str, RecoveryOrchestrator] = {}
         self.impact: dict[str, LinkImpact] = {}  # cluster id -> jobs slowed by its link faults
@@ -193,7 +194,7 @@ class RecoveryService:
         if o is None:
             lis = JobListener(self.table, self.tl, rt, self.render)
             o = RecoveryOrchestrator(fab, self.tl, owner=rt.owners, listener=lis, subscribe=False,
-                                     spares=tuple(rt.spares))
+                                     spares=tuple(rt.spares), timings=self.timings)
             o.cordoned = set(rt.modes)
             self.orch[rt.id] = o
         return o
@@ -282,6 +283,13 @@ class RecoveryService:
         job_id = rt.owners.get(chip)
         thermal = ev.kind == "chip-degraded" and str(ev.detail.get("reason", "")).startswith("thermal-runaway")
         if ev.kind != "chip-failed" and not thermal:
+            return False
+        if job_id is None and ev.kind == "chip-failed" and \
+                str(ev.detail.get("cause") or ev.detail.get("reason") or "") == "firmware-fault":
+            # A firmware fault on a free chip is reset like one under a job (``ChipSteps.isolate``:
+            # isolated, back after the reset); other faults of free chips wait for a repair.
+            # The job driver then undoes any placement on it.
+            o.handle(ev)
             return False
         if job_id is None or job_id not in o.policies:
             return False  # the job driver isolates free chips and undoes placements

@@ -31,11 +31,15 @@ import numpy as np
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates, SimFabric
+from podfleet.fabric.sim.background import BackgroundParams
 from podfleet.fabric.sim.faults import PRECURSOR_SHAPES, PrecursorParams
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.faults import CHIP_FAULTS, FaultKind
 from podfleet.health.predict import DEFAULT_MODEL, FEATURES, LogisticModel, Predictor, fit
 
+# The threshold search runs over logits 0..MAX_LOGIT (a probability of 1 - 1e-13 at 30:
+# features that separate far, as the excess over a chip's own background does, fit large weights).
+MAX_LOGIT = 30.0
 # Chip faults that fail the chip (a corrected-ECC burst only degrades it).
 FAILURE_KINDS = CHIP_FAULTS - {FaultKind.HBM_CORRECTED_BURST}
 LEAD_MIN_S = 600.0  # "predicted at least 10 minutes ahead"
@@ -64,13 +68,14 @@ class SeedRun:
 
 def run_seed(seed: int, *, model: LogisticModel = DEFAULT_MODEL, pods: int = 16, hours: float = 48.0,
              rate_scale: float = 200.0, interval_s: float = 5.0,
-             shapes: tuple[str, ...] = PRECURSOR_SHAPES) -> SeedRun:
+             shapes: tuple[str, ...] = PRECURSOR_SHAPES, background: BackgroundParams | None = None) -> SeedRun:
     """One twin run; ``shapes``: the precursor shapes the twin draws from (fault arrivals
-    of a seed are the same whatever the shapes)."""
+    of a seed are the same whatever the shapes); ``background``: healthy chips' corrected
+    ECC errors (``fabric.sim.background``; None: none)."""
     topo = get_topology("trn2-ultraserver" if pods == 1 else f"trn2-ultraserver:{pods}")
     tl = Timeline(seed)
     fab = SimFabric(topo, tl, fault_rates=FaultRates().scaled(rate_scale), telemetry_interval_s=interval_s,
-                    auto_repair_s=2 * 3600.0, precursors=PrecursorParams(shapes=shapes))
+                    auto_repair_s=2 * 3600.0, precursors=PrecursorParams(shapes=shapes), background=background)
     n = fab.n_chips
     rng = np.random.default_rng(seed + 10_000)  # the harness's own draws, not the twin's
     t = fab.telemetry
@@ -190,17 +195,17 @@ def fit_model(runs: list[SeedRun], *, target_false_alarm: float = 0.02) -> Logis
     w = fit(x, y)
     probas = [LogisticModel(w).proba(r.x.astype(np.float64)) for r in runs]
     ok: list[tuple[float, float]] = []  # (recall, logit threshold)
-    for z in np.arange(0.0, 12.01, 0.25):
+    for z in np.arange(0.0, MAX_LOGIT + 0.01, 0.25):
         m = LogisticModel(w, float(1.0 / (1.0 + np.exp(-z))))
         out = score([_with_alarms(r, replay_alarms(r, m, p)) for r, p in zip(runs, probas, strict=True)])
         if out["alarms"] and out["false_alarm_ratio"] <= target_false_alarm:
             ok.append((out["recall"], float(z)))
     if not ok:
-        return LogisticModel(w, float(1.0 / (1.0 + np.exp(-12.0))))
+        return LogisticModel(w, float(1.0 / (1.0 + np.exp(-MAX_LOGIT))))
     best = max(rec for rec, _ in ok)
     zs = [z for rec, z in ok if rec >= best]
     z = (min(zs) + max(zs)) / 2
-    return LogisticModel(w, round(float(1.0 / (1.0 + np.exp(-z))), 6))
+    return LogisticModel(w, float(1.0 / (1.0 + np.exp(-z))))  # unrounded: past z ~ 14 six digits read 1.0
 
 
 def _with_alarms(run: SeedRun, alarms: list[tuple[int, float, float]]) -> SeedRun:

@@ -22,6 +22,7 @@ from podfleet.fabric.sim.fabric import SimFabric
 from podfleet.fabric.sim.faults import FaultRates
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.topology import Topology
+from podfleet.recovery.model import Timings
 from podfleet.store.memory import MemoryStore
 
 ACTOR = "bench"
@@ -59,7 +60,8 @@ class RecoveryRehearsal:
 
 
 def rehearse(seed: int, *, fleet: str = "trn2-ultraserver:2", n_spares: int = 4, repair_s: float | None = 600.0,
-             fault_rates: FaultRates | None = None, telemetry_interval_s: float = 2.0) -> RecoveryRehearsal:
+             fault_rates: FaultRates | None = None, telemetry_interval_s: float = 2.0,
+             timings: Timings | None = None) -> RecoveryRehearsal:
     """The control plane with one active twin cluster (no faults until ``fault_rates``
     are set, once it is active)."""
     tl = Timeline(seed)
@@ -72,7 +74,8 @@ def rehearse(seed: int, *, fleet: str = "trn2-ultraserver:2", n_spares: int = 4,
         made.append(fab)
         return fab
 
-    parts = build(MemoryStore(), tl, fabric_factory=make, telemetry_interval_s=telemetry_interval_s)
+    parts = build(MemoryStore(), tl, fabric_factory=make, telemetry_interval_s=telemetry_interval_s,
+                  recovery_timings=timings)
     parts.plane.load()
     view = parts.plane.create_cluster({"name": CLUSTER, "type": "trn2-ultraserver", "spares": n_spares},
                                       actor=ACTOR)

@@ -128,3 +128,16 @@ def test_diagnosis_holds_with_the_injectors_label_replaced_by_a_neutral_one(kind
     out = findings(pod)
     assert [f["kind"] for f in out] == [kind], out
     assert out[0]["links"] == [target] if kind in LINK_FAULTS else out[0]["chips"] == [chips[3]]
+
+
+def test_a_firmware_fault_on_a_free_chip_is_reset_and_diagnosed_as_one() -> None:
+    """No job on the chip: recovery still resets it (isolated, back after the reset), so
+    its evidence is a firmware fault's (an error, back in service), not a dead device's."""
+    pod = make_pod()
+    chips = pod.submit(32)
+    free = next(c for c in range(64) if c not in chips and c not in pod.plane.clusters[pod.plane.names["pod"]].spares)
+    pod.plane.inject_fault("pod", "firmware-fault", chip=free)
+    pod.run(60)
+    assert pod.plane.clusters[pod.plane.names["pod"]].chip_states()[free] == ChipState.HEALTHY
+    out = findings(pod)
+    assert [(f["kind"], f["chips"]) for f in out] == [("firmware-fault", [free])], out

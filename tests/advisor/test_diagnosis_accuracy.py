@@ -12,8 +12,8 @@ def test_diagnosis_accuracy_on_injected_faults_does_not_depend_on_the_label() ->
     trials = [bench.trial(seed, 1 + seed % 2) for seed in range(12)]
     out = bench.ratios(trials)  # the bench's own scoring, on its twin trials alone
     assert out["faults"] >= 12
-    # A firmware fault on a chip no job runs on is not reset by recovery, so its evidence
-    # is a failed device's until someone resets it (docs/health.md): the one miss allowed.
-    assert out["accuracy"] >= 0.9, out["missed"]
-    assert out["false_findings_ratio"] <= 0.06, out["extra"]
+    # A firmware fault on a chip no job runs on is reset by recovery too, so it is told
+    # from a dead device (it was the one miss allowed before, accuracy >= 0.9).
+    assert out["accuracy"] >= 0.98, out["missed"]
+    assert out["false_findings_ratio"] <= 0.02, out["extra"]
     assert sum(t["right_label_neutral"] for t in trials) == sum(t["right"] for t in trials)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from podfleet.health.predict import (
+    BASELINE_MIN,
     DEFAULT_MODEL,
+    EXCESS_Z,
     FEATURES,
     HISTORY_MIN,
     NOISE_Z,
@@ -76,22 +78,27 @@ def test_running_window_sums_equal_the_windows() -> None:
     rng = np.random.default_rng(1)
     f = PrecursorFeatures(n)
     ecc, link = np.zeros(n), np.zeros(n)
+    since, minutes = np.zeros(n), np.zeros(n)  # minutes with errors since each chip's history began
     for m in range(400):
         for _ in range(6):
-            ecc += rng.poisson(0.05, n)
+            ecc += rng.poisson(0.05 if m < 300 else 0.05 + 0.01 * (np.arange(n) % 5), n)
             link += rng.poisson(0.02, n)
             power = np.where(rng.random(n) < 0.02, 100.0, 300.0) + rng.standard_normal(n)
             temp = 60 + rng.standard_normal(n) * 0.3 + (m > 200) * np.arange(n) * 0.1
             f.sample({"temperature_c": temp, "power_w": power, "mem_ecc_corrected": ecc.copy(),
                       "link_errors": link.copy()})
         f.close_minute()
+        since += f.ecc[f.row] > 0
+        minutes += 1
         if m == 250:
-            f.reset(np.arange(n) % 7 == 0)
+            mask = np.arange(n) % 7 == 0
+            f.reset(mask)
+            since[mask], minutes[mask] = 0, 0
         if m % 20 == 0 or m > 380:
-            assert np.allclose(f.features(), _features_from_the_ring(f))
+            assert np.allclose(f.features(), _features_from_the_ring(f, since, minutes))
 
 
-def _features_from_the_ring(f: PrecursorFeatures) -> np.ndarray:
+def _features_from_the_ring(f: PrecursorFeatures, since: np.ndarray, minutes: np.ndarray) -> np.ndarray:
     """The features summed directly over the history windows (what the running sums keep)."""
     idx = [(f.row - a) % HISTORY_MIN for a in range(121)]
     e, r, s = f.ecc[idx], f.r[idx], f.steady[idx]
@@ -105,8 +112,12 @@ def _features_from_the_ring(f: PrecursorFeatures) -> np.ndarray:
     d = np.sign(d) * np.maximum(np.abs(d) - margin, 0.0)
     rise = np.clip(np.where(have, d / base, 0.0), -1.0, 2.0)
     hot = np.where(st60 >= 5, f.hot[idx][:60].sum(0) / np.maximum(st60, 1), 0.0)
+    m120 = (e[:120] > 0).sum(0)
+    before = minutes - 120
+    share = np.where(before >= BASELINE_MIN, np.clip((since - m120) / np.maximum(before, 1), 0, 1), 0.0)
+    excess = np.maximum(m120 - share * 120 - EXCESS_Z * np.sqrt(share * 120 * (1 - share)), 0.0) / 120
     return np.stack([np.log1p(e[:10].sum(0)), (e[:120] > 0).sum(0) / 120, f.begins[idx][:120].sum(0) / 120,
-                     rise, hot, (f.link[idx][:30] > 0).sum(0) / 30], axis=1)
+                     rise, hot, (f.link[idx][:30] > 0).sum(0) / 30, excess], axis=1)
 
 
 def test_idle_and_changing_load_with_sparse_noisy_samples_is_neither_rise_nor_hot() -> None:

@@ -89,3 +89,17 @@ def test_firmware_batches_follow_tensor_parallel_groups() -> None:
     assert len(view["interruptions_s"]) == 4  # three groups of eight, then home
     assert steps and max(steps) < 1.05 * healthy
     assert r.plane.jobs.describe(job)["state"] == "RUNNING"
+
+
+def test_the_plane_runs_its_flows_on_the_timings_it_was_built_with() -> None:
+    """The recovery-time benchmark's sensitivities vary a ``Timings`` field through
+    ``compose.build``: a doubled hang timeout must reach the flows' detection."""
+    tm = Timings(hang_timeout_s=2 * Timings().hang_timeout_s)
+    r = rehearse(3, timings=tm)
+    job = r.submit(dict(JOB))
+    t0 = r.tl.now
+    r.plane.inject_fault(CLUSTER, "chip-failure", chip=r.chips(job)[7], actor="t")
+    r.tl.run(t0 + 30.0)
+    rec = [x for x in r.recoveries() if x["job_id"] == job][-1]
+    detect = rec["detected_t"] - rec["t_start"]
+    assert tm.hang_timeout_s - tm.heartbeat_interval_s <= detect <= tm.hang_timeout_s + tm.monitor_poll_s

@@ -34,6 +34,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
 )
 from podfleet.fabric.sim import probes
+from podfleet.fabric.sim.background import Background, BackgroundParams
 from podfleet.fabric.sim.board import CHIP_STATES, LINK_STATES, Board
 from podfleet.fabric.sim.congestion import Congestion
 from podfleet.fabric.sim.context import EventBus, SimContext
@@ -68,6 +69,7 @@ class SimFabric:
         auto_repair_s: float | None = None,
         progress_every_steps: int = 10,
         firmware_version: str = "2.21.0",
+        background: BackgroundParams | None = None,
     ) -> None:
         self.topology = get_topology(topology) if isinstance(topology, str) else topology
         if telemetry_interval_s <= 0:
@@ -94,6 +96,9 @@ class SimFabric:
                                    precursors=precursors or PrecursorParams(), thermal=self.thermal,
                                    auto_repair_s=auto_repair_s)
         self.board.on_repaired = self.faults.repaired
+        # Corrected-ECC errors of healthy chips (field data, ``fabric.sim.background``): off
+        # unless asked for (the prediction benchmark's twin carries it).
+        self.background = Background(self.n_chips, background, timeline.seed) if background is not None else None
         self.board.on_chip_lost = self.runner.pause_job
         # The hardware errors reported (HardwareErrors), as a Neuron host's error log keeps them.
         self.errors: deque[FabricEvent] = deque(maxlen=4096)
@@ -381,6 +386,10 @@ class SimFabric:
         self.ticks += 1
         self.faults.advance_precursors(dt)
         t = self.telemetry
+        if self.background is not None:
+            chips, errors = self.background.counts(dt, self.board.usable_mask())
+            if chips.size:
+                t.bump("mem_ecc_corrected", chips, errors)
         recomputed, changed, critical = t.tick(dt, self.tl.rng)
         self.board.refresh_links(recomputed)
         bus = self.ctx.bus
