@@ -10,7 +10,6 @@ import functools
 import hashlib
 import json
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -121,7 +120,7 @@ class ControlPlane:
         self.balance_interval_s = balance_interval_s
         self.schedule_interval_s = schedule_interval_s
         self.default_fabric = default_fabric
-        self.epoch = time.time() - timeline.now  # timestamps = epoch + timeline time
+        timeline.anchor_wall()  # timestamps: the wall clock from here (``Timeline.wall_at``)
         self.clusters: dict[str, ClusterRuntime] = {}  # live clusters by id
         self.names: dict[str, str] = {}  # live cluster name -> id (connecting ones too)
         # Clusters whose fabric is being built off the engine thread, or failed to be
@@ -158,9 +157,14 @@ class ControlPlane:
 
     # --- time, threads ---------------------------------------------------------------
     def now(self) -> float:
-        """Unix seconds on the timeline (tracks the wall clock when paced at speed 1, also
-        after an engine stall: the timeline's ``skew_s`` is the time it re-anchored over)."""
-        return self.epoch + self.tl.now + self.tl.skew_s
+        """Unix seconds: the wall clock on a paced (served) plane at any speed, also after an
+        engine stall (``Timeline.wall_at``); virtual time's own clock in rehearsals."""
+        return self.tl.wall_at(self.tl.now)
+
+    @property
+    def epoch(self) -> float:
+        """Unix time of timeline time 0 (what ``now`` adds to timeline time at speed 1)."""
+        return self.tl.wall_at(0.0)
 
     async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """From any thread's event loop: run a command on the engine thread and await it."""

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, ExitStack
-from time import monotonic
+from time import monotonic, time
 from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
@@ -66,6 +66,29 @@ class Timeline:
         self.env: simpy.Environment = (
             simpy.Environment(start) if speed is None else PacedEnvironment(self, self._wake, start, 1.0 / speed)
         )
+        self.anchor_wall()
+
+    # --- the wall clock people read ------------------------------------------------
+    def anchor_wall(self) -> None:
+        """Timeline time ``now`` happens at unix time ``time()`` (the control plane anchors
+        when it is built). From here ``wall_at`` maps timeline time to the wall clock."""
+        self._wall0, self._t0 = time(), self.now
+
+    @property
+    def pace(self) -> float:
+        """Timeline seconds per wall second: the speed when paced; 1 in virtual time (a
+        rehearsal's stamps are its own time from the anchor, as fast as it runs)."""
+        return self.speed or 1.0
+
+    def wall_at(self, t: float) -> float:
+        """Unix seconds at which timeline time ``t`` happens on the wall clock: a demo at 20x
+        stamps its events with the wall clock, not a clock running 20 times too fast. The
+        time lost to stalls (``skew_s``) counts as passed, so stamps never lag the wall."""
+        return self._wall0 + (t - self._t0 + self.skew_s) / self.pace
+
+    def timeline_at(self, unix: float) -> float:
+        """The inverse of ``wall_at``: the timeline time of a wall-clock instant."""
+        return self._t0 + (unix - self._wall0) * self.pace - self.skew_s
 
     # --- time and events -------------------------------------------------------
     @property

@@ -53,18 +53,23 @@ class Alert:
     def key(self) -> tuple[str, str, str]:
         return (self.cluster_id, self.target, self.rule)
 
-    def to_dict(self, epoch: float | None = None) -> dict[str, Any]:
-        """The alert as JSON. With ``epoch`` (unix time of timeline 0), as the API shows it:
-        every ``*_at`` is RFC 3339 like every other time the API shows (``first_seen_at``,
-        ``last_seen_at``, ``resolved_at``), beside the timeline seconds (``first_seen``,
-        ``last_seen``, ``resolved_t``). Without, the timeline seconds alone (rehearsals)."""
+    def to_dict(self, epoch: float | None = None, *, wall: Callable[[float], float] | None = None) -> dict[str, Any]:
+        """The alert as JSON. With ``wall`` (timeline seconds -> unix seconds: the plane's
+        ``Timeline.wall_at``) or ``epoch`` (unix time of timeline 0), as the API shows it:
+        every ``*_at`` is RFC 3339 on the wall clock like every other time the API shows
+        (``first_seen_at``, ``last_seen_at``, ``resolved_at``), beside the timeline seconds
+        (``first_seen``, ``last_seen``, ``resolved_t``). Without, the timeline seconds alone
+        (rehearsals)."""
         d = asdict(self)
         d["state"] = self.state.value
-        if epoch is not None:
-            d["first_seen_at"] = _rfc3339(epoch + self.first_seen)
-            d["last_seen_at"] = _rfc3339(epoch + self.last_seen)
+        if wall is None and epoch is not None:
+            e = epoch
+            wall = lambda t: e + t  # noqa: E731
+        if wall is not None:
+            d["first_seen_at"] = _rfc3339(wall(self.first_seen))
+            d["last_seen_at"] = _rfc3339(wall(self.last_seen))
             d["resolved_t"] = self.resolved_at
-            d["resolved_at"] = _rfc3339(epoch + self.resolved_at) if self.resolved_at is not None else None
+            d["resolved_at"] = _rfc3339(wall(self.resolved_at)) if self.resolved_at is not None else None
         return d
 
 

@@ -114,7 +114,7 @@ class HealthMonitor:
         res = self.scanner.scan(now, metrics, states, lm, lstates,
                                 mounts=self.mounts() if self.mounts else (),
                                 jobs=self.jobs() if self.jobs else None, util=util,
-                                rise=rise, power_floor=power_floor)
+                                rise=rise, power_floor=power_floor, pace=self.tl.pace)
         # A chip back from isolation (a repaired or replaced one) or from a firmware
         # update (new firmware, and a power history the update broke): no history.
         prev = self._prev_states

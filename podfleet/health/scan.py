@@ -267,8 +267,9 @@ class HealthScanner:
              link: Mapping[str, np.ndarray] | None = None, link_states: np.ndarray | None = None,
              mounts: Sequence[Mapping[str, Any]] = (), jobs: Mapping[str, Mapping[str, Any]] | None = None,
              util: np.ndarray | None = None, rise: np.ndarray | None = None,
-             power_floor: np.ndarray | None = None) -> ScanResult:
-        """``chip``: the fabric's chip metrics; ``chip_states``: state codes over chips
+             power_floor: np.ndarray | None = None, pace: float = 1.0) -> ScanResult:
+        """``pace``: timeline seconds per wall second (a served plane's speed): a stall
+        is measured on the wall clock. ``chip``: the fabric's chip metrics; ``chip_states``: state codes over chips
         (``ChipState`` order); ``link``/``link_states`` likewise; ``mounts``: dicts with
         name, state, used_bytes, capacity_bytes; ``jobs``: job id -> {state, step,
         tokens_per_s}; ``util``: ``util_ratio(chip)`` when the caller has it already;
@@ -399,7 +400,7 @@ class HealthScanner:
         if mounts:
             self._scan_mounts(now, mounts, res)
         if jobs is not None:
-            self._scan_jobs(now, jobs, res)
+            self._scan_jobs(now, jobs, res, pace)
         self._health(states, skey, None if link_states is None else np.asarray(link_states))
         res.chip_health, res.link_health = self.chip_health, self.link_health
         return res
@@ -458,10 +459,16 @@ class HealthScanner:
                 r = self._mount_rules[key] = _MaskRule(rule, sev, "mount", len(names))
             r.apply(self.book, self.cluster_id, mask, now, res, values=ratio, names=names, message=msg)
 
-    def _scan_jobs(self, now: float, jobs: Mapping[str, Mapping[str, Any]], res: ScanResult) -> None:
-        """Stalled (running, no step for ``job_stall_s`` since its last step or its last start
-        or resume, whichever is later: time queued never counts) and slow (tokens/s > 10% under its
-        median of the last samples) jobs."""
+    def _scan_jobs(self, now: float, jobs: Mapping[str, Mapping[str, Any]], res: ScanResult,
+                   pace: float = 1.0) -> None:
+        """Stalled (running, no step for ``job_stall_s`` wall seconds since its last step or its
+        last start or resume, whichever is later: time queued never counts) and slow (tokens/s
+        > 10% under its median of the last samples) jobs.
+
+        Wall seconds, not timeline seconds: on a demo at 20x a real local job's 10 s worker
+        start is 200 timeline seconds, and it was reported stalled before its first step.
+        (A twin job's reported step time is timeline seconds, so at a speed above 1 its bar is
+        laxer than three steps: never a false alert.)"""
         book, cid, cfg = self.book, self.cluster_id, self.cfg
         watch = self._job_watch
         is_open, stall_s, keep = book.is_open, cfg.job_stall_s, 1 - cfg.rel  # looked up once a scan
@@ -485,10 +492,11 @@ class HealthScanner:
             # A job whose steps are long (a 70B model's 4-minute step) is not stalled between
             # two of them: the bar is the larger of the setting and three of its own steps
             # (the step time it reports, or the last step the scan saw).
-            bar_s = max(stall_s, STALL_STEPS * max(float(j.get("step_time_s") or 0.0), w.gap_s))
-            if running and now - moved_t >= bar_s:
+            bar_s = max(stall_s, STALL_STEPS * max(float(j.get("step_time_s") or 0.0), w.gap_s / pace))
+            idle_s = (now - moved_t) / pace
+            if running and idle_s >= bar_s:
                 res.opened(book.fire(cluster_id=cid, target=target, rule="job-stalled", severity="critical",
-                                     message=f"no training step for {now - moved_t:.0f} s", now=now))
+                                     message=f"no training step for {idle_s:.0f} s", now=now))
             elif is_open(cid, target, "job-stalled"):
                 res.closed(book.clear(cid, target, "job-stalled", now))
             tps = float(j.get("tokens_per_s") or 0.0)

@@ -129,14 +129,14 @@ class HealthService:
         return hit[1]
 
     def _monitor(self, rt: ClusterRuntime) -> HealthMonitor:
-        epoch = self.plane.epoch
+        tl = self.plane.tl
 
         def sink(rows: list[RollupRow]) -> None:
             # The read-only arrays as they are: both stores only read a record's values as a
             # sequence of floats (the memory store keeps them, SQL writes them as JSON), and a
             # fleet's minute as lists was millions of Python floats made and dropped again.
             self.plane.store.save_rollups([RollupRecord(r.cluster_id, r.scope, r.metric, r.resolution_s,
-                                                        epoch + r.t_start, cast("list[float]", r.avg),
+                                                        tl.wall_at(r.t_start), cast("list[float]", r.avg),
                                                         cast("list[float]", r.min), cast("list[float]", r.max),
                                                         r.count) for r in rows])
 
@@ -174,7 +174,7 @@ class HealthService:
         # Rollups kept in the store survive a restart: reload them into memory.
         for res in (MINUTE_S, HOUR_S):
             rows = self.plane.store.list_rollups(rt.id, resolution_s=res, since=self.plane.now() - RETENTION_S[res])
-            mon.history.load([RollupRow(r.cluster_id, r.scope, r.metric, r.resolution_s, r.t_start - epoch,
+            mon.history.load([RollupRow(r.cluster_id, r.scope, r.metric, r.resolution_s, tl.timeline_at(r.t_start),
                                         frozen(r.avg), frozen(r.min), frozen(r.max), r.count) for r in rows],
                              now=self.plane.tl.now)
         self.monitors[rt.id] = mon
@@ -206,7 +206,7 @@ class HealthService:
         rt = self.plane.resolve(ref)
         if state is not None and state not in tuple(AlertState):
             raise InvalidInputError(f"state must be one of {', '.join(AlertState)}, got {state!r}", field="state")
-        return [a.to_dict(self.plane.epoch) for a in self.book.all(rt.id) if state is None or a.state == state]
+        return [a.to_dict(wall=self.plane.tl.wall_at) for a in self.book.all(rt.id) if state is None or a.state == state]
 
     def _affected_jobs(self, cluster_id: str, target: str) -> list[str]:
         """The jobs on an alert's target now: a chip's holder, a link's endpoints' holders,
@@ -229,7 +229,7 @@ class HealthService:
 
     def acknowledge(self, alert_id: str, *, actor: str = "system") -> dict[str, Any]:
         def do() -> tuple[dict[str, Any], str]:
-            return self.book.acknowledge(alert_id, actor).to_dict(self.plane.epoch), alert_id
+            return self.book.acknowledge(alert_id, actor).to_dict(wall=self.plane.tl.wall_at), alert_id
 
         return self.plane.mutation("AcknowledgeAlert", actor, alert_id, do)
 
@@ -245,7 +245,8 @@ class HealthService:
             raise NotFoundError(f"cluster {rt.rec.name} has {scope}s 0-{window.n - 1}; {scope} {target} does not "
                                 "exist", field="target", allowed=f"0-{window.n - 1}")
         out = mon.history.query(scope, metric, range_, self.plane.tl.now, target)
-        out["t"] = [self.plane.epoch + t for t in out["t"]]
+        wall = self.plane.tl.wall_at
+        out["t"] = [wall(t) for t in out["t"]]
         return {"cluster_id": rt.id, "scope": scope, "metric": metric, "target": target, **out}
 
     def health_view(self, ref: str) -> dict[str, Any]:

@@ -52,34 +52,37 @@ _UNIX_FROM = 1e9  # a number at least this is unix seconds (2001 on); below, tim
 _TIMES = ("t_start", "t_end", "detected_t")
 
 
-def _seconds(t: object, epoch: float) -> float | None:
+# Unix seconds -> timeline seconds, and back (``Timeline.timeline_at`` and ``wall_at``).
+Clock = Callable[[float], float]
+
+
+def _seconds(t: object, timeline_at: Clock) -> float | None:
     """A record's time in timeline seconds: records hold timeline seconds (the
-    orchestrator's journals), RFC 3339 or unix seconds (the process driver's); ``epoch``
-    is the unix time of timeline 0."""
+    orchestrator's journals), RFC 3339 or unix seconds (the process driver's)."""
     if isinstance(t, str):
         try:
-            return dt.datetime.fromisoformat(t).timestamp() - epoch
+            return timeline_at(dt.datetime.fromisoformat(t).timestamp())
         except ValueError:
             return None
     if isinstance(t, int | float) and not isinstance(t, bool):
-        return float(t) - epoch if t >= _UNIX_FROM else float(t)
+        return timeline_at(float(t)) if t >= _UNIX_FROM else float(t)
     return None
 
 
-def on_timeline(rec: JsonObject, epoch: float) -> JsonObject:
+def on_timeline(rec: JsonObject, timeline_at: Clock) -> JsonObject:
     """A recovery record with every time in timeline seconds (what code computes with)."""
-    out = {**rec, **{k: _seconds(rec.get(k), epoch) for k in _TIMES}}
-    out["steps"] = [{**st, "t_start": _seconds(st.get("t_start"), epoch), "t_end": _seconds(st.get("t_end"), epoch)}
-                    for st in rec.get("steps") or ()]
+    out = {**rec, **{k: _seconds(rec.get(k), timeline_at) for k in _TIMES}}
+    out["steps"] = [{**st, "t_start": _seconds(st.get("t_start"), timeline_at),
+                     "t_end": _seconds(st.get("t_end"), timeline_at)} for st in rec.get("steps") or ()]
     return out
 
 
-def shown(rec: JsonObject, epoch: float) -> JsonObject:
+def shown(rec: JsonObject, wall_at: Clock) -> JsonObject:
     """A recovery record (``on_timeline``'s) as the API shows it: ``t_start``, ``t_end``
     and each step's times in RFC 3339 like every time the API shows, beside them the
     timeline seconds (``t_start_s``, ``t_end_s``) and ``duration_s``."""
     def at(t: float | None) -> str | None:
-        return None if t is None else rfc3339(epoch + t)
+        return None if t is None else rfc3339(wall_at(t))
 
     start, end = rec.get("t_start"), rec.get("t_end")
     return {**rec, "t_start": at(start), "t_end": at(end), "t_start_s": start, "t_end_s": end,
@@ -327,21 +330,15 @@ class RecoveryService:
         recorded on each job (relaunches, and those the fabric made itself), in the same
         shape."""
         rt = self._cluster(ref)
-        epoch = self._epoch()
         o = self.for_cluster(rt)
         flows = [] if o is None else [r.to_dict() for r in [*o.done, *o.active.values(), *o.link_active.values()]]
-        worker = [on_timeline(dict(r), epoch) for job in self.table.on_cluster(rt.id, live=False)
+        worker = [on_timeline(dict(r), self.tl.timeline_at) for job in self.table.on_cluster(rt.id, live=False)
                   if job.status.runtime is not None for r in job.status.runtime.recoveries]
         return sorted([*flows, *worker], key=lambda r: (r.get("t_start") is None, r.get("t_start") or 0.0))
 
     def list_recoveries(self, ref: str) -> list[JsonObject]:
         """ListRecoveries: ``recoveries`` as the API shows them (RFC 3339 times, ``shown``)."""
-        epoch = self._epoch()
-        return [shown(r, epoch) for r in self.recoveries(ref)]
-
-    def _epoch(self) -> float:
-        """Unix time of timeline 0 (the job table's clock is the plane's wall clock)."""
-        return self.table.now() - self.tl.now
+        return [shown(r, self.tl.wall_at) for r in self.recoveries(ref)]
 
     def _cluster(self, ref: str) -> ClusterRuntime:
         if self._resolve is None:

@@ -44,3 +44,22 @@ def test_virtual_time_never_skews() -> None:
     tl.every(1.0, lambda: None)
     tl.run(until=100.0)
     assert tl.skew_s == 0.0
+
+
+def test_a_fast_timeline_stamps_the_wall_clock_not_its_own() -> None:
+    # A demo runs at 20x: its stamps are when things happened on the wall clock (not a
+    # clock running 20 times too fast, 30 minutes ahead after 90 s), and back again.
+    tl = Timeline(speed=20.0)
+    tl.every(0.5, lambda: None)
+    thread = threading.Thread(target=tl.serve_forever, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)
+        t, wall = tl.now, time.time()
+    finally:
+        tl.stop()
+        thread.join(5)
+    assert t >= 10.0, t  # the timeline ran 20 times the wall clock
+    assert abs(tl.wall_at(t) - wall) < 1.0, (tl.wall_at(t), wall)
+    assert abs(tl.wall_at(t + 20.0) - tl.wall_at(t) - 1.0) < 1e-3
+    assert abs(tl.timeline_at(tl.wall_at(t)) - t) < 1e-3

@@ -223,3 +223,17 @@ def test_throughput_median_is_numpys_over_the_last_samples() -> None:
         hist.add(x)
         last.append(x)
         assert hist.median() == float(np.median(list(last))) and hist.sorted == sorted(last)
+
+
+def test_a_stall_is_wall_seconds_on_a_fast_plane() -> None:
+    # A real local job on a demo paced at 20x: its workers take seconds of wall clock to
+    # start, hundreds of timeline seconds. Not a stall; 120 s of wall clock without a step is.
+    jobs = {"job-l": {"state": "RUNNING", "step": 0, "tokens_per_s": 0.0}}
+    tl, _fab, mon = monitor(jobs=lambda: jobs)
+    tl.speed = 20.0  # virtual time, read at a 20x plane's pace (what ``pace`` tells the scan)
+    tl.run(until=600.0)  # 30 s of wall clock
+    assert ("job:job-l", "job-stalled") not in rules(mon)
+    tl.run(until=2500.0)
+    stalled = [a for a in mon.book.all() if a.rule == "job-stalled"]
+    assert len(stalled) == 1 and stalled[0].first_seen >= 2400.0, stalled
+    assert stalled[0].message.startswith("no training step for 12"), stalled[0].message
