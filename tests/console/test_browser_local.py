@@ -97,3 +97,22 @@ def test_the_host_switch_of_a_local_cluster_is_drawn(admin: Watched, job: str) -
     admin.open("/clusters/local-a", "[data-chip='2']")
     assert admin.page.locator("[data-hub]").count() == 1
     assert admin.page.locator("[data-link]").count() == 3
+
+
+_RAW_NUMBER = re.compile(r"\d\.\d+e[+-]\d|\d{6,}\.\d|\.\d{4,}")  # 8.762e+10, 245964.831, 0.12345
+
+
+def test_names_beside_ids_and_numbers_in_human_units(admin: Watched, job: str) -> None:
+    admin.open("/jobs", "[data-testid=jobs]")
+    row = admin.page.locator("[data-testid=jobs] tr", has_text=job)
+    cluster = row.locator("[data-cluster]")
+    assert cluster.inner_text() == "local-a" and cluster.get_attribute("title", timeout=2000).startswith("cl-")
+    assert re.fullmatch(r"[\d.]+[kMG]?/s", row.locator("td").last.inner_text()), row.inner_text()
+    admin.open(f"/jobs/{job}", "[data-testid=job-cluster]")
+    assert admin.page.locator("[data-testid=job-cluster]").inner_text() == "local-a"
+    admin.open("/clusters/pod-0", "[data-chip='5']")
+    admin.page.click("[data-chip='5']")
+    admin.page.wait_for_selector("[data-metric=hbm_used_bytes]")
+    metrics = admin.page.locator(".metrics").inner_text()
+    assert not _RAW_NUMBER.search(metrics), metrics
+    assert re.search(r"\d B|iB", metrics), metrics

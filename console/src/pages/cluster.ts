@@ -69,7 +69,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     const st = detail.querySelector("[data-field=state]");
     if (st) st.textContent = shownState(c);
     clear(metricsTable, table(`Metrics of chip ${i}`, ["metric", "value"],
-      Object.entries(c.metrics).map(([k, v]) => [h("code", { "data-metric": k }, k), fmt(v)])));
+      Object.entries(c.metrics).map(([k, v]) => [h("code", { "data-metric": k }, k), fmt(v, k)])));
   }
 
   async function showChip(i: number): Promise<void> {
@@ -133,7 +133,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     clear(linkDetail, h("h2", {}, `Link ${key}`),
       h("dl", {}, h("dt", {}, "axis"), h("dd", {}, l.axis), h("dt", {}, "state"), h("dd", { "data-field": "state" }, l.state),
         h("dt", {}, "nominal bandwidth"), h("dd", {}, `${fmt(l.bw_gbps)} GB/s`), h("dt", {}, "flows"), h("dd", {}, flows)),
-      table(`Metrics of link ${key}`, ["metric", "value"], Object.entries(l.metrics).map(([k, v]) => [h("code", {}, k), fmt(v)])),
+      table(`Metrics of link ${key}`, ["metric", "value"], Object.entries(l.metrics).map(([k, v]) => [h("code", {}, k), fmt(v, k)])),
       allows(ctx.me, "operator") ? linkControls(cluster.id, key) : null);
     linkDetail.hidden = false;
     linkDetail.focus();
