@@ -116,3 +116,18 @@ def test_names_beside_ids_and_numbers_in_human_units(admin: Watched, job: str) -
     metrics = admin.page.locator(".metrics").inner_text()
     assert not _RAW_NUMBER.search(metrics), metrics
     assert re.search(r"\d B|iB", metrics), metrics
+
+
+def test_the_overview_shows_every_pods_state_at_a_glance(admin: Watched, site: Served, job: str) -> None:
+    admin.open("/", "[data-tile=local-a] [data-count=busy]")
+    with site.client() as c:
+        hw = c.get("/v1/clusters/local-a/hardware").json()["chips"]
+    tile = admin.page.locator("[data-tile=local-a]")
+    count = {k: tile.locator(f"[data-count={k}]").inner_text() for k in ("healthy", "spare", "busy", "running")}
+    assert count == {"healthy": str(sum(ch["state"] == "healthy" for ch in hw)), "spare": "1",
+                     "busy": str(sum(bool(ch["job"]) for ch in hw)), "running": "1"}, count
+    assert admin.page.locator("[data-tile=pod-0]").count() == 1
+    # Creating and deleting are behind their buttons, not the page's first screen.
+    assert not admin.page.locator("input[name=name]").is_visible()
+    admin.page.click("[data-testid=create-cluster] summary")
+    assert admin.page.locator("input[name=name]").is_visible()
