@@ -131,3 +131,15 @@ def test_the_overview_shows_every_pods_state_at_a_glance(admin: Watched, site: S
     assert not admin.page.locator("input[name=name]").is_visible()
     admin.page.click("[data-testid=create-cluster] summary")
     assert admin.page.locator("input[name=name]").is_visible()
+
+
+_STATE_COLOURS = {"#E69F00", "#D55E00", "#CC79A7", "#56B4E9", "#009E73", "#F0E442"}  # colors.ts STATE_MARK
+
+
+def test_job_outlines_have_a_key_in_colours_no_state_uses(admin: Watched, job: str) -> None:
+    admin.open("/clusters/local-a", f".job-legend [data-job='{job}']")
+    colour = admin.page.locator(f".job-legend [data-job='{job}'] [data-color]").get_attribute("data-color")
+    assert colour and colour.upper() not in _STATE_COLOURS, colour
+    with_job = admin.page.locator("[data-chip] .job-outline").evaluate_all(
+        "els => els.map(e => e.getAttribute('stroke')).filter(s => s && s !== 'none')")
+    assert with_job and set(with_job) == {colour}, with_job
