@@ -143,3 +143,15 @@ def test_job_outlines_have_a_key_in_colours_no_state_uses(admin: Watched, job: s
     with_job = admin.page.locator("[data-chip] .job-outline").evaluate_all(
         "els => els.map(e => e.getAttribute('stroke')).filter(s => s && s !== 'none')")
     assert with_job and set(with_job) == {colour}, with_job
+
+
+def test_the_heatmap_has_chip_and_time_axes_and_a_scale_and_percentages_a_fixed_axis(admin: Watched, job: str) -> None:
+    admin.open("/clusters/local-a/dashboard", "canvas")
+    admin.page.wait_for_function("document.querySelector('[data-axis=time] span').textContent.includes('UTC')",
+                                 timeout=10_000)
+    chips = admin.page.locator("[data-axis=chip]").inner_text().split("\n")
+    assert chips[0] == "chip 0" and chips[-1] == "chip 2", chips
+    assert admin.page.locator("[data-testid=heat-scale]").inner_text().replace("\n", " ") == "0 % 100 %"
+    y = admin.page.locator("figure.chart[aria-label='utilization (cluster mean)']").evaluate(
+        "el => [el.plot.scales.y.min, el.plot.scales.y.max]")
+    assert y == [0, 100], y
