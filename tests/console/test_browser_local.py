@@ -155,3 +155,18 @@ def test_the_heatmap_has_chip_and_time_axes_and_a_scale_and_percentages_a_fixed_
     y = admin.page.locator("figure.chart[aria-label='utilization (cluster mean)']").evaluate(
         "el => [el.plot.scales.y.min, el.plot.scales.y.max]")
     assert y == [0, 100], y
+
+
+def test_the_chip_panel_is_beside_the_torus_at_1280_px(admin: Watched, job: str) -> None:
+    admin.page.set_viewport_size({"width": 1280, "height": 900})
+    try:
+        admin.open("/clusters/pod-0", "[data-chip='5']")
+        admin.page.click("[data-chip='5']")
+        admin.page.wait_for_selector("[data-testid=chip-detail]:not([hidden])")
+        torus = admin.page.locator("[data-testid=torus]").bounding_box()
+        panel = admin.page.locator("[data-testid=chip-detail]").bounding_box()
+        assert torus and panel
+        assert panel["x"] >= torus["x"] + torus["width"] - 1 and panel["y"] < torus["y"] + torus["height"], (torus, panel)
+        assert panel["x"] + panel["width"] <= 1280
+    finally:
+        admin.page.set_viewport_size({"width": 1500, "height": 1000})
