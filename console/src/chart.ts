@@ -7,12 +7,15 @@ import { h } from "./dom";
 
 export interface Series { label: string; values: (number | null)[] }
 
+/** A chart over time. A percentage's axis is fixed at 0-100 % (an autoscaled one made a
+ * point of noise look like a swing); other units scale to their data. */
 export function chart(ctx: Ctx, title: string, t: number[], series: Series[], unit = ""): HTMLElement {
   const box = h("figure", { class: "chart", role: "group", "aria-label": title }, h("figcaption", {}, title));
   const opts: uPlot.Options = {
     width: 520, height: 200,
     // One sample alone would stretch the axis over years: give it the minute before it.
-    scales: { x: { time: true, range: (_u, min, max) => (min === max ? [min - 60, max + 1] : [min, max]) } },
+    scales: { x: { time: true, range: (_u, min, max) => (min === max ? [min - 60, max + 1] : [min, max]) },
+      ...(unit === "%" ? { y: { auto: false, range: [0, 100] as uPlot.Range.MinMax } } : {}) },
     axes: [{}, { label: unit, size: 90 }],
     series: [{}, ...series.map((sr, i) => ({ label: sr.label, stroke: OKABE_ITO[(i + 4) % OKABE_ITO.length], width: 2 }))],
   };

@@ -19,10 +19,14 @@ function hex(c: string): number[] {
 
 export const OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000"];
 
-export function categorical(key: string): string {
+// Job outlines: Paul Tol's muted palette, none of whose colours a chip state or the
+// focus ring uses, so an outline never reads as a state (and outlines are dashed).
+export const JOB_PALETTE = ["#332288", "#117733", "#44AA99", "#88CCEE", "#882255", "#AA4499", "#999933", "#661100"];
+
+export function jobColor(key: string): string {
   let hsh = 0;
   for (const ch of key) hsh = (hsh * 31 + ch.charCodeAt(0)) >>> 0;
-  return OKABE_ITO[hsh % (OKABE_ITO.length - 1)];
+  return JOB_PALETTE[hsh % JOB_PALETTE.length];
 }
 
 // Chip states: a colour and a letter, so no state rests on colour alone.

@@ -32,15 +32,50 @@ export function clear(el: Element, ...children: Child[]): void {
   apply(el, {}, children);
 }
 
-export function fmt(v: unknown): string {
+/** A value in human units, by the CLI's rules (podfleet/cli/output.py ``number``): the
+ * key's suffix names the unit (``_bytes`` GiB, ``_per_s`` k/M/G per second, ``_s`` a
+ * duration, ``_ms``, ``_at`` a time); large plain numbers get k/M/G; at most 4 digits.
+ * Never ``8.762e+10`` or ``245964.831``. */
+export function fmt(v: unknown, key = ""): string {
   if (v === null || v === undefined) return "—";
   if (typeof v === "number") {
     if (!Number.isFinite(v)) return "—";
-    if (Math.abs(v) >= 1e9) return v.toExponential(3);
-    return Number.isInteger(v) ? String(v) : v.toFixed(3);
+    if (key.endsWith("_bytes")) return bytes(v);
+    if (/(_at|time|_t)$/.test(key) && v > 1e9) return time(v);
+    if (key.endsWith("_per_s")) return `${si(v)}/s`;
+    if (key.endsWith("_ms")) return `${sig(v, 3)} ms`;
+    if (key.endsWith("_s")) return duration(v);
+    if (Math.abs(v) >= 1e4) return si(v);
+    return Number.isInteger(v) ? String(v) : sig(v, 4);
   }
-  if (Array.isArray(v)) return v.map(fmt).join(", ");
+  if (Array.isArray(v)) return v.map((x) => fmt(x, key)).join(", ");
   return String(v);
+}
+
+function sig(v: number, digits: number): string {
+  return String(Number(v.toPrecision(digits)));
+}
+
+export function si(v: number): string {
+  for (const [unit, size] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]] as const) {
+    if (Math.abs(v) >= size) return `${(v / size).toFixed(1)}${unit}`;
+  }
+  return sig(v, 3);
+}
+
+export function bytes(v: number): string {
+  for (const [unit, size] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]] as const) {
+    if (Math.abs(v) >= size) return `${(v / size).toFixed(1)} ${unit}`;
+  }
+  return `${Math.round(v)} B`;
+}
+
+export function duration(s: number): string {
+  if (Math.abs(s) < 1) return `${sig(s * 1000, 3)} ms`;
+  if (Math.abs(s) < 60) return `${s.toFixed(1)} s`;
+  const r = Math.round(s), h = Math.floor(r / 3600), m = Math.floor((r % 3600) / 60), sec = r % 60;
+  const two = (n: number) => String(n).padStart(2, "0");
+  return h ? `${h}h${two(m)}m${two(sec)}s` : `${m}m${two(sec)}s`;
 }
 
 export function time(v: unknown): string {

@@ -2,7 +2,7 @@
 // between rows; one plane for a node; a grid for other shapes. SVG: every chip and
 // link is an element with data attributes, focusable and labelled.
 import { s } from "./dom";
-import { categorical, ink, LINK_STATE, STATE_MARK, viridis } from "./colors";
+import { ink, jobColor, LINK_STATE, STATE_MARK, viridis } from "./colors";
 import type { Chip, ColorMetric, Hardware, Link } from "./metrics";
 import { shownState } from "./metrics";
 
@@ -164,7 +164,7 @@ export function torus(hw: Hardware, metric: ColorMetric, handlers: TorusHandlers
       put(el.label, "fill", ink(t));
       put(el.glyph, "fill", ink(t));
       text(el.glyph, mark.glyph);
-      put(el.mark, "stroke", c.job ? categorical(c.job) : "none");
+      put(el.mark, "stroke", c.job ? jobColor(c.job) : "none");
       put(el.g, "data-job", c.job ? c.job : null);
       put(el.g, "aria-label", `chip ${c.index}, ${st}, ${m.label} ${Number.isFinite(v) ? v.toFixed(1) : "n/a"}${m.unit}` +
         (c.job ? `, job ${c.job}` : ""));

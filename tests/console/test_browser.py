@@ -237,6 +237,7 @@ def test_a_viewer_sees_no_mutating_control(viewer: Watched) -> None:
 
 def test_create_a_cluster_and_watch_its_deploy_log(admin: Watched) -> None:
     admin.open("/", "[data-testid=clusters]")
+    admin.page.click("[data-testid=create-cluster] summary")  # the form sits behind its button
     admin.page.fill("input[name=name]", "pod-web")
     admin.page.select_option("select[name=type]", "trn2-node")
     admin.page.fill("input[name=spares]", "1")
@@ -258,6 +259,7 @@ def test_create_a_cluster_and_watch_its_deploy_log(admin: Watched) -> None:
     assert admin.page.locator(".plane-label").count() == 1
     admin.page.screenshot(path=str(SHOTS / "cluster-node.png"), full_page=True)
     admin.open("/", "[data-testid=clusters] a:has-text('pod-web')")  # and delete it, its name typed twice
+    admin.page.click("[data-testid=delete-cluster] summary")
     admin.page.fill("input[name=delete-name]", "pod-web")
     admin.page.fill("input[name=delete-confirm]", "pod-web")
     admin.page.click("text=Delete cluster")

@@ -2,7 +2,7 @@ import { allows, api, enc } from "../api";
 import { clear, fmt, h, table, time } from "../dom";
 import { lagMs, link, report, select, sse, status, type Ctx } from "../app";
 import { chart } from "../chart";
-import { STATE_MARK } from "../colors";
+import { jobColor, STATE_MARK } from "../colors";
 import { COLOR_METRICS, metricByKey, shownState, type Hardware } from "../metrics";
 import { legend, torus, type TorusView } from "../torus";
 
@@ -31,6 +31,24 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const legendBox = h("div", { class: "legend" });
   const stateLegend = h("ul", { class: "state-legend", "aria-label": "chip states" },
     ...Object.entries(STATE_MARK).map(([st, m]) => h("li", {}, h("span", { class: "swatch", "data-swatch": st }, m.glyph || "·"), st)));
+  // The key for job outlines (dashed, in colours no state uses): each job on the cluster.
+  const jobLegend = h("ul", { class: "state-legend job-legend", "aria-label": "jobs (dashed chip outlines)" });
+  let jobKey = "";
+  const drawJobs = async () => {
+    const ids = [...new Set(hw.chips.map((c) => c.job).filter((j): j is string => !!j))].sort();
+    if (ids.join() === jobKey) return;
+    jobKey = ids.join();
+    const names = new Map<string, string>();
+    if (ids.length) {
+      try {
+        const { jobs } = await api("GET", `/v1/jobs?cluster=${enc(cluster.name)}`);
+        for (const j of jobs) if (j.name) names.set(j.id, j.name);
+      } catch { /* ids alone */ }
+    }
+    clear(jobLegend, ...ids.map((id) => h("li", { "data-job": id },
+      h("span", { class: "swatch job-swatch", style: `border-color: ${jobColor(id)}`, "data-color": jobColor(id) }),
+      link(ctx, `/jobs/${enc(id)}`, names.get(id) ?? id))));
+  };
   const detail = h("aside", { class: "detail", "data-testid": "chip-detail", "aria-live": "polite", hidden: true, tabindex: -1 });
   const linkDetail = h("aside", { class: "detail", "data-testid": "link-detail", "aria-live": "polite", hidden: true, tabindex: -1 });
   const view: TorusView = torus(hw, metric, { onChip: (i) => void showChip(i), onLink: (k) => void showLink(k) });
@@ -41,12 +59,13 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
       link(ctx, `/clusters/${enc(cluster.name)}/dashboard`, "dashboard"), " · ",
       link(ctx, `/jobs?cluster=${enc(cluster.name)}`, "jobs"), " · ", live),
     h("div", { class: "toolbar" }, h("label", { for: "metric-sel" }, "Colour by "), Object.assign(metricSel, { id: "metric-sel" }),
-      h("label", { for: "range-sel" }, " History "), Object.assign(rangeSel, { id: "range-sel" }), legendBox, stateLegend),
+      h("label", { for: "range-sel" }, " History "), Object.assign(rangeSel, { id: "range-sel" }), legendBox, stateLegend, jobLegend),
     h("div", { class: "cluster-layout" }, box, h("div", { class: "side" }, detail, linkDetail)));
   // The torus is in the document: the console-latency bench reads this mark (first_render_ms).
   requestAnimationFrame(() => setTimeout(() => performance.mark("torus-drawn"), 0)); // after its first paint
   const drawLegend = () => clear(legendBox, legend(metric, hw));
   drawLegend();
+  void drawJobs();
   metricSel.addEventListener("change", () => { metric = metricByKey(metricSel.value); view.update(hw, metric); drawLegend(); if (selected !== null) void showChip(selected); });
   rangeSel.addEventListener("change", () => { range = rangeSel.value; if (selected !== null) void showChip(selected); });
 
@@ -54,6 +73,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     hardware: (next: Hardware, ev) => {
       hw = next;
       view.update(hw, metric);
+      void drawJobs();
       const lag = lagMs(ev, hw.time);
       lags.push(lag);
       if (lags.length > 5000) lags.splice(0, lags.length - 5000);
@@ -69,7 +89,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     const st = detail.querySelector("[data-field=state]");
     if (st) st.textContent = shownState(c);
     clear(metricsTable, table(`Metrics of chip ${i}`, ["metric", "value"],
-      Object.entries(c.metrics).map(([k, v]) => [h("code", { "data-metric": k }, k), fmt(v)])));
+      Object.entries(c.metrics).map(([k, v]) => [h("code", { "data-metric": k }, k), fmt(v, k)])));
   }
 
   async function showChip(i: number): Promise<void> {
@@ -133,7 +153,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     clear(linkDetail, h("h2", {}, `Link ${key}`),
       h("dl", {}, h("dt", {}, "axis"), h("dd", {}, l.axis), h("dt", {}, "state"), h("dd", { "data-field": "state" }, l.state),
         h("dt", {}, "nominal bandwidth"), h("dd", {}, `${fmt(l.bw_gbps)} GB/s`), h("dt", {}, "flows"), h("dd", {}, flows)),
-      table(`Metrics of link ${key}`, ["metric", "value"], Object.entries(l.metrics).map(([k, v]) => [h("code", {}, k), fmt(v)])),
+      table(`Metrics of link ${key}`, ["metric", "value"], Object.entries(l.metrics).map(([k, v]) => [h("code", {}, k), fmt(v, k)])),
       allows(ctx.me, "operator") ? linkControls(cluster.id, key) : null);
     linkDetail.hidden = false;
     linkDetail.focus();

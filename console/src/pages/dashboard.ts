@@ -13,6 +13,13 @@ const MEANS: { metric: string; label: string; unit: string; scale: number }[] = 
   { metric: "power_w", label: "power", unit: "W", scale: 1 },
 ];
 const HEAT_COLS = 120;
+// The heatmap's colour scale: viridis from 0 to 100 % utilization.
+const RAMP = Array.from({ length: 11 }, (_, i) => viridis(i / 10)).join(", ");
+
+/** A sample's wall-clock time of day, UTC (the axis's ends; the date is the page's). */
+function clock(t: string | undefined): string {
+  return t ? `${t.slice(11, 19)} UTC` : "—";
+}
 
 /** Per-cluster dashboard: a per-chip utilization heatmap, interconnect x/y against z,
  * HBM, temperature, power, job throughput; realtime (pushed) or the rollups of an hour or a day. */
@@ -24,6 +31,8 @@ export async function dashboardPage(root: HTMLElement, ctx: Ctx): Promise<void> 
   const canvas = h("canvas", { width: HEAT_COLS * 4, height: (cluster.chips ?? 64) * 3, role: "img",
     "aria-label": "per-chip utilization over the last samples: one row per chip, newest on the right" });
   const heat: number[][] = [];
+  const heatT: string[] = []; // each column's sample time, for the time axis
+  const xFirst = h("span", {}, "—"), xLast = h("span", {}, "—");
   const mean = MEANS.map((m) => chart(ctx, `${m.label} (cluster mean)`, [], [{ label: m.label, values: [] }], m.unit));
   const net = chart(ctx, "interconnect in use: x/y against z", [], [{ label: "x/y GB/s", values: [] }, { label: "z GB/s", values: [] }], "GB/s");
   const thr = chart(ctx, "job throughput", [], [{ label: "tokens/s", values: [] }], "tokens/s");
@@ -32,7 +41,15 @@ export async function dashboardPage(root: HTMLElement, ctx: Ctx): Promise<void> 
   root.append(h("h1", {}, `Dashboard: ${cluster.name}`),
     h("p", { class: "sub" }, link(ctx, `/clusters/${enc(cluster.name)}`, "torus view"), " · live lag ", lagEl),
     h("div", { class: "toolbar" }, field("Range", rangeSel)),
-    h("figure", { class: "heatmap" }, h("figcaption", {}, "per-chip utilization"), canvas),
+    h("figure", { class: "heatmap" }, h("figcaption", {}, "per-chip utilization"),
+      h("div", { class: "heat-grid" },
+        h("div", { class: "heat-y", "data-axis": "chip", "aria-hidden": "true" }, h("span", {}, "chip 0"),
+          h("span", {}, `chip ${Math.floor(((cluster.chips ?? 64) - 1) / 2)}`), h("span", {}, `chip ${(cluster.chips ?? 64) - 1}`)),
+        canvas,
+        h("span", {}),
+        h("div", { class: "heat-x", "data-axis": "time", "aria-hidden": "true" }, xFirst, h("span", {}, "time →"), xLast)),
+      h("div", { class: "heat-scale", "data-testid": "heat-scale" }, h("span", {}, "0 %"),
+        h("span", { class: "heat-ramp", style: `background: linear-gradient(to right, ${RAMP})` }), h("span", {}, "100 %"))),
     h("div", { class: "charts" }, ...mean, net, thr));
 
   const drawHeat = () => {
@@ -48,7 +65,10 @@ export async function dashboardPage(root: HTMLElement, ctx: Ctx): Promise<void> 
         const v = c.metrics.neuroncore_utilization;
         return Array.isArray(v) ? v.reduce((a: number, b: number) => a + b, 0) / (v.length || 1) : Number(v ?? 0);
       }));
-      if (heat.length > HEAT_COLS) heat.shift();
+      heatT.push(hw.time);
+      if (heat.length > HEAT_COLS) { heat.shift(); heatT.shift(); }
+      xFirst.textContent = clock(heatT[0]);
+      xLast.textContent = clock(heatT[heatT.length - 1]);
       drawHeat();
       let a = 0, b = 0;
       for (const l of hw.links) {

@@ -1,5 +1,5 @@
 import { allows, api, enc } from "../api";
-import { clear, fmt, h, table, time } from "../dom";
+import { clear, duration, fmt, h, table, time } from "../dom";
 import { every, field, link, report, select, sse, status, type Ctx } from "../app";
 import { chart, setData } from "../chart";
 import { COLOR_METRICS, type Hardware } from "../metrics";
@@ -14,6 +14,8 @@ const TERMINAL = new Set(["SUCCEEDED", "FAILED", "STOPPED"]);
 export async function jobsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const { clusters } = await api("GET", "/v1/clusters");
   const names = clusters.map((c: any) => c.name);
+  // Names beside ids: a job names its cluster by id; people read the cluster's name.
+  const nameOf = new Map<string, string>(clusters.map((c: any) => [c.id, c.name]));
   const clusterSel = select("cluster", ["(any)", ...names], ctx.query.get("cluster") ?? "(any)");
   clusterSel.id = "jobs-cluster";
   const stateSel = select("state", STATES, ctx.query.get("state") ?? "(any)");
@@ -25,8 +27,9 @@ export async function jobsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     if (stateSel.value !== "(any)") q.set("state", stateSel.value);
     const { jobs } = await api("GET", `/v1/jobs?${q}`);
     clear(list, jobs.length ? table("Jobs", ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens/s"],
-      jobs.map((j: any) => [link(ctx, `/jobs/${enc(j.id)}`, j.id), j.name ?? "", j.cluster_id, j.state, j.model, String(j.chips),
-        `${j.progress.step} / ${j.progress.steps}`, fmt(j.progress.tokens_per_s)]), { "data-testid": "jobs" })
+      jobs.map((j: any) => [link(ctx, `/jobs/${enc(j.id)}`, j.id), j.name ?? "",
+        h("span", { title: j.cluster_id, "data-cluster": j.cluster_id }, nameOf.get(j.cluster_id) ?? j.cluster_id), j.state, j.model,
+        String(j.chips), `${j.progress.step} / ${j.progress.steps}`, fmt(j.progress.tokens_per_s, "tokens_per_s")]), { "data-testid": "jobs" })
       : h("p", {}, "No jobs match."));
   };
   clusterSel.addEventListener("change", () => void refresh());
@@ -74,7 +77,7 @@ function submitForm(ctx: Ctx, clusters: string[], current: string): HTMLElement 
         h("dt", {}, "step time"), h("dd", {}, `${p.step_time_s.toFixed(2)} s`),
         h("dt", {}, "MFU"), h("dd", {}, `${(p.mfu * 100).toFixed(1)} %`),
         h("dt", {}, "memory per chip"), h("dd", {}, `${(p.memory_per_chip_bytes / 2 ** 30).toFixed(1)} GiB of ${(p.hbm_bytes / 2 ** 30).toFixed(0)} GiB`),
-        h("dt", {}, "tokens/s"), h("dd", {}, fmt(Math.round(p.tokens_per_s)))));
+        h("dt", {}, "tokens/s"), h("dd", {}, fmt(p.tokens_per_s, "tokens_per_s"))));
     } catch (e) { clear(preview, h("p", { class: "error" }, `No plan: ${(e as Error).message}`)); }
   });
   const form = h("form", { class: "grid-form" }, field("Cluster", cluster), field("Model", model),
@@ -115,7 +118,7 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     first ??= { t: wall, step: p.step };
     bar.value = p.step; bar.max = p.steps; stepEl.textContent = String(p.step);
     const rate = (p.step - first.step) / Math.max(1e-3, wall - first.t);
-    eta.textContent = rate > 0 ? `${Math.round((p.steps - p.step) / rate)} s` : "—";
+    eta.textContent = rate > 0 ? duration((p.steps - p.step) / rate) : "—";
     t.push(now); loss.push(p.loss ?? null); tps.push(p.tokens_per_s ?? null);
     setData(lossChart, t, [{ label: "loss", values: loss }]);
     setData(tpsChart, t, [{ label: "tokens/s", values: tps }]);
@@ -125,8 +128,13 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     try { job = await api("POST", `/v1/jobs/${enc(id)}/stop`); stateEl.textContent = job.state; report(msg, `Stopped: ${job.state}`); stop.remove(); }
     catch (e) { report(msg, `Stop failed: ${(e as Error).message}`, true); }
   });
+  // The cluster by name (its id in the tooltip): the job record holds the id only.
+  const clusterName = await api("GET", `/v1/clusters/${enc(job.cluster_id)}`).then((c) => String(c.name)).catch(() => job.cluster_id);
+  const clusterLink = link(ctx, `/clusters/${enc(clusterName)}`, clusterName);
+  clusterLink.setAttribute("title", job.cluster_id);
+  clusterLink.setAttribute("data-testid", "job-cluster");
   root.append(h("h1", {}, `Job ${job.name ?? job.id}`),
-    h("p", { class: "sub" }, `${job.id} · ${job.model} on ${job.chips} chips · cluster `, link(ctx, `/clusters/${enc(job.cluster_id)}`, job.cluster_id)),
+    h("p", { class: "sub" }, `${job.id} · ${job.model} on ${job.chips} chips · cluster `, clusterLink),
     h("dl", { class: "facts" }, h("dt", {}, "state"), h("dd", {}, stateEl), h("dt", {}, "step"), h("dd", {}, stepEl, ` / ${job.progress.steps}`),
       h("dt", {}, "ETA"), h("dd", {}, eta), h("dt", {}, "reason"), h("dd", {}, job.reason || "—")),
     bar, stop ?? "", msg,

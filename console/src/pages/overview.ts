@@ -6,14 +6,31 @@ interface Cluster { id: string; name: string; state: string; type?: string; chip
   fabric?: string; deployment?: { state: string; percent: number; steps: { name: string; state: string }[] };
   scheduler: Record<string, any>; cordoned?: number[] }
 
-/** Every cluster with its health, load, jobs and alerts; create one with every API option. */
+/** One tile of a cluster's state at a glance: chips healthy, failed, spare and busy, jobs
+ * running and queued, firing alerts; its border says whether anything needs a look. */
+function tile(ctx: Ctx, c: Cluster, n: Record<string, number | null>): HTMLElement {
+  const bad = (n.failed ?? 0) > 0 || (n.alerts ?? 0) > 0;
+  const figure = (key: string, label: string) =>
+    [h("dt", {}, label), h("dd", { "data-count": key }, n[key] === null ? "—" : String(n[key]))];
+  return h("li", { class: "tile", "data-tile": c.name, "data-health": c.state !== "active" ? "other" : bad ? "attention" : "ok" },
+    h("h2", {}, link(ctx, `/clusters/${enc(c.name)}`, c.name)),
+    h("p", { class: "sub" }, `${c.state} · ${c.fabric ?? ""} · ${c.chips ?? "?"} chips`),
+    h("dl", { class: "facts" }, ...figure("healthy", "healthy"), ...figure("failed", "failed"), ...figure("spare", "spare"),
+      ...figure("busy", "busy"), ...figure("running", "running jobs"), ...figure("queued", "queued jobs"),
+      ...figure("alerts", "firing alerts")));
+}
+
+/** Every cluster's state at a glance (a tile each), then the table with load and views;
+ * creating and deleting a cluster sit behind their buttons. */
 export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const list = h("div", { class: "cluster-list", "aria-busy": "true" });
-  root.append(h("h1", {}, "Clusters"), list);
+  const tiles = h("ul", { class: "tiles", "data-testid": "tiles", "aria-label": "clusters at a glance" });
+  root.append(h("h1", {}, "Clusters"), tiles, list);
   const refresh = async () => {
     const { clusters } = await api<{ clusters: Cluster[] }>("GET", "/v1/clusters");
+    const glance: HTMLElement[] = [];
     const rows = await Promise.all(clusters.map(async (c) => {
-      let healthy = 0, failed = 0, spare = 0;
+      let healthy = 0, failed = 0, spare = 0, busy = 0;
       // Each figure on its own: one the server cannot give (a cluster going away meanwhile)
       // leaves its cell "—" and never hides the others.
       const [hw, al] = await Promise.allSettled([api("GET", `/v1/clusters/${enc(c.id)}/hardware`),
@@ -21,12 +38,17 @@ export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
       if (hw.status === "fulfilled") {
         for (const chip of hw.value.chips) {
           if (chip.spare) spare++;
+          if (chip.job) busy++;
           if (chip.state === "healthy") healthy++;
           else if (chip.state === "failed" || chip.state === "isolated") failed++;
         }
       }
       const alerts = al.status === "fulfilled" ? String(al.value.alerts.length) : "—";
       const sch = c.scheduler ?? {};
+      const hwn = (v: number) => (hw.status === "fulfilled" ? v : null);
+      glance.push(tile(ctx, c, { healthy: hwn(healthy), failed: hwn(failed), spare: hwn(spare), busy: hwn(busy),
+        running: sch.running_jobs ?? 0, queued: sch.pending_jobs ?? 0,
+        alerts: al.status === "fulfilled" ? al.value.alerts.length : null }));
       return [link(ctx, `/clusters/${enc(c.name)}`, c.name), c.state, c.type ?? "", c.fabric ?? "", String(c.chips ?? ""),
         hw.status === "fulfilled" ? `${healthy} / ${failed} / ${spare}` : "—", `${Math.round((sch.utilization ?? 0) * 100)}%`,
         `${sch.running_jobs ?? 0} / ${sch.pending_jobs ?? 0}`, alerts,
@@ -35,6 +57,9 @@ export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     clear(list, clusters.length ? table("Clusters", ["name", "state", "type", "fabric", "chips",
       "healthy / failed / spare", "utilization", "running / pending jobs", "firing alerts", "views"], rows, { "data-testid": "clusters" })
       : h("p", {}, "No clusters yet."));
+    const order = new Map(clusters.map((c, i) => [c.name, i]));
+    glance.sort((a, b) => (order.get(a.dataset.tile ?? "") ?? 0) - (order.get(b.dataset.tile ?? "") ?? 0));
+    clear(tiles, ...glance);
     list.setAttribute("aria-busy", "false");
   };
   await refresh();
@@ -60,7 +85,8 @@ function deleteForm(refresh: () => Promise<void>): HTMLElement {
       await refresh();
     } catch (err) { report(msg, `Delete failed: ${(err as Error).message}`, true); }
   });
-  return h("section", { class: "card", "aria-labelledby": "delete-h" }, h("h2", { id: "delete-h" }, "Delete a cluster"), form, msg);
+  return h("details", { class: "card", "data-testid": "delete-cluster" }, h("summary", {}, "Delete a cluster…"),
+    h("section", { "aria-labelledby": "delete-h" }, h("h2", { id: "delete-h" }, "Delete a cluster"), form, msg));
 }
 
 function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
@@ -132,6 +158,6 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
       report(msg, `Create failed: ${(err as Error).message}`, true);
     }
   });
-  return h("section", { class: "card", "aria-labelledby": "create-h" }, h("h2", { id: "create-h" }, "Create a cluster"),
-    form, msg, steps, log);
+  return h("details", { class: "card", "data-testid": "create-cluster" }, h("summary", {}, "Create a cluster…"),
+    h("section", { "aria-labelledby": "create-h" }, h("h2", { id: "create-h" }, "Create a cluster"), form, msg, steps, log));
 }
