@@ -41,11 +41,7 @@ class JobViews(Protocol):
 
 
 class HealthPlane(PlaneCore, Protocol):
-    """What the health service uses of the plane."""
-
-    @property
-    def epoch(self) -> float:
-        """Unix time of timeline time 0."""
+    """What the health service uses of the plane (times shown: ``tl.wall_at``)."""
 
     @property
     def jobs(self) -> JobViews: ...
