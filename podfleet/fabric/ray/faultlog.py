@@ -11,6 +11,8 @@ read both fabrics the same way (``detail["observed"]``):
   Ray's first line about it, ``injected_kill`` marks podfleet's own ``kill_worker``;
 * ``node-lost``: the actor's node died (Ray says so), or a node holding chips left the
   cluster (``chip-failed`` with its ``node_id``);
+* ``cluster-unreachable``: the gang was lost with the Ray head (no alert of a worker:
+  the cluster's own ``fabric-unreachable`` says it);
 * ``exit``: the worker exited with ``exit_code`` that ``fabric.base.exit_cause`` charges to
   the job's code or the infrastructure.
 
@@ -79,7 +81,11 @@ def _entry(ev: FabricEvent) -> dict[str, object] | None:
     code = d.get("exit_code")
     error = str(d.get("error") or "")
     injected = {"injected_kill": True} if killed_by == "fault" else {}
-    if code is None:  # no exit of its own: the actor (or its node) is gone
+    if code is None:  # no exit of its own: the actor (or its node, or the cluster) is gone
+        if killed_by is None and ev.chip is None and "unreachable" in error:
+            # runner.lose_all: the head is lost, so nothing is known of the actors; not a
+            # worker's fault (the cluster's fabric-unreachable alert says what happened).
+            return {"observed": "cluster-unreachable", "actor_error": error, "cause": ExitCause.INFRA.value}
         if _NODE_GONE.search(error) and killed_by is None:
             return {"observed": "node-lost", "actor_error": error, "cause": ExitCause.INFRA.value}
         return {"observed": "signal", "signal": None, "actor_error": error, "cause": ExitCause.INFRA.value,

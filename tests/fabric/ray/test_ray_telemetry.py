@@ -44,5 +44,8 @@ def test_the_fault_log_keeps_faults_with_their_cause_and_drops_our_own_kills() -
     assert code is not None and (code.detail["observed"], code.detail["cause"]) == ("exit", "user-code")
     assert sig is not None and sig.detail["signal"] == "SIGKILL"
     assert [e.detail["observed"] for e in log.all()] == ["node-lost", "exit", "signal"]  # bounded, oldest first
+    head = log.observe(FabricEvent("worker-exited", 2.0, chip=None, job_id="j", detail={
+        "rank": 0, "exit_code": None, "error": "the Ray cluster at 10.0.0.1:6379 is unreachable (refused)"}))
+    assert head is not None and head.detail["observed"] == "cluster-unreachable"  # no worker-killed alert
     lost = log.observe(FabricEvent("chip-failed", 2.0, chip=5, detail={"reason": "gone", "node_id": "n" * 56}))
     assert lost is not None and lost.detail["observed"] == "node-lost" and lost.chip == 5
