@@ -4,8 +4,9 @@ Ray is imported only when a ``RayFabric`` is created, so importing this package 
 the control plane) works without Ray installed.
 """
 
-from podfleet.fabric.ray.fabric import METRICS, RESOURCES, STRATEGIES, RayFabric
+from podfleet.fabric.ray.fabric import RESOURCES, STRATEGIES, RayFabric
 from podfleet.fabric.ray.factory import make_ray_fabric
 from podfleet.fabric.ray.jobs import ExitCause
+from podfleet.fabric.ray.telemetry import METRICS
 
 __all__ = ["METRICS", "RESOURCES", "STRATEGIES", "ExitCause", "RayFabric", "make_ray_fabric"]

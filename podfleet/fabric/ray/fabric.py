@@ -50,6 +50,8 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
+from podfleet.fabric.ray import telemetry
+from podfleet.fabric.ray.faultlog import FaultLog
 from podfleet.fabric.ray.hostcmd import node_command
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
@@ -74,8 +76,6 @@ from podfleet.training.config import WorkerConfig
 
 RESOURCES = ("CPU", "GPU", "neuron_cores")
 NODE_LOST_PREFIX = "Ray node "  # a chip's reason when its node left (nodes_joined brings it back)
-METRICS = ("busy", "cpu_percent", "mem_bytes", "step_time_s", "tokens_per_s", "heartbeat_age_s",
-           "mem_capacity_bytes", "pid")  # as fabric/local
 # Strategies whose bundles are pinned to their chips' nodes: the control plane chose the
 # chips, so the chips decide the nodes. With SPREAD / STRICT_SPREAD Ray picks the nodes.
 PINNED = frozenset({"pack", "strict_pack"})
@@ -182,7 +182,8 @@ def _import_ray() -> Any:
 
 class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
-    ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``.
+    ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``,
+    ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``).
 
     ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
     checkpoint KEK every worker gets unless the job names its own (with a multi-machine
@@ -317,6 +318,7 @@ class RayFabric:
         self._states = [ChipState.HEALTHY] * n_chips
         self._reasons: dict[int, str] = {}
         self.state = RayState(ray)
+        self.faults = FaultLog()
         self._subscribers: list[Callable[[FabricEvent], None]] = []
         self._t0 = time.monotonic()
         self.timeline: Any = None
@@ -355,30 +357,15 @@ class RayFabric:
         return [LinkState.UP] * len(self.topology.links)
 
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
-        out = {m: np.zeros(self.n_chips) for m in METRICS}
-        out["mem_capacity_bytes"][:] = np.nan  # a node's memory, known once a worker there reported it
-        with self.state.lock:
-            for job in self.state.jobs.values():
-                if job.state in TERMINAL:
-                    continue
-                for r in job.ranks:
-                    if r.done:
-                        continue
-                    c = r.chip
-                    out["busy"][c] = 1.0
-                    out["cpu_percent"][c] = r.cpu_percent
-                    out["mem_bytes"][c] = r.mem_bytes
-                    out["step_time_s"][c] = r.step_time_s
-                    out["tokens_per_s"][c] = r.tokens_per_s
-                    out["heartbeat_age_s"][c] = r.heartbeat_age_s
-                    out["pid"][c] = float(r.info.get("pid") or 0)
-                    if r.mem_capacity_bytes and r.info.get("node_id"):
-                        self._node_mem[str(r.info["node_id"])] = r.mem_capacity_bytes
-            for c in range(self.n_chips):
-                node_id = self.nodes.chip_node[c]
-                if node_id is not None and node_id in self._node_mem:
-                    out["mem_capacity_bytes"][c] = self._node_mem[node_id]
-        return out
+        return telemetry.chip_metrics(self.state, self.nodes, self.n_chips, self._node_mem)
+
+    def telemetry_metrics(self) -> frozenset[str]:
+        """TelemetrySource: what the actors report (ray/telemetry.py); the rest is NaN."""
+        return telemetry.MEASURED
+
+    def hardware_errors(self) -> list[FabricEvent]:
+        """HardwareErrors: worker exits, actor and node deaths, hangs (ray/faultlog.py)."""
+        return self.faults.all()
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
         links = self.topology.links
@@ -705,5 +692,6 @@ class RayFabric:
         t = float(self.timeline.now) if self.timeline is not None else time.monotonic() - self._t0
         detail = {k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in detail.items()}
         ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
+        self.faults.observe(ev, self.state)
         for cb in self._subscribers:
             cb(ev)

@@ -76,6 +76,7 @@ class RayJob:
     pending_ckpt: dict[int, set[int]] = field(default_factory=dict)  # step -> ranks whose shard is durable
     checkpoint_step: int | None = None
     cause: ExitCause | None = None  # why it failed: the blamed rank's cause
+    speed: Any = None  # fabric.local.speed.RankSpeed of a data-parallel gang (ray/telemetry.py)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
 
     @property

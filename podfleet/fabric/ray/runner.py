@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from podfleet.fabric.ray import telemetry
 from podfleet.fabric.ray.actor import WorkerActor
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
@@ -160,6 +161,8 @@ class JobRunner:
                 for r, info in zip(job.ranks, infos, strict=True):
                     r.info = info
                     cfg = f.worker_config(job, r.rank, master["ip"], int(master["port"]))
+                    if r.rank == 0:
+                        job.speed = telemetry.speed_for(job, cfg)
                     r.run_ref = r.actor.run.remote(cfg.to_json(), job.workdir)
                     job.log.append(f"[fabric] rank {r.rank} on chip {r.chip}: node {str(info.get('node_id'))[:12]} "
                                    f"ip {info.get('ip')} pid {info.get('pid')}")
@@ -402,12 +405,15 @@ class JobRunner:
                 r.armed = True
                 r.step_time_s = float(m["step_time_s"])
                 r.tokens_per_s = float(m["tokens_per_s"])
+                telemetry.on_progress(job, r, m)
                 if r.rank == 0:
                     job.step, job.loss = int(m["step"]), float(m["loss"])
                     f.emit("progress", job_id=job.job_id, chip=r.chip, step=job.step, loss=job.loss,
                            tokens_per_s=r.tokens_per_s, step_time_s=r.step_time_s)
             elif kind == "log":
                 job.log.append(f"[rank {r.rank}] {m.get('line', '')}")
+                if r.rank == 0 and job.speed is not None:
+                    job.speed.split_logged(str(m.get("line", "")))
             elif kind == "checkpoint":
                 self._checkpoint(job, r, int(m["step"]), str(m.get("path", "")))
 

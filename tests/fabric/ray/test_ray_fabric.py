@@ -89,16 +89,19 @@ def test_fabric_protocol(setup):
         Closeable,
         FaultInjection,
         FirmwareUpdate,
+        HardwareErrors,
         Introspection,
         ResumableRuns,
         TelemetrySource,
         WorkerKill,
     )
 
-    for cap in (Introspection, WorkerKill, Closeable):
+    for cap in (Introspection, WorkerKill, Closeable, TelemetrySource, HardwareErrors):
         assert isinstance(fabric, cap), cap.__name__
-    for cap in (ResumableRuns, FaultInjection, FirmwareUpdate, TelemetrySource):
+    for cap in (ResumableRuns, FaultInjection, FirmwareUpdate):
         assert not isinstance(fabric, cap), cap.__name__
+    assert {"cpu_percent", "heartbeat_age_s", "samples_per_s"} <= fabric.telemetry_metrics()
+    assert "temperature_c" not in fabric.telemetry_metrics()  # no worker slot measures it
     assert fabric.run_status("job-none") is None and fabric.run_logs("job-none") == []
 
 
@@ -219,12 +222,20 @@ def test_two_worker_job_runs_to_completion(setup):
 
 
 def test_killed_actor_is_detected(setup):
+    import numpy as np
+
     fabric, events, _ = setup
-    events.wait(lambda: events.of("job-kill", "progress"))
+    # Three steps in: every rank's speed has been measured from two consecutive steps.
+    events.wait(lambda: any(e.detail["step"] >= 3 for e in events.of("job-kill", "progress")))
     m = fabric.chip_metrics()
     assert m["busy"][2:4].tolist() == [1.0, 1.0]
     assert (m["mem_bytes"][2:4] > 0).all()
     assert (m["step_time_s"][2:4] > 0).all()
+    # TelemetrySource: the running gang's chips answer, in the scan's names too.
+    assert (m["samples_per_s"][2:4] > 0).all() and (m["own_step_s"][2:4] > 0).all()
+    assert (m["heartbeat_age_s"][2:4] < 5).all() and (m["mem_capacity_bytes"][2:4] > 0).all()
+    assert (m["hbm_used_bytes"][2:4] == m["mem_bytes"][2:4]).all() and np.isnan(m["temperature_c"]).all()
+    assert m["samples_per_s"][0] == 0.0 or m["busy"][0] == 1.0  # idle chips report nothing
     pid = fabric.kill_worker("job-kill", 1)
     assert pid == fabric.job_status("job-kill")["ranks"][1]["pid"] and pid > 0
     t_kill = time.monotonic()
@@ -239,6 +250,14 @@ def test_killed_actor_is_detected(setup):
     assert rs.state.value == "failed" and (rs.infra_failures, rs.user_failures) == (1, 0)
     assert "was killed" in rs.reason
     assert fabric.chip_metrics()["busy"][2:4].tolist() == [0.0, 0.0]
+    # HardwareErrors: the killed actor's exit, with its cause, in the fault log.
+    faults = [e for e in fabric.hardware_errors() if e.job_id == "job-kill"]
+    assert len(faults) == 1, faults
+    f = faults[0]
+    assert f.kind == "worker-fault" and f.chip == 3
+    assert f.detail["observed"] == "signal" and f.detail["cause"] == "infra" and f.detail["rank"] == 1
+    assert f.detail["injected_kill"] is True and "died" in f.detail["actor_error"]
+    assert f.detail["rss_bytes"] > 0
     print(f"kill detected in {detect_s:.2f} s")
     with pytest.raises(ConflictError, match="not running"):
         fabric.kill_worker("job-kill", 0)
@@ -263,6 +282,9 @@ def test_hung_actor_is_detected(setup):
     ev = events.of("job-hang", "worker-exited")[0]
     assert ev.detail["rank"] == 0 and ev.detail["cause"] == "infra" and ev.detail["killed_by"] == "hang"
     assert "hung" in ev.detail["reason"]
+    hung = [e for e in fabric.hardware_errors() if e.job_id == "job-hang"]
+    assert [(e.detail["observed"], e.chip, e.detail["rank"]) for e in hung] == [("hang", 4, 0)]
+    assert hung[0].detail["heartbeat_age_s"] > 1.5  # the hang, not also the kill that ended it
 
 
 def test_stop_while_placing(setup):

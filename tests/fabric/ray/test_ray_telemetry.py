@@ -1,0 +1,51 @@
+"""The Ray fabric's fault log and heartbeat ages from its own events and rank records
+(``fabric/ray/faultlog.py``, ``fabric/ray/telemetry.py``: no Ray needed; the real cluster's
+kill and hang are in test_ray_fabric.py)."""
+
+from __future__ import annotations
+
+from podfleet.fabric.base import FabricEvent, WorkerGroupSpec
+from podfleet.fabric.ray.faultlog import FaultLog
+from podfleet.fabric.ray.jobs import RankRecord, RayJob, RayState, RunState
+from podfleet.fabric.ray.nodes import NodeMap
+from podfleet.fabric.ray.telemetry import chip_metrics, heartbeat_age
+
+
+def exited(**detail: object) -> FabricEvent:
+    return FabricEvent("worker-exited", 1.0, chip=3, job_id="j", detail={"rank": 1, **detail})
+
+
+def test_a_starting_rank_is_never_a_stalled_heartbeat() -> None:
+    job = RayJob(WorkerGroupSpec("j", (0, 1), "debug", 10), "pack", "/tmp/j", None, state=RunState.RUNNING)
+    starting, silent = RankRecord(0, 0, heartbeat_age_s=7.0), RankRecord(1, 1, armed=True, last_seen_mono=100.0)
+    job.ranks = [starting, silent]
+    assert heartbeat_age(starting, 200.0) == 0.0  # still importing torch: no step to be late with
+    assert heartbeat_age(silent, 112.5) == 12.5  # trained, then stopped answering polls
+    state = RayState(None)
+    state.jobs["j"] = job
+    m = chip_metrics(state, NodeMap([], "CPU", 1.0, 3), 3, {})
+    assert m["busy"].tolist() == [1.0, 1.0, 0.0] and m["heartbeat_age_s"][0] == 0.0 and m["heartbeat_age_s"][1] > 10
+
+
+def test_the_fault_log_keeps_faults_with_their_cause_and_drops_our_own_kills() -> None:
+    log = FaultLog(keep=3)
+    assert log.observe(exited(exit_code=None, killed_by="stop", error="actor died")) is None
+    assert log.observe(exited(exit_code=None, killed_by="hang", error="no heartbeat")) is None
+    assert log.observe(exited(exit_code=0)) is None  # a clean end
+    assert log.observe(exited(exit_code=75)) is None  # peer lost: the first rank's fault is the one logged
+    assert log.observe(FabricEvent("progress", 1.0, chip=3, job_id="j", detail={"step": 1})) is None
+    died = log.observe(exited(exit_code=None, killed_by=None, error="actor died: worker process died"))
+    node = log.observe(exited(exit_code=None, error="actor died: The actor is dead because its node has died."))
+    code = log.observe(exited(exit_code=1, error="ValueError"))
+    sig = log.observe(exited(exit_code=-9))
+    assert died is not None and died.detail["observed"] == "signal" and died.detail["cause"] == "infra"
+    assert "injected_kill" not in died.detail
+    assert node is not None and node.detail["observed"] == "node-lost"
+    assert code is not None and (code.detail["observed"], code.detail["cause"]) == ("exit", "user-code")
+    assert sig is not None and sig.detail["signal"] == "SIGKILL"
+    assert [e.detail["observed"] for e in log.all()] == ["node-lost", "exit", "signal"]  # bounded, oldest first
+    head = log.observe(FabricEvent("worker-exited", 2.0, chip=None, job_id="j", detail={
+        "rank": 0, "exit_code": None, "error": "the Ray cluster at 10.0.0.1:6379 is unreachable (refused)"}))
+    assert head is not None and head.detail["observed"] == "cluster-unreachable"  # no worker-killed alert
+    lost = log.observe(FabricEvent("chip-failed", 2.0, chip=5, detail={"reason": "gone", "node_id": "n" * 56}))
+    assert lost is not None and lost.detail["observed"] == "node-lost" and lost.chip == 5
