@@ -124,11 +124,9 @@ def test_restart_during_recovery_finishes_after_restart() -> None:
     v = p2.jobs.describe(job)
     assert v["state"] == "RUNNING" and chip not in v["allocation"]["chips"]
     assert v["recovery"]["state"] == "done"
-    # The new plane adopts the flow it was cut off in (issue 29): the steps before the
-    # restart are kept, then the adoption, then the restore of the relaunched job.
-    names = [s["name"] for s in v["recovery"]["steps"]]
-    assert names[:2] == ["detect", "isolate"] and names[-2:] == ["adopted", "restore"]
-    assert v["recovery"]["steps"][-1]["detail"]["source"] == "checkpoint"
+    # The new plane adopted the flow the restart cut off: it finished it, restored from the checkpoint.
+    names = [st["name"] for st in v["recovery"]["steps"]]
+    assert "adopted" in names and names[-1] == "restore" and v["recovery"]["restored_from"] == "checkpoint"
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
