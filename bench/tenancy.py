@@ -122,7 +122,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     fairness = jain([got[q] / weights[q] for q in names])
     # Phase 2: d idle; its jobs drain, the others borrow.
     for j in plane.table:
-        if j.spec.get("queue") == "d" and not j.ended:
+        if j.spec.queue == "d" and not j.ended:
             plane.jobs.stop(j.id, actor="bench")
     lent: list[float] = []
     _run_backlogged(plane, names[:3], window, lent)
