@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -70,6 +72,70 @@ def wait_rendezvous(path: str, after: int, timeout_s: float) -> Rendezvous | Non
     return None
 
 
+# The sockets the current process group opened (its store client, its gloo pairs, rank 0's
+# store server): ``cut_group`` shuts them down when a peer is lost.
+_group_sockets: set[int] = set()
+
+
+def _open_sockets() -> set[int]:
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return set()
+    out: set[int] = set()
+    for name in names:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                out.add(int(name))
+    return out
+
+
+def init_group(backend: str, init_method: str, rank: int, world_size: int, timeout: timedelta) -> None:
+    """``dist.init_process_group``, remembering the sockets the new group opened."""
+    global _group_sockets
+    before = _open_sockets()
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
+    store_port = int(init_method.rsplit(":", 1)[1])
+    _group_sockets = {fd for fd in _open_sockets() - before if _is_peer_link(fd, store_port)}
+
+
+def _is_peer_link(fd: int, store_port: int) -> bool:
+    """A connected socket that is not the store's (the old TCPStore is left alone: its
+    server thread does not survive its sockets being shut under it)."""
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return False
+    try:
+        local, peer = s.getsockname(), s.getpeername()
+        return store_port not in (local[1], peer[1])
+    except (OSError, IndexError, TypeError):
+        return False  # listening, or not an internet socket
+    finally:
+        s.close()
+
+
+def cut_group() -> None:
+    """Shut down every connection of this rank's broken group at once.
+
+    With three or more ranks a survivor can be blocked on a live peer rather than on the
+    dead rank: rank 2 of a ring waiting in an all-reduce for rank 0, which saw the loss.
+    It only learns of it when rank 0's sockets to it close, and destroying rank 0's group
+    does not close them while anything still references the group (DDP's reducer, a
+    pending work), and gloo has no abort: rank 2 then waited for the group's own 60 s
+    timeout, past the fabric's 30 s regroup wait, and the gang relaunched. A shutdown
+    (not a close: gloo still owns the descriptors) sends each peer EOF now, so every
+    survivor's collective fails within milliseconds whichever rank died."""
+    global _group_sockets
+    fds, _group_sockets = _group_sockets, set()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            s = socket.socket(fileno=os.dup(fd))
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
 def leave_group() -> None:
     """Destroy this process's broken process group (a peer's socket closed: it returns at once)."""
     if dist.is_initialized():
@@ -80,8 +146,8 @@ def leave_group() -> None:
 def join_group(cfg: WorkerConfig, rdv: Rendezvous, backend: str) -> None:
     if rdv.world_size != cfg.world_size:
         raise ValueError(f"rendezvous for world size {rdv.world_size}, this rank is of {cfg.world_size}")
-    dist.init_process_group(backend, init_method=f"tcp://{rdv.addr}:{rdv.port}", rank=cfg.rank,
-                            world_size=rdv.world_size, timeout=timedelta(seconds=cfg.regroup_timeout_s))
+    init_group(backend, f"tcp://{rdv.addr}:{rdv.port}", cfg.rank, rdv.world_size,
+               timedelta(seconds=cfg.regroup_timeout_s))
 
 
 def _skeleton(obj: Any, out: list[torch.Tensor]) -> Any:

@@ -180,13 +180,10 @@ def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
     if cfg.world_size > 1:
         from datetime import timedelta
 
-        dist.init_process_group(
-            "nccl" if use_cuda else "gloo",
-            init_method=f"tcp://{cfg.master_addr}:{cfg.master_port}",
-            rank=cfg.rank,
-            world_size=cfg.world_size,
-            timeout=timedelta(seconds=60),
-        )
+        from podfleet.training.regroup import init_group
+
+        init_group("nccl" if use_cuda else "gloo", f"tcp://{cfg.master_addr}:{cfg.master_port}", cfg.rank,
+                   cfg.world_size, timedelta(seconds=60))
         reporter.log(f"startup: process group ready {time.perf_counter() - t0:.2f} s")
     if isinstance(reporter, MessageReporter):
         reporter.send("running")  # the slow imports are done: the fabric may now expect steady heartbeats
@@ -284,6 +281,9 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
             train(cfg, reporter, model, ddp, optimizer, device, state, ckpt)
             break
         except PeerLost as lost:
+            from podfleet.training.regroup import cut_group
+
+            cut_group()  # first: a peer may be blocked on this rank, not on the dead one
             # Drop every reference to the broken group (the traceback's frames hold the DDP
             # module, whose reducer holds the group): only then does destroying it close its
             # sockets, which is how a peer still blocked in the collective learns of the loss.

@@ -49,3 +49,24 @@ def test_a_killed_rank_of_three_moves_while_the_others_keep_their_processes(tmp_
         assert not any("[attempt 2]" in ln for ln in logs)
     finally:
         fab.close()
+
+
+def test_a_killed_rank_of_three_moves_without_a_warm_standby(tmp_path: Path) -> None:
+    """No standby and no spare: the replacement is a cold process on the rank's own slot,
+    so the surviving rank that only waits on a live peer (rank 2 when rank 1 dies) must
+    learn of the loss from that peer cutting its connections, not from the 60 s gloo
+    timeout, or the 30 s regroup wait runs out and the gang relaunches."""
+    fab = LocalFabric(3, workdir=tmp_path, hang_timeout_s=20)
+    try:
+        fab.launch(WorkerGroupSpec("job-c", (0, 1, 2), "debug", 400,
+                                   options={"global_batch": 6, "seq_len": 32, "step_delay_s": 0.05,
+                                            "regroup_timeout_s": 20}))
+        fab.wait("job-c", 120, until=lambda s: s.step >= 1)
+        before = fab.pids("job-c")
+        os.kill(before[1], signal.SIGKILL)
+        st = fab.wait("job-c", 60, until=lambda s: bool(s.recoveries))
+        after = fab.pids("job-c")
+        assert [r["mechanism"] for r in st.recoveries] == ["rank-move"], fab.run_logs("job-c")[-20:]
+        assert st.attempt == 1 and (after[0], after[2]) == (before[0], before[2])
+    finally:
+        fab.close()
