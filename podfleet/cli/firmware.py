@@ -3,17 +3,13 @@ and ``podfleet firmware status CLUSTER [ROLLOUT]``."""
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
 
+from podfleet.cli.follow import follow_rollout
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 from podfleet.recovery.firmware import KNOWN_VERSIONS
-from podfleet.sdk.client import PodfleetClient
 
 app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)
 UNITS = ("chip", "node")
@@ -38,20 +34,10 @@ def update(
         c = client(url, token)
         r = c.start_firmware(cluster, version, unit=unit, chips=chip or None)
         if wait:
-            r = _follow(c, cluster, r["id"], show=output == OutputFormat.table)
+            rid = r["id"]
+            r = follow_rollout(f"firmware {rid}", lambda: c.describe_firmware(cluster, rid),
+                               show=output == OutputFormat.table)
         emit(r, output, title="firmware rollout")
-
-
-def _follow(c: PodfleetClient, cluster: str, rollout: str, *, show: bool) -> dict[str, Any]:
-    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  disable=not show, transient=True) as bar:
-        task = bar.add_task(f"firmware {rollout}", total=1.0)
-        while True:
-            r = c.describe_firmware(cluster, rollout)
-            bar.update(task, completed=r["progress"])
-            if r["state"] != "running":
-                return r
-            time.sleep(0.5)
 
 
 @app.command("status")

@@ -73,3 +73,17 @@ def wait_for(c: PodfleetClient, job_id: str, *, timeout_s: float | None, show: b
             bar.update(task, completed=p.get("step", 0), total=p.get("steps") or None,
                        description=f"{job['id']} {job['state']}")
     return job
+
+
+def follow_rollout(label: str, describe: Callable[[], dict[str, Any]], *, show: bool) -> dict[str, Any]:
+    """Poll a rollout (firmware or maintenance) with a progress bar until it is no longer
+    running; its last description is the answer."""
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  disable=not show, transient=True) as bar:
+        task = bar.add_task(label, total=1.0)
+        while True:
+            r = describe()
+            bar.update(task, completed=r["progress"])
+            if r["state"] != "running":
+                return r
+            time.sleep(0.5)

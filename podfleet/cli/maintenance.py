@@ -5,16 +5,12 @@ under an MFARequired policy give a fresh code with ``--mfa``."""
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
 
+from podfleet.cli.follow import follow_rollout
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
-from podfleet.sdk.client import PodfleetClient
 
 app = typer.Typer(help="Rolling maintenance commands on real hosts.", no_args_is_help=True)
 UNITS = ("chip", "host")
@@ -45,20 +41,10 @@ def run(
         r = c.start_maintenance(cluster, command, unit=unit, chips=chip or None, max_failures=max_failures,
                                 timeout_s=timeout_s)
         if wait:
-            r = _follow(c, cluster, r["id"], show=output == OutputFormat.table)
+            rid = r["id"]
+            r = follow_rollout(f"maintenance {rid}", lambda: c.describe_maintenance(cluster, rid),
+                               show=output == OutputFormat.table)
         emit(r, output, title="maintenance rollout")
-
-
-def _follow(c: PodfleetClient, cluster: str, rollout: str, *, show: bool) -> dict[str, Any]:
-    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  disable=not show, transient=True) as bar:
-        task = bar.add_task(f"maintenance {rollout}", total=1.0)
-        while True:
-            r = c.describe_maintenance(cluster, rollout)
-            bar.update(task, completed=r["progress"])
-            if r["state"] != "running":
-                return r
-            time.sleep(0.5)
 
 
 @app.command("status")
