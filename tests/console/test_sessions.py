@@ -153,9 +153,9 @@ def test_the_overview_reads_degrade_to_empty_listings_not_errors(served: Served)
             wait_active(c, "cpu-fw")
             r = c.get("/v1/clusters/cpu-fw/firmware")
             assert r.status_code == 200 and r.json()["rollouts"] == []
-            assert "cannot update firmware online" in r.json()["unavailable"]
+            assert "PODFLEET_FIRMWARE_COMMAND" in r.json()["unavailable"]
             refused = c.post("/v1/clusters/cpu-fw/firmware", json={"version": "2.22.0"})
-            assert refused.status_code == 400 and refused.json()["detail"] == r.json()["unavailable"]
+            assert refused.status_code == 409 and refused.json()["detail"] == r.json()["unavailable"]
             assert c.get("/v1/clusters/pod-0/firmware").json().get("unavailable") is None
         finally:
             c.delete("/v1/clusters/cpu-fw")
