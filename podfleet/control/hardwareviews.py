@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from podfleet.control.snapshot import HardwareSnapshot
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.hardware.topology import FleetTopology, Topology
 from podfleet.wire import JsonObject
 
@@ -41,7 +41,7 @@ def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(f"limit must be 1-{MAX_PAGE}, got {limit}", field="limit")
     if flt.pod is not None and not 0 <= flt.pod < pods:
-        raise InvalidInputError(f"pod {flt.pod} does not exist; valid pods are 0-{pods - 1}", field="pod")
+        raise NotFoundError(f"pod {flt.pod} does not exist; valid pods are 0-{pods - 1}", field="pod")
     n = snapshot.n_chips
     lo, hi = (flt.pod * per, (flt.pod + 1) * per) if flt.pod is not None else (0, n)
     hi = min(hi, n)
