@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -98,23 +99,17 @@ def run(quick: bool = False) -> dict[str, Any]:
 
     model = "debug" if quick else "medium"
     baseline_s = 5.0 if quick else 20.0
-    saved = os.environ.get(LOCAL_WARM_ENV)
-    os.environ[LOCAL_WARM_ENV] = "1"
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-maintenance-real-") as wd:
-            parts = compose.build(MemoryStore(), Timeline(seed=7, speed=1.0), workdir=wd)
-            plane = parts.plane
-            plane.start()
-            plane.call_timeout_s = 120
-            try:
-                out = _scenario(plane, parts.maintenance, model, baseline_s)
-            finally:
-                plane.stop()
-    finally:
-        if saved is None:
-            os.environ.pop(LOCAL_WARM_ENV, None)
-        else:
-            os.environ[LOCAL_WARM_ENV] = saved
+    # One warm standby for the moved rank; the setting is put back as it was afterwards.
+    with mock.patch.dict(os.environ, {LOCAL_WARM_ENV: "1"}), \
+            tempfile.TemporaryDirectory(prefix="bench-maintenance-real-") as wd:
+        parts = compose.build(MemoryStore(), Timeline(seed=7, speed=1.0), workdir=wd)
+        plane = parts.plane
+        plane.start()
+        plane.call_timeout_s = 120
+        try:
+            out = _scenario(plane, parts.maintenance, model, baseline_s)
+        finally:
+            plane.stop()
     return {
         **out,
         "goal_max_interruption_s": 5.0,
