@@ -17,6 +17,7 @@ Commands (engine thread; the API calls them through ``plane.call``):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
@@ -30,6 +31,8 @@ from podfleet.health.monitor import HealthMonitor
 from podfleet.health.scan import HealthConfig
 from podfleet.health.telemetry import ALL_METRICS, HOUR_S, MINUTE_S, RETENTION_S, RollupRow, frozen
 from podfleet.store.records import RollupRecord
+
+log = logging.getLogger(__name__)
 
 FABRIC_UNREACHABLE = "fabric-unreachable"  # the alert rule of a lost outside cluster (a Ray head)
 
@@ -66,6 +69,7 @@ class HealthService:
         self._last_prune = -HOUR_S
         self._declares: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares TelemetrySource)
         self._connects: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares ClusterConnection)
+        self._tick_errors: set[tuple[str, str]] = set()  # (cluster, exception type) already logged
         self._mounts_seen: dict[str, tuple[tuple[str, str, int], list[dict[str, Any]]]] = {}
 
     def start(self) -> None:
@@ -91,7 +95,16 @@ class HealthService:
                 # slots of a local or Ray cluster report process metrics only.
                 continue
             mon = self.monitors.get(rt.id) or self._monitor(rt)
-            mon.tick()
+            try:
+                mon.tick()
+            except Exception as exc:
+                # One cluster's bad telemetry must not stop the engine thread (every cluster's
+                # jobs and the API stop with it) nor the other clusters' scans: log it once
+                # per cluster and kind, and scan again next tick.
+                key = (rt.id, type(exc).__name__)
+                if key not in self._tick_errors:
+                    self._tick_errors.add(key)
+                    log.exception("health scan of cluster %s failed; its scans go on next tick", rt.rec.name)
         now = plane.now()
         if now - self._last_prune >= HOUR_S:
             self._last_prune = now

@@ -151,3 +151,25 @@ def test_rollup_arrays_reach_the_store_as_floats_and_reload_the_same(kind: str, 
     before = svc.telemetry("pod", scope="chip", metric="power_w", range_="hour", target=3)
     del svc.monitors[cid]  # the next read builds a monitor that reloads from the store
     assert svc.telemetry("pod", scope="chip", metric="power_w", range_="hour", target=3) == before
+
+
+def test_one_clusters_failing_scan_is_logged_and_stops_neither_the_engine_nor_the_others(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A fabric whose telemetry the monitor cannot read (a Ray cluster's link metrics once
+    lacked the names the rollups read: KeyError) used to end the engine thread, so every
+    cluster's jobs and the API stopped with it."""
+    plane, svc = plane_with_health()
+    for name in ("bad", "good"):
+        plane.create_cluster({"name": name, "type": "trn2-ultraserver"}, actor="t")
+    plane.tl.run(plane.tl.now + 30)
+    bad, good = plane.names["bad"], plane.names["good"]
+    fab = plane.clusters[bad].fabric
+    real = fab.link_metrics
+    fab.link_metrics = lambda: {k: v for k, v in real().items() if k != "utilization"}  # type: ignore[method-assign]
+    before = svc.monitors[good].last
+    t0 = plane.tl.now
+    plane.tl.run(t0 + 120)  # raised KeyError out of the timeline before
+    assert plane.tl.now == t0 + 120
+    assert svc.monitors[good].last is not before  # the other cluster kept being scanned
+    failed = [r for r in caplog.records if "health scan of cluster bad failed" in r.getMessage()]
+    assert len(failed) == 1  # once per cluster and kind of error, not at every tick

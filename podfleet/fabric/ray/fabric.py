@@ -368,8 +368,11 @@ class RayFabric:
         return self.faults.all()
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
+        # The health monitor's rollups read the worker link view's names (up, state,
+        # utilization, ...): without them its tick raised KeyError and stopped the engine.
         links = self.topology.links
         return {
+            **telemetry.link_view(len(links)),
             "src": np.array([lk.src for lk in links], dtype=np.int64),
             "dst": np.array([lk.dst for lk in links], dtype=np.int64),
             "nominal_bandwidth_bytes_per_s": np.array([lk.bw_bytes_per_s for lk in links]),

@@ -94,3 +94,8 @@ def chip_metrics(state: RayState, nodes: NodeMap, n_chips: int, node_mem: dict[s
             if node_id is not None and node_id in node_mem:
                 out["mem_capacity_bytes"][c] = node_mem[node_id]
     return worker.with_scan_metrics(out)
+
+
+def link_view(links: int) -> dict[str, np.ndarray]:
+    """Ray slots' links: what a worker slot can say per link (nothing measured: NaN, up)."""
+    return worker.link_view(links)
