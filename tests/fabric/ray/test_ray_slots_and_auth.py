@@ -88,6 +88,7 @@ def test_a_served_cluster_fails_with_the_reason_not_a_library_error(refusing_ray
         assert reason.startswith(f"cannot connect to fabric ray at {gcs}: cannot connect to Ray at '{gcs}': "
                                  "the cluster uses token authentication"), reason
         assert "RAY_AUTH_TOKEN" in reason and "AuthenticationError" not in reason
+        assert view["chip_type"] is None  # not "trn2": unknown until the fabric says (Ray CPU slots: cpu)
     finally:
         plane.stop()
 
