@@ -18,10 +18,11 @@ function show(): void {
   if (!el) return;
   el.hidden = clock === null;
   if (clock === null) return;
-  const twin = clock.twin + (Date.now() - clock.readAt) * clock.speed;
+  const twin = stamp(clock.twin + (Date.now() - clock.readAt) * clock.speed);
   const wall = stamp(Date.now());
-  el.replaceChildren(h("abbr", { title: `the twin's virtual clock, running ${clock.speed}x the wall clock (${wall})` },
-    "twin time"), " ", h("time", { datetime: stamp(twin) }, stamp(twin)), ` (${clock.speed}x)`);
+  el.replaceChildren(h("time", { datetime: wall, "data-testid": "wall-time", title: "wall clock (UTC)" }, wall), " · ",
+    h("abbr", { title: `the twin's virtual clock, running ${clock.speed}x the wall clock` }, "twin time"), " ",
+    h("time", { datetime: twin, "data-testid": "twin-clock" }, twin), ` (${clock.speed}x)`);
 }
 
 async function read(): Promise<void> {

@@ -16,7 +16,8 @@ from tests.console.test_browser import ARGS, CHROMIUM, Watched, sync_api
 
 pytestmark = pytest.mark.browser
 
-STAMP = re.compile(r"^twin time (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) \((\d+(?:\.\d+)?)x\)$")
+T = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"
+STAMP = re.compile(rf"^{T} · twin time {T} \((\d+(?:\.\d+)?)x\)$")  # wall clock, then the twin's
 
 
 @pytest.fixture(scope="module", params=[20.0, 1.0], ids=["demo-20x", "speed-1"])
@@ -39,7 +40,9 @@ def _twin(w: Watched) -> tuple[datetime, float]:
     el.wait_for(state="visible", timeout=10_000)
     m = STAMP.match(" ".join(el.inner_text().split()))
     assert m, el.inner_text()
-    return datetime.fromisoformat(m.group(1).replace("Z", "+00:00")), float(m.group(2))
+    wall = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+    assert abs((wall - datetime.now(UTC)).total_seconds()) < 60  # beside it: the wall clock, as everywhere
+    return datetime.fromisoformat(m.group(2).replace("Z", "+00:00")), float(m.group(3))
 
 
 def test_the_header_shows_twin_time_only_on_a_sped_up_plane(admin: Watched, site: Served) -> None:
