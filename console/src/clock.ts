@@ -2,6 +2,7 @@
 // shown in the header beside the wall clock every other timestamp uses. /healthz sends it
 // only when the plane runs faster (or slower) than the wall: at speed 1, on real fabrics,
 // nothing is shown. Between reads it is extrapolated at the plane's speed.
+// Not a live region: a clock ticking every second must not be read out each time.
 import { api } from "./api";
 import { h } from "./dom";
 
@@ -34,7 +35,7 @@ async function read(): Promise<void> {
 
 /** The header's slot for the twin time (hidden until /healthz says there is one). */
 export function twinTime(): HTMLElement {
-  const el = h("span", { class: "twin-time", "data-testid": "twin-time", role: "status", hidden: true });
+  const el = h("span", { class: "twin-time", "data-testid": "twin-time", hidden: true });
   if (!started) {
     started = true;
     void read().catch(() => undefined);
