@@ -11,8 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from podfleet.api import problems
-
-ray = pytest.importorskip("ray")
+from podfleet.fabric.ray.auth import is_auth_error
 
 
 def _get(exc: BaseException) -> httpx.Response:
@@ -33,6 +32,7 @@ def _get(exc: BaseException) -> httpx.Response:
 
 
 def test_a_ray_token_refusal_is_a_503_naming_the_fix() -> None:
+    ray = pytest.importorskip("ray")
     exc = ray.exceptions.AuthenticationError("Token authentication is enabled but no token was found.\nMore.")
     r = _get(exc)
     assert r.status_code == 503, r.text
@@ -46,3 +46,15 @@ def test_a_ray_token_refusal_is_a_503_naming_the_fix() -> None:
 def test_any_other_library_error_is_still_an_internal_error() -> None:
     r = _get(KeyError("x"))
     assert r.status_code == 500 and "internal error (KeyError)" in r.json()["detail"]
+
+
+def test_the_refusal_is_known_by_its_class_without_loading_ray() -> None:
+    # What the API sees of a Ray it never imported: the class's name and module (Ray's
+    # own subclasses count too); a same-named class of another library does not.
+    fake = type("AuthenticationError", (RuntimeError,), {"__module__": "ray.exceptions"})
+    sub = type("TokenMissing", (fake,), {"__module__": "ray._private.auth"})
+    other = type("AuthenticationError", (RuntimeError,), {"__module__": "paramiko.ssh_exception"})
+    assert is_auth_error(fake("no token")) and is_auth_error(sub("no token"))
+    assert not is_auth_error(other("bad key")) and not is_auth_error(RuntimeError("x"))
+    assert _get(sub("Token authentication is enabled")).status_code == 503
+    assert _get(other("bad key")).status_code == 500
