@@ -23,7 +23,7 @@
                                  lasts unrenewed, the most a takeover waits (4)
     PODFLEET_ADVERTISE_URL       the URL other servers forward to when this one leads
                                  (default http(s)://HOST:PORT)
-    PODFLEET_INSTANCE            this server's name in the lease and podfleet_leader{instance}
+    PODFLEET_INSTANCE            this server's name in the lease and podfleet_leader{server} (never `instance`: Prometheus sets that)
                                  (default HOSTNAME:PORT)
     PODFLEET_AUDIT_DIGESTS_DIR   signed audit digests (default: beside a SQLite file)
     PODFLEET_AUDIT_DIGEST_EVERY / _AUDIT_DIGEST_INTERVAL_S  a digest every N records (100)

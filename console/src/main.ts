@@ -3,6 +3,7 @@ import "./style.css";
 import { allows, api, ApiError, setCsrf, type Me } from "./api";
 import { clear, h } from "./dom";
 import { link, type Ctx, type Page } from "./app";
+import { twinTime } from "./clock";
 import { loginPage } from "./pages/login";
 import { overviewPage } from "./pages/overview";
 import { clusterPage } from "./pages/cluster";
@@ -89,7 +90,7 @@ function shell(): HTMLElement {
     h("a", { href: "/", class: "brand", "aria-label": "podfleet overview" }, "podfleet"),
     h("nav", { "aria-label": "console" }, h("ul", {}, ...NAV.filter(([, , role]) => !role || allows(who, role))
       .map(([p, label]) => h("li", {}, link(ctx, p, label, here === p || (p !== "/" && here.startsWith(p)) ? { "aria-current": "page" } : {}))))),
-    h("span", { class: "me", "data-role": who.role }, `${who.name} (${who.role})`), out);
+    twinTime(), h("span", { class: "me", "data-role": who.role }, `${who.name} (${who.role})`), out);
 }
 
 window.addEventListener("popstate", () => void render());

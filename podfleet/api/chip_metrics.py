@@ -6,8 +6,8 @@ out for that chip, never sent as 0). Chip series carry ``cluster`` (the name, as
 podfleet series), ``cluster_id``, ``chip``, ``chip_type``, ``host`` (the fabric's
 ``WorkerPlacement`` answer; this host for fabrics without one, such as the twin) and
 ``job_id`` (the job holding the chip, "" when free). Never ``job`` or ``instance``: those are
-Prometheus' target labels, and with ``honor_labels: true`` (the shipped scrape config) a
-series' own ``job`` would replace the scrape job's, so ``{job="podfleet"}`` would miss it
+Prometheus' target labels, and with ``honor_labels: true`` (the shipped scrape config keeps
+it false) a series' own ``job`` would replace the scrape job's, so ``{job="podfleet"}`` would miss it
 (kube-state-metrics says ``job_name`` for the same reason)::
 
     podfleet_build_info{version,python}                         1

@@ -176,7 +176,7 @@ async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
 
 
 class LeaderCollector(Collector):
-    """``podfleet_leader{instance}`` (1 on the leader) and ``podfleet_leader_term``."""
+    """``podfleet_leader{server}`` (1 on the leader) and ``podfleet_leader_term``."""
 
     def __init__(self, leadership: Leadership) -> None:
         self.leadership = leadership
@@ -184,10 +184,10 @@ class LeaderCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         leads = self.leadership.role == Role.LEADER
         g = GaugeMetricFamily("podfleet_leader", "1 while this server leads (runs the engine), else 0",
-                              labels=["instance"])
+                              labels=["server"])
         g.add_metric([self.leadership.holder], 1.0 if leads else 0.0)
         yield g
         t = GaugeMetricFamily("podfleet_leader_term", "the leadership term (fencing token) this server holds; "
-                              "0 while it follows or shares its store with nobody", labels=["instance"])
+                              "0 while it follows or shares its store with nobody", labels=["server"])
         t.add_metric([self.leadership.holder], float(self.leadership.term or 0) if leads else 0.0)
         yield t

@@ -68,7 +68,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.mfa_key = None  # seals TOTP secrets (set by ``podfleet up`` from the key provider)
     app.state.leadership = leadership = leadership or Sole(socket.gethostname())
     app.state.metrics = metrics = ApiMetrics(plane, per_chip=metrics_per_chip)
-    metrics.registry.register(LeaderCollector(leadership))  # podfleet_leader{instance}, its term
+    metrics.registry.register(LeaderCollector(leadership))  # podfleet_leader{server}, its term
     metrics.registry.register(HealthCollector(plane, health_service, recovery))
     metrics.registry.register(UsageCollector(plane))  # podfleet_chip_seconds_total
 

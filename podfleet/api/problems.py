@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from podfleet.errors import PodfleetError
+from podfleet.fabric.factory import library_error
 from podfleet.validation import first_refusal
 
 log = logging.getLogger("podfleet.api")
@@ -135,5 +136,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(_req: Request, exc: Exception) -> JSONResponse:
+        mapped = library_error(exc)
+        if mapped is not None:  # a fabric library's refusal with a fix to name, not a bug
+            log.error("%s", mapped.message)
+            return from_error(mapped)
         log.exception("unhandled error")
         return problem(500, "internal", f"internal error ({type(exc).__name__}); see the server log")

@@ -90,7 +90,9 @@ class ConnectingCluster(ClusterRecordOwner):
         rec, topo = self.rec, self.topology
         return {"id": rec.id, "name": rec.name, "state": rec.state, "type": self.spec.type,
                 "fabric": self.spec.fabric, "chips": topo.n_chips, "dims": list(topo.dims),
-                "chip_type": topo.chip_type, "spares": list(self.spares), "spare_shortfall": "",
+                # The fabric says what its chips are once connected (Ray CPU slots are "cpu",
+                # a Neuron host's devices its own type): until then only what the spec named.
+                "chip_type": self.spec.chip_type, "spares": list(self.spares), "spare_shortfall": "",
                 "cordoned": [], "draining": [], "spec": self.spec.to_dict(), "deployment": self.deployment,
                 "jobs_running": 0, "scheduler": {}, "reason": rec.status.reason,
                 "created_at": rfc3339(rec.created_at), "updated_at": rfc3339(rec.updated_at)}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import InfeasibleError
+from podfleet.errors import InfeasibleError, PodfleetError
 from podfleet.fabric.base import DEFAULT_HANG_RESTARTS, Fabric, FabricFactory
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR
 from podfleet.hardware.topology import Topology
@@ -39,6 +39,15 @@ def local_warm_workers() -> int:
 # Fabrics whose construction reaches outside this process (a Ray cluster's GCS, the host's
 # neuron-ls): the control plane builds them off its engine thread, with a timeout.
 REACHES_OUT = frozenset({"ray", "neuron"})
+
+
+def library_error(exc: BaseException) -> PodfleetError | None:
+    """A fabric library's own exception that reached a surface, in podfleet's words (None:
+    not one this knows; a bug). Ray's token refusal outside the connect, where the fabric
+    maps it itself, would otherwise be an ``internal error (AuthenticationError)``."""
+    from podfleet.fabric.ray.auth import auth_lost, is_auth_error  # no Ray import
+
+    return auth_lost(exc) if is_auth_error(exc) else None
 
 
 def reaches_out(kind: str) -> bool:

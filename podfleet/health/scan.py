@@ -48,6 +48,12 @@ class HealthConfig:
     link_error_burst: int = 10  # new link errors within one scan
     mount_full_ratio: float = 0.90
     job_stall_s: float = 120.0  # at least; a job's bar is also STALL_STEPS of its own steps
+    # job-slow's hysteresis: a real job's tokens/s is noisy around any bar (a local worker
+    # shares its cores), so one sample under it must not open the alert nor one over it
+    # close it. Open after this many scans in a row more than ``rel`` under the median;
+    # close after this many in a row within ``rel / 2`` of it (the higher bar).
+    job_slow_open_scans: int = 3
+    job_slow_close_scans: int = 3
     load_change: float = 0.2  # utilization change that starts a new operating point
     settle_s: float = 180.0  # after a new operating point: ~6 thermal time constants
     deviation_metrics: tuple[tuple[str, str, float], ...] = (
@@ -168,7 +174,7 @@ class _JobWatch:
     clock started (the later of that step's first sight and the job's last start or
     resume), its recent throughputs (one object per job: fewer lookups a scan)."""
 
-    __slots__ = ("gap_s", "moved_t", "step", "target", "tps")
+    __slots__ = ("gap_s", "good_scans", "moved_t", "slow_scans", "step", "target", "tps")
 
     def __init__(self, job_id: str, step: float, now: float) -> None:
         self.target = f"job:{job_id}"
@@ -176,6 +182,8 @@ class _JobWatch:
         self.moved_t = now
         self.gap_s = 0.0  # how long its last step took, as the scan saw it
         self.tps = _Throughputs(60)
+        self.slow_scans = 0  # scans in a row under the open bar (job-slow's hysteresis)
+        self.good_scans = 0  # scans in a row over the close bar while job-slow is open
 
 
 def thermal_inputs(chip: Mapping[str, np.ndarray], ambient_c: float | np.ndarray,
@@ -472,6 +480,7 @@ class HealthScanner:
         book, cid, cfg = self.book, self.cluster_id, self.cfg
         watch = self._job_watch
         is_open, stall_s, keep = book.is_open, cfg.job_stall_s, 1 - cfg.rel  # looked up once a scan
+        recovered, open_n, close_n = 1 - cfg.rel / 2, cfg.job_slow_open_scans, cfg.job_slow_close_scans
         for job_id, j in jobs.items():
             step = float(j.get("step", 0))
             w = watch.get(job_id)
@@ -506,12 +515,22 @@ class HealthScanner:
                 slow = base is not None and tps < keep * base
                 if not slow:
                     hist.add(tps)
-                if slow:
+                w.slow_scans = w.slow_scans + 1 if slow else 0
+                if is_open(cid, target, "job-slow"):
+                    good = base is None or tps >= recovered * base
+                    w.good_scans = w.good_scans + 1 if good else 0
+                    if w.good_scans >= close_n:
+                        res.closed(book.clear(cid, target, "job-slow", now))
+                        w.good_scans = 0
+                    elif slow:  # still open: the message follows the last slow sample
+                        book.fire(cluster_id=cid, target=target, rule="job-slow", severity="warning",
+                                  message=f"{tps:.4g} tokens/s is more than {cfg.rel:.0%} under {base:.4g}",
+                                  now=now, value=tps)
+                elif slow and w.slow_scans >= open_n:
+                    w.good_scans = 0
                     res.opened(book.fire(cluster_id=cid, target=target, rule="job-slow", severity="warning",
                                          message=f"{tps:.4g} tokens/s is more than {cfg.rel:.0%} under {base:.4g}",
                                          now=now, value=tps))
-                elif is_open(cid, target, "job-slow"):
-                    res.closed(book.clear(cid, target, "job-slow", now))
         # Every job seen this scan is in ``watch`` now: more entries means some left
         # (no set difference built at every scan).
         for gone in [g for g in watch if g not in jobs] if len(watch) > len(jobs) else ():

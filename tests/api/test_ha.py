@@ -98,7 +98,7 @@ def test_follower_forwards_and_a_paused_leader_is_fenced_off(pg_schema: str, tmp
         hb = httpx.get(f"http://127.0.0.1:{pb}/healthz", timeout=5).json()
         assert hb["role"] == "follower" and hb["leader"] == f"http://127.0.0.1:{pa}"
         metrics = httpx.get(f"http://127.0.0.1:{pa}/metrics", timeout=5).text
-        assert 'podfleet_leader{instance=' in metrics and "podfleet_leader_term" in metrics
+        assert 'podfleet_leader{server=' in metrics and "podfleet_leader_term" in metrics
         # A write sent to the follower is forwarded to the leader and applied once.
         first = _submit(pb, "through-follower", "ha-1")
         assert first.status_code in (200, 201), first.text

@@ -116,5 +116,5 @@ def test_a_sole_server_says_it_leads_and_is_ready() -> None:
 
     health, ready, metrics = asyncio.run(go())
     assert health.json()["role"] == "leader" and ready.status_code == 200 and ready.json()["store"] == "ok"
-    assert any(line.startswith("podfleet_leader{instance=") and line.endswith(" 1.0")
+    assert any(line.startswith("podfleet_leader{server=") and line.endswith(" 1.0")
                for line in metrics.text.splitlines())

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from podfleet.api.deps import StorePing
+from podfleet.control.logbuf import rfc3339
+from podfleet.engine.timeline import Timeline
 from podfleet.store.election import Role
 
 router = APIRouter(tags=["system"])
@@ -18,9 +22,24 @@ async def healthz(request: Request) -> dict[str, object]:
     plane = request.app.state.plane
     lead = request.app.state.leadership
     leads = lead.role == Role.LEADER
-    return {"ok": True, "role": lead.role.value, "instance": lead.holder, "term": lead.term if leads else None,
-            "leader": lead.leader_url(), "clusters": len(plane.clusters) if leads else None,
-            "timeline_s": round(plane.tl.now, 3)}
+    out: dict[str, object] = {
+        "ok": True, "role": lead.role.value, "instance": lead.holder, "term": lead.term if leads else None,
+        "leader": lead.leader_url(), "clusters": len(plane.clusters) if leads else None,
+        "timeline_s": round(plane.tl.now, 3), "time": rfc3339(time.time()), "speed": plane.tl.speed}
+    twin = twin_time(plane.tl)
+    if twin is not None:
+        out["twin_time"] = twin
+    return out
+
+
+def twin_time(tl: Timeline) -> str | None:
+    """The twin's own clock on a sped-up plane (RFC 3339): the wall-clock instant of timeline
+    0 plus the timeline seconds since, so at 20x it runs 20 times faster than the wall
+    clock every other timestamp shows. None at speed 1 (it would be the wall clock) and in
+    virtual time (no served clock to stand beside)."""
+    if tl.speed is None or tl.speed == 1.0:
+        return None
+    return rfc3339(tl.wall_at(0.0) + tl.now)
 
 
 @router.get("/readyz", operation_id="Readyz")

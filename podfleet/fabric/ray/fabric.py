@@ -51,6 +51,7 @@ from podfleet.fabric.base import (
     check_chip_transition,
 )
 from podfleet.fabric.ray import telemetry
+from podfleet.fabric.ray.auth import auth_error, auth_refused
 from podfleet.fabric.ray.faultlog import FaultLog
 from podfleet.fabric.ray.hostcmd import node_command
 from podfleet.fabric.ray.jobs import (
@@ -89,9 +90,6 @@ RAY_SLOT_LATENCY_S = 15e-6
 # named as LocalFabric names its own ("cpu", "cuda"); neuron_cores are Trainium devices,
 # whose type the cluster's topology (or ``chip_type``) says.
 SLOT_CHIP_TYPES = {"CPU": "cpu", "GPU": "cuda"}
-# Where Ray's token authentication looks for the token (docs/ray.md, "Token authentication").
-AUTH_FIX = ("set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, default ~/.ray/auth_token) to the cluster's token "
-            "and RAY_AUTH_MODE=token in the server's environment, then restart it")
 
 
 def ray_topology(resource: str, n_chips: int, topology: Topology | None = None,
@@ -113,20 +111,25 @@ def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _auth_error(ray: Any) -> tuple[type[BaseException], ...]:
-    """Ray's token-authentication error (``ray.exceptions.AuthenticationError``, raised
-    when token auth is on and this process has no token or a wrong one); none on a Ray
-    without token auth."""
-    cls = getattr(getattr(ray, "exceptions", None), "AuthenticationError", None)
-    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
+def connected_address(ray: Any) -> str | None:
+    """The address this process's Ray connection was opened with: a fabric's own (None: a
+    private local instance), else, opened by the embedding program, the GCS Ray reports."""
+    if _connection.started:
+        return _connection.address
+    with contextlib.suppress(Exception):  # an old Ray without the runtime context's address
+        return str(ray.get_runtime_context().gcs_address) or None
+    return None
 
 
-def auth_refused(address: str | None, exc: BaseException) -> InfeasibleError:
-    """One line naming the fix, instead of Ray's multi-sentence error (or a 500)."""
-    why = str(getattr(exc, "message", "") or "authentication token is missing or incorrect").strip()
-    why = why.splitlines()[0].rstrip(".") if why else "authentication token is missing or incorrect"
-    return InfeasibleError(f"cannot connect to Ray at {address!r}: the cluster uses token authentication "
-                           f"and refused this server ({why}): {AUTH_FIX}", field="ray_address")
+def same_cluster(requested: str | None, connected: str | None) -> bool:
+    """Whether a fabric asking for ``requested`` may share a connection to ``connected``.
+    ``auto`` means whatever this machine runs; otherwise the strings or their GCS host:port
+    must agree. ``users`` is not consulted: a fabric still in ``_setup`` (after the connect,
+    before it counts itself) holds the connection as much as a deployed one."""
+    if requested == connected or requested == "auto":
+        return True
+    want, have = gcs_hostport(requested), gcs_hostport(connected)
+    return want is not None and want == have
 
 
 class _Connection:
@@ -246,7 +249,7 @@ class RayFabric:
             raise InfeasibleError(f"cannot connect to Ray at {address!r}: an earlier connection attempt of this "
                                   "server is still waiting (a Ray address that does not answer holds the "
                                   "process's one Ray connection until the server restarts)", field="ray_address")
-        auth = _auth_error(ray)
+        auth = auth_error(ray)
         try:
             self._connect(ray, address, n_chips, resource, init_kwargs)
         finally:
@@ -268,10 +271,14 @@ class RayFabric:
     def _connect(ray: Any, address: str | None, n_chips: int | None, resource: str,
                  init_kwargs: Mapping[str, Any] | None) -> None:
         if ray.is_initialized():
-            if _connection.started and _connection.users and address != _connection.address:
-                raise InfeasibleError(f"cannot connect to Ray at {address!r}: this server is connected to "
-                                      f"{_connection.address or 'its private local Ray'} and a process holds one "
-                                      "Ray connection", field="ray_address")
+            connected = connected_address(ray)
+            # None with a connection the embedding program opened: use that one, as asked.
+            if (address is not None or _connection.started) and not same_cluster(address, connected):
+                raise ConflictError(
+                    f"cannot connect to Ray at {address or 'a private local Ray'!r}: this server is already "
+                    f"connected to the Ray cluster at {connected or 'its private local Ray'} and a process holds "
+                    "one Ray connection (ray.init); use that address, or run another podfleet server for the "
+                    "other Ray cluster", field="rayAddress")
             return
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
         if address is None:
@@ -279,7 +286,7 @@ class RayFabric:
             kwargs.update(num_cpus=max(2, n_chips or 2) if resource == "CPU" else 2,
                           object_store_memory=100 * 1024 * 1024)
         kwargs.update(init_kwargs or {})
-        auth = _auth_error(ray)
+        auth = auth_error(ray)
         try:
             ray.init(address=address, **kwargs)
         except auth as exc:  # before RuntimeError: a missing token has a fix to name

@@ -14,7 +14,7 @@ import pytest
 from podfleet.control import ControlPlane
 from podfleet.control.fabricaccess import FabricAccess
 from podfleet.engine.timeline import Timeline
-from podfleet.errors import InfeasibleError
+from podfleet.errors import ConflictError, InfeasibleError
 from podfleet.fabric.factory import make_fabric, reaches_out
 from podfleet.hardware.catalog import custom_grid
 from podfleet.hardware.topology import SwitchedTopology
@@ -88,6 +88,7 @@ def test_a_served_cluster_fails_with_the_reason_not_a_library_error(refusing_ray
         assert reason.startswith(f"cannot connect to fabric ray at {gcs}: cannot connect to Ray at '{gcs}': "
                                  "the cluster uses token authentication"), reason
         assert "RAY_AUTH_TOKEN" in reason and "AuthenticationError" not in reason
+        assert view["chip_type"] is None  # not "trn2": unknown until the fabric says (Ray CPU slots: cpu)
     finally:
         plane.stop()
 
@@ -99,4 +100,60 @@ def test_an_inline_build_raises_the_reason_the_api_answers(refusing_ray: list[di
                          fabric_access=FabricAccess(ray_addresses=(gcs,)), workdir=str(tmp_path))
     with pytest.raises(InfeasibleError, match=r"token authentication.*RAY_AUTH_TOKEN"):
         plane.create_cluster({"name": "r", "fabric": "ray", "chips": 2, "ray_address": gcs}, actor="t")
+    assert "r" not in plane.names
+
+
+# --- one Ray connection a process (issue 30 item 11) -------------------------------------
+
+
+@pytest.fixture
+def connected(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """This process already connected (by a fabric) to the Ray cluster at 10.0.0.5:6379;
+    ``ray.init`` must not be called again."""
+    from podfleet.fabric.ray import fabric as fr
+
+    def init(**kwargs: Any) -> None:
+        raise AssertionError(f"ray.init called again: {kwargs}")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(fr._connection, "started", True)
+    monkeypatch.setattr(fr._connection, "address", "10.0.0.5:6379")
+    monkeypatch.setattr(fr._connection, "users", 0)
+    return fr
+
+
+def test_another_address_is_refused_naming_both(connected: Any) -> None:
+    with pytest.raises(ConflictError) as info:
+        RayFabric._connect(ray, "127.0.0.1:1", 2, "CPU", None)
+    msg = info.value.message
+    assert info.value.http_status == 409 and info.value.field == "rayAddress"
+    assert "'127.0.0.1:1'" in msg and "10.0.0.5:6379" in msg and "\n" not in msg
+
+
+def test_a_private_instance_is_refused_beside_a_remote_connection(connected: Any) -> None:
+    with pytest.raises(ConflictError, match=r"private local Ray.*10\.0\.0\.5:6379"):
+        RayFabric._connect(ray, None, 2, "CPU", None)
+
+
+@pytest.mark.parametrize("address", ["10.0.0.5:6379", "auto"])
+def test_the_same_cluster_shares_the_connection(connected: Any, address: str) -> None:
+    RayFabric._connect(ray, address, 2, "CPU", None)
+
+
+def test_a_connection_the_embedding_program_opened_is_compared_by_its_gcs(connected: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connected._connection, "started", False)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: type("Ctx", (), {"gcs_address": "10.0.0.7:6379"})())
+    RayFabric._connect(ray, None, 2, "CPU", None)
+    RayFabric._connect(ray, "10.0.0.7:6379", 2, "CPU", None)
+    with pytest.raises(ConflictError, match=r"'127\.0\.0\.1:1'.*10\.0\.0\.7:6379"):
+        RayFabric._connect(ray, "127.0.0.1:1", 2, "CPU", None)
+
+
+def test_an_inline_build_beside_another_connection_is_a_409(connected: Any, tmp_path: Path) -> None:
+    plane = ControlPlane(MemoryStore(), Timeline(seed=1), fabric_factory=make_fabric,
+                         fabric_access=FabricAccess(ray_addresses=("127.0.0.1:1",)), workdir=str(tmp_path))
+    with pytest.raises(ConflictError, match=r"already connected to the Ray cluster at 10\.0\.0\.5:6379"):
+        plane.create_cluster({"name": "r", "fabric": "ray", "chips": 2, "ray_address": "127.0.0.1:1"}, actor="t")
     assert "r" not in plane.names
