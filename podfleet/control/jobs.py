@@ -27,6 +27,7 @@ from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
+from podfleet.control.timespec import fmt_duration
 from podfleet.control.warm import Warmth
 from podfleet.control.workdir import code_root
 from podfleet.errors import (
@@ -259,6 +260,23 @@ class JobManager:
         if rt is not None:
             self.schedule(rt)
         return out
+
+    def enforce_time_limits(self, rt: ClusterRuntime) -> None:
+        """End every job of ``rt`` that has run past its time limit (Slurm's TIMEOUT: a
+        failure, so its after-ok dependents do not run), then give its chips to others.
+        Called on every telemetry tick: the limit holds to within one tick."""
+        sched = rt.scheduler
+        now = sched.time()
+        over = [(jid, rec.request.time_limit_s) for jid, rec in sched.handle.running.items()
+                if rec.request.time_limit_s is not None and now - (rec.started_s or now) >= rec.request.time_limit_s]
+        if not over:
+            return
+        with self.plane.store.transaction():
+            for jid, limit in over:
+                job = self.table.find(jid)
+                if job is not None and not job.ended and limit is not None:
+                    self.table.end(job, JobState.FAILED, f"time limit reached ({fmt_duration(limit)})")
+        self.schedule(rt)
 
     def stop_all(self, rt: ClusterRuntime, reason: str) -> None:
         for job in self.table.on_cluster(rt.id):
