@@ -241,6 +241,10 @@ class SubmitJobRequest(_In):
                           "the job waits rather than cross it")
     topologyPreferred: Literal["pod", "block"] | None = Field(
         None, description="cross this level as little as possible (the default for a gang across pods: block)")
+    time_limit_s: float | None = Field(None, gt=0, le=10**9,
+                                       description="Slurm's --time: seconds it may run once placed; past it the "
+                                                   "job fails with 'time limit reached'. Only a job with a limit "
+                                                   "that ends before a reservation starts may use its chips first")
     array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
@@ -539,6 +543,41 @@ class Queue(_Out):
 
 class QueueList(BaseModel):
     queues: list[Queue]
+
+
+# --- advance reservations (api/routes/reservations.py) -----------------------------------------
+class CreateReservationRequest(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "big-run", "chips": 32, "start": "2026-12-04T08:00:00Z", "duration": "6h", "queue": "team-a"}]})
+
+    name: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                             description="default: its id")
+    chips: int = Field(..., ge=1, le=MAX_CLUSTER_CHIPS, description="chips held for the window")
+    start: str = Field("now", min_length=1, max_length=64,
+                       description="RFC 3339 (UTC unless it says), now, or now+DURATION (now+1h)")
+    duration: str | float = Field(..., description="seconds, or 2h, 30m, 1h30m, 1d, HH:MM:SS")
+    queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                              description="whose jobs may use the chips in the window (none: nobody's)")
+
+
+class Reservation(_Out):
+    id: str
+    name: str
+    cluster_id: str
+    cluster: str
+    chips: int
+    chip_ids: list[int] = Field(..., description="the chips held (chosen when it was made)")
+    queue: str | None = None
+    start: str
+    end: str
+    duration_s: float
+    state: str = Field(..., description="pending (before the start), active (in the window), ended, or deleted")
+    created_at: str
+    jobs: list[str] = Field([], description="jobs holding its chips now")
+
+
+class ReservationList(BaseModel):
+    reservations: list[Reservation]
 
 
 class JobArrayMember(_Out):

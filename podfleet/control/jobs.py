@@ -27,7 +27,7 @@ from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
-from podfleet.control.timespec import fmt_duration
+from podfleet.timespec import fmt_duration
 from podfleet.control.warm import Warmth
 from podfleet.control.workdir import code_root
 from podfleet.errors import (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from podfleet.control.ids import new_id
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.runtime import ClusterRuntime
-from podfleet.control.timespec import parse_duration, parse_time
+from podfleet.timespec import parse_duration, parse_time
 from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.scheduler.reservations import Reservation
 from podfleet.store.records import ReservationRecord
