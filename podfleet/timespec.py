@@ -11,12 +11,18 @@ import math
 import re
 from datetime import UTC, datetime
 
-from podfleet.errors import InvalidInputError
+from podfleet.errors import InfeasibleError, InvalidInputError
 
 _UNITS = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _SLURM = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _HELP_D = "seconds, 2h, 30m, 1h30m, 1d or HH:MM:SS"
+MAX_S = 10.0**9  # ~31 years: beyond it a time cannot be written as a date
+# The forms above as the API's schemas state them (what matches is parsed, never refused
+# as malformed: a zero or too long duration is infeasible, a 422).
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?|(\d+(\.\d+)?[dhmsDHMS])+|(\d+-)?\d+(:\d+){0,2})\s*$"
+TIME_PATTERN = (r"^\s*([nN][oO][wW](\+(\d+(\.\d+)?|(\d+(\.\d+)?[dhmsDHMS])+|(\d+-)?\d+(:\d+){0,2}))?"
+                r"|\d{4}-\d{2}-\d{2}([Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?([Zz]|[+-]\d{2}:\d{2})?)?)\s*$")
 
 
 def parse_duration(value: str | float | int, field: str) -> float:
@@ -28,7 +34,9 @@ def parse_duration(value: str | float | int, field: str) -> float:
     else:
         secs = _text_duration(value.strip().lower(), field)
     if not math.isfinite(secs) or secs <= 0:
-        raise InvalidInputError(f"{field} must be > 0, got {value!r}", field=field)
+        raise InfeasibleError(f"{field} must be > 0, got {value!r}", field=field)
+    if secs > MAX_S:
+        raise InfeasibleError(f"{field} must be at most {MAX_S:.0f} s, got {value!r}", field=field)
     return secs
 
 
@@ -51,20 +59,25 @@ def _text_duration(text: str, field: str) -> float:
 
 
 def parse_time(text: str, now: float, field: str) -> float:
-    """Unix seconds of ``now``, ``now+DURATION`` or an RFC 3339 time."""
+    """Unix seconds of ``now``, ``now+DURATION`` or an RFC 3339 time (within ``MAX_S`` of now)."""
     t = text.strip()
     if t.lower() == "now":
         return now
     if t.lower().startswith("now+"):
         return now + parse_duration(t[4:], field)
+    why = f"{field} must be an RFC 3339 time (2026-12-01T08:00:00Z), now or now+1h, got {text!r}"
     try:
         dt = datetime.fromisoformat(t.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise InvalidInputError(f"{field} must be an RFC 3339 time (2026-12-01T08:00:00Z), now or now+1h, "
-                                f"got {text!r}", field=field) from None
+        # Shaped like a date but not one (month 13): well formed for the schema, so a 422.
+        err = InfeasibleError if re.match(TIME_PATTERN, t) else InvalidInputError
+        raise err(why, field=field) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.timestamp()
+    out = dt.timestamp()
+    if abs(out - now) > MAX_S:
+        raise InfeasibleError(f"{field} {text!r} is more than {MAX_S:.0f} s from now", field=field)
+    return out
 
 
 def fmt_duration(secs: float) -> str:

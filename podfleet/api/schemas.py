@@ -24,6 +24,7 @@ from podfleet.hardware.catalog import TOPOLOGY_NAMES
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.perf.models import MODELS
 from podfleet.security.text import printable_pattern, unprintable
+from podfleet.timespec import DURATION_PATTERN, MAX_S, TIME_PATTERN
 
 ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
 FabricKind = Literal["sim", "local", "ray", "neuron"]
@@ -553,9 +554,10 @@ class CreateReservationRequest(_In):
     name: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
                              description="default: its id")
     chips: int = Field(..., ge=1, le=MAX_CLUSTER_CHIPS, description="chips held for the window")
-    start: str = Field("now", min_length=1, max_length=64,
+    start: str = Field("now", min_length=1, max_length=64, pattern=TIME_PATTERN,
                        description="RFC 3339 (UTC unless it says), now, or now+DURATION (now+1h)")
-    duration: str | float = Field(..., description="seconds, or 2h, 30m, 1h30m, 1d, HH:MM:SS")
+    duration: Annotated[str, Field(min_length=1, max_length=32, pattern=DURATION_PATTERN)] | \
+        Annotated[float, Field(gt=0, le=MAX_S)] = Field(..., description="seconds, or 2h, 30m, 1h30m, 1d, HH:MM:SS")
     queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
                               description="whose jobs may use the chips in the window (none: nobody's)")
 

@@ -32,8 +32,8 @@ from podfleet.cli import plan as plan_cli
 from podfleet.cli import policy as policy_cli
 from podfleet.cli import priorities as priority_cli
 from podfleet.cli import queues as queue_cli
-from podfleet.cli import reservations as reservation_cli
 from podfleet.cli import report as report_cli
+from podfleet.cli import reservations as reservation_cli
 from podfleet.cli import sim as sim_cli
 from podfleet.cli import status as status_cli
 from podfleet.cli import usage as usage_cli

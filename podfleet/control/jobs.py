@@ -27,7 +27,6 @@ from podfleet.control.ports import PlaneCore
 from podfleet.control.replacement import choose_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
-from podfleet.timespec import fmt_duration
 from podfleet.control.warm import Warmth
 from podfleet.control.workdir import code_root
 from podfleet.errors import (
@@ -41,6 +40,7 @@ from podfleet.hardware.topology import FleetTopology
 from podfleet.scheduler import DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
+from podfleet.timespec import fmt_duration
 from podfleet.wire import JsonObject
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again

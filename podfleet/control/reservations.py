@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from podfleet.control.ids import new_id
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.runtime import ClusterRuntime
-from podfleet.timespec import parse_duration, parse_time
 from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.scheduler.reservations import Reservation
 from podfleet.store.records import ReservationRecord
+from podfleet.timespec import parse_duration, parse_time
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
@@ -128,7 +128,7 @@ class ReservationCommands:
                                     field="start")
         start = parse_time(start_text, now, "start")
         if start < now - PAST_SLACK_S:
-            raise InvalidInputError(f"start {rfc3339(start)} is in the past (now is {rfc3339(now)})", field="start")
+            raise InfeasibleError(f"start {rfc3339(start)} is in the past (now is {rfc3339(now)})", field="start")
         start = max(start, now)
         duration = body.get("duration")
         if duration is None:

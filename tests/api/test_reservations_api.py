@@ -38,8 +38,12 @@ def test_reservation_lifecycle_and_errors(admin: httpx.Client, rpod: dict) -> No
     r = admin.post(base, json={"name": "r1", "chips": 4, "duration": 60})
     assert r.status_code == 409 and r.json()["field"] == "name"
     for body, status, field in [
-        ({"chips": 4, "duration": "1h", "start": "2001-01-01T00:00:00Z"}, 400, "start"),
-        ({"chips": 4, "duration": "0"}, 400, "duration"),
+        # Well formed but impossible: 422 (the contract: a schema-valid request is never a 400).
+        ({"chips": 4, "duration": "1h", "start": "2001-01-01T00:00:00Z"}, 422, "start"),
+        ({"chips": 4, "duration": "1h", "start": "2026-13-01T00:00:00Z"}, 422, "start"),
+        ({"chips": 4, "duration": "0"}, 422, "duration"),
+        ({"chips": 4, "duration": "1h", "start": "tomorrow"}, 400, None),  # not a time at all
+        ({"chips": 4, "duration": -5}, 400, None),
         ({"chips": 4, "duration": "1h", "queue": "nope"}, 404, "queue"),
         ({"chips": 100000, "duration": "1h"}, 400, None),  # beyond the schema's bound
         ({"chips": 65, "duration": "1h"}, 422, "chips"),
