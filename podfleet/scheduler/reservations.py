@@ -17,6 +17,7 @@ import numpy as np
 
 from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.types import JobRequest
+from podfleet.timespec import fmt_duration
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,13 @@ class ReservationBook:
                 continue
             if now >= r.start_s:
                 whom = f"queue {r.queue!r}" if r.queue else "nobody"
-                parts.append(f"{len(r.chips)} chips held by reservation {r.name!r} for {whom} until {r.end_s:.0f} s")
+                parts.append(f"{len(r.chips)} chips held by reservation {r.name!r} for {whom} for "
+                             f"{fmt_duration(r.end_s - now)} more")
             else:
-                limit = "no time limit" if job.time_limit_s is None else f"time limit {job.time_limit_s:.0f} s"
-                parts.append(f"{len(r.chips)} chips reserved by {r.name!r} from {r.start_s:.0f} s "
-                             f"({r.start_s - now:.0f} s from now; the job's {limit} would cross it)")
+                limit = "has no time limit" if job.time_limit_s is None else \
+                    f"time limit {fmt_duration(job.time_limit_s)} would cross it"
+                parts.append(f"{len(r.chips)} chips reserved by {r.name!r} starting in "
+                             f"{fmt_duration(r.start_s - now)} (the job {limit})")
         return "; ".join(parts)
 
     def view(self, name: str, now: float) -> dict[str, Any]:
