@@ -27,6 +27,8 @@ class ReservationWindow:
 
     def __init__(self, handle: Handle) -> None:
         self.handle = handle
+        # Returned with SKIP (read by nobody): one array, not one per pod per job.
+        self._all = np.ones(handle.cluster.chips_per_pod, dtype=bool)
 
     def _denied(self, state: CycleState, job: JobRequest) -> np.ndarray | None:
         # One answer per job per cycle: the framework asks pod by pod.
@@ -40,10 +42,10 @@ class ReservationWindow:
 
     def filter(self, state: CycleState, job: JobRequest | None, pod: PodState) -> tuple[Status, np.ndarray]:
         if job is None or not self.handle.reservations:
-            return st.SKIP, np.ones(pod.n_chips, dtype=bool)
+            return st.SKIP, self._all
         denied = self._denied(state, job)
         if denied is None:
-            return st.SKIP, np.ones(pod.n_chips, dtype=bool)
+            return st.SKIP, self._all
         return st.SUCCESS, ~denied[pod.index]
 
     def filter_pods(self, state: CycleState, job: JobRequest | None, view: SchedulerView,
