@@ -444,7 +444,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("checkpoint", "planner"),
     ("perf",),
     ("hardware", "engine", "benchmarks", "settings"),
-    ("states", "validation", "wire"),
+    ("states", "timespec", "validation", "wire"),
     ("errors", "podfleet"),
 )
 

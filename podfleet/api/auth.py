@@ -64,6 +64,11 @@ RULES: dict[str, Role] = {
     "UpdateQueue": Role.ADMIN,
     "DeleteQueue": Role.ADMIN,
     "StopJobArray": Role.OPERATOR,
+    # Advance reservations (api/routes/reservations.py)
+    "ListReservations": Role.VIEWER,
+    "DescribeReservation": Role.VIEWER,
+    "CreateReservation": Role.OPERATOR,
+    "DeleteReservation": Role.OPERATOR,
     "GetUsage": Role.VIEWER,  # api/routes/usage.py
     "ListPriorityClasses": Role.VIEWER,
     "CreatePriorityClass": Role.ADMIN,

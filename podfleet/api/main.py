@@ -20,6 +20,7 @@ from podfleet.api.routes import keys as key_routes
 from podfleet.api.routes import maintenance as maintenance_routes
 from podfleet.api.routes import ops as ops_routes
 from podfleet.api.routes import queues as queue_routes
+from podfleet.api.routes import reservations as reservation_routes
 from podfleet.api.routes import usage as usage_routes
 from podfleet.api.routes import users as user_routes
 from podfleet.api.schemas import Problem
@@ -85,7 +86,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     problems.install(app)
     v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
     for module in (clusters, chips, jobs, plan, audit, health, tokens, code_routes, ops_routes, user_routes,
-                   key_routes, queue_routes, usage_routes, maintenance_routes):
+                   key_routes, queue_routes, reservation_routes, usage_routes, maintenance_routes):
         v1.include_router(module.router)
     app.include_router(v1)
     app.include_router(system.router)

@@ -19,7 +19,7 @@ CLUSTER_ID = "$response.body#/id"
 SAME_CLUSTER = "$request.path.cluster"
 _CLUSTER_OPS = ("DescribeCluster", "DeleteCluster", "DescribeClusterHardware", "GetClusterLogs", "InjectFault",
                 "SubmitTrainingJob", "ListAlerts", "GetTelemetry", "ListRecoveries", "StartFirmwareUpdate",
-                "ListFirmwareUpdates")
+                "ListFirmwareUpdates", "CreateReservation")
 _JOB_OPS = ("DescribeTrainingJob", "StopTrainingJob", "GetJobLogs")
 
 # (operationId, status) -> {target operationId: {parameter: runtime expression}}. Only
@@ -34,6 +34,8 @@ LINKS: dict[tuple[str, str], dict[str, dict[str, str]]] = {
     ("StartFirmwareUpdate", "202"): {"DescribeFirmwareUpdate": {"cluster": SAME_CLUSTER,
                                                                  "rollout": "$response.body#/id"}},
     ("CreateAccessToken", "201"): {"RevokeAccessToken": {"token_id": "$response.body#/id"}},
+    ("CreateReservation", "201"): {op: {"cluster": SAME_CLUSTER, "reservation": "$response.body#/name"}
+                                   for op in ("DescribeReservation", "DeleteReservation")},
 }
 
 

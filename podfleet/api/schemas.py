@@ -24,6 +24,7 @@ from podfleet.hardware.catalog import TOPOLOGY_NAMES
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.perf.models import MODELS
 from podfleet.security.text import printable_pattern, unprintable
+from podfleet.timespec import DURATION_PATTERN, MAX_S, TIME_PATTERN
 
 ClusterType = Literal["trn2-ultraserver", "trn2-node", "trn1-node", "custom"]
 FabricKind = Literal["sim", "local", "ray", "neuron"]
@@ -241,6 +242,10 @@ class SubmitJobRequest(_In):
                           "the job waits rather than cross it")
     topologyPreferred: Literal["pod", "block"] | None = Field(
         None, description="cross this level as little as possible (the default for a gang across pods: block)")
+    time_limit_s: float | None = Field(None, gt=0, le=10**9,
+                                       description="Slurm's --time: seconds it may run once placed; past it the "
+                                                   "job fails with 'time limit reached'. Only a job with a limit "
+                                                   "that ends before a reservation starts may use its chips first")
     array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
@@ -539,6 +544,42 @@ class Queue(_Out):
 
 class QueueList(BaseModel):
     queues: list[Queue]
+
+
+# --- advance reservations (api/routes/reservations.py) -----------------------------------------
+class CreateReservationRequest(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "big-run", "chips": 32, "start": "2026-12-04T08:00:00Z", "duration": "6h", "queue": "team-a"}]})
+
+    name: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                             description="default: its id")
+    chips: int = Field(..., ge=1, le=MAX_CLUSTER_CHIPS, description="chips held for the window")
+    start: str = Field("now", min_length=1, max_length=64, pattern=TIME_PATTERN,
+                       description="RFC 3339 (UTC unless it says), now, or now+DURATION (now+1h)")
+    duration: Annotated[str, Field(min_length=1, max_length=32, pattern=DURATION_PATTERN)] | \
+        Annotated[float, Field(gt=0, le=MAX_S)] = Field(..., description="seconds, or 2h, 30m, 1h30m, 1d, HH:MM:SS")
+    queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
+                              description="whose jobs may use the chips in the window (none: nobody's)")
+
+
+class Reservation(_Out):
+    id: str
+    name: str
+    cluster_id: str
+    cluster: str
+    chips: int
+    chip_ids: list[int] = Field(..., description="the chips held (chosen when it was made)")
+    queue: str | None = None
+    start: str
+    end: str
+    duration_s: float
+    state: str = Field(..., description="pending (before the start), active (in the window), ended, or deleted")
+    created_at: str
+    jobs: list[str] = Field([], description="jobs holding its chips now")
+
+
+class ReservationList(BaseModel):
+    reservations: list[Reservation]
 
 
 class JobArrayMember(_Out):

@@ -17,6 +17,7 @@ from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, rec
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
+from podfleet.timespec import parse_duration
 
 app = typer.Typer(help="Training jobs.", no_args_is_help=True)
 COLUMNS = ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens_per_s", "why", "reason"]
@@ -86,6 +87,10 @@ def submit(
     after_any: str | None = typer.Option(None, "--after-any", help="ID[,ID]: start after these jobs ended"),
     array: str | None = typer.Option(None, "--array", help="one job per index: 0-15 or 0-15%4 (at most 4 at "
                                      "once); each gets PODFLEET_ARRAY_INDEX"),
+    time_limit: str | None = typer.Option(None, "--time-limit", "--time",
+                                          help="Slurm's --time: how long it may run once placed (2h, 30m, "
+                                               "HH:MM:SS, seconds); past it the job fails. Only a job with a "
+                                               "limit may use a reservation's chips before it starts"),
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
@@ -108,6 +113,7 @@ def submit(
             **{k: v for k, v in (("pods", pods), ("topologyRequired", topology_required),
                                  ("topologyPreferred", topology_preferred)) if v is not None},
             **_sharing(queue, after_ok, after_any, array),
+            **({"time_limit_s": parse_duration(time_limit, "time_limit")} if time_limit is not None else {}),
         )
         if out.get("array"):
             emit(out["array"], output, columns=ARRAY_COLUMNS, title=f"array {out['array']['id']}")
@@ -234,6 +240,7 @@ def cluster_names(c: PodfleetClient) -> dict[str, str]:
 REASON_CODES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("QuotaExceeded", ("over quota", "quota is")),
     ("Dependency", ("depends on", "dependency")),
+    ("Reservation", ("reserved by ", "held by reservation")),
     ("Preempted", ("preempted", "requeued")),
     ("Preempting", ("preempting ", "to checkpoint")),
     ("Priority", ("nominated for another job", "held for", "higher-priority job")),

@@ -33,6 +33,7 @@ from podfleet.cli import policy as policy_cli
 from podfleet.cli import priorities as priority_cli
 from podfleet.cli import queues as queue_cli
 from podfleet.cli import report as report_cli
+from podfleet.cli import reservations as reservation_cli
 from podfleet.cli import sim as sim_cli
 from podfleet.cli import status as status_cli
 from podfleet.cli import usage as usage_cli
@@ -88,6 +89,7 @@ app.add_typer(job.app, name="job", rich_help_panel=JOBS, cls=PodfleetGroup)
 app.add_typer(code_cli.app, name="code", rich_help_panel=JOBS, cls=PodfleetGroup)
 app.command("plan", rich_help_panel=JOBS)(plan_cli.plan)
 app.add_typer(queue_cli.app, name="queue", rich_help_panel=JOBS, cls=PodfleetGroup)
+app.add_typer(reservation_cli.app, name="reservation", rich_help_panel=JOBS, cls=PodfleetGroup)
 app.add_typer(priority_cli.app, name="priority-class", rich_help_panel=JOBS, cls=PodfleetGroup)
 app.command("usage", rich_help_panel=JOBS)(usage_cli.usage)
 app.add_typer(chip.app, name="chip", rich_help_panel=CHIPS, cls=PodfleetGroup)

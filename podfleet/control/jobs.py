@@ -40,6 +40,7 @@ from podfleet.hardware.topology import FleetTopology
 from podfleet.scheduler import DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
+from podfleet.timespec import fmt_duration
 from podfleet.wire import JsonObject
 
 RELAUNCH_RETRY_S = 2.0  # how soon a recovering job waiting for a healthy chip looks again
@@ -259,6 +260,23 @@ class JobManager:
         if rt is not None:
             self.schedule(rt)
         return out
+
+    def enforce_time_limits(self, rt: ClusterRuntime) -> None:
+        """End every job of ``rt`` that has run past its time limit (Slurm's TIMEOUT: a
+        failure, so its after-ok dependents do not run), then give its chips to others.
+        Called on every telemetry tick: the limit holds to within one tick."""
+        sched = rt.scheduler
+        now = sched.time()
+        over = [(jid, rec.request.time_limit_s) for jid, rec in sched.handle.running.items()
+                if rec.request.time_limit_s is not None and now - (rec.started_s or now) >= rec.request.time_limit_s]
+        if not over:
+            return
+        with self.plane.store.transaction():
+            for jid, limit in over:
+                job = self.table.find(jid)
+                if job is not None and not job.ended and limit is not None:
+                    self.table.end(job, JobState.FAILED, f"time limit reached ({fmt_duration(limit)})")
+        self.schedule(rt)
 
     def stop_all(self, rt: ClusterRuntime, reason: str) -> None:
         for job in self.table.on_cluster(rt.id):

@@ -38,6 +38,7 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer
 from podfleet.control.priorities import PriorityClasses
 from podfleet.control.queues import QueueCommands
+from podfleet.control.reservations import ReservationCommands
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
 from podfleet.control.specs import ClusterSpec
@@ -137,6 +138,8 @@ class ControlPlane:
         self.table = JobTable(store, self.now)  # the one writer of job records
         self.jobs = JobManager(self, self.table)
         self.queues = QueueCommands(self)  # CreateQueue ... DeleteQueue (``control.queues``)
+        # CreateReservation ... DeleteReservation (``control.reservations``)
+        self.reservations = ReservationCommands(self)
         self.priorities = PriorityClasses(self)  # named priorities (``control.priorities``)
         # Loss, tokens/s and step time over each job's run (GetJobMetrics).
         self.job_metrics = JobMetrics(store)
@@ -160,6 +163,10 @@ class ControlPlane:
         """Unix seconds: the wall clock on a paced (served) plane at any speed, also after an
         engine stall (``Timeline.wall_at``); virtual time's own clock in rehearsals."""
         return self.tl.wall_at(self.tl.now)
+
+    def timeline_at(self, unix: float) -> float:
+        """The timeline (scheduler clock) time of a wall-clock instant (``now``'s inverse)."""
+        return self.tl.timeline_at(unix)
 
     @property
     def epoch(self) -> float:
@@ -418,6 +425,7 @@ class ControlPlane:
         self.names[rt.rec.name] = rt.id
         self.jobs.attach(rt)  # its job driver, from what its fabric declares
         self.queues.install(rt)  # its persisted queues, before any job is queued
+        self.reservations.install(rt)
         self.events.subscribe(rt)  # its fabric's events, from now on (control.events)
         self.render(rt)
         self.tl.every(self.telemetry_interval_s, lambda: self._tick(rt))
@@ -439,6 +447,7 @@ class ControlPlane:
         if rt.id not in self.clusters:
             return
         chips.settle(self, rt)  # drains that finished, spares that took a rank
+        self.jobs.enforce_time_limits(rt)
         if rt.wanted:
             self.render(rt)  # refreshes the scheduler figures too (when wanted and stale)
         else:

@@ -65,6 +65,9 @@ class PlaneCore(Protocol):
 
     def now(self) -> float: ...
 
+    def timeline_at(self, unix: float) -> float:
+        """The timeline (scheduler clock) time of a wall-clock instant."""
+
     def resolve(self, ref: str) -> ClusterRuntime: ...
 
     def render(self, rt: ClusterRuntime) -> None: ...

@@ -99,6 +99,7 @@ def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: b
         grad_compression=spec.grad_compression or "none",
         pods=spec.pods, topology_required=spec.topology_required,
         topology_preferred=spec.topology_preferred,
+        time_limit_s=float(spec.time_limit_s) if spec.time_limit_s is not None else None,
     )
 
 

@@ -308,6 +308,10 @@ class JobSpec:
     pods: int | None = None
     topology_required: str | None = None
     topology_preferred: str | None = None
+    # Slurm's ``--time``: seconds the job may run once placed; past it the job fails with
+    # "time limit reached" (``JobCommands.enforce_time_limits``). Only a job with a limit
+    # may backfill onto chips a reservation holds later (``scheduler.reservations``).
+    time_limit_s: float | None = None
 
     def to_dict(self) -> JsonObject:
         """The JSON form (the store's ``JobRecord.spec``, DescribeTrainingJob's spec fields).
@@ -412,6 +416,11 @@ class JobSpec:
             # Both fields well formed, their combination impossible: a 422, like tp and chips.
             raise InfeasibleError(f"pods ({self.pods}) must be a divisor of chips ({self.chips}): the same "
                                   "number of chips on each pod", field="pods")
+        if self.time_limit_s is not None and (isinstance(self.time_limit_s, bool)
+                                              or not isinstance(self.time_limit_s, int | float)
+                                              or not 0 < self.time_limit_s <= 10**9):
+            raise InvalidInputError(f"time_limit_s must be > 0 seconds (at most 1e9), got {self.time_limit_s!r}",
+                                    field="time_limit_s")
         if not isinstance(self.max_retries, int) or not 0 <= self.max_retries <= 100:
             raise InvalidInputError(f"max_retries must be 0-100, got {self.max_retries}", field="max_retries",
                                     allowed="0-100")

@@ -24,6 +24,7 @@ import numpy as np
 from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.scheduler.jobs import SchedulerJob
 from podfleet.scheduler.queues import QueueBook
+from podfleet.scheduler.reservations import ReservationBook
 from podfleet.scheduler.state import PodState, SchedulerView
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Nomination, Placement
@@ -80,6 +81,7 @@ class Handle:
     now_s: Callable[[], float] = _zero_clock
     planner: ShapePlanner | None = None  # plans ``parallelism: auto`` jobs per block shape
     queues: QueueBook = field(default_factory=QueueBook)  # the cluster's queues and their usage
+    reservations: ReservationBook = field(default_factory=ReservationBook)  # advance reservations
 
 
 @dataclass(frozen=True)

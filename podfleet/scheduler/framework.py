@@ -51,6 +51,7 @@ DEFAULT_PLUGINS: tuple[PluginConfig, ...] = (
     PluginConfig("hbm_fit"),
     PluginConfig("health_gate"),
     PluginConfig("spare_guard"),
+    PluginConfig("reservation_window"),
     PluginConfig("topology_block", weight=2.0),
     PluginConfig("fragmentation", weight=1.0),
     PluginConfig("thermal_headroom", weight=0.5),
@@ -373,7 +374,9 @@ class Framework:
         unhealthy = int((~pod.healthy).sum())
         if unhealthy:
             parts.append(f"{unhealthy} unhealthy")
-        return parts[0] + "; " + ", ".join(parts[1:])
+        out = parts[0] + "; " + ", ".join(parts[1:])
+        kept = self.handle.reservations.explain(job, self.handle.now_s()) if self.handle.reservations else ""
+        return out + "; " + kept if kept else out
 
     def score(self, state: CycleState, job: JobRequest, cands: Candidates) -> tuple[Status, np.ndarray]:
         total = np.zeros(len(cands))

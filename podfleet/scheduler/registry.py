@@ -18,6 +18,7 @@ from podfleet.scheduler.plugins import (
     queue_admission,
     reclaim,
     reservation,
+    reservation_window,
     spare_guard,
     thermal_headroom,
     topology_block,
@@ -39,6 +40,7 @@ REGISTRY: dict[str, Factory] = {
         preemption,
         reclaim,
         reservation,
+        reservation_window,
         gang_permit,
         default_binder,
     )

@@ -22,12 +22,17 @@ from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
 from podfleet.scheduler.queues import QueueSpec, with_defaults
+from podfleet.scheduler.reservations import Reservation, ReservationBook, choose_chips
 from podfleet.scheduler.spares import choose_spares
 from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.status import Code, Status
 from podfleet.scheduler.types import Decision, DecisionKind, JobRequest, Nomination, Placement
 
 HOLDING = (JobPhase.RUNNING, JobPhase.NOMINATED, JobPhase.CHECKPOINTING)
+
+
+def _limit(job: JobRequest) -> float:
+    return float("inf") if job.time_limit_s is None else job.time_limit_s
 
 
 class Scheduler:
@@ -57,8 +62,9 @@ class Scheduler:
         self.queues.half_life_s = self.policy.fair_share_half_life_s
         # ``planner``: how ``parallelism: auto`` jobs get a plan per block shape (the
         # ``ShapePlanner`` port; ``compose.build`` wires ``planner.adapter.PlannerAdapter``).
+        self.reservations = ReservationBook(chips_per_pod=self.cluster.chips_per_pod)
         self.handle = Handle(self.cluster, jobs=self.jobs, now_s=self.clock, queues=self.queues,
-                             planner=planner)
+                             planner=planner, reservations=self.reservations)
         cfg = FrameworkConfig.from_dict(dict(config)) if isinstance(config, Mapping) else config
         self.framework = Framework(self.handle, cfg)
         self.pending: dict[str, None] = {}  # insertion-ordered set
@@ -118,6 +124,20 @@ class Scheduler:
             more = f" and {len(busy) - 3} more" if len(busy) > 3 else ""
             raise ConflictError(f"queue {name!r} still has jobs: {', '.join(busy[:3])}{more}", field="queue")
         self.queues.remove(name)
+
+    # --- reservations (``scheduler.reservations``) -----------------------------------------
+    def choose_reservation_chips(self, n: int, *, start_s: float, end_s: float) -> tuple[int, ...]:
+        """Chips for a new reservation of ``n`` chips over [start, end): none that another
+        reservation overlapping that window holds. ValueError when too few are left."""
+        taken = {c for r in self.reservations if r.start_s < end_s and start_s < r.end_s for c in r.chips}
+        return choose_chips(self.cluster, n, taken)
+
+    def set_reservation(self, r: Reservation) -> None:
+        """Hold ``r``'s chips from now on (jobs already on them keep them)."""
+        self.reservations.put(r)
+
+    def remove_reservation(self, name: str) -> None:
+        self.reservations.remove(name)
 
     def queue_jobs(self, name: str) -> dict[str, int]:
         """Jobs of a queue by phase (for DescribeQueue)."""
@@ -200,7 +220,9 @@ class Scheduler:
         # cluster does not change within a cycle unless something binds, which clears
         # this), so it gets the same reason without another block search. This keeps a
         # cycle over a long queue of small jobs cheap (cf. Kubernetes' unschedulable queue).
-        failed: list[tuple[int, int, int, str, bool, str, tuple[str | None, int | None]]] = []
+        # With reservations the time limit counts too: a job with an earlier end may backfill
+        # where a longer one could not (``inf``: no limit).
+        failed: list[tuple[int, int, int, str, bool, str, tuple[str | None, int | None], float]] = []
         # Quota refusals seen this cycle, by (queue, chips): the same ask of the same queue
         # gets the same answer until something binds (quota use changes only then).
         refused: dict[tuple[str, int], str] = {}
@@ -226,9 +248,10 @@ class Scheduler:
                 # and one that may preempt is not answered by one that may not.
                 # Gangs across pods: only one asking the same level and pod count shares the answer.
                 level = (req.topology_required, req.pods)
-                hit = next((r for c, h, p, q, m, r, lv in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
+                limit = _limit(req)
+                hit = next((r for c, h, p, q, m, r, lv, t in failed if req.chips >= c and req.hbm_bytes_per_chip >= h
                             and req.priority <= p and req.queue == q and (m or not req.may_preempt)
-                            and lv == level), None)
+                            and lv == level and limit >= t), None)
             if hit is not None:
                 rec.reason = hit
                 d = None
@@ -242,7 +265,7 @@ class Scheduler:
                     refused[(req.queue, req.chips)] = rec.reason
                 elif self._capacity_failure and req.shape is None:
                     failed.append((req.chips, req.hbm_bytes_per_chip, req.priority, req.queue, req.may_preempt,
-                                   rec.reason, (req.topology_required, req.pods)))
+                                   rec.reason, (req.topology_required, req.pods), _limit(req)))
             if d is not None:
                 out.append(d)
             elif starving and self._holder is None and not self.across_pods(rec.request):

@@ -41,8 +41,13 @@ class JobRequest:
     pods: int | None = None  # a gang across pods: exactly this many pods, chips / pods on each
     topology_required: str | None = None  # "pod" | "block": never cross it
     topology_preferred: str | None = None  # "pod" | "block": cross it as little as possible
+    # Slurm's ``--time``: the job is stopped this long after it starts (None: no limit).
+    # Only a job with a limit may backfill onto chips a reservation holds later.
+    time_limit_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise InvalidInputError(f"time_limit_s must be > 0, got {self.time_limit_s!r}", field="time_limit_s")
         if not isinstance(self.chips, int) or self.chips < 1:
             raise InvalidInputError(f"chips must be a positive integer, got {self.chips!r}", field="chips")
         if self.tp < 1 or self.chips % self.tp:

@@ -292,6 +292,24 @@ class PodfleetClient:
     def delete_queue(self, cluster: str, name: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
 
+    # --- advance reservations ------------------------------------------------------------------
+    def create_reservation(self, cluster: str, *, chips: int, duration: str | float, start: str = "now",
+                           queue: str | None = None, name: str | None = None) -> dict[str, Any]:
+        """CreateReservation: ``chips`` held from ``start`` (RFC 3339, now, now+1h) for
+        ``duration`` (seconds, 2h, 30m, HH:MM:SS) for ``queue``'s jobs (None: nobody's)."""
+        body = {"chips": chips, "duration": duration, "start": start, "queue": queue, "name": name}
+        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reservations",
+                             json={k: v for k, v in body.items() if v is not None})
+
+    def list_reservations(self, cluster: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations")
+
+    def describe_reservation(self, cluster: str, name: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
+
+    def delete_reservation(self, cluster: str, name: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
+
     def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None) -> dict[str, Any]:
         """GetUsage: chip-seconds per user, queue or team."""
         return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster})

@@ -146,7 +146,7 @@ READ_ACTIONS = ["ListClusters", "DescribeCluster", "DescribeClusterHardware", "G
                 "PlanParallelism", "ListAlerts", "ListRecoveries", "ListFirmwareUpdates", "DescribeFirmwareUpdate",
                 "DiagnoseCluster", "GetRecommendations", "ListGuides", "GetGuide", "ListHealthReports",
                 "GetHealthReport", "ListQueues", "DescribeQueue", "DescribeJobArray", "ListPriorityClasses",
-                "GetUsage", "ListMaintenance", "DescribeMaintenance"]
+                "ListReservations", "DescribeReservation", "GetUsage", "ListMaintenance", "DescribeMaintenance"]
 AUDIT_READS = ["ListAuditEvents", "VerifyAuditChain"]
 # Reads only ClusterAdmin (or an inline policy naming them) grants: who holds which
 # credential, and who may do what.
@@ -206,6 +206,8 @@ def resource_of(path_params: Mapping[str, Any]) -> str:
     """The resource a request acts on, from its path: ``cluster/NAME``, ``job/ID``..."""
     if "queue" in path_params and "cluster" in path_params:
         return queue_resource(str(path_params["cluster"]), str(path_params["queue"]))
+    if "reservation" in path_params and "cluster" in path_params:
+        return f"reservation/{path_params['cluster']}/{path_params['reservation']}"
     for key, kind in (("job", "job"), ("array", "job-array"), ("token_id", "token"), ("alert_id", "alert"),
                       ("cluster", "cluster")):
         if key in path_params:

@@ -42,6 +42,7 @@ from podfleet.store.models import (
     JobRow,
     PriorityClassRow,
     QueueRow,
+    ReservationRow,
     TelemetryRollupRow,
     TokenRow,
     table_of,
@@ -55,6 +56,7 @@ from podfleet.store.records import (
     PriorityClassRecord,
     QueueRecord,
     ReportRecord,
+    ReservationRecord,
     RollupRecord,
     TokenRecord,
 )
@@ -400,6 +402,31 @@ class Store(AuditLog, UserStore):
     def delete_queue(self, queue_id: str) -> bool:
         with self._writing() as s:
             res = cast("CursorResult[Any]", s.execute(delete(QueueRow).where(QueueRow.id == queue_id)))
+            return bool(res.rowcount)
+
+    # ---- advance reservations -----------------------------------------------------------
+    def save_reservation(self, rec: ReservationRecord) -> None:
+        row = {"id": rec.id, "cluster_id": rec.cluster_id, "name": rec.name, "spec": dict(rec.spec),
+               "created_at": float(rec.created_at)}
+
+        def conflict(_exc: IntegrityError) -> PodfleetError:
+            return ConflictError(f"a reservation named {rec.name!r} already exists on cluster {rec.cluster_id}",
+                                 field="name")
+
+        with self._writing(conflict) as s:
+            self._upsert(s, ReservationRow, [row], ["id"])
+
+    def list_reservations(self, cluster_id: str | None = None) -> list[ReservationRecord]:
+        q = select(ReservationRow).order_by(ReservationRow.cluster_id, ReservationRow.name)
+        if cluster_id is not None:
+            q = q.where(ReservationRow.cluster_id == cluster_id)
+        with self._reading() as s:
+            return [ReservationRecord(r.id, r.cluster_id, r.name, dict(r.spec), r.created_at)
+                    for r in s.execute(q).scalars()]
+
+    def delete_reservation(self, reservation_id: str) -> bool:
+        with self._writing() as s:
+            res = cast("CursorResult[Any]", s.execute(delete(ReservationRow).where(ReservationRow.id == reservation_id)))
             return bool(res.rowcount)
 
     def save_priority_class(self, rec: PriorityClassRecord) -> None:

@@ -30,6 +30,7 @@ from podfleet.store.records import (
     PriorityClassRecord,
     QueueRecord,
     ReportRecord,
+    ReservationRecord,
     RollupRecord,
     TokenRecord,
     UserRecord,
@@ -53,12 +54,13 @@ class MemoryStore(AuditKeyring):
         self._reports: dict[str, ReportRecord] = {}
         self._queues: dict[str, QueueRecord] = {}
         self._priority_classes: dict[str, PriorityClassRecord] = {}
+        self._reservations: dict[str, ReservationRecord] = {}
         self._depth = 0
         self._frames: list[dict[str, Any]] = []
 
     _STATE = ("_clusters", "_jobs", "_health", "_checkpoints", "_idem", "_tokens", "_audit", "_rollups", "_job_metrics",
               "_users", "_reports", "_queues",
-              "_priority_classes")
+              "_priority_classes", "_reservations")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -246,6 +248,24 @@ class MemoryStore(AuditKeyring):
 
     def delete_queue(self, queue_id: str) -> bool:
         return self._delete("_queues", queue_id)
+
+    # --- advance reservations ---------------------------------------------------------------
+    def save_reservation(self, rec: ReservationRecord) -> None:
+        with self._lock:
+            if any(r.cluster_id == rec.cluster_id and r.name == rec.name and r.id != rec.id
+                   for r in self._reservations.values()):
+                raise ConflictError(f"a reservation named {rec.name!r} already exists on cluster {rec.cluster_id}",
+                                    field="name")
+            self._touch("_reservations")
+            self._reservations[rec.id] = copy.deepcopy(rec)
+
+    def list_reservations(self, cluster_id: str | None = None) -> list[ReservationRecord]:
+        with self._lock:
+            out = [copy.deepcopy(r) for r in self._reservations.values() if cluster_id in (None, r.cluster_id)]
+        return sorted(out, key=lambda r: (r.cluster_id, r.name))
+
+    def delete_reservation(self, reservation_id: str) -> bool:
+        return self._delete("_reservations", reservation_id)
 
     def save_priority_class(self, rec: PriorityClassRecord) -> None:
         self._put("_priority_classes", rec.name, rec)

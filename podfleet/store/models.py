@@ -221,6 +221,17 @@ class QueueRow(Base):
     __table_args__ = (UniqueConstraint("cluster_id", "name", name="uq_queues_cluster_id_name"),)
 
 
+class ReservationRow(Base):
+    __tablename__ = "reservations"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Double)
+
+    __table_args__ = (UniqueConstraint("cluster_id", "name", name="uq_reservations_cluster_id_name"),)
+
+
 class PriorityClassRow(Base):
     __tablename__ = "priority_classes"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)

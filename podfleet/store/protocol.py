@@ -23,6 +23,7 @@ from podfleet.store.records import (
     PriorityClassRecord,
     QueueRecord,
     ReportRecord,
+    ReservationRecord,
     RollupRecord,
     TokenRecord,
     UserRecord,
@@ -72,6 +73,10 @@ class StoreProtocol(Protocol):
     def save_queue(self, rec: QueueRecord) -> None: ...
     def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]: ...  # by cluster, name
     def delete_queue(self, queue_id: str) -> bool: ...
+    # advance reservations (upsert by id; a (cluster, name) pair is unique)
+    def save_reservation(self, rec: ReservationRecord) -> None: ...
+    def list_reservations(self, cluster_id: str | None = None) -> list[ReservationRecord]: ...  # by cluster, name
+    def delete_reservation(self, reservation_id: str) -> bool: ...
     # priority classes (upsert by name)
     def save_priority_class(self, rec: PriorityClassRecord) -> None: ...
     def list_priority_classes(self) -> list[PriorityClassRecord]: ...  # by name

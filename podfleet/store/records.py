@@ -165,6 +165,18 @@ class QueueRecord:
 
 
 @dataclass
+class ReservationRecord:
+    """An advance reservation (``control.reservations``): ``spec`` holds its chips (count
+    and ids), window (``start_at``, ``end_at``: unix seconds) and queue."""
+
+    id: str  # "rsv-..."
+    cluster_id: str
+    name: str
+    spec: dict[str, Any]
+    created_at: float
+
+
+@dataclass
 class PriorityClassRecord:
     """A named priority (``control.priorities``): its value and whether its jobs preempt."""
 

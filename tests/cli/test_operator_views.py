@@ -77,6 +77,10 @@ def test_job_list_gives_reason_codes(live: Live, busy: dict[str, str]) -> None:
     ("PENDING", "Wait: waiting for job-a to checkpoint", "Preempting"),
     ("PENDING", "Unschedulable: chips are nominated for another job", "Priority"),
     ("PENDING", "Pending: waiting for the next scheduling cycle", "None"),
+    ("PENDING", "Unschedulable: no free 4x4x1 block; largest free block 4x4x4 (64 chips); 64 usable chips free; "
+                "64 chips reserved by 'big-run' starting in 1h (the job has no time limit)", "Reservation"),
+    ("PENDING", "Unschedulable: no free 4x4x1 block; ...; 64 chips held by reservation 'r' for queue 'a' for "
+                "2h more", "Reservation"),
     ("RECOVERING", "waiting for 1 healthy chip(s)", "Recovering"),
     ("RUNNING", "checkpoint at step 200 saved", ""),
 ])

@@ -11,6 +11,7 @@ from podfleet.fabric.base import ChipState
 from podfleet.hardware.catalog import fleet_topology
 from podfleet.scheduler import DecisionKind, JobRequest, Scheduler
 from podfleet.scheduler.extension import PodsFilterPlugin
+from podfleet.scheduler.reservations import Reservation
 from podfleet.scheduler.state import FREE
 
 
@@ -35,11 +36,13 @@ def _churn(s: Scheduler, rounds: int, seed: int = 3) -> None:
 def test_filters_answer_for_many_pods_as_they_do_pod_by_pod() -> None:
     s = _sched(pods=8, spares=8)
     _churn(s, 30)
+    # Reserved chips the probe may not take (another queue's window, open now).
+    s.set_reservation(Reservation("r", s.choose_reservation_chips(16, start_s=0.0, end_s=1e9), 0.0, 1e9, "other"))
     fw, cl = s.framework, s.cluster
     pods = np.arange(len(cl.pods))
     job = JobRequest("probe", 16, hbm_bytes_per_chip=2**30)
     batch = [f for f in fw.filters if isinstance(f, PodsFilterPlugin)]
-    assert {f.name for f in batch} == {"health_gate", "spare_guard", "hbm_fit"}
+    assert {f.name for f in batch} == {"health_gate", "spare_guard", "hbm_fit", "reservation_window"}
     for f in batch:
         for j in (None, job):
             s_many, many = f.filter_pods({}, j, cl, pods)

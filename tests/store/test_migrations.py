@@ -18,12 +18,12 @@ from tests.store.factories import cluster
 
 TABLES = {"clusters", "jobs", "chip_health", "checkpoints", "idempotency_keys", "tokens",
           "audit_events", "telemetry_rollups", "job_metric_rollups", "audit_archives", "users", "health_reports", "queues", "priority_classes",
-          "leader_lease",
+          "leader_lease", "reservations",
           "alembic_version"}
 
 
 def test_fresh_database_is_migrated_to_head_and_matches_models(store: Store) -> None:
-    assert store.schema_revision() == "0008"
+    assert store.schema_revision() == "0009"
     with store._writer.connect() as conn:
         assert set(inspect(conn).get_table_names()) == TABLES
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
@@ -36,7 +36,7 @@ def test_reopen_is_idempotent_and_keeps_data(store_url: URL) -> None:
         s.append_audit(time=1.0, actor="a", action="X", target="", result="ok", detail={})
     for _ in range(2):
         with Store(store_url) as s:
-            assert s.schema_revision() == "0008"
+            assert s.schema_revision() == "0009"
             assert [c.id for c in s.list_clusters()] == ["cl-001"]
             assert s.verify_audit()[0]
 
@@ -59,7 +59,7 @@ def test_the_packaged_head_is_read_without_alembic_and_a_store_at_it_is_not_migr
         assert s.schema_revision() == migrate.package_head()
     assert called == []
     with Store(store_url) as s, s._writer.begin() as conn:  # one revision behind: it is
-        conn.execute(text("UPDATE alembic_version SET version_num = '0007'"))
+        conn.execute(text("UPDATE alembic_version SET version_num = '0008'"))
     with Store(store_url):
         pass
     assert called == ["head"]

@@ -86,10 +86,14 @@ def evictable_blocks(h: Handle, job: JobRequest, evictable_slots: Collection[int
             continue
         scored.append((int(ev.sum()), pod.index, ev))
     scored.sort(key=lambda t: -t[0])
+    # Chips an advance reservation keeps from this job are not won by preempting either.
+    denied = h.reservations.denied(job, h.now_s(), len(cl.pods)) if h.reservations else None
     for _, p, ev in scored[:MAX_PODS]:
         pod = cl.pods[p]
         mask = pod.healthy & ~pod.spare & (pod.nominated == FREE) & ((pod.owner == FREE) | ev)
         mask &= pod.hbm_bytes >= job.hbm_bytes_per_chip
+        if denied is not None:
+            mask &= ~denied[p]
         free = idx.free(mask)
         ids = np.concatenate([np.flatnonzero(free[idx.shapes[s].start : idx.shapes[s].stop]) + idx.shapes[s].start for s in sids])
         if len(ids):
