@@ -70,6 +70,10 @@ def test_a_chip_failure_is_lost_time_and_usage_survives_a_restart() -> None:
     p2 = make_plane(store, seed=1)
     p2.load()
     assert p2.jobs.describe(j["id"])["usage"] == before  # kept past the job, in its record
+    t = p1.now()  # the job ended: its spans are closed, so both planes give one series
+    over_time = accounting.report(p1.table, t, bucket="1m")["series"]
+    assert sum(over_time["groups"][0]["chip_hours"]) > 0
+    assert accounting.report(p2.table, t, bucket="1m")["series"] == over_time
     counters = accounting.counters(p2.jobs.views.values())
     assert counters[("default", "default", "lost")] == pytest.approx(before["lost"])
 
