@@ -98,6 +98,7 @@ def test_a_jobs_admission_reason_shows_in_the_list_and_on_its_page(admin: Watche
     admin.open(f"/jobs/{jobs['pending']}", "[data-testid=job-reason]")
     assert "cannot borrow" in (admin.page.text_content("[data-testid=job-reason]") or "")
     assert admin.page.text_content("[data-testid=job-queue]") == "team-b"
+    assert admin.page.text_content("[data-testid=job-placement]") == "—"  # no chips yet
     admin.open(f"/jobs/{jobs['running']}", "[data-testid=job-placement]")
     assert "block" in (admin.page.text_content("[data-testid=job-placement]") or "")
     admin.page.click("[data-testid=job-queue]")  # to its queue's cluster on the queues page

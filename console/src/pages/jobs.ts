@@ -106,7 +106,9 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   // The admission reason (queue quota, cohort borrowing, a dependency, capacity) while it
   // waits, its last transition's once it runs; and where its block was found.
   const reasonEl = h("span", { "data-testid": "job-reason" }, job.reason || "—");
-  const placedEl = h("span", { "data-testid": "job-placement" }, job.allocation?.reason || "—");
+  // (A waiting job's allocation repeats its reason: placement shows only once it has chips.)
+  const placement = (j: any): string => (j.allocation?.chips?.length ? j.allocation.reason : "") || "—";
+  const placedEl = h("span", { "data-testid": "job-placement" }, placement(job));
   const bar = h("progress", { max: job.progress.steps, value: job.progress.step, "aria-label": "job progress", "data-testid": "job-progress" });
   const stepEl = h("span", { "data-testid": "job-step" }, String(job.progress.step));
   const eta = h("span", {}, "—");
@@ -163,7 +165,7 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     job = await api("GET", `/v1/jobs/${enc(id)}`);
     stateEl.textContent = job.state;
     reasonEl.textContent = job.reason || "—";
-    placedEl.textContent = job.allocation?.reason || "—";
+    placedEl.textContent = placement(job);
     if (TERMINAL.has(job.state)) stop?.remove();
     const chips: number[] = job.allocation?.chips ?? [];
     const hw: Hardware = await api("GET", `/v1/clusters/${enc(job.cluster_id)}/hardware`);
