@@ -153,6 +153,10 @@ def test_usage_over_http_metrics_and_cli(live: Live, admin: httpx.Client, qpod: 
     assert admin.get("/v1/usage").json()["series"] is None  # only asked for
     bad = admin.get("/v1/usage", params={"bucket": "7m"})
     assert bad.status_code == 400 and "bucket" in bad.text
+    from podfleet.sdk.client import PodfleetClient
+
+    by_queue = PodfleetClient(live.url, live.tokens["viewer"]).get_usage(by="queue", bucket="1h", cluster="qpod")
+    assert by_queue["series"]["bucket_s"] == 3600 and "default" in {g["name"] for g in by_queue["series"]["groups"]}
     text = admin.get("/metrics").text
     fam = next(f for f in text_string_to_metric_families(text) if f.name == "podfleet_chip_seconds")
     ml = [s for s in fam.samples if s.labels.get("team") == "ml" and s.labels["kind"] == "busy"]
