@@ -113,7 +113,9 @@ export async function queuesPage(root: HTMLElement, ctx: Ctx): Promise<void> {
         api("GET", `/v1/usage?by=queue&bucket=${enc(bucketSel.value)}&cluster=${enc(v.name)}`),
       ]);
       const cluster = clusters.find((c: any) => c.name === v.name);
-      clear(v.table, queues.length ? queueTable(cluster, queues) : h("p", {}, "No queues."));
+      // Fifteen columns: on a narrow screen the table scrolls (by keyboard too), not the page.
+      clear(v.table, queues.length ? h("div", { class: "wide", tabindex: 0, role: "region", "aria-label": `queues of ${v.name}` },
+        queueTable(cluster, queues)) : h("p", {}, "No queues."));
       v.update(usage, bucketSel.selectedOptions[0]?.textContent ?? bucketSel.value, queues.map((q: any) => q.name));
     }));
   };
