@@ -9,6 +9,7 @@ import { overviewPage } from "./pages/overview";
 import { clusterPage } from "./pages/cluster";
 import { dashboardPage } from "./pages/dashboard";
 import { jobPage, jobsPage } from "./pages/jobs";
+import { queuesPage } from "./pages/queues";
 import { alertsPage, firmwarePage, recoveriesPage } from "./pages/ops";
 import { auditPage, tokensPage } from "./pages/admin";
 
@@ -20,13 +21,14 @@ const ROUTES: Route[] = [
   { re: /^\/clusters\/([^/]+)$/, keys: ["cluster"], page: clusterPage, title: "Cluster" },
   { re: /^\/jobs\/?$/, keys: [], page: jobsPage, title: "Jobs" },
   { re: /^\/jobs\/([^/]+)$/, keys: ["job"], page: jobPage, title: "Job" },
+  { re: /^\/queues\/?$/, keys: [], page: queuesPage, title: "Queues" },
   { re: /^\/alerts$/, keys: [], page: alertsPage, title: "Alerts" },
   { re: /^\/recoveries$/, keys: [], page: recoveriesPage, title: "Recoveries" },
   { re: /^\/firmware$/, keys: [], page: firmwarePage, title: "Firmware" },
   { re: /^\/audit$/, keys: [], page: auditPage, title: "Audit", role: "admin" },
   { re: /^\/tokens$/, keys: [], page: tokensPage, title: "Tokens", role: "admin" },
 ];
-const NAV: [string, string, "admin"?][] = [["/", "Overview"], ["/jobs", "Jobs"], ["/alerts", "Alerts"],
+const NAV: [string, string, "admin"?][] = [["/", "Overview"], ["/jobs", "Jobs"], ["/queues", "Queues"], ["/alerts", "Alerts"],
   ["/recoveries", "Recoveries"], ["/firmware", "Firmware"], ["/audit", "Audit", "admin"], ["/tokens", "Tokens", "admin"]];
 
 const app = document.getElementById("app") as HTMLElement;

@@ -609,6 +609,17 @@ class UsageRow(_Out):
     jobs: int
 
 
+class UsageGroup(_Out):
+    name: str = Field(..., description="the user, queue or team")
+    chip_hours: list[float] = Field(..., description="chip-hours held in each bucket (busy + reserved + lost)")
+
+
+class UsageSeries(BaseModel):
+    bucket_s: int
+    t: list[float] = Field(..., description="each bucket's start, unix s (the newest 1000 buckets at most)")
+    groups: list[UsageGroup]
+
+
 class UsageReport(BaseModel):
     by: str
     since: float | None = None
@@ -616,6 +627,7 @@ class UsageReport(BaseModel):
     rows: list[UsageRow]
     total: dict[str, float]
     jobs: int
+    series: UsageSeries | None = Field(None, description="usage over time, with ?bucket= only")
 
 
 class CreatePriorityClassRequest(_In):

@@ -24,7 +24,7 @@ from podfleet.errors import AuthError, ForbiddenError, PodfleetError, RateLimite
 
 DIST = Path(__file__).parent / "dist"
 # Console paths answered with the page (the page routes itself); everything else is the API's.
-PAGES = ("/", "/login", "/clusters", "/clusters/{rest:path}", "/jobs", "/jobs/{rest:path}", "/alerts",
+PAGES = ("/", "/login", "/clusters", "/clusters/{rest:path}", "/jobs", "/jobs/{rest:path}", "/queues", "/alerts",
          "/recoveries", "/firmware", "/audit", "/tokens")
 STREAM_MAX_S = 3600.0
 HEARTBEAT_S = 10.0

@@ -112,9 +112,11 @@ class JobStatus:
     runtime: RunCounts | None = None  # process fabrics only
     failed_chip: int | None = None
     # Accounting (``control.accounting``): chip-seconds by kind over closed intervals, when
-    # the open one began (unix s), and who submitted the job.
+    # the open one began (unix s), the closed intervals as [start, end, chips] spans (one per
+    # run of equal chips: usage over time), and who submitted the job.
     usage: dict[str, float] = field(default_factory=dict)
     usage_from: float | None = None
+    usage_spans: list[list[float]] = field(default_factory=list)
     submitted_by: str | None = None
 
     def to_dict(self) -> JsonObject:
@@ -124,6 +126,7 @@ class JobStatus:
         d["runtime"] = self.runtime.to_dict() if self.runtime is not None else None
         d["allocation"] = self.allocation.to_dict() if self.allocation is not None else None
         d["plan"] = self.plan.to_dict() if self.plan is not None else None
+        d["usage_spans"] = [list(sp) for sp in self.usage_spans]  # a copy: the open run's span still grows
         return d
 
     @classmethod
@@ -149,6 +152,7 @@ class JobStatus:
             failed_chip=d.get("failed_chip"),
             usage={str(k): float(v) for k, v in (d.get("usage") or {}).items()},
             usage_from=d.get("usage_from"),
+            usage_spans=[[float(a), float(b), float(c)] for a, b, c in d.get("usage_spans") or []],
             submitted_by=d.get("submitted_by"),
         )
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from enum import Enum
 from typing import Any, Final, Literal
 
-from podfleet.control.accounting import accrue
+from podfleet.control.accounting import accrue, add_span
 from podfleet.control.ids import new_id
 from podfleet.control.jobstatus import Job, JobStatus, Progress, RunCounts, SchedulingInfo
 from podfleet.control.lifecycle import JobState, check_job_transition
@@ -115,6 +115,7 @@ class JobTable:
             p = st.progress
             redone = (max(0, p.step - st.checkpoint_step) * p.step_time_s) if p.step_time_s else 0.0
             accrue(st.usage, job.state, dst, len(job.chips), now - st.usage_from, redone)
+            add_span(st.usage_spans, job.state, st.usage_from, now, len(job.chips))
         st.usage_from = now
         job.state = dst
         self._index(job)

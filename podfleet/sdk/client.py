@@ -310,9 +310,12 @@ class PodfleetClient:
     def delete_reservation(self, cluster: str, name: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
 
-    def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None) -> dict[str, Any]:
-        """GetUsage: chip-seconds per user, queue or team."""
-        return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster})
+    def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None,
+                  bucket: str | None = None) -> dict[str, Any]:
+        """GetUsage: chip-seconds per user, queue or team; with ``bucket`` (``1m`` ... ``1d``)
+        also ``series``, each one's chip-hours per bucket."""
+        return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
+                                                         "bucket": bucket})
 
     def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> dict[str, Any]:
         return self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,

@@ -145,6 +145,18 @@ def test_usage_over_http_metrics_and_cli(live: Live, admin: httpx.Client, qpod: 
     assert rows["ml"]["busy"] > 0 and rows["ml"]["jobs"] == 1
     assert admin.get("/v1/usage", params={"by": "planet"}).status_code == 400
     assert admin.get("/v1/usage", params={"since": time.time() + 3600}).json()["jobs"] == 0
+    r = admin.get("/v1/usage", params={"by": "team", "bucket": "1m", "cluster": "qpod"})
+    assert r.status_code == 200, r.text
+    series = r.json()["series"]
+    ml_hours = next(g["chip_hours"] for g in series["groups"] if g["name"] == "ml")
+    assert series["bucket_s"] == 60 and len(ml_hours) == len(series["t"]) and sum(ml_hours) > 0
+    assert admin.get("/v1/usage").json()["series"] is None  # only asked for
+    bad = admin.get("/v1/usage", params={"bucket": "7m"})
+    assert bad.status_code == 400 and "bucket" in bad.text
+    from podfleet.sdk.client import PodfleetClient
+
+    by_queue = PodfleetClient(live.url, live.tokens["viewer"]).get_usage(by="queue", bucket="1h", cluster="qpod")
+    assert by_queue["series"]["bucket_s"] == 3600 and "default" in {g["name"] for g in by_queue["series"]["groups"]}
     text = admin.get("/metrics").text
     fam = next(f for f in text_string_to_metric_families(text) if f.name == "podfleet_chip_seconds")
     ml = [s for s in fam.samples if s.labels.get("team") == "ml" and s.labels["kind"] == "busy"]

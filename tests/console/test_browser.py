@@ -27,6 +27,7 @@ PAGES = {  # path -> a selector that shows the page has rendered its data
     "cluster": ("/clusters/pod-0", "[data-chip='63']"),
     "dashboard": ("/clusters/pod-0/dashboard", "canvas"),
     "jobs": ("/jobs", "h1"),
+    "queues": ("/queues", "[data-testid=queues-pod-0]"),
     "alerts": ("/alerts", "#ops-cluster"),
     "recoveries": ("/recoveries", "#ops-cluster"),
     "firmware": ("/firmware", "#ops-cluster"),

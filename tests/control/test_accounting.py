@@ -70,5 +70,51 @@ def test_a_chip_failure_is_lost_time_and_usage_survives_a_restart() -> None:
     p2 = make_plane(store, seed=1)
     p2.load()
     assert p2.jobs.describe(j["id"])["usage"] == before  # kept past the job, in its record
+    t = p1.now()  # the job ended: its spans are closed, so both planes give one series
+    over_time = accounting.report(p1.table, t, bucket="1m")["series"]
+    assert sum(over_time["groups"][0]["chip_hours"]) > 0
+    assert accounting.report(p2.table, t, bucket="1m")["series"] == over_time
     counters = accounting.counters(p2.jobs.views.values())
     assert counters[("default", "default", "lost")] == pytest.approx(before["lost"])
+
+
+def test_spans_merge_runs_of_equal_chips() -> None:
+    spans: list[list[float]] = []
+    accounting.add_span(spans, JobState.PLACING, 0.0, 1.0, 4)
+    accounting.add_span(spans, JobState.RUNNING, 1.0, 10.0, 4)
+    accounting.add_span(spans, JobState.CHECKPOINTING, 10.0, 11.0, 4)  # a checkpoint: same chips, one span
+    accounting.add_span(spans, JobState.PENDING, 11.0, 20.0, 0)  # waiting holds nothing
+    accounting.add_span(spans, JobState.RUNNING, 20.0, 30.0, 8)
+    assert spans == [[0.0, 11.0, 4.0], [20.0, 30.0, 8.0]]
+
+
+def test_series_splits_spans_across_buckets() -> None:
+    # 36 chips from 30 s to 150 s: 30 s in the first minute, 60 in the second, 30 in the third.
+    s = accounting.series([("a", [[30.0, 150.0, 36.0]]), ("b", [])], now=170.0, bucket_s=60)
+    assert s["t"] == [0, 60, 120]
+    assert s["groups"] == [{"name": "a", "chip_hours": [0.3, 0.6, 0.3]}, {"name": "b", "chip_hours": [0.0] * 3}]
+    late = accounting.series([("a", [[30.0, 150.0, 36.0]])], now=170.0, bucket_s=60, since=1000.0)
+    assert late["t"] == [] and late["groups"] == [{"name": "a", "chip_hours": []}]
+    # A long history keeps the newest MAX_BUCKETS buckets, the last one ending after now.
+    long = accounting.series([("a", [[0.0, 10**6, 1.0]])], now=10**6, bucket_s=60)
+    assert len(long["t"]) == accounting.MAX_BUCKETS and long["t"][-1] <= 10**6 < long["t"][-1] + 60
+
+
+def test_usage_over_time_per_queue(plane: ControlPlane) -> None:
+    active_cluster(plane)
+    plane.queues.create("pod", {"name": "team-a", "nominal": 32}, actor="t")
+    t0 = plane.now()
+    a = plane.jobs.submit("pod", {**LONG, "chips": 16, "queue": "team-a"}, actor="alice")
+    advance(plane, 120)
+    plane.jobs.stop(a["id"], actor="t")
+    advance(plane, 60)
+    rep = accounting.report(plane.table, plane.now(), by="queue", bucket="1m", since=t0)
+    s = rep["series"]
+    assert s["bucket_s"] == 60 and len(s["t"]) >= 3
+    hours = next(g["chip_hours"] for g in s["groups"] if g["name"] == "team-a")
+    # Every chip-second of the totals lies in some bucket; the minute after the stop holds none.
+    assert sum(hours) == pytest.approx(sum(rep["total"].values()) / 3600, rel=0.01) and hours[-1] == 0
+    assert max(hours) == pytest.approx(16 / 60, rel=0.05)  # a full minute of 16 chips
+    with pytest.raises(UnknownNameError):
+        accounting.report(plane.table, plane.now(), bucket="2m")
+    assert "series" not in accounting.report(plane.table, plane.now())

@@ -26,9 +26,12 @@ export async function jobsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     if (clusterSel.value !== "(any)") q.set("cluster", clusterSel.value);
     if (stateSel.value !== "(any)") q.set("state", stateSel.value);
     const { jobs } = await api("GET", `/v1/jobs?${q}`);
-    clear(list, jobs.length ? table("Jobs", ["id", "name", "cluster", "state", "model", "chips", "progress", "tokens/s"],
+    clear(list, jobs.length ? table("Jobs", ["id", "name", "cluster", "queue", "state", "reason", "model", "chips", "progress", "tokens/s"],
       jobs.map((j: any) => [link(ctx, `/jobs/${enc(j.id)}`, j.id), j.name ?? "",
-        h("span", { title: j.cluster_id, "data-cluster": j.cluster_id }, nameOf.get(j.cluster_id) ?? j.cluster_id), j.state, j.model,
+        h("span", { title: j.cluster_id, "data-cluster": j.cluster_id }, nameOf.get(j.cluster_id) ?? j.cluster_id),
+        h("span", { "data-field": "queue" }, j.queue ?? "default"), j.state,
+        // Why it waits (quota, cohort, dependency, capacity) or what it last did: the admission reason.
+        h("span", { class: "reason", "data-field": "reason", "data-job": j.id }, j.reason || "—"), j.model,
         String(j.chips), `${j.progress.step} / ${j.progress.steps}`, fmt(j.progress.tokens_per_s, "tokens_per_s")]), { "data-testid": "jobs" })
       : h("p", {}, "No jobs match."));
   };
@@ -100,6 +103,12 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const id = ctx.params.job;
   let job = await api("GET", `/v1/jobs/${enc(id)}`);
   const stateEl = h("span", { "data-testid": "job-state" }, job.state);
+  // The admission reason (queue quota, cohort borrowing, a dependency, capacity) while it
+  // waits, its last transition's once it runs; and where its block was found.
+  const reasonEl = h("span", { "data-testid": "job-reason" }, job.reason || "—");
+  // (A waiting job's allocation repeats its reason: placement shows only once it has chips.)
+  const placement = (j: any): string => (j.allocation?.chips?.length ? j.allocation.reason : "") || "—";
+  const placedEl = h("span", { "data-testid": "job-placement" }, placement(job));
   const bar = h("progress", { max: job.progress.steps, value: job.progress.step, "aria-label": "job progress", "data-testid": "job-progress" });
   const stepEl = h("span", { "data-testid": "job-step" }, String(job.progress.step));
   const eta = h("span", {}, "—");
@@ -133,10 +142,13 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const clusterLink = link(ctx, `/clusters/${enc(clusterName)}`, clusterName);
   clusterLink.setAttribute("title", job.cluster_id);
   clusterLink.setAttribute("data-testid", "job-cluster");
+  const queueLink = link(ctx, `/queues?cluster=${enc(clusterName)}`, job.queue ?? "default", { "data-testid": "job-queue" });
   root.append(h("h1", {}, `Job ${job.name ?? job.id}`),
     h("p", { class: "sub" }, `${job.id} · ${job.model} on ${job.chips} chips · cluster `, clusterLink),
     h("dl", { class: "facts" }, h("dt", {}, "state"), h("dd", {}, stateEl), h("dt", {}, "step"), h("dd", {}, stepEl, ` / ${job.progress.steps}`),
-      h("dt", {}, "ETA"), h("dd", {}, eta), h("dt", {}, "reason"), h("dd", {}, job.reason || "—")),
+      h("dt", {}, "ETA"), h("dd", {}, eta),
+      h("dt", {}, "queue"), h("dd", {}, queueLink),
+      h("dt", {}, "reason"), h("dd", {}, reasonEl), h("dt", {}, "placement"), h("dd", {}, placedEl)),
     bar, stop ?? "", msg,
     h("div", { class: "charts" }, lossChart, tpsChart),
     h("h2", {}, "Allocation"), alloc, h("h2", {}, "Recovery timeline"), timeline, h("h2", {}, "Logs"), logs);
@@ -152,6 +164,8 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const refresh = async () => {
     job = await api("GET", `/v1/jobs/${enc(id)}`);
     stateEl.textContent = job.state;
+    reasonEl.textContent = job.reason || "—";
+    placedEl.textContent = placement(job);
     if (TERMINAL.has(job.state)) stop?.remove();
     const chips: number[] = job.allocation?.chips ?? [];
     const hw: Hardware = await api("GET", `/v1/clusters/${enc(job.cluster_id)}/hardware`);
