@@ -49,7 +49,7 @@ test: $(STAMP) $(CONSOLE_DIST)
 	promtool check rules monitoring/prometheus/alerts.yml
 	promtool check config monitoring/prometheus/prometheus.yml
 	# The slowest tests, listed at the end: the suite must stay well inside CI's time.
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=25
 
 clean:
 	rm -rf $(VENV) .pytest_cache console/node_modules podfleet/console/dist

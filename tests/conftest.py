@@ -44,8 +44,15 @@ def _process_security_state() -> Iterator[None]:
         harden.set_dumpable()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
-    """Run the tests that connect this process to an external Ray cluster first.
+    """Run the tests that connect this process to an external Ray cluster first, and give
+    every test its xdist group (``make test`` runs ``-n 2 --dist loadgroup``).
+
+    Groups: one per test file (its module fixtures, a Ray cluster or a served plane, are
+    made once), except that every Ray test shares one group, so one worker process runs
+    them all in this order (two Ray clusters at once would share CI's two cores, and the
+    order below is a property of one process).
 
     Observed with Ray 2.60: once this process has started a private Ray instance with
     ``ray.init()`` and shut it down (tests/api/test_real_ray.py, tests/fabric/ray/test_ray_fabric.py),
@@ -58,3 +65,6 @@ def pytest_collection_modifyitems(items: list) -> None:
     if first:
         rest = [it for it in items if it not in first]
         items[:] = first + rest
+    for it in items:
+        ray = it.nodeid.startswith("tests/fabric/ray/") or it.get_closest_marker("ray") is not None
+        it.add_marker(pytest.mark.xdist_group("ray" if ray else it.nodeid.split("::", 1)[0]))
