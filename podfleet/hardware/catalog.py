@@ -175,6 +175,9 @@ def get_topology(name: str) -> Topology:
     return topo
 
 
+MAX_AXIS_CHIPS = 64  # chips along one axis of a custom grid
+
+
 def custom_grid(
     dims: Sequence[int],
     chip_type: str = "trn2",
@@ -191,8 +194,8 @@ def custom_grid(
         raise InvalidInputError(
             f"dims must have 1-{len(AXIS_NAMES)} axes, got {len(dims)}", field="dims"
         )
-    if any((not isinstance(d, int)) or d < 1 or d > 64 for d in dims):
-        raise InvalidInputError(f"each dim must be an integer 1-64, got {dims}", field="dims")
+    if any((not isinstance(d, int)) or d < 1 or d > MAX_AXIS_CHIPS for d in dims):
+        raise InvalidInputError(f"each dim must be an integer 1-{MAX_AXIS_CHIPS}, got {dims}", field="dims")
     bws = [link_bw_bytes_per_s] * len(dims) if isinstance(link_bw_bytes_per_s, int | float) else list(link_bw_bytes_per_s)
     wraps = [wrap] * len(dims) if isinstance(wrap, bool) else list(wrap)
     if len(bws) != len(dims) or len(wraps) != len(dims):
