@@ -18,7 +18,13 @@ from podfleet.fabric.commands import (
     DEFAULT_NEURON_MONITOR,
     MAX_COMMAND_CHARS,
 )
-from podfleet.hardware.catalog import MAX_AXIS_CHIPS, MAX_FLEET_PODS, custom_grid, fleet_topology, get_topology
+from podfleet.hardware.catalog import (
+    MAX_AXIS_CHIPS,
+    MAX_FLEET_PODS,
+    custom_grid,
+    fleet_topology,
+    get_topology,
+)
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.perf.compression import parse_grad_compression
