@@ -67,11 +67,23 @@ _JOB_MODEL_GIVEN: JsonDict = {"if": {"not": _present("model")},
                               "then": {"anyOf": [_present("model_dims"), _present("entrypoint")]}}
 _LINK_KINDS: list[JsonValue] = [*sorted(str(k) for k in LINK_FAULTS)]
 _CHIP_KINDS: list[JsonValue] = [*sorted(str(k) for k in FAULT_KINDS if k not in LINK_FAULTS)]
+_NULL: JsonDict = {"type": "null"}
+
+
+def _kind_takes(kinds: list[JsonValue], needs: tuple[str, ...], forbids: tuple[str, ...]) -> JsonDict:
+    """if/then: faults of ``kinds`` need ``needs`` (not null) and take none of ``forbids``
+    (absent or null), as ``control/faults.py`` checks."""
+    props: JsonDict = {f: {"not": _NULL} for f in needs}
+    props.update({f: _NULL for f in forbids})
+    return {"if": {"required": ["kind"], "properties": {"kind": {"enum": kinds}}},
+            "then": {"required": list(needs), "properties": props}}
+
+
 _FAULT_TARGETS: list[JsonValue] = [
-    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _LINK_KINDS}}},
-     "then": {"required": ["link"], "properties": {"link": {"not": {"type": "null"}}, "chip": {"type": "null"}}}},
-    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _CHIP_KINDS}}},
-     "then": {"required": ["chip"], "properties": {"chip": {"not": {"type": "null"}}, "link": {"type": "null"}}}},
+    _kind_takes(_LINK_KINDS, ("link",), ("chip", "rank", "jobId", "factor")),
+    _kind_takes(_CHIP_KINDS, ("chip",), ("link", "rank", "jobId", "factor")),
+    _kind_takes(["kill-worker"], ("rank",), ("chip", "link", "factor")),
+    _kind_takes(["slow-worker"], ("rank", "factor"), ("chip", "link")),
 ]
 
 
