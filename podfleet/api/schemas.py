@@ -12,6 +12,8 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StringConstraints,
+    TypeAdapter,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.config import JsonDict, JsonValue
@@ -87,6 +89,14 @@ _FAULT_TARGETS: list[JsonValue] = [
 ]
 
 
+def keyed_schema(key: Any, value: Any) -> JsonDict:
+    """The JSON schema of ``dict[key, value]`` for ``WithJsonSchema``: pydantic writes a
+    key's pattern as patternProperties, which lets every other key through; propertyNames
+    says each key matches, so a key the server refuses is one the schema refuses."""
+    return {"type": "object", "propertyNames": TypeAdapter(key).json_schema(),
+            "additionalProperties": TypeAdapter(value).json_schema()}
+
+
 def _printable(value: str) -> str:
     bad = unprintable(value)
     if bad is not None:
@@ -152,6 +162,10 @@ class _In(BaseModel):
 RequestBody = _In  # the base of request bodies declared beside their routes
 
 
+TeamName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+QuotaChips = Annotated[int, Field(ge=0)]
+
+
 class CreateClusterRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}],
                                                  "allOf": _CLUSTER_FABRIC_OPTIONS})
@@ -171,7 +185,8 @@ class CreateClusterRequest(_In):
     spare_chips: list[int] | None = Field(None, max_length=4, description="the spare chips, by index")
     restore_spares: bool = Field(True, description="a spare that takes a rank stops being a spare; "
                                  "restore the spare count from free or repaired chips")
-    quotas: dict[str, int] | None = Field(None, description="team -> most chips its jobs may hold at once")
+    quotas: Annotated[dict[TeamName, QuotaChips], WithJsonSchema(keyed_schema(TeamName, QuotaChips))] | None = Field(
+        None, description="team -> most chips its jobs may hold at once")
     encryption: bool = True
     network_isolation: bool = True
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")

@@ -139,6 +139,9 @@ def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, 
     ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
     ({"name": "c", "fabric": "local", "neuronMonitor": "neuron-monitor"}, False),
     ({"name": "c", "neuronMonitor": "neuron-monitor"}, True),
+    ({"name": "c", "quotas": {"team-a": 8}}, True),
+    ({"name": "c", "quotas": {"Team A": 8}}, False),          # every key is a team name (propertyNames)
+    ({"name": "c", "quotas": {"team-a": -1}}, False),
 ])
 def test_fabric_options_name_their_fabric_in_the_schema(doc: dict[str, Any], body: dict[str, Any],
                                                         valid: bool) -> None:

@@ -82,6 +82,9 @@ def _audited_ok(api: httpx.Client) -> set[str]:
             return actions
 
 
+# Its own bound, past the suite's 300 s: about 70 s on an idle 2-core machine, but the
+# server's answers slow several times over when other work shares the cores.
+@pytest.mark.timeout(600)
 def test_openapi_contract_holds_under_every_check(server: str, tmp_path: Path) -> None:
     with httpx.Client(base_url=server, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api:
         alert = _firing_alert(api)
@@ -116,4 +119,4 @@ def test_openapi_contract_holds_under_every_check(server: str, tmp_path: Path) -
         reached = {"CreateTrainiumCluster", "SubmitTrainingJob", "StopTrainingJob", "CreateAccessToken",
                    "RevokeAccessToken", "AcknowledgeAlert"}
         assert reached <= done, f"never succeeded: {sorted(reached - done)}\n{tail}"
-        print(f"schemathesis: {time.monotonic() - started:.1f} s\n{out[-1500:]}")
+        print(f"schemathesis: {time.monotonic() - started:.1f} s (both seeds and the tokens pass)\n{out[-1500:]}")

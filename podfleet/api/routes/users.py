@@ -12,13 +12,12 @@ from pydantic import (
     Field,
     StringConstraints,
     Tag,
-    TypeAdapter,
     WithJsonSchema,
 )
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import Plane
-from podfleet.api.schemas import Printable
+from podfleet.api.schemas import Printable, keyed_schema
 from podfleet.control import users
 from podfleet.errors import ConflictError
 
@@ -41,11 +40,7 @@ Texts = Annotated[Annotated[Text, Tag("str")] | Annotated[list[Text], Field(min_
                                                           Tag("list[str]")],
                   Discriminator(lambda v: "list[str]" if isinstance(v, list) else "str")]
 ConditionKey = Annotated[str, StringConstraints(min_length=1, max_length=256), Printable]
-# Stated by hand: pydantic writes a key pattern as patternProperties, which lets any other
-# key through; propertyNames says every key matches.
-ConditionTests = Annotated[dict[ConditionKey, Texts], WithJsonSchema({
-    "type": "object", "propertyNames": TypeAdapter(ConditionKey).json_schema(),
-    "additionalProperties": TypeAdapter(Texts).json_schema()})]
+ConditionTests = Annotated[dict[ConditionKey, Texts], WithJsonSchema(keyed_schema(ConditionKey, Texts))]
 
 
 class PolicyStatement(BaseModel):
