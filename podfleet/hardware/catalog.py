@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from podfleet.errors import InvalidInputError, UnknownNameError
+from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import (
     AXIS_NAMES,
@@ -131,8 +131,11 @@ def fleet_topology(base: str, pods: int, pods_per_block: int | None = None) -> F
                                 allowed=f"1-{MAX_FLEET_PODS}")
     k = min(DEFAULT_PODS_PER_BLOCK, pods) if pods_per_block is None else pods_per_block
     if not isinstance(k, int) or not 1 <= k <= pods:
-        raise InvalidInputError(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="podsPerBlock",
-                                allowed=f"1-{pods}")
+        # Past the pods, a valid number the other field rules out: a 422 (the schema can
+        # bound it only by the largest fleet).
+        err = InfeasibleError if isinstance(k, int) and k > pods else InvalidInputError
+        raise err(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="podsPerBlock",
+                  allowed=f"1-{pods}")
     key = f"{base}:{pods}/{k}"
     cached = _cache.get(key)
     if isinstance(cached, FleetTopology):
