@@ -52,7 +52,8 @@ def from_error(exc: PodfleetError) -> JSONResponse:
 def _validation_field(loc: tuple[Any, ...]) -> str:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
     # Union members show up as their type name in the location: not part of the field.
-    parts = [p for p in parts if not p.startswith(("function-", "constrained-", "literal[", "Parallelism", "ModelDims"))
+    parts = [p for p in parts if not p.startswith(("function-", "constrained-", "literal[", "list[", "dict[",
+                                                           "Parallelism", "ModelDims"))
              and p not in ("int", "str", "float", "bool", "list[int]", "[key]")]
     return ".".join(parts) or "body"
 

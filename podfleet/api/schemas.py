@@ -12,6 +12,8 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StringConstraints,
+    TypeAdapter,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.config import JsonDict, JsonValue
@@ -68,12 +70,32 @@ _JOB_MODEL_GIVEN: JsonDict = {"if": {"not": _present("model")},
                               "then": {"anyOf": [_present("model_dims"), _present("entrypoint")]}}
 _LINK_KINDS: list[JsonValue] = [*sorted(str(k) for k in LINK_FAULTS)]
 _CHIP_KINDS: list[JsonValue] = [*sorted(str(k) for k in FAULT_KINDS if k not in LINK_FAULTS)]
+_NULL: JsonDict = {"type": "null"}
+
+
+def _kind_takes(kinds: list[JsonValue], needs: tuple[str, ...], forbids: tuple[str, ...]) -> JsonDict:
+    """if/then: faults of ``kinds`` need ``needs`` (not null) and take none of ``forbids``
+    (absent or null), as ``control/faults.py`` checks."""
+    props: JsonDict = {f: {"not": _NULL} for f in needs}
+    props.update({f: _NULL for f in forbids})
+    return {"if": {"required": ["kind"], "properties": {"kind": {"enum": kinds}}},
+            "then": {"required": list(needs), "properties": props}}
+
+
 _FAULT_TARGETS: list[JsonValue] = [
-    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _LINK_KINDS}}},
-     "then": {"required": ["link"], "properties": {"link": {"not": {"type": "null"}}, "chip": {"type": "null"}}}},
-    {"if": {"required": ["kind"], "properties": {"kind": {"enum": _CHIP_KINDS}}},
-     "then": {"required": ["chip"], "properties": {"chip": {"not": {"type": "null"}}, "link": {"type": "null"}}}},
+    _kind_takes(_LINK_KINDS, ("link",), ("chip", "rank", "jobId", "factor")),
+    _kind_takes(_CHIP_KINDS, ("chip",), ("link", "rank", "jobId", "factor")),
+    _kind_takes(["kill-worker"], ("rank",), ("chip", "link", "factor")),
+    _kind_takes(["slow-worker"], ("rank", "factor"), ("chip", "link")),
 ]
+
+
+def keyed_schema(key: Any, value: Any) -> JsonDict:
+    """The JSON schema of ``dict[key, value]`` for ``WithJsonSchema``: pydantic writes a
+    key's pattern as patternProperties, which lets every other key through; propertyNames
+    says each key matches, so a key the server refuses is one the schema refuses."""
+    return {"type": "object", "propertyNames": TypeAdapter(key).json_schema(),
+            "additionalProperties": TypeAdapter(value).json_schema()}
 
 
 def _printable(value: str) -> str:
@@ -141,6 +163,10 @@ class _In(BaseModel):
 RequestBody = _In  # the base of request bodies declared beside their routes
 
 
+TeamName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+QuotaChips = Annotated[int, Field(ge=0)]
+
+
 class CreateClusterRequest(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}],
                                                  "allOf": _CLUSTER_FABRIC_OPTIONS})
@@ -160,7 +186,8 @@ class CreateClusterRequest(_In):
     spare_chips: list[int] | None = Field(None, max_length=4, description="the spare chips, by index")
     restore_spares: bool = Field(True, description="a spare that takes a rank stops being a spare; "
                                  "restore the spare count from free or repaired chips")
-    quotas: dict[str, int] | None = Field(None, description="team -> most chips its jobs may hold at once")
+    quotas: Annotated[dict[TeamName, QuotaChips], WithJsonSchema(keyed_schema(TeamName, QuotaChips))] | None = Field(
+        None, description="team -> most chips its jobs may hold at once")
     encryption: bool = True
     network_isolation: bool = True
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")

@@ -20,6 +20,20 @@ from podfleet.wire import JsonObject
 KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
 SLOW_WORKER = "slow-worker"  # likewise: one rank computes ``factor`` times slower per sample
 WORKER_FAULTS = (KILL_WORKER, SLOW_WORKER)
+# Fields of InjectFault that another kind takes: given to this one, they are a mistake (a
+# chip-failure with a factor), refused rather than ignored. The schema says the same.
+_FOREIGN = {KILL_WORKER: ("chip", "link", "factor"), SLOW_WORKER: ("chip", "link")}
+_TWIN_FOREIGN = ("rank", "jobId", "factor")
+
+
+def refuse_foreign(kind: str, given: dict[str, object]) -> None:
+    """422 when ``given`` (InjectFault's fields, None when absent) names one ``kind`` does not take."""
+    foreign = _FOREIGN.get(kind, _TWIN_FOREIGN)
+    extra = next((k for k in foreign if given.get(k) is not None), None)
+    if extra is not None:
+        takes = {KILL_WORKER: "rank and jobId", SLOW_WORKER: "rank, factor and jobId"}.get(
+            kind, "link" if kind in LINK_FAULTS else "chip")
+        raise InfeasibleError(f"{kind} takes {takes}, not {extra}", field=extra)
 
 
 def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,

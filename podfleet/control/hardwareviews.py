@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from podfleet.control.snapshot import HardwareSnapshot
-from podfleet.errors import InvalidInputError, NotFoundError
+from podfleet.errors import InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.hardware.topology import FleetTopology, Topology
 from podfleet.wire import JsonObject
 
@@ -52,7 +52,10 @@ def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int
         except ValueError:
             raise InvalidInputError(f"next_token {next_token!r} is not one this API gave", field="next_token") from None
         if not lo <= start <= hi:
-            raise InvalidInputError(f"next_token {next_token!r} is outside the chips asked for", field="next_token")
+            # Well formed (the schema's digits) but not a token of this query: a 422, as the
+            # schema cannot say which offsets a pod has.
+            raise InfeasibleError(f"next_token {next_token!r} is outside the chips asked for (chips {lo}-{hi - 1}); "
+                                  "resume with the nextToken of the previous page", field="next_token")
     states, owners = snapshot.states, snapshot.owners
     picked: list[int] = []
     i = start

@@ -600,15 +600,21 @@ class ControlPlane:
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
                      actor: str = "system") -> JsonObject:
+        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor}
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
-            return self.mutation("InjectFault", actor, ref, lambda: self.jobs.kill_worker(self.resolve(ref), rank, job),
-                                 body={"kind": kind, "rank": rank, "jobId": job})
+            def kill() -> tuple[JsonObject, str]:
+                faults.refuse_foreign(kind, given)
+                return self.jobs.kill_worker(self.resolve(ref), rank, job)
+            return self.mutation("InjectFault", actor, ref, kill, body={"kind": kind, "rank": rank, "jobId": job})
         if kind == SLOW_WORKER:  # likewise: slow one rank's worker down
-            return self.mutation("InjectFault", actor, ref,
-                                 lambda: self.jobs.slow_worker(self.resolve(ref), rank, job, factor),
+            def slow() -> tuple[JsonObject, str]:
+                faults.refuse_foreign(kind, given)
+                return self.jobs.slow_worker(self.resolve(ref), rank, job, factor)
+            return self.mutation("InjectFault", actor, ref, slow,
                                  body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
 
         def do() -> tuple[JsonObject, str]:
+            faults.refuse_foreign(kind, given)
             rt = self.resolve(ref)
             out, target = faults.inject(rt, kind, chip=chip, link=link, now=self.now())
             self.render(rt)

@@ -18,7 +18,13 @@ from podfleet.fabric.commands import (
     DEFAULT_NEURON_MONITOR,
     MAX_COMMAND_CHARS,
 )
-from podfleet.hardware.catalog import MAX_FLEET_PODS, custom_grid, fleet_topology, get_topology
+from podfleet.hardware.catalog import (
+    MAX_AXIS_CHIPS,
+    MAX_FLEET_PODS,
+    custom_grid,
+    fleet_topology,
+    get_topology,
+)
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import GridTopology, Topology
 from podfleet.perf.compression import parse_grad_compression
@@ -236,6 +242,15 @@ class ClusterSpec:
             return fleet_topology(self.type, self.pods, self.pods_per_block)
         if self.type == "custom":
             dims = list(self.dims) if self.dims is not None else [int(self.chips or 0)]
+            if self.dims is None and dims[0] > MAX_AXIS_CHIPS:
+                # chips alone is a ring, and an axis has at most 64 chips: the schema allows
+                # up to 256 chips, so this is a 422 that says how to ask for them.
+                two = next(([a, dims[0] // a] for a in range(2, MAX_AXIS_CHIPS + 1)
+                            if dims[0] % a == 0 and dims[0] // a <= MAX_AXIS_CHIPS), None)
+                raise InfeasibleError(
+                    f"chips {dims[0]} without dims is a ring of {dims[0]}, and an axis has at most "
+                    f"{MAX_AXIS_CHIPS} chips: give dims" + (f", e.g. {two}" if two else " (1-6 axes of 1-64)"),
+                    field="chips")
             if any(not isinstance(d, int) or isinstance(d, bool) for d in dims):
                 raise InvalidInputError(f"dims must be integers, got {dims}", field="dims")
             if len(dims) == 0 or any(d < 1 for d in dims) or prod(dims) > MAX_CLUSTER_CHIPS:

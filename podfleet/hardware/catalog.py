@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from podfleet.errors import InvalidInputError, UnknownNameError
+from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
 from podfleet.hardware.specs import GB, GiB, get_chip
 from podfleet.hardware.topology import (
     AXIS_NAMES,
@@ -131,8 +131,11 @@ def fleet_topology(base: str, pods: int, pods_per_block: int | None = None) -> F
                                 allowed=f"1-{MAX_FLEET_PODS}")
     k = min(DEFAULT_PODS_PER_BLOCK, pods) if pods_per_block is None else pods_per_block
     if not isinstance(k, int) or not 1 <= k <= pods:
-        raise InvalidInputError(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="podsPerBlock",
-                                allowed=f"1-{pods}")
+        # Past the pods, a valid number the other field rules out: a 422 (the schema can
+        # bound it only by the largest fleet).
+        err = InfeasibleError if isinstance(k, int) and k > pods else InvalidInputError
+        raise err(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="podsPerBlock",
+                  allowed=f"1-{pods}")
     key = f"{base}:{pods}/{k}"
     cached = _cache.get(key)
     if isinstance(cached, FleetTopology):
@@ -175,6 +178,9 @@ def get_topology(name: str) -> Topology:
     return topo
 
 
+MAX_AXIS_CHIPS = 64  # chips along one axis of a custom grid
+
+
 def custom_grid(
     dims: Sequence[int],
     chip_type: str = "trn2",
@@ -191,8 +197,8 @@ def custom_grid(
         raise InvalidInputError(
             f"dims must have 1-{len(AXIS_NAMES)} axes, got {len(dims)}", field="dims"
         )
-    if any((not isinstance(d, int)) or d < 1 or d > 64 for d in dims):
-        raise InvalidInputError(f"each dim must be an integer 1-64, got {dims}", field="dims")
+    if any((not isinstance(d, int)) or d < 1 or d > MAX_AXIS_CHIPS for d in dims):
+        raise InvalidInputError(f"each dim must be an integer 1-{MAX_AXIS_CHIPS}, got {dims}", field="dims")
     bws = [link_bw_bytes_per_s] * len(dims) if isinstance(link_bw_bytes_per_s, int | float) else list(link_bw_bytes_per_s)
     wraps = [wrap] * len(dims) if isinstance(wrap, bool) else list(wrap)
     if len(bws) != len(dims) or len(wraps) != len(dims):

@@ -139,6 +139,9 @@ def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, 
     ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
     ({"name": "c", "fabric": "local", "neuronMonitor": "neuron-monitor"}, False),
     ({"name": "c", "neuronMonitor": "neuron-monitor"}, True),
+    ({"name": "c", "quotas": {"team-a": 8}}, True),
+    ({"name": "c", "quotas": {"Team A": 8}}, False),          # every key is a team name (propertyNames)
+    ({"name": "c", "quotas": {"team-a": -1}}, False),
 ])
 def test_fabric_options_name_their_fabric_in_the_schema(doc: dict[str, Any], body: dict[str, Any],
                                                         valid: bool) -> None:
@@ -152,6 +155,12 @@ def test_fabric_options_name_their_fabric_in_the_schema(doc: dict[str, Any], bod
     ({"kind": "chip-failure", "chip": 3}, True),
     ({"kind": "chip-failure", "link": "0-1"}, False),
     ({"kind": "kill-worker", "rank": 0}, True),
+    ({"kind": "kill-worker"}, False),                        # which rank
+    ({"kind": "kill-worker", "rank": 0, "chip": 3}, False),
+    ({"kind": "slow-worker", "rank": 0, "factor": 2.0}, True),
+    ({"kind": "slow-worker", "rank": 0}, False),             # how much slower
+    ({"kind": "chip-failure", "chip": 3, "factor": 2.0}, False),  # a worker fault's field
+    ({"kind": "link-down", "link": "0-1", "rank": 1}, False),
 ])
 def test_fault_targets_follow_the_kind_in_the_schema(admin: httpx.Client, pod: dict[str, Any],
                                                      doc: dict[str, Any], body: dict[str, Any], valid: bool) -> None:
@@ -159,6 +168,9 @@ def test_fault_targets_follow_the_kind_in_the_schema(admin: httpx.Client, pod: d
     if not valid:  # and the server agrees: what the schema refuses, the engine refuses too
         r = admin.post("/v1/clusters/contract/faults", json=body)
         assert r.status_code == 422, r.text
+        if body["kind"] not in ("kill-worker", "slow-worker"):  # (those need worker processes first)
+            # named: the target it lacks, or the field that does not belong
+            assert r.json()["field"] in ({"chip", "link"} | set(body)) - {"kind"}, r.text
 
 
 def test_an_implied_fabric_is_the_one_its_options_name(admin: httpx.Client) -> None:

@@ -57,6 +57,9 @@ def test_a_fleet_cluster_places_a_gang_across_pods_and_pages_its_hardware(live: 
     assert s["blocks"][0]["healthy"] == 512 and s["pods"][3]["jobs"] == [job["id"]]
     bad = admin.get("/v1/clusters/fleet-8/hardware", params={"pod": 9})
     assert bad.status_code == 404 and "valid pods are 0-7" in bad.text, bad.text
+    # A well-formed token of another query (pod 3 holds chips 192-255): a 422 naming the range.
+    bad = admin.get("/v1/clusters/fleet-8/hardware", params={"pod": 3, "next_token": "100"})
+    assert bad.status_code == 422 and "chips 192-255" in bad.text and bad.json()["field"] == "next_token", bad.text
     # Required block on a fleet of one 8-pod block: 1,024 chips can never fit.
     r = admin.post("/v1/clusters/fleet-8/jobs", json={"model": "llama3-8b", "chips": 1024,
                                                        "topologyRequired": "block"})

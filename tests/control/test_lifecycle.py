@@ -127,6 +127,7 @@ def test_recovery_waits_without_a_free_chip(plane: ControlPlane) -> None:
     ({"name": "Bad Name"}, InvalidInputError, "name"),
     ({"name": "x", "chips": 63}, InvalidInputError, "chips"),
     ({"name": "x", "type": "custom"}, InvalidInputError, "dims"),
+    ({"name": "x", "type": "custom", "chips": 164}, InfeasibleError, "chips"),  # a ring past an axis's 64
     ({"name": "x", "hbm_gib": 500}, InvalidInputError, "hbm_gib"),
     ({"name": "x", "colour": "red"}, UnknownNameError, "colour"),
 ])
@@ -134,6 +135,8 @@ def test_bad_cluster_input_creates_nothing(plane: ControlPlane, body: dict, exc:
     with pytest.raises(exc) as info:
         plane.create_cluster(body, actor="t")
     assert info.value.field == field
+    if body.get("chips") == 164:  # the refusal says how to ask for that many chips
+        assert "give dims, e.g. [4, 41]" in info.value.message, info.value.message
     assert plane.store.list_clusters(include_deleted=True) == []
     assert plane.clusters == {}
     last = list(plane.store.iter_audit())[-1]

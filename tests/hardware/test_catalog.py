@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from podfleet.errors import InvalidInputError, UnknownNameError
-from podfleet.hardware.catalog import NETWORKS, TOPOLOGY_NAMES, custom_grid, get_topology
+from podfleet.errors import InfeasibleError, InvalidInputError, UnknownNameError
+from podfleet.hardware.catalog import (
+    NETWORKS,
+    TOPOLOGY_NAMES,
+    custom_grid,
+    fleet_topology,
+    get_topology,
+)
 from podfleet.hardware.specs import CHIPS, GB, TB, GiB, get_chip
 
 
@@ -92,3 +98,12 @@ def test_custom_grid_per_axis_bandwidth() -> None:
     g = custom_grid([4, 4, 2], link_bw_bytes_per_s=[1.0, 2.0, 3.0], wrap=[True, False, True])
     assert {ln.axis: ln.bw_bytes_per_s for ln in g.links} == {0: 1.0, 1: 2.0, 2: 3.0}
     assert g.kind == "mesh"
+
+
+def test_more_pods_per_block_than_pods_is_infeasible_not_malformed() -> None:
+    # 169 is a valid podsPerBlock (the schema's 1-1024) that a fleet of 2 rules out: a 422.
+    with pytest.raises(InfeasibleError, match=r"must be 1-2 \(the pods\), got 169"):
+        fleet_topology("trn2-ultraserver", 2, 169)
+    with pytest.raises(InvalidInputError) as info:
+        fleet_topology("trn2-ultraserver", 2, 0)
+    assert not isinstance(info.value, InfeasibleError)

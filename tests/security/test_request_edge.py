@@ -190,7 +190,12 @@ def test_policy_statements_refuse_control_characters(api: Api) -> None:
         doc = {"Statement": [{"Sid": "a\u202eb", "Effect": "Allow", "Action": "List*"}]}
         r = c.put("/v1/users/policied/policies/inline1", json=doc)
         assert r.status_code == 400 and "U+202E" in r.json()["detail"], r.text
-        assert r.json()["field"] == "document.Statement[0].Sid"
+        assert r.json()["field"] == "Statement.0.Sid"
+        # A list of actions names the item, not pydantic's name for the union member.
+        doc = {"Statement": [{"Effect": "Allow", "Action": ["List*", "Get\u00adJob"]}]}
+        r = c.put("/v1/users/policied/policies/inline1", json=doc)
+        assert r.status_code == 400 and "U+00AD" in r.json()["detail"], r.text
+        assert r.json()["field"] == "Statement.0.Action.1", r.text
 
 
 def test_printable_text_is_unicode_but_never_control() -> None:

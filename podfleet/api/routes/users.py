@@ -5,13 +5,21 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    WithJsonSchema,
+)
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import Plane
+from podfleet.api.schemas import Printable, keyed_schema
 from podfleet.control import users
-from podfleet.errors import ConflictError, InvalidInputError
-from podfleet.security.text import unprintable
+from podfleet.errors import ConflictError
 
 router = APIRouter(prefix="/v1/users", tags=["users"])
 # The schema lists the built-in policies, so a client (and the contract test) knows them.
@@ -21,24 +29,34 @@ PolicyRef = Annotated[str, Path(pattern=r"^[A-Za-z][A-Za-z0-9._:-]{0,63}$",
                                 description="a built-in policy, or (PUT with a body) an inline one's name")]
 
 
-Text = Annotated[str, Field(min_length=1, max_length=256)]
-Texts = Text | Annotated[list[Text], Field(min_length=1, max_length=100)]
+# Every string of a policy document is printable text (``security/text.py``): the document
+# is shown back in tables and logs. Said in the schema (a pattern), so a document the
+# schema allows is never refused for a character.
+Text = Annotated[str, StringConstraints(min_length=1, max_length=256), Printable]
+# One text or a list of them, told apart by the value's type: a refused list item is then
+# named as the item (Action.1), not as "not a string". The tags are type names, which an
+# error's field leaves out (api/problems.py).
+Texts = Annotated[Annotated[Text, Tag("str")] | Annotated[list[Text], Field(min_length=1, max_length=100),
+                                                          Tag("list[str]")],
+                  Discriminator(lambda v: "list[str]" if isinstance(v, list) else "str")]
+ConditionKey = Annotated[str, StringConstraints(min_length=1, max_length=256), Printable]
+ConditionTests = Annotated[dict[ConditionKey, Texts], WithJsonSchema(keyed_schema(ConditionKey, Texts))]
 
 
 class PolicyStatement(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    Sid: str | None = Field(None, max_length=64)
+    Sid: Annotated[str, StringConstraints(max_length=64), Printable] | None = None
     Effect: Literal["Allow", "Deny"]
     Action: Texts = Field(..., description="operationIds, with * and ? wildcards")
     Resource: Texts = Field("*", description="cluster/NAME, job/ID, ... with wildcards")
-    Condition: dict[Literal["Bool", "BoolIfExists", "StringEquals", "StringLike"], dict[str, Texts]] | None = None
+    Condition: dict[Literal["Bool", "BoolIfExists", "StringEquals", "StringLike"], ConditionTests] | None = None
 
 
 class PolicyDocument(BaseModel):
     """An IAM-style policy: explicit deny > allow > implicit deny."""
 
     model_config = ConfigDict(extra="forbid")
-    Version: str | None = Field(None, max_length=32)
+    Version: Annotated[str, StringConstraints(max_length=32), Printable] | None = None
     Statement: list[PolicyStatement] = Field(..., min_length=1, max_length=100)
 
 
@@ -74,27 +92,9 @@ async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, p
     document = body.model_dump(exclude_unset=True) if body is not None else None
     if document:
         users.describe(plane, user)  # an unknown user is a 404 before the document is read, as on the engine
-        _printable(document, "document")
     out = await plane.call(users.put_policy, plane, user, policy, document or None, actor=who.actor)
     request.app.state.users.forget(user)
     return out
-
-
-def _printable(value: object, where: str) -> None:
-    """Every string of a policy document (Sids, actions, resources, condition keys) is
-    printable text (``security/text.py``): the document is shown back in tables and logs."""
-    if isinstance(value, str):
-        bad = unprintable(value)
-        if bad is not None:
-            raise InvalidInputError(f"{where} contains {bad}: policy text is printable (no control, "
-                                    "bidirectional or other invisible characters)", field=where)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _printable(k, where)
-            _printable(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _printable(v, f"{where}[{i}]")
 
 
 @router.delete("/{user}/policies/{policy}", operation_id="DeleteUserPolicy")
