@@ -48,7 +48,8 @@ def live() -> Iterator[AppLive]:
 
 
 def operations(live: Live) -> list[tuple[str, str, str]]:
-    doc = httpx.get(f"{live.url}/openapi.json").json()
+    # The first /openapi.json builds the document (seconds on a loaded 2-core machine).
+    doc = httpx.get(f"{live.url}/openapi.json", timeout=60).json()
     out = []
     for path, item in doc["paths"].items():
         for method, op in item.items():

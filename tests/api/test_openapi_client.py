@@ -29,7 +29,7 @@ def typed(live: Live, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The generated package, imported from a temporary directory."""
     tmp = tmp_path_factory.mktemp("typed-client")
     doc = tmp / "openapi.json"
-    doc.write_text(httpx.get(f"{live.url}/openapi.json").text)
+    doc.write_text(httpx.get(f"{live.url}/openapi.json", timeout=60).text)
     config = tmp / "config.yaml"
     config.write_text(f"project_name_override: podfleet-typed\npackage_name_override: {PACKAGE}\npost_hooks: []\n")
     out = tmp / "src" / PACKAGE
