@@ -153,3 +153,19 @@ def test_powersgd_on_gloo_starts_a_bucket_only_after_the_previous_one() -> None:
         futs[-1].wait()  # DDP waits for the last bucket itself
     assert seen == [(0, True), (1, True), (2, True)] * 2
     assert serial.pending is None  # nothing carried over into the next step
+
+
+@pytest.mark.realproc
+def test_powersgd_trains_a_model_of_two_buckets(tmp_path: Path) -> None:
+    # The tiny preset's gradients fill two DDP buckets (the debug preset's, one): before
+    # one_bucket_at_a_time, rank 0 aborted in the first steps in 2 of 2 tries under load.
+    fab = LocalFabric(2, workdir=tmp_path, hang_timeout_s=30)
+    try:
+        fab.launch(WorkerGroupSpec("job-psgd", (0, 1), "tiny", STEPS, checkpoint_interval=0,
+                                   options={"global_batch": 8, "grad_compression": "powersgd:4",
+                                            "replica_peer": False, "encrypt_checkpoints": False}))
+        st_ = fab.wait("job-psgd", 180)
+        assert st_.state is RunState.FINISHED, (st_.reason, st_.log_tail)
+        assert sorted(st_.losses) == list(range(1, STEPS + 1))
+    finally:
+        fab.close()

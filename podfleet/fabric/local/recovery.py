@@ -96,8 +96,8 @@ def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
         # A signal it raised itself (SIGABRT, SIGSEGV): its stderr, in the rank's log, says
         # why. A kill from outside (SIGKILL, SIGTERM) interrupts whatever it last wrote.
         words = crash_words(wp.log_tail(CRASH_TAIL_LINES)) if cause is Cause.USER_CODE else ""
-        return (f"rank {wp.rank} on chip {wp.chip}: killed by signal {-code} ({signal_name(-code)})"
-                + (f"; its last output: {words}" if words else ""))
+        last = f"; its last output: {words}" if words else ""
+        return f"rank {wp.rank} on chip {wp.chip}: killed by signal {-code} ({signal_name(-code)}){last}"
     tail = wp.log_tail(3)
     return f"rank {wp.rank}: exit code {code} ({cause.value})" + (f": {tail[-1]}" if tail else "")
 
