@@ -4,7 +4,8 @@
 
 * ``bf16``: PyTorch's ``bf16_compress_hook`` (cast, all-reduce, cast back);
 * ``powersgd:R``: PyTorch's ``powerSGD_hook`` (rank R, error feedback, warm start;
-  the first step all-reduces uncompressed, as the hook requires);
+  the first step all-reduces uncompressed, as the hook requires); on gloo one bucket at
+  a time (``OneBucketAtATime`` below);
 * ``lossless``: ``LosslessHook`` below: each bucket, already divided by the world size
   as DDP's own reduction does, is byte-shuffled (the four byte planes of the fp32
   values side by side: the exponent bytes compress, the mantissa bytes barely) and
@@ -120,6 +121,37 @@ def bf16_hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[to
     return fut.then(unpack)
 
 
+@dataclass
+class OneBucketAtATime:
+    """A DDP comm hook's state that starts a bucket's hook only once the previous bucket's
+    future is done (DDP hands buckets over in index order).
+
+    PyTorch's ``powerSGD_hook`` issues its second and third all-reduces (P, then Q) from
+    future callbacks, which gloo runs on its worker threads. With two or more buckets, the
+    main thread's all-reduce for bucket 1 and a worker's P or Q all-reduce for bucket 0
+    are then issued in whatever order the threads reach them, and that order differs
+    between ranks. Gloo matches collectives by their issue order (a tag per call), so the
+    ranks pair different collectives: gloo's transport thread throws ``op.preamble.length
+    <= op.nbytes ... collective mismatch`` and the rank aborts (SIGABRT), or they exchange
+    the wrong tensors. Waiting here puts every collective of a step in one order on every
+    rank, at the cost of overlapping a bucket's reduction with the backward of the next
+    one (NCCL completes its futures as it enqueues, so the race does not arise there)."""
+
+    inner: Any  # (state, bucket) -> Future: the hook being serialised
+    state: Any
+    pending: torch.futures.Future[torch.Tensor] | None = None
+
+
+def one_bucket_at_a_time(serial: OneBucketAtATime, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    if serial.pending is not None:
+        serial.pending.wait()  # its error, if any, surfaces here: a failed collective of this step
+    serial.pending = None
+    fut: torch.futures.Future[torch.Tensor] = serial.inner(serial.state, bucket)
+    if not bucket.is_last():
+        serial.pending = fut  # DDP itself waits for the last one
+    return fut
+
+
 def install(ddp: Any, comp: GradCompression, world_size: int, seed: int) -> LosslessHook | None:
     """Register ``comp``'s communication hook on a DistributedDataParallel module."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -135,7 +167,10 @@ def install(ddp: Any, comp: GradCompression, world_size: int, seed: int) -> Loss
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=comp.rank,
                                    start_powerSGD_iter=2, use_error_feedback=True, warm_start=True,
                                    random_seed=seed)
-        ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        if dist.get_backend() == "nccl":
+            ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        else:
+            ddp.register_comm_hook(OneBucketAtATime(psgd.powerSGD_hook, state), one_bucket_at_a_time)
         return None
     hook = LosslessHook(world_size)
     ddp.register_comm_hook(hook, lossless_hook)

@@ -37,6 +37,32 @@ def classify_exit(code: int, killed_by: str | None) -> Cause:
     return exit_cause(code)
 
 
+# What a crashing process writes last: C++'s std::terminate (a gloo or c10 exception no
+# one caught, e.g. in a communication thread), CPython's fatal error handler.
+_CRASH_HEADS = ("terminate called", "Fatal Python error")
+CRASH_TAIL_LINES = 40  # log lines read for a crash's last words
+CRASH_TAIL_CHARS = 400
+
+
+def crash_words(lines: list[str]) -> str:
+    """A crashed worker's last words on one line: from its abort message (``terminate
+    called after throwing ...`` and the ``what():`` after it) when it wrote one, else its
+    last two lines; "" when it wrote nothing. A signal number alone (6: SIGABRT) tells an
+    operator nothing about which exception, thread or peer brought the process down."""
+    kept = [ln.strip() for ln in lines if ln.strip()]
+    heads = [i for i, ln in enumerate(kept) if ln.startswith(_CRASH_HEADS)]
+    start = heads[-1] if heads else max(0, len(kept) - 2)
+    text = " | ".join(kept[start:start + 3])
+    return text if len(text) <= CRASH_TAIL_CHARS else text[:CRASH_TAIL_CHARS - 3] + "..."
+
+
+def signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 def check_job_transition(src: RunState, dst: RunState) -> None:
     check_transition("job", JOB_TRANSITIONS, src, dst)
 

@@ -32,7 +32,15 @@ from typing import Any, Protocol
 from podfleet.checkpoint import manifest
 from podfleet.fabric.base import RunState, hang_reason
 from podfleet.fabric.local import rankmove
-from podfleet.fabric.local.jobs import TERMINAL, Cause, LocalJob, classify_exit
+from podfleet.fabric.local.jobs import (
+    CRASH_TAIL_LINES,
+    TERMINAL,
+    Cause,
+    LocalJob,
+    classify_exit,
+    crash_words,
+    signal_name,
+)
 from podfleet.fabric.local.process import WorkerProcess
 from podfleet.fabric.local.state import LocalState
 
@@ -85,7 +93,11 @@ def _message(wp: WorkerProcess, code: int, cause: Cause) -> str:
     if wp.killed_by:
         return f"rank {wp.rank} on chip {wp.chip}: killed ({wp.killed_by})"
     if code < 0:
-        return f"rank {wp.rank} on chip {wp.chip}: killed by signal {-code}"
+        # A signal it raised itself (SIGABRT, SIGSEGV): its stderr, in the rank's log, says
+        # why. A kill from outside (SIGKILL, SIGTERM) interrupts whatever it last wrote.
+        words = crash_words(wp.log_tail(CRASH_TAIL_LINES)) if cause is Cause.USER_CODE else ""
+        last = f"; its last output: {words}" if words else ""
+        return f"rank {wp.rank} on chip {wp.chip}: killed by signal {-code} ({signal_name(-code)}){last}"
     tail = wp.log_tail(3)
     return f"rank {wp.rank}: exit code {code} ({cause.value})" + (f": {tail[-1]}" if tail else "")
 

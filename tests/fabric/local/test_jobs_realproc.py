@@ -184,3 +184,23 @@ def test_an_array_member_sees_its_index(fab: LocalFabric, tmp_path: Path) -> Non
     st = fab.wait("job-arr-3", 60)
     assert st.state is RunState.FINISHED, st.reason
     assert out.read_text() == "3"
+
+
+def test_a_rank_that_aborts_shows_its_last_words_in_the_reason(fab: LocalFabric, tmp_path: Path) -> None:
+    # What a C++ std::terminate leaves (an uncaught gloo exception in a comm thread), then SIGABRT.
+    script = tmp_path / "abort.py"
+    script.write_text(textwrap.dedent("""\
+        import os, sys
+        print("step 1 done", file=sys.stderr)
+        print("terminate called after throwing an instance of 'gloo::EnforceNotMet'", file=sys.stderr)
+        print("  what():  [enforce fail at pair.cc:446] op.preamble.length <= op.nbytes. 8 vs 4", file=sys.stderr)
+        sys.stderr.flush()
+        os.abort()
+        """))
+    fab.launch(WorkerGroupSpec("job-abort", (0,), "custom", 1, entrypoint=str(script)))
+    st = fab.wait("job-abort", 60)
+    assert st.state is RunState.FAILED and st.reason is not None
+    assert "killed by signal 6 (SIGABRT); its last output: terminate called after throwing an instance of " \
+           "'gloo::EnforceNotMet' | what():  [enforce fail at pair.cc:446]" in st.reason
+    assert "step 1 done" not in st.reason
+    _healthy(fab)

@@ -19,7 +19,7 @@ from podfleet.errors import (
 )
 from podfleet.fabric.base import ChipState, Fabric, RunState, WorkerGroupSpec
 from podfleet.fabric.local import Cause, LocalFabric
-from podfleet.fabric.local.jobs import check_job_transition, classify_exit
+from podfleet.fabric.local.jobs import check_job_transition, classify_exit, crash_words, signal_name
 from podfleet.training.config import EXIT_BAD_INPUT, EXIT_PEER_LOST, EXIT_USER_ERROR, WorkerConfig
 
 
@@ -66,6 +66,21 @@ def test_is_a_fabric(fab: LocalFabric) -> None:
 )
 def test_classify_exit(code: int, killed_by: str | None, cause: Cause) -> None:
     assert classify_exit(code, killed_by) is cause
+
+
+def test_crash_words_start_at_the_abort_message() -> None:
+    log = ["step 3 done", "terminate called after throwing an instance of 'gloo::IoException'",
+           "  what():  [../gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242", ""]
+    assert crash_words(log) == ("terminate called after throwing an instance of 'gloo::IoException' | "
+                                "what():  [../gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242")
+    assert crash_words(["a", "b", "c"]) == "b | c"  # no abort message: the last two lines
+    assert crash_words(["", "  "]) == ""
+    assert len(crash_words(["terminate called after " + "x" * 1000])) == 400
+
+
+def test_signal_name() -> None:
+    assert signal_name(signal.SIGABRT) == "SIGABRT"
+    assert signal_name(200) == "signal 200"
 
 
 def test_job_transitions_are_enforced() -> None:
