@@ -24,7 +24,6 @@ collectives, runs: bytes on the wire, not a count of what the hooks meant to sen
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,8 +31,8 @@ import torch
 import torch.distributed as dist
 
 from podfleet.perf.compression import GradCompression
+from podfleet.training import iocount
 
-_IO = Path("/proc/self/io")
 ZSTD_LEVEL = 1  # the fast end: the codec runs on the step's critical path
 
 
@@ -178,13 +177,7 @@ def install(ddp: Any, comp: GradCompression, world_size: int, seed: int) -> Loss
 
 
 def _wchar() -> int | None:
-    try:
-        for line in _IO.read_text().splitlines():
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+    return iocount.wchar()
 
 
 @dataclass
@@ -196,7 +189,7 @@ class WireMeter:
 
     @property
     def available(self) -> bool:
-        return _IO.exists()
+        return iocount.available()
 
     def begin(self) -> None:
         self._start = _wchar()

@@ -419,7 +419,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--die-with-parent", type=int, metavar="PID", help="exit when PID, the parent (a Ray actor), dies")
     args = ap.parse_args(argv)
     from podfleet.security.harden import die_with_parent, set_undumpable
+    from podfleet.training import iocount
 
+    iocount.keep_open()  # the gradient wire meter's counters: unopenable once undumpable
     set_undumpable()  # first: nothing of this process is readable by its uid's other processes
     if args.die_with_parent is not None:
         die_with_parent(args.die_with_parent)
