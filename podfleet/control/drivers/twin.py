@@ -28,6 +28,8 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
 )
 from podfleet.perf.models import MODELS
+from podfleet.recovery import costs
+from podfleet.recovery.model import DEFAULT_STATE_BYTES_PER_RANK, Timings
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
@@ -104,6 +106,17 @@ class TwinDriver:
 
     def checkpoint_now(self, job_id: str) -> int | None:
         return self.fabric.checkpoint_now(job_id)
+
+    def checkpoint_write_s(self, job_id: str) -> float:
+        """Every rank writes its parameters and optimizer state (perf's memory model for
+        the job's model and plan) to shared storage at the per-chip checkpoint bandwidth
+        recovery assumes (``recovery.model.Timings``), all ranks at once."""
+        job = self.table.find(job_id)
+        if job is None:
+            return 0.0
+        nbytes = costs.state_bytes_per_rank(job.spec.model, job.spec.chips, self.launch_options(job, 0),
+                                            self.rt.topology)
+        return (DEFAULT_STATE_BYTES_PER_RANK if nbytes is None else nbytes) / Timings().checkpoint_bw_bytes_per_s
 
     # --- fabric events --------------------------------------------------------------------------
     def on_event(self, ev: FabricEvent) -> None:
