@@ -220,5 +220,13 @@ def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by
 
 
 def next_checkpoint_due(rt: ClusterRuntime) -> float | None:
-    """When the first on-demand checkpoint being written is done (None: none is)."""
-    return min((due for _, due in rt.checkpoint_writes.values()), default=None)
+    """When the next on-demand checkpoint being written is done, if later than now (None:
+    none is). Writes of jobs no longer waiting to be released are dropped; one already
+    due is settled by the cycle running now or the next one, never woken for again (a
+    wake-up at once would loop while its victim cannot be released yet)."""
+    sched = rt.scheduler
+    for jid in [j for j in rt.checkpoint_writes
+                if (r := sched.jobs.get(j)) is None or r.phase is not JobPhase.CHECKPOINTING]:
+        del rt.checkpoint_writes[jid]
+    now = sched.clock()
+    return min((due for _, due in rt.checkpoint_writes.values() if due > now), default=None)
