@@ -98,7 +98,8 @@ class Reclaim:
         quota (never preempted) sit in every block, because which of a queue's jobs count
         as borrowed moves as jobs end. Then take the block with the fewest such chips,
         preempt its borrowers now and hold it: the freed chips are not lent out again, and
-        the job starts when the jobs within quota in it end (``Nomination.awaited``).
+        the job starts when the jobs within quota in it end (``Nomination.awaited``). The
+        block: the one whose awaited jobs were all started longest ago.
         Without this the freed chips went back to borrowers and the owner waited for a
         free block to happen by chance (the ``tenancy`` benchmark's p99 of 1,651 s)."""
         h = self.handle
@@ -106,7 +107,7 @@ class Reclaim:
         idx = h.cluster.blocks
         sids = idx.shape_ids_for(job.chips, job.shape)
         denied = h.reservations.denied(job, h.now_s(), len(h.cluster.pods)) if h.reservations else None
-        best: tuple[tuple[int, int], int, int, np.ndarray, tuple[str, ...], tuple[str, ...]] | None = None
+        best: tuple[tuple[float, int, int], int, int, np.ndarray, tuple[str, ...], tuple[str, ...]] | None = None
         for pod in h.cluster.pods:
             mask = pod.healthy & ~pod.spare & (pod.nominated == FREE) & (pod.hbm_bytes >= job.hbm_bytes_per_chip)
             if denied is not None:
@@ -129,8 +130,12 @@ class Reclaim:
                 waiting = tuple(sorted(h.slots[o] for o in owners if h.slots[o] not in taken))
                 if not waiting:
                     continue  # would have been found by the search above
-                cost = (int(sum(1 for c in chips if pod.owner[c] != FREE and h.slots[int(pod.owner[c])] in waiting)),
-                        len(got))
+                # The wait is the longest of the awaited jobs' remaining runs, which the
+                # scheduler does not know: the block whose latest-started one started
+                # earliest, then the fewest chips left waiting, then the fewest victims.
+                latest = max(h.jobs[j].started_s or 0.0 for j in waiting)
+                cost = (latest, int(sum(1 for c in chips if pod.owner[c] != FREE
+                                        and h.slots[int(pod.owner[c])] in waiting)), len(got))
                 if best is None or cost < best[0]:
                     best = (cost, pod.index, int(b), chips, got, waiting)
         if best is None:
