@@ -217,3 +217,10 @@ def test_straggler_rebalanced_and_recorded_on_the_job(plane: ControlPlane) -> No
     lines = [ln["message"] for ln in plane.jobs.job_logs(job["id"]).since(0) if ln["message"].startswith("rebalance")]
     assert any(f"rank 3 (chip {hot})" in m and "median speed" in m for m in lines)
     assert plane.tl.log.filter("rebalance", job_id=job["id"])
+
+
+def test_checkpoint_write_bandwidth_is_recoverys_assumption() -> None:
+    from podfleet.control.drivers.twin import CHECKPOINT_WRITE_BW_BYTES_PER_S
+    from podfleet.recovery.model import Timings
+
+    assert Timings().checkpoint_bw_bytes_per_s == CHECKPOINT_WRITE_BW_BYTES_PER_S
