@@ -163,14 +163,15 @@ def settle(table: JobTable, drv: JobDriver, rt: ClusterRuntime, preemptor: str) 
 def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_id: str, by: str) -> int | None:
     job = table.find(job_id)
     if job is None or job.ended:
+        rt.checkpoint_writes.pop(job_id, None)
         return None  # it ended: ``finish`` already released it
     if job.state != JobState.RUNNING or drv.owns(job_id):
         return None  # recovering or being placed: its state is not on chips now
     if drv.on_demand_checkpoints:
-        saved = drv.checkpoint_now(job_id)
-        if saved is None:
-            return None  # finished on the fabric: its own event will release it
-        how = "saved now"
+        got = _on_demand(table, drv, rt, job, by)
+        if got is None:
+            return None  # being written (the chips stay the victim's), or finished on the fabric
+        saved, how = got, "saved now"
     else:  # no on-demand checkpoint: the last saved one (work since it is redone)
         saved, how = 0, "its last checkpoint"
     step = max(saved, job.status.checkpoint_step)
@@ -189,3 +190,43 @@ def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_
     reason = f"preempted by {by} ({prio}); requeued, resumes from checkpoint step {step}"
     table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
     return step
+
+
+def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by: str) -> int | None:
+    """The step of the victim's on-demand checkpoint once it is written, None until then.
+
+    The snapshot is taken at the first call; the victim keeps its chips until the write
+    has taken ``drv.checkpoint_write_s`` (the preemptor must not start on chips whose
+    state is still being saved), and the job manager runs a cycle when it is due
+    (``next_checkpoint_due``). Steps made meanwhile are not in the checkpoint: redone."""
+    now = rt.scheduler.clock()
+    writing = rt.checkpoint_writes.get(job.id)
+    if writing is None:
+        step = drv.checkpoint_now(job.id)
+        if step is None:
+            return None  # finished on the fabric: its own event will release it
+        write_s = drv.checkpoint_write_s(job.id)
+        if write_s <= 0:
+            return step
+        rt.checkpoint_writes[job.id] = (step, now + write_s)
+        table.log(job, f"preempted by {by}: writing an on-demand checkpoint at step {step} "
+                       f"({write_s:.3g} s); its chips stay its own until it is written")
+        return None
+    step, due = writing
+    if now < due:
+        return None
+    del rt.checkpoint_writes[job.id]
+    return step
+
+
+def next_checkpoint_due(rt: ClusterRuntime) -> float | None:
+    """When the next on-demand checkpoint being written is done, if later than now (None:
+    none is). Writes of jobs no longer waiting to be released are dropped; one already
+    due is settled by the cycle running now or the next one, never woken for again (a
+    wake-up at once would loop while its victim cannot be released yet)."""
+    sched = rt.scheduler
+    for jid in [j for j in rt.checkpoint_writes
+                if (r := sched.jobs.get(j)) is None or r.phase is not JobPhase.CHECKPOINTING]:
+        del rt.checkpoint_writes[jid]
+    now = sched.clock()
+    return min((due for _, due in rt.checkpoint_writes.values() if due > now), default=None)

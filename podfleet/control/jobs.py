@@ -63,6 +63,7 @@ class JobManager:
         self._unshown: dict[str, set[str]] = {}
         self._swept_at: dict[str, float] = {}
         self._sweep_due: set[str] = set()
+        self._checkpoint_wake: dict[str, float] = {}  # cluster id -> when its next checkpoint wake-up runs
         table.on_end(self._release)
         table.on_checkpoint(self._report_checkpoint)
         # Dependencies and arrays (``control.dependencies``): jobs held out of the queue,
@@ -340,11 +341,28 @@ class JobManager:
                     self.relaunch(rt, job)
             swept = dispatch.cycle(self.table, drv, rt, None if whole else unshown)
         self._unshown.pop(rt.id, None)  # shown now (kept if the cycle failed: the next one shows them)
+        self._wake_for_checkpoint(rt)
         if swept:
             self._swept_at[rt.id] = now
         elif rt.scheduler.pending:
             self._sweep_later(rt)
         # Scheduler figures (DescribeCluster, /metrics) refresh once per telemetry tick.
+
+    def _wake_for_checkpoint(self, rt: ClusterRuntime) -> None:
+        """A cycle when the first victim's on-demand checkpoint is written, so its
+        preemptor starts then, not at the next periodic cycle."""
+        due = dispatch.next_checkpoint_due(rt)
+        if due is None or self._checkpoint_wake.get(rt.id, float("inf")) <= due:
+            return
+        self._checkpoint_wake[rt.id] = due
+
+        def wake() -> None:
+            if self._checkpoint_wake.get(rt.id) == due:
+                del self._checkpoint_wake[rt.id]
+            if self.plane.clusters.get(rt.id) is rt:
+                self.schedule(rt)
+
+        self.plane.tl.call_at(max(0.0, due - self.plane.tl.now), wake)
 
     def _sweep_later(self, rt: ClusterRuntime) -> None:
         """Show every pending job's reason and wait within ``SWEEP_S`` of a cycle that

@@ -90,6 +90,8 @@ class ClusterRuntime(ClusterRecordOwner):
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0), planner)
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
+        # Victims whose on-demand checkpoint is being written: job id -> (step, when done).
+        self.checkpoint_writes: dict[str, tuple[int, float]] = {}
         # DescribeCluster's ``scheduler`` object and the queue waits /metrics shows, computed
         # on the engine thread (readers on API threads only see whole dicts) and only while
         # someone reads them: a read marks them wanted for ``METRICS_LEASE_S`` of timeline

@@ -384,7 +384,8 @@ class Scheduler:
         rec.victims = nom.victims
         rec.nomination = nom
         why = f": {nom.reason}" if nom.reason else ""
-        status = st.wait(f"preempting {', '.join(nom.victims)} (checkpoint and requeue){why}")
+        then = f"; holding the block until {', '.join(nom.awaited)} (not preempted) end" if nom.awaited else ""
+        status = st.wait(f"preempting {', '.join(nom.victims) or 'nothing'} (checkpoint and requeue){why}{then}")
         rec.reason = str(status)
         return Decision(rec.job_id, DecisionKind.PREEMPT, status, victims=nom.victims)
 
@@ -414,6 +415,16 @@ class Scheduler:
         assert nom is not None  # a NOMINATED job always carries its nomination (_nominate)
         pod = self.cluster.pods[nom.pod]
         local = tuple(nom.local_chips)
+        held = {int(o) for o in pod.owner[list(local)] if o != FREE}
+        awaited = {self.jobs[j].slot for j in nom.awaited if self.jobs[j].phase in HOLDING}
+        if pod.healthy[list(local)].all() and held and held <= awaited:
+            # A reclaim's reservation: jobs within their queue's quota still in the block
+            # are not preempted; the job starts when they end (``finish`` runs a cycle).
+            left = ", ".join(sorted(self.handle.slots[o] for o in held))
+            status = st.wait(f"holding the block; waiting for {left} (within its queue's nominal quota, "
+                             "not preempted) to end")
+            rec.reason = str(status)
+            return Decision(job_id, DecisionKind.PREEMPT, status, victims=())
         # The nominated block may have lost a chip meanwhile: then the job goes back to the queue.
         if not (pod.healthy[list(local)].all() and (pod.owner[list(local)] == FREE).all()):
             pod.nominated[pod.nominated == rec.slot] = FREE

@@ -149,6 +149,9 @@ class Nomination:
     local_chips: tuple[int, ...]
     victims: tuple[str, ...]
     reason: str = ""  # why the victims go, shown on each (e.g. a queue reclaiming lent chips)
+    # Holders of the block that are not preempted (a queue within its nominal quota): the
+    # preemptor keeps the block and starts once they have ended (a reclaim's reservation).
+    awaited: tuple[str, ...] = ()
 
 
 class DecisionKind(StrEnum):

@@ -89,7 +89,17 @@ def test_priority_preemption_checkpoint_requeue_resume(plane: ControlPlane) -> N
     before = plane.jobs.describe(low["id"])
     assert before["state"] == "RUNNING" and before["checkpoint_step"] >= 20_000
     high = plane.jobs.submit("pod", {"model": "debug", "chips": 32, "steps": 2000, "priority": 90}, actor="t")
-    assert high["state"] == "RUNNING"
+    # The victim's on-demand checkpoint takes time to write: until it is written the chips
+    # are still the victim's, and the preemptor waits (no chip is used twice).
+    rt = next(iter(plane.clusters.values()))
+    write_s = plane.jobs.driver(rt).checkpoint_write_s(low["id"])
+    assert write_s > 0
+    assert high["state"] == "PENDING" and plane.jobs.describe(low["id"])["state"] == "RUNNING"
+    assert set(rt.owners.chips_of(low["id"])) == set(range(64))
+    advance(plane, write_s / 2)
+    assert plane.jobs.describe(high["id"])["state"] == "PENDING"
+    advance(plane, write_s)  # written: the job manager's wake-up ran the cycle that binds it
+    assert plane.jobs.describe(high["id"])["state"] == "RUNNING"
     victim = plane.jobs.describe(low["id"])
     assert victim["state"] == "PENDING" and victim["scheduling"]["preemptions"] == 1
     saved = victim["checkpoint_step"]
@@ -98,6 +108,8 @@ def test_priority_preemption_checkpoint_requeue_resume(plane: ControlPlane) -> N
     assert plane.store.latest_checkpoint(low["id"]).step == saved
     assert plane.store.get_job(low["id"]).state == "PENDING"
     log = [ln["message"] for ln in plane.jobs.job_logs(low["id"]).since(0)]
+    assert any(m.startswith(f"preempted by {high['id']}: writing an on-demand checkpoint at step {saved}")
+               for m in log)
     i = next(k for k, m in enumerate(log) if m.startswith("CHECKPOINTING: preempted by " + high["id"]))
     assert log[i + 1].startswith(f"PENDING: preempted by {high['id']} (priority {high['priority']} > "
                                  f"{low['priority']}); requeued, resumes from checkpoint step {saved}")
@@ -205,3 +217,10 @@ def test_straggler_rebalanced_and_recorded_on_the_job(plane: ControlPlane) -> No
     lines = [ln["message"] for ln in plane.jobs.job_logs(job["id"]).since(0) if ln["message"].startswith("rebalance")]
     assert any(f"rank 3 (chip {hot})" in m and "median speed" in m for m in lines)
     assert plane.tl.log.filter("rebalance", job_id=job["id"])
+
+
+def test_checkpoint_write_bandwidth_is_recoverys_assumption() -> None:
+    from podfleet.control.drivers.twin import CHECKPOINT_WRITE_BW_BYTES_PER_S
+    from podfleet.recovery.model import Timings
+
+    assert Timings().checkpoint_bw_bytes_per_s == CHECKPOINT_WRITE_BW_BYTES_PER_S

@@ -260,3 +260,37 @@ def test_borrowers_pack_at_the_high_end_owners_at_the_low_end() -> None:
     s.submit(JobRequest("b2-borrowed", 16, queue="b"), now_s=0)  # b's second 16 chips are a's
     got = {d.job_id: d.placement for d in s.schedule(now_s=0) if d.placement is not None}
     assert max(got["b1-own"].local_chips) < min(got["b2-borrowed"].local_chips)
+
+
+def test_reclaim_holds_a_block_when_jobs_within_quota_sit_in_every_block() -> None:
+    # b (nominal 24) and c (nominal 8) hold 32 chips each, in 4-chip jobs laid out so that
+    # every 32-chip block has b chips other than exactly b's 8 borrowed ones: no block can
+    # be freed by preempting borrowers alone.
+    s = Scheduler(POD, queues=[QueueSpec("a", 32, cohort="c"), QueueSpec("b", 24, cohort="c"),
+                               QueueSpec("c", 8, cohort="c")])
+    b_groups = {0, 2, 4, 7, 10, 11, 12, 14}
+    for k in range(16):
+        q = "b" if k in b_groups else "c"
+        s.submit(JobRequest(f"{q}{k}", 4, queue=q), now_s=0)
+        s.adopt(f"{q}{k}", range(4 * k, 4 * k + 4), now_s=0)
+    assert s.queues.borrowed("b") == 8 and s.queues.borrowed("c") == 24
+    s.submit(JobRequest("a0", 32, queue="a"), now_s=100)
+    [d] = s.schedule(now_s=100)
+    assert d.kind is DecisionKind.PREEMPT
+    nom = s.jobs["a0"].nomination
+    assert nom is not None and nom.awaited and not set(nom.awaited) & set(d.victims)
+    # The victims leave every queue at or above its nominal quota; the awaited are not preempted.
+    for q, nominal in (("b", 24), ("c", 8)):
+        assert 32 - 4 * sum(1 for v in d.victims if s.jobs[v].request.queue == q) >= nominal
+    assert all(s.jobs[j].phase is JobPhase.RUNNING for j in nom.awaited)
+    d2 = s.victims_checkpointed("a0", dict.fromkeys(d.victims, 1), now_s=101)
+    assert d2.kind is DecisionKind.PREEMPT and "waiting for" in s.reason("a0")
+    # The block's freed chips are held for a0: a requeued borrower is not placed on them.
+    block = set(nom.local_chips)
+    for b in s.schedule(now_s=102):
+        assert b.placement is None or not set(b.placement.local_chips) & block
+    for j in nom.awaited:
+        s.finish(j, now_s=200)
+    d3 = s.victims_checkpointed("a0", {}, now_s=200)
+    assert d3.kind is DecisionKind.BIND and d3.placement is not None
+    assert set(d3.placement.local_chips) == block

@@ -47,6 +47,10 @@ class JobDriver(Protocol):
         """Save the job's state now and return its step; None when the job does not run
         there (finished or stopped: nothing left to save)."""
 
+    def checkpoint_write_s(self, job_id: str) -> float:
+        """Seconds the checkpoint ``checkpoint_now`` just took needs to be written (the
+        victim keeps its chips until then); 0 when nothing is written on demand."""
+
     def owns(self, job_id: str) -> bool:
         """True while the fabric or recovery is moving the job itself (hands off)."""
 

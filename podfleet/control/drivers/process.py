@@ -165,6 +165,9 @@ class ProcessDriver:
     def checkpoint_now(self, job_id: str) -> int | None:
         return None  # no on-demand checkpoint: the last saved one (work since it is redone)
 
+    def checkpoint_write_s(self, job_id: str) -> float:
+        return 0.0  # nothing is written on demand: the last saved checkpoint is used
+
     # --- fault injection ------------------------------------------------------------------------
     def kill_worker(self, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
         rt, table = self.rt, self.table

@@ -18,7 +18,7 @@ from podfleet.control.jobtable import Job
 from podfleet.control.lifecycle import JobState
 from podfleet.control.planning import Plan, plan_for_job
 from podfleet.control.presets import check_model
-from podfleet.errors import InfeasibleError, NotFoundError
+from podfleet.errors import InfeasibleError, NotFoundError, PodfleetError
 from podfleet.fabric.base import (
     ChipState,
     Fabric,
@@ -27,7 +27,9 @@ from podfleet.fabric.base import (
     RunState,
     WorkerGroupSpec,
 )
+from podfleet.perf.memory import memory_per_chip
 from podfleet.perf.models import MODELS
+from podfleet.perf.options import plan_from_options
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
     from podfleet.control.specs import JobSpec
 
 _FINISHED = ("job-finished", "job-succeeded")
+# Per-chip write bandwidth to shared storage of an on-demand checkpoint: the same
+# assumption as recovery's restore (``recovery.model.Timings.checkpoint_bw_bytes_per_s``;
+# a test keeps them equal). Control may not import recovery (recovery imports control).
+CHECKPOINT_WRITE_BW_BYTES_PER_S = 2.5e9
 _JOB_FAILED = ("job-failed", "worker-exited")
 
 
@@ -104,6 +110,25 @@ class TwinDriver:
 
     def checkpoint_now(self, job_id: str) -> int | None:
         return self.fabric.checkpoint_now(job_id)
+
+    def checkpoint_write_s(self, job_id: str) -> float:
+        """Every rank writes its parameters and optimizer state (perf's memory model for
+        the job's model and plan; else 16 bytes a parameter over the ranks) to shared
+        storage at ``CHECKPOINT_WRITE_BW_BYTES_PER_S`` a chip, all ranks at once."""
+        job = self.table.find(job_id)
+        if job is None:
+            return 0.0
+        spec = job.spec
+        nbytes: float | None = None
+        m = MODELS.get(spec.model)
+        if m is not None:
+            with contextlib.suppress(PodfleetError, ValueError, TypeError, ZeroDivisionError):
+                mem = memory_per_chip(m, plan_from_options(m, spec.chips, self.launch_options(job, 0),
+                                                           self.rt.topology))
+                nbytes = float(mem.params_bytes + mem.optimizer_bytes)
+        if nbytes is None:
+            nbytes = 16.0 * float(job.status.params or 0) / max(spec.chips, 1)
+        return nbytes / CHECKPOINT_WRITE_BW_BYTES_PER_S
 
     # --- fabric events --------------------------------------------------------------------------
     def on_event(self, ev: FabricEvent) -> None:
