@@ -5,6 +5,7 @@ requeued, usage per team, and an array and a dependency chain run in order."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from typing import Any
@@ -84,5 +85,5 @@ def test_two_teams_share_a_pod_through_the_cli(live: Live) -> None:
     assert last["state"] == "SUCCEEDED", last["reason"]
     # In order, whatever the wall clock did: one member at a time (%1), the dependent after all.
     spans = sorted((m["timestamps"]["RUNNING"], m["timestamps"]["SUCCEEDED"]) for m in members)
-    assert all(done <= nxt for (_s, done), (nxt, _e) in zip(spans, spans[1:], strict=False)), spans
+    assert all(done <= nxt for (_s, done), (nxt, _e) in itertools.pairwise(spans)), spans
     assert last["timestamps"]["RUNNING"] >= spans[-1][1], (last["timestamps"], spans)
