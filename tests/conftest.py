@@ -47,7 +47,7 @@ def _process_security_state() -> Iterator[None]:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
     """Run the tests that connect this process to an external Ray cluster first, and give
-    every test its xdist group (``make test`` runs ``-n 2 --dist loadgroup``).
+    every test its xdist group (``make test PYTEST_ARGS="-n 2 --dist loadgroup"``).
 
     Groups: one per test file (its module fixtures, a Ray cluster or a served plane, are
     made once), except that every Ray test shares one group, so one worker process runs

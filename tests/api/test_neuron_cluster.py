@@ -121,8 +121,12 @@ def test_uncorrectable_ecc_raises_an_alert_naming_the_device(env: Env, trn: dict
     (alert,) = ecc_alerts()
     assert alert["target"] == f"chip:{ECC_DEVICE}" and alert["severity"] == "critical"
     assert "uncorrectable ECC" in alert["message"]
-    chip = env.c.get("/v1/clusters/trn/hardware").json()["chips"][ECC_DEVICE]
-    assert chip["state"] in ("failed", "isolated") and chip["metrics"]["sram_ecc_uncorrected"] == 1
+    # The chip's state follows the alert through the recovery flow's isolate step: wait for it.
+    def chip() -> dict:
+        return env.c.get("/v1/clusters/trn/hardware").json()["chips"][ECC_DEVICE]
+
+    wait(lambda: chip()["state"] in ("failed", "isolated"), 30)
+    assert chip()["metrics"]["sram_ecc_uncorrected"] == 1
     lines = "\n".join(ln["message"] for ln in env.c.get("/v1/clusters/trn/logs").json()["lines"])
     assert "chip-failed" in lines
 
