@@ -76,6 +76,17 @@ class Watched:
         self.page.wait_for_selector("main[aria-busy=false]", timeout=10_000)
 
 
+def signed_in(site: Served, role: str = "admin") -> Iterator[Watched]:
+    """A browser of its own with ``role`` signed in to ``site`` (module fixtures of the other
+    browser tests: their sites differ from this file's)."""
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        w = Watched(b, site, role)
+        yield w
+        w.context.close()
+        b.close()
+
+
 @pytest.fixture(scope="module")
 def admin(browser: object, site: Served) -> Iterator[Watched]:
     w = Watched(browser, site, "admin")

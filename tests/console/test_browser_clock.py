@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.console.conftest import Served, serve
-from tests.console.test_browser import ARGS, CHROMIUM, Watched, sync_api
+from tests.console.test_browser import Watched, signed_in
 
 pytestmark = pytest.mark.browser
 
@@ -27,12 +27,7 @@ def site(request: pytest.FixtureRequest) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def admin(site: Served) -> Iterator[Watched]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        w = Watched(b, site, "admin")
-        yield w
-        w.context.close()
-        b.close()
+    yield from signed_in(site)
 
 
 def _twin(w: Watched) -> tuple[datetime, float]:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.console.conftest import Served, serve, wait_active
-from tests.console.test_browser import ARGS, CHROMIUM, Watched, sync_api
+from tests.console.test_browser import Watched, signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.realproc]
 
@@ -45,12 +45,7 @@ def job(site: Served) -> str:
 
 @pytest.fixture(scope="module")
 def admin(site: Served) -> Iterator[Watched]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        w = Watched(b, site, "admin")
-        yield w
-        w.context.close()
-        b.close()
+    yield from signed_in(site)
 
 
 _STAMP = re.compile(r"\b(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d)(?::(\d\d))?")

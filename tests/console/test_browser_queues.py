@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.console.conftest import Served, serve, wait_active
-from tests.console.test_browser import SHOTS, Watched
+from tests.console.test_browser import SHOTS, Watched, signed_in
 
 pytestmark = pytest.mark.browser
 
@@ -43,14 +43,7 @@ def jobs(site: Served) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def admin(site: Served, jobs: dict[str, str]) -> Iterator[Watched]:
-    from tests.console.test_browser import ARGS, CHROMIUM, sync_api
-
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        w = Watched(b, site, "admin")
-        yield w
-        w.context.close()
-        b.close()
+    yield from signed_in(site)
 
 
 def field(w: Watched, queue: str, name: str) -> str:
