@@ -127,6 +127,8 @@ def _validator(doc: dict[str, Any], name: str) -> jsonschema.Draft202012Validato
     ({"model": None, "chips": 1}, False),
     ({"model": "debug", "chips": 1}, True),
     ({"model_dims": {"layers": 2, "hidden": 64, "heads": 2, "vocab": 100}, "chips": 1}, True),
+    ({"model": "custom", "chips": 2}, False),                # custom is the model_dims model
+    ({"model": "custom", "model_dims": {"layers": 2, "hidden": 64, "heads": 2, "vocab": 100}, "chips": 1}, True),
 ])
 def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, Any], valid: bool) -> None:
     assert _validator(doc, "SubmitJobRequest").is_valid(body) is valid
