@@ -8,7 +8,10 @@ queues of the cohort that borrow now, as the reclaiming queue's policy allows
 (``preemption.cheapest_block``), then, while the cohort still lends more than its
 lenders may, more borrowing jobs, lowest priority and newest first
 (``queues.plan_reclaim``). Each goes with a checkpoint and is requeued, like any
-preemption victim, with the reclaim as its reason.
+preemption victim, with the reclaim as its reason. When no block can be freed by
+preempting borrowers alone, the jobs within quota in the chosen block are moved out of
+it (``Nomination.moves``: checkpoint on demand and relaunch, never a preemption) or,
+when they cannot be, awaited (``Reclaim._reserve``).
 """
 
 from __future__ import annotations
