@@ -499,6 +499,11 @@ class Scheduler:
         if mr.phase is not JobPhase.RUNNING:
             raise ConflictError(f"job {job_id} is {mr.phase.value}, not running", field="job_id")
         self.hold(job_id, self.cluster.global_chips(nom.pod, move.local_chips), _rec=mr)
+        if move.block >= 0 and mr.placement is not None:  # its new block's shape and offset
+            idx = self.cluster.blocks
+            mr.placement = replace(mr.placement, shape=idx.shapes[int(idx.block_shape[move.block])].shape,
+                                   offset=tuple(int(v) for v in idx.block_offset[move.block]),
+                                   reason=f"moved out of the block {preemptor} reclaims")
         pod = self.cluster.pods[nom.pod]
         tgt = list(move.local_chips)
         pod.nominated[tgt] = np.where(pod.nominated[tgt] == rec.slot, FREE, pod.nominated[tgt])

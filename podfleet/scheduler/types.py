@@ -151,6 +151,7 @@ class Move:
 
     job_id: str
     local_chips: tuple[int, ...]
+    block: int = -1  # the target block's id (its shape and offset), -1: not a block
 
 
 @dataclass(frozen=True)

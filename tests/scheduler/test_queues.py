@@ -346,6 +346,7 @@ def test_reclaim_moves_jobs_within_quota_out_of_the_block_instead_of_waiting() -
         r = s.jobs[m.job_id]
         assert r.phase is JobPhase.RUNNING and r.preemptions == 0 and r.moves == 1
         assert r.placement is not None and r.placement.local_chips == m.local_chips
+        assert r.placement.shape in {sh.shape for sh in s.cluster.blocks.shapes}  # its new block's
     for q, nominal in (("b", 24), ("c", 8)):
         assert s.queues.usage(q) >= nominal
 

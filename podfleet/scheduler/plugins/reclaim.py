@@ -209,7 +209,7 @@ class Reclaim:
             # Fewest extra victims, then fewest of their chips, then the shape it runs on
             # (its plan was chosen with it) before another it may have.
             same = set(idx.shape_ids_for(req.chips, pl.shape))
-            pick: tuple[tuple[int, int, int], np.ndarray, list[Holder], dict[str, int]] | None = None
+            pick: tuple[tuple[int, int, int], int, np.ndarray, list[Holder], dict[str, int]] | None = None
             for sid in idx.shape_ids_for(req.chips, req.shape):
                 sh = idx.shapes[sid]
                 for b in np.flatnonzero(free[sh.start : sh.stop]) + sh.start:
@@ -227,17 +227,17 @@ class Reclaim:
                             break
                         trial[hd.queue] = trial.get(hd.queue, 0) - hd.chips
                     else:
-                        pick = (cost, chips, [spare_holders[o] for o in own], trial)
+                        pick = (cost, int(b), chips, [spare_holders[o] for o in own], trial)
             if pick is None:
                 return None
-            _, chips, victims, used = pick
+            _, target, chips, victims, used = pick
             for hd in victims:
                 slot = h.jobs[hd.job_id].slot
                 owner[owner == slot] = FREE  # preempted: its other chips are free for the next mover
                 spare_holders.pop(slot, None)
             extra.extend(victims)
             usable[chips] = False
-            moves.append(Move(jid, tuple(int(c) for c in chips)))
+            moves.append(Move(jid, tuple(int(c) for c in chips), target))
         return tuple(moves), extra
 
     def _takeable(self, job: JobRequest, first: list[Holder]) -> tuple[set[str], dict[str, int]]:
