@@ -21,7 +21,10 @@ Phases (virtual time):
    a reclaim (``reclaims_preempting``, ``reclaim_s_*_preempting``) only when d's quota
    was lent and the job preempted borrowers; ``reclaims_holding_a_block``: samples where
    no block could be freed by preemption alone and the job held one until the jobs
-   within quota in it ended.
+   within quota in it ended; ``reclaims_moving``: samples where no block could be freed
+   by preemption alone and the jobs within quota in the chosen block were moved out of
+   it (on-demand checkpoint, its write charged, relaunch on chips the borrowers freed;
+   not preempted), ``jobs_moved_by_reclaim`` the moves in all.
 
 ``admission_decisions_per_s``: a bare ``Scheduler`` (the same queues) with
 ``PENDING_JOBS`` pending jobs that all fail admission (their queues are full), timed
@@ -139,21 +142,25 @@ def run(quick: bool = False) -> dict[str, Any]:
     reclaim_s: list[float] = []
     preempting: list[bool] = []  # did the sample preempt anything (else it was no reclaim)
     held: list[bool] = []  # did it hold a block for jobs within quota to end (Nomination.awaited)
+    moving: list[bool] = []  # did it move jobs within quota out of the block (Nomination.moves)
     rt = next(iter(plane.clusters.values()))
     for _ in range(reclaims):
         _run_backlogged(plane, names[:3], 600.0)
         t0 = plane.tl.now
         lent = plane.queues.describe("pod", "d")["lent"]
         job = plane.jobs.submit("pod", {"model": "tiny", "chips": 32, "steps": STEPS, "queue": "d"}, actor="team-d")
-        waited = False
+        waited = moved = False
         while plane.jobs.describe(job["id"])["state"] != "RUNNING" and plane.tl.now - t0 < 3600:
             # 1 ms steps for the first 0.1 s: an on-demand checkpoint of a tiny job takes ms.
             plane.tl.run(plane.tl.now + (0.001 if plane.tl.now - t0 < 0.1 else 0.1))
-            waited = waited or "holding the block" in rt.scheduler.jobs[job["id"]].reason
+            reason = rt.scheduler.jobs[job["id"]].reason
+            waited = waited or "holding the block" in reason
+            moved = moved or "out of the block" in reason
         reclaim_s.append(plane.tl.now - t0)
         log = [ln["message"] for ln in plane.jobs.job_logs(job["id"]).since(0)]
         preempting.append(lent > 0 and any(m.startswith("preempting ") for m in log))
         held.append(waited)
+        moving.append(moved)
         plane.jobs.stop(job["id"], actor="bench")
     preempted = sum(1 for j in plane.table if j.status.scheduling.preemptions)
     rate = _admission_rate(1000 if quick else 10_000)
@@ -169,6 +176,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "reclaim_s_p50_preempting": _pct([r for r, p in zip(reclaim_s, preempting, strict=True) if p], 50),
         "reclaim_s_p99_preempting": _pct([r for r, p in zip(reclaim_s, preempting, strict=True) if p], 99),
         "reclaims_holding_a_block": sum(held),
+        "reclaims_moving": sum(moving),
+        "jobs_moved_by_reclaim": sum(r.moves for r in rt.scheduler.jobs.values()),
         "reclaim_s_by_sample": [round(r, 3) for r in reclaim_s],
         "jobs_preempted_by_reclaim": preempted,
         "admission_decisions_per_s": round(rate, 1),

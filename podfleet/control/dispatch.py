@@ -12,6 +12,11 @@ or a log line with its reason:
   resume from that step; then ``victims_checkpointed`` gives the preemptor its BIND. A
   victim that cannot be checkpointed now (recovering, finishing) is retried on the next
   cycle: no victim is ever stopped without its checkpoint.
+* MOVE (a reclaim's ``Nomination.moves``): once the victims are saved, a job within its
+  queue's nominal quota that sits in the reclaimed block is checkpointed on demand (the
+  write charged as a victim's), stopped and relaunched at once on the chips the
+  victims freed, from that step: ``RUNNING -> CHECKPOINTING -> RUNNING``, never
+  requeued, no preemption counted; then ``Scheduler.moved`` gives the preemptor its BIND.
 
 It is given the job table and the cluster's driver, and calls nothing back in the job
 manager that runs the cycle: a decision goes from here to the driver and the fabric.
@@ -153,8 +158,13 @@ def settle(table: JobTable, drv: JobDriver, rt: ClusterRuntime, preemptor: str) 
             if step is not None:
                 saved[v] = step
     d = sched.victims_checkpointed(preemptor, saved)
+    for mover, chips in d.detail.get("moves", ()):
+        if _move(table, drv, rt, mover, tuple(chips), preemptor):
+            d = sched.moved(preemptor, mover)
+            if d.kind is not DecisionKind.PREEMPT:
+                break
     if d.kind is DecisionKind.PREEMPT:
-        return  # some victims could not be saved yet: retried on the next cycle
+        return  # some victims (or moves) could not be saved yet: retried on the next cycle
     rt.preempting.pop(preemptor, None)
     if d.kind is DecisionKind.BIND:
         bind(table, drv, rt, d)
@@ -192,7 +202,37 @@ def _checkpoint_victim(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_
     return step
 
 
-def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by: str) -> int | None:
+def _move(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job_id: str, chips: tuple[int, ...],
+          by: str) -> bool:
+    """Move a running job out of the block ``by`` reclaims onto ``chips`` (free now): its
+    on-demand checkpoint (the write charged: it keeps its old chips meanwhile), then a
+    relaunch there from that step. True once it runs on ``chips``; False while the write
+    is under way, or when it cannot be moved now (retried on the next cycle)."""
+    job = table.find(job_id)
+    if job is None or job.ended:
+        rt.checkpoint_writes.pop(job_id, None)
+        return False  # it ended: ``finish`` released its chips, the block frees itself
+    if job.state != JobState.RUNNING or drv.owns(job_id) or not drv.on_demand_checkpoints:
+        return False
+    got = _on_demand(table, drv, rt, job, by, f"moving out of the block {by} reclaims (not a preemption)")
+    if got is None:
+        return False
+    step = max(got, job.status.checkpoint_step)
+    srec = rt.scheduler.jobs.get(job_id)
+    shape = srec.placement.shape if srec is not None and srec.placement is not None else (len(chips),)
+    why = f"moved by {by}: within its queue's nominal quota, so not preempted"
+    table.transition(job, JobState.CHECKPOINTING, f"{why}: checkpoint at step {step} (saved now)")
+    table.record_checkpoint(job, step, f"{drv.checkpoint_scheme}://{job.id}/step-{step}",
+                            {"reason": "move", "moved_by": by})
+    drv.stop(job.id)
+    rt.owners.release(job.id)
+    table.log(job, f"{why}; relaunching on {len(chips)} chips from step {step}")
+    launch(table, drv, rt, job, Allocation(chips, shape, f"{why}; relaunched from step {step}"))
+    return job.state == JobState.RUNNING
+
+
+def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by: str,
+               what: str = "") -> int | None:
     """The step of the victim's on-demand checkpoint once it is written, None until then.
 
     The snapshot is taken at the first call; the victim keeps its chips until the write
@@ -209,7 +249,7 @@ def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by
         if write_s <= 0:
             return step
         rt.checkpoint_writes[job.id] = (step, now + write_s)
-        table.log(job, f"preempted by {by}: writing an on-demand checkpoint at step {step} "
+        table.log(job, f"{what or 'preempted by ' + by}: writing an on-demand checkpoint at step {step} "
                        f"({write_s:.3g} s); its chips stay its own until it is written")
         return None
     step, due = writing
@@ -225,8 +265,10 @@ def next_checkpoint_due(rt: ClusterRuntime) -> float | None:
     due is settled by the cycle running now or the next one, never woken for again (a
     wake-up at once would loop while its victim cannot be released yet)."""
     sched = rt.scheduler
+    moving = {m.job_id for pid in rt.preempting if (p := sched.jobs.get(pid)) is not None
+              and p.nomination is not None for m in p.nomination.moves}
     for jid in [j for j in rt.checkpoint_writes
-                if (r := sched.jobs.get(j)) is None or r.phase is not JobPhase.CHECKPOINTING]:
+                if ((r := sched.jobs.get(j)) is None or r.phase is not JobPhase.CHECKPOINTING) and j not in moving]:
         del rt.checkpoint_writes[jid]
     now = sched.clock()
     return min((due for _, due in rt.checkpoint_writes.values() if due > now), default=None)

@@ -399,7 +399,10 @@ class JobManager:
                     self.table.amend(job, reason=gate.reason, allocation=scheduling.pending_allocation(gate.reason))
                 return
             self.holds.release(job.id)
-        req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=self.driver(rt).preemptible)
+        drv = self.driver(rt)
+        # Movable: its fabric checkpoints on demand, so a reclaim may move it keeping its work.
+        req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=drv.preemptible,
+                                     movable=drv.preemptible and drv.on_demand_checkpoints)
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
         # not apply to it, and must not end it.

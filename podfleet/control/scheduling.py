@@ -77,7 +77,8 @@ def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str
     return Scheduler(topology, spares=tuple(spares), quotas=dict(quotas or {}), clock=clock, planner=planner)
 
 
-def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: bool = True) -> JobRequest:
+def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: bool = True,
+                movable: bool = False) -> JobRequest:
     """What the scheduler needs of a job: gang size, team, priority, TP degree, and for
     ``parallelism: auto`` the model and its gradient compression, so block shape and plan
     (its step time with that compression) are chosen together."""
@@ -95,7 +96,7 @@ def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: b
     return JobRequest(
         job_id, chips, team=spec.team or "default", priority=spec.priority, tp=tp,
         queue=spec.queue or "default", may_preempt=spec.priority_preemption != "never",
-        parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible,
+        parallelism="auto" if model is not None else "manual", model=model, preemptible=preemptible, movable=movable,
         grad_compression=spec.grad_compression or "none",
         pods=spec.pods, topology_required=spec.topology_required,
         topology_preferred=spec.topology_preferred,

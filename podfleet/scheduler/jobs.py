@@ -51,6 +51,7 @@ class SchedulerJob:
     finished_s: float | None = None
     wait_s: float = 0.0  # total time queued so far
     preemptions: int = 0
+    moves: int = 0  # times a reclaim moved it out of a block (checkpoint and relaunch, no requeue)
     history: list[tuple[float, str]] = field(default_factory=list)
 
     @property

@@ -374,6 +374,8 @@ class Scheduler:
     def _nominate(self, rec: SchedulerJob, nom: Nomination, now: float) -> Decision:
         pod = self.cluster.pods[nom.pod]
         pod.nominated[list(nom.local_chips)] = rec.slot
+        for m in nom.moves:  # the chips a moved job goes to are kept for it, as the block is
+            pod.nominated[list(m.local_chips)] = rec.slot
         self.cluster.touch(pod)
         for v in nom.victims:
             vr = self.jobs[v]
@@ -385,6 +387,9 @@ class Scheduler:
         rec.nomination = nom
         why = f": {nom.reason}" if nom.reason else ""
         then = f"; holding the block until {', '.join(nom.awaited)} (not preempted) end" if nom.awaited else ""
+        if nom.moves:
+            then += (f"; moving {', '.join(m.job_id for m in nom.moves)} (within quota, not preempted) "
+                     "out of the block")
         status = st.wait(f"preempting {', '.join(nom.victims) or 'nothing'} (checkpoint and requeue){why}{then}")
         rec.reason = str(status)
         return Decision(rec.job_id, DecisionKind.PREEMPT, status, victims=nom.victims)
@@ -417,7 +422,17 @@ class Scheduler:
         local = tuple(nom.local_chips)
         held = {int(o) for o in pod.owner[list(local)] if o != FREE}
         awaited = {self.jobs[j].slot for j in nom.awaited if self.jobs[j].phase in HOLDING}
-        if pod.healthy[list(local)].all() and held and held <= awaited:
+        moving = self._moves_ready(rec, held)
+        if pod.healthy[list(local)].all() and held and held <= awaited | {self.jobs[j].slot for j in moving}:
+            if moving:
+                # Every victim is saved: the jobs within quota in the block go next, onto
+                # the chips the victims freed (the control plane checkpoints, relaunches
+                # and calls ``moved``); they are not preempted and keep their work.
+                status = st.wait(f"moving {', '.join(moving)} (within its queue's nominal quota, not preempted) "
+                                 "out of the block")
+                rec.reason = str(status)
+                return Decision(job_id, DecisionKind.PREEMPT, status, victims=(),
+                                detail={"moves": [(j, c) for j, c in moving.items()]})
             # A reclaim's reservation: jobs within their queue's quota still in the block
             # are not preempted; the job starts when they end (``finish`` runs a cycle).
             left = ", ".join(sorted(self.handle.slots[o] for o in held))
@@ -451,6 +466,50 @@ class Scheduler:
             self.pending[job_id] = None
             return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
         return d
+
+    def _moves_ready(self, rec: SchedulerJob, held: set[int]) -> dict[str, tuple[int, ...]]:
+        """The preemptor's moves that can go now: job id -> global target chips, for jobs
+        still running in the block whose targets are healthy and free of any holder."""
+        nom = rec.nomination
+        if nom is None or not nom.moves:
+            return {}
+        pod = self.cluster.pods[nom.pod]
+        out: dict[str, tuple[int, ...]] = {}
+        for m in nom.moves:
+            mr = self.jobs.get(m.job_id)
+            if mr is None or mr.phase is not JobPhase.RUNNING or mr.slot not in held:
+                continue
+            tgt = list(m.local_chips)
+            if pod.healthy[tgt].all() and (pod.owner[tgt] == FREE).all():
+                out[m.job_id] = self.cluster.global_chips(nom.pod, m.local_chips)
+        return out
+
+    def moved(self, preemptor: str, job_id: str, now_s: float | None = None) -> Decision:
+        """The control plane relaunched ``job_id`` (one of ``preemptor``'s moves) on its
+        target chips from an on-demand checkpoint: it holds those chips now, stays
+        running (no requeue, no preemption counted) and its block chips are free. The
+        answer is ``victims_checkpointed``'s: BIND once the block is free."""
+        now = self.time(now_s)
+        rec = self._get(preemptor)
+        nom = rec.nomination
+        move = next((m for m in nom.moves if m.job_id == job_id), None) if nom is not None else None
+        if rec.phase is not JobPhase.NOMINATED or nom is None or move is None:
+            raise ConflictError(f"{job_id} is not being moved for {preemptor}", field="job_id")
+        mr = self._get(job_id)
+        if mr.phase is not JobPhase.RUNNING:
+            raise ConflictError(f"job {job_id} is {mr.phase.value}, not running", field="job_id")
+        self.hold(job_id, self.cluster.global_chips(nom.pod, move.local_chips), _rec=mr)
+        if move.block >= 0 and mr.placement is not None:  # its new block's shape and offset
+            idx = self.cluster.blocks
+            mr.placement = replace(mr.placement, shape=idx.shapes[int(idx.block_shape[move.block])].shape,
+                                   offset=tuple(int(v) for v in idx.block_offset[move.block]),
+                                   reason=f"moved out of the block {preemptor} reclaims")
+        pod = self.cluster.pods[nom.pod]
+        tgt = list(move.local_chips)
+        pod.nominated[tgt] = np.where(pod.nominated[tgt] == rec.slot, FREE, pod.nominated[tgt])
+        self.cluster.touch(pod)
+        mr.moves += 1
+        return self.victims_checkpointed(preemptor, {}, now)
 
     def _release_victim(self, vr: SchedulerJob, step: int, now: float) -> None:
         if step < vr.last_checkpoint_step:

@@ -36,6 +36,9 @@ class JobRequest:
     parallelism: str = "manual"  # "auto": block shape and plan chosen together
     model: str | ModelSpec | None = None  # for parallelism="auto": a planner preset name, or a custom spec
     preemptible: bool = True
+    # Its fabric can checkpoint it on demand and relaunch it from exactly that step, so a
+    # reclaim may move it out of a block (``Nomination.moves``) without losing its work.
+    movable: bool = False
     may_preempt: bool = True  # False: its priority class never preempts lower-priority jobs
     grad_compression: str = "none"  # for parallelism="auto": plans are estimated with it (perf.compression)
     pods: int | None = None  # a gang across pods: exactly this many pods, chips / pods on each
@@ -141,6 +144,17 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Move:
+    """A running job within its queue's nominal quota that a reclaim moves out of the
+    block it nominated (not a preemption: checkpointed on demand and relaunched at once
+    on ``local_chips`` of the same pod, from the step it was saved at)."""
+
+    job_id: str
+    local_chips: tuple[int, ...]
+    block: int = -1  # the target block's id (its shape and offset), -1: not a block
+
+
+@dataclass(frozen=True)
 class Nomination:
     """Chips chosen for a preemptor (PostFilter) while its victims checkpoint."""
 
@@ -152,6 +166,9 @@ class Nomination:
     # Holders of the block that are not preempted (a queue within its nominal quota): the
     # preemptor keeps the block and starts once they have ended (a reclaim's reservation).
     awaited: tuple[str, ...] = ()
+    # Holders of the block moved out of it onto chips the victims free (``Move``): the
+    # preemptor binds once they are relaunched there.
+    moves: tuple[Move, ...] = ()
 
 
 class DecisionKind(StrEnum):

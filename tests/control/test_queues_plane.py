@@ -210,3 +210,44 @@ def test_priority_classes_name_a_value_and_a_preemption_policy() -> None:
     assert [c["name"] for c in p2.priorities.list_all()] == ["polite", "urgent"]
     p2.priorities.delete("polite", actor="t")
     assert [c["name"] for c in p2.priorities.list_all()] == ["urgent"]
+
+
+def test_reclaim_moves_a_job_within_quota_out_of_the_block_on_the_twin(plane: ControlPlane) -> None:
+    # b (nominal 24) and c (nominal 8) fill the pod with 4-chip jobs; one of b's jobs within
+    # quota ends and c's next borrower takes its chips, so a job within quota sits in every
+    # 32-chip block and preempting borrowers alone frees none.
+    active_cluster(plane)
+    for name, nominal in (("a", 32), ("b", 24), ("c", 8)):
+        plane.queues.create("pod", {"name": name, "nominal": nominal, "cohort": "lab"}, actor="t")
+
+    def sub(q: str, chips: int = 4) -> dict:
+        return plane.jobs.submit("pod", {**LONG, "chips": chips, "queue": q}, actor="t")
+
+    jobs = [sub("b") for _ in range(6)] + [sub("c") for _ in range(8)] + [sub("b") for _ in range(2)]
+    advance(plane, 60)
+    plane.jobs.stop(jobs[0]["id"], actor="t")
+    advance(plane, 1)
+    jobs.append(sub("c"))
+    advance(plane, 60)
+    before = {j["id"]: plane.jobs.describe(j["id"]) for j in jobs[1:]}
+    assert all(v["state"] == "RUNNING" for v in before.values())
+    a = sub("a", 32)
+    advance(plane, 1)
+    a = plane.jobs.describe(a["id"])
+    assert a["state"] == "RUNNING", a["reason"]
+    logs = {j: "\n".join(ln["message"] for ln in plane.jobs.job_logs(j).since(0)) for j in before}
+    moved = [j for j, log in logs.items() if f"moved by {a['id']}" in log]
+    assert moved, "no job was moved: the layout no longer needs a move"
+    block = set(a["allocation"]["chips"])
+    for j in moved:
+        v = plane.jobs.describe(j)
+        # Not a preemption: still running, never requeued, resumed from its on-demand checkpoint.
+        assert v["state"] == "RUNNING" and "preemptions" not in v["scheduling"], v
+        assert v["checkpoint_step"] > 0 and v["progress"]["step"] >= v["checkpoint_step"]
+        assert not set(v["allocation"]["chips"]) & block
+        assert v["allocation"]["chips"] != before[j]["allocation"]["chips"]
+        assert "writing an on-demand checkpoint" in logs[j]  # its write was charged
+    for q, nominal in (("b", 24), ("c", 8)):
+        assert plane.queues.describe("pod", q)["used"] >= nominal  # victims were borrowers only
+    victims = [j for j in before if plane.jobs.describe(j)["state"] == "PENDING"]
+    assert victims and not set(victims) & set(moved)

@@ -168,14 +168,14 @@ def _check_invariants(s: Scheduler) -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(queue_specs, ops)
-def test_quota_invariants_hold_under_any_workload(raw: list, steps: list) -> None:
+@given(queue_specs, ops, hs.booleans())
+def test_quota_invariants_hold_under_any_workload(raw: list, steps: list, movable: bool) -> None:
     s = Scheduler(POD, queues=_specs(raw))
     n = 0
     for now, (op, q, chips, prio) in enumerate(steps):
         before = {j: (r.request.queue, r.phase) for j, r in s.jobs.items()}
         if op == "submit":
-            s.submit(JobRequest(f"j{n}", chips, queue=q, priority=prio), now_s=now)
+            s.submit(JobRequest(f"j{n}", chips, queue=q, priority=prio, movable=movable), now_s=now)
             n += 1
         elif op == "finish":
             live = [j for j, r in s.jobs.items() if r.phase is JobPhase.RUNNING and r.request.queue == q]
@@ -193,7 +193,13 @@ def test_quota_invariants_hold_under_any_workload(raw: list, steps: list) -> Non
                         held = sum(r.request.chips for j, r in s.jobs.items()
                                    if r.request.queue == vq and before.get(j, ("", None))[1] is JobPhase.RUNNING)
                         assert held > spec.nominal, f"reclaimed from {vq} within its nominal quota"
-                s.victims_checkpointed(d.job_id, {v: 0 for v in d.victims}, now_s=now)
+                d2 = s.victims_checkpointed(d.job_id, {v: 0 for v in d.victims}, now_s=now)
+                # Jobs moved out of the block (within quota) are never victims and stay running.
+                for m, _ in d2.detail.get("moves", ()):
+                    assert m not in d.victims and s.jobs[m].phase is JobPhase.RUNNING
+                    pre_moves = s.jobs[m].preemptions
+                    s.moved(d.job_id, m, now_s=now)
+                    assert s.jobs[m].phase is JobPhase.RUNNING and s.jobs[m].preemptions == pre_moves
         _check_invariants(s)
 
 
@@ -294,3 +300,62 @@ def test_reclaim_holds_a_block_when_jobs_within_quota_sit_in_every_block() -> No
     d3 = s.victims_checkpointed("a0", {}, now_s=200)
     assert d3.kind is DecisionKind.BIND and d3.placement is not None
     assert set(d3.placement.local_chips) == block
+
+
+def _fragmented(movable: bool) -> Scheduler:
+    """b (nominal 24) and c (nominal 8) hold the pod in 4-chip jobs laid out so that every
+    32-chip block holds b chips beyond b's 8 borrowed ones (the layout of the test above)."""
+    s = Scheduler(POD, queues=[QueueSpec("a", 32, cohort="c"), QueueSpec("b", 24, cohort="c"),
+                               QueueSpec("c", 8, cohort="c")])
+    b_groups = {0, 2, 4, 7, 10, 11, 12, 14}
+    for k in range(16):
+        q = "b" if k in b_groups else "c"
+        s.submit(JobRequest(f"{q}{k}", 4, queue=q, movable=movable), now_s=0)
+        s.adopt(f"{q}{k}", range(4 * k, 4 * k + 4), now_s=0)
+    return s
+
+
+def test_reclaim_moves_jobs_within_quota_out_of_the_block_instead_of_waiting() -> None:
+    s = _fragmented(movable=True)
+    s.submit(JobRequest("a0", 32, queue="a"), now_s=100)
+    [d] = s.schedule(now_s=100)
+    assert d.kind is DecisionKind.PREEMPT
+    nom = s.jobs["a0"].nomination
+    assert nom is not None and nom.moves and not nom.awaited
+    moved = {m.job_id for m in nom.moves}
+    block = set(nom.local_chips)
+    # A move is not a preemption: the moved jobs are no victims, their targets lie outside the block.
+    assert not moved & set(d.victims)
+    for m in nom.moves:
+        assert not set(m.local_chips) & block and len(m.local_chips) == s.jobs[m.job_id].request.chips
+    # Every victim's queue borrowed when it was taken (b and c stay at or above nominal).
+    for q, nominal in (("b", 24), ("c", 8)):
+        assert 32 - 4 * sum(1 for v in d.victims if s.jobs[v].request.queue == q) >= nominal
+    d2 = s.victims_checkpointed("a0", dict.fromkeys(d.victims, 1), now_s=101)
+    assert d2.kind is DecisionKind.PREEMPT and "out of the block" in s.reason("a0")
+    moves = dict(d2.detail["moves"])
+    assert set(moves) == moved
+    # The targets are kept for the move: a requeued borrower is not placed on them or the block.
+    kept = block | {c for m in nom.moves for c in m.local_chips}
+    for b in s.schedule(now_s=102):
+        assert b.placement is None or not set(b.placement.local_chips) & kept
+    for j in sorted(moved):
+        d3 = s.moved("a0", j, now_s=103)
+    assert d3.kind is DecisionKind.BIND and d3.placement is not None and set(d3.placement.local_chips) == block
+    for m in nom.moves:
+        r = s.jobs[m.job_id]
+        assert r.phase is JobPhase.RUNNING and r.preemptions == 0 and r.moves == 1
+        assert r.placement is not None and r.placement.local_chips == m.local_chips
+        assert r.placement.shape in {sh.shape for sh in s.cluster.blocks.shapes}  # its new block's
+    for q, nominal in (("b", 24), ("c", 8)):
+        assert s.queues.usage(q) >= nominal
+
+
+def test_jobs_that_cannot_be_moved_are_awaited_and_a_stray_move_is_a_conflict() -> None:
+    s = _fragmented(movable=False)  # e.g. a fabric without on-demand checkpoints
+    s.submit(JobRequest("a0", 32, queue="a"), now_s=100)
+    [d] = s.schedule(now_s=100)
+    nom = s.jobs["a0"].nomination
+    assert d.kind is DecisionKind.PREEMPT and nom is not None and nom.awaited and not nom.moves
+    with pytest.raises(ConflictError, match="is not being moved"):
+        s.moved("a0", nom.awaited[0], now_s=101)

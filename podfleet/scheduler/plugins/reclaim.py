@@ -8,7 +8,10 @@ queues of the cohort that borrow now, as the reclaiming queue's policy allows
 (``preemption.cheapest_block``), then, while the cohort still lends more than its
 lenders may, more borrowing jobs, lowest priority and newest first
 (``queues.plan_reclaim``). Each goes with a checkpoint and is requeued, like any
-preemption victim, with the reclaim as its reason.
+preemption victim, with the reclaim as its reason. When no block can be freed by
+preempting borrowers alone, the jobs within quota in the chosen block are moved out of
+it (``Nomination.moves``: checkpoint on demand and relaunch, never a preemption) or,
+when they cannot be, awaited (``Reclaim._reserve``).
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import numpy as np
 
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import CycleState, Handle
+from podfleet.scheduler.jobs import JobPhase
 from podfleet.scheduler.plugins.preemption import evictable_blocks
 from podfleet.scheduler.queues import Holder, plan_reclaim
 from podfleet.scheduler.state import FREE
 from podfleet.scheduler.status import Status
-from podfleet.scheduler.types import JobRequest, Nomination
+from podfleet.scheduler.types import JobRequest, Move, Nomination
 
 NAME = "reclaim"
 MAX_TRIES = 256  # candidate blocks per pod whose victims are checked against the quota rule
@@ -96,18 +100,29 @@ class Reclaim:
     def _reserve(self, job: JobRequest, holders: dict[int, Holder]) -> Nomination | None:
         """No block can be freed by preemption alone: jobs of queues within their nominal
         quota (never preempted) sit in every block, because which of a queue's jobs count
-        as borrowed moves as jobs end. Then take the block with the fewest such chips,
-        preempt its borrowers now and hold it: the freed chips are not lent out again, and
-        the job starts when the jobs within quota in it end (``Nomination.awaited``). The
-        block: the one whose awaited jobs were all started longest ago.
-        Without this the freed chips went back to borrowers and the owner waited for a
-        free block to happen by chance (the ``tenancy`` benchmark's p99 of 1,651 s)."""
+        as borrowed moves as jobs end. Then, per block, its borrowers a quota lets go are
+        preempted and its jobs within quota are either
+
+        * **moved** (``Nomination.moves``, when each is ``movable``: its fabric checkpoints
+          on demand and relaunches from that step) onto other chips of the pod that are
+          free or that more borrowers free (the same quota rule); the job keeps its work
+          and its quota, and the owner starts once they are relaunched there; or
+        * **awaited** (``Nomination.awaited``): the block is held, its freed chips are not
+          lent out again, and the owner starts when those jobs end.
+
+        A block whose jobs within quota can all be moved goes first (fewest chips moved,
+        then fewest victims); else the block whose awaited jobs were all started longest
+        ago. Without the hold the freed chips went back to borrowers and the owner waited
+        for a free block by chance (the ``tenancy`` benchmark's p99 of 1,651 s); with the
+        hold only, it waited for the rest of a job's run (961.9 s)."""
         h = self.handle
         book = h.queues
         idx = h.cluster.blocks
         sids = idx.shape_ids_for(job.chips, job.shape)
-        denied = h.reservations.denied(job, h.now_s(), len(h.cluster.pods)) if h.reservations else None
-        best: tuple[tuple[float, int, int], int, int, np.ndarray, tuple[str, ...], tuple[str, ...]] | None = None
+        now = h.now_s()
+        denied = h.reservations.denied(job, now, len(h.cluster.pods)) if h.reservations else None
+        best: tuple[tuple[int, float, int, int], int, int, np.ndarray, tuple[str, ...], tuple[str, ...],
+                    tuple[Move, ...]] | None = None
         for pod in h.cluster.pods:
             mask = pod.healthy & ~pod.spare & (pod.nominated == FREE) & (pod.hbm_bytes >= job.hbm_bytes_per_chip)
             if denied is not None:
@@ -120,35 +135,115 @@ class Reclaim:
                 owners = {int(o) for o in pod.owner[chips] if o != FREE}
                 ours = sorted((o for o in owners if o in holders),
                               key=lambda o: (holders[o].priority, -holders[o].started_s))
-                # Take the block's borrowers a quota lets go; the rest of its holders are awaited.
-                taken = self._takeable(job, [holders[o] for o in ours])
-                got = plan_reclaim(book, job.queue, job.chips, job.priority, [holders[o] for o in ours if
-                                                                              holders[o].job_id in taken],
-                                   [x for sl, x in holders.items() if sl not in owners])
-                if got is None:
-                    continue
+                # Take the block's borrowers a quota lets go; the rest of its holders are moved or awaited.
+                taken, used = self._takeable(job, [holders[o] for o in ours])
+                first = [holders[o] for o in ours if holders[o].job_id in taken]
+                rest = [x for sl, x in holders.items() if sl not in owners]
                 waiting = tuple(sorted(h.slots[o] for o in owners if h.slots[o] not in taken))
                 if not waiting:
                     continue  # would have been found by the search above
+                planned = self._moves(job, pod.index, chips, waiting, holders, owners, used)
+                if planned is not None:
+                    moves, extra = planned
+                    got = plan_reclaim(book, job.queue, job.chips, job.priority, first + extra,
+                                       [x for x in rest if x not in extra])
+                    if got is not None:
+                        cost = (0, 0.0, sum(len(m.local_chips) for m in moves), len(got))
+                        if best is None or cost < best[0]:
+                            best = (cost, pod.index, int(b), chips, got, (), moves)
+                        continue
+                got = plan_reclaim(book, job.queue, job.chips, job.priority, first, rest)
+                if got is None:
+                    continue
                 # The wait is the longest of the awaited jobs' remaining runs, which the
                 # scheduler does not know: the block whose latest-started one started
                 # earliest, then the fewest chips left waiting, then the fewest victims.
                 latest = max(h.jobs[j].started_s or 0.0 for j in waiting)
-                cost = (latest, int(sum(1 for c in chips if pod.owner[c] != FREE
-                                        and h.slots[int(pod.owner[c])] in waiting)), len(got))
+                cost = (1, latest, int(sum(1 for c in chips if pod.owner[c] != FREE
+                                           and h.slots[int(pod.owner[c])] in waiting)), len(got))
                 if best is None or cost < best[0]:
-                    best = (cost, pod.index, int(b), chips, got, waiting)
+                    best = (cost, pod.index, int(b), chips, got, waiting, ())
         if best is None:
             return None
-        _, p, block, chips, victims, waiting = best
+        _, p, block, chips, victims, waiting, moves = best
         lenders = sorted({h.jobs[v].request.queue for v in victims})
         why = (f"queue {job.queue!r} reclaims chips lent to queue {', '.join(map(repr, lenders))}" if lenders
                else f"queue {job.queue!r} reclaims its nominal quota")
-        return Nomination(p, block, tuple(int(c) for c in chips), victims, reason=why, awaited=waiting)
+        return Nomination(p, block, tuple(int(c) for c in chips), victims, reason=why, awaited=waiting,
+                          moves=moves)
 
-    def _takeable(self, job: JobRequest, first: list[Holder]) -> set[str]:
+    def _moves(self, job: JobRequest, p: int, block: np.ndarray, movers: tuple[str, ...],
+               holders: dict[int, Holder], in_block: set[int], used: dict[str, int]
+               ) -> tuple[tuple[Move, ...], list[Holder]] | None:
+        """Where each of ``movers`` (jobs within quota in ``block``) goes: a block of its own
+        shape on pod ``p`` outside ``block``, of chips free now or held by borrowers that may
+        go as well (``used``: the queues' chips once the block's own victims are gone, so
+        each extra victim's queue still borrows when it is taken). None when one cannot
+        move (not ``movable``, across pods, a policy that does not let the job's queue
+        touch it, or no room)."""
+        h = self.handle
+        book = h.queues
+        idx = h.cluster.blocks
+        pod = h.cluster.pods[p]
+        owner = pod.owner.copy()
+        usable = pod.healthy & ~pod.spare & (pod.nominated == FREE)
+        usable[block] = False
+        used = dict(used)
+        spare_holders = {sl: hd for sl, hd in holders.items() if sl not in in_block}
+        moves: list[Move] = []
+        extra: list[Holder] = []
+        now = h.now_s()
+        for jid in sorted(movers, key=lambda j: -h.jobs[j].request.chips):
+            mr = h.jobs[jid]
+            req, pl = mr.request, mr.placement
+            if not req.movable or mr.phase is not JobPhase.RUNNING or pl is None or pl.all_pods != (p,) \
+                    or not book.may_reclaim(job.queue, req.queue, job.priority, req.priority):
+                return None
+            ok = usable & (pod.hbm_bytes >= req.hbm_bytes_per_chip)
+            if h.reservations:
+                denied = h.reservations.denied(req, now, len(h.cluster.pods))
+                if denied is not None:
+                    ok &= ~denied[p]
+            ok &= (owner == FREE) | np.isin(owner, np.fromiter(spare_holders, dtype=np.int64))
+            free = idx.free(ok)
+            # Fewest extra victims, then fewest of their chips, then the shape it runs on
+            # (its plan was chosen with it) before another it may have.
+            same = set(idx.shape_ids_for(req.chips, pl.shape))
+            pick: tuple[tuple[int, int, int], int, np.ndarray, list[Holder], dict[str, int]] | None = None
+            for sid in idx.shape_ids_for(req.chips, req.shape):
+                sh = idx.shapes[sid]
+                for b in np.flatnonzero(free[sh.start : sh.stop]) + sh.start:
+                    chips = idx.chips(int(b))
+                    own = sorted({int(o) for o in owner[chips] if o != FREE},
+                                 key=lambda o: (spare_holders[o].priority, -spare_holders[o].started_s))
+                    cost = (len(own), int(sum(spare_holders[o].chips for o in own)), int(sid not in same))
+                    if pick is not None and cost >= pick[0]:
+                        continue
+                    trial = dict(used)
+                    for o in own:
+                        hd = spare_holders[o]
+                        spec = book.get(hd.queue)
+                        if spec is None or spec.borrowed(trial.get(hd.queue, 0)) <= 0:
+                            break
+                        trial[hd.queue] = trial.get(hd.queue, 0) - hd.chips
+                    else:
+                        pick = (cost, int(b), chips, [spare_holders[o] for o in own], trial)
+            if pick is None:
+                return None
+            _, target, chips, victims, used = pick
+            for hd in victims:
+                slot = h.jobs[hd.job_id].slot
+                owner[owner == slot] = FREE  # preempted: its other chips are free for the next mover
+                spare_holders.pop(slot, None)
+            extra.extend(victims)
+            usable[chips] = False
+            moves.append(Move(jid, tuple(int(c) for c in chips), target))
+        return tuple(moves), extra
+
+    def _takeable(self, job: JobRequest, first: list[Holder]) -> tuple[set[str], dict[str, int]]:
         """Of ``first`` (in preemption order), the jobs that can go without taking any
-        queue below its nominal quota (``plan_reclaim``'s rule, one at a time)."""
+        queue below its nominal quota (``plan_reclaim``'s rule, one at a time), and each
+        queue's chips once they have gone."""
         book = self.handle.queues
         used = dict(book.used)
         out: set[str] = set()
@@ -160,7 +255,7 @@ class Reclaim:
                 continue
             used[hd.queue] = used.get(hd.queue, 0) - hd.chips
             out.add(hd.job_id)
-        return out
+        return out, used
 
 
 def factory(handle: Handle, args: dict[str, Any]) -> Reclaim:
