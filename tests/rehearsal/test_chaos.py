@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from podfleet.control.jobs import JobManager
-from podfleet.fabric.base import ChipState
+from podfleet.fabric.base import ChipState, FaultInjection, LinkState
 from podfleet.recovery.orchestrator import RecoveryOrchestrator, cause_kind
 from podfleet.recovery.service import RecoveryService
 from podfleet.rehearsal.chaos import CLUSTER, EXPECTED_FLOW, ChaosRun
@@ -128,3 +128,38 @@ def test_a_slowdown_after_a_later_fault_on_the_job_is_the_later_faults(tmp_path:
     run.log = [first, later]
     assert run._effect(first, rates=True) is None
     assert run._effect(later, rates=True) == "slowed"
+
+
+def test_a_link_down_before_a_restart_is_down_after_it_and_its_job_still_degraded(tmp_path: Path) -> None:
+    """Restarts keep down links: the restarted plane sets the link down again on its fresh
+    twin, and the job, relaunched over the same detour, is still shown degraded with the
+    link as its reason (its step time before the fault was kept with the job), until the
+    link is repaired."""
+    run = ChaosRun(0, faults=0, db_path=str(tmp_path / "c.db"), restarts=0)
+    run.setup()
+    job_id = run.resident[0]
+    link = next(lk for lk in run.rt.topology.links if (lk.src, lk.dst) == (18, 22))
+    assert {18, 22} <= set(run.plane.table.find(job_id).chips)  # inside the job's block
+    run.plane.inject_fault(CLUSTER, "link-down", link="18-22", actor="test")
+    run.advance(run.plane.tl.now + 150.0)
+    before = run.plane.table.find(job_id).status
+    assert before.reason.startswith("degraded: link 18-22 down"), before.reason
+    # Any later save (a checkpoint, a reason) stores the step time over the detour: the
+    # restarted plane must not take that for the job's rate before the fault.
+    run.plane.table.save(run.plane.table.find(job_id))
+    run.restart()
+    assert run.rt.fabric.link_states()[link.index] == LinkState.DOWN
+    run.advance(run.plane.tl.now + 300.0)
+    job = run.plane.table.find(job_id)
+    assert job.state.value == "RUNNING" and job.status.progress.step > 0
+    assert job.status.reason.startswith("degraded: link 18-22 down"), job.status.reason
+    assert job.status.progress.step_time_s > 1.05 * before.link_baselines[str(link.index)][0]
+    fab = run.rt.fabric
+    assert isinstance(fab, FaultInjection)
+    fab.repair_link(link.index, "reseated by the test")
+    run.advance(run.plane.tl.now + 300.0)
+    job = run.plane.table.find(job_id)
+    assert not job.status.reason.startswith("degraded"), job.status.reason
+    assert job.status.link_baselines == {} and run.rt.rec.status.links is None
+    run.restart()  # repaired before this restart: up after it
+    assert run.rt.fabric.link_states()[link.index] == LinkState.UP
