@@ -56,6 +56,14 @@ class ClusterRecordOwner:
         st.original_spares = [int(c) for c in original_spares]
         self.rec.updated_at = now
 
+    def set_links(self, states: Mapping[int, str]) -> bool:
+        """The links not up now (index -> state); True when that changed."""
+        links = {str(i): str(s) for i, s in sorted(states.items())} or None
+        if links == self.rec.status.links:
+            return False
+        self.rec.status.links = links
+        return True
+
     def set_connected(self, connected: bool | None) -> None:
         """False: the fabric was never reached (not retried at a restart); None: no mark."""
         self.rec.status.fabric_connected = connected

@@ -8,7 +8,8 @@ its record go together):
 
     fabric-degraded / -recovered   the cluster's reason (the fabric lost its telemetry)
     progress                       the job's progress and metrics history (memory only)
-    anything else                  a log line; chip health saved; the recovery service
+    anything else                  a log line; chip health (and, on a link event, the
+                                   links not up) saved; the recovery service
                                    first (``RecoveryPort.on_event``: a flow may take the
                                    fault over), else the cluster's job driver; process
                                    fabrics' own recoveries are audited
@@ -30,7 +31,7 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import UnavailableError
-from podfleet.fabric.base import FabricEvent
+from podfleet.fabric.base import FabricEvent, LinkState
 from podfleet.store.protocol import StoreProtocol
 from podfleet.store.records import ChipHealthRecord
 
@@ -66,6 +67,14 @@ def save_health(store: StoreProtocol, rt: ClusterRuntime) -> None:
     """Persist every chip's state (and whether it is a spare) for a restart to read."""
     states = rt.chip_states()
     store.save_chip_health([ChipHealthRecord(rt.id, i, s.value, bool(rt.spare_mask[i])) for i, s in enumerate(states)])
+
+
+def save_links(store: StoreProtocol, rt: ClusterRuntime) -> None:
+    """Persist which links are down or degraded with the cluster, for a restart to set
+    again (a fresh twin has every link up)."""
+    states = {i: s.value for i, s in enumerate(rt.fabric.link_states()) if s != LinkState.UP}
+    if rt.set_links(states):
+        store.save_cluster(rt.rec)
 
 
 class FabricEvents:
@@ -107,6 +116,8 @@ class FabricEvents:
         with stack:
             if ev.chip is not None and ev.kind.startswith("chip-") and ev.kind != "chip-failed":
                 save_health(self.store, rt)
+            elif ev.link is not None and ev.kind.startswith("link-"):
+                save_links(self.store, rt)
             self._to_jobs(rt, ev)
             self._audit_fabric_recovery(rt, ev)
 

@@ -118,6 +118,10 @@ class JobStatus:
     usage_from: float | None = None
     usage_spans: list[list[float]] = field(default_factory=list)
     submitted_by: str | None = None
+    # Link index -> [step time s, tokens/s] the job ran at before the link went down or
+    # degraded (``recovery.linkimpact``), kept while the link is not up: a restarted plane
+    # still compares the job's detour step time with its direct-path one.
+    link_baselines: dict[str, list[float | None]] = field(default_factory=dict)
 
     def to_dict(self) -> JsonObject:
         d: JsonObject = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -127,6 +131,7 @@ class JobStatus:
         d["allocation"] = self.allocation.to_dict() if self.allocation is not None else None
         d["plan"] = self.plan.to_dict() if self.plan is not None else None
         d["usage_spans"] = [list(sp) for sp in self.usage_spans]  # a copy: the open run's span still grows
+        d["link_baselines"] = {k: list(v) for k, v in self.link_baselines.items()}
         return d
 
     @classmethod
@@ -154,6 +159,8 @@ class JobStatus:
             usage_from=d.get("usage_from"),
             usage_spans=[[float(a), float(b), float(c)] for a, b, c in d.get("usage_spans") or []],
             submitted_by=d.get("submitted_by"),
+            link_baselines={str(k): [None if x is None else float(x) for x in v][:2]
+                            for k, v in (d.get("link_baselines") or {}).items()},
         )
 
 

@@ -255,6 +255,19 @@ class JobTable:
         if log:
             self.log(job, reason)
 
+    def set_link_baseline(self, job: Job, link: int, base: tuple[float | None, float | None] | None) -> None:
+        """The job's (step time, tokens/s) from before link ``link`` went down, or None
+        once it is up again; persisted now (a restart may come before the next save)."""
+        key, bl = str(link), job.status.link_baselines
+        if base is None:
+            if bl.pop(key, None) is None:
+                return
+        elif bl.get(key) == list(base):
+            return
+        else:
+            bl[key] = list(base)
+        self.save(job)
+
     def save(self, job: Job) -> None:
         self.store.save_job(job.record())
         self.refresh(job)

@@ -54,6 +54,8 @@ from podfleet.fabric.base import (
     ChipState,
     Fabric,
     FabricFactory,
+    LinkControl,
+    LinkState,
     close_fabric,
 )
 from podfleet.hardware.topology import Topology
@@ -351,6 +353,8 @@ class ControlPlane:
         rt.set_connected(None)
         self.store.save_cluster(rt.rec)
         self._install(rt)
+        if pending.restored:
+            self._restore_links(rt)
         held.release()  # the fabric's first events, now that the plane is subscribed
         if pending.held_jobs:
             self.jobs.resume_restored(pending.held_jobs)
@@ -664,6 +668,21 @@ class ControlPlane:
             elif h.state == ChipState.DEGRADED and fab.chip_states()[h.chip] == ChipState.HEALTHY:
                 fab.set_chip_state(h.chip, ChipState.DEGRADED, "degraded before the restart")
 
+    def _restore_links(self, rt: ClusterRuntime) -> None:
+        """What a restart keeps of the links: down links down and degraded links degraded
+        (a fresh twin would show them whole, and a job would count as rerouted over a
+        link that is up). Set once the plane is subscribed: the link events reach the
+        recovery service, whose link flow reroutes again and whose ``LinkImpact`` picks
+        up each job's step time from before the fault, persisted with the job."""
+        fab, links = rt.fabric, rt.rec.status.links or {}
+        if not links or not isinstance(fab, LinkControl):
+            return
+        now = fab.link_states()
+        for key, word in links.items():
+            link = int(key)
+            if link < len(now) and now[link] == LinkState.UP and word != LinkState.UP.value:
+                fab.set_link_state(link, LinkState(word), f"{word} before the restart")
+
     def _restore_cluster(self, rec: ClusterRecord) -> None:
         spec = ClusterSpec.parse(rec.spec)
         topology = spec.topology()
@@ -718,6 +737,7 @@ class ControlPlane:
         # A follow of the log ends with the deployment; a deployed cluster has none running.
         rt.logs.closed = rec.state != ClusterState.DEPLOYING
         self._install(rt)
+        self._restore_links(rt)
 
 
 def _target(spec: ClusterSpec) -> str:

@@ -295,6 +295,14 @@ class FaultInjection(Protocol):
 
 
 @runtime_checkable
+class LinkControl(Protocol):
+    """Set a link's state (the twin): a restarted control plane puts back the down and
+    degraded links it had persisted, which a fresh fabric would otherwise show whole."""
+
+    def set_link_state(self, link: int, state: LinkState | str, reason: str) -> None: ...
+
+
+@runtime_checkable
 class WorkerKill(Protocol):
     """Kill one rank's worker process (real fabrics): returns its pid when known."""
 

@@ -17,7 +17,7 @@ _OURS = (JobState.RUNNING, JobState.CHECKPOINTING)
 # A job more than this much slower than before a link fault is reported degraded: the
 # same 5% a rerouted job must stay within to count as running at its healthy rate.
 DEGRADED_SLOWDOWN = 0.05
-_DEGRADED = "degraded: link"  # how a reason set by ``LinkImpact`` starts
+DEGRADED_REASON = "degraded: link"  # how a reason set by ``LinkImpact`` starts
 
 
 def positive(v: Any) -> float | None:
@@ -60,8 +60,12 @@ class LinkImpact:
 
     Only the reason is written (``JobTable.set_reason``): the state stays RUNNING, and a
     job being recovered or checkpointed keeps the reason its flow gives it until its
-    next progress report as a running job. Watches live in memory: a restarted control
-    plane relaunches the job on a fresh fabric whose links are whole again.
+    next progress report as a running job. Watches live in memory; the time noted at the
+    fault is also kept with the job (``JobTable.set_link_baseline``) while the link is
+    not up. A restarted control plane sets its down and degraded links again
+    (``ControlPlane._restore_links``), and the link event that makes rebuilds the watch
+    from what each job kept: the relaunched job's step times are then compared with the
+    ones from before the fault, not with its own on the detour.
     """
 
     def __init__(self, table: JobTable, rt: ClusterRuntime) -> None:
@@ -80,8 +84,18 @@ class LinkImpact:
             w = self.watches[link] = _Detour(f"{lk.src}-{lk.dst}", state)
         w.word, w.up_since = state, None
         for job in self.table.on_cluster(self.rt.id):
-            if job.id in w.jobs or job.state not in (*_OURS, JobState.RECOVERING):
-                continue  # a job already watched keeps the time from before the first fault
+            kept = job.status.link_baselines.get(str(link))
+            if job.id in w.jobs:
+                # Watched already (a flap's next fault): it keeps the time from before the
+                # first one, kept with the job again (a moment up let it go).
+                self.table.set_link_baseline(job, link, w.jobs[job.id])
+                continue
+            if kept is not None:
+                # Noted before a restart (the link stayed down): wherever the job runs now.
+                w.jobs[job.id] = (positive(kept[0]), positive(kept[1]))
+                continue
+            if job.state not in (*_OURS, JobState.RECOVERING):
+                continue
             chips = set(job.chips)
             if lk.src not in chips or lk.dst not in chips:
                 continue
@@ -89,6 +103,7 @@ class LinkImpact:
             st, tps = positive(p.step_time_s), positive(p.tokens_per_s)
             if st is not None or tps is not None:  # a job with no step done yet has no rate to lose
                 w.jobs[job.id] = (st, tps)
+                self.table.set_link_baseline(job, link, (st, tps))
 
     def link_up(self, link: int) -> None:
         """The link is up again (repaired, or a flap's moment up): its jobs no longer
@@ -102,7 +117,9 @@ class LinkImpact:
             if job is None or job.ended:  # no progress report will come to end its watch
                 w.jobs.pop(jid)
                 continue
-            if job.state != JobState.RUNNING or not job.status.reason.startswith(_DEGRADED):
+            # A plane restarted from now on finds the link up: nothing to compare with.
+            self.table.set_link_baseline(job, link, None)
+            if job.state != JobState.RUNNING or not job.status.reason.startswith(DEGRADED_REASON):
                 continue
             slowed = self._slowed(jid, None, None)
             if slowed:  # another link still costs it: name only what is still down
@@ -131,7 +148,7 @@ class LinkImpact:
         slowed = self._slowed(job_id, step_time_s, tokens_per_s)
         if slowed:
             self.table.set_reason(job, self._reason(slowed))
-        elif job.status.reason.startswith(_DEGRADED):
+        elif job.status.reason.startswith(DEGRADED_REASON):
             self.table.set_reason(job, f"running within {DEGRADED_SLOWDOWN:.0%} of its step time before the "
                                        "link fault")
 
@@ -166,5 +183,5 @@ class LinkImpact:
     def _reason(slowed: list[tuple[str, str, float]]) -> str:
         links = ", ".join(f"{name} {word}" for name, word, _ in slowed)
         worst = max(s for _, _, s in slowed)
-        return (f"{_DEGRADED} {links}, rerouted over a detour; step time +{worst:.0%} against before the fault "
+        return (f"{DEGRADED_REASON} {links}, rerouted over a detour; step time +{worst:.0%} against before the fault "
                 "(back to normal when repaired)")

@@ -26,7 +26,11 @@ Counting is strict:
   already running on the job) and the job is back at full speed within ``SETTLE_S``
   (10 simulated minutes): running, with new progress, at >= 95% of its tokens/s per
   chip before the fault (a link fault may instead leave the job reported degraded with
-  the link as its reason); otherwise it is *lost*;
+  the link as its reason; any fault may leave it reported degraded by a link that is
+  still down, whose detour the slowdown is); otherwise it is *lost*;
+* restarts keep down and degraded links (the plane persists them), so a job paused by a
+  restart's relaunch is the restart's: a link fault's pause counts only before the next
+  restart;
 * ``double_allocations``: a chip held by two live jobs (allocations, owners, twin runs);
 * ``acked_writes_lost``: job submits and stops that returned, read back after every
   restart from a *new* store opened on the file;
@@ -36,6 +40,7 @@ Counting is strict:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +53,7 @@ from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import ChipState, FaultInjection, Introspection, LinkState, RunState
 from podfleet.hardware.faults import LINK_FAULTS, FaultKind
+from podfleet.recovery.linkimpact import DEGRADED_REASON as LINK_DEGRADED
 from podfleet.store import open_store
 from podfleet.store.protocol import StoreProtocol
 
@@ -92,6 +98,7 @@ class Fault:
     target: str  # "chip N" or "link A-B"
     link: int | None
     job: str | None  # the running job it touched (None: it touched none)
+    restarts: int = 0  # control-plane restarts before it
     rate_before: float = 0.0
     chips_before: int = 0  # the job's chips at the fault (tokens/s compare per chip)
     effect: str | None = None  # "paused" | "slowed" | "stopped", as first seen; None: none yet
@@ -297,7 +304,8 @@ class ChaosRun:
             lk = links[int(self.rng.integers(len(links)))]
             plane.inject_fault(CLUSTER, kind.value, link=f"{lk.src}-{lk.dst}", actor="chaos")
             job = next((j for j in running if lk.src in j.chips and lk.dst in j.chips), None)
-            f = Fault(i, kind.value, now, f"link {lk.src}-{lk.dst}", lk.index, job.id if job else None)
+            f = Fault(i, kind.value, now, f"link {lk.src}-{lk.dst}", lk.index, job.id if job else None,
+                      self.n_restarts)
         else:
             states = rt.chip_states()
             ok = [c for c in range(len(states)) if states[c] in (ChipState.HEALTHY, ChipState.DEGRADED)]
@@ -307,7 +315,7 @@ class ChaosRun:
             owner = rt.owners.get(chip)
             job = next((j for j in running if j.id == owner), None)
             plane.inject_fault(CLUSTER, kind.value, chip=chip, actor="chaos")
-            f = Fault(i, kind.value, now, f"chip {chip}", None, job.id if job else None)
+            f = Fault(i, kind.value, now, f"chip {chip}", None, job.id if job else None, self.n_restarts)
         if f.job is not None:
             prog = plane.jobs.describe(f.job)["progress"]
             f.rate_before = float(prog.get("tokens_per_s") or 0.0)
@@ -361,7 +369,10 @@ class ChaosRun:
         rec = orch.active.get(f.job) if orch is not None and f.job is not None else None
         if rec is None:
             if f.link is not None:
-                return str(self.rt.fabric.link_states()[f.link]) == LinkState.DOWN.value
+                # A restart since pauses every job it relaunches: that pause is the
+                # restart's, though the link is still down (restarts keep down links).
+                return f.restarts == self.n_restarts and \
+                    str(self.rt.fabric.link_states()[f.link]) == LinkState.DOWN.value
             return self.rt.chip_states()[int(f.target.split()[1])] in (ChipState.FAILED, ChipState.ISOLATED)
         if f.link is not None:
             return False  # link flows never pause a job: an open job flow is a chip's
@@ -423,6 +434,10 @@ class ChaosRun:
         reason = str(view.get("reason") or "")
         if f.link is not None and "degraded" in reason and f.target.split()[1] in reason:
             return True, f"{flow}; reported degraded: {reason}"
+        if f.link is None and self._slowed_by_a_link(reason):
+            # Back, but over the detour of a link still down (restarts keep it down): the
+            # slowdown is that link's, shown to the operator and judged on its own fault.
+            return True, f"{flow}; reported degraded: {reason}"
         if int(view["progress"].get("step") or 0) == f.view_mark:
             return False, "no progress report since the fault (its rate is unknown)"
         rate = float(view["progress"].get("tokens_per_s") or 0.0)
@@ -430,6 +445,15 @@ class ChaosRun:
             return False, (f"{flow}, but {rate:.0f} tokens/s on {len(job.chips)} chips vs {f.rate_before:.0f} "
                            f"on {f.chips_before} before (not back at full speed)")
         return True, f"{flow}; {rate:.0f} tokens/s vs {f.rate_before:.0f} before"
+
+    def _slowed_by_a_link(self, reason: str) -> bool:
+        """Whether the job's reason is ``LinkImpact``'s, naming a link that is not up now."""
+        if not reason.startswith(LINK_DEGRADED):
+            return False
+        states = [str(s) for s in self.rt.fabric.link_states()]
+        named = {(int(a), int(b)) for a, b in re.findall(r"(\d+)-(\d+) (?:down|degraded)", reason)}
+        return any(states[lk.index] != LinkState.UP.value for lk in self.rt.topology.links
+                   if (lk.src, lk.dst) in named)
 
     def _recoveries(self) -> list[Any]:
         """Every recovery the control planes of this run recorded (the dead ones' too: a

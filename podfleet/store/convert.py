@@ -46,6 +46,7 @@ def cluster_status(d: Mapping[str, Any] | None) -> ClusterStatus:
         original_spares=None if original is None else [int(c) for c in original],
         chip_modes=copy.deepcopy(d.get("chip_modes")),
         fabric_connected=None if connected is None else bool(connected),
+        links=None if (links := d.get("links")) is None else {str(k): str(v) for k, v in links.items()},
     )
 
 

@@ -25,6 +25,7 @@ class ClusterStatus:
     original_spares: list[int] | None = None  # the spares it started with (spare accounting)
     chip_modes: dict[str, Any] | None = None  # the operator's cordons and drains (control.chipmodes)
     fabric_connected: bool | None = None  # False: never connected (not retried at a restart)
+    links: dict[str, str] | None = None  # links not up: index -> "down" | "degraded" (set again at a restart)
 
 
 @dataclass
