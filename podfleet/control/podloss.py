@@ -45,7 +45,7 @@ _DOWN = (ChipState.FAILED, ChipState.ISOLATED)
 def lose_pod(jm: JobManager, rt: ClusterRuntime, pod: int | None, now: float) -> tuple[JsonObject, str]:
     """Take ``pod`` down: each running job on it acts on its policy, then every chip of the
     pod fails at once. The result and the audit target."""
-    fabric, topo, pod = pod_target(rt, pod)
+    _, topo, pod = pod_target(rt, pod)  # the twin (FaultInjection), a fleet, the pod in range
     per = topo.group.n_chips
     chips = range(pod * per, (pod + 1) * per)
     states = rt.chip_states()
@@ -61,7 +61,7 @@ def lose_pod(jm: JobManager, rt: ClusterRuntime, pod: int | None, now: float) ->
             continue
         acted[job_id] = _act(jm, rt, job, topo, pod, why)
     for c in up:
-        fabric.set_chip_state(c, ChipState.FAILED, why)
+        rt.fabric.set_chip_state(c, ChipState.FAILED, why)
     rt.logs.append(now, f"fault injected: {POD_LOSS} at pod {pod} ({len(up)} chips down)")
     jm.save_health(rt)
     jm.schedule(rt)
