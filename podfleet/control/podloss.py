@@ -33,6 +33,7 @@ from podfleet.errors import ConflictError, PodfleetError
 from podfleet.fabric.base import ChipState, Introspection
 from podfleet.hardware.topology import FleetTopology
 from podfleet.scheduler.fleet import job_fleet
+from podfleet.scheduler.jobs import JobPhase
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
@@ -90,7 +91,8 @@ def _requeue(jm: JobManager, rt: ClusterRuntime, job: Job, why: str) -> None:
     step = job.status.checkpoint_step
     if job.state == JobState.RUNNING:
         jm.table.transition(job, JobState.RECOVERING, f"{why}; requeueing (on-pod-loss requeue)")
-    if job.id in rt.scheduler.jobs:
+    srec = rt.scheduler.jobs.get(job.id)
+    if srec is not None and srec.phase is JobPhase.RUNNING:
         rt.scheduler.requeue(job.id, resume_step=step)
     reason = f"{why}; requeued, resumes from checkpoint step {step}"
     jm.table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
