@@ -20,7 +20,7 @@ help when the whole pod is gone, so the orchestrator lets go of the job first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from podfleet.control import dispatch, scheduling
 from podfleet.control.faults import POD_LOSS, pod_target
@@ -37,13 +37,33 @@ from podfleet.scheduler.jobs import JobPhase
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
-    from podfleet.control.jobs import JobManager
+    from podfleet.control.drivers import JobDriver
+    from podfleet.control.jobtable import JobTable
     from podfleet.control.runtime import ClusterRuntime
 
 _DOWN = (ChipState.FAILED, ChipState.ISOLATED)
 
 
-def lose_pod(jm: JobManager, rt: ClusterRuntime, pod: int | None, now: float) -> tuple[JsonObject, str]:
+class JobManagerOps(Protocol):
+    """What pod loss asks of the job manager (``control.jobs``), so it need not import it."""
+
+    @property
+    def table(self) -> JobTable: ...
+
+    @property
+    def pod_waits(self) -> dict[str, int]:
+        """job id -> the lost pod it waits for (on-pod-loss wait)."""
+
+    def driver(self, rt: ClusterRuntime) -> JobDriver: ...
+
+    def save_health(self, rt: ClusterRuntime) -> None: ...
+
+    def schedule(self, rt: ClusterRuntime) -> None: ...
+
+    def let_go(self, rt: ClusterRuntime, job_id: str) -> None: ...
+
+
+def lose_pod(jm: JobManagerOps, rt: ClusterRuntime, pod: int | None, now: float) -> tuple[JsonObject, str]:
     """Take ``pod`` down: each running job on it acts on its policy, then every chip of the
     pod fails at once. The result and the audit target."""
     _, topo, pod = pod_target(rt, pod)  # the twin (FaultInjection), a fleet, the pod in range
@@ -70,7 +90,7 @@ def lose_pod(jm: JobManager, rt: ClusterRuntime, pod: int | None, now: float) ->
             "injected_at": now}, f"{rt.id}/pod/{pod}"
 
 
-def _act(jm: JobManager, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> str:
+def _act(jm: JobManagerOps, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> str:
     policy = job.spec.on_pod_loss or "requeue"
     jm.let_go(rt, job.id)  # the orchestrator's per-chip moves cannot bring a whole pod back
     if policy == "wait":
@@ -85,7 +105,7 @@ def _act(jm: JobManager, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod:
     return policy
 
 
-def _requeue(jm: JobManager, rt: ClusterRuntime, job: Job, why: str) -> None:
+def _requeue(jm: JobManagerOps, rt: ClusterRuntime, job: Job, why: str) -> None:
     jm.driver(rt).stop(job.id)
     rt.owners.release(job.id)
     step = job.status.checkpoint_step
@@ -98,7 +118,7 @@ def _requeue(jm: JobManager, rt: ClusterRuntime, job: Job, why: str) -> None:
     jm.table.transition(job, JobState.PENDING, reason, allocation=scheduling.pending_allocation(reason))
 
 
-def _wait(jm: JobManager, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> None:
+def _wait(jm: JobManagerOps, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> None:
     jm.driver(rt).stop(job.id)
     alloc = job.status.allocation
     assert alloc is not None  # a running job has its chips
@@ -114,7 +134,7 @@ def waiting_reason(why: str, pod: int, step: int) -> str:
             f"resumes from checkpoint step {step}")
 
 
-def relaunch_waiting(jm: JobManager, rt: ClusterRuntime, job: Job) -> None:
+def relaunch_waiting(jm: JobManagerOps, rt: ClusterRuntime, job: Job) -> None:
     """A job waiting for its lost pod: run it again from its checkpoint once the pod's chips
     are back, or on another pod that has the same block free (fewest blocks crossed first)."""
     topo = rt.topology
@@ -147,7 +167,7 @@ def relaunch_waiting(jm: JobManager, rt: ClusterRuntime, job: Job) -> None:
     dispatch.launch(jm.table, jm.driver(rt), rt, job, new)
 
 
-def _shrink(jm: JobManager, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> str | None:
+def _shrink(jm: JobManagerOps, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> str | None:
     """Go on without ``pod``; None when done, else why it cannot."""
     spec, st = job.spec, job.status
     alloc = st.allocation
