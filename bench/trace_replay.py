@@ -27,6 +27,16 @@ steps each job completed once (steps x step time x chips; a preemption checkpoin
 requeue, a restart and any step lost to an interrupt are idle time), and the makespan
 runs from the first arrival's origin (t=0) to the last job's end; mean job completion
 time (end - submit); p95 and max queue wait; p95 wait per priority class.
+
+``--fleet`` (``run(fleet=True)``): the same replay on a fleet, 64 trn2-ultraserver pods
+(4,096 chips, network blocks of 8 pods; ``--quick``: 16 pods, 1,024 chips) with a size
+mix from 1 to 4,096 chips: 1/2/4/8/16/32/64 chips with .12/.10/.12/.12/.12/.10/.10 and
+128/256/512/1,024/2,048/4,096 (whole pods) with .07/.05/.04/.03/.02/.01, sizes larger
+than the fleet left out and the rest renormalised. Most jobs are small and most of the
+chip-time is in the large ones, as in the published cluster traces (Philly, Helios,
+Alibaba PAI), though none was fetched. Same arrivals, run times and priorities, at 95%
+of the fleet's chip-time; the baselines place a job of at most a pod as a block of one
+pod and a larger one on whole free pods (``baselines.simulate(pods=N)``).
 """
 
 from __future__ import annotations
@@ -59,11 +69,16 @@ MODEL = "small"
 CALIBRATION_STEPS = 400
 MONITOR_S = 30.0
 ENDED = ("SUCCEEDED", "FAILED", "STOPPED")
+VARIANTS = ("fleet",)
+FLEET_SIZES = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096])
+FLEET_SIZE_P = np.array([0.12, 0.10, 0.12, 0.12, 0.12, 0.10, 0.10, 0.07, 0.05, 0.04, 0.03, 0.02, 0.01])
+FLEET_PODS, FLEET_PODS_QUICK, PODS_PER_BLOCK = 64, 16, 8
 
 
-def make_trace(n: int, seed: int = 7, load: float = 0.95, pod_chips: int = POD_CHIPS) -> list[TraceJob]:
+def make_trace(n: int, seed: int = 7, load: float = 0.95, pod_chips: int = POD_CHIPS,
+               sizes_p: tuple[np.ndarray, np.ndarray] = (SIZES, SIZE_P)) -> list[TraceJob]:
     rng = np.random.default_rng(seed)
-    sizes = rng.choice(SIZES, size=n, p=SIZE_P)
+    sizes = rng.choice(sizes_p[0], size=n, p=sizes_p[1])
     run = np.clip(rng.lognormal(np.log(1200.0), 1.0, size=n), 60.0, 8 * 3600.0)
     prio = rng.choice([0, 1, 2], size=n, p=[0.7, 0.2, 0.1])
     mean_gap = float((sizes * run).mean()) / (pod_chips * load)
@@ -79,8 +94,15 @@ def _spec(chips: int, steps: int, priority: int = 50, team: str | None = None) -
             "parallelism": {"tp": 1, "pp": 1, "dp": chips}, **({"team": team} if team else {})}
 
 
-def _plane(seed: int) -> tuple[ControlPlane, float]:
-    """A control plane with one active twin pod; returns it and the time it became active."""
+def fleet_sizes(pods: int) -> tuple[np.ndarray, np.ndarray]:
+    """The fleet's size mix, sizes larger than ``pods`` pods left out (renormalised)."""
+    keep = np.less_equal(FLEET_SIZES, pods * POD_CHIPS)
+    return FLEET_SIZES[keep], FLEET_SIZE_P[keep] / FLEET_SIZE_P[keep].sum()
+
+
+def _plane(seed: int, pods: int | None = None) -> tuple[ControlPlane, float]:
+    """A control plane with one active twin pod (or a fleet of ``pods``); returns it and
+    the time it became active."""
     # Telemetry, health scans and load balancing every MONITOR_S instead of 1-2 s: they
     # do not change when jobs start or end on a fault-free twin, and at 1-2 s they were
     # most of the replay's wall time. The periodic queue pass (aging, starvation holds;
@@ -89,7 +111,8 @@ def _plane(seed: int) -> tuple[ControlPlane, float]:
     plane = build(MemoryStore(), Timeline(seed=seed), telemetry_interval_s=MONITOR_S,
                   schedule_interval_s=MONITOR_S, health_config=HealthConfig(interval_s=MONITOR_S)).plane
     plane.load()
-    view = plane.create_cluster({"name": "pod", "type": "trn2-ultraserver"}, actor="bench")
+    fleet = {"pods": pods, "pods_per_block": min(pods, PODS_PER_BLOCK), "spares": 0} if pods else {}
+    view = plane.create_cluster({"name": "pod", "type": "trn2-ultraserver", **fleet}, actor="bench")
     fabric = plane.clusters[view["id"]].fabric
     # A fault-free pod: the replay compares scheduling policies on the same chips (the
     # twin's default fault process, with nothing to repair chips, would take them away).
@@ -105,12 +128,12 @@ def _t(plane: ControlPlane, stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - plane.epoch
 
 
-def calibrate(seed: int = 7) -> dict[int, float]:
+def calibrate(seed: int = 7, pods: int | None = None, sizes: np.ndarray = SIZES) -> dict[int, float]:
     """The twin's step time per gang size, measured through the control plane: one job of
-    ``CALIBRATION_STEPS`` steps per size, alone on the pod, RUNNING to SUCCEEDED."""
-    plane, _ = _plane(seed)
+    ``CALIBRATION_STEPS`` steps per size, alone on the pod (or fleet), RUNNING to SUCCEEDED."""
+    plane, _ = _plane(seed, pods)
     out: dict[int, float] = {}
-    for n in (int(s) for s in SIZES):
+    for n in (int(s) for s in sizes):
         j = plane.jobs.submit("pod", _spec(n, CALIBRATION_STEPS), actor="bench")
         while plane.jobs.describe(j["id"])["state"] not in ENDED:
             plane.tl.run(plane.tl.now + 30)
@@ -125,9 +148,11 @@ def in_steps(trace: list[TraceJob], step_s: dict[int, float]) -> tuple[list[Trac
     return [replace(j, run_s=steps[j.job_id] * step_s[j.chips]) for j in trace], steps
 
 
-def run_podfleet(trace: list[TraceJob], steps: dict[str, int], seed: int = 7) -> dict[str, Any]:
+def run_podfleet(trace: list[TraceJob], steps: dict[str, int], seed: int = 7,
+                 pods: int | None = None) -> dict[str, Any]:
     """Submit the trace to a control plane at its arrival times; read the job views."""
-    plane, origin = _plane(seed)
+    plane, origin = _plane(seed, pods)
+    n_chips = POD_CHIPS * (pods or 1)
     ids: dict[str, str] = {}
 
     def arrive(job: TraceJob) -> None:
@@ -151,7 +176,7 @@ def run_podfleet(trace: list[TraceJob], steps: dict[str, int], seed: int = 7) ->
     ratio = [(e - s - w) / j.run_s for j, s, e, w in zip(trace, submit, end, wait, strict=True)
              if j.job_id not in preempted]
     useful = sum(j.chips * j.run_s for j in trace)  # every step completed once: none redone
-    return {"figures": figures(useful, POD_CHIPS, submit, end, wait), "wait": {j.job_id: w for j, w in zip(trace, wait, strict=True)},
+    return {"figures": figures(useful, n_chips, submit, end, wait), "wait": {j.job_id: w for j, w in zip(trace, wait, strict=True)},
             "preemptions": sum(int(v["scheduling"].get("preemptions") or 0) for v in views.values()),
             "run_time_ratio": float(np.mean(ratio)) if ratio else float("nan")}
 
@@ -160,22 +185,28 @@ def _p95(xs: list[float]) -> float:
     return round(float(np.percentile(xs, 95)), 1) if xs else 0.0
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+def run(quick: bool = False, fleet: bool = False) -> dict[str, Any]:
     topo = get_topology("trn2-ultraserver")
     assert isinstance(topo, GridTopology)
-    step_s = calibrate()
-    trace, steps = in_steps(make_trace(120 if quick else 500), step_s)
-    ours = run_podfleet(trace, steps)
-    fifo = simulate(trace, POD_CHIPS, Policy.FIFO, topology=topo)
-    easy = simulate(trace, POD_CHIPS, Policy.EASY, topology=topo)
+    pods = (FLEET_PODS_QUICK if quick else FLEET_PODS) if fleet else None
+    n_chips = POD_CHIPS * (pods or 1)
+    mix = fleet_sizes(pods) if pods else (SIZES, SIZE_P)
+    step_s = calibrate(pods=pods, sizes=mix[0])
+    n_jobs = (60 if quick else 300) if fleet else (120 if quick else 500)
+    trace, steps = in_steps(make_trace(n_jobs, pod_chips=n_chips, sizes_p=mix), step_s)
+    ours = run_podfleet(trace, steps, pods=pods)
+    fifo = simulate(trace, n_chips, Policy.FIFO, topology=topo, pods=pods or 1)
+    easy = simulate(trace, n_chips, Policy.EASY, topology=topo, pods=pods or 1)
     waits: dict[str, dict[str, float]] = {
         "": ours["wait"],
         "baseline_fifo_": {r.job.job_id: r.wait_s for r in fifo},
         "baseline_easy_": {r.job.job_id: r.wait_s for r in easy},
     }
     out: dict[str, Any] = {"jobs": len(trace), "pod_chips": POD_CHIPS, "model": MODEL}
-    for prefix, f in (("", ours["figures"]), ("baseline_fifo_", run_figures(fifo, POD_CHIPS)),
-                      ("baseline_easy_", run_figures(easy, POD_CHIPS))):
+    if pods:
+        out.update({"pods": pods, "chips": n_chips, "jobs_across_pods": sum(j.chips > POD_CHIPS for j in trace)})
+    for prefix, f in (("", ours["figures"]), ("baseline_fifo_", run_figures(fifo, n_chips)),
+                      ("baseline_easy_", run_figures(easy, n_chips))):
         out.update({f"{prefix}{k}": round(v, 4 if k == "utilization" else 1) for k, v in f.as_dict().items()})
         for p in (0, 1, 2):
             out[f"{prefix}p95_wait_s_priority{p}"] = _p95([waits[prefix][j.job_id] for j in trace if j.priority == p])

@@ -1,7 +1,8 @@
 """Benchmark registry: every ``bench/*.py`` in the repository defines one benchmark.
 
 A benchmark module defines ``NAME`` (str), ``DESCRIPTION`` (str) and
-``run(quick: bool = False) -> dict`` returning named figures (JSON-serialisable).
+``run(quick: bool = False) -> dict`` returning named figures (JSON-serialisable). One
+that declares ``VARIANTS = ("fleet",)`` also takes ``fleet=True`` (``bench run NAME --fleet``).
 The runner adds ``benchmark``, ``quick``, ``machine`` and ``date`` so every figure can
 be traced to where and when it was measured.
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from podfleet.errors import UnknownNameError
+from podfleet.errors import InvalidInputError, UnknownNameError
 
 
 def bench_dir() -> Path:
@@ -51,15 +52,21 @@ def discover() -> dict[str, Benchmark]:
     return out
 
 
-def run(name: str, quick: bool = False) -> dict[str, Any]:
+def run(name: str, quick: bool = False, fleet: bool = False) -> dict[str, Any]:
     benches = discover()
     if name not in benches:
         raise UnknownNameError("benchmark", name, benches, field="name")
+    mod = benches[name].module
+    with_fleet = [n for n, b in benches.items() if "fleet" in getattr(b.module, "VARIANTS", ())]
+    if fleet and name not in with_fleet:
+        raise InvalidInputError(f"benchmark {name} has no --fleet variant (those with one: "
+                                f"{', '.join(with_fleet) or 'none'})", field="fleet", allowed=with_fleet)
     t0 = time.perf_counter()
-    figures = benches[name].module.run(quick=quick)
+    figures = mod.run(quick=quick, fleet=True) if fleet else mod.run(quick=quick)
     return {
         "benchmark": name,
         "quick": quick,
+        **({"fleet": True} if fleet else {}),
         **figures,
         "bench_wall_s": round(time.perf_counter() - t0, 3),
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, {platform.python_implementation()} {platform.python_version()}",

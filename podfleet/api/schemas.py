@@ -21,7 +21,8 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
-from podfleet.control.specs import MAX_CLUSTER_CHIPS
+from podfleet.control.faults import POD_LOSS
+from podfleet.control.specs import MAX_CLUSTER_CHIPS, POD_LOSS_POLICIES
 from podfleet.hardware.catalog import TOPOLOGY_NAMES
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 from podfleet.perf.models import MODELS
@@ -86,10 +87,11 @@ def _kind_takes(kinds: list[JsonValue], needs: tuple[str, ...], forbids: tuple[s
 
 
 _FAULT_TARGETS: list[JsonValue] = [
-    _kind_takes(_LINK_KINDS, ("link",), ("chip", "rank", "jobId", "factor")),
-    _kind_takes(_CHIP_KINDS, ("chip",), ("link", "rank", "jobId", "factor")),
-    _kind_takes(["kill-worker"], ("rank",), ("chip", "link", "factor")),
-    _kind_takes(["slow-worker"], ("rank", "factor"), ("chip", "link")),
+    _kind_takes(_LINK_KINDS, ("link",), ("chip", "rank", "jobId", "factor", "pod")),
+    _kind_takes(_CHIP_KINDS, ("chip",), ("link", "rank", "jobId", "factor", "pod")),
+    _kind_takes(["kill-worker"], ("rank",), ("chip", "link", "factor", "pod")),
+    _kind_takes(["slow-worker"], ("rank", "factor"), ("chip", "link", "pod")),
+    _kind_takes([POD_LOSS], ("pod",), ("chip", "link", "rank", "jobId", "factor")),
 ]
 
 
@@ -272,6 +274,10 @@ class SubmitJobRequest(_In):
                           "the job waits rather than cross it")
     topologyPreferred: Literal["pod", "block"] | None = Field(
         None, description="cross this level as little as possible (the default for a gang across pods: block)")
+    onPodLoss: Literal[POD_LOSS_POLICIES] | None = Field(  # type: ignore[valid-type]
+        None, description="a fleet job when a pod it spans is lost as a whole (power, switch): wait (for the pod, "
+                          "or a free pod elsewhere), requeue (from its checkpoint; the default) or shrink (its "
+                          "other pods, fewer data-parallel replicas, re-planned)")
     time_limit_s: float | None = Field(None, gt=0, le=10**9,
                                        description="Slurm's --time: seconds it may run once placed; past it the "
                                                    "job fails with 'time limit reached'. Only a job with a limit "
@@ -285,8 +291,10 @@ class SubmitJobRequest(_In):
 class InjectFaultRequest(_In):
     model_config = ConfigDict(json_schema_extra={"allOf": _FAULT_TARGETS})
 
-    kind: FaultKindName | Literal["kill-worker", "slow-worker"]
+    kind: FaultKindName | Literal["kill-worker", "slow-worker", "pod-loss"]
     chip: int | None = Field(None, ge=0, le=65535)
+    pod: int | None = Field(None, ge=0, le=1023, description="pod-loss (twin fleet clusters): the pod that loses "
+                                                            "power or its switch, every chip at once")
     link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")
     rank: int | None = Field(None, ge=0, le=65535, description="kill-worker: the rank whose worker is killed")
     jobId: str | None = Field(None, min_length=1, max_length=64,

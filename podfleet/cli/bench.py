@@ -1,4 +1,4 @@
-"""``podfleet bench list`` / ``podfleet bench run NAME [--quick]``."""
+"""``podfleet bench list`` / ``podfleet bench run NAME [--quick] [--fleet]``."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def list_(output: OutputFormat = OutputOpt) -> None:
 def run(
     name: str = typer.Argument(..., help="a benchmark (podfleet bench list)"),
     quick: bool = typer.Option(False, "--quick", help="a shortened run for smoke checks"),
+    fleet: bool = typer.Option(False, "--fleet", help="the fleet variant (trace-replay: 64 pods, 1-4,096 chips)"),
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Run one benchmark and print its named figures."""
     with errors():
-        emit(benchmarks.run(name, quick=quick), output, title=name)
+        emit(benchmarks.run(name, quick=quick, fleet=fleet), output, title=name)

@@ -1,4 +1,5 @@
-"""``podfleet fault inject CLUSTER (--kind KIND (--chip N | --link A-B) | --kill-worker R [--job JOB]
+"""``podfleet fault inject CLUSTER (--kind KIND (--chip N | --link A-B) | --kind pod-loss --pod N
+| --kill-worker R [--job JOB]
 | --slow-worker RANK:FACTOR [--job JOB])``."""
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ app = typer.Typer(help="Fault injection: twin faults, or killing a worker on loc
 @app.command("inject")
 def inject(
     cluster: str = typer.Argument(..., help="id or name"),
-    kind: str | None = typer.Option(None, "--kind", help=f"twin: {', '.join(FAULT_KINDS)}"),
+    kind: str | None = typer.Option(None, "--kind", help=f"twin: {', '.join(FAULT_KINDS)}; pod-loss (fleets)"),
     chip: int | None = typer.Option(None, "--chip", help="chip index (chip faults)"),
     link: str | None = typer.Option(None, "--link", help="A-B: the link between chips A and B (link faults)"),
+    pod: int | None = typer.Option(None, "--pod", help="with --kind pod-loss (twin fleet clusters): the pod that "
+                                   "loses power or its switch"),
     kill_worker: int | None = typer.Option(None, "--kill-worker", help="local/ray: kill rank R's worker process (SIGKILL)"),
     slow_worker: str | None = typer.Option(None, "--slow-worker", metavar="RANK:FACTOR",
                                            help="local: rank RANK computes FACTOR x slower per sample (1 restores it)"),
@@ -50,6 +53,11 @@ def inject(
                                     allowed=["--kind KIND", "--kill-worker R"])
         if job is not None:
             raise InvalidInputError("--job goes with --kill-worker or --slow-worker", field="job")
+        if kind == "pod-loss" or pod is not None:
+            if kind != "pod-loss" or pod is None or chip is not None or link is not None:
+                raise InvalidInputError("--kind pod-loss takes --pod N (and no --chip or --link)", field="pod")
+            emit(client(url, token).inject_fault(cluster, kind, pod=pod), output, title="fault")
+            return
         if (chip is None) == (link is None):
             raise InvalidInputError("give exactly one of --chip N or --link A-B", field="chip",
                                     allowed=["--chip N", "--link A-B"])

@@ -64,6 +64,9 @@ def submit(
                                                  help="pod | block: wait rather than cross this network level"),
     topology_preferred: str | None = typer.Option(None, "--topology-preferred",
                                                   help="pod | block: cross this level as little as possible"),
+    on_pod_loss: str | None = typer.Option(None, "--on-pod-loss",
+                                           help="fleet clusters, when a pod it spans is lost: wait | requeue "
+                                                "(default) | shrink"),
     steps: int = typer.Option(1000, "--steps", help="training steps to run (1 or more)"),
     checkpoint_interval: int = typer.Option(100, "--checkpoint-interval", help="steps; 0 = never"),
     priority: str = typer.Option("50", "--priority", help="0-100 (higher first), or a priority class name"),
@@ -99,6 +102,12 @@ def submit(
     with errors():
         if model is None and entrypoint is None:
             raise InvalidInputError("give --model PRESET or --entrypoint FILE", field="model")
+        # Imported here: the CLI starts without the engine's modules.
+        from podfleet.control.specs import POD_LOSS_POLICIES
+
+        if on_pod_loss is not None and on_pod_loss not in POD_LOSS_POLICIES:
+            raise InvalidInputError(f"--on-pod-loss must be one of {', '.join(POD_LOSS_POLICIES)}, got "
+                                    f"{on_pod_loss!r}", field="on_pod_loss", allowed=list(POD_LOSS_POLICIES))
         c = client(url, token)
         if chips is None:
             if pods is None:
@@ -111,7 +120,8 @@ def submit(
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
             **({"gradCompression": grad_compression} if grad_compression is not None else {}),
             **{k: v for k, v in (("pods", pods), ("topologyRequired", topology_required),
-                                 ("topologyPreferred", topology_preferred)) if v is not None},
+                                 ("topologyPreferred", topology_preferred), ("onPodLoss", on_pod_loss))
+               if v is not None},
             **_sharing(queue, after_ok, after_any, array),
             **({"time_limit_s": parse_duration(time_limit, "time_limit")} if time_limit is not None else {}),
         )

@@ -14,16 +14,20 @@ from podfleet.errors import (
 )
 from podfleet.fabric.base import FaultInjection
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
-from podfleet.hardware.topology import Topology
+from podfleet.hardware.topology import FleetTopology, Topology
 from podfleet.wire import JsonObject
 
 KILL_WORKER = "kill-worker"  # clusters of worker processes (control.drivers.process)
 SLOW_WORKER = "slow-worker"  # likewise: one rank computes ``factor`` times slower per sample
 WORKER_FAULTS = (KILL_WORKER, SLOW_WORKER)
+# A twin fleet's pod lost as a whole (power, switch): every chip of ``pod`` at once
+# (``control.podloss``). Not a ``FaultKind``: those strike one chip or link, with rates.
+POD_LOSS = "pod-loss"
 # Fields of InjectFault that another kind takes: given to this one, they are a mistake (a
 # chip-failure with a factor), refused rather than ignored. The schema says the same.
-_FOREIGN = {KILL_WORKER: ("chip", "link", "factor"), SLOW_WORKER: ("chip", "link")}
-_TWIN_FOREIGN = ("rank", "jobId", "factor")
+_FOREIGN = {KILL_WORKER: ("chip", "link", "factor", "pod"), SLOW_WORKER: ("chip", "link", "pod"),
+            POD_LOSS: ("chip", "link", "rank", "jobId", "factor")}
+_TWIN_FOREIGN = ("rank", "jobId", "factor", "pod")
 
 
 def refuse_foreign(kind: str, given: dict[str, object]) -> None:
@@ -31,7 +35,7 @@ def refuse_foreign(kind: str, given: dict[str, object]) -> None:
     foreign = _FOREIGN.get(kind, _TWIN_FOREIGN)
     extra = next((k for k in foreign if given.get(k) is not None), None)
     if extra is not None:
-        takes = {KILL_WORKER: "rank and jobId", SLOW_WORKER: "rank, factor and jobId"}.get(
+        takes = {KILL_WORKER: "rank and jobId", SLOW_WORKER: "rank, factor and jobId", POD_LOSS: "pod"}.get(
             kind, "link" if kind in LINK_FAULTS else "chip")
         raise InfeasibleError(f"{kind} takes {takes}, not {extra}", field=extra)
 
@@ -40,7 +44,7 @@ def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
            now: float) -> tuple[JsonObject, str]:
     """Inject ``kind`` at ``chip`` or ``link`` ("A-B"); the result and the audit target."""
     if kind not in FAULT_KINDS:
-        raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, *WORKER_FAULTS), field="kind")
+        raise UnknownNameError("fault kind", kind, (*FAULT_KINDS, *WORKER_FAULTS, POD_LOSS), field="kind")
     fabric = rt.fabric
     if not isinstance(fabric, FaultInjection):
         raise InfeasibleError(f"fault {kind} needs the twin (a fabric with fault injection); cluster "
@@ -62,6 +66,25 @@ def inject(rt: ClusterRuntime, kind: str, *, chip: int | None, link: str | None,
     rt.logs.append(now, f"fault injected: {kind} at {target.split('/', 1)[1]}")
     return {"cluster_id": rt.id, "kind": kind, "chip": chip, "link": link,
             "link_index": link_index, "injected_at": now}, target
+
+
+def pod_target(rt: ClusterRuntime, pod: int | None) -> tuple[FaultInjection, FleetTopology, int]:
+    """What a pod-loss needs: the twin (fault injection), a fleet cluster, an active one,
+    and ``pod`` one of its pods."""
+    fabric, topo = rt.fabric, rt.topology
+    if not isinstance(fabric, FaultInjection):
+        raise InfeasibleError(f"{POD_LOSS} needs the twin (a fabric with fault injection); cluster {rt.rec.name} "
+                              f"runs on fabric {rt.spec.fabric}", field="kind")
+    if not isinstance(topo, FleetTopology):
+        raise InfeasibleError(f"{POD_LOSS} needs a fleet cluster (--pods N); {rt.rec.name} is one pod", field="pod")
+    if rt.state != ClusterState.ACTIVE:
+        raise ConflictError(f"cluster {rt.rec.name} is {rt.state.value}; faults need an active cluster")
+    if pod is None:
+        raise InfeasibleError(f"{POD_LOSS} needs --pod N", field="pod")
+    if not 0 <= pod < topo.count:
+        raise InvalidInputError(f"pod must be 0-{topo.count - 1} (cluster {rt.rec.name} has {topo.count} pods), "
+                                f"got {pod}", field="pod")
+    return fabric, topo, pod
 
 
 def find_link(topology: Topology, link: str) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from podfleet.control import dispatch, reattach, scheduling
+from podfleet.control import dispatch, podloss, reattach, scheduling
 from podfleet.control.dependencies import GateKind, Holds, array_state, parse_array
 from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
 from podfleet.control.ids import new_id, resolve_ref
@@ -58,6 +58,9 @@ class JobManager:
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
         self.recovery: RecoveryPort | None = None
         self._relaunch_retry: set[str] = set()  # recovering jobs with a relaunch retry due
+        # job id -> the lost pod it waits for (on-pod-loss wait, ``control.podloss``). Memory
+        # only: after a restart such a job recovers as one that lost chips (``relaunch``).
+        self.pod_waits: dict[str, int] = {}
         # Per cluster id: jobs queued since its last sweep of the pending views, when that
         # sweep was (timeline time), and whether a deferred one is due (``schedule``).
         self._unshown: dict[str, set[str]] = {}
@@ -283,6 +286,15 @@ class JobManager:
         for job in self.table.on_cluster(rt.id):
             self.table.end(job, JobState.STOPPED, reason)
 
+    def lose_pod(self, rt: ClusterRuntime, pod: int | None) -> tuple[JsonObject, str]:
+        """InjectFault pod-loss: each running job on ``pod`` acts on its on-pod-loss policy."""
+        return podloss.lose_pod(self, rt, pod, self.now())
+
+    def let_go(self, rt: ClusterRuntime, job_id: str) -> None:
+        """Recovery stops managing the job (a pod-loss policy moves it as a whole)."""
+        if self.recovery is not None:
+            self.recovery.let_go(rt, job_id)
+
     def kill_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
         drv = self.driver(rt)
         if not isinstance(drv, ProcessDriver):
@@ -447,6 +459,9 @@ class JobManager:
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
         to replacement chips, and the gang continues from its checkpoint."""
+        if job.id in self.pod_waits:  # its pod was lost as a whole: back on a whole pod only
+            podloss.relaunch_waiting(self, rt, job)
+            return
         alloc = job.status.allocation or Allocation.waiting("")
         bad = [c for c in alloc.chips if rt.owners.get(c) != job.id]
         fab = rt.fabric
@@ -495,6 +510,7 @@ class JobManager:
     # --- table listeners ---------------------------------------------------------------------
     def _release(self, job: Job) -> None:
         """Before a job ends: stop its workers, free its chips and its place in the queue."""
+        self.pod_waits.pop(job.id, None)
         rt = self.plane.clusters.get(job.cluster_id)
         if rt is None:
             return

@@ -47,7 +47,9 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # victim's checkpoint is persisted and its workers are stopped (checkpoint and requeue).
     JobState.CHECKPOINTING: frozenset({JobState.RUNNING, JobState.RECOVERING, JobState.SUCCEEDED,
                                        JobState.PENDING}) | _END,
-    JobState.RECOVERING: frozenset({JobState.RUNNING}) | _END,
+    # RECOVERING -> PENDING: a job whose pod was lost, requeued from its checkpoint by its
+    # on-pod-loss policy (``control.podloss``), its workers stopped and chips released.
+    JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.PENDING}) | _END,
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.STOPPED: frozenset(),

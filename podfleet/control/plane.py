@@ -603,8 +603,17 @@ class ControlPlane:
     # --- faults ---------------------------------------------------------------------------
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
-                     actor: str = "system") -> JsonObject:
-        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor}
+                     pod: int | None = None, actor: str = "system") -> JsonObject:
+        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor,
+                                    "pod": pod}
+        if kind == faults.POD_LOSS:  # a twin fleet's whole pod: each job on it acts on its on-pod-loss policy
+            def lose() -> tuple[JsonObject, str]:
+                faults.refuse_foreign(kind, given)
+                rt = self.resolve(ref)
+                out = self.jobs.lose_pod(rt, pod)
+                self.render(rt)
+                return out
+            return self.mutation("InjectFault", actor, ref, lose, body={"kind": kind, "pod": pod})
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             def kill() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)

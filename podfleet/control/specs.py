@@ -41,6 +41,8 @@ MAX_STORAGE_NODES = 16
 # so larger grids are out of reach; a 64-chip UltraServer is the product's pod.
 MAX_CLUSTER_CHIPS = 256
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+# A job spanning a lost pod (``control.podloss``): the API's onPodLoss, the CLI's --on-pod-loss.
+POD_LOSS_POLICIES = ("wait", "requeue", "shrink")
 _TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _DEP_RE = re.compile(r"^(job|arr)-[a-z0-9-]{1,60}$")
@@ -323,6 +325,10 @@ class JobSpec:
     pods: int | None = None
     topology_required: str | None = None
     topology_preferred: str | None = None
+    # What a job spanning a pod does when that pod is lost as a whole (power, switch;
+    # ``control.podloss``): wait for it (or a pod elsewhere), requeue from its checkpoint,
+    # or shrink to its other pods. None: requeue.
+    on_pod_loss: str | None = None
     # Slurm's ``--time``: seconds the job may run once placed; past it the job fails with
     # "time limit reached" (``JobCommands.enforce_time_limits``). Only a job with a limit
     # may backfill onto chips a reservation holds later (``scheduler.reservations``).
@@ -424,6 +430,9 @@ class JobSpec:
             if level is not None and level not in ("pod", "block"):
                 raise InvalidInputError(f"{fname} must be pod or block, got {level!r}", field=fname,
                                         allowed=["pod", "block"])
+        if self.on_pod_loss is not None and self.on_pod_loss not in POD_LOSS_POLICIES:
+            raise InvalidInputError(f"on_pod_loss must be one of {', '.join(POD_LOSS_POLICIES)}, got "
+                                    f"{self.on_pod_loss!r}", field="on_pod_loss", allowed=list(POD_LOSS_POLICIES))
         if self.pods is not None and (not isinstance(self.pods, int) or isinstance(self.pods, bool)
                                       or self.pods < 1):
             raise InvalidInputError(f"pods must be a positive integer, got {self.pods!r}", field="pods")

@@ -1,6 +1,12 @@
 """Rolling firmware updates: one chip (or one 16-chip node) at a time, a spare taking
 over its work first, a health check after each, automatic rollback on a failed one.
 
+On a fleet (several pods) the rollout goes pod by pod: no batch spans two pods (a
+tensor-parallel group that a recovery spread over two is updated as one part per pod),
+and a pod is finished, the ranks it moved out brought home, before the next one starts,
+so at most one pod's jobs are disturbed at a time. ``pods`` is the order, ``pods_done``
+and ``current_pod`` the progress.
+
     fw = FirmwareRollouts(fabric, timeline, orchestrator)
     r = fw.start("2.22.0", unit="chip" | "node", chips=None)   # UnknownNameError / ConflictError
     fw.get(r.id).to_dict()   # state, progress, done, current, failed_chip, interruptions
@@ -21,6 +27,7 @@ import simpy
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import ChipState, FabricEvent, FirmwareUpdate
+from podfleet.hardware.topology import FleetTopology, Topology
 from podfleet.recovery.context import USABLE, RecoveryFabric
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.recovery.spares import tp_group, whole_groups
@@ -30,6 +37,22 @@ from podfleet.wire import JsonObject
 KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
 UNITS = ("chip", "node")
 NODE_CHIPS = 16
+
+
+def pod_batches(todo: list[int], topology: Topology, make: Callable[[list[int]], list[list[int]]],
+                ) -> tuple[list[list[int]], list[int], list[int]]:
+    """``make``'s batches of ``todo``; on a fleet made pod by pod from each pod's own chips
+    (so none spans two pods), with the pods in order (first named first) and the index
+    after each pod's last batch."""
+    if not isinstance(topology, FleetTopology):
+        return make(todo), [], []
+    pods = list(dict.fromkeys(topology.split_pod(c) for c in todo))
+    batches: list[list[int]] = []
+    ends: list[int] = []
+    for pod in pods:
+        batches.extend(make([c for c in todo if topology.split_pod(c) == pod]))
+        ends.append(len(batches))
+    return batches, pods, ends
 
 
 class RolloutState(StrEnum):
@@ -61,6 +84,11 @@ class Rollout:
     reason: str = ""
     t_end: float | None = None
     interruptions_s: list[float] = field(default_factory=list)
+    # Fleets: the pods in update order, those finished, and the one being updated.
+    pods: list[int] = field(default_factory=list)
+    pods_done: list[int] = field(default_factory=list)
+    current_pod: int | None = None
+    pod_ends: list[int] = field(default_factory=list)  # index after each pod's last batch
 
     @property
     def total(self) -> int:
@@ -72,6 +100,7 @@ class Rollout:
         d["progress"] = round(len(self.done) / self.total, 4) if self.total else 1.0
         d["previous"] = {str(k): v for k, v in self.previous.items()}
         d.pop("batches")
+        d.pop("pod_ends")
         d["chips"] = self.total
         return d
 
@@ -113,8 +142,9 @@ class FirmwareRollouts:
             raise InvalidInputError("no chips to update", field="chips")
         versions = self.fab.chip_metrics()["firmware_version"]
         todo = [c for c in targets if str(versions[c]) != version]
-        batches = self._tp_batches(todo) if unit == "chip" else self._node_batches(todo)
-        r = Rollout(f"fw-{len(self.rollouts) + 1:04d}", version, unit, batches, self.tl.now)
+        batches, pods, ends = self._batches(todo, unit)
+        r = Rollout(f"fw-{len(self.rollouts) + 1:04d}", version, unit, batches, self.tl.now, pods=pods,
+                    pod_ends=ends)
         self.rollouts[r.id] = r
         self.tl.emit("firmware-rollout-start", rollout=r.id, version=version, unit=unit, chips=r.total)
         self._current = r
@@ -127,6 +157,9 @@ class FirmwareRollouts:
 
     def _state(self, chip: int) -> ChipState:
         return self.fab.chip_states()[chip]
+
+    def _batches(self, todo: list[int], unit: str) -> tuple[list[list[int]], list[int], list[int]]:
+        return pod_batches(todo, self.fab.topology, self._tp_batches if unit == "chip" else self._node_batches)
 
     @staticmethod
     def _node_batches(todo: list[int]) -> list[list[int]]:
@@ -176,7 +209,12 @@ class FirmwareRollouts:
         # only at the end: brought back to each freshly updated chip, it would leave again
         # for the next one (two moves per chip instead of one).
         self.orch.hold_rehome = True
-        for batch in r.batches:
+        for i, batch in enumerate(r.batches):
+            if r.pods:
+                at = next(k for k, end in enumerate(r.pod_ends) if i < end)
+                if r.current_pod is not None and r.current_pod != r.pods[at]:
+                    yield from self._pod_finished(r)
+                r.current_pod = r.pods[at]
             r.current = list(batch)
             self.orch.reserved = set(batch)
             if self.before_batch is not None:
@@ -219,6 +257,9 @@ class FirmwareRollouts:
                                         "done": len(r.done), "total": r.total})
         r.current = []
         self.orch.reserved = set()
+        if r.current_pod is not None:
+            r.pods_done.append(r.current_pod)
+            r.current_pod = None
         # Ranks the rollout moved to another pod come back to the pod's last freed chips
         # (part of the rollout: the job is whole again when it ends).
         self.orch.hold_rehome = False
@@ -227,6 +268,21 @@ class FirmwareRollouts:
                 yield env.timeout(0.05)
         self._finish(r, RolloutState.SUCCEEDED, f"{len(r.done)} chips on {r.version}" + (
             f"; skipped (out of service): {r.skipped}" if r.skipped else ""))
+
+    def _pod_finished(self, r: Rollout) -> Generator[simpy.Event, Any, None]:
+        """Between two pods of a fleet: ranks moved out of the finished pod come home to its
+        updated chips before the next pod's chips are freed."""
+        env = self.tl.env
+        r.current = []
+        self.orch.reserved = set()
+        self.orch.hold_rehome = False
+        for rec in self.orch.rehome_all():
+            while rec.state.value in ("running", "waiting"):
+                yield env.timeout(0.05)
+        self.orch.hold_rehome = True
+        assert r.current_pod is not None
+        r.pods_done.append(r.current_pod)
+        self.tl.emit("firmware-pod-done", rollout=r.id, pod=r.current_pod, done=len(r.done), total=r.total)
 
     def _rollback(self, r: Rollout, bad: int) -> Generator[simpy.Event, Any, None]:
         """The updated chip failed its check: put every updated chip back on its old version."""

@@ -226,6 +226,15 @@ class RecoveryService:
                     o.manage(job.id, policy_for(job.spec, len(run.chips)))
         return o
 
+    def let_go(self, rt: ClusterRuntime, job_id: str) -> None:
+        """Stop managing the job, its chips kept as they are in the owner map (a pod-loss
+        policy acts on the whole job: ``control.podloss``)."""
+        o = self.orch.get(rt.id)
+        if o is not None and job_id in o.policies:
+            chips = rt.owners.chips_of(job_id)
+            o.release(job_id)  # frees the job's chips in the shared owner map: given back below
+            rt.owners.assign(job_id, chips)
+
     def adopt_restored(self, rt: ClusterRuntime, job_id: str) -> None:
         """A job reloaded RECOVERING after a control-plane restart, with the journal of a
         flow the previous plane did not finish: this plane's orchestrator adopts it (the

@@ -16,7 +16,9 @@ limit, usually an overestimate, so this is the baseline's best case.
 
 Chips are either counted (``topology=None``: any free chips will do, lowest index
 first) or placed as contiguous blocks of a ``GridTopology`` (the constraint podfleet's
-gangs have), first free block by lowest chip index.
+gangs have), first free block by lowest chip index. With ``pods=N`` the chips are N such
+grids (a fleet): a job of at most a pod takes a block of one pod (lowest pod first), a
+larger one whole free pods (the lowest-numbered), as podfleet's whole-pod gangs do.
 """
 
 from __future__ import annotations
@@ -79,16 +81,21 @@ class _Reservation:
 class _Pod:
     """Free chips and how a job of ``n`` chips may be placed on them."""
 
-    def __init__(self, n_chips: int, topology: GridTopology | None) -> None:
-        if topology is not None and topology.n_chips != n_chips:
-            raise ValueError(f"topology has {topology.n_chips} chips, not {n_chips}")
-        self.n_chips, self.topology = n_chips, topology
+    def __init__(self, n_chips: int, topology: GridTopology | None, pods: int = 1) -> None:
+        if topology is not None and topology.n_chips * pods != n_chips:
+            raise ValueError(f"{pods} pod(s) of {topology.n_chips} chips are not {n_chips} chips")
+        if topology is None and pods != 1:
+            raise ValueError("pods need a topology (each pod's grid)")
+        self.n_chips, self.topology, self.pods = n_chips, topology, pods
         self.free = np.ones(n_chips, dtype=bool)
 
     def check(self, job: TraceJob) -> None:
         if not 1 <= job.chips <= self.n_chips:
             raise ValueError(f"{job.job_id} asks {job.chips} chips; the pod has {self.n_chips}")
-        if self.topology is not None and not self.topology.shapes(job.chips):
+        per = self.n_chips // self.pods
+        if self.topology is not None and job.chips > per and job.chips % per:
+            raise ValueError(f"{job.job_id} asks {job.chips} chips; more than a pod takes whole pods of {per}")
+        if self.topology is not None and job.chips <= per and not self.topology.shapes(job.chips):
             raise ValueError(f"{job.job_id} asks {job.chips} chips; no block of that size fits {self.topology.dims}")
         if job.run_s < 0:
             raise ValueError(f"{job.job_id} has a negative run time")
@@ -98,16 +105,30 @@ class _Pod:
         if self.topology is None:
             idx = np.flatnonzero(free)
             return [tuple(int(c) for c in idx[:n])] if idx.size >= n else []
-        blocks = self.topology.free_blocks(n, free)
-        return sorted((b.chips for b in blocks), key=lambda c: (min(c), c))
+        if self.pods == 1:
+            blocks = self.topology.free_blocks(n, free)
+            return sorted((b.chips for b in blocks), key=lambda c: (min(c), c))
+        per = self.topology.n_chips
+        by_pod = free.reshape(self.pods, per)
+        if n > per:
+            whole = np.flatnonzero(by_pod.all(axis=1))[: n // per]
+            if whole.size < n // per:
+                return []
+            return [tuple(int(p) * per + c for p in whole for c in range(per))]
+        out: list[tuple[int, ...]] = []
+        for p in np.flatnonzero(by_pod.sum(axis=1) >= n).tolist():
+            got = self.topology.free_blocks(n, by_pod[p])
+            out.extend(tuple(p * per + c for c in b.chips) for b in got)
+        return sorted(out, key=lambda c: (min(c), c))
 
 
 def simulate(jobs: Iterable[TraceJob], n_chips: int, policy: Policy | str = Policy.FIFO,
-             topology: GridTopology | None = None) -> list[Run]:
-    """Replay ``jobs`` on ``n_chips`` under ``policy``; one ``Run`` per job, in trace order."""
+             topology: GridTopology | None = None, pods: int = 1) -> list[Run]:
+    """Replay ``jobs`` on ``n_chips`` under ``policy``; one ``Run`` per job, in trace order.
+    ``pods``: the chips are that many ``topology`` grids (a fleet)."""
     policy = Policy(policy)
     order = list(jobs)
-    pod = _Pod(n_chips, topology)
+    pod = _Pod(n_chips, topology, pods)
     for j in order:
         pod.check(j)
     arrivals = deque(sorted(order, key=lambda j: j.submit_s))

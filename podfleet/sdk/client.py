@@ -227,10 +227,11 @@ class PodfleetClient:
         return self._sse(f"/v1/clusters/{_seg(cluster)}/logs", {"follow": "true", "since": since})
 
     def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
-                     rank: int | None = None, job: str | None = None, factor: float | None = None) -> dict[str, Any]:
-        """InjectFault: a twin fault (chip or link), or ``kill-worker`` (rank, job) / ``slow-worker``
-        (rank, factor, job) on local/ray."""
-        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor}
+                     rank: int | None = None, job: str | None = None, factor: float | None = None,
+                     pod: int | None = None) -> dict[str, Any]:
+        """InjectFault: a twin fault (chip or link; ``pod-loss`` at a fleet's ``pod``), or
+        ``kill-worker`` (rank, job) / ``slow-worker`` (rank, factor, job) on local/ray."""
+        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor, "pod": pod}
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:

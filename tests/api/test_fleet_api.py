@@ -84,3 +84,29 @@ def test_metrics_roll_a_large_fleet_up_per_pod_unless_per_chip_is_asked() -> Non
     per_chip = {m.name: m for m in FabricCollector(plane, per_chip=True).collect()}
     assert len(per_chip["podfleet_chip_up"].samples) == 17 * 64
     assert plane.jobs.describe(job["id"])["state"] == "RUNNING"
+
+
+def test_on_pod_loss_and_the_pod_loss_fault_through_the_api(live: Live, admin: httpx.Client) -> None:
+    r = admin.post("/v1/clusters", json={"name": "fleet-loss", "type": "trn2-ultraserver", "pods": 2,
+                                          "podsPerBlock": 2, "spares": 0})
+    assert r.status_code == 201, r.text
+    wait_active(admin, "fleet-loss")
+    r = admin.post("/v1/clusters/fleet-loss/jobs", json={"model": "llama3-8b", "chips": 128, "onPodLoss": "migrate"})
+    assert r.status_code == 400 and "onPodLoss" in r.text and "shrink" in r.text, r.text
+    r = admin.post("/v1/clusters/fleet-loss/jobs", json={"model": "llama3-8b", "chips": 128, "onPodLoss": "shrink",
+                                                          "steps": 100000})
+    assert r.status_code == 201, r.text
+    job = _running(admin, r.json()["id"])
+    assert job["on_pod_loss"] == "shrink", job
+    deadline = time.monotonic() + 20
+    while admin.get(f"/v1/jobs/{job['id']}").json()["state"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    r = admin.post("/v1/clusters/fleet-loss/faults", json={"kind": "pod-loss", "pod": 0, "chip": 1})
+    assert r.status_code in (400, 422) and "chip" in r.text, r.text
+    r = admin.post("/v1/clusters/fleet-loss/faults", json={"kind": "pod-loss", "pod": 7})
+    assert r.status_code in (400, 422) and "pod must be 0-1" in r.text, r.text
+    r = admin.post("/v1/clusters/fleet-loss/faults", json={"kind": "pod-loss", "pod": 0})
+    assert r.status_code == 202, r.text
+    assert r.json()["jobs"] == {job["id"]: "shrink"}, r.json()
+    after = admin.get(f"/v1/jobs/{job['id']}").json()
+    assert after["allocation"]["pods"] == [1] and len(after["allocation"]["chips"]) == 64, after["allocation"]

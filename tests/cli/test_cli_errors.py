@@ -291,6 +291,7 @@ def test_up_refuses_bad_settings_in_one_line(args: list[str], env: dict[str, str
     (["topology", "show", "nope"], ["trn2-ultraserver"]),
     (["docs", "nope"], ["guides: "]),
     (["bench", "run", "nope"], ["api-latency"]),
+    (["bench", "run", "twin-pod", "--fleet"], ["twin-pod has no --fleet variant", "trace-replay"]),
     (["policy", "simulate", "nobody", "Nope"], ["ReadOnly"]),
     (["keys", "rotate", "--key-file", "/nonexistent/k"], ["no key file"]),
     (["sim", "/nonexistent.yaml"], ["does not exist"]),

@@ -83,3 +83,25 @@ def test_a_chip_failure_in_pod_3_moves_one_rank_within_pod_3(live: Live) -> None
         time.sleep(0.2)
         pod3 = {c["index"]: c for c in _pod3(live, "fleet-cli-2")}
     assert pod3[victim]["state"] != "healthy" and pod3[moved[rank]]["job"] == job["id"]
+
+
+def test_on_pod_loss_through_the_cli(live: Live) -> None:
+    code, out, err = run(live, "cluster", "create", "fleet-cli-3", "--type", "trn2-ultraserver", "--pods", "2",
+                         "--pods-per-block", "2", "-o", "json")
+    assert code == 0, err
+    code, out, err = run(live, "job", "submit", "fleet-cli-3", "--model", "llama3-8b", "--chips", "128",
+                         "--on-pod-loss", "later")
+    assert code != 0 and "--on-pod-loss must be one of wait, requeue, shrink, got 'later'" in out + err, (out, err)
+    assert "Traceback" not in out + err
+    code, out, err = run(live, "job", "submit", "fleet-cli-3", "--model", "llama3-8b", "--chips", "128",
+                         "--on-pod-loss", "wait", "--steps", "100000", "-o", "json")
+    assert code == 0, err
+    job = _job(live, json.loads(out)["id"])
+    assert job["on_pod_loss"] == "wait"
+    code, out, err = run(live, "fault", "inject", "fleet-cli-3", "--kind", "pod-loss")
+    assert code != 0 and "--kind pod-loss takes --pod N" in out + err, (out, err)
+    code, out, err = run(live, "fault", "inject", "fleet-cli-3", "--kind", "pod-loss", "--pod", "1", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["jobs"] == {job["id"]: "wait"}
+    after = _job(live, job["id"], want="RECOVERING")
+    assert after["state"] == "RECOVERING" and "waiting for pod 1 to return" in after["reason"], after

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from podfleet.errors import ConflictError, UnknownNameError
-from podfleet.recovery.firmware import FirmwareRollouts
+from podfleet.recovery.firmware import FirmwareRollouts, pod_batches
+from podfleet.recovery.spares import whole_groups
 from podfleet.rehearsal.harness import make_pod
 
 
@@ -98,3 +99,42 @@ def test_live_move_pauses_at_the_step_end() -> None:
     fw.start("2.22.0", chips=[0])
     pod.tl.run(until=pod.tl.now + 400.0)
     assert paused and paused[0] in ends  # no partial step thrown away
+
+
+def test_a_fleet_rollout_goes_pod_by_pod() -> None:
+    # The job fills pod 0; pod 1 holds the spares its ranks move to. Chips of both pods,
+    # named out of order: pod 0 (named first) is finished, its ranks home again, before
+    # any chip of pod 1 is touched.
+    pod, fw = rollout_pod()
+    started: list[tuple[float, int]] = []
+    update = pod.fab.update_firmware
+
+    def record(chip: int, version: str, **kw: object) -> None:
+        started.append((pod.tl.now, chip))
+        update(chip, version, **kw)  # type: ignore[arg-type]
+
+    pod.fab.update_firmware = record  # type: ignore[method-assign]
+    pod_done: list[tuple[float, int, tuple[int, ...]]] = []
+    pod.tl.log.subscribe(lambda r: pod_done.append((pod.tl.now, r["pod"], tuple(pod.fab.job("job-0").chips)))
+                         if r["kind"] == "firmware-pod-done" else None)
+    chips = [1, 64, 0, 65, 2]
+    r = fw.start("2.22.0", chips=chips)
+    assert r.pods == [0, 1]
+    assert all(len({c // 64 for c in b}) == 1 for b in r.batches)
+    pod.tl.run(until=pod.tl.now + 4000.0)
+    assert r.state.value == "succeeded" and sorted(r.done) == sorted(chips), r.to_dict()
+    assert r.pods_done == [0, 1] and r.current_pod is None
+    first_pod1 = min(t for t, c in started if c >= 64)
+    assert all(t < first_pod1 for t, c in started if c < 64)
+    assert [p for _, p, _ in pod_done] == [0]
+    t_done, _, job_chips = pod_done[0]
+    assert t_done <= first_pod1 and all(c < 64 for c in job_chips)  # pod 0 whole again first
+    assert all(versions(pod)[c] == "2.22.0" for c in chips)
+
+
+def test_a_group_spread_over_two_pods_is_updated_one_part_per_pod() -> None:
+    pod, _ = rollout_pod()
+    spread = [0, 1, 64, 65]  # one TP group, two of its ranks moved to pod 1 by a recovery
+    batches, pods, ends = pod_batches([0, 64, 1, 65], pod.fab.topology,
+                                      lambda cs: whole_groups(cs, lambda c: spread))
+    assert batches == [[0, 1], [64, 65]] and pods == [0, 1] and ends == [1, 2]

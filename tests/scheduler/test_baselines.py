@@ -118,3 +118,22 @@ def test_bad_traces_are_refused() -> None:
         simulate([J("a", 0, 8, 1)], 4)
     with pytest.raises(ValueError, match="no block"):
         simulate([J("a", 0, 30, 1)], 64, topology=get_topology("trn2-ultraserver"))  # type: ignore[arg-type]
+
+
+def test_on_a_fleet_a_job_larger_than_a_pod_takes_whole_free_pods() -> None:
+    pod = get_topology("trn2-ultraserver")
+    assert isinstance(pod, GridTopology)
+    trace = [J("a", 0, 8, 10), J("b", 1, 128, 5), J("c", 2, 64, 3)]
+    # Pod 0 is partly held by a: b needs 2 whole pods (1 and 2), c then fits on pod 3 at once.
+    runs = {r.job.job_id: r for r in simulate(trace, 256, Policy.FIFO, topology=pod, pods=4)}
+    assert runs["b"].start_s == 1 and {c // 64 for c in runs["b"].chips} == {1, 2}
+    assert runs["c"].start_s == 2 and {c // 64 for c in runs["c"].chips} == {3}
+    assert {c // 64 for c in runs["a"].chips} == {0}
+    # Three pods: b waits for a to leave pod 0; counting chips would have started it at 1.
+    runs3 = {r.job.job_id: r for r in simulate(trace[:2], 192, Policy.FIFO, topology=pod, pods=3)}
+    assert runs3["b"].start_s == 1 and {c // 64 for c in runs3["b"].chips} == {1, 2}
+    late = [J("a", 0, 8, 10), J("x", 0.5, 64, 20), J("b", 1, 128, 5)]
+    runs_late = {r.job.job_id: r for r in simulate(late, 192, Policy.FIFO, topology=pod, pods=3)}
+    assert runs_late["b"].start_s == 10, runs_late["b"]  # only pod 0 (after a) and pod 2 are whole
+    with pytest.raises(ValueError, match="whole pods of 64"):
+        simulate([J("d", 0, 96, 1)], 256, Policy.FIFO, topology=pod, pods=4)

@@ -126,6 +126,8 @@ async def inject_fault(cluster: ClusterRef, body: InjectFaultRequest, plane: Pla
     """Inject a fault. The twin: chip faults need ``chip``, link faults ``link`` (A-B). Local
     and ray clusters: ``kill-worker`` kills one rank's worker (``rank``; ``jobId`` unless one
     job runs there), an infrastructure failure the fabric recovers from; ``slow-worker`` slows
-    one rank down by ``factor`` (the balancer moves work off it)."""
+    one rank down by ``factor`` (the balancer moves work off it). Twin fleet clusters:
+    ``pod-loss`` takes ``pod`` down as a whole (power, switch); each job spanning it acts on
+    its ``onPodLoss`` policy."""
     return await plane.call(plane.inject_fault, cluster, body.kind, chip=body.chip, link=body.link,
-                            rank=body.rank, job=body.jobId, factor=body.factor, actor=who.actor)
+                            rank=body.rank, job=body.jobId, factor=body.factor, pod=body.pod, actor=who.actor)

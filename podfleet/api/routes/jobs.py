@@ -30,11 +30,13 @@ async def submit_job(cluster: ClusterRef, body: SubmitJobRequest, request: Reque
     Options that move checkpoints or their key (``checkpoint_dir``, ``key_file``) or turn
     encryption off (``encrypt_checkpoints: false``) need UseCheckpointOptions (admins; a
     user's policies must grant it, e.g. StorageAccess), and are audited."""
-    data = body.model_dump(exclude={"clientToken", "gradCompression", "topologyRequired", "topologyPreferred"},
+    data = body.model_dump(exclude={"clientToken", "gradCompression", "topologyRequired", "topologyPreferred",
+                                    "onPodLoss"},
                            exclude_none=True)
     if body.gradCompression is not None:
         data["grad_compression"] = body.gradCompression
-    for key, value in (("topology_required", body.topologyRequired), ("topology_preferred", body.topologyPreferred)):
+    for key, value in (("topology_required", body.topologyRequired), ("topology_preferred", body.topologyPreferred),
+                       ("on_pod_loss", body.onPodLoss)):
         if value is not None:
             data[key] = value
     await require_checkpoint_options(request, who, cluster, data.get("options"))

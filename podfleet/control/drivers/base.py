@@ -81,6 +81,10 @@ class RecoveryPort(Protocol):
     def set_spares(self, rt: ClusterRuntime, spares: tuple[int, ...]) -> None:
         """The cluster's spares changed (one took a rank, or one was restored)."""
 
+    def let_go(self, rt: ClusterRuntime, job_id: str) -> None:
+        """Stop managing the job (its chips stay the owner map's): a pod-loss policy moves
+        it as a whole (``control.podloss``)."""
+
     def adopt_restored(self, rt: ClusterRuntime, job_id: str) -> None:
         """A job reloaded RECOVERING after a restart: adopt the flow its journal left open
         (before the job manager places it again)."""
