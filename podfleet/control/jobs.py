@@ -152,7 +152,8 @@ class JobManager:
                 spec, after_ok=self._dependencies(spec.after_ok, "after_ok") if spec.after_ok else spec.after_ok,
                 after_any=self._dependencies(spec.after_any, "after_any") if spec.after_any else spec.after_any)
             # A request no pod can ever satisfy is refused here, with the scheduler's reason.
-            verdict = rt.scheduler.check(scheduling.job_request("job-check", spec, layout, preemptible=drv.preemptible))
+            verdict = rt.scheduler.check(scheduling.job_request("job-check", spec, layout, preemptible=drv.preemptible(spec),
+                                                                    auto_plan=drv.plans_models))
             if verdict.rejected:
                 raise InfeasibleError(f"no pod of cluster {rt.rec.name} can ever run this job: {verdict.reason}",
                                       field="chips")
@@ -399,7 +400,9 @@ class JobManager:
                     self.table.amend(job, reason=gate.reason, allocation=scheduling.pending_allocation(gate.reason))
                 return
             self.holds.release(job.id)
-        req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=self.driver(rt).preemptible)
+        drv = self.driver(rt)
+        req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=drv.preemptible(job.spec),
+                                     auto_plan=drv.plans_models)
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
         # not apply to it, and must not end it.
