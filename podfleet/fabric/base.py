@@ -235,6 +235,13 @@ class Introspection(Protocol):
         """The fabric's log lines for the job (bounded; oldest first); [] if unknown."""
 
 
+# How long a process fabric's gang holds at the step boundary of an on-demand checkpoint
+# before it trains on: longer than the plane waits for the checkpoint
+# (``control.drivers.process.CHECKPOINT_WAIT_S``), so a preemption stops it before it takes
+# a step the checkpoint lacks; a preemption called off costs this much.
+CHECKPOINT_HOLD_S = 60.0
+
+
 @runtime_checkable
 class OnDemandCheckpoints(Protocol):
     """The fabric saves a running job's state when asked, so preemption loses no work

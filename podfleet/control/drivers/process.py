@@ -62,7 +62,7 @@ _LIVE = (JobState.RUNNING, JobState.CHECKPOINTING)
 
 # How long the plane waits for a process fabric's on-demand checkpoint to be written and
 # reported before it preempts from the last saved one instead (the gang holds longer:
-# ``LocalFabric``'s ``CHECKPOINT_HOLD_S``).
+# ``fabric.base.CHECKPOINT_HOLD_S``).
 CHECKPOINT_WAIT_S = 30.0
 
 

@@ -34,6 +34,7 @@ import numpy as np
 from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
+    CHECKPOINT_HOLD_S,
     DEFAULT_HANG_RESTARTS,
     Adoption,
     ChipState,
@@ -76,12 +77,6 @@ OPTIONS = (
     "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
     "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression", "rank_moves", "regroup_timeout_s",
 )
-
-
-# How long a gang holds at the step boundary of an on-demand checkpoint before it trains
-# on: longer than the plane waits for the checkpoint (``ProcessDriver``), so a preemption
-# stops it before it takes a step the checkpoint lacks; a preemption called off costs this.
-CHECKPOINT_HOLD_S = 60.0
 
 
 def _group_dict(spec: WorkerGroupSpec) -> dict[str, Any]:
