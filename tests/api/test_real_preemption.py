@@ -11,8 +11,7 @@ on-demand one.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -23,19 +22,12 @@ from podfleet.api.testing import serve_in_thread
 from podfleet.compose import build
 from podfleet.engine.timeline import Timeline
 from podfleet.store.memory import MemoryStore
+from tests.api.test_real_health import wait
 
 pytestmark = pytest.mark.realproc
 
 TOKEN = "pf_test-admin-token-0123456789abcdef"
 OPTS = {"seed": 3, "global_batch": 8, "seq_len": 32, "step_delay_s": 0.05}
-
-
-def wait(cond: Callable[[], Any], timeout_s: float = 120.0, show: Callable[[], Any] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s: {show()}")
-        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +64,11 @@ def submit(c: httpx.Client, **body: Any) -> str:
 def test_a_preempted_local_job_resumes_from_the_step_it_was_preempted_at(c: httpx.Client) -> None:
     # Team b borrows team a's idle chip: a 2-rank job on both slots.
     victim = submit(c, model="debug", chips=2, steps=70, checkpoint_interval=1000, queue="team-b", options=OPTS)
-    wait(lambda: job(c, victim)["state"] == "RUNNING" and job(c, victim)["progress"].get("step", 0) >= 8)
+    wait(lambda: job(c, victim)["state"] == "RUNNING" and job(c, victim)["progress"].get("step", 0) >= 8, 120)
     # Team a wants its chip back: the borrower is preempted.
     owner = submit(c, model="debug", chips=1, steps=5, queue="team-a", priority=60, options=OPTS)
     wait(lambda: job(c, victim)["state"] == "PENDING" and job(c, victim)["scheduling"]["preemptions"] == 1,
-         show=lambda: (job(c, owner), logs(c, victim)))
+         timeout_s=120, show=lambda: (job(c, owner), logs(c, victim)))
     v = job(c, victim)
     text = logs(c, victim)
     assert "asked for an on-demand checkpoint" in text, text
@@ -88,7 +80,7 @@ def test_a_preempted_local_job_resumes_from_the_step_it_was_preempted_at(c: http
     assert int(v["progress"]["step"]) == saved, v
     assert f"resumes from checkpoint step {saved}" in text, text
     # Team a's job runs and ends; the borrower gets the chip back and resumes from there.
-    wait(lambda: job(c, owner)["state"] == "SUCCEEDED")
+    wait(lambda: job(c, owner)["state"] == "SUCCEEDED", 120)
     wait(lambda: job(c, victim)["state"] == "SUCCEEDED", 180)
     text = logs(c, victim)
     restored = [int(m) for m in re.findall(r"restored step (\d+)", text)]

@@ -12,26 +12,19 @@ from __future__ import annotations
 
 import os
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+
+from tests.api.test_real_health import wait
 
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
 
 TOKEN = "pf_test-admin-token-0123456789abcdef"
 OPTS = {"seed": 3, "global_batch": 24, "seq_len": 16, "step_delay_s": 0.05, "encrypt_checkpoints": False}
-
-
-def wait(cond: Callable[[], Any], timeout_s: float = 180.0, show: Callable[[], Any] = lambda: "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s: {show()}")
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +83,7 @@ def running_at(c: httpx.Client, job_id: str, step: int) -> bool:
 
 def test_a_slowed_ray_rank_gets_a_smaller_share(c: httpx.Client) -> None:
     jid = submit(c, chips=2, steps=100_000, checkpoint_interval=0)
-    wait(lambda: running_at(c, jid, 5))
+    wait(lambda: running_at(c, jid, 5), 180)
     r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 1, "factor": 4, "jobId": jid})
     assert r.status_code == 202, r.text
     r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 5, "factor": 4, "jobId": jid})
@@ -120,15 +113,15 @@ def test_a_preempted_ray_job_resumes_from_the_step_it_was_preempted_at(c: httpx.
         r = c.post("/v1/clusters/rb/queues", json={"name": name, "nominal": 1, "cohort": "research"})
         assert r.status_code == 201, r.text
     victim = submit(c, chips=2, steps=60, checkpoint_interval=1000, queue="team-b")
-    wait(lambda: running_at(c, victim, 8))
+    wait(lambda: running_at(c, victim, 8), 180)
     owner = submit(c, chips=1, steps=5, queue="team-a", priority=60)
     wait(lambda: job(c, victim)["state"] == "PENDING" and job(c, victim)["scheduling"]["preemptions"] == 1,
-         show=lambda: (job(c, owner)["state"], logs(c, victim)[-3000:]))
+         timeout_s=180, show=lambda: (job(c, owner)["state"], logs(c, victim)[-3000:]))
     v, text = job(c, victim), logs(c, victim)
     assert "asked for an on-demand checkpoint" in text and "not reported within" not in text, text
     saved = int(v["checkpoint_step"])
     assert 8 <= saved < 60 and int(v["progress"]["step"]) == saved, v
-    wait(lambda: job(c, owner)["state"] == "SUCCEEDED")
+    wait(lambda: job(c, owner)["state"] == "SUCCEEDED", 180)
     wait(lambda: job(c, victim)["state"] == "SUCCEEDED", 240, show=lambda: logs(c, victim)[-3000:])
     restored = [int(m) for m in re.findall(r"restored step (\d+)", logs(c, victim))]
     assert restored and restored[-1] == saved, logs(c, victim)
