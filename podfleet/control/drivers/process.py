@@ -174,8 +174,11 @@ class ProcessDriver:
             self.fabric.stop(job_id)
 
     def preemptible(self, spec: JobSpec) -> bool:
-        """Only the built-in loop saves on demand; a user script's state is its own."""
-        return self.on_demand_checkpoints and spec.entrypoint is None
+        """Only the built-in loop saves on demand (a user script's state is its own), and
+        only a job that keeps checkpoints (``checkpoint_interval`` or a ``checkpoint_dir``):
+        one without has nowhere every fabric can save it, so it is never preempted."""
+        keeps = bool(spec.checkpoint_interval) or bool((spec.options or {}).get("checkpoint_dir"))
+        return self.on_demand_checkpoints and spec.entrypoint is None and keeps
 
     def checkpoint_now(self, job_id: str) -> int | None:
         fab = self.fabric
