@@ -235,10 +235,14 @@ def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by
                what: str = "") -> int | None:
     """The step of the victim's on-demand checkpoint once it is written, None until then.
 
-    The snapshot is taken at the first call; the victim keeps its chips until the write
-    has taken ``drv.checkpoint_write_s`` (the preemptor must not start on chips whose
-    state is still being saved), and the job manager runs a cycle when it is due
-    (``next_checkpoint_due``). Steps made meanwhile are not in the checkpoint: redone."""
+    It is asked for at the first call; the victim keeps its chips until it is written
+    (the preemptor must not start on chips whose state is still being saved), and the
+    job manager runs a cycle when it is due (``next_checkpoint_due``). The twin's write
+    takes ``drv.checkpoint_write_s`` (steps made meanwhile are not in it: redone). A
+    process fabric's gang saves at its next step boundary and holds there until stopped;
+    the fabric's report ends the wait (its ``checkpoint`` event runs a cycle), and past
+    ``drv.checkpoint_write_s`` without one the victim is preempted from its last
+    checkpoint (0 here), said in its log."""
     now = rt.scheduler.clock()
     writing = rt.checkpoint_writes.get(job.id)
     if writing is None:
@@ -249,14 +253,26 @@ def _on_demand(table: JobTable, drv: JobDriver, rt: ClusterRuntime, job: Job, by
         if write_s <= 0:
             return step
         rt.checkpoint_writes[job.id] = (step, now + write_s)
-        table.log(job, f"{what or 'preempted by ' + by}: writing an on-demand checkpoint at step {step} "
-                       f"({write_s:.3g} s); its chips stay its own until it is written")
+        if drv.checkpoint_reported:
+            table.log(job, f"{what or 'preempted by ' + by}: asked for an on-demand checkpoint at the step "
+                           f"boundary after step {step} (waiting up to {write_s:.3g} s); its chips stay its own "
+                           "until it is written")
+        else:
+            table.log(job, f"{what or 'preempted by ' + by}: writing an on-demand checkpoint at step {step} "
+                           f"({write_s:.3g} s); its chips stay its own until it is written")
         return None
     step, due = writing
-    if now < due:
+    saved = drv.checkpoint_saved(job.id, step) if drv.checkpoint_reported else None
+    if saved is None and now < due:
         return None
     del rt.checkpoint_writes[job.id]
-    return step
+    if not drv.checkpoint_reported:
+        return step
+    if saved is None:
+        table.log(job, f"the on-demand checkpoint was not reported within {drv.checkpoint_write_s(job.id):.3g} s: "
+                       f"preempted from its last checkpoint (the work since is redone)")
+        return 0
+    return saved
 
 
 def next_checkpoint_due(rt: ClusterRuntime) -> float | None:

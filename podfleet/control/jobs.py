@@ -155,7 +155,8 @@ class JobManager:
                 spec, after_ok=self._dependencies(spec.after_ok, "after_ok") if spec.after_ok else spec.after_ok,
                 after_any=self._dependencies(spec.after_any, "after_any") if spec.after_any else spec.after_any)
             # A request no pod can ever satisfy is refused here, with the scheduler's reason.
-            verdict = rt.scheduler.check(scheduling.job_request("job-check", spec, layout, preemptible=drv.preemptible))
+            verdict = rt.scheduler.check(scheduling.job_request("job-check", spec, layout, preemptible=drv.preemptible(spec),
+                                                                    auto_plan=drv.plans_models))
             if verdict.rejected:
                 raise InfeasibleError(f"no pod of cluster {rt.rec.name} can ever run this job: {verdict.reason}",
                                       field="chips")
@@ -412,9 +413,13 @@ class JobManager:
                 return
             self.holds.release(job.id)
         drv = self.driver(rt)
-        # Movable: its fabric checkpoints on demand, so a reclaim may move it keeping its work.
-        req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=drv.preemptible,
-                                     movable=drv.preemptible and drv.on_demand_checkpoints)
+        # Movable: its fabric checkpoints on demand and the write is the twin's (charged,
+        # never reported), so a reclaim may move it keeping its work. Process fabrics'
+        # on-demand checkpoints serve preemption; a reclaim waits for their jobs instead.
+        preemptible = drv.preemptible(job.spec)
+        req = scheduling.job_request(job.id, job.spec, job.status.plan, preemptible=preemptible,
+                                     auto_plan=drv.plans_models,
+                                     movable=preemptible and drv.on_demand_checkpoints and not drv.checkpoint_reported)
         # A reloaded job that holds chips resumes on them (``relaunch``): whether a fresh
         # block of its size could ever be found (spares move as recoveries use them) does
         # not apply to it, and must not end it.

@@ -78,16 +78,17 @@ def new_scheduler(topology: Topology, spares: Sequence[int], quotas: Mapping[str
 
 
 def job_request(job_id: str, spec: JobSpec, plan: Plan | None, *, preemptible: bool = True,
-                movable: bool = False) -> JobRequest:
+                auto_plan: bool = True, movable: bool = False) -> JobRequest:
     """What the scheduler needs of a job: gang size, team, priority, TP degree, and for
     ``parallelism: auto`` the model and its gradient compression, so block shape and plan
-    (its step time with that compression) are chosen together."""
+    (its step time with that compression) are chosen together (``auto_plan``: the
+    driver's models are the planner's; the twin's)."""
     chips = spec.chips
     tp = spec.tp or (plan.tp if plan is not None else 1) or 1
     if tp < 1 or chips % tp:
         tp = 1
     model: str | ModelSpec | None = None
-    if spec.parallelism == "auto" and preemptible:  # the twin's jobs: the planner knows their models
+    if spec.parallelism == "auto" and auto_plan:
         try:
             # A preset by name (the planner caches it); a custom model as its spec.
             model = spec.model if spec.model in MODELS else resolve_model(spec.model, spec.model_dims)

@@ -235,8 +235,31 @@ class Introspection(Protocol):
         """The fabric's log lines for the job (bounded; oldest first); [] if unknown."""
 
 
+# How long a process fabric's gang holds at the step boundary of an on-demand checkpoint
+# before it trains on: longer than the plane waits for the checkpoint
+# (``control.drivers.process.CHECKPOINT_WAIT_S``), so a preemption stops it before it takes
+# a step the checkpoint lacks; a preemption called off costs this much.
+CHECKPOINT_HOLD_S = 60.0
+
+
 @runtime_checkable
-class RankMoves(Introspection, Protocol):
+class OnDemandCheckpoints(Protocol):
+    """The fabric saves a running job's state when asked, so preemption loses no work
+    (``control.dispatch``). The twin snapshots its step counter at once (part of
+    ``RankMoves``); a process fabric asks the gang to save at its next step boundary and
+    hold there, and reports the checkpoint when every rank's shard is written
+    (``RunStatus.checkpoint_step``, event ``checkpoint``), which the plane waits for, with a
+    timeout, before it stops the job. Never blocks."""
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        """Save the job's state now; its step (a process fabric: the last step every rank
+        completed, which the checkpoint it reports holds at least), or None when it does not
+        run here. A stop or pause that follows waits for the write. ``ConflictError`` when
+        the job cannot be saved on demand (a user script's state is its own)."""
+
+
+@runtime_checkable
+class RankMoves(Introspection, OnDemandCheckpoints, Protocol):
     """What recovery, moves home and rollouts call (the recovery orchestrator): pause a
     run at a step boundary, move one rank to another chip, resume it, checkpoint it now.
 
@@ -263,10 +286,6 @@ class RankMoves(Introspection, Protocol):
         """A PAUSED run's rank ``rank`` runs on ``new_chip`` (healthy or degraded, free)
         from now on: ``chips[rank] == new_chip`` at once, the run stays PAUSED, the old
         chip is released; the rank's state comes from a live replica or the checkpoint."""
-
-    def checkpoint_now(self, job_id: str) -> int | None:
-        """Save the job's state now; its step, or None when it does not run here. A stop
-        or pause that follows waits for the write. The run's state is unchanged."""
 
 
 @runtime_checkable

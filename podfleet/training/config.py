@@ -64,6 +64,9 @@ class WorkerConfig:
     shares: tuple[int, ...] = ()  # samples of the global batch per rank (sum = global_batch); (): even
     split_file: str | None = None  # rank 0 reads a new split here between steps and broadcasts it
     slow_file: str | None = None  # fault injection (slow-worker): {"factors": {rank: f}} read between steps
+    # On-demand checkpoints (preemption): the fabric writes {"request": N, "hold": bool} here;
+    # rank 0 reads it between steps, the gang saves at that step boundary (and holds there).
+    checkpoint_request_file: str | None = None
     grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
     array_index: int | None = None  # a job-array member's index: PODFLEET_ARRAY_INDEX for its script
     # Rank moves (training/regroup.py): where the fabric writes the next rendezvous, the

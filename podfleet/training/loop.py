@@ -20,6 +20,14 @@ its steps take f times as long, and the extra time scales with the samples it is
 as on a chip f times slower per sample. The baseline is frozen while slowed, so the
 sleep never feeds on time spent waiting for a peer. It sleeps between steps, where the
 fabric's per-rank speed measure (fabric/local/speed.py) sees it.
+
+On-demand checkpoint (``cfg.checkpoint_request_file``, written by the fabric's
+``checkpoint_now`` when the plane preempts the job): ``{"request": N, "hold_s": H}``.
+Rank 0 reads it between steps and broadcasts it with the split, so every rank saves the
+same step: the last completed one, at the step boundary. The gang then holds there (no
+step is trained that the checkpoint lacks) until the fabric stops it, or for ``H``
+seconds, after which it trains on (a preemption that was called off). Heartbeats go on
+while it holds, so the fabric's hang detection does not fire.
 """
 
 from __future__ import annotations
@@ -65,13 +73,67 @@ def _read_split(path: str, global_batch: int, world_size: int) -> tuple[int, ...
     return got if len(got) == world_size else None
 
 
-def _agree_split(cfg: WorkerConfig, current: tuple[int, ...]) -> tuple[int, ...]:
-    """Rank 0's view of the split file, broadcast so every rank uses the same split."""
-    assert cfg.split_file is not None
-    want = _read_split(cfg.split_file, cfg.global_batch, cfg.world_size) if cfg.rank == 0 else None
-    t = torch.tensor(want or current, dtype=torch.int64)
+def read_checkpoint_request(path: str | None) -> tuple[int, float]:
+    """The fabric's newest on-demand checkpoint request: its number (0: none) and how long
+    the gang holds after saving it."""
+    if path is None:
+        return 0, 0.0
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        return int(raw["request"]), max(0.0, float(raw.get("hold_s", 0.0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0, 0.0
+
+
+@dataclass(frozen=True)
+class BetweenSteps:
+    """What every rank of the gang agrees on before a step: the split, and the newest
+    on-demand checkpoint request (its number, the hold in milliseconds)."""
+
+    shares: tuple[int, ...]
+    request: int = 0
+    hold_ms: int = 0
+
+
+def _agree(cfg: WorkerConfig, current: BetweenSteps) -> BetweenSteps:
+    """Rank 0's view of the split and checkpoint-request files, broadcast so every rank
+    uses the same split and saves at the same step."""
+    want, request, hold_ms = None, current.request, 0
+    if cfg.rank == 0:
+        if cfg.split_file:
+            want = _read_split(cfg.split_file, cfg.global_batch, cfg.world_size)
+        got, hold_s = read_checkpoint_request(cfg.checkpoint_request_file)
+        if got > request:
+            request, hold_ms = got, int(hold_s * 1000)
+    agreed = BetweenSteps(want or current.shares, request, hold_ms)
+    if cfg.world_size == 1:
+        return agreed
+    t = torch.tensor([*agreed.shares, agreed.request, agreed.hold_ms], dtype=torch.int64)
     dist.broadcast(t, src=0)
-    return tuple(int(x) for x in t.tolist())
+    v = [int(x) for x in t.tolist()]
+    return BetweenSteps(tuple(v[:-2]), v[-2], v[-1])
+
+
+def _checkpoint_on_demand(cfg: WorkerConfig, reporter: Reporter, model: torch.nn.Module,
+                          optimizer: torch.optim.Optimizer, state: LoopState,
+                          checkpointer: AsyncCheckpointer | None, agreed: BetweenSteps) -> None:
+    """Save the last completed step now (unless a periodic save already holds it), wait
+    until it is durable and reported, then hold at this step boundary."""
+    if checkpointer is None:
+        reporter.log("on-demand checkpoint asked, but this job has no checkpoint directory")
+        return
+    if state.saved_step != state.step:
+        checkpointer.save(state.step, model, optimizer)
+        state.saved_step = state.step
+    checkpointer.flush()
+    reporter.log(f"on-demand checkpoint of step {state.step} written (request {agreed.request}); "
+                 f"holding up to {agreed.hold_ms / 1000:g} s for the stop")
+    deadline = time.monotonic() + agreed.hold_ms / 1000
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    if agreed.hold_ms:
+        reporter.log(f"no stop came within {agreed.hold_ms / 1000:g} s of the on-demand checkpoint: training on")
 
 
 class SlowDown:
@@ -120,6 +182,8 @@ class LoopState:
     losses: list[float] = field(default_factory=list)
     step_times_s: list[float] = field(default_factory=list)  # one per step run by this process
     wire: WireMeter = field(default_factory=WireMeter)  # bytes sent during each backward
+    checkpoint_request: int = 0  # the newest on-demand checkpoint request served
+    saved_step: int = -1  # the step of this process's last save (periodic or on demand)
 
 
 def train(
@@ -137,14 +201,19 @@ def train(
     even = cfg.global_batch // cfg.world_size
     shares = cfg.shares or (even,) * cfg.world_size
     slow = SlowDown(cfg.slow_file, cfg.rank)
+    agree = (distributed and cfg.split_file is not None) or cfg.checkpoint_request_file is not None
     for step in range(state.step + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         try:
-            if distributed and cfg.split_file:
-                new = _agree_split(cfg, shares)
-                if new != shares:
-                    reporter.log(f"work split {list(shares)} -> {list(new)} from step {step}")
-                    shares = new
+            if agree:
+                agreed = _agree(cfg, BetweenSteps(shares, state.checkpoint_request))
+                if agreed.shares != shares:
+                    reporter.log(f"work split {list(shares)} -> {list(agreed.shares)} from step {step}")
+                    shares = agreed.shares
+                if agreed.request > state.checkpoint_request:
+                    state.checkpoint_request = agreed.request
+                    _checkpoint_on_demand(cfg, reporter, model, optimizer, state, checkpointer, agreed)
+                    t0 = time.perf_counter()  # the hold is no part of the step's time
             x, y = batch(cfg.seed, step, cfg.global_batch, cfg.seq_len, cfg.rank, cfg.world_size, shares)
             xb, yb = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
             # Weighted so DDP's average over ranks is the global-batch mean gradient.
@@ -167,6 +236,7 @@ def train(
         reporter.progress(step, loss_v, tokens_per_step / step_time_s, step_time_s)
         if checkpointer is not None and cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
             checkpointer.save(step, model, optimizer)
+            state.saved_step = step
         if cfg.step_delay_s:
             # An emulated slow chip is slow per sample: the delay scales with this rank's share.
             time.sleep(cfg.step_delay_s * shares[cfg.rank] * cfg.world_size / cfg.global_batch)

@@ -272,7 +272,7 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
         reporter.checkpoint(step, path)
 
     ckpt = (AsyncCheckpointer(cfg.checkpoint_dir, cfg.job_id, cfg.rank, cfg.world_size, kek, durable)
-            if cfg.checkpoint_dir and cfg.checkpoint_interval else None)
+            if cfg.checkpoint_dir and (cfg.checkpoint_interval or cfg.checkpoint_request_file) else None)
     while True:
         # After a regroup every rank already holds the source's state: no second broadcast.
         ddp = DistributedDataParallel(model, init_sync=not synced) if cfg.world_size > 1 else model

@@ -63,11 +63,12 @@ class Env:
         return list(r.json()["findings"])
 
 
-def wait(cond: Callable[[], Any], timeout_s: float = 90.0) -> None:
+def wait(cond: Callable[[], Any], timeout_s: float = 90.0, show: Callable[[], Any] = lambda: "") -> None:
+    """Until ``cond()``; on a timeout the error says what ``show()`` returns then."""
     deadline = time.monotonic() + timeout_s
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s")
+            raise AssertionError(f"timed out after {timeout_s} s: {show()}")
         time.sleep(0.2)
 
 

@@ -180,7 +180,7 @@ def test_job_request_table(spec: dict, plan: dict | None, want: tuple) -> None:
     req = job_request("job-x", typed, layout)
     assert (req.parallelism, req.tp, req.model if req.parallelism == "auto" else "debug") == want
     assert req.team == spec.get("team", "default") and req.priority == spec.get("priority", 50)
-    assert job_request("job-x", typed, layout, preemptible=False).parallelism == "manual"
+    assert job_request("job-x", typed, layout, auto_plan=False).parallelism == "manual"
 
 
 @pytest.mark.parametrize("spec,plan,want", [

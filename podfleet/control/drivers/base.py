@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 
 
 class JobDriver(Protocol):
-    # Whether the scheduler may preempt this cluster's jobs (checkpoint and requeue).
-    preemptible: bool
     # Whether ``checkpoint_now`` saves the job's state on demand (preemption uses it).
     on_demand_checkpoints: bool
+    # Whether the planner knows this driver's models (``parallelism: auto`` picks a plan).
+    plans_models: bool
+    # True: the fabric reports the on-demand checkpoint written (``checkpoint_saved``),
+    # waited for up to ``checkpoint_write_s``; False: the write takes ``checkpoint_write_s``.
+    checkpoint_reported: bool
     # URL scheme of checkpoints the control plane records itself (preemption).
     checkpoint_scheme: str
 
@@ -43,13 +46,22 @@ class JobDriver(Protocol):
     def stop(self, job_id: str) -> None:
         """Stop the job's workers; a job the fabric does not know is fine."""
 
+    def preemptible(self, spec: JobSpec) -> bool:
+        """Whether the scheduler may preempt such a job (checkpoint and requeue): only where
+        its state is saved on demand, so no work is redone."""
+
     def checkpoint_now(self, job_id: str) -> int | None:
-        """Save the job's state now and return its step; None when the job does not run
-        there (finished or stopped: nothing left to save)."""
+        """Save the job's state now (or ask the fabric to) and return its step; None when
+        the job does not run there or cannot be saved on demand."""
 
     def checkpoint_write_s(self, job_id: str) -> float:
-        """Seconds the checkpoint ``checkpoint_now`` just took needs to be written (the
-        victim keeps its chips until then); 0 when nothing is written on demand."""
+        """Seconds the checkpoint ``checkpoint_now`` just took needs to be written, or the
+        longest the plane waits for its report (the victim keeps its chips until then); 0
+        when nothing is written on demand."""
+
+    def checkpoint_saved(self, job_id: str, step: int) -> int | None:
+        """The step of the on-demand checkpoint asked at ``step`` once it is written (the
+        fabric's report: at least ``step``); None while it is not."""
 
     def owns(self, job_id: str) -> bool:
         """True while the fabric or recovery is moving the job itself (hands off)."""

@@ -38,6 +38,7 @@ from podfleet.fabric.base import (
     FabricEvent,
     GangPlacement,
     Introspection,
+    OnDemandCheckpoints,
     WorkerGroupSpec,
     WorkerKill,
     WorkerSlowdown,
@@ -59,15 +60,25 @@ FABRIC_JOB_OPTIONS = ("placement",)
 _LIVE = (JobState.RUNNING, JobState.CHECKPOINTING)
 
 
+# How long the plane waits for a process fabric's on-demand checkpoint to be written and
+# reported before it preempts from the last saved one instead (the gang holds longer:
+# ``fabric.base.CHECKPOINT_HOLD_S``).
+CHECKPOINT_WAIT_S = 30.0
+
+
 class ProcessDriver:
-    preemptible = False  # a worker's state is only in its checkpoints: never preempted
-    on_demand_checkpoints = False
+    # The plane waits for the fabric's report of an on-demand checkpoint (not a modelled time).
+    checkpoint_reported = True
+    plans_models = False  # data parallel over worker slots, never the planner's plans
     checkpoint_scheme: str
 
     def __init__(self, jobs: JobOps, rt: ClusterRuntime) -> None:
         self.jobs, self.rt = jobs, rt
         self.table = jobs.table
         self.fabric = rt.fabric
+        # A worker's state is only in its checkpoints: its jobs are preempted only where the
+        # fabric saves them on demand (else the work since the last checkpoint would be redone).
+        self.on_demand_checkpoints = isinstance(rt.fabric, OnDemandCheckpoints)
         self.checkpoint_scheme = rt.fabric.kind
         self.fabric_recovering: set[str] = set()  # jobs the fabric is recovering itself
         # RECOVERING jobs relaunched whose gang has not started yet: they stay RECOVERING
@@ -162,11 +173,33 @@ class ProcessDriver:
         with contextlib.suppress(NotFoundError, ConflictError):
             self.fabric.stop(job_id)
 
+    def preemptible(self, spec: JobSpec) -> bool:
+        """Only the built-in loop saves on demand (a user script's state is its own), and
+        only a job that keeps checkpoints (``checkpoint_interval`` or a ``checkpoint_dir``):
+        one without has nowhere every fabric can save it, so it is never preempted."""
+        keeps = bool(spec.checkpoint_interval) or bool((spec.options or {}).get("checkpoint_dir"))
+        return self.on_demand_checkpoints and spec.entrypoint is None and keeps
+
     def checkpoint_now(self, job_id: str) -> int | None:
-        return None  # no on-demand checkpoint: the last saved one (work since it is redone)
+        fab = self.fabric
+        if not isinstance(fab, OnDemandCheckpoints):
+            return None
+        try:
+            return fab.checkpoint_now(job_id)
+        except (NotFoundError, ConflictError):
+            return None  # it ended, or cannot be saved on demand: the last saved checkpoint
 
     def checkpoint_write_s(self, job_id: str) -> float:
-        return 0.0  # nothing is written on demand: the last saved checkpoint is used
+        """The longest the plane waits for the gang's report of the checkpoint."""
+        return CHECKPOINT_WAIT_S if self.on_demand_checkpoints else 0.0
+
+    def checkpoint_saved(self, job_id: str, step: int) -> int | None:
+        """The step of the checkpoint the fabric reported once it holds ``step``, else None."""
+        fab = self.fabric
+        run = fab.run_status(job_id) if isinstance(fab, Introspection) else None
+        if run is None or run.checkpoint_step is None or run.checkpoint_step < step:
+            return None
+        return run.checkpoint_step
 
     # --- fault injection ------------------------------------------------------------------------
     def kill_worker(self, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
@@ -250,6 +283,8 @@ class ProcessDriver:
         elif kind == "checkpoint":
             if job.state in _LIVE:
                 self.jobs.checkpointed(job, int(d.get("step", job.status.progress.step)), str(d.get("path", "")), d)
+            if job.id in self.rt.checkpoint_writes:
+                self.jobs.schedule(rt)  # a preemption waits for this one: its preemptor may start now
         elif kind == "job-started":
             table.log(job, f"workers started on chips {d.get('chips') or list(job.chips)}"
                            + (f", attempt {d['attempt']}" if "attempt" in d else ""))
@@ -275,6 +310,8 @@ class ProcessDriver:
             self._resumed(job, d)
         elif kind == "recovered":  # the fabric recovered a rank itself and measured it
             self.relaunches.fabric_recovered(job, d, ev.chip if ev.chip is not None else d.get("chip"))
+        elif kind == "job-stopped" and job.state == JobState.PENDING:
+            table.log(job, "the preempted gang stopped; the job waits to resume from its checkpoint")
         elif kind in ("job-finished", "job-failed", "job-stopped"):
             self._ended(job, kind, d)
         if job.ended:

@@ -51,8 +51,9 @@ class TwinFabric(Fabric, ResumableRuns, Protocol):
 
 
 class TwinDriver:
-    preemptible = True
     on_demand_checkpoints = True
+    plans_models = True
+    checkpoint_reported = False  # the write takes its modelled time (``checkpoint_write_s``)
     checkpoint_scheme = "twin"
 
     def __init__(self, jobs: JobOps, rt: ClusterRuntime, fabric: TwinFabric) -> None:
@@ -108,8 +109,14 @@ class TwinDriver:
         with contextlib.suppress(NotFoundError):
             self.fabric.stop(job_id)
 
+    def preemptible(self, spec: JobSpec) -> bool:
+        return True  # a twin job's state is its step counter: saved on demand
+
     def checkpoint_now(self, job_id: str) -> int | None:
         return self.fabric.checkpoint_now(job_id)
+
+    def checkpoint_saved(self, job_id: str, step: int) -> int | None:
+        return step  # the snapshot taken by ``checkpoint_now``, once its write time has passed
 
     def checkpoint_write_s(self, job_id: str) -> float:
         """Every rank writes its parameters and optimizer state (perf's memory model for

@@ -34,6 +34,7 @@ import numpy as np
 from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
+    CHECKPOINT_HOLD_S,
     DEFAULT_HANG_RESTARTS,
     Adoption,
     ChipState,
@@ -93,6 +94,7 @@ def free_port() -> int:
 
 class LocalFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``WorkerSlowdown``, ``Reattachable`` (with an agent), ``Closeable``, ``Rebalanceable``,
+    ``OnDemandCheckpoints`` (the built-in loop saves at its next step boundary and holds there),
     ``ChipCheck``, ``WorkerPlacement``, ``TelemetrySource`` (what its monitor measures: CPU, memory,
     step time, samples/s, heartbeat age per slot; NVML where GPUs exist), ``HardwareErrors``
     (its workers' faults: hangs, outside kills, OOM kills, crashes; ``faultlog``),
@@ -259,6 +261,7 @@ class LocalFabric:
             (jobdir / "work_split.json").unlink(missing_ok=True)  # a split from an earlier run of this id
             (jobdir / "rendezvous.json").unlink(missing_ok=True)  # and a rank move's rendezvous
             (jobdir / "slow.json").unlink(missing_ok=True)
+            (jobdir / "checkpoint_request.json").unlink(missing_ok=True)
             gb = int(opts.get("global_batch", WorkerConfig.global_batch))
             shares = split_samples(opts["work_split"], gb) if opts.get("work_split") else ()
             base = WorkerConfig(
@@ -273,6 +276,7 @@ class LocalFabric:
                 regroup_file=(str(jobdir / "rendezvous.json") if len(group.chips) > 1 and group.entrypoint is None
                               and bool(opts.get("rank_moves", True)) else None),
                 slow_file=str(jobdir / "slow.json") if group.entrypoint is None else None,
+                checkpoint_request_file=str(jobdir / "checkpoint_request.json") if group.entrypoint is None else None,
                 **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
                                         "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index",
                                         "regroup_timeout_s")
@@ -338,6 +342,25 @@ class LocalFabric:
             owner = self._pool.job_owner(path.parent) or (None, None)
             write_for_job(path, json.dumps({"factors": {str(r): f for r, f in job.slow.items()}}).encode(), *owner)
             job.log.append(f"slow-worker: rank {rank} slowed {factor:g}x")
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        """OnDemandCheckpoints: ask the gang to save at its next step boundary and hold
+        there (the request file rank 0 reads between steps, training/loop.py). Returns the
+        last step every rank completed: the checkpoint reported (``run_status``'s
+        ``checkpoint_step``) holds at least it. None when the job does not run here."""
+        with self.state.lock:
+            job = self.state.jobs.get(job_id)
+            if job is None or job.state is not RunState.RUNNING:
+                return None
+            path = job.base_cfg.checkpoint_request_file
+            if path is None:
+                raise ConflictError(f"job {job_id} runs its own entrypoint: only the built-in loop checkpoints "
+                                    f"on demand (its own checkpoints are the script's)")
+            job.checkpoint_requests += 1
+            request = {"request": job.checkpoint_requests, "hold_s": CHECKPOINT_HOLD_S}
+            self._write_job_file(Path(path), json.dumps(request).encode())
+            job.log.append(f"on-demand checkpoint asked at step {job.step} (request {job.checkpoint_requests})")
+            return job.step
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
         """One host's workers share loopback / shared memory: there is no ring to choose; recorded."""

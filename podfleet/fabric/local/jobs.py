@@ -116,6 +116,7 @@ class LocalJob:
     generation: int = 0  # rendezvous generation of the gang (a rank move starts the next one)
     moving: dict[str, Any] | None = None  # the rank move in flight (rankmove.py)
     slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
+    checkpoint_requests: int = 0  # on-demand checkpoints asked of this job (checkpoint_now)
 
     def set_state(self, dst: RunState) -> None:
         check_job_transition(self.state, dst)

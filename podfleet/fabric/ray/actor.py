@@ -135,6 +135,17 @@ class WorkerActor:
         out["extra"] = {k: v for k, v in out.get("extra", {}).items() if isinstance(v, str | int | float | bool)}
         return out
 
+    def control(self, path: str, doc: str) -> None:
+        """Write a control file of this rank's gang on this rank's node (the work split, a
+        slow-down, an on-demand checkpoint request): the built-in loop reads it between
+        steps as on a local slot (training/loop.py). Atomic, so a half file is never read."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(doc, encoding="utf-8")
+        os.chmod(tmp, 0o644)  # a sandboxed child of another uid reads it
+        os.replace(tmp, target)
+
     def poll(self) -> dict[str, Any]:
         msgs, beat_age_s = self.reporter.drain()
         try:

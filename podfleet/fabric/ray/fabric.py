@@ -50,7 +50,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.ray import telemetry
+from podfleet.fabric.ray import control, telemetry
 from podfleet.fabric.ray.auth import auth_error, auth_refused
 from podfleet.fabric.ray.faultlog import FaultLog
 from podfleet.fabric.ray.hostcmd import node_command
@@ -186,7 +186,9 @@ def _import_ray() -> Any:
 class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
     ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``,
-    ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``).
+    ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``), and through the
+    gang's control files (``control``) ``Rebalanceable``, ``WorkerSlowdown`` and
+    ``OnDemandCheckpoints``.
 
     ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
     checkpoint KEK every worker gets unless the job names its own (with a multi-machine
@@ -400,7 +402,7 @@ class RayFabric:
         workdir = os.path.join(self.workdir, group.job_id)
         ckpt_dir = group.options.get("checkpoint_dir") or (
             os.path.join(workdir, "checkpoints") if group.checkpoint_interval else None)
-        job = RayJob(group, strategy, workdir, ckpt_dir)
+        job = RayJob(group, strategy, workdir, ckpt_dir, control_id=control.new_control_id())
         job.ranks = [RankRecord(r, c) for r, c in enumerate(chips)]
         self.worker_config(job, 0, "127.0.0.1", 29500)  # bad input is reported before conflicts
         with self.state.lock:
@@ -597,6 +599,30 @@ class RayFabric:
         pid = r.info.get("pid")
         return int(pid) if pid is not None else None
 
+    # --- capabilities: Rebalanceable, WorkerSlowdown, OnDemandCheckpoints (ray/control.py) ----
+    def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
+        """Give rank r ``shares[r]`` / sum of the global batch from the gang's next step."""
+        with self.state.lock:
+            control.set_work_split(self._job(job_id), shares)
+
+    def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
+        """gloo and NCCL pick their own rings from the process group: recorded only."""
+        with self.state.lock:
+            self._job(job_id).log.append(f"[fabric] ring order {list(ring)} noted (the collective library's own)")
+
+    def slow_worker(self, job_id: str, rank: int, factor: float) -> None:
+        """Fault injection: rank ``rank`` computes ``factor`` times slower per sample from
+        its next step (1.0 restores it)."""
+        with self.state.lock:
+            control.slow_worker(self._job(job_id), rank, factor)
+
+    def checkpoint_now(self, job_id: str) -> int | None:
+        """Ask the gang to save at its next step boundary and hold there; the last step
+        every rank completed (the checkpoint reported holds at least it)."""
+        with self.state.lock:
+            job = self.state.jobs.get(job_id)
+            return control.checkpoint_now(job) if job is not None else None
+
     def run_status(self, job_id: str) -> RunStatus | None:
         with self.state.lock:
             job = self.state.jobs.get(job_id)
@@ -678,6 +704,7 @@ class RayFabric:
             "replica_peer": False,
         }
         base.update(opts)
+        base.update(control.files(job, len(job.ranks)))
         base.update(job_id=spec.job_id, rank=rank, world_size=len(job.ranks), master_addr=master_addr,
                     master_port=master_port, model=spec.model, steps=spec.steps,
                     checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint)

@@ -77,6 +77,10 @@ class RayJob:
     checkpoint_step: int | None = None
     cause: ExitCause | None = None  # why it failed: the blamed rank's cause
     speed: Any = None  # fabric.local.speed.RankSpeed of a data-parallel gang (ray/telemetry.py)
+    shares: tuple[int, ...] = ()  # the work split in samples (set_work_split); (): even
+    slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
+    checkpoint_requests: int = 0  # on-demand checkpoints asked of this job (checkpoint_now)
+    control_id: str = ""  # this launch's control-file directory (ray/control.py)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
 
     @property
