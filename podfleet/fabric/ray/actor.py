@@ -43,17 +43,27 @@ from podfleet.training.config import EXIT_BAD_INPUT, WorkerConfig
 
 
 class _BufferReporter:
-    """The ``Reporter`` a rank sees: appends to a list the driver drains with ``poll``."""
+    """The ``Reporter`` a rank sees, and the rank's journal: every report gets a sequence
+    number and stays until the control plane acknowledges it (``drain(acked)``), so the
+    reports of a plane that died after reading them, or while none was reading, are read
+    again by the next one (at least once). The last progress report is kept after its
+    acknowledgement: a plane that re-attaches learns the rank's step from it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.msgs: list[dict[str, Any]] = []
+        self.seq = 0
+        self.last_progress: dict[str, Any] | None = None
         self.last_beat = time.monotonic()
 
     def _put(self, msg: dict[str, Any]) -> None:
         msg["t"] = time.time()
         with self._lock:
+            self.seq += 1
+            msg["seq"] = self.seq
             self.msgs.append(msg)
+            if msg["type"] == "progress":
+                self.last_progress = msg
             self.last_beat = time.monotonic()
 
     def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float) -> None:
@@ -70,10 +80,13 @@ class _BufferReporter:
     def checkpoint(self, step: int, path: str) -> None:
         self._put({"type": "checkpoint", "step": step, "path": path})
 
-    def drain(self) -> tuple[list[dict[str, Any]], float]:
+    def drain(self, acked: int | None = None) -> tuple[list[dict[str, Any]], float]:
+        """The reports after ``acked`` (None: every report not yet acknowledged); those up
+        to it are dropped."""
         with self._lock:
-            out, self.msgs = self.msgs, []
-            return out, time.monotonic() - self.last_beat
+            if acked is not None:
+                self.msgs = [m for m in self.msgs if m["seq"] > acked]
+            return list(self.msgs), time.monotonic() - self.last_beat
 
 
 class WorkerActor:
@@ -83,6 +96,7 @@ class WorkerActor:
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # the first call only sets the baseline
         self.running = False
+        self.result: dict[str, Any] | None = None  # run's, kept until the actor is killed
 
     def hello(self) -> dict[str, Any]:
         """Where this rank lives; rank 0's answer gives the job's master address and port."""
@@ -135,15 +149,33 @@ class WorkerActor:
         out["extra"] = {k: v for k, v in out.get("extra", {}).items() if isinstance(v, str | int | float | bool)}
         return out
 
-    def poll(self) -> dict[str, Any]:
-        msgs, beat_age_s = self.reporter.drain()
+    def start(self, cfg_json: str, jobdir: str | None = None) -> None:
+        """Run the rank on a thread of this actor and return at once: the result waits in
+        the actor for ``poll`` (a ``run`` call's result would be the caller's, and lost
+        with a control plane that dies while the rank trains)."""
+
+        def body() -> None:
+            try:
+                out = self.run(cfg_json, jobdir)
+            except Exception as exc:  # the rank's failure, reported like a worker's
+                out = {"exit_code": 1, "error": f"{type(exc).__name__}: {exc}"}
+            self.result = out
+
+        threading.Thread(target=body, name=f"podfleet-rank-{self.rank}", daemon=True).start()
+
+    def poll(self, acked: int | None = None) -> dict[str, Any]:
+        """Unacknowledged reports, the process's CPU and memory, and the rank's result once
+        it ended (read before the reports, so no report after it is missed)."""
+        result = self.result
+        msgs, beat_age_s = self.reporter.drain(acked)
         try:
             cpu = self._proc.cpu_percent(None)
             rss = float(self._proc.memory_info().rss)
         except psutil.Error:
             cpu, rss = 0.0, 0.0
         return {"msgs": msgs, "cpu_percent": cpu, "mem_bytes": rss, "heartbeat_age_s": beat_age_s,
-                "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total)}
+                "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total),
+                "result": result, "last_progress": self.reporter.last_progress}
 
 
 def _declared_env() -> set[str]:
