@@ -30,6 +30,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +42,23 @@ from podfleet.security.sandbox import from_env, key_material
 from podfleet.security.workerenv import worker_env
 from podfleet.training.config import EXIT_BAD_INPUT, WorkerConfig
 
+PROGRESS_RING = 4096  # progress reports kept per rank after delivery (the loss history)
+
 
 class _BufferReporter:
     """The ``Reporter`` a rank sees, and the rank's journal: every report gets a sequence
     number and stays until the control plane acknowledges it (``drain(acked)``), so the
     reports of a plane that died after reading them, or while none was reading, are read
-    again by the next one (at least once). The last progress report is kept after its
-    acknowledgement: a plane that re-attaches learns the rank's step from it."""
+    again by the next one (at least once). The last ``PROGRESS_RING`` progress reports are
+    kept after their acknowledgement: a plane that re-attaches rebuilds the loss history
+    (its own was in memory) and the step from them, as from the local agent's ring."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.msgs: list[dict[str, Any]] = []
         self.seq = 0
         self.last_progress: dict[str, Any] | None = None
+        self.history: deque[dict[str, Any]] = deque(maxlen=PROGRESS_RING)
         self.last_beat = time.monotonic()
 
     def _put(self, msg: dict[str, Any]) -> None:
@@ -64,6 +69,7 @@ class _BufferReporter:
             self.msgs.append(msg)
             if msg["type"] == "progress":
                 self.last_progress = msg
+                self.history.append(msg)
             self.last_beat = time.monotonic()
 
     def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float) -> None:
@@ -79,6 +85,11 @@ class _BufferReporter:
 
     def checkpoint(self, step: int, path: str) -> None:
         self._put({"type": "checkpoint", "step": step, "path": path})
+
+    def journal(self) -> list[dict[str, Any]]:
+        """The progress history and every unacknowledged report, in report order."""
+        with self._lock:
+            return sorted({m["seq"]: m for m in [*self.history, *self.msgs]}.values(), key=lambda m: m["seq"])
 
     def drain(self, acked: int | None = None) -> tuple[list[dict[str, Any]], float]:
         """The reports after ``acked`` (None: every report not yet acknowledged); those up
@@ -148,6 +159,11 @@ class WorkerActor:
         out = dataclasses.asdict(result)
         out["extra"] = {k: v for k, v in out.get("extra", {}).items() if isinstance(v, str | int | float | bool)}
         return out
+
+    def journal(self) -> dict[str, Any]:
+        """What a plane that re-attaches reads: ``poll``'s answer whose reports are the
+        progress history and every report not yet acknowledged (``_BufferReporter.journal``)."""
+        return {**self.poll(None), "msgs": self.reporter.journal()}
 
     def start(self, cfg_json: str, jobdir: str | None = None) -> None:
         """Run the rank on a thread of this actor and return at once: the result waits in

@@ -56,7 +56,7 @@ def read(ray: Any, namespace: str, named: supervisor.Named) -> Found | None:
         if r.actor is None:
             found.died[r.rank] = "its actor died while the control plane was down"
         else:
-            polls[r.rank] = r.actor.poll.remote(None)
+            polls[r.rank] = r.actor.journal.remote()
     for rank, ref in polls.items():
         try:
             found.journals[rank] = ray.get(ref, timeout=timeout)
