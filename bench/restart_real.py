@@ -215,7 +215,7 @@ def run_ray(rounds: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="bench-restart-ray-") as tmp:
         cluster = LocalRayCluster(head_cpus=3, node_cpus=(), env={"RAY_AUTH_MODE": "disabled"},
-                                  log_dir=Path(tmp) / "ray")
+                                  log_dir=Path(tmp))
         cluster.start()
         try:
             srv = Server(Path(tmp), fabric="ray", ray_address=cluster.address)

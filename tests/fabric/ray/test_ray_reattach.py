@@ -24,26 +24,12 @@ from typing import Any
 import pytest
 
 from podfleet.sdk import PodfleetClient
+from tests.cli.test_restart_reattach import _log, _pids, _step, _until
 
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
 TOKEN = "pf-test-ray-reattach-admin-token-0123456789"
-JOB = {"model": "debug", "chips": 2, "steps": 100_000, "checkpoint_interval": 10,
-       "options": {"step_delay_s": 0.1, "global_batch": 4, "seq_len": 32}}
-
-
-def _until(cond: Callable[[], Any], what: str, timeout_s: float = 240.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            out = cond()
-            if out:
-                return out
-        except Exception as exc:  # the server is still starting
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout_s:g} s (last error: {last})")
+JOB_OPTIONS = {"step_delay_s": 0.1, "global_batch": 4, "seq_len": 32}
 
 
 @pytest.fixture(scope="module")
@@ -95,34 +81,16 @@ def _named_actors(address: str) -> list[dict[str, str]]:
     return [a for a in json.loads(out.stdout.strip().splitlines()[-1]) if a["namespace"].startswith("podfleet-")]
 
 
-def _pids(c: PodfleetClient, cluster: str) -> dict[int, int]:
-    return {int(ch["worker"]["rank"]): int(ch["worker"]["pid"])
-            for ch in c.describe_cluster_hardware(cluster)["chips"] if ch.get("worker")}
-
-
 def _job(c: PodfleetClient, job_id: str) -> dict[str, Any]:
     return c.describe_training_job(job_id)
-
-
-def _step(c: PodfleetClient, job_id: str) -> int:
-    return int(_job(c, job_id)["progress"]["step"])
-
-
-def _log(c: PodfleetClient, job_id: str) -> list[str]:
-    out, since = [], 0
-    while True:
-        page = c.get_job_logs(job_id, since=since)
-        out += [str(ln["message"]) for ln in page["lines"]]
-        if not page["lines"]:
-            return out
-        since = int(page["next"])
 
 
 def _training(start: Callable[[], subprocess.Popen[bytes]], c: PodfleetClient) -> tuple[Any, str, str]:
     first = start()
     cid = c.create_cluster("ray", fabric="ray", chips=2, spares=0)["id"]
     _until(lambda: c.describe_cluster(cid)["state"] == "active", "the Ray cluster active")
-    jid = c.submit_training_job(cid, **JOB)["id"]
+    jid = c.submit_training_job(cid, model="debug", chips=2, steps=100_000, checkpoint_interval=10,
+                                options=JOB_OPTIONS)["id"]
     return first, cid, jid
 
 
@@ -174,4 +142,4 @@ def test_a_rank_that_died_while_the_server_was_down_is_recovered(server: Any, ra
     _until(lambda: _step(c, jid) > at + 3, "the recovered job stepping")
     # Deleting the cluster ends its gangs: nothing of it stays on the Ray cluster.
     c.delete_cluster(cid)
-    _until(lambda: not _named_actors(ray_cluster), "no podfleet actor left on the Ray cluster", 90)
+    _until(lambda: not _named_actors(ray_cluster), "no podfleet actor left on the Ray cluster", 90.0)
