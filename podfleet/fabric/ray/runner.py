@@ -330,6 +330,7 @@ class JobRunner:
                         r.cause = ExitCause.INFRA
                         r.result = {"exit_code": None, "error": reason}
                 job.pg = None
+                job.supervisor = None  # went with the head, as the ranks did
                 job.set_state(RunState.FAILED)
                 job.reason = reason
                 job.cause = ExitCause.INFRA
