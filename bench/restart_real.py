@@ -1,7 +1,9 @@
-"""kill -9 and restart of a real ``podfleet up`` while a local job trains (real processes).
+"""kill -9 and restart of a real ``podfleet up`` while a local job, then a Ray job, trains
+(real processes).
 
 One server (SQLite, local fabric, its workers owned by the host's agent), one 2-rank job
-of the ``debug`` preset. The server is killed with SIGKILL mid-run, left down for
+of the ``debug`` preset; then the same on a Ray cluster of this machine (a head started
+with ``ray start``, 3 CPUs: the gang's detached actors outlive the server). The server is killed with SIGKILL mid-run, left down for
 ``DOWN_S``, and started again on the same store and data directory; this repeats
 ``ROUNDS`` times. Per restart:
 
@@ -14,12 +16,16 @@ of the ``debug`` preset. The server is killed with SIGKILL mid-run, left down fo
   had to restore, i.e. the gang ran on.
 * ``pids_changed``: workers whose pid differs after the restart.
 * ``history_gaps``: steps in 1..now missing from the job's loss history (GetJobMetrics).
+* ``leaked_actors`` (Ray): podfleet's named actors left on the Ray cluster once the job
+  was stopped (goal 0).
 
-Ray jobs are not part of this benchmark (the Ray fabric's detached actors are not built).
+The figures are reported for the local job at the top level and for the Ray job under
+``ray``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -35,7 +41,7 @@ from typing import Any
 from podfleet.sdk import PodfleetClient
 
 NAME = "restart-real"
-DESCRIPTION = "kill -9 and restart of podfleet up with a local job training: steps_lost and reattach_s"
+DESCRIPTION = "kill -9 and restart of podfleet up with a local job, then a Ray job, training: steps_lost and reattach_s"
 TOKEN = "pf-bench-restart-real-admin-token-0123456789"
 DOWN_S = 2.0
 STEP_DELAY_S = 0.05
@@ -64,8 +70,8 @@ def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
 class Server:
     """``podfleet up`` as a subprocess on ``root`` (store, data directory, keys)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root, self.port = root, _port()
+    def __init__(self, root: Path, fabric: str = "local", ray_address: str | None = None) -> None:
+        self.root, self.port, self.fabric = root, _port(), fabric
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "PODFLEET_WORKDIR": str(root / "work"), "PODFLEET_KEY_DIR": str(root / "keys"),
                     "PODFLEET_ADMIN_TOKEN": TOKEN, "PODFLEET_LOCAL_AGENT": "true"}
@@ -73,6 +79,8 @@ class Server:
         # checkout run with PYTHONDONTWRITEBYTECODE (this project's sandboxes set it) would
         # compile ~270 modules at every start instead. The server caches its bytecode under
         # the bench's directory: the first start (not measured) compiles, restarts read it.
+        if ray_address is not None:
+            self.env.update(PODFLEET_RAY_ADDRESS=ray_address, RAY_AUTH_MODE="disabled")
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -83,7 +91,7 @@ class Server:
         self.started_mono = time.monotonic()
         with open(self.root / "server.log", "ab") as logf:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "podfleet", "up", "--agent", "--fabric", "local", "--port", str(self.port),
+                [sys.executable, "-m", "podfleet", "up", "--agent", "--fabric", self.fabric, "--port", str(self.port),
                  "--db", str(self.root / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=self.env)
         _until(lambda: self.client.healthz(), 120, "the server answering /healthz")
 
@@ -116,7 +124,7 @@ def step(c: PodfleetClient, job_id: str) -> int:
 
 def history_gaps(c: PodfleetClient, job_id: str, upto: int) -> int:
     pts = c.get_job_metrics(job_id, resolution=10)["points"]
-    seen = set()
+    seen: set[int] = set()
     for p in pts:
         seen.update(range(int(p["step_first"]), int(p["step_last"]) + 1))
     return sum(1 for s in range(1, upto + 1) if s not in seen)
@@ -139,9 +147,9 @@ def restored_steps(c: PodfleetClient, job_id: str) -> list[int]:
 
 def start_job(srv: Server, chips: int = 2) -> tuple[str, str]:
     c = srv.client
-    cl = c.create_cluster("loc", fabric="local", chips=chips, spares=0)
+    cl = c.create_cluster(srv.fabric, fabric=srv.fabric, chips=chips, spares=0)
     cid = cl["id"]
-    _until(lambda: c.describe_cluster(cid)["state"] == "active", 120, "the local cluster active")
+    _until(lambda: c.describe_cluster(cid)["state"] == "active", 120, f"the {srv.fabric} cluster active")
     job = c.submit_training_job(cid, model="debug", chips=chips, steps=100_000, checkpoint_interval=20,
                                 options={"step_delay_s": STEP_DELAY_S})
     jid = job["id"]
@@ -178,6 +186,59 @@ def restart(srv: Server, cid: str, jid: str, *, kill_rank: int | None = None) ->
             "step_after": now, "history_gaps": history_gaps(c, jid, now), "state": c.describe_training_job(jid)["state"]}
 
 
+def named_actors(address: str) -> int:
+    """podfleet's named actors alive on the Ray cluster, counted by a driver of its own."""
+    code = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False, include_dashboard=False); "
+            "print(json.dumps(ray.util.list_named_actors(all_namespaces=True)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    return sum(1 for a in json.loads(out.stdout.strip().splitlines()[-1]) if a["namespace"].startswith("podfleet-"))
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    re = [r["reattach_s"] for r in rows]
+    return {
+        "steps_lost": sum(r["steps_lost"] for r in rows),
+        "reattach_s": round(statistics.median(re), 3),
+        "reattach_s_max": max(re),
+        "serving_s": round(statistics.median(r["serving_s"] for r in rows), 3),
+        "after_serving_s": round(statistics.median(r["after_serving_s"] for r in rows), 3),
+        "pids_changed": sum(r["pids_changed"] for r in rows),
+        "history_gaps": sum(r["history_gaps"] for r in rows),
+        "restarts": len(rows),
+    }
+
+
+def run_ray(rounds: int) -> dict[str, Any]:
+    """The Ray job's rounds, on a Ray head of this machine started for the benchmark."""
+    from podfleet.fabric.ray.local_cluster import LocalRayCluster
+
+    with tempfile.TemporaryDirectory(prefix="bench-restart-ray-") as tmp:
+        cluster = LocalRayCluster(head_cpus=3, node_cpus=(), env={"RAY_AUTH_MODE": "disabled"},
+                                  log_dir=Path(tmp))
+        cluster.start()
+        try:
+            srv = Server(Path(tmp), fabric="ray", ray_address=cluster.address)
+            srv.start()
+            try:
+                cid, jid = start_job(srv)
+                rows = [restart(srv, cid, jid) for _ in range(rounds)]
+                srv.client.stop_training_job(jid)
+                _until(lambda: srv.client.describe_training_job(jid)["state"] == "STOPPED", 60, "the Ray job stopped")
+                leaked = named_actors(cluster.address)
+                deadline = time.monotonic() + 30
+                while leaked and time.monotonic() < deadline:  # ray.kill is asynchronous
+                    time.sleep(1.0)
+                    leaked = named_actors(cluster.address)
+            finally:
+                srv.stop()
+        finally:
+            cluster.stop()
+    return {**summary(rows), "leaked_actors": leaked,
+            "job": "debug preset, 2 Ray ranks (detached actors on a 3-CPU head), gloo, checkpoint every 20 steps, "
+                   "step_delay_s 0.05"}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     rounds = 1 if quick else 3
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
@@ -190,20 +251,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         finally:
             srv.stop()
             srv.stop_agent()
-    re = [r["reattach_s"] for r in rows]
+    ray = run_ray(rounds)
     return {
-        "steps_lost": sum(r["steps_lost"] for r in rows),
-        "reattach_s": round(statistics.median(re), 3),
-        "reattach_s_max": max(re),
-        "serving_s": round(statistics.median(r["serving_s"] for r in rows), 3),
-        "after_serving_s": round(statistics.median(r["after_serving_s"] for r in rows), 3),
-        "pids_changed": sum(r["pids_changed"] for r in rows),
-        "history_gaps": sum(r["history_gaps"] for r in rows),
-        "restarts": rounds,
+        **summary(rows),
         "bytecode_cached": True,  # as an installed package (see Server)
         "load_1m": round(os.getloadavg()[0], 2),  # the machine's load at the end: start-up is CPU-bound
         "goal_steps_lost": 0,
         "goal_reattach_s": 5.0,
         "job": "debug preset, 2 local ranks, gloo, checkpoint every 20 steps, step_delay_s 0.05",
-        "ray": "not measured: the Ray fabric's detached actors are not built yet",
+        "ray": ray,
     }

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from podfleet.control import chips, faults, hardwareviews
+from podfleet.control import chips, faults, hardwareviews, reattach
 from podfleet.control.balancing import ClusterBalancer
 from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.connect import (
@@ -358,6 +358,10 @@ class ControlPlane:
         held.release()  # the fabric's first events, now that the plane is subscribed
         if pending.held_jobs:
             self.jobs.resume_restored(pending.held_jobs)
+        if pending.restored:
+            # A fabric reached after the reload (Ray) shows its detached gangs only now:
+            # what no job claimed goes, as ``restore_all`` does for the fabrics it found.
+            reattach.discard_unadopted([rt], self.now())
 
     def _connect_failed(self, pending: ConnectingCluster, reason: str) -> None:
         """No fabric: a new cluster (or one still deploying) fails with ``reason``; a

@@ -30,6 +30,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +42,34 @@ from podfleet.security.sandbox import from_env, key_material
 from podfleet.security.workerenv import worker_env
 from podfleet.training.config import EXIT_BAD_INPUT, WorkerConfig
 
+PROGRESS_RING = 4096  # progress reports kept per rank after delivery (the loss history)
+
 
 class _BufferReporter:
-    """The ``Reporter`` a rank sees: appends to a list the driver drains with ``poll``."""
+    """The ``Reporter`` a rank sees, and the rank's journal: every report gets a sequence
+    number and stays until the control plane acknowledges it (``drain(acked)``), so the
+    reports of a plane that died after reading them, or while none was reading, are read
+    again by the next one (at least once). The last ``PROGRESS_RING`` progress reports are
+    kept after their acknowledgement: a plane that re-attaches rebuilds the loss history
+    (its own was in memory) and the step from them, as from the local agent's ring."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.msgs: list[dict[str, Any]] = []
+        self.seq = 0
+        self.last_progress: dict[str, Any] | None = None
+        self.history: deque[dict[str, Any]] = deque(maxlen=PROGRESS_RING)
         self.last_beat = time.monotonic()
 
     def _put(self, msg: dict[str, Any]) -> None:
         msg["t"] = time.time()
         with self._lock:
+            self.seq += 1
+            msg["seq"] = self.seq
             self.msgs.append(msg)
+            if msg["type"] == "progress":
+                self.last_progress = msg
+                self.history.append(msg)
             self.last_beat = time.monotonic()
 
     def progress(self, step: int, loss: float, tokens_per_s: float, step_time_s: float) -> None:
@@ -70,10 +86,18 @@ class _BufferReporter:
     def checkpoint(self, step: int, path: str) -> None:
         self._put({"type": "checkpoint", "step": step, "path": path})
 
-    def drain(self) -> tuple[list[dict[str, Any]], float]:
+    def journal(self) -> list[dict[str, Any]]:
+        """The progress history and every unacknowledged report, in report order."""
         with self._lock:
-            out, self.msgs = self.msgs, []
-            return out, time.monotonic() - self.last_beat
+            return sorted({m["seq"]: m for m in [*self.history, *self.msgs]}.values(), key=lambda m: m["seq"])
+
+    def drain(self, acked: int | None = None) -> tuple[list[dict[str, Any]], float]:
+        """The reports after ``acked`` (None: every report not yet acknowledged); those up
+        to it are dropped."""
+        with self._lock:
+            if acked is not None:
+                self.msgs = [m for m in self.msgs if m["seq"] > acked]
+            return list(self.msgs), time.monotonic() - self.last_beat
 
 
 class WorkerActor:
@@ -83,6 +107,7 @@ class WorkerActor:
         self._proc = psutil.Process()
         self._proc.cpu_percent(None)  # the first call only sets the baseline
         self.running = False
+        self.result: dict[str, Any] | None = None  # run's, kept until the actor is killed
 
     def hello(self) -> dict[str, Any]:
         """Where this rank lives; rank 0's answer gives the job's master address and port."""
@@ -146,15 +171,38 @@ class WorkerActor:
         os.chmod(tmp, 0o644)  # a sandboxed child of another uid reads it
         os.replace(tmp, target)
 
-    def poll(self) -> dict[str, Any]:
-        msgs, beat_age_s = self.reporter.drain()
+    def journal(self) -> dict[str, Any]:
+        """What a plane that re-attaches reads: ``poll``'s answer whose reports are the
+        progress history and every report not yet acknowledged (``_BufferReporter.journal``)."""
+        return {**self.poll(None), "msgs": self.reporter.journal()}
+
+    def start(self, cfg_json: str, jobdir: str | None = None) -> None:
+        """Run the rank on a thread of this actor and return at once: the result waits in
+        the actor for ``poll`` (a ``run`` call's result would be the caller's, and lost
+        with a control plane that dies while the rank trains)."""
+
+        def body() -> None:
+            try:
+                out = self.run(cfg_json, jobdir)
+            except Exception as exc:  # the rank's failure, reported like a worker's
+                out = {"exit_code": 1, "error": f"{type(exc).__name__}: {exc}"}
+            self.result = out
+
+        threading.Thread(target=body, name=f"podfleet-rank-{self.rank}", daemon=True).start()
+
+    def poll(self, acked: int | None = None) -> dict[str, Any]:
+        """Unacknowledged reports, the process's CPU and memory, and the rank's result once
+        it ended (read before the reports, so no report after it is missed)."""
+        result = self.result
+        msgs, beat_age_s = self.reporter.drain(acked)
         try:
             cpu = self._proc.cpu_percent(None)
             rss = float(self._proc.memory_info().rss)
         except psutil.Error:
             cpu, rss = 0.0, 0.0
         return {"msgs": msgs, "cpu_percent": cpu, "mem_bytes": rss, "heartbeat_age_s": beat_age_s,
-                "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total)}
+                "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total),
+                "result": result, "last_progress": self.reporter.last_progress}
 
 
 def _declared_env() -> set[str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,7 +28,7 @@ def files(job: RayJob, world_size: int) -> dict[str, Any]:
     """The ``WorkerConfig`` fields of a gang's control files (the built-in loop only)."""
     if job.spec.entrypoint is not None:
         return {}
-    root = os.path.join(job.workdir, f"control-{job.control_id}")
+    root = os.path.join(job.workdir, f"control-{job.launch}")  # one directory per launch
     out: dict[str, Any] = {"slow_file": os.path.join(root, "slow.json"),
                            "checkpoint_request_file": os.path.join(root, "checkpoint_request.json")}
     if world_size > 1:
@@ -37,10 +36,6 @@ def files(job: RayJob, world_size: int) -> dict[str, Any]:
     if job.shares:
         out["shares"] = job.shares
     return out
-
-
-def new_control_id() -> str:
-    return uuid.uuid4().hex[:12]
 
 
 def _send(ranks: Iterable[RankRecord], path: str, doc: dict[str, Any]) -> int:

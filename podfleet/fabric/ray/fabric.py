@@ -42,6 +42,7 @@ from podfleet.errors import (
     UnknownNameError,
 )
 from podfleet.fabric.base import (
+    Adoption,
     ChipState,
     CommandResult,
     FabricEvent,
@@ -50,7 +51,7 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.ray import control, telemetry
+from podfleet.fabric.ray import control, reattach, supervisor, telemetry
 from podfleet.fabric.ray.auth import auth_error, auth_refused
 from podfleet.fabric.ray.faultlog import FaultLog
 from podfleet.fabric.ray.hostcmd import node_command
@@ -186,9 +187,13 @@ def _import_ray() -> Any:
 class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
     ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``,
-    ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``), and through the
-    gang's control files (``control``) ``Rebalanceable``, ``WorkerSlowdown`` and
+    ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``), ``Reattachable``
+    (gangs are detached actors in ``namespace``: ``supervisor.py``, ``reattach.py``), and
+    through the gang's control files (``control``) ``Rebalanceable``, ``WorkerSlowdown`` and
     ``OnDemandCheckpoints``.
+
+    ``outlive_plane``: ``close`` leaves running gangs running (the next plane adopts them
+    or stops them), for a Ray cluster that outlives this process; otherwise it stops them.
 
     ``workdir`` holds each job's directory (and default checkpoint dir); ``key_file``, the
     checkpoint KEK every worker gets unless the job names its own (with a multi-machine
@@ -215,6 +220,8 @@ class RayFabric:
         poll_interval_s: float = 0.2,
         init_kwargs: Mapping[str, Any] | None = None,
         runtime_env: Mapping[str, Any] | None = None,
+        namespace: str = supervisor.namespace_for("default"),
+        outlive_plane: bool = False,
     ) -> None:
         if resource not in RESOURCES:
             raise UnknownNameError("ray resource", resource, RESOURCES, field="resource")
@@ -233,6 +240,8 @@ class RayFabric:
         self.placement_timeout_s = placement_timeout_s
         self.hang_timeout_s = hang_timeout_s
         self.poll_interval_s = poll_interval_s
+        self.namespace = namespace
+        self.outlive_plane = outlive_plane
         # e.g. {"env_vars": {"PODFLEET_CHECKPOINT_KEY": ...}, "py_modules": [podfleet]} for
         # a remote cluster whose nodes lack podfleet or the key.
         self.runtime_env = dict(runtime_env) if runtime_env else None
@@ -402,7 +411,9 @@ class RayFabric:
         workdir = os.path.join(self.workdir, group.job_id)
         ckpt_dir = group.options.get("checkpoint_dir") or (
             os.path.join(workdir, "checkpoints") if group.checkpoint_interval else None)
-        job = RayJob(group, strategy, workdir, ckpt_dir, control_id=control.new_control_id())
+        # The launch token names the gang's actors before they exist (``discard_unadopted``
+        # spares a gang still being started); it also names the launch's control-file directory.
+        job = RayJob(group, strategy, workdir, ckpt_dir, launch=supervisor.launch_token())
         job.ranks = [RankRecord(r, c) for r, c in enumerate(chips)]
         self.worker_config(job, 0, "127.0.0.1", 29500)  # bad input is reported before conflicts
         with self.state.lock:
@@ -652,13 +663,66 @@ class RayFabric:
             return
         self._closed = True
         for job_id, job in list(self.state.jobs.items()):
-            if job.state not in TERMINAL:
+            # A gang that runs (detached) is left to the next plane; one still being
+            # placed or started has no supervisor yet, so it is stopped.
+            if job.state not in TERMINAL and not (self.outlive_plane and job.state is RunState.RUNNING):
                 self.stop(job_id)
         self._runner.close()
         _connection.users -= 1
         if _connection.users == 0 and _connection.started and self.state.ray.is_initialized():
             self.state.ray.shutdown()
             _connection.started = False
+
+    # --- Reattachable -------------------------------------------------------------------------
+    def adopt(self, job_id: str, checkpoint_step: int | None) -> Adoption | None:
+        """Take back ``job_id``'s gang when its detached actors ran on through a restart
+        of the control plane (``reattach.py``); None when there is none to take. Ray is
+        asked with timeouts (``supervisor.LOOKUP_TIMEOUT_S``): this runs on the engine
+        thread while the plane reloads."""
+        if self.unreachable is not None:
+            raise ConflictError(self.unreachable, field="job_id")
+        ray = self.state.ray
+        named = supervisor.find(ray, self.namespace).get(job_id)
+        if named is None:
+            return None
+        found = reattach.read(ray, self.namespace, named)
+        if found is None:
+            return None
+        job = found.job
+        chips = [r.chip for r in job.ranks]
+        with self.state.lock:
+            old = self.state.jobs.get(job_id)
+            if old is not None and old.state not in TERMINAL:
+                raise ConflictError(f"job {job_id} is already {old.state.value} on this fabric", field="job_id")
+            bad = [c for c in chips if not 0 <= c < self.n_chips or c in self.state.chip_job]
+            if bad:
+                raise ConflictError(f"the gang's chips {bad} are not this cluster's or are in use", field="chips")
+            job.set_state(RunState.STARTING)
+            job.set_state(RunState.RUNNING)
+            if job.spec.entrypoint is None:
+                job.speed = telemetry.speed_for(job, found.config)
+            self.state.jobs[job_id] = job
+            for r in job.ranks:
+                self.state.chip_job[r.chip] = (job_id, r.rank)
+            replayed = self._runner.replay(job, found.journals, found.died, checkpoint_step)
+            pids = tuple(int(r.info.get("pid") or 0) for r in job.ranks)
+            job.log.append(f"[fabric] re-attached after a control-plane restart: pids {list(pids)}, "
+                           f"{replayed} reports replayed" + "".join(
+                               f"; rank {rank} {why}" for rank, why in sorted(found.died.items())))
+        self._runner.start()
+        self.emit("job-adopted", job_id=job_id, chips=chips, pids=list(pids), attempt=1, replayed=replayed)
+        return Adoption(job_id, tuple(chips), pids, 1, replayed)
+
+    def discard_unadopted(self) -> list[str]:
+        """Kill the detached actors (and placement groups) in this cluster's namespace that
+        belong to no gang this fabric holds: jobs the plane did not adopt, or ended."""
+        if self.unreachable is not None:
+            return []
+        with self.state.lock:
+            keep = {name for job in self.state.jobs.values() if job.state not in TERMINAL and job.launch
+                    for name in [supervisor.supervisor_name(job.job_id, job.launch),
+                                 *(supervisor.rank_name(job.job_id, r.rank, job.launch) for r in job.ranks)]}
+        return supervisor.discard(self.state.ray, self.namespace, keep)
 
     # --- helpers the runner uses ------------------------------------------------------------
     def _job(self, job_id: str) -> RayJob:

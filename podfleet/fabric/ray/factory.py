@@ -21,6 +21,7 @@ from typing import Any
 
 from podfleet.checkpoint import keys
 from podfleet.errors import InvalidInputError
+from podfleet.fabric.ray import supervisor
 from podfleet.fabric.ray.fabric import RayFabric
 from podfleet.hardware.topology import Topology
 from podfleet.training.config import KEY_ENV_DEFAULT
@@ -49,5 +50,10 @@ def make_ray_fabric(
             ) from None
     if workdir is not None and key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
         key_file = str(keys.ensure_kek_file(workdir))  # outside the checkpoint tree
+    # The cluster's directory is named by its id: its gangs' detached actors live in the
+    # namespace ``podfleet-<cluster id>``. They outlive this server on a Ray cluster of its
+    # own (an address); a private local Ray ends with the server anyway.
+    namespace = supervisor.namespace_for(Path(workdir).name if workdir is not None else "default")
     return RayFabric(address, timeline, topology.n_chips, resource=resource, spares=spares, topology=topology,
-                     per_chip=per_chip, workdir=str(workdir) if workdir is not None else None, key_file=key_file)
+                     per_chip=per_chip, workdir=str(workdir) if workdir is not None else None, key_file=key_file,
+                     namespace=namespace, outlive_plane=address is not None)

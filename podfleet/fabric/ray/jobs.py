@@ -38,7 +38,7 @@ class RankRecord:
     rank: int
     chip: int
     actor: Any = None  # ray.actor.ActorHandle
-    run_ref: Any = None  # ObjectRef of WorkerActor.run
+    acked: int | None = None  # the last report applied (None: none yet; the actor drops those up to it)
     info: dict[str, Any] = field(default_factory=dict)  # hello(): pid, ip, node_id, ...
     result: dict[str, Any] | None = None
     cause: ExitCause | None = None
@@ -68,7 +68,9 @@ class RayJob:
     workdir: str
     checkpoint_dir: str | None
     state: RunState = RunState.PLACING
-    pg: Any = None  # ray placement group
+    pg: Any = None  # ray placement group (detached)
+    supervisor: Any = None  # the gang's detached GangSupervisor actor (ray/supervisor.py)
+    launch: str = ""  # this start's token in the gang's actor names
     ranks: list[RankRecord] = field(default_factory=list)
     step: int = 0
     loss: float | None = None
@@ -80,7 +82,6 @@ class RayJob:
     shares: tuple[int, ...] = ()  # the work split in samples (set_work_split); (): even
     slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
     checkpoint_requests: int = 0  # on-demand checkpoints asked of this job (checkpoint_now)
-    control_id: str = ""  # this launch's control-file directory (ray/control.py)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
 
     @property

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from podfleet.fabric.ray import telemetry
+from podfleet.fabric.ray import supervisor, telemetry
 from podfleet.fabric.ray.actor import WorkerActor
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
@@ -70,6 +70,9 @@ class RunnerHost(Protocol):
     def gcs(self) -> tuple[str, int] | None: ...
 
     @property
+    def namespace(self) -> str: ...
+
+    @property
     def unreachable(self) -> str | None: ...
 
     def node_died(self, node: RayNode) -> None: ...
@@ -95,6 +98,7 @@ class JobRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._actor_cls: Any = None
+        self._supervisor_cls: Any = None
         self._nodes_read_mono = 0.0
         self._gcs_failures = 0  # GCS checks failed in a row
         self._backoff_s = RECONNECT_FIRST_S
@@ -126,8 +130,10 @@ class JobRunner:
             if not self._wait_for_link(job):
                 return
             selectors = f.bundle_selectors(job)
+            # Detached, as the gang's actors are: a driver's placement group goes with it.
             pg = placement_group([f.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
-                                 name=f"podfleet-{job.job_id}", bundle_label_selector=selectors)
+                                 name=f"podfleet-{job.job_id}", bundle_label_selector=selectors,
+                                 lifetime="detached")
             job.pg = pg
             ready = self._wait_placed(job, pg)
             if ready is None:
@@ -139,6 +145,7 @@ class JobRunner:
                 return
             if self._actor_cls is None:
                 self._actor_cls = ray.remote(WorkerActor)
+                self._supervisor_cls = ray.remote(supervisor.GangSupervisor)
             with self.state.lock:
                 if job.state is not RunState.PLACING:
                     # Stopped while placing: stop() may have run before job.pg was set.
@@ -150,6 +157,8 @@ class JobRunner:
                 for r in job.ranks:
                     r.actor = self._actor_cls.options(
                         **f.actor_options(), max_concurrency=4, max_restarts=0,
+                        name=supervisor.rank_name(job.job_id, r.rank, job.launch), namespace=f.namespace,
+                        lifetime="detached",
                         scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
                     ).remote(job.job_id, r.rank)
                 job.set_state(RunState.STARTING)
@@ -158,12 +167,13 @@ class JobRunner:
             with self.state.lock:
                 if job.state is not RunState.STARTING:
                     return
-                for r, info in zip(job.ranks, infos, strict=True):
+                cfgs = [f.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
+                job.supervisor = self._start_supervisor(job, pg, infos, cfgs)
+                for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True):
                     r.info = info
-                    cfg = f.worker_config(job, r.rank, master["ip"], int(master["port"]))
                     if r.rank == 0:
                         job.speed = telemetry.speed_for(job, cfg)
-                    r.run_ref = r.actor.run.remote(cfg.to_json(), job.workdir)
+                    r.actor.start.remote(cfg.to_json(), job.workdir)
                     job.log.append(f"[fabric] rank {r.rank} on chip {r.chip}: node {str(info.get('node_id'))[:12]} "
                                    f"ip {info.get('ip')} pid {info.get('pid')}")
                 job.set_state(RunState.RUNNING)
@@ -175,6 +185,20 @@ class JobRunner:
         except Exception as exc:  # Ray errors of every kind end the start, never the fabric
             if job.state not in TERMINAL and job.state is not RunState.STOPPING:
                 self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
+
+    def _start_supervisor(self, job: RayJob, pg: Any, infos: list[dict[str, Any]], cfgs: list[WorkerConfig]) -> Any:
+        """The gang's detached record, for a plane that re-attaches (``supervisor.py``)."""
+        f = self.f
+        renv = f.actor_options().get("runtime_env")
+        record = {"spec": job.spec, "strategy": job.strategy, "workdir": job.workdir,
+                  "checkpoint_dir": job.checkpoint_dir, "launch": job.launch, "pg": pg,
+                  "ranks": [{"rank": r.rank, "chip": r.chip, "info": info, "cfg": cfg.to_json(),
+                             "name": supervisor.rank_name(job.job_id, r.rank, job.launch)}
+                            for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True)]}
+        return self._supervisor_cls.options(
+            name=supervisor.supervisor_name(job.job_id, job.launch), namespace=f.namespace, lifetime="detached",
+            num_cpus=0, max_restarts=0, **({"runtime_env": renv} if renv else {}),
+        ).remote(record)
 
     def _wait_for_link(self, job: RayJob) -> bool:
         """A gang launched while the Ray cluster is unreachable waits for it (PLACING),
@@ -306,6 +330,7 @@ class JobRunner:
                         r.cause = ExitCause.INFRA
                         r.result = {"exit_code": None, "error": reason}
                 job.pg = None
+                job.supervisor = None  # went with the head, as the ranks did
                 job.set_state(RunState.FAILED)
                 job.reason = reason
                 job.cause = ExitCause.INFRA
@@ -334,52 +359,31 @@ class JobRunner:
     def _poll(self, job: RayJob) -> None:
         f, ray = self.f, self.state.ray
         live = [r for r in job.ranks if not r.done]
-        if not live:
-            return
-        refs = {r.actor.poll.remote(): r for r in live}
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_TIMEOUT_S)
-        polled: list[tuple[RankRecord, dict[str, Any] | None]] = []
-        for ref in ready:
-            try:
-                polled.append((refs[ref], ray.get(ref)))
-            except ray.exceptions.RayActorError:
-                polled.append((refs[ref], None))
-        runs = {r.run_ref: r for r in live}
-        done, _ = ray.wait(list(runs), num_returns=len(runs), timeout=0)
+        # A rank's poll hands over its unacknowledged reports and, once it ended, its
+        # result (the actor's journal); each poll acknowledges what the last one applied.
+        refs = {r.actor.poll.remote(r.acked): r for r in live}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=POLL_TIMEOUT_S) if refs else ([], [])
+        polled: list[tuple[RankRecord, dict[str, Any]]] = []
         finished: list[tuple[RankRecord, dict[str, Any] | None, str | None]] = []
-        for ref in done:
-            r = runs[ref]
+        for ref in ready:
+            r = refs[ref]
             try:
-                result = ray.get(ref)
+                p = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 finished.append((r, None, f"actor died: {_first_line(exc)}"))
                 continue
-            except ray.exceptions.RayTaskError as exc:
-                finished.append((r, {"exit_code": 1, "error": _first_line(exc)}, None))
-                continue
-            with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                polled.append((r, ray.get(r.actor.poll.remote(), timeout=POLL_TIMEOUT_S)))  # its last words
-            finished.append((r, result, None))
+            polled.append((r, p))
+            if p.get("result") is not None:
+                finished.append((r, p["result"], None))
         with self.state.lock:
             if job.state is not RunState.RUNNING:
                 return
             for r, p in polled:
-                if p is None:
-                    if not r.done:
-                        r.cause = ExitCause.STOPPED if r.killed_by == "stop" else ExitCause.INFRA
-                        r.result = {"exit_code": None, "error": "actor died"}
-                    continue
                 self._apply(job, r, p)
             for r, result, died in finished:
                 if r.done and r.cause is not ExitCause.INFRA:
                     continue
-                if died is not None:
-                    r.cause = ExitCause.STOPPED if r.killed_by == "stop" else ExitCause.INFRA
-                    r.result = {"exit_code": None, "error": died}
-                else:
-                    assert result is not None
-                    r.result = result
-                    r.cause = cause_of(result)
+                self.settle(r, result, died)
             now = time.monotonic()
             hung = [r for r in job.ranks if not r.done and r.armed and r.silent_s(now) > f.hang_timeout_s]
             for r in hung:
@@ -392,7 +396,20 @@ class JobRunner:
         if outcome is not None:
             self._finish(job, *outcome)
 
-    def _apply(self, job: RayJob, r: RankRecord, p: dict[str, Any]) -> None:
+    @staticmethod
+    def settle(r: RankRecord, result: dict[str, Any] | None, died: str | None) -> None:
+        """A rank ended: with its result, or its actor died (``died`` says how)."""
+        if died is not None:
+            r.cause = ExitCause.STOPPED if r.killed_by == "stop" else ExitCause.INFRA
+            r.result = {"exit_code": None, "error": died}
+        else:
+            assert result is not None
+            r.result = result
+            r.cause = cause_of(result)
+
+    def _apply(self, job: RayJob, r: RankRecord, p: dict[str, Any], skip_ckpt_upto: int = -1) -> None:
+        """One poll of a rank: its figures and its reports in order (a re-attaching plane
+        skips checkpoints at or below the step it already recorded)."""
         f = self.f
         r.last_seen_mono = time.monotonic()
         r.cpu_percent = float(p.get("cpu_percent", 0.0))
@@ -400,7 +417,10 @@ class JobRunner:
         r.mem_capacity_bytes = float(p.get("mem_total_bytes", 0.0))
         r.heartbeat_age_s = float(p.get("heartbeat_age_s", 0.0))
         for m in p.get("msgs", ()):
+            r.acked = max(r.acked or 0, int(m.get("seq", 0)))
             kind = m.get("type")
+            if kind == "checkpoint" and int(m.get("step", -1)) <= skip_ckpt_upto:
+                continue
             if kind == "progress":
                 r.armed = True
                 r.step_time_s = float(m["step_time_s"])
@@ -416,6 +436,27 @@ class JobRunner:
                     job.speed.split_logged(str(m.get("line", "")))
             elif kind == "checkpoint":
                 self._checkpoint(job, r, int(m["step"]), str(m.get("path", "")))
+
+    def replay(self, job: RayJob, journals: dict[int, dict[str, Any]], died: dict[int, str],
+               checkpoint_step: int | None) -> int:
+        """Apply what an adopted gang's ranks journaled while no plane read them (hold the
+        lock); how many reports were replayed."""
+        floor = checkpoint_step if checkpoint_step is not None else -1
+        job.checkpoint_step = checkpoint_step
+        replayed = 0
+        for r in job.ranks:
+            p = journals.get(r.rank)
+            if p is None:
+                self.settle(r, None, died.get(r.rank, "its actor is gone"))
+                continue
+            last = p.get("last_progress")
+            if r.rank == 0 and last:
+                job.step, job.loss = int(last["step"]), float(last["loss"])
+            replayed += len(p.get("msgs", ()))
+            self._apply(job, r, p, floor)
+            if p.get("result") is not None:
+                self.settle(r, p["result"], None)
+        return replayed
 
     def _checkpoint(self, job: RayJob, r: RankRecord, step: int, path: str) -> None:
         """Commit a step once every rank's shard is durable (the worker contract)."""
@@ -499,11 +540,16 @@ class JobRunner:
             for r in job.ranks:
                 r.actor = None
             job.pg = None
+            job.supervisor = None
             return
         for r in job.ranks:
             if r.actor is not None:
                 with contextlib.suppress(Exception):  # already gone
                     ray.kill(r.actor, no_restart=True)
+        if job.supervisor is not None:
+            with contextlib.suppress(Exception):  # already gone
+                ray.kill(job.supervisor, no_restart=True)
+            job.supervisor = None
         if job.pg is not None:
             from ray.util.placement_group import remove_placement_group
 

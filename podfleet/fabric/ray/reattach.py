@@ -1,0 +1,67 @@
+"""Taking back a Ray gang that ran on through a control-plane restart.
+
+From the gang's supervisor (``supervisor.py``) the job's runtime record is rebuilt: its
+spec, strategy, directories, placement group, each rank's chip, worker config and where
+it runs. Each rank's actor is looked up by name and polled for its journal, which the
+runner then applies in report order through its usual handlers (``JobRunner.replay``):
+progress rebuilds the step and the loss history, checkpoints not yet recorded are
+recorded, a rank that ended while the plane was down ends now, and a rank whose actor
+died meanwhile is an infrastructure loss that ends the gang, so the plane's recovery
+runs as it would have then. Ray calls are made here, without the fabric's lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from podfleet.errors import ConflictError
+from podfleet.fabric.ray import supervisor
+from podfleet.fabric.ray.jobs import RankRecord, RayJob
+from podfleet.training.config import WorkerConfig
+
+
+@dataclass
+class Found:
+    """A gang read back from Ray: the job, and per rank its journal or why it is gone."""
+
+    job: RayJob
+    config: WorkerConfig  # rank 0's
+    journals: dict[int, dict[str, Any]] = field(default_factory=dict)
+    died: dict[int, str] = field(default_factory=dict)
+
+
+def read(ray: Any, namespace: str, named: supervisor.Named) -> Found | None:
+    """The gang ``named`` (a supervisor) leads, or None when its supervisor is gone; a
+    ConflictError when Ray does not answer in time (the plane resumes the job instead)."""
+    sup = supervisor.handle(ray, named.name, namespace)
+    if sup is None:
+        return None
+    timeout = supervisor.LOOKUP_TIMEOUT_S
+    try:
+        rec = ray.get(sup.state.remote(), timeout=timeout)
+    except ray.exceptions.RayActorError:
+        return None
+    except ray.exceptions.GetTimeoutError:
+        raise ConflictError(f"the gang's supervisor {named.name} did not answer within {timeout:g} s",
+                            field="job_id") from None
+    job = RayJob(rec["spec"], rec["strategy"], rec["workdir"], rec["checkpoint_dir"])
+    job.launch, job.pg, job.supervisor = str(rec["launch"]), rec.get("pg"), sup
+    ranks = sorted(rec["ranks"], key=lambda x: int(x["rank"]))
+    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), info=dict(x.get("info") or {})) for x in ranks]
+    found = Found(job, WorkerConfig.from_json(ranks[0]["cfg"]))
+    polls = {}
+    for r, x in zip(job.ranks, ranks, strict=True):
+        r.actor = supervisor.handle(ray, str(x["name"]), namespace)
+        if r.actor is None:
+            found.died[r.rank] = "its actor died while the control plane was down"
+        else:
+            polls[r.rank] = r.actor.journal.remote()
+    for rank, ref in polls.items():
+        try:
+            found.journals[rank] = ray.get(ref, timeout=timeout)
+        except ray.exceptions.RayActorError:
+            found.died[rank] = "its actor died while the control plane was down"
+        except ray.exceptions.GetTimeoutError:
+            raise ConflictError(f"rank {rank}'s actor did not answer within {timeout:g} s", field="job_id") from None
+    return found

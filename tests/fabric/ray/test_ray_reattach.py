@@ -1,0 +1,145 @@
+"""kill -9 of a real ``podfleet up`` while a Ray job trains: the gang's detached actors
+run on, and the restarted server re-attaches to them (real server, Ray cluster, actors).
+
+* The ranks' pids are unchanged after the restart, the job never goes back to a
+  checkpoint, its step only grows and its loss history has no gap.
+* A rank whose actor died while the server was down: the gang is adopted, the death is
+  replayed, and the job is recovered from its checkpoint on a new gang.
+* No detached actor is left once the job is stopped or its cluster deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podfleet.sdk import PodfleetClient
+from tests.cli.test_restart_reattach import _log, _pids, _step, _until
+
+pytestmark = [pytest.mark.ray, pytest.mark.realproc]
+pytest.importorskip("ray")
+TOKEN = "pf-test-ray-reattach-admin-token-0123456789"
+JOB_OPTIONS = {"step_delay_s": 0.1, "global_batch": 4, "seq_len": 32}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray head of its own (3 CPUs) that outlives the servers the tests kill."""
+    from podfleet.fabric.ray.local_cluster import LocalRayCluster
+
+    cluster = LocalRayCluster(head_cpus=3, node_cpus=(), env={"RAY_AUTH_MODE": "disabled"},
+                              log_dir=tmp_path_factory.mktemp("raycluster"))
+    try:
+        cluster.start()
+        yield cluster.address
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def server(tmp_path: Path, ray_cluster: str) -> Iterator[tuple[Callable[[], subprocess.Popen[bytes]], PodfleetClient]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PODFLEET_WORKDIR": str(tmp_path / "work"), "PODFLEET_KEY_DIR": str(tmp_path / "keys"),
+           "PODFLEET_ADMIN_TOKEN": TOKEN, "PODFLEET_RAY_ADDRESS": ray_cluster, "RAY_AUTH_MODE": "disabled"}
+    c = PodfleetClient(f"http://127.0.0.1:{port}", TOKEN)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        with open(tmp_path / "server.log", "ab") as logf:
+            p = subprocess.Popen([sys.executable, "-m", "podfleet", "up", "--fabric", "ray", "--port", str(port),
+                                  "--db", str(tmp_path / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+        procs.append(p)
+        _until(c.healthz, "the server answering /healthz")
+        return p
+
+    yield start, c
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(60)
+
+
+def _named_actors(address: str) -> list[dict[str, str]]:
+    """Every named actor alive on the Ray cluster, asked by a driver of its own."""
+    code = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False, include_dashboard=False); "
+            "print(json.dumps(ray.util.list_named_actors(all_namespaces=True)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RAY_AUTH_MODE": "disabled"}, check=True)
+    return [a for a in json.loads(out.stdout.strip().splitlines()[-1]) if a["namespace"].startswith("podfleet-")]
+
+
+def _job(c: PodfleetClient, job_id: str) -> dict[str, Any]:
+    return c.describe_training_job(job_id)
+
+
+def _training(start: Callable[[], subprocess.Popen[bytes]], c: PodfleetClient) -> tuple[Any, str, str]:
+    first = start()
+    cid = c.create_cluster("ray", fabric="ray", chips=2, spares=0)["id"]
+    _until(lambda: c.describe_cluster(cid)["state"] == "active", "the Ray cluster active")
+    jid = c.submit_training_job(cid, model="debug", chips=2, steps=100_000, checkpoint_interval=10,
+                                options=JOB_OPTIONS)["id"]
+    return first, cid, jid
+
+
+def test_kill_9_of_the_server_leaves_the_ray_job_training(server: Any, ray_cluster: str) -> None:
+    start, c = server
+    first, cid, jid = _training(start, c)
+    _until(lambda: _step(c, jid) >= 5 and len(_pids(c, cid)) == 2, "the job training")
+    before, at_kill = _pids(c, cid), _step(c, jid)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(30)
+    time.sleep(2.0)  # the ranks train on with no server: their actors journal the reports
+    start()
+    _until(lambda: _step(c, jid) > at_kill + 5, "the job stepping on after the restart")
+    job = _job(c, jid)
+    assert job["state"] == "RUNNING", job
+    # The same processes: nothing restarted (the hardware view refreshes on the telemetry tick).
+    _until(lambda: _pids(c, cid) == before, f"pids {before} after the restart (now {_pids(c, cid)})", 60)
+    log = _log(c, jid)
+    assert any("re-attached after a control-plane restart" in ln for ln in log), log[-20:]
+    assert not any("restored step" in ln or "resuming from checkpoint" in ln for ln in log), log[-20:]
+    now = _step(c, jid)
+    seen: set[int] = set()
+    for p in c.get_job_metrics(jid, resolution=10)["points"]:
+        seen.update(range(int(p["step_first"]), int(p["step_last"]) + 1))
+    assert [s for s in range(1, now + 1) if s not in seen] == []  # the loss history has no gap
+    assert {a["name"].split("/")[0] for a in _named_actors(ray_cluster)} == {jid}
+    c.stop_training_job(jid)
+    _until(lambda: _job(c, jid)["state"] == "STOPPED", "the job stopped")
+    # A stopped job leaves no detached actor behind (its supervisor and ranks are killed).
+    _until(lambda: not _named_actors(ray_cluster), "no podfleet actor left on the Ray cluster", 60)
+
+
+def test_a_rank_that_died_while_the_server_was_down_is_recovered(server: Any, ray_cluster: str) -> None:
+    start, c = server
+    first, cid, jid = _training(start, c)
+    _until(lambda: int(_job(c, jid).get("checkpoint_step") or 0) >= 10, "a checkpoint")
+    _until(lambda: len(_pids(c, cid)) == 2, "both ranks placed")
+    before = _pids(c, cid)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(30)
+    os.kill(before[1], signal.SIGKILL)  # rank 1's actor, while no server watches it
+    time.sleep(2.0)
+    start()
+    _until(lambda: any("actor died while the control plane was down" in ln for ln in _log(c, jid)),
+           "the death replayed on the job")
+    _until(lambda: _job(c, jid)["state"] == "RUNNING" and len(_pids(c, cid)) == 2
+           and _pids(c, cid)[1] != before[1], "the job recovered on a new gang")
+    at = _step(c, jid)
+    _until(lambda: _step(c, jid) > at + 3, "the recovered job stepping")
+    # Deleting the cluster ends its gangs: nothing of it stays on the Ray cluster.
+    c.delete_cluster(cid)
+    _until(lambda: not _named_actors(ray_cluster), "no podfleet actor left on the Ray cluster", 90.0)
