@@ -157,6 +157,13 @@ class HealthService:
             cid = rt.id
             for jid, v in list(self.plane.jobs.views.items()):
                 hit = seen.get(jid)
+                if hit is not None and hit[0] is not v:
+                    w = hit[0]
+                    # Re-rendered for its ``scheduling`` part alone (the balancer's degree, at
+                    # nearly every tick): the same state and progress objects, the same entry.
+                    if w["progress"] is v["progress"] and w["state"] is v["state"] \
+                            and w["cluster_id"] is v["cluster_id"]:
+                        hit = seen[jid] = (v, hit[1])
                 if hit is None or hit[0] is not v:
                     # A running job's view is replaced at nearly every tick (its progress and
                     # balance degree move): the state string is looked up in the StrEnum set

@@ -22,6 +22,34 @@ def test_virtual_time_runs_every_and_call_at_in_order() -> None:
     assert tl.events_processed >= 4
 
 
+def test_periodic_work_of_one_interval_and_round_shares_a_process_in_registration_order() -> None:
+    from podfleet.errors import UnavailableError
+
+    tl = Timeline(0)
+    seen: list[tuple[str, float]] = []
+
+    def refused() -> None:
+        seen.append(("b", tl.now))
+        raise UnavailableError("store down")
+
+    pa = tl.every(2.0, lambda: seen.append(("a", tl.now)))
+    pb = tl.every(2.0, refused)
+    pc = tl.every(2.0, lambda: seen.append(("c", tl.now)))
+    pd = tl.every(2.0, lambda: seen.append(("d", tl.now)), start_delay=1.0)  # another first round
+    assert pa is pb is pc and pd is not pa
+    tl.run(2.5)
+    # Registered after the group's first round: rounds of its own, after the group's.
+    pe = tl.every(1.5, lambda: seen.append(("e", tl.now)))
+    assert pe is not pa
+    tl.run(4.5)
+    assert seen == [("d", 1.0), ("a", 2.0), ("b", 2.0), ("c", 2.0), ("d", 3.0),
+                    ("a", 4.0), ("b", 4.0), ("c", 4.0), ("e", 4.0)]
+    # A refused round is logged and the group's other work still runs.
+    assert len(tl.log.filter("round-skipped")) == 2
+    # Three processes (the group, d, e): their starts and 5 rounds; one process each: 14.
+    assert tl.events_processed == 9
+
+
 def test_run_moves_clock_to_until_with_empty_schedule() -> None:
     tl = Timeline(0)
     tl.run(123.5)

@@ -156,8 +156,14 @@ class ChipTelemetry:
         cf = np.where(self.throttle, p.throttle_clock, 1.0)
         idle = spec.tdp_w * p.idle_power_fraction
         active = busy > 0
-        self._busy_pct = (busy * 100.0).astype(np.float32)[:, None]
-        self._active = active[:, None].astype(np.float32)  # a float mask multiplies without casting
+        self._busy_pct = (busy * 100.0).astype(np.float32)
+        self._active = active.astype(np.float32)  # a float mask multiplies without casting
+        # Both repeated over each chip's cores, flat as the noise bank's slice: a contiguous
+        # add and multiply over [chips * cores] cost a fifth of the same operations
+        # broadcast from [chips, 1] over [chips, cores] (8 values per inner loop; the same
+        # float32 values either way).
+        self._busy_cores = np.repeat(self._busy_pct, self.cores)
+        self._active_cores = np.repeat(self._active, self.cores)
         self._n_active = int(active.sum())
         # Clip only when noise (bounded at +-4.5 sigma) can leave 0-100.
         span = 4.5 * p.util_noise_pct
@@ -185,12 +191,13 @@ class ChipTelemetry:
             if self._n_active == 0:
                 u = np.zeros((n, c), np.float32)
             else:
-                u = self._bank_util[self._off : self._off + n * c].reshape(n, c) + self._busy_pct
+                u = np.add(self._bank_util[self._off : self._off + n * c], self._busy_cores)
                 if self._n_active < n:
-                    u *= self._active
+                    u *= self._active_cores
                 if self._util_clip:
                     np.minimum(u, 100.0, out=u)
                     np.maximum(u, 0.0, out=u)
+                u = u.reshape(n, c)
             u = self._lazy["util"] = ro(u)
         return u
 
@@ -199,7 +206,7 @@ class ChipTelemetry:
         pw = self._lazy.get("power")
         if pw is None:
             noise = self._bank_power[self._off : self._off + self.n]
-            pw = self._power_clean + (noise if self._n_active == self.n else noise * self._active[:, 0])
+            pw = self._power_clean + (noise if self._n_active == self.n else noise * self._active)
             self._lazy["power"] = ro(pw)
         return pw
 
