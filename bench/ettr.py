@@ -9,8 +9,9 @@ Llama 3 405B saw 419 unexpected interruptions in 54 days on 16,384 GPUs (about o
 3 hours), in the published mix of causes (``fabric.sim.faults``). The twin's rates are
 per chip-hour, so they are scaled by 16,384 / 64 = 256. Failed chips are replaced after
 4 hours (an assumption). Every recovery runs through the control plane's orchestrator:
-detection at the runtime's timeouts, then the measured step costs scaled by the rank's
-state and the copy path (docs/health.md).
+detection at the runtime's timeouts plus a measured kill -> detection, then the measured
+rank-move and relaunch costs (draws from ``recovery/data/measured_costs.json``) and copies
+of the rank's state over the copy path (docs/health.md).
 
 ETTR = productive time / wall time, with productive time = steps kept at the end x the
 healthy step time (the same job with no faults). That charges everything: detection,
