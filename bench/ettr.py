@@ -9,8 +9,9 @@ Llama 3 405B saw 419 unexpected interruptions in 54 days on 16,384 GPUs (about o
 3 hours), in the published mix of causes (``fabric.sim.faults``). The twin's rates are
 per chip-hour, so they are scaled by 16,384 / 64 = 256. Failed chips are replaced after
 4 hours (an assumption). Every recovery runs through the control plane's orchestrator:
-detection at the runtime's timeouts, then the measured step costs scaled by the rank's
-state and the copy path (docs/health.md).
+detection at the runtime's timeouts plus a measured kill -> detection, then the measured
+rank-move and relaunch costs (draws from ``recovery/data/measured_costs.json``) and copies
+of the rank's state over the copy path (docs/health.md).
 
 ETTR = productive time / wall time, with productive time = steps kept at the end x the
 healthy step time (the same job with no faults). That charges everything: detection,
@@ -21,14 +22,22 @@ time. ``slowdown_s``: what the steps run slower than the healthy step cost (a ra
 other pod until it is brought back, ``rehomes``, once a chip of the job's pod is free).
 ``recoveries`` count fault recoveries; the moves back home are ``rehomes`` (each a short
 pause, counted in ``interruptions``).
+
+``ettr_sensitivity``: ETTR again with each assumption or configured constant it depends on
+(``SENSITIVITY``) at half and at twice its value, the rest at their defaults, over
+``sensitivity_days`` (the headline's own horizon with --quick, else one day: each is a
+run of its own) beside ``ettr_sensitivity_default``, the same horizon at the defaults.
+The measured costs (``podfleet/recovery/data/measured_costs.json``) are draws, not varied.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates
+from podfleet.recovery.model import Timings
 from podfleet.rehearsal.recovery_rehearsal import rehearse
 
 NAME = "ettr"
@@ -37,12 +46,43 @@ DESCRIPTION = ("ETTR of a 64-chip job on the control plane, simulated week, faul
 SCALE = 16_384 / 64
 JOB = {"model": "llama3-70b", "chips": 64, "steps": 10**7, "checkpoint_interval": 10,
        "parallelism": {"tp": 8, "pp": 4, "dp": 2}}
+REPAIR_S = 4 * 3600.0  # assumption: a failed chip is replaced after 4 hours
+# What ETTR waits on that is not measured: the ``Timings`` field (or ``repair_s``, the
+# technician's delay, on the twin fabric and in the flows both) and what it is.
+SENSITIVITY = {
+    "hang_timeout_s": "configured: the local fabric's heartbeat hang timeout (detection of a hard failure)",
+    "fixed_cost_scale": "assumption: the measured rank-move / relaunch fixed costs hold for a 64-rank gang (x1)",
+    "checkpoint_bw_bytes_per_s": "assumption: per-chip read bandwidth from shared storage",
+    "repair_s": "assumption: a failed chip is replaced after 4 h",
+}
 
 
 def run(quick: bool = False, seed: int = 1) -> dict[str, Any]:
     days = 0.25 if quick else 7.0
     nominal_step_s = _healthy_step_s(seed)
-    r = rehearse(seed, fault_rates=FaultRates().scaled(SCALE), repair_s=4 * 3600.0)
+    out = _measure(seed, days, nominal_step_s, Timings(), REPAIR_S)
+    sens_days = days if quick else 1.0
+    base = Timings()
+    out["sensitivity_days"] = sens_days
+    out["ettr_sensitivity_default"] = out["ettr"] if sens_days == days else \
+        _measure(seed, sens_days, nominal_step_s, base, REPAIR_S)["ettr"]
+    rows: dict[str, Any] = {}
+    for name, what in SENSITIVITY.items():
+        row: dict[str, Any] = {"what": what}
+        for label, f in (("half", 0.5), ("twice", 2.0)):
+            if name == "repair_s":
+                tm, repair = replace(base, repair_s=REPAIR_S * f), REPAIR_S * f
+            else:
+                tm, repair = replace(base, **{name: float(getattr(base, name)) * f}), REPAIR_S
+            row[label] = _measure(seed, sens_days, nominal_step_s, tm, repair)["ettr"]
+        row["value"] = REPAIR_S if name == "repair_s" else float(getattr(base, name))
+        rows[name] = row
+    out["ettr_sensitivity"] = rows
+    return out
+
+
+def _measure(seed: int, days: float, nominal_step_s: float, timings: Timings, repair_s: float) -> dict[str, Any]:
+    r = rehearse(seed, fault_rates=FaultRates().scaled(SCALE), repair_s=repair_s, timings=timings)
     t0 = r.tl.now
     job = r.submit(dict(JOB))
     fab = r.fabric

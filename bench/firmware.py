@@ -24,13 +24,21 @@ communication to that link's bandwidth.
 ``compute_lost_ratio``: the job's lost time over the rollout window, counting pauses,
 the partial step thrown away at each pause, and the slowdown of every step run while a
 rank sat across pods (step time over the healthy step time, from the job's own progress).
+
+``sensitivity``: ``max_interruption_s`` and ``compute_lost_ratio`` again with each
+assumption they wait on (``SENSITIVITY``) at half and at twice its value. The rank
+moves' fixed cost is a draw from the real-process measurements
+(``podfleet/recovery/data/measured_costs.json``); that it holds for a 64-rank gang is
+the assumption ``fixed_cost_scale``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from podfleet.fabric.base import FabricEvent
+from podfleet.recovery.model import Timings
 from podfleet.recovery.spares import group_of
 from podfleet.rehearsal.recovery_rehearsal import CLUSTER, rehearse
 
@@ -38,9 +46,30 @@ NAME = "firmware"
 DESCRIPTION = ("rolling firmware update of a 64-chip job's chips on the control plane: max_interruption_s, "
                "compute_lost_ratio (pauses + lost partial steps + cross-pod slowdown; goal <= 0.02)")
 
+SENSITIVITY = {
+    "fixed_cost_scale": "assumption: the measured rank-move fixed cost holds for a 64-rank gang (x1)",
+    "select_s": "assumption: the spare choice",
+    "resume_s": "assumption: release the paused gang",
+}
+
 
 def run(quick: bool = False) -> dict[str, Any]:
-    r = rehearse(5)
+    out = _measure(quick, Timings())
+    base = Timings()
+    sens: dict[str, Any] = {}
+    for name, what in SENSITIVITY.items():
+        v = float(getattr(base, name))
+        row: dict[str, Any] = {"value": v, "what": what}
+        for label, f in (("half", 0.5), ("twice", 2.0)):
+            got = _measure(quick, replace(base, **{name: v * f}))
+            row[label] = {k: got[k] for k in ("max_interruption_s", "compute_lost_ratio")}
+        sens[name] = row
+    out["sensitivity"] = sens
+    return out
+
+
+def _measure(quick: bool, timings: Timings) -> dict[str, Any]:
+    r = rehearse(5, timings=timings)
     job = r.submit({"model": "llama3-70b", "chips": 64, "steps": 10**7, "checkpoint_interval": 10,
                     "parallelism": {"tp": 8, "pp": 4, "dp": 2}})
     r.tl.run(r.tl.now + 600.0)

@@ -34,23 +34,14 @@ from unittest import mock
 
 import numpy as np
 
+from podfleet.recovery.calibrate import until as _until
+
 NAME = "maintenance-real"
 DESCRIPTION = ("a maintenance rollout over every chip of a 4-slot local cluster with a 2-rank job: longest time "
                "without a step and compute lost (goal <= 5 s and <= 0.05)")
 
 POLL_S = 0.02
 COMMAND = "sh -c 'sleep 1; echo maintained chips $PODFLEET_CHIPS on $PODFLEET_HOST'"
-
-
-def _until(cond: Callable[[], object], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 class StepClock:

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from podfleet.recovery.calibrate import until as _until
 
 NAME = "recovery-real"
 DESCRIPTION = ("kill -9 of a local worker, repeated, through the control plane: kill_to_step_s p50/p99, "
@@ -36,17 +36,6 @@ DESCRIPTION = ("kill -9 of a local worker, repeated, through the control plane: 
 KILLS = 20
 QUICK_KILLS = 2
 STEPS_BETWEEN = 3  # steps trained after a recovery closes before the next kill
-
-
-def _until(cond: Callable[[], object], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout_s:g} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def _secs(v: object) -> float:

@@ -12,16 +12,21 @@ the other data-parallel replica) and ``checkpoint`` (tp 8, pp 8, dp 1: no replic
 it; the gang restarts and loads the latest checkpoint from storage).
 
 Recovery time = fault -> the job running again, split into detection (fault -> the
-control plane knows: heartbeat hang timeout for hard failures, telemetry + health scan
-for degradations) and recovery proper (detection -> resume). Every figure comes out of
-the simulated events; step costs are the measured constants of ``recovery.model``
-scaled by each rank's state and the copy path (derivation in docs/health.md).
+control plane knows: heartbeat hang timeout for hard failures, then the hung worker
+killed and seen gone; telemetry + health scan for degradations) and recovery proper
+(detection -> resume). Every figure comes out of the simulated events; the kill ->
+detection and the fixed costs of a rank move and a cold relaunch are draws (the
+timeline's seeded RNG) from the real-process measurements in
+``podfleet/recovery/data/measured_costs.json`` (``measured_costs``: how and when they
+were made), the copies are each rank's state over the copy path (derivation in
+docs/health.md).
 
 ``sensitivity``: the p50 of each path again, with each assumption or configured
 constant of ``recovery.model.Timings`` that the flows of these faults wait on at half
 and at twice its value (``SENSITIVITY``: fewer faults per run, 20 and 8, each on its own
-plane with the other constants at their defaults). A figure that moves one-for-one with
-a constant is that constant restated, not a measurement.
+plane with the other constants at their defaults); ``{path}_p50_s_sensitivity`` puts the
+same figures beside the headline, largest spread first. A figure that moves one-for-one
+with a constant is that constant restated, not a measurement.
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ SENSITIVITY = {
     "hang_timeout_s": "configured: the local fabric's heartbeat hang timeout (detection of a hard failure)",
     "scan_interval_s": "configured: the health scan interval (detection of a degradation)",
     "checkpoint_bw_bytes_per_s": "assumption: per-chip read bandwidth from shared storage",
+    "fixed_cost_scale": "assumption: the rank-move / relaunch fixed costs measured on 2 processes of the debug "
+                        "model hold for a 64-rank gang (x1)",
     "isolate_s": "assumption: fence the chip out of the collective group",
     "select_s": "assumption: the spare choice",
     "fence_s": "assumption: retire a bad HBM partition",
@@ -97,16 +104,30 @@ def sensitivity(quick: bool = False) -> dict[str, Any]:
     """Each path's p50 with each ``SENSITIVITY`` constant at half and at twice its value."""
     sizes = {"replica": 10 if quick else 20, "checkpoint": 4 if quick else 8}
     base = Timings()
+
+    def p50s(tm: Timings) -> dict[str, float | None]:
+        return {path: _p50(path, n, seed, tm) for path, n, seed in
+                (("replica", sizes["replica"], 1), ("checkpoint", sizes["checkpoint"], 2))}
+
+    default = p50s(base)  # the same run for every constant
     out: dict[str, Any] = {"faults_per_run": sizes}
     for name, what in SENSITIVITY.items():
         v = float(getattr(base, name))
-        row: dict[str, Any] = {"value": v, "what": what}
-        for label, factor in (("half", 0.5), ("default", 1.0), ("twice", 2.0)):
-            tm = replace(base, **{name: v * factor})
-            row[label] = {path: _p50(path, n, seed, tm) for path, n, seed in
-                          (("replica", sizes["replica"], 1), ("checkpoint", sizes["checkpoint"], 2))}
-        out[name] = row
+        out[name] = {"value": v, "what": what, "half": p50s(replace(base, **{name: v * 0.5})), "default": default,
+                     "twice": p50s(replace(base, **{name: v * 2.0}))}
     return out
+
+
+def beside(sens: dict[str, Any], path: str) -> dict[str, dict[str, float | None]]:
+    """One path's p50 at half / twice each constant, the largest spread first."""
+    rows = {name: {"half": sens[name]["half"][path], "twice": sens[name]["twice"][path]}
+            for name in SENSITIVITY}
+
+    def spread(r: dict[str, float | None]) -> float:
+        a, b = r["half"], r["twice"]
+        return abs(b - a) if a is not None and b is not None else 0.0
+
+    return dict(sorted(rows.items(), key=lambda kv: -spread(kv[1])))
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -132,5 +153,11 @@ def run(quick: bool = False) -> dict[str, Any]:
         out[f"{path}_other_source"] = len(recs) - len(mine)  # e.g. a replica job whose peer was down
     out["faults_per_path"] = {"replica": n, "checkpoint": n // 4}
     out["model"] = "llama3-70b, 64 chips, two-pod twin (128 chips), 4 spares, repair after 600 s"
-    out["sensitivity"] = sensitivity(quick)
+    sens = sensitivity(quick)
+    for path in PLANS:
+        out[f"{path}_p50_s_sensitivity"] = beside(sens, path)
+    prov = Timings().costs.provenance
+    out["measured_costs"] = {k: prov.get(k) for k in ("command", "started_utc", "git_commit")} | {
+        "shared_machine": (prov.get("machine") or {}).get("shared")}
+    out["sensitivity"] = sens
     return out

@@ -69,3 +69,20 @@ def test_ha_failover_counts_unavailability_and_double_allocations() -> None:
             {"state": "STOPPED", "cluster_id": "a", "allocation": {"chips": [2]}},
             {"state": "RUNNING", "cluster_id": "b", "allocation": {"chips": [0]}}]
     assert _double_allocations(jobs) == 1
+
+
+def test_recovery_time_puts_each_assumption_beside_its_headline_largest_first() -> None:
+    """recovery-time's ``{path}_p50_s_sensitivity``: the p50 at half / twice each constant,
+    the one that moves it most first (hand-made sensitivity rows; the run itself is long)."""
+    from podfleet.benchmarks import discover
+
+    mod = discover()["recovery-time"].module
+    sens = {name: {"half": {"replica": 1.0, "checkpoint": 5.0}, "twice": {"replica": 1.0, "checkpoint": 5.0}}
+            for name in mod.SENSITIVITY}
+    sens["hang_timeout_s"] = {"half": {"replica": 2.0, "checkpoint": 9.0}, "twice": {"replica": 6.5, "checkpoint": 10.0}}
+    sens["checkpoint_bw_bytes_per_s"] = {"half": {"replica": 3.7, "checkpoint": 19.0},
+                                         "twice": {"replica": 3.7, "checkpoint": 9.0}}
+    rep, ck = mod.beside(sens, "replica"), mod.beside(sens, "checkpoint")
+    assert next(iter(rep)) == "hang_timeout_s" and rep["hang_timeout_s"] == {"half": 2.0, "twice": 6.5}
+    assert next(iter(ck)) == "checkpoint_bw_bytes_per_s" and set(ck) == set(mod.SENSITIVITY)
+    assert "fixed_cost_scale" in mod.SENSITIVITY  # the measured costs' one assumption is varied too

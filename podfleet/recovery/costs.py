@@ -1,5 +1,5 @@
 """What a recovery step costs on this job and this topology: pure functions over the
-measured constants in ``recovery.model`` (derivation in docs/health.md, "Recovery costs").
+measured distributions and named assumptions of ``recovery.model`` (derivation in docs/health.md, "Recovery costs").
 
 * the state a rank must get back: its parameters and optimizer state from the perf
   model (``perf.memory.memory_per_chip``) for the job's model and plan;
@@ -69,12 +69,14 @@ def detect_delay_s(cause: str, tm: Timings, rng: np.random.Generator) -> float:
 
     Hard failure: the worker's last heartbeat was a uniform phase ``U(0, heartbeat)``
     before the fault; the monitor notices once the silence passes the hang timeout, at
-    its next poll, ``U(0, poll)`` later. Degradation: it shows in the next telemetry
+    its next poll, ``U(0, poll)`` later, and kills the hung worker
+    (``fabric.local.monitor``); the fabric acts once it sees the process gone, a draw of
+    the measured kill -> detection. Degradation: it shows in the next telemetry
     sample, ``U(0, telemetry)``, and the next health scan after that reads it,
     ``U(0, scan)``."""
     if cause in HARD_CAUSES:
         return tm.hang_timeout_s - float(rng.uniform(0.0, tm.heartbeat_interval_s)) \
-            + float(rng.uniform(0.0, tm.monitor_poll_s))
+            + float(rng.uniform(0.0, tm.monitor_poll_s)) + tm.draw_exit_detect_s(rng)
     if cause in DEGRADED_CAUSES:
         return float(rng.uniform(0.0, tm.telemetry_interval_s)) + float(rng.uniform(0.0, tm.scan_interval_s))
     return 0.0

@@ -298,7 +298,7 @@ class JobFlows:
         ctx.step(rec, "move-rank", f"rank {rank}: chip {chip} -> {spare}", rank=rank, from_chip=chip, to_chip=spare,
                  concurrent=concurrent)
         if not concurrent:
-            yield ctx.cost(tm.move_s)
+            yield ctx.cost(tm.draw_move_s(ctx.tl.rng))
         if live and cause in BOUNDARY_CAUSES:
             ctx.moved_in_pause.add(rec.id)
         before = ctx.run(job_id).chips
@@ -349,7 +349,7 @@ class JobFlows:
         if source == "checkpoint":
             ctx.step(rec, "restore", "no live peer replica: load the latest checkpoint", source=source, nbytes=nbytes,
                      bw_bytes_per_s=tm.checkpoint_bw_bytes_per_s)
-            yield ctx.cost(tm.checkpoint_restore_s(nbytes))
+            yield ctx.cost(tm.checkpoint_restore_s(nbytes, ctx.tl.rng))
         else:
             bw = self._copy_bw.get(rec.id, tm.replica_bw_bytes_per_s)
             ctx.step(rec, "restore", "copy the rank's state from a live peer", source=source, nbytes=nbytes,
@@ -423,7 +423,7 @@ class JobFlows:
             keep = tuple(c for i, c in enumerate(run.chips) if i // g != grp)
             ctx.step(rec, "shrink", f"no free chip: drop data-parallel replica {grp} "
                      f"({pol.dp} -> {pol.dp - 1} replicas, {n} -> {len(keep)} chips)", dp=pol.dp - 1)
-            yield ctx.cost(ctx.timings.move_s)
+            yield ctx.cost(ctx.timings.draw_move_s(ctx.tl.rng))
             ctx.fab.stop(job_id)
             ctx.fab.launch(dataclasses.replace(spec, chips=keep, options={
                 **spec.options, "start_step": run.step, "checkpoint_step": run.checkpoint_step or 0}))
