@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rich.live import Live
@@ -87,3 +88,28 @@ def follow_rollout(label: str, describe: Callable[[], dict[str, Any]], *, show: 
             if r["state"] != "running":
                 return r
             time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class RolloutCommands:
+    """What ``firmware`` and ``maintenance`` share: start-then-maybe-follow, and status as
+    one rollout or the list; they differ in the noun, the client's reads and the columns."""
+
+    noun: str
+    describe: Callable[[PodfleetClient, str, str], dict[str, Any]]
+    list_all: Callable[[PodfleetClient, str], dict[str, Any]]
+    columns: list[str]
+
+    def started(self, c: PodfleetClient, cluster: str, r: dict[str, Any], *, wait: bool,
+                output: OutputFormat) -> None:
+        if wait:
+            rid = r["id"]
+            r = follow_rollout(f"{self.noun} {rid}", lambda: self.describe(c, cluster, rid),
+                               show=output == OutputFormat.table)
+        emit(r, output, title=f"{self.noun} rollout")
+
+    def status(self, c: PodfleetClient, cluster: str, rollout: str | None, output: OutputFormat) -> None:
+        if rollout:
+            emit(self.describe(c, cluster, rollout), output, title=f"{self.noun} rollout")
+        else:
+            emit(self.list_all(c, cluster)["rollouts"], output, title=f"{self.noun} rollouts", columns=self.columns)

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.follow import follow_rollout
+from podfleet.cli.follow import RolloutCommands
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Rolling maintenance commands on real hosts.", no_args_is_help=True)
 UNITS = ("chip", "host")
+ROLLOUTS = RolloutCommands("maintenance", PodfleetClient.describe_maintenance, PodfleetClient.list_maintenance,
+                           ["id", "unit", "state", "progress", "chips", "reason"])
 MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens under MFARequired)")
 
 
@@ -40,11 +43,7 @@ def run(
         c = client(url, token, mfa=mfa)
         r = c.start_maintenance(cluster, command, unit=unit, chips=chip or None, max_failures=max_failures,
                                 timeout_s=timeout_s)
-        if wait:
-            rid = r["id"]
-            r = follow_rollout(f"maintenance {rid}", lambda: c.describe_maintenance(cluster, rid),
-                               show=output == OutputFormat.table)
-        emit(r, output, title="maintenance rollout")
+        ROLLOUTS.started(c, cluster, r, wait=wait, output=output)
 
 
 @app.command("status")
@@ -57,12 +56,7 @@ def status(
 ) -> None:
     """Maintenance rollouts: state, progress, failed chips, each host's exit code and output."""
     with errors():
-        c = client(url, token)
-        if rollout:
-            emit(c.describe_maintenance(cluster, rollout), output, title="maintenance rollout")
-        else:
-            emit(c.list_maintenance(cluster)["rollouts"], output, title="maintenance rollouts",
-                 columns=["id", "unit", "state", "progress", "chips", "reason"])
+        ROLLOUTS.status(client(url, token), cluster, rollout, output)
 
 
 @app.command("resume")
