@@ -7,7 +7,7 @@ import typer
 
 from podfleet.cli.follow import RolloutCommands
 from podfleet.cli.output import OutputFormat, OutputOpt, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
 from podfleet.recovery.firmware import KNOWN_VERSIONS
 from podfleet.sdk import PodfleetClient
@@ -48,5 +48,5 @@ def status(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Progress of firmware rollouts."""
-    with errors():
-        ROLLOUTS.status(client(url, token), cluster, rollout, output)
+    with remote(url, token) as c:
+        ROLLOUTS.status(c, cluster, rollout, output)

@@ -9,7 +9,7 @@ import typer
 
 from podfleet.cli.follow import RolloutCommands
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 
@@ -55,8 +55,8 @@ def status(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Maintenance rollouts: state, progress, failed chips, each host's exit code and output."""
-    with errors():
-        ROLLOUTS.status(client(url, token), cluster, rollout, output)
+    with remote(url, token) as c:
+        ROLLOUTS.status(c, cluster, rollout, output)
 
 
 @app.command("resume")
@@ -69,5 +69,5 @@ def resume(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Go on with a rollout paused after its failures (the failed chips stay cordoned)."""
-    with errors():
-        emit(client(url, token, mfa=mfa).resume_maintenance(cluster, rollout), output, title="maintenance rollout")
+    with remote(url, token, mfa=mfa) as c:
+        emit(c.resume_maintenance(cluster, rollout), output, title="maintenance rollout")

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
 
 app = typer.Typer(help="Queues: nominal chip quotas, cohorts that lend idle quota, borrowing and reclaim.",
@@ -44,8 +44,8 @@ def create(
     url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
 ) -> None:
     """Create a queue on a cluster."""
-    with errors():
-        out = client(url, token).create_queue(cluster, name, nominal=nominal, cohort=cohort,
+    with remote(url, token) as c:
+        out = c.create_queue(cluster, name, nominal=nominal, cohort=cohort,
                                               borrowing_limit=borrowing_limit, lending_limit=lending_limit,
                                               weight=weight, reclaim=reclaim)
         emit(out, output, columns=COLUMNS, title=f"queue {out['name']}")
@@ -55,16 +55,16 @@ def create(
 def list_(cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
           output: OutputFormat = OutputOpt) -> None:
     """The cluster's queues (the implicit default queue too) and what each uses, borrows and lends."""
-    with errors():
-        emit(client(url, token).list_queues(cluster)["queues"], output, columns=COLUMNS)
+    with remote(url, token) as c:
+        emit(c.list_queues(cluster)["queues"], output, columns=COLUMNS)
 
 
 @app.command("describe")
 def describe(name: str = typer.Argument(..., help="the queue's name"), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
              output: OutputFormat = OutputOpt) -> None:
     """One queue: quota, limits, usage, capacity and its jobs by phase."""
-    with errors():
-        out = client(url, token).describe_queue(cluster, name)
+    with remote(url, token) as c:
+        out = c.describe_queue(cluster, name)
         emit(out, output, title=f"queue {out['name']}")
 
 
@@ -101,6 +101,6 @@ def update(
 def delete(name: str = typer.Argument(..., help="the queue's name"), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Delete a queue no job uses."""
-    with errors():
-        out = client(url, token).delete_queue(cluster, name)
+    with remote(url, token) as c:
+        out = c.delete_queue(cluster, name)
         emit(out, output, columns=["name", "state"], title=f"queue {name}")
