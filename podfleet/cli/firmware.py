@@ -7,14 +7,14 @@ import typer
 
 from podfleet.cli.follow import RolloutCommands
 from podfleet.cli.output import OutputFormat, OutputOpt, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 from podfleet.recovery.firmware import KNOWN_VERSIONS
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)
 UNITS = ("chip", "node")
-ROLLOUTS = RolloutCommands("firmware", PodfleetClient.describe_firmware, PodfleetClient.list_firmware,
+ROLLOUTS = RolloutCommands("firmware", "fw-", PodfleetClient.describe_firmware, PodfleetClient.list_firmware,
                            ["id", "version", "unit", "state", "progress", "chips", "reason"])
 
 
@@ -39,14 +39,4 @@ def update(
                          wait=wait, output=output)
 
 
-@app.command("status")
-def status(
-    cluster: str = typer.Argument(..., help="id or name"),
-    rollout: str | None = typer.Argument(None, help="fw-...; default: all rollouts"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
-    output: OutputFormat = OutputOpt,
-) -> None:
-    """Progress of firmware rollouts."""
-    with remote(url, token) as c:
-        ROLLOUTS.status(c, cluster, rollout, output)
+ROLLOUTS.add_status_command(app, "Progress of firmware rollouts.")

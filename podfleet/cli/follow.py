@@ -12,10 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import typer
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from podfleet.cli.output import OutputFormat, emit, print_table, stdout, table_of
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, print_table, stdout, table_of
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
 
 ETA_COLUMNS = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
@@ -96,6 +98,7 @@ class RolloutCommands:
     one rollout or the list; they differ in the noun, the client's reads and the columns."""
 
     noun: str
+    prefix: str  # of its rollouts' ids
     describe: Callable[[PodfleetClient, str, str], dict[str, Any]]
     list_all: Callable[[PodfleetClient, str], dict[str, Any]]
     columns: list[str]
@@ -108,8 +111,20 @@ class RolloutCommands:
                                show=output == OutputFormat.table)
         emit(r, output, title=f"{self.noun} rollout")
 
-    def status(self, c: PodfleetClient, cluster: str, rollout: str | None, output: OutputFormat) -> None:
-        if rollout:
-            emit(self.describe(c, cluster, rollout), output, title=f"{self.noun} rollout")
-        else:
-            emit(self.list_all(c, cluster)["rollouts"], output, title=f"{self.noun} rollouts", columns=self.columns)
+    def add_status_command(self, app: typer.Typer, help_text: str) -> None:
+        """``status CLUSTER [ROLLOUT]``: one rollout, or the list of them."""
+
+        @app.command("status", help=help_text)
+        def status(
+            cluster: str = typer.Argument(..., help="id or name"),
+            rollout: str | None = typer.Argument(None, help=f"{self.prefix}...; default: all rollouts"),
+            url: str = UrlOpt,
+            token: str = TokenOpt,
+            output: OutputFormat = OutputOpt,
+        ) -> None:
+            with remote(url, token) as c:
+                if rollout:
+                    emit(self.describe(c, cluster, rollout), output, title=f"{self.noun} rollout")
+                else:
+                    emit(self.list_all(c, cluster)["rollouts"], output, title=f"{self.noun} rollouts",
+                         columns=self.columns)

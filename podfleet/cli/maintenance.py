@@ -15,7 +15,7 @@ from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Rolling maintenance commands on real hosts.", no_args_is_help=True)
 UNITS = ("chip", "host")
-ROLLOUTS = RolloutCommands("maintenance", PodfleetClient.describe_maintenance, PodfleetClient.list_maintenance,
+ROLLOUTS = RolloutCommands("maintenance", "mt-", PodfleetClient.describe_maintenance, PodfleetClient.list_maintenance,
                            ["id", "unit", "state", "progress", "chips", "reason"])
 MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens under MFARequired)")
 
@@ -46,17 +46,7 @@ def run(
         ROLLOUTS.started(c, cluster, r, wait=wait, output=output)
 
 
-@app.command("status")
-def status(
-    cluster: str = typer.Argument(..., help="id or name"),
-    rollout: str | None = typer.Argument(None, help="mt-...; default: all rollouts"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
-    output: OutputFormat = OutputOpt,
-) -> None:
-    """Maintenance rollouts: state, progress, failed chips, each host's exit code and output."""
-    with remote(url, token) as c:
-        ROLLOUTS.status(c, cluster, rollout, output)
+ROLLOUTS.add_status_command(app, "Maintenance rollouts: state, progress, failed chips, each host's exit code and output.")
 
 
 @app.command("resume")
