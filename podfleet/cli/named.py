@@ -33,17 +33,21 @@ class ClusterNamed:
                 emit(self.list_all(c, cluster)[self.plural], output, columns=self.columns)
 
     def add_describe_command(self, app: typer.Typer, help_text: str) -> None:
-        @app.command("describe", help=help_text)
-        def describe(name: str = typer.Argument(..., help=f"the {self.noun}'s name"), cluster: str = ClusterOpt,
-                     url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-            with remote(url, token) as c:
-                out = self.describe(c, cluster, name)
-                emit(out, output, title=f"{self.noun} {out['name']}")
+        self._add_by_name(app, "describe", help_text, self.describe, None, titled_by_answer=True)
 
     def add_delete_command(self, app: typer.Typer, help_text: str) -> None:
-        @app.command("delete", help=help_text)
-        def delete(name: str = typer.Argument(..., help=f"the {self.noun}'s name"), cluster: str = ClusterOpt,
-                   url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+        self._add_by_name(app, "delete", help_text, self.delete, ["name", "state"], titled_by_answer=False)
+
+    def _add_by_name(self, app: typer.Typer, command: str, help_text: str,
+                     call: Callable[[PodfleetClient, str, str], dict[str, Any]], columns: list[str] | None, *,
+                     titled_by_answer: bool) -> None:
+        """``COMMAND NAME --cluster C``: one call on the named object, its answer shown.
+        ``titled_by_answer``: the title names the object as the server answers (describe),
+        else as given (delete)."""
+
+        @app.command(command, help=help_text)
+        def by_name(name: str = typer.Argument(..., help=f"the {self.noun}'s name"), cluster: str = ClusterOpt,
+                    url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
             with remote(url, token) as c:
-                out = self.delete(c, cluster, name)
-                emit(out, output, columns=["name", "state"], title=f"{self.noun} {name}")
+                out = call(c, cluster, name)
+                emit(out, output, columns=columns, title=f"{self.noun} {out['name'] if titled_by_answer else name}")
