@@ -520,3 +520,19 @@ def test_surfaces_read_no_fabric_and_no_store() -> None:
     found = {str(p.relative_to(ROOT)): len(lines) for p in modules("api", "console", "cli")
              if str(p.relative_to(ROOT)) not in SURFACE_WIRING and (lines := surface_reads(p.read_text()))}
     assert found == SURFACE_READS_LEFT, found
+
+
+def test_surfaces_import_no_fabric_implementation() -> None:
+    # A surface meets a fabric only through the engine's read models and the factory's
+    # declared entry points; importing an implementation would let it read one directly.
+    # ``podfleet agent`` is the exception by design: it is the entry point of the local
+    # fabric's host agent (a process of that fabric), not a reader of a running fabric.
+    agent_entry = {"cli/agent.py"}
+    bad = {
+        f"{p.relative_to(ROOT)} imports {m}"
+        for p in modules("api", "console", "cli")
+        if str(p.relative_to(ROOT)) not in agent_entry
+        for m in imports(p)
+        if m.startswith(FABRIC_IMPLS)
+    }
+    assert not bad, sorted(bad)

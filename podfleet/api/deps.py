@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Annotated, Protocol
+from typing import Annotated, Protocol, TypeVar
 
 from fastapi import Depends, Path, Query, Request
 
@@ -15,6 +15,8 @@ from podfleet.recovery.maintenanceservice import MaintenanceService
 from podfleet.recovery.rollouts import FirmwareService
 from podfleet.recovery.service import RecoveryService
 from podfleet.store.records import AuditRecord
+
+S = TypeVar("S")
 
 
 class AuditLog(Protocol):
@@ -44,32 +46,28 @@ async def get_store_ping(request: Request) -> Callable[[], bool]:
     return request.app.state.store_ping
 
 
-async def get_health(request: Request) -> HealthService:
-    svc: HealthService | None = request.app.state.health
+def _running(svc: S | None, missing: str) -> S:
+    """The optional service ``create_app`` was handed, or a 409 saying it is not there
+    (a plane started without health monitoring, recovery or rollouts)."""
     if svc is None:
-        raise ConflictError("health monitoring is not running on this control plane")
+        raise ConflictError(f"{missing} on this control plane")
     return svc
+
+
+async def get_health(request: Request) -> HealthService:
+    return _running(request.app.state.health, "health monitoring is not running")
 
 
 async def get_recovery(request: Request) -> RecoveryService:
-    svc: RecoveryService | None = request.app.state.recovery
-    if svc is None:
-        raise ConflictError("recovery is not running on this control plane")
-    return svc
+    return _running(request.app.state.recovery, "recovery is not running")
 
 
 async def get_firmware(request: Request) -> FirmwareService:
-    svc: FirmwareService | None = request.app.state.firmware
-    if svc is None:
-        raise ConflictError("firmware rollouts are not available on this control plane")
-    return svc
+    return _running(request.app.state.firmware, "firmware rollouts are not available")
 
 
 async def get_maintenance(request: Request) -> MaintenanceService:
-    svc: MaintenanceService | None = request.app.state.maintenance
-    if svc is None:
-        raise ConflictError("maintenance rollouts are not available on this control plane")
-    return svc
+    return _running(request.app.state.maintenance, "maintenance rollouts are not available")
 
 
 Plane = Annotated[ControlPlane, Depends(get_plane)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError, NotFoundError
 
 app = typer.Typer(help="Health alerts and recovery flows.", no_args_is_help=True)
@@ -49,8 +49,7 @@ def ack(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Acknowledge firing alerts: they stay open, marked as seen by you."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         want = c.describe_cluster(cluster)["id"] if cluster else None
         if want is not None:
             theirs = {a["id"] for a in c.list_alerts(want)["alerts"]}
@@ -71,8 +70,8 @@ def recoveries(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Recovery flows and their steps."""
-    with errors():
-        out = client(url, token).list_recoveries(cluster)["recoveries"]
+    with remote(url, token) as c:
+        out = c.list_recoveries(cluster)["recoveries"]
         if output == OutputFormat.json:
             emit(out, output)
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import ChecksumError
 
 app = typer.Typer(help="The audit trail and its integrity.", no_args_is_help=True)
@@ -20,8 +20,7 @@ def list_(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Audit records: who did what to which target, with what result, when."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         events, nxt = [], None
         while True:
             page = c.list_audit_events(next_token=nxt, max_results=max_results)

@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Chip lifecycle: cordon, drain, uncordon, repair.", no_args_is_help=True)
@@ -17,8 +17,8 @@ COLUMNS = ["cluster", "chip", "state", "mode", "spare", "job"]
 
 def _run(action: Callable[[PodfleetClient], dict[str, Any]], url: str, token: str | None,
          output: OutputFormat, title: str) -> None:
-    with errors():
-        emit(action(client(url, token)), output, columns=COLUMNS, title=title)
+    with remote(url, token) as c:
+        emit(action(c), output, columns=COLUMNS, title=title)
 
 
 ReasonOpt = typer.Option(None, "--reason", help="why, in a few words (kept in the audit trail and the "

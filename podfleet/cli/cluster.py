@@ -11,8 +11,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, record, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, record, stderr
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.sdk import PodfleetClient
 
@@ -104,8 +104,7 @@ def create(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Create a cluster and follow its deployment (a progress bar in table mode)."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         out = c.create_cluster(
             name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
             hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
@@ -138,16 +137,16 @@ def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
 @app.command("list")
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """All live clusters (every page)."""
-    with errors():
-        emit([for_people(cl, output) for cl in client(url, token).iter_clusters()], output, columns=COLUMNS)
+    with remote(url, token) as c:
+        emit([for_people(cl, output) for cl in c.iter_clusters()], output, columns=COLUMNS)
 
 
 @app.command("describe")
 def describe(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"), url: str = UrlOpt,
              token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """One cluster: spec, state, deployment steps, spares, cordoned and draining chips."""
-    with errors():
-        out = client(url, token).describe_cluster(cluster)
+    with remote(url, token) as c:
+        out = c.describe_cluster(cluster)
         emit(for_people(out, output), output, title=f"cluster {out.get('name', cluster)}")
 
 
@@ -158,8 +157,7 @@ def events(cluster: str = typer.Argument(..., help="id, name, or a unique id pre
            interval: float = typer.Option(1.0, "--interval", min=0.2, help="seconds between polls with -f"),
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """The cluster's events: deployment, fabric faults, chip lifecycle, spares (GetClusterLogs)."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         offset = since
         try:
             while True:
@@ -183,8 +181,7 @@ def delete(cluster: str = typer.Argument(..., help="id, name, or a unique id pre
            mfa: str | None = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens need one)"),
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Stop the cluster's jobs and delete it (asks first unless --yes)."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         if not yes:
             cl = c.describe_cluster(cluster)
             if not sys.stdin.isatty():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, stderr
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 
 app = typer.Typer(help="Code artifacts that jobs run.", no_args_is_help=True)
 
@@ -18,8 +18,8 @@ def push(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Upload DIR; jobs run it with --entrypoint code:<sha256>/<script>."""
-    with errors():
-        out = client(url, token).push_code(directory)
+    with remote(url, token) as c:
+        out = c.push_code(directory)
         emit(out, output, title="code artifact")
         if output != OutputFormat.json:
             stderr.print(f"submit jobs with: --entrypoint {out['ref']}<script.py>")

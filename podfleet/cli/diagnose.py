@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, line
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 
 
 def diagnose(
@@ -15,8 +15,8 @@ def diagnose(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Name the faulty chips and links, with the documented repair and its runbook."""
-    with errors():
-        result = client(url, token).diagnose_cluster(cluster)
+    with remote(url, token) as c:
+        result = c.diagnose_cluster(cluster)
     if output == OutputFormat.json:
         emit(result, output)
         return

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.follow import follow_rollout
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.follow import RolloutCommands
+from podfleet.cli.output import OutputFormat, OutputOpt, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 from podfleet.recovery.firmware import KNOWN_VERSIONS
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)
 UNITS = ("chip", "node")
+ROLLOUTS = RolloutCommands("firmware", "fw-", PodfleetClient.describe_firmware, PodfleetClient.list_firmware,
+                           ["id", "version", "unit", "state", "progress", "chips", "reason"])
 
 
 @app.command("update")
@@ -32,27 +35,8 @@ def update(
         if unit not in UNITS:
             raise InvalidInputError(f"--unit must be chip or node, got {unit!r}", field="unit", allowed=list(UNITS))
         c = client(url, token)
-        r = c.start_firmware(cluster, version, unit=unit, chips=chip or None)
-        if wait:
-            rid = r["id"]
-            r = follow_rollout(f"firmware {rid}", lambda: c.describe_firmware(cluster, rid),
-                               show=output == OutputFormat.table)
-        emit(r, output, title="firmware rollout")
+        ROLLOUTS.started(c, cluster, c.start_firmware(cluster, version, unit=unit, chips=chip or None),
+                         wait=wait, output=output)
 
 
-@app.command("status")
-def status(
-    cluster: str = typer.Argument(..., help="id or name"),
-    rollout: str | None = typer.Argument(None, help="fw-...; default: all rollouts"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
-    output: OutputFormat = OutputOpt,
-) -> None:
-    """Progress of firmware rollouts."""
-    with errors():
-        c = client(url, token)
-        if rollout:
-            emit(c.describe_firmware(cluster, rollout), output, title="firmware rollout")
-        else:
-            emit(c.list_firmware(cluster)["rollouts"], output,
-                 title="firmware rollouts", columns=["id", "version", "unit", "state", "progress", "chips", "reason"])
+ROLLOUTS.add_status_command(app, "Progress of firmware rollouts.")

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import typer
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from podfleet.cli.output import OutputFormat, emit, print_table, stdout, table_of
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, print_table, stdout, table_of
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
 
 ETA_COLUMNS = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
@@ -87,3 +90,41 @@ def follow_rollout(label: str, describe: Callable[[], dict[str, Any]], *, show: 
             if r["state"] != "running":
                 return r
             time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class RolloutCommands:
+    """What ``firmware`` and ``maintenance`` share: start-then-maybe-follow, and status as
+    one rollout or the list; they differ in the noun, the client's reads and the columns."""
+
+    noun: str
+    prefix: str  # of its rollouts' ids
+    describe: Callable[[PodfleetClient, str, str], dict[str, Any]]
+    list_all: Callable[[PodfleetClient, str], dict[str, Any]]
+    columns: list[str]
+
+    def started(self, c: PodfleetClient, cluster: str, r: dict[str, Any], *, wait: bool,
+                output: OutputFormat) -> None:
+        if wait:
+            rid = r["id"]
+            r = follow_rollout(f"{self.noun} {rid}", lambda: self.describe(c, cluster, rid),
+                               show=output == OutputFormat.table)
+        emit(r, output, title=f"{self.noun} rollout")
+
+    def add_status_command(self, app: typer.Typer, help_text: str) -> None:
+        """``status CLUSTER [ROLLOUT]``: one rollout, or the list of them."""
+
+        @app.command("status", help=help_text)
+        def status(
+            cluster: str = typer.Argument(..., help="id or name"),
+            rollout: str | None = typer.Argument(None, help=f"{self.prefix}...; default: all rollouts"),
+            url: str = UrlOpt,
+            token: str = TokenOpt,
+            output: OutputFormat = OutputOpt,
+        ) -> None:
+            with remote(url, token) as c:
+                if rollout:
+                    emit(self.describe(c, cluster, rollout), output, title=f"{self.noun} rollout")
+                else:
+                    emit(self.list_all(c, cluster)["rollouts"], output, title=f"{self.noun} rollouts",
+                         columns=self.columns)

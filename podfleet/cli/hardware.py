@@ -6,8 +6,8 @@ from collections import Counter
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, line
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Chips, links, metrics and health.", no_args_is_help=True)
@@ -30,8 +30,7 @@ def describe(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """The pod's chips (index, coords, state, spare, metrics) and links (src, dst, axis, state, metrics)."""
-    with errors():
-        cl = client(url, token)
+    with remote(url, token) as cl:
         if summary:
             out = cl.describe_cluster_hardware(cluster, summary=True)
             if output == OutputFormat.json:

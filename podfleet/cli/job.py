@@ -14,7 +14,7 @@ from rich.text import Text
 
 from podfleet.cli.follow import ETA_COLUMNS, WAIT_CODES, wait_for, watch
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, record, stdout
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 from podfleet.timespec import parse_duration
@@ -285,8 +285,7 @@ def describe(job_id: str = typer.Argument(..., help="job id or a unique prefix o
              watch_: bool = typer.Option(False, "--watch", "-w", help="a progress bar with ETA until the job ends"),
              url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """State, progress (step, loss, tokens_per_s), allocation and timestamps."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         if _is_array(job_id):  # an array id: its members and one state for all
             out = _wait_array(c, job_id, None) if watch_ else c.describe_job_array(job_id)
             emit(out if output == OutputFormat.json else out["jobs"], output,
@@ -339,8 +338,8 @@ def metrics(job_id: str = typer.Argument(..., help="job id or a unique prefix of
                                               help="table, csv, or plot (loss and tokens/s in the terminal)"),
             url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """The job's loss, tokens/s and step time over its run (GetJobMetrics)."""
-    with errors():
-        out = client(url, token).get_job_metrics(job_id, resolution=resolution)
+    with remote(url, token) as c:
+        out = c.get_job_metrics(job_id, resolution=resolution)
         points = out["points"]
         if output == OutputFormat.json:
             emit(out, output)
@@ -396,8 +395,7 @@ def logs(job_id: str = typer.Argument(..., help="job id or a unique prefix of on
                                      "bar and ETA on stderr"),
          url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """The job's log, every line as it was written; --follow streams it until the job ends."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         if not follow:
             lines = c.get_job_logs(job_id)["lines"]
             if output == OutputFormat.json:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import typer
 
@@ -77,40 +78,29 @@ def _root(
     """Control plane for AI-training pods, with a built-in digital twin."""
     remote.selected_profile = profile
 
-# One line per command group; each module owns its Typer app or commands. The panel
-# groups the top-level help (cli.group draws the panels, sorted within each).
+# Every command group and top-level command by help panel, in the order the help lists
+# them; each module owns its Typer app (a group) or its one command (cli.group draws the
+# panels, sorted within each).
 CLUSTERS, JOBS, CHIPS, HEALTH, SECURITY, TOOLS = PANELS
-app.add_typer(cluster.app, name="cluster", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
-app.add_typer(hardware.app, name="hardware", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
-app.add_typer(firmware.app, name="firmware", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
-app.add_typer(maintenance.app, name="maintenance", rich_help_panel=CLUSTERS, cls=PodfleetGroup)
-app.command("status", rich_help_panel=CLUSTERS)(status_cli.status)
-app.add_typer(job.app, name="job", rich_help_panel=JOBS, cls=PodfleetGroup)
-app.add_typer(code_cli.app, name="code", rich_help_panel=JOBS, cls=PodfleetGroup)
-app.command("plan", rich_help_panel=JOBS)(plan_cli.plan)
-app.add_typer(queue_cli.app, name="queue", rich_help_panel=JOBS, cls=PodfleetGroup)
-app.add_typer(reservation_cli.app, name="reservation", rich_help_panel=JOBS, cls=PodfleetGroup)
-app.add_typer(priority_cli.app, name="priority-class", rich_help_panel=JOBS, cls=PodfleetGroup)
-app.command("usage", rich_help_panel=JOBS)(usage_cli.usage)
-app.add_typer(chip.app, name="chip", rich_help_panel=CHIPS, cls=PodfleetGroup)
-app.add_typer(fault.app, name="fault", rich_help_panel=CHIPS, cls=PodfleetGroup)
-app.add_typer(alerts.app, name="alerts", rich_help_panel=HEALTH, cls=PodfleetGroup)
-app.command("verify", rich_help_panel=HEALTH)(verify_cli.verify)
-app.command("diagnose", rich_help_panel=HEALTH)(diagnose_cli.diagnose)
-app.command("advise", rich_help_panel=HEALTH)(advise_cli.advise)
-app.command("report", rich_help_panel=HEALTH)(report_cli.report)
-app.add_typer(audit.app, name="audit", rich_help_panel=SECURITY, cls=PodfleetGroup)
-app.add_typer(token.app, name="token", rich_help_panel=SECURITY, cls=PodfleetGroup)
-app.add_typer(user_cli.app, name="user", rich_help_panel=SECURITY, cls=PodfleetGroup)
-app.add_typer(policy_cli.app, name="policy", rich_help_panel=SECURITY, cls=PodfleetGroup)
-app.add_typer(keys_cli.app, name="keys", rich_help_panel=SECURITY, cls=PodfleetGroup)
-app.command("up", rich_help_panel=TOOLS)(up.up)
-app.add_typer(agent_cli.app, name="agent", rich_help_panel=TOOLS, cls=PodfleetGroup)
-app.command("sim", rich_help_panel=TOOLS)(sim_cli.sim)
-app.add_typer(topology.app, name="topology", rich_help_panel=TOOLS, cls=PodfleetGroup)
-app.add_typer(bench.app, name="bench", rich_help_panel=TOOLS, cls=PodfleetGroup)
-app.command("docs", rich_help_panel=TOOLS)(docs_cli.docs)
-
+COMMANDS: dict[str, dict[str, typer.Typer | Callable[..., None]]] = {
+    CLUSTERS: {"cluster": cluster.app, "hardware": hardware.app, "firmware": firmware.app,
+               "maintenance": maintenance.app, "status": status_cli.status},
+    JOBS: {"job": job.app, "code": code_cli.app, "plan": plan_cli.plan, "queue": queue_cli.app,
+           "reservation": reservation_cli.app, "priority-class": priority_cli.app, "usage": usage_cli.usage},
+    CHIPS: {"chip": chip.app, "fault": fault.app},
+    HEALTH: {"alerts": alerts.app, "verify": verify_cli.verify, "diagnose": diagnose_cli.diagnose,
+             "advise": advise_cli.advise, "report": report_cli.report},
+    SECURITY: {"audit": audit.app, "token": token.app, "user": user_cli.app, "policy": policy_cli.app,
+               "keys": keys_cli.app},
+    TOOLS: {"up": up.up, "agent": agent_cli.app, "sim": sim_cli.sim, "topology": topology.app, "bench": bench.app,
+            "docs": docs_cli.docs},
+}
+for panel, parts in COMMANDS.items():
+    for name, part in parts.items():
+        if isinstance(part, typer.Typer):
+            app.add_typer(part, name=name, rich_help_panel=panel, cls=PodfleetGroup)
+        else:
+            app.command(name, rich_help_panel=panel)(part)
 
 def main() -> None:
     try:

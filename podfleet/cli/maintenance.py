@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.follow import follow_rollout
+from podfleet.cli.follow import RolloutCommands
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Rolling maintenance commands on real hosts.", no_args_is_help=True)
 UNITS = ("chip", "host")
+ROLLOUTS = RolloutCommands("maintenance", "mt-", PodfleetClient.describe_maintenance, PodfleetClient.list_maintenance,
+                           ["id", "unit", "state", "progress", "chips", "reason"])
 MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens under MFARequired)")
 
 
@@ -40,29 +43,10 @@ def run(
         c = client(url, token, mfa=mfa)
         r = c.start_maintenance(cluster, command, unit=unit, chips=chip or None, max_failures=max_failures,
                                 timeout_s=timeout_s)
-        if wait:
-            rid = r["id"]
-            r = follow_rollout(f"maintenance {rid}", lambda: c.describe_maintenance(cluster, rid),
-                               show=output == OutputFormat.table)
-        emit(r, output, title="maintenance rollout")
+        ROLLOUTS.started(c, cluster, r, wait=wait, output=output)
 
 
-@app.command("status")
-def status(
-    cluster: str = typer.Argument(..., help="id or name"),
-    rollout: str | None = typer.Argument(None, help="mt-...; default: all rollouts"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
-    output: OutputFormat = OutputOpt,
-) -> None:
-    """Maintenance rollouts: state, progress, failed chips, each host's exit code and output."""
-    with errors():
-        c = client(url, token)
-        if rollout:
-            emit(c.describe_maintenance(cluster, rollout), output, title="maintenance rollout")
-        else:
-            emit(c.list_maintenance(cluster)["rollouts"], output, title="maintenance rollouts",
-                 columns=["id", "unit", "state", "progress", "chips", "reason"])
+ROLLOUTS.add_status_command(app, "Maintenance rollouts: state, progress, failed chips, each host's exit code and output.")
 
 
 @app.command("resume")
@@ -75,5 +59,5 @@ def resume(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Go on with a rollout paused after its failures (the failed chips stay cordoned)."""
-    with errors():
-        emit(client(url, token, mfa=mfa).resume_maintenance(cluster, rollout), output, title="maintenance rollout")
+    with remote(url, token, mfa=mfa) as c:
+        emit(c.resume_maintenance(cluster, rollout), output, title="maintenance rollout")

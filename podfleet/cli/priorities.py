@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 
 app = typer.Typer(help="Priority classes: a name for a priority value (0-100) and whether its jobs preempt.",
                   no_args_is_help=True)
@@ -18,22 +18,22 @@ def create(name: str = typer.Argument(..., help="the priority class's name"), va
                                           "never: waits instead"),
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Create a priority class; submit with `job submit --priority NAME`."""
-    with errors():
-        emit(client(url, token).create_priority_class(name, value, preemption=preemption), output, columns=COLUMNS,
+    with remote(url, token) as c:
+        emit(c.create_priority_class(name, value, preemption=preemption), output, columns=COLUMNS,
              title=f"priority class {name}")
 
 
 @app.command("list")
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Every priority class."""
-    with errors():
-        emit(client(url, token).list_priority_classes()["priority_classes"], output, columns=COLUMNS)
+    with remote(url, token) as c:
+        emit(c.list_priority_classes()["priority_classes"], output, columns=COLUMNS)
 
 
 @app.command("delete")
 def delete(name: str = typer.Argument(..., help="the priority class's name"), url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Delete a priority class (jobs already submitted keep their value)."""
-    with errors():
-        emit(client(url, token).delete_priority_class(name), output, columns=[*COLUMNS, "state"],
+    with remote(url, token) as c:
+        emit(c.delete_priority_class(name), output, columns=[*COLUMNS, "state"],
              title=f"priority class {name}")

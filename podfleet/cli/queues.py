@@ -6,16 +6,19 @@ from typing import Any
 
 import typer
 
+from podfleet.cli.named import ClusterNamed, ClusterOpt
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Queues: nominal chip quotas, cohorts that lend idle quota, borrowing and reclaim.",
                   no_args_is_help=True)
 COLUMNS = ["name", "nominal", "cohort", "used", "borrowed", "lent", "borrowing_limit", "lending_limit", "weight",
            "reclaim"]
 RECLAIM_HELP = "never | lower-priority | any: which borrowing jobs it may preempt to get its chips back"
-ClusterOpt = typer.Option(..., "--cluster", "-c", help="cluster id or name")
+NAMED = ClusterNamed("queue", "queues", COLUMNS, PodfleetClient.list_queues, PodfleetClient.describe_queue,
+                     PodfleetClient.delete_queue)
 
 
 def _limit(value: str | None, name: str) -> int | str | None:
@@ -44,28 +47,13 @@ def create(
     url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
 ) -> None:
     """Create a queue on a cluster."""
-    with errors():
-        out = client(url, token).create_queue(cluster, name, nominal=nominal, cohort=cohort,
-                                              borrowing_limit=borrowing_limit, lending_limit=lending_limit,
-                                              weight=weight, reclaim=reclaim)
+    with remote(url, token) as c:
+        out = c.create_queue(cluster, name, nominal=nominal, cohort=cohort,
+                             borrowing_limit=borrowing_limit, lending_limit=lending_limit,
+                             weight=weight, reclaim=reclaim)
         emit(out, output, columns=COLUMNS, title=f"queue {out['name']}")
-
-
-@app.command("list")
-def list_(cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
-          output: OutputFormat = OutputOpt) -> None:
-    """The cluster's queues (the implicit default queue too) and what each uses, borrows and lends."""
-    with errors():
-        emit(client(url, token).list_queues(cluster)["queues"], output, columns=COLUMNS)
-
-
-@app.command("describe")
-def describe(name: str = typer.Argument(..., help="the queue's name"), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
-             output: OutputFormat = OutputOpt) -> None:
-    """One queue: quota, limits, usage, capacity and its jobs by phase."""
-    with errors():
-        out = client(url, token).describe_queue(cluster, name)
-        emit(out, output, title=f"queue {out['name']}")
+NAMED.add_list_command(app, "The cluster's queues (the implicit default queue too) and what each uses, borrows and lends.")
+NAMED.add_describe_command(app, "One queue: quota, limits, usage, capacity and its jobs by phase.")
 
 
 @app.command("update")
@@ -95,12 +83,4 @@ def update(
                                     "--weight, --reclaim", field="queue")
         out = client(url, token).update_queue(cluster, name, **changes)
         emit(out, output, columns=COLUMNS, title=f"queue {out['name']}")
-
-
-@app.command("delete")
-def delete(name: str = typer.Argument(..., help="the queue's name"), cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
-           output: OutputFormat = OutputOpt) -> None:
-    """Delete a queue no job uses."""
-    with errors():
-        out = client(url, token).delete_queue(cluster, name)
-        emit(out, output, columns=["name", "state"], title=f"queue {name}")
+NAMED.add_delete_command(app, "Delete a queue no job uses.")

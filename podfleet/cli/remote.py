@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
+from podfleet.cli.output import errors
 from podfleet.errors import AuthError, InvalidInputError, NotFoundError
 from podfleet.sdk import PodfleetClient
 
@@ -103,3 +106,13 @@ def client(url: str | None, token: str | None, *, timeout_s: float = 30.0, mfa: 
     c = PodfleetClient(url or DEFAULT_URL, token, timeout_s=timeout_s)
     c.use_mfa(mfa)
     return c
+
+
+@contextmanager
+def remote(url: str | None, token: str | None, *, timeout_s: float = 30.0,
+           mfa: str | None = None) -> Iterator[PodfleetClient]:
+    """What a command that talks to a server opens first: the ``errors()`` guard (one line
+    and the error's exit code, never a traceback) with the client built inside it, so a
+    missing token or a bad profile is reported like any other error."""
+    with errors():
+        yield client(url, token, timeout_s=timeout_s, mfa=mfa)

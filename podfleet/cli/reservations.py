@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.named import ClusterNamed, ClusterOpt
+from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Reservations: chips held for one queue's jobs over a window; jobs whose time limit "
                        "would cross its start are kept off them.", no_args_is_help=True)
 COLUMNS = ["name", "chips", "queue", "start", "end", "state", "jobs"]
-ClusterOpt = typer.Option(..., "--cluster", "-c", help="cluster id or name")
+NAMED = ClusterNamed("reservation", "reservations", COLUMNS, PodfleetClient.list_reservations,
+                     PodfleetClient.describe_reservation, PodfleetClient.delete_reservation)
 
 
 @app.command("create")
@@ -27,33 +30,10 @@ def create(
     url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
 ) -> None:
     """Reserve chips of a cluster for a window."""
-    with errors():
-        out = client(url, token).create_reservation(cluster, chips=chips, start=start, duration=duration,
-                                                    queue=queue, name=name)
+    with remote(url, token) as c:
+        out = c.create_reservation(cluster, chips=chips, start=start, duration=duration,
+                                   queue=queue, name=name)
         emit(out, output, columns=COLUMNS, title=f"reservation {out['name']}")
-
-
-@app.command("list")
-def list_(cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
-          output: OutputFormat = OutputOpt) -> None:
-    """The cluster's reservations, pending, active and ended."""
-    with errors():
-        emit(client(url, token).list_reservations(cluster)["reservations"], output, columns=COLUMNS)
-
-
-@app.command("describe")
-def describe(name: str = typer.Argument(..., help="the reservation's name"), cluster: str = ClusterOpt,
-             url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """One reservation: its chips, window, queue and the jobs on its chips now."""
-    with errors():
-        out = client(url, token).describe_reservation(cluster, name)
-        emit(out, output, title=f"reservation {out['name']}")
-
-
-@app.command("delete")
-def delete(name: str = typer.Argument(..., help="the reservation's name"), cluster: str = ClusterOpt,
-           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    """Delete a reservation: its chips are free to every job at once."""
-    with errors():
-        out = client(url, token).delete_reservation(cluster, name)
-        emit(out, output, columns=["name", "state"], title=f"reservation {name}")
+NAMED.add_list_command(app, "The cluster's reservations, pending, active and ended.")
+NAMED.add_describe_command(app, "One reservation: its chips, window, queue and the jobs on its chips now.")
+NAMED.add_delete_command(app, "Delete a reservation: its chips are free to every job at once.")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
 
 COLUMNS = ["cluster", "state", "fabric", "chips", "chip_states", "cordoned", "draining", "spares",
@@ -57,8 +57,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 
 def status(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """One line per cluster: chips by state, jobs running and queued, firing alerts."""
-    with errors():
-        c = client(url, token)
+    with remote(url, token) as c:
         lines = [summary(c, cl) for cl in c.iter_clusters()]
         if output == OutputFormat.json:
             emit(lines, output)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.errors import InvalidInputError
 
 app = typer.Typer(help="Access tokens: issue, list, revoke (admin).", no_args_is_help=True)
@@ -21,8 +21,7 @@ def create(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Issue a token; it is printed once and stored only as a hash."""
-    with errors():
-        c = client(url, token, mfa=mfa)
+    with remote(url, token, mfa=mfa) as c:
         out = c.create_access_token(name, role)
         if output == OutputFormat.json:
             emit(out, output)
@@ -34,16 +33,16 @@ def create(
 @app.command("list")
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Tokens with their role and whether they are revoked (never the secret)."""
-    with errors():
-        emit(client(url, token).list_access_tokens()["tokens"], output,
+    with remote(url, token) as c:
+        emit(c.list_access_tokens()["tokens"], output,
              columns=["id", "name", "role", "revoked", "created_at"])
 
 
 @app.command("revoke")
 def revoke(token_id: str = typer.Argument(..., help="the token's id (tok-..., from token list)"), url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Revoke a token; this server refuses it from the next request on."""
-    with errors():
-        emit(client(url, token).revoke_access_token(token_id), output, title="token")
+    with remote(url, token) as c:
+        emit(c.revoke_access_token(token_id), output, title="token")
 
 
 @app.command("reset-admin")

@@ -10,8 +10,8 @@ from enum import StrEnum
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.control.accounting import KINDS, to_csv
 from podfleet.errors import InvalidInputError
 
@@ -56,8 +56,8 @@ def usage(
     url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
 ) -> None:
     """Chip-seconds busy, reserved and lost (failures, recovery) per user, queue or team."""
-    with errors():
-        out = client(url, token).get_usage(by=by.value, since=parse_since(since) if since else None, cluster=cluster)
+    with remote(url, token) as c:
+        out = c.get_usage(by=by.value, since=parse_since(since) if since else None, cluster=cluster)
         if output == OutputFormat.json:
             emit(out, output)
         elif fmt == UsageFormat.csv:

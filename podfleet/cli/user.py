@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, client
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
 
 UserArg = typer.Argument(..., help="the user's name")
@@ -22,29 +22,27 @@ def create(name: str = UserArg, policy: list[str] = typer.Option([], "--policy",
            mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Create a user; tokens named NAME then act with its policies."""
-    with errors():
-        c = client(url, token, mfa=mfa)
+    with remote(url, token, mfa=mfa) as c:
         emit(c.create_user(name, policies=policy), output, title="user")
 
 
 @app.command("list")
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    with errors():
-        emit(client(url, token).list_users()["users"], output, columns=["name", "policies", "mfa", "mfa_locked", "created_at"])
+    with remote(url, token) as c:
+        emit(c.list_users()["users"], output, columns=["name", "policies", "mfa", "mfa_locked", "created_at"])
 
 
 @app.command("describe")
 def describe(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    with errors():
-        emit(client(url, token).describe_user(name), output, title="user")
+    with remote(url, token) as c:
+        emit(c.describe_user(name), output, title="user")
 
 
 @app.command("attach")
 def attach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Attach a built-in policy (ClusterAdmin, Scheduler, StorageAccess, ReadOnly, Auditor)."""
-    with errors():
-        c = client(url, token, mfa=mfa)
+    with remote(url, token, mfa=mfa) as c:
         emit(c.put_user_policy(name, policy), output, title="user")
 
 
@@ -65,16 +63,15 @@ def put_policy(name: str = UserArg, policy: str = PolicyArg, file: Path = typer.
 @app.command("detach")
 def detach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
-    with errors():
-        c = client(url, token, mfa=mfa)
+    with remote(url, token, mfa=mfa) as c:
         emit(c.delete_user_policy(name, policy), output, title="user")
 
 
 @app.command("enable-mfa")
 def enable_mfa(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Enrol TOTP: add the otpauth URI to an authenticator app; keep the recovery codes."""
-    with errors():
-        out = client(url, token).enable_mfa(name)
+    with remote(url, token) as c:
+        out = c.enable_mfa(name)
         if output == OutputFormat.json:
             emit(out, output)
         else:
@@ -87,6 +84,5 @@ def enable_mfa(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, ou
 def unlock(name: str = UserArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
            output: OutputFormat = OutputOpt) -> None:
     """Clear NAME's wrong-MFA-code count and the lock ten of them set (audited)."""
-    with errors():
-        c = client(url, token, mfa=mfa)
+    with remote(url, token, mfa=mfa) as c:
         emit(c.unlock_user(name), output, title="user")

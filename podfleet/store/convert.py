@@ -11,20 +11,12 @@ from typing import Any, TypeVar
 from podfleet.errors import InvalidInputError
 from podfleet.store.models import (
     AuditEventRow,
-    CheckpointRow,
-    ChipHealthRow,
     ClusterRow,
-    JobRow,
-    TokenRow,
 )
 from podfleet.store.records import (
     AuditRecord,
-    CheckpointRecord,
-    ChipHealthRecord,
     ClusterRecord,
     ClusterStatus,
-    JobRecord,
-    TokenRecord,
 )
 
 R = TypeVar("R")
@@ -66,38 +58,6 @@ def cluster_row(r: ClusterRecord) -> dict[str, Any]:
 
 def cluster_record(r: ClusterRow) -> ClusterRecord:
     return replace(record_of(ClusterRecord, r), status=cluster_status(r.status))
-
-
-def job_row(r: JobRecord) -> dict[str, Any]:
-    return row_of(r)
-
-
-def job_record(r: JobRow) -> JobRecord:
-    return record_of(JobRecord, r)
-
-
-def chip_row(r: ChipHealthRecord) -> dict[str, Any]:
-    return row_of(r)
-
-
-def chip_record(r: ChipHealthRow) -> ChipHealthRecord:
-    return record_of(ChipHealthRecord, r)
-
-
-def checkpoint_row(r: CheckpointRecord) -> dict[str, Any]:
-    return row_of(r)
-
-
-def checkpoint_record(r: CheckpointRow) -> CheckpointRecord:
-    return record_of(CheckpointRecord, r)
-
-
-def token_row(r: TokenRecord) -> dict[str, Any]:
-    return row_of(r)
-
-
-def token_record(r: TokenRow) -> TokenRecord:
-    return record_of(TokenRecord, r)
 
 
 def audit_row(r: AuditRecord, detail_text: str) -> dict[str, Any]:

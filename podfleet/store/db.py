@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
@@ -61,6 +61,8 @@ from podfleet.store.records import (
     TokenRecord,
 )
 from podfleet.store.users import UserStore
+
+R = TypeVar("R", QueueRecord, ReservationRecord)
 
 
 class Store(AuditLog, UserStore):
@@ -234,12 +236,12 @@ class Store(AuditLog, UserStore):
     # ---- jobs ------------------------------------------------------------------------
     def save_job(self, rec: JobRecord) -> None:
         with self._writing() as s:
-            self._upsert(s, JobRow, [convert.job_row(rec)], ["id"])
+            self._upsert(s, JobRow, [convert.row_of(rec)], ["id"])
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with self._reading() as s:
             row = s.get(JobRow, job_id)
-            return convert.job_record(row) if row else None
+            return convert.record_of(JobRecord, row) if row else None
 
     def list_jobs(
         self,
@@ -258,7 +260,7 @@ class Store(AuditLog, UserStore):
         if after is not None:
             q = q.where(JobRow.id > after)
         with self._reading() as s:
-            return [convert.job_record(r) for r in s.execute(q).scalars()]
+            return [convert.record_of(JobRecord, r) for r in s.execute(q).scalars()]
 
     def job_ids(self) -> list[str]:
         """Every job's id (no other column): what a follower scans for jobs it has not seen."""
@@ -280,18 +282,18 @@ class Store(AuditLog, UserStore):
         if not records:
             return
         with self._writing() as s:
-            rows = [convert.chip_row(r) for r in records]
+            rows = [convert.row_of(r) for r in records]
             self._upsert(s, ChipHealthRow, rows, ["cluster_id", "chip"])
 
     def list_chip_health(self, cluster_id: str) -> list[ChipHealthRecord]:
         q = select(ChipHealthRow).where(ChipHealthRow.cluster_id == cluster_id)
         with self._reading() as s:
-            return [convert.chip_record(r) for r in s.execute(q.order_by(ChipHealthRow.chip)).scalars()]
+            return [convert.record_of(ChipHealthRecord, r) for r in s.execute(q.order_by(ChipHealthRow.chip)).scalars()]
 
     # ---- checkpoints -----------------------------------------------------------------
     def add_checkpoint(self, rec: CheckpointRecord) -> None:
         with self._writing() as s:
-            s.execute(insert(table_of(CheckpointRow)), [convert.checkpoint_row(rec)])
+            s.execute(insert(table_of(CheckpointRow)), [convert.row_of(rec)])
 
     def latest_checkpoint(self, job_id: str) -> CheckpointRecord | None:
         q = (
@@ -302,7 +304,7 @@ class Store(AuditLog, UserStore):
         )
         with self._reading() as s:
             row = s.execute(q).scalars().first()
-            return convert.checkpoint_record(row) if row else None
+            return convert.record_of(CheckpointRecord, row) if row else None
 
     def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest checkpoint step (jobs without one left out), in one query: a
@@ -319,7 +321,7 @@ class Store(AuditLog, UserStore):
         q = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
         q = q.order_by(CheckpointRow.step, CheckpointRow.created_at)
         with self._reading() as s:
-            return [convert.checkpoint_record(r) for r in s.execute(q).scalars()]
+            return [convert.record_of(CheckpointRecord, r) for r in s.execute(q).scalars()]
 
     # ---- telemetry rollups -------------------------------------------------------------
     def save_rollups(self, records: Sequence[RollupRecord]) -> None:
@@ -380,54 +382,47 @@ class Store(AuditLog, UserStore):
             return [JobMetricRecord(r.job_id, r.resolution_s, r.t_start, dict(r.data)) for r in s.execute(q).scalars()]
 
     # ---- queues -------------------------------------------------------------------------
-    def save_queue(self, rec: QueueRecord) -> None:
-        row = {"id": rec.id, "cluster_id": rec.cluster_id, "name": rec.name, "spec": dict(rec.spec),
-               "created_at": float(rec.created_at), "updated_at": float(rec.updated_at)}
-
+    # Queues and reservations are the same kind of row: a name unique on its cluster and a
+    # JSON spec; one body each for saving, listing and deleting them.
+    def _save_named(self, model: type[QueueRow | ReservationRow], noun: str,
+                    rec: QueueRecord | ReservationRecord) -> None:
         def conflict(_exc: IntegrityError) -> PodfleetError:
-            return ConflictError(f"a queue named {rec.name!r} already exists on cluster {rec.cluster_id}",
+            return ConflictError(f"a {noun} named {rec.name!r} already exists on cluster {rec.cluster_id}",
                                  field="name")
 
         with self._writing(conflict) as s:
-            self._upsert(s, QueueRow, [row], ["id"])
+            self._upsert(s, model, [{**convert.row_of(rec), "spec": dict(rec.spec)}], ["id"])
+
+    def _list_named(self, model: type[QueueRow | ReservationRow], cls: type[R], cluster_id: str | None) -> list[R]:
+        q = select(model).order_by(model.cluster_id, model.name)
+        if cluster_id is not None:
+            q = q.where(model.cluster_id == cluster_id)
+        with self._reading() as s:
+            return [convert.record_of(cls, r) for r in s.execute(q).scalars()]
+
+    def _delete_id(self, model: type[QueueRow | ReservationRow], row_id: str) -> bool:
+        with self._writing() as s:
+            res = cast("CursorResult[Any]", s.execute(delete(model).where(model.id == row_id)))
+            return bool(res.rowcount)
+
+    def save_queue(self, rec: QueueRecord) -> None:
+        self._save_named(QueueRow, "queue", rec)
 
     def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]:
-        q = select(QueueRow).order_by(QueueRow.cluster_id, QueueRow.name)
-        if cluster_id is not None:
-            q = q.where(QueueRow.cluster_id == cluster_id)
-        with self._reading() as s:
-            return [QueueRecord(r.id, r.cluster_id, r.name, dict(r.spec), r.created_at, r.updated_at)
-                    for r in s.execute(q).scalars()]
+        return self._list_named(QueueRow, QueueRecord, cluster_id)
 
     def delete_queue(self, queue_id: str) -> bool:
-        with self._writing() as s:
-            res = cast("CursorResult[Any]", s.execute(delete(QueueRow).where(QueueRow.id == queue_id)))
-            return bool(res.rowcount)
+        return self._delete_id(QueueRow, queue_id)
 
     # ---- advance reservations -----------------------------------------------------------
     def save_reservation(self, rec: ReservationRecord) -> None:
-        row = {"id": rec.id, "cluster_id": rec.cluster_id, "name": rec.name, "spec": dict(rec.spec),
-               "created_at": float(rec.created_at)}
-
-        def conflict(_exc: IntegrityError) -> PodfleetError:
-            return ConflictError(f"a reservation named {rec.name!r} already exists on cluster {rec.cluster_id}",
-                                 field="name")
-
-        with self._writing(conflict) as s:
-            self._upsert(s, ReservationRow, [row], ["id"])
+        self._save_named(ReservationRow, "reservation", rec)
 
     def list_reservations(self, cluster_id: str | None = None) -> list[ReservationRecord]:
-        q = select(ReservationRow).order_by(ReservationRow.cluster_id, ReservationRow.name)
-        if cluster_id is not None:
-            q = q.where(ReservationRow.cluster_id == cluster_id)
-        with self._reading() as s:
-            return [ReservationRecord(r.id, r.cluster_id, r.name, dict(r.spec), r.created_at)
-                    for r in s.execute(q).scalars()]
+        return self._list_named(ReservationRow, ReservationRecord, cluster_id)
 
     def delete_reservation(self, reservation_id: str) -> bool:
-        with self._writing() as s:
-            res = cast("CursorResult[Any]", s.execute(delete(ReservationRow).where(ReservationRow.id == reservation_id)))
-            return bool(res.rowcount)
+        return self._delete_id(ReservationRow, reservation_id)
 
     def save_priority_class(self, rec: PriorityClassRecord) -> None:
         row = {"name": rec.name, "value": int(rec.value), "preemption": rec.preemption,
@@ -519,23 +514,23 @@ class Store(AuditLog, UserStore):
             return ConflictError(f"token id {rec.id!r} already exists", field="id")
 
         with self._writing(conflict) as s:
-            s.execute(insert(table_of(TokenRow)), [convert.token_row(rec)])
+            s.execute(insert(table_of(TokenRow)), [convert.row_of(rec)])
 
     def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
         with self._reading() as s:
             q = select(TokenRow).where(TokenRow.token_hash == token_hash)
             row = s.execute(q).scalars().first()
-            return convert.token_record(row) if row else None
+            return convert.record_of(TokenRecord, row) if row else None
 
     def get_token(self, token_id: str) -> TokenRecord | None:
         with self._reading() as s:
             row = s.get(TokenRow, token_id)
-            return convert.token_record(row) if row else None
+            return convert.record_of(TokenRecord, row) if row else None
 
     def list_tokens(self) -> list[TokenRecord]:
         with self._reading() as s:
             q = select(TokenRow).order_by(TokenRow.created_at, TokenRow.id)
-            return [convert.token_record(r) for r in s.execute(q).scalars()]
+            return [convert.record_of(TokenRecord, r) for r in s.execute(q).scalars()]
 
     def count_tokens(self) -> int:
         with self._reading() as s:

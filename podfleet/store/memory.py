@@ -232,37 +232,35 @@ class MemoryStore(AuditKeyring):
             return len(old)
 
     # --- queues ---------------------------------------------------------------------------
-    def save_queue(self, rec: QueueRecord) -> None:
+    # Queues and reservations: a name unique on its cluster, listed by (cluster, name).
+    def _save_named(self, name: str, noun: str, rec: QueueRecord | ReservationRecord) -> None:
         with self._lock:
-            if any(q.cluster_id == rec.cluster_id and q.name == rec.name and q.id != rec.id
-                   for q in self._queues.values()):
-                raise ConflictError(f"a queue named {rec.name!r} already exists on cluster {rec.cluster_id}",
+            if any(o.cluster_id == rec.cluster_id and o.name == rec.name and o.id != rec.id
+                   for o in getattr(self, name).values()):
+                raise ConflictError(f"a {noun} named {rec.name!r} already exists on cluster {rec.cluster_id}",
                                     field="name")
-            self._touch("_queues")
-            self._queues[rec.id] = copy.deepcopy(rec)
+            self._put(name, rec.id, rec)
+
+    def _list_named(self, name: str, cluster_id: str | None) -> list[Any]:
+        with self._lock:
+            out = [copy.deepcopy(o) for o in getattr(self, name).values() if cluster_id in (None, o.cluster_id)]
+        return sorted(out, key=lambda o: (o.cluster_id, o.name))
+
+    def save_queue(self, rec: QueueRecord) -> None:
+        self._save_named("_queues", "queue", rec)
 
     def list_queues(self, cluster_id: str | None = None) -> list[QueueRecord]:
-        with self._lock:
-            out = [copy.deepcopy(q) for q in self._queues.values() if cluster_id in (None, q.cluster_id)]
-        return sorted(out, key=lambda q: (q.cluster_id, q.name))
+        return self._list_named("_queues", cluster_id)
 
     def delete_queue(self, queue_id: str) -> bool:
         return self._delete("_queues", queue_id)
 
     # --- advance reservations ---------------------------------------------------------------
     def save_reservation(self, rec: ReservationRecord) -> None:
-        with self._lock:
-            if any(r.cluster_id == rec.cluster_id and r.name == rec.name and r.id != rec.id
-                   for r in self._reservations.values()):
-                raise ConflictError(f"a reservation named {rec.name!r} already exists on cluster {rec.cluster_id}",
-                                    field="name")
-            self._touch("_reservations")
-            self._reservations[rec.id] = copy.deepcopy(rec)
+        self._save_named("_reservations", "reservation", rec)
 
     def list_reservations(self, cluster_id: str | None = None) -> list[ReservationRecord]:
-        with self._lock:
-            out = [copy.deepcopy(r) for r in self._reservations.values() if cluster_id in (None, r.cluster_id)]
-        return sorted(out, key=lambda r: (r.cluster_id, r.name))
+        return self._list_named("_reservations", cluster_id)
 
     def delete_reservation(self, reservation_id: str) -> bool:
         return self._delete("_reservations", reservation_id)

@@ -1,0 +1,53 @@
+"""The commands a cluster's named objects share (``queue`` and ``reservation``): ``list``,
+``describe NAME`` and ``delete NAME`` are the same commands over other client calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+
+from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.sdk import PodfleetClient
+
+ClusterOpt = typer.Option(..., "--cluster", "-c", help="cluster id or name")
+
+
+@dataclass(frozen=True)
+class ClusterNamed:
+    noun: str
+    plural: str  # the list's key in ListX's answer
+    columns: list[str]
+    list_all: Callable[[PodfleetClient, str], dict[str, Any]]
+    describe: Callable[[PodfleetClient, str, str], dict[str, Any]]
+    delete: Callable[[PodfleetClient, str, str], dict[str, Any]]
+
+    def add_list_command(self, app: typer.Typer, help_text: str) -> None:
+        @app.command("list", help=help_text)
+        def list_(cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
+                  output: OutputFormat = OutputOpt) -> None:
+            with remote(url, token) as c:
+                emit(self.list_all(c, cluster)[self.plural], output, columns=self.columns)
+
+    def add_describe_command(self, app: typer.Typer, help_text: str) -> None:
+        self._add_by_name(app, "describe", help_text, self.describe, None, titled_by_answer=True)
+
+    def add_delete_command(self, app: typer.Typer, help_text: str) -> None:
+        self._add_by_name(app, "delete", help_text, self.delete, ["name", "state"], titled_by_answer=False)
+
+    def _add_by_name(self, app: typer.Typer, command: str, help_text: str,
+                     call: Callable[[PodfleetClient, str, str], dict[str, Any]], columns: list[str] | None, *,
+                     titled_by_answer: bool) -> None:
+        """``COMMAND NAME --cluster C``: one call on the named object, its answer shown.
+        ``titled_by_answer``: the title names the object as the server answers (describe),
+        else as given (delete)."""
+
+        @app.command(command, help=help_text)
+        def by_name(name: str = typer.Argument(..., help=f"the {self.noun}'s name"), cluster: str = ClusterOpt,
+                    url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+            with remote(url, token) as c:
+                out = call(c, cluster, name)
+                emit(out, output, columns=columns, title=f"{self.noun} {out['name'] if titled_by_answer else name}")
