@@ -81,6 +81,9 @@ def test_a_tile_opens_its_pods_torus_and_a_failed_chip_turns_the_tile(admin: Wat
     box = "[data-testid=pod-torus]"
     assert admin.page.locator(f"{box} .chip").count() == 64  # the pod's chips only
     assert admin.page.get_attribute(f"{TILE.format(3)} button.pod-open", "aria-pressed") == "true"
+    label = admin.page.get_attribute(f"{box} [data-chip='9']", "aria-label") or ""
+    pct = float(label.split("utilization ")[1].split("%")[0])
+    assert 0 < pct <= 100, label  # a busy chip's percent, as the API gives it (once drawn x100)
     admin.page.click(f"{box} [data-chip='5']")
     assert admin.page.text_content(f"{box} [data-testid=chip-detail] [data-field=index]") == str(3 * 64 + 5)
     with site.client() as c:
