@@ -46,3 +46,11 @@ export const LINK_STATE: Record<string, { color: string; dash: string }> = {
   degraded: { color: "#E69F00", dash: "5 3" },
   down: { color: "#D55E00", dash: "2 3" },
 };
+
+// A fleet's pods (the fleet view's tiles): Okabe-Ito as the chip states use them, and a
+// glyph each, so no state rests on colour alone.
+export const POD_STATE: Record<"healthy" | "impaired" | "down", { color: string; glyph: string; meaning: string }> = {
+  healthy: { color: "#009E73", glyph: "✓", meaning: "every chip healthy" },
+  impaired: { color: "#E69F00", glyph: "!", meaning: "some chips failed or isolated" },
+  down: { color: "#D55E00", glyph: "✕", meaning: "no chip healthy (pod lost)" },
+};

@@ -22,8 +22,10 @@ function mean(v: unknown): number {
   return typeof v === "number" ? v : NaN;
 }
 
+// neuroncore_utilization is percent per core on every fabric (the twin, neuron-monitor, the
+// workers' CPU or GPU share), as the dashboard's heatmap reads it; its history is a ratio.
 export const COLOR_METRICS: ColorMetric[] = [
-  { key: "neuroncore_utilization", label: "utilization", unit: "%", telemetry: "utilization_ratio", scale: 100, value: (c) => mean(c.metrics.neuroncore_utilization) * 100, max: () => 100 },
+  { key: "neuroncore_utilization", label: "utilization", unit: "%", telemetry: "utilization_ratio", scale: 100, value: (c) => mean(c.metrics.neuroncore_utilization), max: () => 100 },
   { key: "hbm_used_bytes", label: "HBM used", unit: "GiB", telemetry: "hbm_used_bytes", scale: 2 ** -30, value: (c) => mean(c.metrics.hbm_used_bytes) / 2 ** 30, max: () => 96 },
   { key: "temperature_c", label: "temperature", unit: "°C", telemetry: "temperature_c", scale: 1, value: (c) => mean(c.metrics.temperature_c), max: () => 100 },
   { key: "power_w", label: "power", unit: "W", telemetry: "power_w", scale: 1, value: (c) => mean(c.metrics.power_w), max: () => 500 },

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from podfleet.control.snapshot import HardwareSnapshot
 from podfleet.errors import InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.hardware.topology import FleetTopology, Topology
@@ -75,13 +77,21 @@ def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int
 
 
 def summaries(snapshot: HardwareSnapshot, topo: Topology) -> JsonObject:
-    """Per pod and per block: chips, healthy, failed, spare, busy, utilization, jobs."""
+    """Per pod and per block: chips, healthy, failed (not healthy), spare, busy,
+    utilization, jobs; per pod also ``states``, the count of each state other than healthy
+    (the console's fleet view tells a pod with failed or isolated chips from one with
+    chips cordoned or updating, without reading every chip)."""
     pods, per, k = pod_shape(topo)
     n = snapshot.n_chips
     if n != pods * per:  # not rendered yet: no chips to count
         pods = 0
     # Counts per pod as [pods, chips per pod] columns: one numpy pass, not one per chip.
-    healthy = snapshot.healthy()[:pods * per].reshape(pods, per).sum(axis=1).tolist()
+    ok = snapshot.healthy()[:pods * per]
+    healthy = ok.reshape(pods, per).sum(axis=1).tolist()
+    states: list[dict[str, int]] = [{} for _ in range(pods)]
+    for c in np.flatnonzero(~ok).tolist():  # the unhealthy chips only: few, even on a large fleet
+        st, counts = snapshot.states[c], states[c // per]
+        counts[st] = counts.get(st, 0) + 1
     spare = snapshot.spare[:pods * per].reshape(pods, per).sum(axis=1).tolist()
     busy = snapshot.busy()[:pods * per].reshape(pods, per).sum(axis=1).tolist()
     jobs: list[set[str]] = [set() for _ in range(pods)]
@@ -91,7 +101,7 @@ def summaries(snapshot: HardwareSnapshot, topo: Topology) -> JsonObject:
     rows: list[JsonObject] = [
         {"pod": p, "block": p // k, "chips": per, "healthy": healthy[p], "failed": per - healthy[p],
          "spare": spare[p], "busy": busy[p], "utilization": round(busy[p] / per, 4) if per else 0.0,
-         "jobs": sorted(jobs[p])}
+         "states": dict(sorted(states[p].items())), "jobs": sorted(jobs[p])}
         for p in range(pods)
     ]
     blocks = []

@@ -53,3 +53,18 @@ def test_metrics_keep_three_decimals_and_nan_is_null() -> None:
     assert snap.chip(1)["metrics"] == {"t": None, "cores": [None, 0.5]}
     assert snap.as_dict()["chips"] == [snap.chip(0), snap.chip(1)]
     assert snap.chip(1)["job"] == "job-a" and snap.chip(1)["mode"] == "unavailable"
+
+
+def test_the_pod_summary_counts_each_unhealthy_state_and_lists_its_jobs(plane: ControlPlane) -> None:
+    cl = active_cluster(plane, "fleet", pods=4, pods_per_block=2)
+    job = plane.jobs.submit(cl["id"], {"model": "llama3-8b", "chips": 256, "steps": 100000}, actor="test")
+    advance(plane, 5)
+    plane.inject_fault(cl["id"], "chip-failure", chip=3 * 64 + 5)
+    advance(plane, 1)
+    plane.render(plane.resolve(cl["id"]))
+    pods = json.loads(plane.hardware_summary(cl["id"]))["pods"]
+    assert [p["jobs"] for p in pods] == [[job["id"]]] * 4  # the gang spans every pod
+    failed = pods[3]["states"]
+    assert sum(n for st, n in failed.items() if st in ("failed", "isolated")) == 1, failed
+    assert pods[0]["states"] == pods[1]["states"] == pods[2]["states"] == {}
+    assert all(p["failed"] == sum(p["states"].values()) for p in pods)  # the states add up to "failed"

@@ -5,6 +5,7 @@ import { chart } from "../chart";
 import { jobColor, STATE_MARK } from "../colors";
 import { COLOR_METRICS, metricByKey, shownState, type Hardware } from "../metrics";
 import { legend, torus, type TorusView } from "../torus";
+import { fleetView } from "./fleet";
 
 const CHIP_FAULTS = ["chip-failure", "hbm-corrected-burst", "hbm-uncorrectable", "sram-uncorrectable", "thermal-runaway", "firmware-fault"];
 const LINK_FAULTS = ["link-down", "link-flap"];
@@ -16,10 +17,10 @@ const lags: number[] = ((window as any).podfleetLags = []);
 /** The torus: every chip and link, coloured by a metric, updated live; click for details. */
 export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const ref = ctx.params.cluster;
-  // Both at once (the hardware route takes a name too): the first render waits for one round trip.
-  const [cluster, first] = await Promise.all([api("GET", `/v1/clusters/${enc(ref)}`),
-    api<Hardware>("GET", `/v1/clusters/${enc(ref)}/hardware`)]);
-  let hw: Hardware = first;
+  // The cluster first: a fleet (pods > 1) shows its pods as tiles and never reads every chip.
+  const cluster = await api("GET", `/v1/clusters/${enc(ref)}`);
+  if ((cluster.spec?.pods ?? 1) > 1) return fleetView(root, ctx, cluster);
+  let hw: Hardware = await api<Hardware>("GET", `/v1/clusters/${enc(cluster.id)}/hardware`);
   let metric = metricByKey(ctx.query.get("metric") ?? "neuroncore_utilization");
   let range = ctx.query.get("range") ?? "realtime";
   let selected: number | null = null;
@@ -161,7 +162,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   }
 }
 
-function chipControls(_ctx: Ctx, cluster: string, chip: number): HTMLElement {
+export function chipControls(_ctx: Ctx, cluster: string, chip: number): HTMLElement {
   const kind = select("kind", CHIP_FAULTS);
   kind.id = `fault-kind-${chip}`;
   const msg = status();
