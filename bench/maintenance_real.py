@@ -34,7 +34,7 @@ from unittest import mock
 
 import numpy as np
 
-from podfleet.recovery.calibrate import until as _until
+from podfleet.rehearsal.calibrate import until as _until
 
 NAME = "maintenance-real"
 DESCRIPTION = ("a maintenance rollout over every chip of a 4-slot local cluster with a 2-rank job: longest time "

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from podfleet.recovery.calibrate import until as _until
+from podfleet.rehearsal.calibrate import until as _until
 
 NAME = "recovery-real"
 DESCRIPTION = ("kill -9 of a local worker, repeated, through the control plane: kill_to_step_s p50/p99, "

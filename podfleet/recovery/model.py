@@ -22,7 +22,7 @@ from podfleet.states import check_transition
 from podfleet.wire import JsonObject
 
 NO_SPARE_POLICIES = ("shrink", "wait")
-# The measured recovery costs (``python -m podfleet.recovery.calibrate`` writes it).
+# The measured recovery costs (``python -m podfleet.rehearsal.calibrate`` writes it).
 MEASURED_COSTS_PATH = Path(__file__).parent / "data" / "measured_costs.json"
 SCHEMA = 1
 
@@ -49,7 +49,7 @@ class JobPolicy:
 
 
 # --- measured on the real runtime (local fabric, real worker processes) ---------------------
-# The samples live in ``MEASURED_COSTS_PATH``, written by ``python -m podfleet.recovery.calibrate``
+# The samples live in ``MEASURED_COSTS_PATH``, written by ``python -m podfleet.rehearsal.calibrate``
 # (which says how, when, on which machine and at which commit); the twin draws from them with
 # its seeded RNG (``Empirical.draw``: a resample of the measured values, no fitted shape).
 # Derivation in docs/health.md, "Recovery costs".
@@ -143,7 +143,7 @@ def load_measured(path: str | Path = MEASURED_COSTS_PATH) -> MeasuredCosts:
         text = p.read_text()
     except OSError as exc:
         raise MeasuredCostsError(f"measured recovery costs {p} cannot be read ({exc.strerror or exc}): "
-                                 f"regenerate it with `python -m podfleet.recovery.calibrate`") from exc
+                                 f"regenerate it with `python -m podfleet.rehearsal.calibrate`") from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

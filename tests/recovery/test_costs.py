@@ -35,7 +35,7 @@ def _write(tmp_path: Path, data: Any, name: str = "costs.json") -> Path:
 
 
 def test_the_packaged_file_says_how_when_and_where_it_was_measured() -> None:
-    assert RAW["command"].startswith("python -m podfleet.recovery.calibrate")
+    assert RAW["command"].startswith("python -m podfleet.rehearsal.calibrate")
     assert RAW["started_utc"].endswith("Z") and RAW["git_commit"]
     assert RAW["machine"]["cpus"] >= 1 and isinstance(RAW["machine"]["shared"], bool)
     assert all(r["mechanism"] == "rank-move" for r in RAW["rank_moves"])
@@ -128,7 +128,7 @@ def test_a_malformed_file_is_a_clear_error(tmp_path: Path, mutate: Any, says: st
 
 
 def test_a_missing_or_unparsable_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(MeasuredCostsError, match=r"cannot be read.*podfleet\.recovery\.calibrate"):
+    with pytest.raises(MeasuredCostsError, match=r"cannot be read.*podfleet\.rehearsal\.calibrate"):
         load_measured(tmp_path / "nope.json")
     with pytest.raises(MeasuredCostsError, match="is not JSON"):
         load_measured(_write(tmp_path, "{not json", "broken.json"))

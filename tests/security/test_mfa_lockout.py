@@ -141,7 +141,9 @@ def test_over_the_api_wrong_codes_back_off_and_an_admin_unlocks(api: Api) -> Non
             r = c.get("/v1/clusters", headers={"Authorization": f"Bearer {tok}",
                                                "X-Podfleet-MFA": _wrong(secret, time.time())})
             answers.append((r.status_code, r.json()["detail"]))
-    assert len(answers) > 10 and all(status == 401 for status, _ in answers)
+    # How many answers a second brings depends on the machine (8 on a loaded 2-core CI);
+    # enough to see past the free mistakes is what the checks below need.
+    assert len(answers) >= FREE_FAILURES + 4 and all(status == 401 for status, _ in answers)
     assert sum("retry in" in d for _, d in answers) >= len(answers) - FREE_FAILURES - 2
     u = api.store.get_user("lena")
     assert u is not None and FREE_FAILURES < u.mfa_failures <= FREE_FAILURES + 2  # a second: 1 s of back-off

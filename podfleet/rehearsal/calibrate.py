@@ -1,5 +1,5 @@
 """Measure the recovery costs the twin samples, on real worker processes, and write them
-to ``podfleet/recovery/data/measured_costs.json`` (``python -m podfleet.recovery.calibrate``).
+to ``podfleet/recovery/data/measured_costs.json`` (``python -m podfleet.rehearsal.calibrate``).
 
 Three measurements, each the path users run (the control plane as served, ``compose.build``
 on a wall-clock timeline, a ``local`` cluster of real training workers):
@@ -41,7 +41,7 @@ from typing import Any
 
 from podfleet.recovery.model import MEASURED_COSTS_PATH, SCHEMA
 
-COMMAND = "python -m podfleet.recovery.calibrate"
+COMMAND = "python -m podfleet.rehearsal.calibrate"
 MOVE_KILLS = 8
 RELAUNCH_KILLS = 4
 IO_REPS = 5
@@ -236,7 +236,7 @@ def calibrate(move_kills: int = MOVE_KILLS, relaunch_kills: int = RELAUNCH_KILLS
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m podfleet.recovery.calibrate", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m podfleet.rehearsal.calibrate", description=__doc__.split("\n")[0])
     ap.add_argument("--move-kills", type=int, default=MOVE_KILLS)
     ap.add_argument("--relaunch-kills", type=int, default=RELAUNCH_KILLS)
     ap.add_argument("--io-reps", type=int, default=IO_REPS)
