@@ -502,6 +502,10 @@ class LocalFabric:
 
     # --- internals used by recovery.py ------------------------------------------------------
     def start_attempt(self, job: LocalJob, *, resume_from: str | None = None, resume: bool = False) -> None:
+        if self.state.closed.is_set():
+            # ``close`` killed the gang and a relaunch raced it (the kill's exits look like a
+            # lost gang): a closed fabric starts nothing, or its workers would outlive it.
+            return
         job.attempt += 1
         job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
         job.hung_ranks, job.moving = {}, None
@@ -531,6 +535,8 @@ class LocalFabric:
 
     def _spawn(self, job: LocalJob, rank: int, *, port: int, resume_from: str | None = None, resume: bool = False,
                join: bool = False) -> WorkerProcess:
+        if self.state.closed.is_set():
+            raise ConflictError(f"the fabric is closed: rank {rank} of {job.spec.job_id} is not started")
         chip = job.chips[rank]
         jobdir = self.workdir / "jobs" / job.spec.job_id
         replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"

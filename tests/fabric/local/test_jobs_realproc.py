@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,21 @@ def test_a_rank_that_aborts_shows_its_last_words_in_the_reason(fab: LocalFabric,
            "'gloo::EnforceNotMet' | what():  [enforce fail at pair.cc:446]" in st.reason
     assert "step 1 done" not in st.reason
     _healthy(fab)
+
+
+def test_a_relaunch_that_races_close_starts_no_worker(tmp_path: Path) -> None:
+    """``close`` kills the gang, and the kill's exits look like a lost gang to the recovery
+    thread: a relaunch that gets the lock after ``close`` must start nothing, or its
+    workers train on with no fabric to stop them (a CI run found two such workers alive
+    twelve minutes after their test had ended)."""
+    fab = LocalFabric(2, workdir=tmp_path, hang_timeout_s=10)
+    fab.launch(WorkerGroupSpec("job-race", (0, 1), "debug", 100_000))
+    job = fab.state.jobs["job-race"]
+    fab.close()
+    attempt = job.attempt
+    fab.start_attempt(job)  # what the recovery thread does once it holds the lock
+    assert job.attempt == attempt
+    deadline = time.monotonic() + 30  # close's kill is reaped by the pool's threads
+    while any(wp.alive for wp in job.workers.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [wp.pid for wp in job.workers.values() if wp.alive]
