@@ -83,7 +83,11 @@ class Elector:
     def serves_reads(self) -> bool:
         """Whether this server's memory is the leader's: it leads, or its term lapsed only
         because the database is out of reach (nothing else could have written)."""
-        return self.leads() or self.suspended is not None
+        # A term past its lease whose renewals failed is suspended at the next step; until
+        # that step runs (later under load) its memory is still the leader's, and a read
+        # refused in between would be a 503 for nothing.
+        lapsed_in_outage = self.term is not None and self.last_error is not None
+        return self.leads() or self.suspended is not None or lapsed_in_outage
 
     @property
     def role(self) -> Role:

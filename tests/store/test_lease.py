@@ -229,3 +229,37 @@ def test_a_leader_cut_off_from_the_database_is_suspended_then_leads_on_or_ends(t
     a.step()
     assert lost == [2] and not a.leads() and not a.serves_reads and a.leader_url() == "http://b"
     store.close()
+
+
+def test_a_lapsed_term_serves_reads_before_its_next_round_suspends_it(tmp_path: Path) -> None:
+    """Between the instant a term runs out after failed renewals and the round that marks it
+    suspended (later under load), the server follows but its memory is still the leader's:
+    reads answer from it instead of a 503 for no known leader."""
+    clock = FakeClock()
+    store = _store(tmp_path)
+    lease = Flaky(store.write_engine, ttl_s=TTL_S, clock=clock.db)
+    a = Elector(lease, "a", "http://a", monotonic=clock.mono)
+    a.step()
+    lease.down = True
+    clock.t += 1.0
+    a.step()  # a renewal fails: still within the term
+    assert a.leads() and a.serves_reads
+    clock.t += TTL_S  # the term runs out before the next round
+    assert not a.leads() and a.role is Role.FOLLOWER and a.suspended is None
+    assert a.serves_reads
+    a.step()
+    assert a.suspended == 1 and a.serves_reads
+    store.close()
+
+
+def test_a_term_that_ran_out_without_an_outage_serves_no_reads(tmp_path: Path) -> None:
+    """A leader paused past its lease with the database reachable (a takeover may follow)
+    does not answer from memory."""
+    clock = FakeClock()
+    store = _store(tmp_path)
+    lease = Flaky(store.write_engine, ttl_s=TTL_S, clock=clock.db)
+    a = Elector(lease, "a", "http://a", monotonic=clock.mono)
+    a.step()
+    clock.t += TTL_S + 1.0
+    assert not a.leads() and not a.serves_reads
+    store.close()
