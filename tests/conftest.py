@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -27,6 +30,13 @@ os.environ.setdefault(*ISOLATION_OPT_OUT)
 # (docs/operations.md): a test server stopped at its end would leave its jobs training on
 # CI's two cores. Tests run without one unless they ask (`podfleet up --agent`).
 os.environ.setdefault("PODFLEET_LOCAL_AGENT", "false")
+# Planes built in tests (the console's served plane, embedded planes) keep their job work
+# directories and keys in this run's own temporary directory, never in the user's
+# ~/.podfleet: a test run must not read or leave state where a real server keeps its own.
+_RUN_DIR = tempfile.mkdtemp(prefix="podfleet-tests-")
+os.environ.setdefault("PODFLEET_WORKDIR", os.path.join(_RUN_DIR, "work"))
+os.environ.setdefault("PODFLEET_KEY_DIR", os.path.join(_RUN_DIR, "keys"))
+atexit.register(shutil.rmtree, _RUN_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
