@@ -1,0 +1,44 @@
+"""API tokens, in memory (``protocol.TokenStore``)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from podfleet.errors import NotFoundError
+from podfleet.store.memory.base import MemoryBase
+from podfleet.store.records import TokenRecord
+
+
+class MemoryTokens(MemoryBase):
+    KEPT = {"_tokens": dict}
+    _tokens: dict[str, TokenRecord]
+
+    def add_token(self, rec: TokenRecord) -> None:
+        self._put("_tokens", rec.id, rec)
+
+    def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        with self._lock:
+            for t in self._tokens.values():
+                if t.token_hash == token_hash:
+                    return copy.deepcopy(t)
+            return None
+
+    def list_tokens(self) -> list[TokenRecord]:
+        with self._lock:
+            return [copy.deepcopy(t) for t in self._tokens.values()]
+
+    def count_tokens(self) -> int:
+        with self._lock:
+            return len(self._tokens)
+
+    def get_token(self, token_id: str) -> TokenRecord | None:
+        return self._get("_tokens", token_id)
+
+    def revoke_token(self, token_id: str) -> None:
+        with self._lock:
+            t = self._tokens.get(token_id)
+            if t is None:
+                raise NotFoundError(f"token {token_id!r} does not exist", field="token_id")
+            self._touch("_tokens")
+            self._tokens[token_id] = dataclasses.replace(t, revoked=True)
