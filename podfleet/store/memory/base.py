@@ -80,6 +80,21 @@ class MemoryBase:
             del getattr(self, name)[key]
             return True
 
+    def _select(self, name: str, where: Callable[[Any], bool] = lambda _r: True,
+                order: Callable[[Any], Any] | None = None, limit: int | None = None) -> list[Any]:
+        """Private copies of the records of ``name`` that ``where`` keeps, sorted by
+        ``order`` (None: as kept), the first ``limit`` of them."""
+        with self._lock:
+            recs = [r for r in getattr(self, name).values() if where(r)]
+            if order is not None:
+                recs.sort(key=order)
+            return [copy.deepcopy(r) for r in recs[:limit]]
+
+    def _find(self, name: str, where: Callable[[Any], bool]) -> Any:
+        """A private copy of the first record of ``name`` that ``where`` keeps, or None."""
+        found = self._select(name, where, limit=1)
+        return found[0] if found else None
+
     def _prune(self, name: str, old: Callable[[Any, Any], bool]) -> int:
         """Delete the records of ``name`` for which ``old(key, record)``; how many."""
         with self._lock:

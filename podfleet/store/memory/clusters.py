@@ -21,18 +21,12 @@ class MemoryClusters(MemoryBase):
         return self._get("_clusters", cluster_id)
 
     def find_cluster_by_name(self, name: str) -> ClusterRecord | None:
-        with self._lock:
-            for rec in self._clusters.values():
-                if rec.name == name and rec.state != "deleted":
-                    return copy.deepcopy(rec)
-            return None
+        return self._find("_clusters", lambda r: r.name == name and r.state != "deleted")
 
     def list_clusters(self, *, after: str | None = None, limit: int = 100,
                       include_deleted: bool = False) -> list[ClusterRecord]:
-        with self._lock:
-            recs = sorted(self._clusters.values(), key=lambda r: r.id)
-            recs = [r for r in recs if (after is None or r.id > after) and (include_deleted or r.state != "deleted")]
-            return [copy.deepcopy(r) for r in recs[:limit]]
+        return self._select("_clusters", lambda r: (after is None or r.id > after)
+                            and (include_deleted or r.state != "deleted"), lambda r: r.id, limit)
 
     def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None:
         with self._lock:
@@ -41,8 +35,4 @@ class MemoryClusters(MemoryBase):
                 self._health[(r.cluster_id, r.chip)] = copy.deepcopy(r)
 
     def list_chip_health(self, cluster_id: str) -> list[ChipHealthRecord]:
-        with self._lock:
-            return sorted(
-                (copy.deepcopy(r) for (c, _), r in self._health.items() if c == cluster_id),
-                key=lambda r: r.chip,
-            )
+        return self._select("_health", lambda r: r.cluster_id == cluster_id, lambda r: r.chip)

@@ -21,7 +21,5 @@ class MemoryJobMetrics(MemoryBase):
 
     def list_job_metrics(self, job_id: str, *, resolution_s: float, since: float = 0.0,
                          limit: int = 100_000) -> list[JobMetricRecord]:
-        with self._lock:
-            out = [copy.deepcopy(r) for (j, res, t), r in self._job_metrics.items()
-                   if j == job_id and res == float(resolution_s) and t >= since]
-        return sorted(out, key=lambda r: r.t_start)[:limit]
+        return self._select("_job_metrics", lambda r: r.job_id == job_id and float(r.resolution_s) == float(resolution_s)
+                            and float(r.t_start) >= since, lambda r: r.t_start, limit)

@@ -23,15 +23,9 @@ class MemoryJobs(MemoryBase):
 
     def list_jobs(self, *, cluster_id: str | None = None, states: Sequence[str] | None = None,
                   after: str | None = None, limit: int = 100) -> list[JobRecord]:
-        with self._lock:
-            recs = sorted(self._jobs.values(), key=lambda r: r.id)
-            recs = [
-                r for r in recs
-                if (cluster_id is None or r.cluster_id == cluster_id)
-                and (states is None or r.state in states)
-                and (after is None or r.id > after)
-            ]
-            return [copy.deepcopy(r) for r in recs[:limit]]
+        return self._select("_jobs", lambda r: cluster_id in (None, r.cluster_id)
+                            and (states is None or r.state in states) and (after is None or r.id > after),
+                            lambda r: r.id, limit)
 
     def job_ids(self) -> list[str]:
         with self._lock:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from podfleet.errors import ConflictError
@@ -27,9 +26,7 @@ class MemoryQueues(MemoryBase):
             self._put(name, rec.id, rec)
 
     def _list_named(self, name: str, cluster_id: str | None) -> list[Any]:
-        with self._lock:
-            out = [copy.deepcopy(o) for o in getattr(self, name).values() if cluster_id in (None, o.cluster_id)]
-        return sorted(out, key=lambda o: (o.cluster_id, o.name))
+        return self._select(name, lambda o: cluster_id in (None, o.cluster_id), lambda o: (o.cluster_id, o.name))
 
     def save_queue(self, rec: QueueRecord) -> None:
         self._save_named("_queues", "queue", rec)
@@ -54,8 +51,7 @@ class MemoryQueues(MemoryBase):
         self._put("_priority_classes", rec.name, rec)
 
     def list_priority_classes(self) -> list[PriorityClassRecord]:
-        with self._lock:
-            return [copy.deepcopy(r) for _, r in sorted(self._priority_classes.items())]
+        return self._select("_priority_classes", order=lambda r: r.name)
 
     def delete_priority_class(self, name: str) -> bool:
         return self._delete("_priority_classes", name)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from podfleet.store.common import check_limit
 from podfleet.store.memory.base import MemoryBase
 from podfleet.store.records import ReportRecord
@@ -21,9 +19,7 @@ class MemoryReports(MemoryBase):
 
     def list_reports(self, cluster_id: str, *, limit: int = 1000) -> list[ReportRecord]:
         check_limit(limit)
-        with self._lock:
-            out = [copy.deepcopy(r) for r in self._reports.values() if r.cluster_id == cluster_id]
-        return sorted(out, key=lambda r: (r.created_at, r.id))[:limit]
+        return self._select("_reports", lambda r: r.cluster_id == cluster_id, lambda r: (r.created_at, r.id), limit)
 
     def prune_reports(self, *, before: float, cluster_id: str | None = None) -> int:
         return self._prune("_reports", lambda _k, r: r.created_at < before and cluster_id in (None, r.cluster_id))

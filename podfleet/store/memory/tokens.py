@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 from podfleet.errors import NotFoundError
@@ -18,15 +17,10 @@ class MemoryTokens(MemoryBase):
         self._put("_tokens", rec.id, rec)
 
     def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
-        with self._lock:
-            for t in self._tokens.values():
-                if t.token_hash == token_hash:
-                    return copy.deepcopy(t)
-            return None
+        return self._find("_tokens", lambda t: t.token_hash == token_hash)
 
     def list_tokens(self) -> list[TokenRecord]:
-        with self._lock:
-            return [copy.deepcopy(t) for t in self._tokens.values()]
+        return self._select("_tokens")  # as added
 
     def count_tokens(self) -> int:
         with self._lock:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from podfleet.store.memory.base import MemoryBase
 from podfleet.store.records import UserRecord
 
@@ -19,8 +17,7 @@ class MemoryUsers(MemoryBase):
         return self._get("_users", name)
 
     def list_users(self) -> list[UserRecord]:
-        with self._lock:
-            return [copy.deepcopy(u) for _, u in sorted(self._users.items())]
+        return self._select("_users", order=lambda u: u.name)
 
     def delete_user(self, name: str) -> bool:
         return self._delete("_users", name)

@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Delete, text
+from sqlalchemy import Delete, Select, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, CursorResult, Engine
@@ -26,12 +26,17 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from podfleet.errors import ConflictError, NotFoundError, PodfleetError, UnavailableError
+from podfleet.store.convert import record_of
 from podfleet.store.engine import is_memory, make_engines, resolve_url
 from podfleet.store.lease import Fence
 from podfleet.store.migrate import upgrade_to_head
 from podfleet.store.models import Base, table_of
 
 Conflict = Callable[[IntegrityError], PodfleetError]
+R = TypeVar("R")
+# How a row becomes its record: the record's class (its fields are the row's columns,
+# ``convert.record_of``) or a function of the row.
+Reader = type[R] | Callable[[Any], R]
 
 
 class SqlBase:
@@ -151,6 +156,28 @@ class SqlBase:
             if outer is not None:
                 raise  # the enclosing transaction's ``_writing`` translates it once
             raise unavailable(exc) from exc
+
+    # ---- the common shapes of a noun's calls ------------------------------------------
+    @staticmethod
+    def _read(to: Reader[R], row: Any) -> R:
+        return record_of(to, row) if isinstance(to, type) else to(row)
+
+    def _get(self, model: type[Base], key: Any, to: Reader[R]) -> R | None:
+        """The record of the row with primary key ``key``, or None."""
+        with self._reading() as s:
+            row = s.get(model, key)
+            return self._read(to, row) if row is not None else None
+
+    def _first(self, q: Select[Any], to: Reader[R]) -> R | None:
+        """The record of the first row of ``q``, or None."""
+        with self._reading() as s:
+            row = s.execute(q).scalars().first()
+            return self._read(to, row) if row is not None else None
+
+    def _all(self, q: Select[Any], to: Reader[R]) -> list[R]:
+        """The records of the rows of ``q``, in its order."""
+        with self._reading() as s:
+            return [self._read(to, row) for row in s.execute(q).scalars()]
 
     def _upsert(self, model: type[Base], rows: list[dict[str, Any]], keys: Sequence[str],
                 conflict: Conflict | None = None) -> None:

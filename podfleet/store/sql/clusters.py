@@ -29,15 +29,10 @@ class SqlClusters(SqlBase):
         self._upsert(ClusterRow, [row_of(rec, status=cluster_status_json(rec.status))], ["id"], conflict)
 
     def get_cluster(self, cluster_id: str) -> ClusterRecord | None:
-        with self._reading() as s:
-            row = s.get(ClusterRow, cluster_id)
-            return _record(row) if row else None
+        return self._get(ClusterRow, cluster_id, _record)
 
     def find_cluster_by_name(self, name: str) -> ClusterRecord | None:
-        q = select(ClusterRow).where(ClusterRow.name == name, ClusterRow.state != "deleted")
-        with self._reading() as s:
-            row = s.execute(q).scalars().first()
-            return _record(row) if row else None
+        return self._first(select(ClusterRow).where(ClusterRow.name == name, ClusterRow.state != "deleted"), _record)
 
     def list_clusters(
         self, *, after: str | None = None, limit: int = 100, include_deleted: bool = False
@@ -48,8 +43,7 @@ class SqlClusters(SqlBase):
             q = q.where(ClusterRow.id > after)
         if not include_deleted:
             q = q.where(ClusterRow.state != "deleted")
-        with self._reading() as s:
-            return [_record(r) for r in s.execute(q).scalars()]
+        return self._all(q, _record)
 
     # ---- chip health (one row per cluster chip) --------------------------------------
     def save_chip_health(self, records: Sequence[ChipHealthRecord]) -> None:
@@ -57,5 +51,4 @@ class SqlClusters(SqlBase):
 
     def list_chip_health(self, cluster_id: str) -> list[ChipHealthRecord]:
         q = select(ChipHealthRow).where(ChipHealthRow.cluster_id == cluster_id).order_by(ChipHealthRow.chip)
-        with self._reading() as s:
-            return [record_of(ChipHealthRecord, r) for r in s.execute(q).scalars()]
+        return self._all(q, ChipHealthRecord)

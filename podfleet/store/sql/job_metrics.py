@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import select
 
-from podfleet.store.convert import record_of, row_of
+from podfleet.store.convert import row_of
 from podfleet.store.models import JobMetricRollupRow
 from podfleet.store.records import JobMetricRecord
 from podfleet.store.sql.base import SqlBase
@@ -25,5 +25,4 @@ class SqlJobMetrics(SqlBase):
             JobMetricRollupRow.resolution_s == float(resolution_s),
             JobMetricRollupRow.t_start >= since,
         ).order_by(JobMetricRollupRow.t_start).limit(limit)
-        with self._reading() as s:
-            return [record_of(JobMetricRecord, r) for r in s.execute(q).scalars()]
+        return self._all(q, JobMetricRecord)

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, insert, select
 
 from podfleet.store.common import check_limit
-from podfleet.store.convert import record_of, row_of
+from podfleet.store.convert import row_of
 from podfleet.store.models import CheckpointRow, JobRow, table_of
 from podfleet.store.records import CheckpointRecord, JobRecord
 from podfleet.store.sql.base import SqlBase
@@ -19,9 +19,7 @@ class SqlJobs(SqlBase):
         self._upsert(JobRow, [row_of(rec)], ["id"])
 
     def get_job(self, job_id: str) -> JobRecord | None:
-        with self._reading() as s:
-            row = s.get(JobRow, job_id)
-            return record_of(JobRecord, row) if row else None
+        return self._get(JobRow, job_id, JobRecord)
 
     def list_jobs(
         self,
@@ -39,8 +37,7 @@ class SqlJobs(SqlBase):
             q = q.where(JobRow.state.in_(list(states)))
         if after is not None:
             q = q.where(JobRow.id > after)
-        with self._reading() as s:
-            return [record_of(JobRecord, r) for r in s.execute(q).scalars()]
+        return self._all(q, JobRecord)
 
     def job_ids(self) -> list[str]:
         """Every job's id (no other column): what a follower scans for jobs it has not seen."""
@@ -69,9 +66,7 @@ class SqlJobs(SqlBase):
             .order_by(CheckpointRow.step.desc(), CheckpointRow.created_at.desc())
             .limit(1)
         )
-        with self._reading() as s:
-            row = s.execute(q).scalars().first()
-            return record_of(CheckpointRecord, row) if row else None
+        return self._first(q, CheckpointRecord)
 
     def latest_checkpoint_steps(self, job_ids: Sequence[str]) -> dict[str, int]:
         """Each job's newest checkpoint step (jobs without one left out), in one query: a
@@ -86,6 +81,4 @@ class SqlJobs(SqlBase):
 
     def list_checkpoints(self, job_id: str) -> list[CheckpointRecord]:
         q = select(CheckpointRow).where(CheckpointRow.job_id == job_id)
-        q = q.order_by(CheckpointRow.step, CheckpointRow.created_at)
-        with self._reading() as s:
-            return [record_of(CheckpointRecord, r) for r in s.execute(q).scalars()]
+        return self._all(q.order_by(CheckpointRow.step, CheckpointRow.created_at), CheckpointRecord)

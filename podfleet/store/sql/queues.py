@@ -9,7 +9,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 
 from podfleet.errors import ConflictError, PodfleetError
-from podfleet.store.convert import record_of, row_of
+from podfleet.store.convert import row_of
 from podfleet.store.models import PriorityClassRow, QueueRow, ReservationRow
 from podfleet.store.records import PriorityClassRecord, QueueRecord, ReservationRecord
 from podfleet.store.sql.base import SqlBase
@@ -32,8 +32,7 @@ class SqlQueues(SqlBase):
         q = select(model).order_by(model.cluster_id, model.name)
         if cluster_id is not None:
             q = q.where(model.cluster_id == cluster_id)
-        with self._reading() as s:
-            return [record_of(cls, r) for r in s.execute(q).scalars()]
+        return self._all(q, cls)
 
     def _delete_id(self, model: type[QueueRow | ReservationRow], row_id: str) -> bool:
         return self._delete(delete(model).where(model.id == row_id)) > 0
@@ -61,9 +60,7 @@ class SqlQueues(SqlBase):
         self._upsert(PriorityClassRow, [row_of(rec, value=int(rec.value))], ["name"])
 
     def list_priority_classes(self) -> list[PriorityClassRecord]:
-        with self._reading() as s:
-            rows = s.execute(select(PriorityClassRow).order_by(PriorityClassRow.name)).scalars()
-            return [record_of(PriorityClassRecord, r) for r in rows]
+        return self._all(select(PriorityClassRow).order_by(PriorityClassRow.name), PriorityClassRecord)
 
     def delete_priority_class(self, name: str) -> bool:
         return self._delete(delete(PriorityClassRow).where(PriorityClassRow.name == name)) > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import delete, select
 
 from podfleet.store.common import check_limit
-from podfleet.store.convert import record_of, row_of
+from podfleet.store.convert import row_of
 from podfleet.store.models import HealthReportRow
 from podfleet.store.records import ReportRecord
 from podfleet.store.sql.base import SqlBase
@@ -16,16 +16,13 @@ class SqlReports(SqlBase):
         self._upsert(HealthReportRow, [row_of(rec)], ["id"])
 
     def get_report(self, report_id: str) -> ReportRecord | None:
-        with self._reading() as s:
-            r = s.get(HealthReportRow, report_id)
-            return record_of(ReportRecord, r) if r is not None else None
+        return self._get(HealthReportRow, report_id, ReportRecord)
 
     def list_reports(self, cluster_id: str, *, limit: int = 1000) -> list[ReportRecord]:
         check_limit(limit)
         q = select(HealthReportRow).where(HealthReportRow.cluster_id == cluster_id).order_by(
             HealthReportRow.created_at, HealthReportRow.id).limit(limit)
-        with self._reading() as s:
-            return [record_of(ReportRecord, r) for r in s.execute(q).scalars()]
+        return self._all(q, ReportRecord)
 
     def prune_reports(self, *, before: float, cluster_id: str | None = None) -> int:
         q = delete(HealthReportRow).where(HealthReportRow.created_at < before)

@@ -43,8 +43,7 @@ class SqlRollups(SqlBase):
         if metric is not None:
             q = q.where(TelemetryRollupRow.metric == metric)
         q = q.order_by(TelemetryRollupRow.t_start, TelemetryRollupRow.id).limit(limit)
-        with self._reading() as s:
-            return [_record(r) for r in s.execute(q).scalars()]
+        return self._all(q, _record)
 
     def prune_rollups(self, *, resolution_s: float, before: float) -> int:
         """Delete buckets of this resolution older than ``before`` (retention); returns how many."""

@@ -6,7 +6,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from podfleet.errors import ConflictError, NotFoundError, PodfleetError
-from podfleet.store.convert import record_of, row_of
+from podfleet.store.convert import row_of
 from podfleet.store.models import TokenRow, table_of
 from podfleet.store.records import TokenRecord
 from podfleet.store.sql.base import SqlBase
@@ -23,20 +23,13 @@ class SqlTokens(SqlBase):
             s.execute(insert(table_of(TokenRow)), [row_of(rec)])
 
     def find_token_by_hash(self, token_hash: str) -> TokenRecord | None:
-        with self._reading() as s:
-            q = select(TokenRow).where(TokenRow.token_hash == token_hash)
-            row = s.execute(q).scalars().first()
-            return record_of(TokenRecord, row) if row else None
+        return self._first(select(TokenRow).where(TokenRow.token_hash == token_hash), TokenRecord)
 
     def get_token(self, token_id: str) -> TokenRecord | None:
-        with self._reading() as s:
-            row = s.get(TokenRow, token_id)
-            return record_of(TokenRecord, row) if row else None
+        return self._get(TokenRow, token_id, TokenRecord)
 
     def list_tokens(self) -> list[TokenRecord]:
-        with self._reading() as s:
-            q = select(TokenRow).order_by(TokenRow.created_at, TokenRow.id)
-            return [record_of(TokenRecord, r) for r in s.execute(q).scalars()]
+        return self._all(select(TokenRow).order_by(TokenRow.created_at, TokenRow.id), TokenRecord)
 
     def count_tokens(self) -> int:
         with self._reading() as s:
