@@ -39,7 +39,7 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.plane import ControlPlane
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import HardwareErrors
-from podfleet.store.protocol import StoreProtocol
+from podfleet.store.protocol import ReportStore
 from podfleet.store.records import ReportRecord
 
 OUTLIER_MADS = 5.0
@@ -238,7 +238,7 @@ class StoredReports:
     """Reports in the store, one row each; rows older than ``retention_days`` are pruned
     whenever a report of the same cluster is saved (``prune``)."""
 
-    def __init__(self, store: StoreProtocol, retention_days: float = RETENTION_DAYS) -> None:
+    def __init__(self, store: ReportStore, retention_days: float = RETENTION_DAYS) -> None:
         if not retention_days > 0:
             raise InvalidInputError(f"retention_days must be > 0, got {retention_days}", field="retention_days")
         self.store = store

@@ -40,7 +40,7 @@ from podfleet.security.policy import (
 )
 from podfleet.security.ratelimit import DenialLog
 from podfleet.security.tokens import Role, hash_token
-from podfleet.store.protocol import StoreProtocol
+from podfleet.store.protocol import TokenStore, UserStore
 
 RULES: dict[str, Role] = {
     "ListClusters": Role.VIEWER,
@@ -200,7 +200,7 @@ class _ReadThrough(Generic[V]):
 class TokenCache:
     """Token hash -> principal, for a few seconds. Revocation takes effect within ``ttl_s``."""
 
-    def __init__(self, store: StoreProtocol, ttl_s: float = 5.0) -> None:
+    def __init__(self, store: TokenStore, ttl_s: float = 5.0) -> None:
         self.store = store
         self.ttl_s = ttl_s
         self._cache: _ReadThrough[Principal | None] = _ReadThrough(ttl_s)
@@ -313,7 +313,7 @@ async def _second_factor(request: Request, principal: Principal, op: str, target
 class UserCache:
     """User name -> its policies (None: no such user), for a few seconds, like tokens."""
 
-    def __init__(self, store: StoreProtocol, ttl_s: float = 5.0) -> None:
+    def __init__(self, store: UserStore, ttl_s: float = 5.0) -> None:
         self.store, self.ttl_s = store, ttl_s
         self._cache: _ReadThrough[list[Policy] | None] = _ReadThrough(ttl_s)
 

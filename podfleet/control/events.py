@@ -32,7 +32,7 @@ from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import UnavailableError
 from podfleet.fabric.base import FabricEvent, LinkState
-from podfleet.store.protocol import StoreProtocol
+from podfleet.store.protocol import ClusterStore, StoreProtocol
 from podfleet.store.records import ChipHealthRecord
 
 # How long after a store outage refused an event it is handled again (timeline seconds).
@@ -63,13 +63,13 @@ class EventJobs(Protocol):
         """Give free chips to waiting jobs (a fabric that recovered may run them now)."""
 
 
-def save_health(store: StoreProtocol, rt: ClusterRuntime) -> None:
+def save_health(store: ClusterStore, rt: ClusterRuntime) -> None:
     """Persist every chip's state (and whether it is a spare) for a restart to read."""
     states = rt.chip_states()
     store.save_chip_health([ChipHealthRecord(rt.id, i, s.value, bool(rt.spare_mask[i])) for i, s in enumerate(states)])
 
 
-def save_links(store: StoreProtocol, rt: ClusterRuntime) -> None:
+def save_links(store: ClusterStore, rt: ClusterRuntime) -> None:
     """Persist which links are down or degraded with the cluster, for a restart to set
     again (a fresh twin has every link up)."""
     states = {i: s.value for i, s in enumerate(rt.fabric.link_states()) if s != LinkState.UP}

@@ -2,7 +2,7 @@
 as rollups, so ``GetJobMetrics`` can draw a loss curve of a run of any length.
 
 Every ``progress`` event of a job folds into the open bucket of each resolution (10 s and
-5 min). A closed 5-minute bucket is persisted (``StoreProtocol.save_job_metrics``): a
+5 min). A closed 5-minute bucket is persisted (``JobMetricStore.save_job_metrics``): a
 three-hour run keeps 36 rows, a week-long one about 2,000. The 10-second buckets live in
 memory only, the newest ``RECENT_BUCKETS`` per job (the last hour), for a close look at a
 run in progress. Step time is the fabric's when it reports one, else measured from the
@@ -21,7 +21,7 @@ from typing import Any
 
 from podfleet.control.logbuf import rfc3339
 from podfleet.errors import InvalidInputError
-from podfleet.store.protocol import StoreProtocol
+from podfleet.store.protocol import JobMetricStore
 from podfleet.store.records import JobMetricRecord
 from podfleet.wire import JsonObject
 
@@ -83,7 +83,7 @@ def point(resolution_s: float, t_start: float, data: Mapping[str, Any]) -> JsonO
 
 
 class JobMetrics:
-    def __init__(self, store: StoreProtocol) -> None:
+    def __init__(self, store: JobMetricStore) -> None:
         self.store = store
         self.open: dict[tuple[str, float], Bucket] = {}  # (job, resolution) -> open bucket
         self.recent: dict[str, deque[tuple[float, JsonObject]]] = {}  # job -> closed fine buckets

@@ -1,25 +1,29 @@
-"""Rows <-> records (the only place that knows both shapes), and shared argument checks."""
+"""Rows <-> records, by field name: a record's fields are its table's columns (the SQL
+store's noun modules add only what differs, e.g. a cluster's typed status kept as JSON)."""
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, TypeVar
 
-from podfleet.errors import InvalidInputError
-from podfleet.store.models import (
-    AuditEventRow,
-    ClusterRow,
-)
-from podfleet.store.records import (
-    AuditRecord,
-    ClusterRecord,
-    ClusterStatus,
-)
+from podfleet.store.records import ClusterStatus
 
 R = TypeVar("R")
+
+
+def row_of(r: Any, **override: Any) -> dict[str, Any]:
+    """A record's row: its fields are the table's columns, by name (``override``: the
+    columns kept in another form than the field)."""
+    return {**{f.name: r.__dict__[f.name] for f in fields(r)}, **override}
+
+
+def record_of(cls: type[R], row: object, **override: Any) -> R:
+    """The record of ``row``: the columns the record's fields name (``override``: fields
+    read from the row in another form)."""
+    values = {f.name: getattr(row, f.name) for f in fields(cls) if f.name not in override}  # type: ignore[arg-type]
+    return cls(**values, **override)
 
 
 def cluster_status_json(s: ClusterStatus) -> dict[str, Any]:
@@ -40,42 +44,3 @@ def cluster_status(d: Mapping[str, Any] | None) -> ClusterStatus:
         fabric_connected=None if connected is None else bool(connected),
         links=None if (links := d.get("links")) is None else {str(k): str(v) for k, v in links.items()},
     )
-
-
-def row_of(r: Any) -> dict[str, Any]:
-    """A record's row: its fields are the table's columns, by name."""
-    return {f.name: r.__dict__[f.name] for f in fields(r)}
-
-
-def record_of(cls: type[R], row: object) -> R:
-    """The record of ``row``: the columns the record's fields name."""
-    return cls(**{f.name: getattr(row, f.name) for f in fields(cls)})  # type: ignore[arg-type]
-
-
-def cluster_row(r: ClusterRecord) -> dict[str, Any]:
-    return {**row_of(r), "status": cluster_status_json(r.status)}
-
-
-def cluster_record(r: ClusterRow) -> ClusterRecord:
-    return replace(record_of(ClusterRecord, r), status=cluster_status(r.status))
-
-
-def audit_row(r: AuditRecord, detail_text: str) -> dict[str, Any]:
-    return {
-        "seq": r.seq, "time": r.time, "actor": r.actor, "action": r.action,
-        "target": r.target, "result": r.result, "detail": detail_text,
-        "prev_hash": r.prev_hash, "hash": r.hash, "key_id": r.key_id,
-    }
-
-
-def audit_record(r: AuditEventRow) -> AuditRecord:
-    """Raises ValueError when the stored detail is not JSON (a tampered row)."""
-    return AuditRecord(
-        seq=r.seq, time=r.time, actor=r.actor, action=r.action, target=r.target,
-        result=r.result, detail=json.loads(r.detail), prev_hash=r.prev_hash, hash=r.hash, key_id=r.key_id,
-    )
-
-
-def check_limit(limit: int) -> None:
-    if limit < 1:
-        raise InvalidInputError(f"limit must be >= 1, got {limit}", field="limit")

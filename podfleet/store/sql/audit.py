@@ -1,4 +1,4 @@
-"""The audit log half of ``Store``: append-only, MAC-chained, gap-free ``seq``.
+"""The audit trail, in SQL (``protocol.AuditStore``): append-only, MAC-chained, gap-free ``seq``.
 
 Appends are serialised: in-process by the store's writer lock, across processes by the
 database (SQLite's write lock taken at BEGIN IMMEDIATE; a PostgreSQL advisory lock held to
@@ -9,22 +9,18 @@ rolled-back append leaves no gap.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from sqlalchemy import delete, insert, select, text
 
 from podfleet.errors import ConflictError
 from podfleet.security.audit import GENESIS_HASH, audit_hash, canonical_json, verify_chain
-from podfleet.store import convert
-from podfleet.store.convert import check_limit
+from podfleet.store.common import AuditKeyring, check_limit
+from podfleet.store.convert import record_of, row_of
 from podfleet.store.models import AuditArchiveRow, AuditEventRow, table_of
 from podfleet.store.records import AuditRecord
-
-if TYPE_CHECKING:
-    from sqlalchemy.orm import Session
+from podfleet.store.sql.base import SqlBase
 
 # PostgreSQL advisory lock key ("pfaudit\0" as int64).
 AUDIT_LOCK_KEY = 0x7066617564697400
@@ -37,27 +33,12 @@ class _BadAuditRow(Exception):
         self.seq = seq
 
 
-class AuditKeyring:
-    """The MAC keys of the chain: the current one signs new records, every known one
-    verifies. Without keys (tests, a store opened for reading) records are plain SHA-256."""
-
-    audit_key: tuple[str, bytes] | None = None
-    audit_keys: Mapping[str, bytes] = MappingProxyType({})
-
-    def use_audit_keys(self, key_id: str, key: bytes, older: Mapping[str, bytes] | None = None) -> None:
-        if len(key) < 32:
-            raise ValueError("an audit MAC key needs at least 32 bytes")
-        self.audit_key = (key_id, bytes(key))
-        self.audit_keys = MappingProxyType({**(older or {}), key_id: bytes(key)})
+def _record(r: AuditEventRow) -> AuditRecord:
+    """Raises ValueError when the stored detail is not JSON (a tampered row)."""
+    return record_of(AuditRecord, r, detail=json.loads(r.detail))
 
 
-class AuditLog(AuditKeyring):
-    """Mixin for ``Store``; relies on its ``dialect``, ``_writing`` and ``_reading``."""
-
-    dialect: str
-    _writing: Callable[..., AbstractContextManager[Session]]
-    _reading: Callable[[], AbstractContextManager[Session]]
-
+class SqlAudit(SqlBase, AuditKeyring):
     def append_audit(
         self, *, time: float, actor: str, action: str, target: str, result: str,
         detail: dict[str, Any],
@@ -81,11 +62,11 @@ class AuditLog(AuditKeyring):
                 seq=seq, time=rec.time, actor=actor, action=action, target=target,
                 result=result, detail=stored_detail, prev_hash=prev_hash, key_id=key_id, key=key,
             )
-            s.execute(insert(table_of(AuditEventRow)), [convert.audit_row(rec, detail_text)])
+            s.execute(insert(table_of(AuditEventRow)), [row_of(rec, detail=detail_text)])
         return rec
 
     def list_audit(self, *, after_seq: int = 0, limit: int = 100) -> list[AuditRecord]:
-        return [convert.audit_record(r) for r in self._audit_rows(after_seq, limit)]
+        return [_record(r) for r in self._audit_rows(after_seq, limit)]
 
     def _audit_rows(self, after_seq: int, limit: int) -> list[AuditEventRow]:
         check_limit(limit)
@@ -97,7 +78,7 @@ class AuditLog(AuditKeyring):
         """Every record in seq order, read in batches (the chain can be long)."""
         after = 0
         while batch := self._audit_rows(after, AUDIT_BATCH):
-            yield from (convert.audit_record(r) for r in batch)
+            yield from (_record(r) for r in batch)
             after = batch[-1].seq
 
     def audit_head(self) -> tuple[int, str]:
@@ -141,7 +122,7 @@ class AuditLog(AuditKeyring):
             row = s.execute(select(AuditEventRow).order_by(AuditEventRow.seq.desc()).limit(1)).scalar()
         if row is None or row.key_id is None:
             return None
-        rec = convert.audit_record(row)
+        rec = _record(row)
         key = self.audit_keys.get(rec.key_id or "")
         if key is None:
             return f"the audit chain's newest record ({rec.seq}) is keyed with {rec.key_id}, which this server lacks"
@@ -159,7 +140,7 @@ class AuditLog(AuditKeyring):
             while batch := self._audit_rows(after, AUDIT_BATCH):
                 for row in batch:
                     try:
-                        yield convert.audit_record(row)
+                        yield _record(row)
                     except ValueError:
                         raise _BadAuditRow(
                             row.seq, f"record {row.seq}: detail is not valid JSON"
