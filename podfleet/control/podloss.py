@@ -37,7 +37,7 @@ from podfleet.scheduler.jobs import JobPhase
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
-    from podfleet.control.drivers import JobDriver
+    from podfleet.control.drivers import JobDriver, RecoveryPort
     from podfleet.control.jobtable import JobTable
     from podfleet.control.runtime import ClusterRuntime
 
@@ -56,11 +56,13 @@ class JobManagerOps(Protocol):
 
     def driver(self, rt: ClusterRuntime) -> JobDriver: ...
 
+    @property
+    def recovery(self) -> RecoveryPort | None:
+        """The recovery service, told to let go of a job a policy moves as a whole."""
+
     def save_health(self, rt: ClusterRuntime) -> None: ...
 
     def schedule(self, rt: ClusterRuntime) -> None: ...
-
-    def let_go(self, rt: ClusterRuntime, job_id: str) -> None: ...
 
 
 def lose_pod(jm: JobManagerOps, rt: ClusterRuntime, pod: int | None, now: float) -> tuple[JsonObject, str]:
@@ -92,7 +94,8 @@ def lose_pod(jm: JobManagerOps, rt: ClusterRuntime, pod: int | None, now: float)
 
 def _act(jm: JobManagerOps, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> str:
     policy = job.spec.on_pod_loss or "requeue"
-    jm.let_go(rt, job.id)  # the orchestrator's per-chip moves cannot bring a whole pod back
+    if jm.recovery is not None:  # the orchestrator's per-chip moves cannot bring a whole pod back
+        jm.recovery.let_go(rt, job.id)
     if policy == "wait":
         _wait(jm, rt, job, topo, pod, why)
     elif policy == "shrink":
