@@ -56,9 +56,6 @@ class JobManager:
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
         self.recovery: RecoveryPort | None = None
         self._relaunch_retry: set[str] = set()  # recovering jobs with a relaunch retry due
-        # job id -> the lost pod it waits for (on-pod-loss wait, ``control.podloss``). Memory
-        # only: after a restart such a job recovers as one that lost chips (``relaunch``).
-        self.pod_waits: dict[str, int] = {}
         # Per cluster id: jobs queued since its last sweep of the pending views, when that
         # sweep was (timeline time), and whether a deferred one is due (``schedule``).
         self._unshown: dict[str, set[str]] = {}
@@ -413,7 +410,7 @@ class JobManager:
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
         to replacement chips, and the gang continues from its checkpoint."""
-        if job.id in self.pod_waits:  # its pod was lost as a whole: back on a whole pod only
+        if job.status.pod_wait is not None:  # its pod was lost as a whole: back on a whole pod only
             podloss.relaunch_waiting(self, rt, job)
             return
         if relaunch_on_replacements(self.table, self.driver(rt), rt, job):
@@ -442,7 +439,6 @@ class JobManager:
     # --- table listeners ---------------------------------------------------------------------
     def _release(self, job: Job) -> None:
         """Before a job ends: stop its workers, free its chips and its place in the queue."""
-        self.pod_waits.pop(job.id, None)
         rt = self.plane.clusters.get(job.cluster_id)
         if rt is None:
             return

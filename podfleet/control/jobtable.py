@@ -132,6 +132,7 @@ class JobTable:
     def end(self, job: Job, dst: JobState, reason: str) -> None:
         for fn in self._on_end:
             fn(job)
+        job.status.pod_wait = None  # an ended job waits for no pod
         self.transition(job, dst, reason)
         self._logs[job.id].closed = True
 
@@ -165,6 +166,7 @@ class JobTable:
               plan: Plan | Literal[_Keep.KEEP] | None = _KEEP,
               recovery: JsonObject | Literal[_Keep.KEEP] | None = _KEEP,
               failed_chip: int | Literal[_Keep.KEEP] | None = _KEEP,
+              pod_wait: int | Literal[_Keep.KEEP] | None = _KEEP,
               checkpoint_step: int | None = None, persist: bool = False, view: bool = True) -> None:
         """Status fields without a transition (``_KEEP``: left as they are). The newest
         checkpoint step only grows. ``persist``: saved now; else memory only, the view
@@ -180,6 +182,8 @@ class JobTable:
             st.recovery = recovery
         if failed_chip is not _KEEP:
             st.failed_chip = failed_chip
+        if pod_wait is not _KEEP:
+            st.pod_wait = pod_wait
         if checkpoint_step is not None:
             st.checkpoint_step = max(st.checkpoint_step, int(checkpoint_step))
         if persist:
