@@ -59,23 +59,17 @@ class ConnectHost(PlaneCore, Protocol):
     @property
     def jobs(self) -> RestoredJobs: ...
 
-    @property
-    def access(self) -> FabricAccess: ...
-
-    @property
-    def planner(self) -> ShapePlanner | None: ...
-
-    @property
-    def serving(self) -> bool:
-        """An engine thread runs (``start``): fabrics that reach out are built off it."""
+    # Plain attributes of the plane: the allow-list a spec is checked against, the
+    # planner each reloaded cluster's scheduler gets, and whether an engine thread runs
+    # (``start``: fabrics that reach out are built off it from then on).
+    access: FabricAccess
+    planner: ShapePlanner | None
+    serving: bool
+    names: dict[str, str]  # live cluster name -> id, connecting ones too
 
     @property
     def connecting(self) -> dict[str, ConnectingCluster]:
         """Clusters whose fabric is being built, or could not be (this flow adds and removes them)."""
-
-    @property
-    def names(self) -> dict[str, str]:
-        """Live cluster name -> id, connecting ones too."""
 
     def reaches_out(self, kind: str) -> bool: ...
 

@@ -172,18 +172,11 @@ class JobTable:
         checkpoint step only grows. ``persist``: saved now; else memory only, the view
         re-rendered unless ``view`` is False (a transition follows at once)."""
         st = job.status
-        if reason is not _KEEP:
-            st.reason = reason
-        if allocation is not _KEEP:
-            st.allocation = allocation
-        if plan is not _KEEP:
-            st.plan = plan
-        if recovery is not _KEEP:
-            st.recovery = recovery
-        if failed_chip is not _KEEP:
-            st.failed_chip = failed_chip
-        if pod_wait is not _KEEP:
-            st.pod_wait = pod_wait
+        given = {"reason": reason, "allocation": allocation, "plan": plan, "recovery": recovery,
+                 "failed_chip": failed_chip, "pod_wait": pod_wait}
+        for name, value in given.items():  # typed by the signature; each a JobStatus field
+            if value is not _KEEP:
+                setattr(st, name, value)
         if checkpoint_step is not None:
             st.checkpoint_step = max(st.checkpoint_step, int(checkpoint_step))
         if persist:
