@@ -29,6 +29,18 @@ class PodfleetError(Exception):
     http_status = 500
     exit_code = 1
 
+    def __init_subclass__(cls, *, code: str | None = None, http_status: int | None = None,
+                          exit_code: int | None = None, **kwargs: object) -> None:
+        # ``class X(Base, code=..., http_status=..., exit_code=...)``: what is not given is
+        # the base's (the tree above is read off these declarations).
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+        if http_status is not None:
+            cls.http_status = http_status
+        if exit_code is not None:
+            cls.exit_code = exit_code
+
     def __init__(self, message: str, *, field: str | None = None, **extra: object) -> None:
         super().__init__(message)
         self.message = message
@@ -36,15 +48,11 @@ class PodfleetError(Exception):
         self.extra = extra
 
 
-class InvalidInputError(PodfleetError):
-    code = "invalid-input"
-    http_status = 400
-    exit_code = 2
+class InvalidInputError(PodfleetError, code="invalid-input", http_status=400, exit_code=2):
+    """A value is malformed or out of range."""
 
 
-class UnknownNameError(InvalidInputError):
-    code = "unknown-name"
-
+class UnknownNameError(InvalidInputError, code="unknown-name"):
     def __init__(self, kind: str, name: object, valid: Iterable[str], *, field: str | None = None):
         self.valid = sorted(valid)
         near = difflib.get_close_matches(str(name), self.valid, n=1, cutoff=0.6)
@@ -56,66 +64,47 @@ class UnknownNameError(InvalidInputError):
         )
 
 
-class InfeasibleError(InvalidInputError):
-    code = "infeasible"
-    http_status = 422
+class InfeasibleError(InvalidInputError, code="infeasible", http_status=422):
+    """Well-formed but cannot be satisfied."""
 
 
-class NotFoundError(PodfleetError):
-    code = "not-found"
-    http_status = 404
-    exit_code = 3
+class NotFoundError(PodfleetError, code="not-found", http_status=404, exit_code=3):
+    """A cluster, job, chip or link that does not exist."""
 
 
-class ConflictError(PodfleetError):
-    code = "conflict"
-    http_status = 409
-    exit_code = 4
+class ConflictError(PodfleetError, code="conflict", http_status=409, exit_code=4):
+    """The current state forbids the operation."""
 
 
-class InvalidTransitionError(ConflictError):
-    code = "invalid-transition"
+class InvalidTransitionError(ConflictError, code="invalid-transition"):
+    """A state machine refused a transition."""
 
 
-class AuthError(PodfleetError):
-    code = "unauthorized"
-    http_status = 401
-    exit_code = 5
+class AuthError(PodfleetError, code="unauthorized", http_status=401, exit_code=5):
+    """Missing or bad credentials."""
 
 
-class ForbiddenError(AuthError):
-    code = "forbidden"
-    http_status = 403
+class ForbiddenError(AuthError, code="forbidden", http_status=403):
+    """The role does not allow the operation."""
 
 
-class RateLimitedError(AuthError):
+class RateLimitedError(AuthError, code="rate-limited", http_status=429):
     """``retry_after_s`` (in ``extra``) becomes the response's ``Retry-After``."""
 
-    code = "rate-limited"
-    http_status = 429
+
+class ChecksumError(PodfleetError, code="integrity", http_status=422, exit_code=6):
+    """Data failed verification (tamper, corruption)."""
 
 
-class ChecksumError(PodfleetError):
-    code = "integrity"
-    http_status = 422
-    exit_code = 6
-
-
-class UnavailableError(PodfleetError):
+class UnavailableError(PodfleetError, code="unavailable", http_status=503, exit_code=7):
     """Nothing was changed; the same request may be sent again after ``retry_after_s``
     (in ``extra``, the response's ``Retry-After``): the database is unreachable."""
 
-    code = "unavailable"
-    http_status = 503
-    exit_code = 7
 
-
-class NotLeaderError(UnavailableError):
+class NotLeaderError(UnavailableError, code="not-leader"):
     """A write reached a server that does not lead (a follower with no leader to forward
     to, or a leader whose term ended): ``leader`` (in ``extra``) names the leader's URL when
     one is known."""
-
-    code = "not-leader"
 
 
 def error_class(code: str) -> type[PodfleetError]:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import TypeVar
 
 from podfleet.errors import InvalidTransitionError
 
 S = TypeVar("S", bound=Enum)
+
+
+def any_to_any(states: Iterable[S]) -> dict[S, frozenset[S]]:
+    """The transitions of a machine whose every state may go to every other one."""
+    every = frozenset(states)
+    return {s: every - {s} for s in every}
 
 
 def check_transition(kind: str, allowed: Mapping[S, frozenset[S]], src: S, dst: S) -> None:

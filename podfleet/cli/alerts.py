@@ -10,8 +10,9 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import InvalidInputError, NotFoundError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Health alerts and recovery flows.", no_args_is_help=True)
 STATES = ("firing", "acknowledged", "resolved")
@@ -41,39 +42,37 @@ def list_alerts(
 
 
 @app.command("ack")
+@remote_command
 def ack(
+    c: PodfleetClient,
     alert_ids: list[str] = typer.Argument(..., help="al-... (one or more, from alerts list)"),
     cluster: str | None = typer.Option(None, "--cluster", help="only if the alert is this cluster's (id or name)"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Acknowledge firing alerts: they stay open, marked as seen by you."""
-    with remote(url, token) as c:
-        want = c.describe_cluster(cluster)["id"] if cluster else None
-        if want is not None:
-            theirs = {a["id"] for a in c.list_alerts(want)["alerts"]}
-            stray = [a for a in alert_ids if a not in theirs]
-            if stray:
-                raise NotFoundError(f"alert {stray[0]} is not an alert of cluster {cluster} "
-                                    f"(podfleet alerts list {cluster})", field="alert")
-        out = [c.acknowledge_alert(a) for a in alert_ids]
-        emit(out[0] if len(out) == 1 else out, output, title="alert", columns=None if len(out) == 1 else
-             ["id", "state", "severity", "target", "rule", "acknowledged_by", "last_seen_at"])
+    want = c.describe_cluster(cluster)["id"] if cluster else None
+    if want is not None:
+        theirs = {a["id"] for a in c.list_alerts(want)["alerts"]}
+        stray = [a for a in alert_ids if a not in theirs]
+        if stray:
+            raise NotFoundError(f"alert {stray[0]} is not an alert of cluster {cluster} "
+                                f"(podfleet alerts list {cluster})", field="alert")
+    out = [c.acknowledge_alert(a) for a in alert_ids]
+    emit(out[0] if len(out) == 1 else out, output, title="alert", columns=None if len(out) == 1 else
+         ["id", "state", "severity", "target", "rule", "acknowledged_by", "last_seen_at"])
 
 
 @app.command("recoveries")
+@remote_command
 def recoveries(
+    c: PodfleetClient,
     cluster: str = typer.Argument(..., help="id or name"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Recovery flows and their steps."""
-    with remote(url, token) as c:
-        out = c.list_recoveries(cluster)["recoveries"]
-        if output == OutputFormat.json:
-            emit(out, output)
-            return
-        rows = [{**r, "steps": " > ".join(s["name"] for s in r["steps"])} for r in out]
-        emit(rows, output, title="recoveries", columns=["id", "kind", "target", "job_id", "state", "restored_from", "steps"])
+    out = c.list_recoveries(cluster)["recoveries"]
+    if output == OutputFormat.json:
+        emit(out, output)
+        return
+    rows = [{**r, "steps": " > ".join(s["name"] for s in r["steps"])} for r in out]
+    emit(rows, output, title="recoveries", columns=["id", "kind", "target", "job_id", "state", "restored_from", "steps"])

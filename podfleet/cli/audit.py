@@ -5,30 +5,30 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import ChecksumError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="The audit trail and its integrity.", no_args_is_help=True)
 
 
 @app.command("list")
+@remote_command
 def list_(
+    c: PodfleetClient,
     max_results: int = typer.Option(100, "--max-results", help="records per page"),
     all_: bool = typer.Option(False, "--all", help="every page"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Audit records: who did what to which target, with what result, when."""
-    with remote(url, token) as c:
-        events, nxt = [], None
-        while True:
-            page = c.list_audit_events(next_token=nxt, max_results=max_results)
-            events.extend(page["events"])
-            nxt = page.get("nextToken")
-            if not (all_ and nxt):
-                break
-        emit(events, output, columns=["seq", "time", "actor", "action", "target", "result"])
+    events, nxt = [], None
+    while True:
+        page = c.list_audit_events(next_token=nxt, max_results=max_results)
+        events.extend(page["events"])
+        nxt = page.get("nextToken")
+        if not (all_ and nxt):
+            break
+    emit(events, output, columns=["seq", "time", "actor", "action", "target", "result"])
 
 
 @app.command("verify")

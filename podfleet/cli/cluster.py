@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, record, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote, remote_command
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.sdk import PodfleetClient
 
@@ -67,7 +67,9 @@ def _quotas(items: list[str]) -> dict[str, int] | None:
 
 
 @app.command("create")
+@remote_command
 def create(
+    c: PodfleetClient,
     name: str = typer.Argument(..., help="cluster name (a-z, 0-9, -)"),
     type: str = typer.Option(None, "--type", help="trn2-ultraserver (default) | trn2-node | trn1-node | custom; "
                              "fabric local/ray: custom (--chips worker slots); neuron: from neuron-ls"),
@@ -99,26 +101,23 @@ def create(
                                        "(a network block; default 16 or --pods)"),
     client_token: str = typer.Option(None, "--client-token", help="idempotency key for retries"),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="follow the deployment until it ends"),
-    url: str = UrlOpt,
-    token: str = TokenOpt,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Create a cluster and follow its deployment (a progress bar in table mode)."""
-    with remote(url, token) as c:
-        out = c.create_cluster(
-            name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
-            hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
-            encryption=encryption, network_isolation=network_isolation, fabric=fabric,
-            rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
-            spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
-            restore_spares=restore_spares, pods=pods, podsPerBlock=pods_per_block,
-        )
-        if wait and out["state"] == "deploying":
-            _follow(c, out["id"], show=output == OutputFormat.table)
-            out = c.describe_cluster(out["id"])
-        emit(for_people(out, output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
-        if out["state"] == "failed":
-            raise PodfleetError(f"cluster {name} deployment failed: {out.get('reason', '')}")
+    out = c.create_cluster(
+        name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
+        hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
+        encryption=encryption, network_isolation=network_isolation, fabric=fabric,
+        rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
+        spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
+        restore_spares=restore_spares, pods=pods, podsPerBlock=pods_per_block,
+    )
+    if wait and out["state"] == "deploying":
+        _follow(c, out["id"], show=output == OutputFormat.table)
+        out = c.describe_cluster(out["id"])
+    emit(for_people(out, output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
+    if out["state"] == "failed":
+        raise PodfleetError(f"cluster {name} deployment failed: {out.get('reason', '')}")
 
 
 def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
@@ -135,10 +134,10 @@ def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
 
 
 @app.command("list")
-def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+@remote_command
+def list_(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
     """All live clusters (every page)."""
-    with remote(url, token) as c:
-        emit([for_people(cl, output) for cl in c.iter_clusters()], output, columns=COLUMNS)
+    emit([for_people(cl, output) for cl in c.iter_clusters()], output, columns=COLUMNS)
 
 
 @app.command("describe")
@@ -151,45 +150,45 @@ def describe(cluster: str = typer.Argument(..., help="id, name, or a unique id p
 
 
 @app.command("events")
-def events(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
+@remote_command
+def events(c: PodfleetClient, cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
            follow: bool = typer.Option(False, "--follow", "-f", help="keep printing new events until Ctrl-C"),
            since: int = typer.Option(0, "--since", min=0, help="start at this event offset"),
            interval: float = typer.Option(1.0, "--interval", min=0.2, help="seconds between polls with -f"),
-           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+           output: OutputFormat = OutputOpt) -> None:
     """The cluster's events: deployment, fabric faults, chip lifecycle, spares (GetClusterLogs)."""
-    with remote(url, token) as c:
-        offset = since
-        try:
-            while True:
-                page = c.get_cluster_logs(cluster, since=offset)
-                for ev in page["lines"]:
-                    if output == OutputFormat.json:
-                        print(json.dumps(ev, default=str), flush=True)
-                    else:
-                        record(f"{ev['time']}  {ev['message']}")
-                offset = int(page.get("next", offset))
-                if not follow:
-                    return
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            return
+    offset = since
+    try:
+        while True:
+            page = c.get_cluster_logs(cluster, since=offset)
+            for ev in page["lines"]:
+                if output == OutputFormat.json:
+                    print(json.dumps(ev, default=str), flush=True)
+                else:
+                    record(f"{ev['time']}  {ev['message']}")
+            offset = int(page.get("next", offset))
+            if not follow:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return
 
 
 @app.command("delete")
-def delete(cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
+@remote_command
+def delete(c: PodfleetClient, cluster: str = typer.Argument(..., help="id, name, or a unique id prefix"),
            yes: bool = typer.Option(False, "--yes", "-y", help="do not ask"),
            mfa: str | None = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user tokens need one)"),
-           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+           output: OutputFormat = OutputOpt) -> None:
     """Stop the cluster's jobs and delete it (asks first unless --yes)."""
-    with remote(url, token) as c:
-        if not yes:
-            cl = c.describe_cluster(cluster)
-            if not sys.stdin.isatty():
-                raise InvalidInputError(f"deleting cluster {cl['name']} ({cl['id']}) stops its "
-                                        f"{cl.get('jobs_running', 0)} running job(s); pass --yes to confirm "
-                                        "(no terminal to ask on)", field="yes")
-            if not typer.confirm(f"delete cluster {cl['name']} ({cl['id']}) and stop its "
-                                 f"{cl.get('jobs_running', 0)} running job(s)?", err=True):
-                raise typer.Exit(1)
-        c.use_mfa(mfa)  # after the describe: a code works once, for the call that needs it
-        emit(c.delete_cluster(cluster), output, columns=["id", "name", "state"], title=f"cluster {cluster}")
+    if not yes:
+        cl = c.describe_cluster(cluster)
+        if not sys.stdin.isatty():
+            raise InvalidInputError(f"deleting cluster {cl['name']} ({cl['id']}) stops its "
+                                    f"{cl.get('jobs_running', 0)} running job(s); pass --yes to confirm "
+                                    "(no terminal to ask on)", field="yes")
+        if not typer.confirm(f"delete cluster {cl['name']} ({cl['id']}) and stop its "
+                             f"{cl.get('jobs_running', 0)} running job(s)?", err=True):
+            raise typer.Exit(1)
+    c.use_mfa(mfa)  # after the describe: a code works once, for the call that needs it
+    emit(c.delete_cluster(cluster), output, columns=["id", "name", "state"], title=f"cluster {cluster}")

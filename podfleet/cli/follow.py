@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, print_table, stdout, table_of
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
 
 ETA_COLUMNS = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
@@ -115,16 +115,15 @@ class RolloutCommands:
         """``status CLUSTER [ROLLOUT]``: one rollout, or the list of them."""
 
         @app.command("status", help=help_text)
+        @remote_command
         def status(
+            c: PodfleetClient,
             cluster: str = typer.Argument(..., help="id or name"),
             rollout: str | None = typer.Argument(None, help=f"{self.prefix}...; default: all rollouts"),
-            url: str = UrlOpt,
-            token: str = TokenOpt,
             output: OutputFormat = OutputOpt,
         ) -> None:
-            with remote(url, token) as c:
-                if rollout:
-                    emit(self.describe(c, cluster, rollout), output, title=f"{self.noun} rollout")
-                else:
-                    emit(self.list_all(c, cluster)["rollouts"], output, title=f"{self.noun} rollouts",
-                         columns=self.columns)
+            if rollout:
+                emit(self.describe(c, cluster, rollout), output, title=f"{self.noun} rollout")
+            else:
+                emit(self.list_all(c, cluster)["rollouts"], output, title=f"{self.noun} rollouts",
+                     columns=self.columns)

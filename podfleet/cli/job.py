@@ -14,7 +14,7 @@ from rich.text import Text
 
 from podfleet.cli.follow import ETA_COLUMNS, WAIT_CODES, wait_for, watch
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, record, stdout
-from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 from podfleet.timespec import parse_duration
@@ -281,21 +281,21 @@ def table_row(j: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
 
 
 @app.command("describe")
-def describe(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+@remote_command
+def describe(c: PodfleetClient, job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
              watch_: bool = typer.Option(False, "--watch", "-w", help="a progress bar with ETA until the job ends"),
-             url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+             output: OutputFormat = OutputOpt) -> None:
     """State, progress (step, loss, tokens_per_s), allocation and timestamps."""
-    with remote(url, token) as c:
-        if _is_array(job_id):  # an array id: its members and one state for all
-            out = _wait_array(c, job_id, None) if watch_ else c.describe_job_array(job_id)
-            emit(out if output == OutputFormat.json else out["jobs"], output,
-                 columns=["id", "index", "state", "reason"], title=f"array {job_id}: {out['state']}")
-            return
-        if watch_:
-            out = wait_for(c, job_id, timeout_s=None, show=output == OutputFormat.table)
-        else:
-            out = c.describe_training_job(job_id)
-        emit(out, output, title=out["id"])
+    if _is_array(job_id):  # an array id: its members and one state for all
+        out = _wait_array(c, job_id, None) if watch_ else c.describe_job_array(job_id)
+        emit(out if output == OutputFormat.json else out["jobs"], output,
+             columns=["id", "index", "state", "reason"], title=f"array {job_id}: {out['state']}")
+        return
+    if watch_:
+        out = wait_for(c, job_id, timeout_s=None, show=output == OutputFormat.table)
+    else:
+        out = c.describe_training_job(job_id)
+    emit(out, output, title=out["id"])
 
 
 @app.command("wait")
@@ -331,28 +331,28 @@ METRIC_COLUMNS = ["time", "step_first", "step_last", "loss", "loss_min", "loss_m
 
 
 @app.command("metrics")
-def metrics(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+@remote_command
+def metrics(c: PodfleetClient, job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
             resolution: float | None = typer.Option(None, "--resolution", help="bucket seconds: 10 (the last hour) "
                                                     "or 300; default by the run's age"),
             fmt: MetricsFormat = typer.Option(MetricsFormat.table, "--format", "-f",
                                               help="table, csv, or plot (loss and tokens/s in the terminal)"),
-            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+            output: OutputFormat = OutputOpt) -> None:
     """The job's loss, tokens/s and step time over its run (GetJobMetrics)."""
-    with remote(url, token) as c:
-        out = c.get_job_metrics(job_id, resolution=resolution)
-        points = out["points"]
-        if output == OutputFormat.json:
-            emit(out, output)
-        elif fmt == MetricsFormat.csv:
-            w = csv.writer(sys.stdout, lineterminator="\n")
-            w.writerow(METRIC_COLUMNS)  # exact numbers, as the API sent them
-            for p in points:
-                w.writerow(["" if p.get(c) is None else p.get(c) for c in METRIC_COLUMNS])
-        elif fmt == MetricsFormat.plot:
-            plot_metrics(out)
-        else:
-            emit(points, output, columns=METRIC_COLUMNS,
-                 title=f"{out['job_id']}: {len(points)} buckets of {out['resolution_s']:g} s")
+    out = c.get_job_metrics(job_id, resolution=resolution)
+    points = out["points"]
+    if output == OutputFormat.json:
+        emit(out, output)
+    elif fmt == MetricsFormat.csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(METRIC_COLUMNS)  # exact numbers, as the API sent them
+        for p in points:
+            w.writerow(["" if p.get(c) is None else p.get(c) for c in METRIC_COLUMNS])
+    elif fmt == MetricsFormat.plot:
+        plot_metrics(out)
+    else:
+        emit(points, output, columns=METRIC_COLUMNS,
+             title=f"{out['job_id']}: {len(points)} buckets of {out['resolution_s']:g} s")
 
 
 def plot_metrics(out: dict[str, Any]) -> None:
@@ -390,34 +390,34 @@ def stop(job_id: str = typer.Argument(..., help="job id or a unique prefix of on
 
 
 @app.command("logs")
-def logs(job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
+@remote_command
+def logs(c: PodfleetClient, job_id: str = typer.Argument(..., help="job id or a unique prefix of one"),
          follow: bool = typer.Option(False, "--follow", "-f", help="stream until the job ends, with a progress "
                                      "bar and ETA on stderr"),
-         url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+         output: OutputFormat = OutputOpt) -> None:
     """The job's log, every line as it was written; --follow streams it until the job ends."""
-    with remote(url, token) as c:
-        if not follow:
-            lines = c.get_job_logs(job_id)["lines"]
-            if output == OutputFormat.json:
-                emit(lines, output)
-            else:
-                for ln in lines:
-                    record(f"{ln['time']}  {ln['message']}")
-            return
-        from rich.progress import Progress
+    if not follow:
+        lines = c.get_job_logs(job_id)["lines"]
+        if output == OutputFormat.json:
+            emit(lines, output)
+        else:
+            for ln in lines:
+                record(f"{ln['time']}  {ln['message']}")
+        return
+    from rich.progress import Progress
 
-        # The bar lives on a terminal only, below the lines it prints: piped output is the lines alone.
-        show = output == OutputFormat.table and stdout.is_terminal
-        with Progress(*ETA_COLUMNS, console=stdout, disable=not show, transient=True) as bar:
-            task = bar.add_task(job_id, total=None)
-            for event, data in c.follow_job_logs(job_id):
-                if event == "progress" and isinstance(data, dict):
-                    bar.update(task, completed=data.get("step", 0), total=data.get("steps") or None)
-                elif event == "log":
-                    if output == OutputFormat.json:
-                        print(_json_line(data), flush=True)
-                    else:
-                        record(f"{data['time']}  {data['message']}")
+    # The bar lives on a terminal only, below the lines it prints: piped output is the lines alone.
+    show = output == OutputFormat.table and stdout.is_terminal
+    with Progress(*ETA_COLUMNS, console=stdout, disable=not show, transient=True) as bar:
+        task = bar.add_task(job_id, total=None)
+        for event, data in c.follow_job_logs(job_id):
+            if event == "progress" and isinstance(data, dict):
+                bar.update(task, completed=data.get("step", 0), total=data.get("steps") or None)
+            elif event == "log":
+                if output == OutputFormat.json:
+                    print(_json_line(data), flush=True)
+                else:
+                    record(f"{data['time']}  {data['message']}")
 
 
 def _json_line(data: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
 
 ClusterOpt = typer.Option(..., "--cluster", "-c", help="cluster id or name")
@@ -27,10 +27,10 @@ class ClusterNamed:
 
     def add_list_command(self, app: typer.Typer, help_text: str) -> None:
         @app.command("list", help=help_text)
-        def list_(cluster: str = ClusterOpt, url: str = UrlOpt, token: str = TokenOpt,
+        @remote_command
+        def list_(c: PodfleetClient, cluster: str = ClusterOpt,
                   output: OutputFormat = OutputOpt) -> None:
-            with remote(url, token) as c:
-                emit(self.list_all(c, cluster)[self.plural], output, columns=self.columns)
+            emit(self.list_all(c, cluster)[self.plural], output, columns=self.columns)
 
     def add_describe_command(self, app: typer.Typer, help_text: str) -> None:
         self._add_by_name(app, "describe", help_text, self.describe, None, titled_by_answer=True)
@@ -46,8 +46,8 @@ class ClusterNamed:
         else as given (delete)."""
 
         @app.command(command, help=help_text)
-        def by_name(name: str = typer.Argument(..., help=f"the {self.noun}'s name"), cluster: str = ClusterOpt,
-                    url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-            with remote(url, token) as c:
-                out = call(c, cluster, name)
-                emit(out, output, columns=columns, title=f"{self.noun} {out['name'] if titled_by_answer else name}")
+        @remote_command
+        def by_name(c: PodfleetClient, name: str = typer.Argument(..., help=f"the {self.noun}'s name"), cluster: str = ClusterOpt,
+                    output: OutputFormat = OutputOpt) -> None:
+            out = call(c, cluster, name)
+            emit(out, output, columns=columns, title=f"{self.noun} {out['name'] if titled_by_answer else name}")

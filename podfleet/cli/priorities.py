@@ -5,7 +5,8 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import remote_command
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Priority classes: a name for a priority value (0-100) and whether its jobs preempt.",
                   no_args_is_help=True)
@@ -13,27 +14,27 @@ COLUMNS = ["name", "value", "preemption"]
 
 
 @app.command("create")
-def create(name: str = typer.Argument(..., help="the priority class's name"), value: int = typer.Option(..., "--value", help="0-100, higher first"),
+@remote_command
+def create(c: PodfleetClient, name: str = typer.Argument(..., help="the priority class's name"), value: int = typer.Option(..., "--value", help="0-100, higher first"),
            preemption: str = typer.Option("lower", "--preemption", help="lower: may preempt lower-priority jobs; "
                                           "never: waits instead"),
-           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+           output: OutputFormat = OutputOpt) -> None:
     """Create a priority class; submit with `job submit --priority NAME`."""
-    with remote(url, token) as c:
-        emit(c.create_priority_class(name, value, preemption=preemption), output, columns=COLUMNS,
-             title=f"priority class {name}")
+    emit(c.create_priority_class(name, value, preemption=preemption), output, columns=COLUMNS,
+         title=f"priority class {name}")
 
 
 @app.command("list")
-def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+@remote_command
+def list_(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
     """Every priority class."""
-    with remote(url, token) as c:
-        emit(c.list_priority_classes()["priority_classes"], output, columns=COLUMNS)
+    emit(c.list_priority_classes()["priority_classes"], output, columns=COLUMNS)
 
 
 @app.command("delete")
-def delete(name: str = typer.Argument(..., help="the priority class's name"), url: str = UrlOpt, token: str = TokenOpt,
+@remote_command
+def delete(c: PodfleetClient, name: str = typer.Argument(..., help="the priority class's name"),
            output: OutputFormat = OutputOpt) -> None:
     """Delete a priority class (jobs already submitted keep their value)."""
-    with remote(url, token) as c:
-        emit(c.delete_priority_class(name), output, columns=[*COLUMNS, "state"],
-             title=f"priority class {name}")
+    emit(c.delete_priority_class(name), output, columns=[*COLUMNS, "state"],
+         title=f"priority class {name}")

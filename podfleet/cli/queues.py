@@ -8,7 +8,7 @@ import typer
 
 from podfleet.cli.named import ClusterNamed, ClusterOpt
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 
@@ -35,7 +35,9 @@ def _limit(value: str | None, name: str) -> int | str | None:
 
 
 @app.command("create")
+@remote_command
 def create(
+    c: PodfleetClient,
     name: str = typer.Argument(..., help="queue name (a-z, 0-9, '-')"),
     cluster: str = ClusterOpt,
     nominal: int = typer.Option(..., "--nominal", help="chips the queue owns"),
@@ -44,14 +46,13 @@ def create(
     lending_limit: int | None = typer.Option(None, "--lending-limit", help="most of its idle chips it lends"),
     weight: float = typer.Option(1.0, "--weight", help="fair-share weight in its cohort"),
     reclaim: str = typer.Option("any", "--reclaim", help=RECLAIM_HELP),
-    url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
+    output: OutputFormat = OutputOpt,
 ) -> None:
     """Create a queue on a cluster."""
-    with remote(url, token) as c:
-        out = c.create_queue(cluster, name, nominal=nominal, cohort=cohort,
-                             borrowing_limit=borrowing_limit, lending_limit=lending_limit,
-                             weight=weight, reclaim=reclaim)
-        emit(out, output, columns=COLUMNS, title=f"queue {out['name']}")
+    out = c.create_queue(cluster, name, nominal=nominal, cohort=cohort,
+                         borrowing_limit=borrowing_limit, lending_limit=lending_limit,
+                         weight=weight, reclaim=reclaim)
+    emit(out, output, columns=COLUMNS, title=f"queue {out['name']}")
 NAMED.add_list_command(app, "The cluster's queues (the implicit default queue too) and what each uses, borrows and lends.")
 NAMED.add_describe_command(app, "One queue: quota, limits, usage, capacity and its jobs by phase.")
 

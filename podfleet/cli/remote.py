@@ -20,9 +20,11 @@ shared and the token file kept 0600.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,3 +118,33 @@ def remote(url: str | None, token: str | None, *, timeout_s: float = 30.0,
     missing token or a bad profile is reported like any other error."""
     with errors():
         yield client(url, token, timeout_s=timeout_s, mfa=mfa)
+
+
+def remote_command(fn: Callable[..., None]) -> Callable[..., None]:
+    """A command whose whole body talks to one server: ``fn`` takes the client first
+    (``c: PodfleetClient``) and declares its own options; the command gets ``--url`` and
+    ``--token`` (before ``--output`` when it has one, else last, as written by hand) and
+    runs ``fn`` inside ``remote(url, token)``.
+
+        @app.command("recoveries")
+        @remote_command
+        def recoveries(c: PodfleetClient, cluster: str = ..., output: OutputFormat = OutputOpt) -> None:
+    """
+    sig = inspect.signature(fn)
+    own = list(sig.parameters.values())[1:]  # the client is ours to pass
+    at = next((i for i, p in enumerate(own) if p.name == "output"), len(own))
+    kw = inspect.Parameter.KEYWORD_ONLY if any(p.kind is p.KEYWORD_ONLY for p in own) else \
+        inspect.Parameter.POSITIONAL_OR_KEYWORD
+    added = [inspect.Parameter("url", kw, default=UrlOpt, annotation="str"),
+             inspect.Parameter("token", kw, default=TokenOpt, annotation="str")]
+
+    @functools.wraps(fn)
+    def command(url: str | None, token: str | None, **options: object) -> None:
+        with remote(url, token) as c:
+            fn(c, **options)
+
+    first = next(iter(sig.parameters))
+    command.__signature__ = sig.replace(parameters=[*own[:at], *added, *own[at:]])  # type: ignore[attr-defined]
+    command.__annotations__ = {**{k: v for k, v in fn.__annotations__.items() if k != first},
+                               "url": "str", "token": "str"}
+    return command

@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
 
 COLUMNS = ["cluster", "state", "fabric", "chips", "chip_states", "cordoned", "draining", "spares",
@@ -55,12 +55,12 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
     return {**s, "chip_states": chip_states, "alerts_firing": alerts}
 
 
-def status(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+@remote_command
+def status(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
     """One line per cluster: chips by state, jobs running and queued, firing alerts."""
-    with remote(url, token) as c:
-        lines = [summary(c, cl) for cl in c.iter_clusters()]
-        if output == OutputFormat.json:
-            emit(lines, output)
-            return
-        emit([_row(s) for s in lines], output, columns=COLUMNS)
+    lines = [summary(c, cl) for cl in c.iter_clusters()]
+    if output == OutputFormat.json:
+        emit(lines, output)
+        return
+    emit([_row(s) for s in lines], output, columns=COLUMNS)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, remote, remote_command
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Access tokens: issue, list, revoke (admin).", no_args_is_help=True)
 
@@ -31,18 +32,18 @@ def create(
 
 
 @app.command("list")
-def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+@remote_command
+def list_(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
     """Tokens with their role and whether they are revoked (never the secret)."""
-    with remote(url, token) as c:
-        emit(c.list_access_tokens()["tokens"], output,
-             columns=["id", "name", "role", "revoked", "created_at"])
+    emit(c.list_access_tokens()["tokens"], output,
+         columns=["id", "name", "role", "revoked", "created_at"])
 
 
 @app.command("revoke")
-def revoke(token_id: str = typer.Argument(..., help="the token's id (tok-..., from token list)"), url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+@remote_command
+def revoke(c: PodfleetClient, token_id: str = typer.Argument(..., help="the token's id (tok-..., from token list)"), output: OutputFormat = OutputOpt) -> None:
     """Revoke a token; this server refuses it from the next request on."""
-    with remote(url, token) as c:
-        emit(c.revoke_access_token(token_id), output, title="token")
+    emit(c.revoke_access_token(token_id), output, title="token")
 
 
 @app.command("reset-admin")

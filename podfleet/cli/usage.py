@@ -11,9 +11,10 @@ from enum import StrEnum
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit
-from podfleet.cli.remote import TokenOpt, UrlOpt, remote
+from podfleet.cli.remote import remote_command
 from podfleet.control.accounting import KINDS, to_csv
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 
 class By(StrEnum):
@@ -48,20 +49,21 @@ def parse_since(text: str, now: float | None = None) -> float:
     return dt.timestamp()
 
 
+@remote_command
 def usage(
+    c: PodfleetClient,
     by: By = typer.Option(By.user, "--by", help="group by user, queue or team"),
     since: str | None = typer.Option(None, "--since", help="jobs submitted since: 7d, 12h, or an ISO time"),
     cluster: str | None = typer.Option(None, "--cluster", help="one cluster's jobs"),
     fmt: UsageFormat = typer.Option(UsageFormat.table, "--format", "-f", help="table or csv"),
-    url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt,
+    output: OutputFormat = OutputOpt,
 ) -> None:
     """Chip-seconds busy, reserved and lost (failures, recovery) per user, queue or team."""
-    with remote(url, token) as c:
-        out = c.get_usage(by=by.value, since=parse_since(since) if since else None, cluster=cluster)
-        if output == OutputFormat.json:
-            emit(out, output)
-        elif fmt == UsageFormat.csv:
-            sys.stdout.write(to_csv(out["rows"], by.value))
-        else:
-            emit(out["rows"], output, columns=[by.value, *KINDS, "chip_hours", "jobs"],
-                 title=f"chip-seconds by {by.value} ({out['jobs']} jobs)")
+    out = c.get_usage(by=by.value, since=parse_since(since) if since else None, cluster=cluster)
+    if output == OutputFormat.json:
+        emit(out, output)
+    elif fmt == UsageFormat.csv:
+        sys.stdout.write(to_csv(out["rows"], by.value))
+    else:
+        emit(out["rows"], output, columns=[by.value, *KINDS, "chip_hours", "jobs"],
+             title=f"chip-seconds by {by.value} ({out['jobs']} jobs)")

@@ -8,8 +8,9 @@ from pathlib import Path
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
-from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
+from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote, remote_command
 from podfleet.errors import InvalidInputError
+from podfleet.sdk import PodfleetClient
 
 UserArg = typer.Argument(..., help="the user's name")
 PolicyArg = typer.Argument(..., help="a policy name (podfleet policy list)")
@@ -27,15 +28,15 @@ def create(name: str = UserArg, policy: list[str] = typer.Option([], "--policy",
 
 
 @app.command("list")
-def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    with remote(url, token) as c:
-        emit(c.list_users()["users"], output, columns=["name", "policies", "mfa", "mfa_locked", "created_at"])
+@remote_command
+def list_(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
+    emit(c.list_users()["users"], output, columns=["name", "policies", "mfa", "mfa_locked", "created_at"])
 
 
 @app.command("describe")
-def describe(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
-    with remote(url, token) as c:
-        emit(c.describe_user(name), output, title="user")
+@remote_command
+def describe(c: PodfleetClient, name: str = UserArg, output: OutputFormat = OutputOpt) -> None:
+    emit(c.describe_user(name), output, title="user")
 
 
 @app.command("attach")
@@ -68,16 +69,16 @@ def detach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOp
 
 
 @app.command("enable-mfa")
-def enable_mfa(name: str = UserArg, url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+@remote_command
+def enable_mfa(c: PodfleetClient, name: str = UserArg, output: OutputFormat = OutputOpt) -> None:
     """Enrol TOTP: add the otpauth URI to an authenticator app; keep the recovery codes."""
-    with remote(url, token) as c:
-        out = c.enable_mfa(name)
-        if output == OutputFormat.json:
-            emit(out, output)
-        else:
-            stderr.print("shown once: add the URI to an authenticator app, keep the recovery codes offline")
-            print(out["otpauth_uri"])
-            print("\n".join(out["recovery_codes"]))
+    out = c.enable_mfa(name)
+    if output == OutputFormat.json:
+        emit(out, output)
+    else:
+        stderr.print("shown once: add the URI to an authenticator app, keep the recovery codes offline")
+        print(out["otpauth_uri"])
+        print("\n".join(out["recovery_codes"]))
 
 
 @app.command("unlock")

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from enum import StrEnum
 
 from podfleet.fabric.base import ChipState
-from podfleet.states import check_transition
+from podfleet.states import any_to_any, check_transition
 
 
 class ChipMode(StrEnum):
@@ -18,11 +18,7 @@ class ChipMode(StrEnum):
     DRAINING = "draining"
 
 
-MODE_TRANSITIONS: dict[ChipMode, frozenset[ChipMode]] = {
-    ChipMode.SCHEDULABLE: frozenset({ChipMode.CORDONED, ChipMode.DRAINING}),
-    ChipMode.CORDONED: frozenset({ChipMode.SCHEDULABLE, ChipMode.DRAINING}),
-    ChipMode.DRAINING: frozenset({ChipMode.CORDONED, ChipMode.SCHEDULABLE}),
-}
+MODE_TRANSITIONS: dict[ChipMode, frozenset[ChipMode]] = any_to_any(ChipMode)
 
 class ChipModes(Mapping[int, ChipMode]):
     """One cluster's chips that are not schedulable (the one writer of modes)."""

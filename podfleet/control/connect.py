@@ -13,6 +13,10 @@ that is closed, never installed.
 While the build runs, the fabric's own calls to the timeline (``submit``: its first
 events) are held (``HeldTimeline``) and run on the engine only after the plane has
 subscribed to the fabric, so none is lost.
+
+The flow on the engine thread (register, build, install or fail, retry) and the reload of
+each cluster's record at a restart are ``control.connections``; this module holds the parts
+that run beside the engine.
 """
 
 from __future__ import annotations
@@ -180,7 +184,6 @@ class FabricConnector:
         worker.start()
         timer.start()
 
-
     def close(self) -> None:
         """Let the threads of finished builds end (at shutdown, after the fabrics closed)."""
         self._released.set()
@@ -193,3 +196,10 @@ def discard(fabric: Fabric) -> None:
             close_fabric(fabric)
 
     threading.Thread(target=close, name="podfleet-fabric-close", daemon=True).start()
+
+
+def target(spec: ClusterSpec) -> str:
+    """What a fabric's build reaches, for messages."""
+    if spec.neuron_ls is not None:
+        return f"the host's Neuron devices (neuron-ls {spec.neuron_ls!r})"
+    return f"fabric {spec.fabric}" + (f" at {spec.ray_address}" if spec.ray_address else "")

@@ -14,14 +14,16 @@ in its spec; the array id (``arr-...``) names them all for describe, stop and wa
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from podfleet.control.jobstatus import Job
 from podfleet.control.lifecycle import JobState
 from podfleet.control.specs import JobSpec
-from podfleet.errors import InfeasibleError, InvalidInputError
+from podfleet.errors import InfeasibleError, InvalidInputError, NotFoundError
+from podfleet.wire import JsonObject
 
 ARRAY_MAX = 1000  # members of one array
 _ARRAY_RE = re.compile(r"^(\d+(-\d+)?)(,\d+(-\d+)?)*(%\d+)?$")
@@ -123,6 +125,20 @@ def array_state(states: Iterable[JobState]) -> str:
     return JobState.SUCCEEDED.value
 
 
+def array_view(array_id: str, members: Sequence[Job]) -> JsonObject:
+    """DescribeJobArray: the array's state and counts from its ``members`` (in order)."""
+    if not members:
+        raise NotFoundError(f"job array {array_id} not found", field="array")
+    counts: dict[str, int] = {}
+    for j in members:
+        counts[j.state.value] = counts.get(j.state.value, 0) + 1
+    return {"id": array_id, "size": len(members), "limit": members[0].spec.array_limit,
+            "state": array_state(j.state for j in members), "ended": all(j.ended for j in members),
+            "counts": counts, "cluster_id": members[0].cluster_id,
+            "jobs": [{"id": j.id, "index": j.spec.array_index, "state": j.state.value,
+                      "reason": j.status.reason} for j in members]}
+
+
 class Holds:
     """The jobs held out of their cluster's scheduler queue (engine thread), and the
     members of each array. Memory only: a reload holds them again from their specs."""
@@ -165,3 +181,20 @@ class Holds:
 
     def members(self, array_id: str) -> list[str]:
         return list(self.arrays.get(array_id, ()))
+
+    def expand(self, refs: list[str], field: str, resolve_id: Callable[[str], str]) -> list[str]:
+        """A submit's dependencies as job ids: an array id stands for all its members, a
+        job ref (``resolve_id``: a unique prefix or tail) for its job; unknown ones refused."""
+        out: list[str] = []
+        for ref in refs:
+            if ref.startswith("arr-"):
+                members = self.members(ref)
+                if not members:
+                    raise NotFoundError(f"{field}: job array {ref} not found", field=field)
+                out.extend(members)
+                continue
+            job_id = resolve_id(ref)  # unchanged when nothing matches
+            if self.find(job_id) is None:
+                raise NotFoundError(f"{field}: job {ref} not found", field=field)
+            out.append(job_id)
+        return list(dict.fromkeys(out))

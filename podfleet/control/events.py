@@ -31,7 +31,7 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import UnavailableError
-from podfleet.fabric.base import FabricEvent, LinkState
+from podfleet.fabric.base import ChipState, FabricEvent, LinkControl, LinkState
 from podfleet.store.protocol import ClusterStore, StoreProtocol
 from podfleet.store.records import ChipHealthRecord
 
@@ -75,6 +75,35 @@ def save_links(store: ClusterStore, rt: ClusterRuntime) -> None:
     states = {i: s.value for i, s in enumerate(rt.fabric.link_states()) if s != LinkState.UP}
     if rt.set_links(states):
         store.save_cluster(rt.rec)
+
+
+def restore_health(store: ClusterStore, rt: ClusterRuntime) -> None:
+    """What a restart keeps of the chips' health (``save_health``): failed chips isolated
+    and degraded chips degraded (a fresh twin would otherwise heal them all)."""
+    fab = rt.fabric
+    for h in store.list_chip_health(rt.id):
+        if h.chip >= rt.topology.n_chips:
+            continue
+        if h.state in (ChipState.FAILED, ChipState.ISOLATED):
+            fab.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
+        elif h.state == ChipState.DEGRADED and fab.chip_states()[h.chip] == ChipState.HEALTHY:
+            fab.set_chip_state(h.chip, ChipState.DEGRADED, "degraded before the restart")
+
+
+def restore_links(rt: ClusterRuntime) -> None:
+    """What a restart keeps of the links (``save_links``): down links down and degraded
+    links degraded (a fresh twin would show them whole, and a job would count as rerouted
+    over a link that is up). Set once the plane is subscribed: the link events reach the
+    recovery service, whose link flow reroutes again and whose ``LinkImpact`` picks up
+    each job's step time from before the fault, persisted with the job."""
+    fab, links = rt.fabric, rt.rec.status.links or {}
+    if not links or not isinstance(fab, LinkControl):
+        return
+    now = fab.link_states()
+    for key, word in links.items():
+        link = int(key)
+        if link < len(now) and now[link] == LinkState.UP and word != LinkState.UP.value:
+            fab.set_link_state(link, LinkState(word), f"{word} before the restart")
 
 
 class FabricEvents:

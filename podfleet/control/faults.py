@@ -3,6 +3,7 @@ declares, then hands it to the fabric (engine thread, inside ``InjectFault``).""
 
 from __future__ import annotations
 
+from podfleet.control.drivers import JobDriver, ProcessDriver
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import (
@@ -101,3 +102,22 @@ def find_link(topology: Topology, link: str) -> int:
         f"no link between chips {a} and {b}; neighbours of {a}: "
         f"{topology.neighbours(a) if 0 <= a < topology.n_chips else 'none'}", field="link",
     )
+
+
+def kill_worker(drv: JobDriver, rt: ClusterRuntime, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
+    """InjectFault kill-worker: SIGKILL one rank's worker (fabrics of worker processes)."""
+    if not isinstance(drv, ProcessDriver):
+        raise InfeasibleError(
+            f"kill-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
+            f"fabric {rt.spec.fabric} (use --kind with a twin fault such as chip-failure)", field="kind")
+    return drv.kill_worker(rank, job_id)
+
+
+def slow_worker(drv: JobDriver, rt: ClusterRuntime, rank: int | None, job_id: str | None,
+                factor: float | None) -> tuple[JsonObject, str]:
+    """InjectFault slow-worker: one rank's worker computes ``factor`` times slower."""
+    if not isinstance(drv, ProcessDriver):
+        raise InfeasibleError(
+            f"slow-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
+            f"fabric {rt.spec.fabric} (use --kind with a twin fault such as thermal-runaway)", field="kind")
+    return drv.slow_worker(rank, job_id, factor)

@@ -16,15 +16,14 @@ from dataclasses import replace
 from typing import Any
 
 from podfleet.control import dispatch, podloss, reattach, scheduling
-from podfleet.control.dependencies import GateKind, Holds, array_state, parse_array
-from podfleet.control.drivers import JobDriver, ProcessDriver, RecoveryPort, driver_for
+from podfleet.control.dependencies import GateKind, Holds, array_view, parse_array
+from podfleet.control.drivers import JobDriver, RecoveryPort, driver_for
 from podfleet.control.ids import new_id, resolve_ref
 from podfleet.control.jobtable import Job, JobStatus, JobTable, Progress
 from podfleet.control.lifecycle import HOLDS_CHIPS, ClusterState, JobState
 from podfleet.control.logbuf import LogBuffer, rfc3339
-from podfleet.control.placement import Allocation
 from podfleet.control.ports import PlaneCore
-from podfleet.control.replacement import choose_replacements
+from podfleet.control.relaunch import relaunch_on_replacements
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.control.specs import JobSpec
 from podfleet.control.warm import Warmth
@@ -35,8 +34,7 @@ from podfleet.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from podfleet.fabric.base import ChipCheck, ChipState
-from podfleet.hardware.topology import FleetTopology
+from podfleet.fabric.base import ChipState
 from podfleet.scheduler import DecisionKind
 from podfleet.scheduler.jobs import JobPhase
 from podfleet.security.code import allowed_code_dirs, confine_entrypoint
@@ -58,9 +56,6 @@ class JobManager:
         self.drivers: dict[str, JobDriver] = {}  # cluster id -> its driver
         self.recovery: RecoveryPort | None = None
         self._relaunch_retry: set[str] = set()  # recovering jobs with a relaunch retry due
-        # job id -> the lost pod it waits for (on-pod-loss wait, ``control.podloss``). Memory
-        # only: after a restart such a job recovers as one that lost chips (``relaunch``).
-        self.pod_waits: dict[str, int] = {}
         # Per cluster id: jobs queued since its last sweep of the pending views, when that
         # sweep was (timeline time), and whether a deferred one is due (``schedule``).
         self._unshown: dict[str, set[str]] = {}
@@ -152,8 +147,9 @@ class JobManager:
                     raise InvalidInputError(f"{fixed} is set by the control plane (submit with array)", field=fixed)
             # An array id stands for all its members.
             spec = replace(
-                spec, after_ok=self._dependencies(spec.after_ok, "after_ok") if spec.after_ok else spec.after_ok,
-                after_any=self._dependencies(spec.after_any, "after_any") if spec.after_any else spec.after_any)
+                spec, after_ok=self.holds.expand(spec.after_ok, "after_ok", self.resolve_id) if spec.after_ok else spec.after_ok,
+                after_any=self.holds.expand(spec.after_any, "after_any", self.resolve_id) if spec.after_any
+                else spec.after_any)
             # A request no pod can ever satisfy is refused here, with the scheduler's reason.
             verdict = rt.scheduler.check(scheduling.job_request("job-check", spec, layout, preemptible=drv.preemptible(spec),
                                                                     auto_plan=drv.plans_models))
@@ -207,34 +203,10 @@ class JobManager:
             return {**self.table.describe(arr["jobs"][0]["id"]), "array": arr}
         return self.describe(ref)
 
-    def _dependencies(self, refs: list[str], field: str) -> list[str]:
-        out: list[str] = []
-        for ref in refs:
-            if ref.startswith("arr-"):
-                members = self.holds.members(ref)
-                if not members:
-                    raise NotFoundError(f"{field}: job array {ref} not found", field=field)
-                out.extend(members)
-                continue
-            job_id = self.resolve_id(ref)  # unchanged when nothing matches
-            if self.table.find(job_id) is None:
-                raise NotFoundError(f"{field}: job {ref} not found", field=field)
-            out.append(job_id)
-        return list(dict.fromkeys(out))
-
     # --- arrays ------------------------------------------------------------------------------
     def describe_array(self, array_id: str) -> JsonObject:
-        members = [j for j in (self.table.find(m) for m in self.holds.members(array_id)) if j is not None]
-        if not members:
-            raise NotFoundError(f"job array {array_id} not found", field="array")
-        counts: dict[str, int] = {}
-        for j in members:
-            counts[j.state.value] = counts.get(j.state.value, 0) + 1
-        return {"id": array_id, "size": len(members), "limit": members[0].spec.array_limit,
-                "state": array_state(j.state for j in members), "ended": all(j.ended for j in members),
-                "counts": counts, "cluster_id": members[0].cluster_id,
-                "jobs": [{"id": j.id, "index": j.spec.array_index, "state": j.state.value,
-                          "reason": j.status.reason} for j in members]}
+        return array_view(array_id, [j for j in (self.table.find(m) for m in self.holds.members(array_id))
+                                     if j is not None])
 
     def stop_array(self, array_id: str, *, actor: str = "system") -> JsonObject:
         def do() -> tuple[JsonObject, str]:
@@ -286,32 +258,6 @@ class JobManager:
     def stop_all(self, rt: ClusterRuntime, reason: str) -> None:
         for job in self.table.on_cluster(rt.id):
             self.table.end(job, JobState.STOPPED, reason)
-
-    def lose_pod(self, rt: ClusterRuntime, pod: int | None) -> tuple[JsonObject, str]:
-        """InjectFault pod-loss: each running job on ``pod`` acts on its on-pod-loss policy."""
-        return podloss.lose_pod(self, rt, pod, self.now())
-
-    def let_go(self, rt: ClusterRuntime, job_id: str) -> None:
-        """Recovery stops managing the job (a pod-loss policy moves it as a whole)."""
-        if self.recovery is not None:
-            self.recovery.let_go(rt, job_id)
-
-    def kill_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None) -> tuple[JsonObject, str]:
-        drv = self.driver(rt)
-        if not isinstance(drv, ProcessDriver):
-            raise InfeasibleError(
-                f"kill-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
-                f"fabric {rt.spec.fabric} (use --kind with a twin fault such as chip-failure)", field="kind")
-        return drv.kill_worker(rank, job_id)
-
-    def slow_worker(self, rt: ClusterRuntime, rank: int | None, job_id: str | None,
-                    factor: float | None) -> tuple[JsonObject, str]:
-        drv = self.driver(rt)
-        if not isinstance(drv, ProcessDriver):
-            raise InfeasibleError(
-                f"slow-worker needs a cluster of worker processes (local, ray, neuron); {rt.rec.name} runs on "
-                f"fabric {rt.spec.fabric} (use --kind with a twin fault such as thermal-runaway)", field="kind")
-        return drv.slow_worker(rank, job_id, factor)
 
     # --- reads (any thread) ------------------------------------------------------------------
     @property
@@ -464,33 +410,11 @@ class JobManager:
     def relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """A RECOVERING job: ranks whose chips are gone (failed, or lost in a restart) move
         to replacement chips, and the gang continues from its checkpoint."""
-        if job.id in self.pod_waits:  # its pod was lost as a whole: back on a whole pod only
+        if job.status.pod_wait is not None:  # its pod was lost as a whole: back on a whole pod only
             podloss.relaunch_waiting(self, rt, job)
             return
-        alloc = job.status.allocation or Allocation.waiting("")
-        bad = [c for c in alloc.chips if rt.owners.get(c) != job.id]
-        fab = rt.fabric
-        check = fab.check_chip_health if isinstance(fab, ChipCheck) else None
-        topo = rt.topology
-        pod_of = topo.split_pod if isinstance(topo, FleetTopology) else None
-        plan = choose_replacements(bad, rt.replacement_chips(), set(rt.spares), set(alloc.chips), check, pod_of)
-        if not plan.ready:
-            self.table.set_reason(job, f"waiting for {len(plan.waiting)} healthy chip(s) to replace "
-                                       f"{sorted(plan.waiting)}: {'; '.join(plan.waiting.values())}")
-            if check is not None:  # a real fabric's check may pass later (a node back, a fresh view)
-                self._retry_relaunch(rt, job)
-            return
-        swap = {b: n for b, (n, _path) in plan.moves.items() if n != b}
-        chips = tuple(swap.get(c, c) for c in alloc.chips)
-        moved = ", ".join(f"rank {alloc.chips.index(b)}: chip {b} -> {n} ({path})"
-                          for b, (n, path) in plan.moves.items())
-        pods, blocks = _fleet_pods(topo, chips, alloc)
-        new = Allocation(chips, alloc.shape if not swap else (len(chips),),
-                         alloc.reason if not swap else f"recovered: {moved}", pods=pods, blocks=blocks)
-        self.table.amend(job, allocation=new)
-        self.table.log(job, f"recovery: {moved or 'same chips'}; resuming from checkpoint step "
-                            f"{job.status.checkpoint_step}")
-        dispatch.launch(self.table, self.driver(rt), rt, job, new)
+        if relaunch_on_replacements(self.table, self.driver(rt), rt, job):
+            self._retry_relaunch(rt, job)
 
     def _retry_relaunch(self, rt: ClusterRuntime, job: Job) -> None:
         """Look again later: a chip that failed its check may pass it (nothing else wakes a
@@ -515,7 +439,6 @@ class JobManager:
     # --- table listeners ---------------------------------------------------------------------
     def _release(self, job: Job) -> None:
         """Before a job ends: stop its workers, free its chips and its place in the queue."""
-        self.pod_waits.pop(job.id, None)
         rt = self.plane.clusters.get(job.cluster_id)
         if rt is None:
             return
@@ -629,10 +552,3 @@ class JobManager:
             # It still holds its healthy chips: the scheduler must not give them away.
             rt.scheduler.adopt(job.id, [c for c in rt.owners.chips_of(job.id) if not rt.spare_mask[c]])
 
-
-def _fleet_pods(topo: object, chips: tuple[int, ...], alloc: Allocation) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A gang across pods after recovery: its pods (in rank order) and their blocks."""
-    if not alloc.pods or not isinstance(topo, FleetTopology):
-        return (), ()
-    pods = tuple(dict.fromkeys(topo.split_pod(c) for c in chips))
-    return pods, tuple(topo.block_of(p) for p in pods)

@@ -122,6 +122,10 @@ class JobStatus:
     # degraded (``recovery.linkimpact``), kept while the link is not up: a restarted plane
     # still compares the job's detour step time with its direct-path one.
     link_baselines: dict[str, list[float | None]] = field(default_factory=dict)
+    # The lost pod a job waits for (on-pod-loss wait, ``control.podloss``), persisted with
+    # the job: a restarted plane still waits for that pod (or the same block on another)
+    # instead of moving the lost ranks chip by chip.
+    pod_wait: int | None = None
 
     def to_dict(self) -> JsonObject:
         d: JsonObject = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -161,6 +165,7 @@ class JobStatus:
             submitted_by=d.get("submitted_by"),
             link_baselines={str(k): [None if x is None else float(x) for x in v][:2]
                             for k, v in (d.get("link_baselines") or {}).items()},
+            pod_wait=None if (pod := d.get("pod_wait")) is None else int(pod),
         )
 
 

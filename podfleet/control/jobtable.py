@@ -132,6 +132,7 @@ class JobTable:
     def end(self, job: Job, dst: JobState, reason: str) -> None:
         for fn in self._on_end:
             fn(job)
+        job.status.pod_wait = None  # an ended job waits for no pod
         self.transition(job, dst, reason)
         self._logs[job.id].closed = True
 
@@ -165,21 +166,17 @@ class JobTable:
               plan: Plan | Literal[_Keep.KEEP] | None = _KEEP,
               recovery: JsonObject | Literal[_Keep.KEEP] | None = _KEEP,
               failed_chip: int | Literal[_Keep.KEEP] | None = _KEEP,
+              pod_wait: int | Literal[_Keep.KEEP] | None = _KEEP,
               checkpoint_step: int | None = None, persist: bool = False, view: bool = True) -> None:
         """Status fields without a transition (``_KEEP``: left as they are). The newest
         checkpoint step only grows. ``persist``: saved now; else memory only, the view
         re-rendered unless ``view`` is False (a transition follows at once)."""
         st = job.status
-        if reason is not _KEEP:
-            st.reason = reason
-        if allocation is not _KEEP:
-            st.allocation = allocation
-        if plan is not _KEEP:
-            st.plan = plan
-        if recovery is not _KEEP:
-            st.recovery = recovery
-        if failed_chip is not _KEEP:
-            st.failed_chip = failed_chip
+        given = {"reason": reason, "allocation": allocation, "plan": plan, "recovery": recovery,
+                 "failed_chip": failed_chip, "pod_wait": pod_wait}
+        for name, value in given.items():  # typed by the signature; each a JobStatus field
+            if value is not _KEEP:
+                setattr(st, name, value)
         if checkpoint_step is not None:
             st.checkpoint_step = max(st.checkpoint_step, int(checkpoint_step))
         if persist:

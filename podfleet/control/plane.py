@@ -6,25 +6,21 @@ See ``podfleet.control`` for the public API.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import json
 import threading
 from collections.abc import Callable
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
-from podfleet.control import chips, faults, hardwareviews, reattach
+from podfleet.control import chips, faults, hardwareviews, podloss
 from podfleet.control.balancing import ClusterBalancer
-from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.connect import (
     DEFAULT_CONNECT_TIMEOUT_S,
     ConnectingCluster,
-    FabricConnector,
-    HeldTimeline,
-    discard,
     pending_deployment,
-    retry_delay,
+    target,
 )
+from podfleet.control.connections import Connections
 from podfleet.control.deploy import start_deployment
 from podfleet.control.events import FabricEvents, save_health
 from podfleet.control.fabricaccess import FabricAccess
@@ -51,11 +47,8 @@ from podfleet.errors import (
 )
 from podfleet.fabric.base import (
     DEFAULT_HANG_RESTARTS,
-    ChipState,
     Fabric,
     FabricFactory,
-    LinkControl,
-    LinkState,
     close_fabric,
 )
 from podfleet.hardware.topology import Topology
@@ -132,7 +125,8 @@ class ControlPlane:
         # Which Ray addresses and host commands a spec may name (PODFLEET_RAY_ADDRESSES,
         # PODFLEET_NEURON_COMMANDS), and the builds of fabrics that reach outside.
         self.access = fabric_access or FabricAccess.from_env()
-        self.connector = FabricConnector(timeline, connect_timeout_s)
+        # Fabrics built off the engine thread, and clusters reloaded at a restart (``control.connections``).
+        self.connections = Connections(self, connect_timeout_s)
         # Restarts of a job whose ranks stopped heartbeating before it fails as its code's
         # fault (PODFLEET_HANG_RESTARTS): given to the fabrics that restart ranks themselves
         # and read by the process driver, which relaunches the others.
@@ -151,7 +145,7 @@ class ControlPlane:
         self.health: HealthPort | None = None
         self.call_timeout_s = 30.0  # how long ``call_sync`` waits for the engine
         self._thread: threading.Thread | None = None
-        self._serving = False
+        self.serving = False  # an engine thread runs: fabrics that reach out are built off it
         # Told (on the engine thread) each time a cluster's snapshot is re-rendered: live
         # streams wait on this instead of polling the snapshot (see ``on_render``).
         self._render_listeners: list[Callable[[str], object]] = []
@@ -186,7 +180,7 @@ class ControlPlane:
 
     def start(self) -> None:
         """Paced serving: reload from the store, then run the timeline on its own thread."""
-        self._serving = True  # fabrics that reach outside are built off the engine from now on
+        self.serving = True  # fabrics that reach outside are built off the engine from now on
         self.load()
         self._thread = threading.Thread(target=self.tl.serve_forever, name="podfleet-engine", daemon=True)
         self._thread.start()
@@ -203,7 +197,7 @@ class ControlPlane:
             self._thread.join(timeout=10)
         for rt in list(self.clusters.values()):
             close_fabric(rt.fabric)
-        self.connector.close()
+        self.connections.close()
         # A build still hanging (a Ray address that never answers) is a daemon thread: it
         # holds nothing this process must close, and the fabric it might bring is discarded.
 
@@ -262,15 +256,15 @@ class ControlPlane:
             spares = cluster_spares(spec, topology)
             rec = ClusterRecord(new_id("cl"), spec.name, ClusterState.DEPLOYING.value, spec.to_dict(),
                                 ClusterStatus(spares=list(spares)), now, now)
-            if self._builds_off_engine(spec):
-                pending = ConnectingCluster(rec, spec, topology, spares, _target(spec))
+            if self.connections.builds_off_engine(spec):
+                pending = ConnectingCluster(rec, spec, topology, spares, target(spec))
                 pending.set_deployment(pending_deployment("connecting"))
                 pending.set_reason(f"connecting to {pending.target}")
                 self.store.save_cluster(rec)
                 connecting.append(pending)
                 return pending.view(), rec.id
             # Build the fabric before persisting: a fabric that is not available fails here.
-            fabric = self._make_fabric(spec, topology, spares, rec.id)
+            fabric = self.make_fabric(spec, topology, spares, rec.id)
             rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
                                 planner=self.planner)
             rt.set_deployment(rt.deployment)
@@ -283,14 +277,14 @@ class ControlPlane:
         out = self.mutation("CreateTrainiumCluster", actor, str(body.get("name", "")), do, body=body,
                             client_token=client_token, replay=self.describe_cluster)
         for rt in created:  # only after the commit: nothing runs for an unpersisted cluster
-            self._install(rt)
+            self.install(rt)
             out = rt.view()
         for pending in connecting:
-            self._connect(pending)
+            self.connections.connect(pending)
             out = pending.view()
         return out
 
-    def _make_fabric(self, spec: ClusterSpec, topology: Topology, spares: tuple[int, ...],
+    def make_fabric(self, spec: ClusterSpec, topology: Topology, spares: tuple[int, ...],
                      cluster_id: str, timeline: Timeline | None = None) -> Fabric:
         # A fabric of worker processes keeps checkpoints, logs and its key in the
         # cluster's own directory; the twin ignores options.
@@ -298,117 +292,10 @@ class ControlPlane:
                 "hang_restarts": self.hang_restarts}
         return self.fabric_factory(spec.fabric, topology, timeline or self.tl, spares, self.tl.seed, options=opts)
 
-    # --- fabrics built off the engine thread (control.connect) ---------------------------------
-    def _builds_off_engine(self, spec: ClusterSpec) -> bool:
-        """Served (an engine thread runs), a fabric that may wait on the network or an
-        external command is built on a thread; in virtual time the caller is the engine
-        and nothing else runs meanwhile, so it is built inline."""
-        return self._serving and self.reaches_out(spec.fabric)
-
-    def _connect(self, pending: ConnectingCluster) -> None:
-        """Register ``pending`` and start building its fabric (engine thread)."""
-        self.connecting[pending.id] = pending
-        self.names[pending.rec.name] = pending.id
-        pending.logs.append(self.now(), f"connecting to {pending.target} (timeout "
-                                        f"{self.connector.timeout_s:g} s)", step="fabric-connection")
-        held = HeldTimeline(self.tl)
-        # The fabric keeps the held timeline as its own: it only submits, reads ``now``
-        # and ``stopping``, which the held one forwards.
-        as_timeline: Any = held
-
-        def build() -> Fabric:
-            return self._make_fabric(pending.spec, pending.topology, pending.spares, pending.id, as_timeline)
-
-        self.connector.start(pending.id, build, functools.partial(self._connected, pending, held))
-
-    def _connected(self, pending: ConnectingCluster, held: HeldTimeline, fabric: Fabric | None,
-                   reason: str | None) -> None:
-        """The build answered (engine thread): install the cluster, or fail it with why."""
-        if pending.settled or self.connecting.get(pending.id) is not pending:
-            if fabric is not None:  # deleted (or failed) meanwhile: nobody owns it
-                discard(fabric)
-            return
-        pending.settled = True
-        rt = None
-        if fabric is not None:
-            try:
-                rt = ClusterRuntime(pending.rec, pending.spec, fabric.topology, fabric, spares=pending.spares,
-                                    clock=self._clock)
-            except PodfleetError as exc:
-                reason = exc.message
-                discard(fabric)
-        if rt is None:
-            self._connect_failed(pending, f"cannot connect to {pending.target}: {reason}")
-            return
-        del self.connecting[pending.id]
-        pending.logs.append(self.now(), f"connected to {pending.target}", step="fabric-connection")
-        rt.logs = pending.logs
-        if pending.restored:
-            self._restore_health(rt)
-            rt.set_reason("fabric reconnected after a restart")
-            rt.logs.closed = rt.state != ClusterState.DEPLOYING
-        if rt.state == ClusterState.DEPLOYING:
-            rt.deployment = pending_deployment("pending")
-            rt.set_deployment(rt.deployment)
-        rt.set_connected(None)
-        self.store.save_cluster(rt.rec)
-        self._install(rt)
-        if pending.restored:
-            self._restore_links(rt)
-        held.release()  # the fabric's first events, now that the plane is subscribed
-        if pending.held_jobs:
-            self.jobs.resume_restored(pending.held_jobs)
-        if pending.restored:
-            # A fabric reached after the reload (Ray) shows its detached gangs only now:
-            # what no job claimed goes, as ``restore_all`` does for the fabrics it found.
-            reattach.discard_unadopted([rt], self.now())
-
-    def _connect_failed(self, pending: ConnectingCluster, reason: str) -> None:
-        """No fabric: a new cluster (or one still deploying) fails with ``reason``; a
-        deployed one reloaded at a restart keeps its state, shown with the reason, and
-        is tried again at the next restart. Either way it stays listed until deleted."""
-        pending.failed = reason
-        pending.logs.append(self.now(), reason, step="fabric-connection")
-        if pending.state == ClusterState.DEPLOYING:
-            pending.set_deployment({**pending.deployment, "state": "failed"})
-            # Not retried at a restart: the operator deletes it and creates it again.
-            pending.set_connected(False)
-            self.set_cluster_state(pending, ClusterState.FAILED, reason)
-        elif pending.restored and self._serving:
-            # A deployed cluster whose fabric is a dependency that may come back (a Ray head
-            # restarting): tried again with backoff, its jobs held meanwhile.
-            pending.attempts += 1
-            delay = retry_delay(pending.attempts)
-            why = f"{reason}; trying again in {delay:g} s (attempt {pending.attempts})"
-            pending.set_reason(why, self.now())
-            self.store.save_cluster(pending.rec)
-            pending.logs.append(self.now(), why, step="fabric-connection")
-            for job_id in pending.held_jobs:
-                job = self.table.find(job_id)
-                if job is not None and not job.ended:
-                    self.table.set_reason(job, f"waiting for its cluster's fabric: {why}")
-            self.tl.call_at(delay, functools.partial(self._reconnect_restored, pending))
-            return
-        else:
-            pending.set_reason(reason, self.now())
-            self.store.save_cluster(pending.rec)
-        pending.logs.closed = True
-        if pending.held_jobs:
-            self.jobs.resume_restored(pending.held_jobs, f"its cluster's fabric could not be reached after a "
-                                                         f"restart: {reason}")
-
-    def _reconnect_restored(self, pending: ConnectingCluster) -> None:
-        """Engine thread: connect a reloaded cluster again, unless deleted meanwhile."""
-        if self.connecting.get(pending.id) is not pending or self.tl.stopping:
-            return
-        pending.settled = False
-        pending.failed = None
-        self._connect(pending)
-
     def cluster_log(self, ref: str) -> tuple[LogBuffer, Callable[[], JsonObject]]:
         """A cluster's deployment and fabric log, and its deployment progress as it is now
         (the progress follows the cluster from connecting to deployed)."""
-        pending = self._connecting(ref)
+        pending = self.connections.find(ref)
         rt: ClusterRuntime | ConnectingCluster = pending if pending is not None else self.resolve(ref)
         cid = rt.id
 
@@ -418,17 +305,7 @@ class ControlPlane:
 
         return rt.logs, progress
 
-    def _connecting(self, ref: str) -> ConnectingCluster | None:
-        cid = self.names.get(ref, ref)
-        pending = self.connecting.get(cid)
-        if pending is None and self.connecting and cid not in self.clusters:
-            try:
-                pending = self.connecting.get(resolve_ref(ref, self.connecting, "cluster"))
-            except PodfleetError:
-                return None
-        return pending
-
-    def _install(self, rt: ClusterRuntime) -> None:
+    def install(self, rt: ClusterRuntime) -> None:
         self.clusters[rt.id] = rt
         self.names[rt.rec.name] = rt.id
         self.jobs.attach(rt)  # its job driver, from what its fabric declares
@@ -488,7 +365,7 @@ class ControlPlane:
         """True when a cluster's scheduler figures were last brought up to date more than
         two ticks ago (nobody read them lately): an API reader should ask the engine to
         refresh them (``refresh_metrics``) before it reads."""
-        if self._connecting(ref) is not None:
+        if self.connections.find(ref) is not None:
             return False  # no scheduler yet
         rt = self.resolve(ref)
         return self.tl.now - rt.metrics_at > 2 * self.telemetry_interval_s
@@ -513,7 +390,7 @@ class ControlPlane:
 
     def resolve(self, ref: str) -> ClusterRuntime:
         """A live cluster by id, name, or a unique id prefix."""
-        pending = self._connecting(ref)
+        pending = self.connections.find(ref)
         if pending is not None:
             what = (f"has no fabric: {pending.failed}; delete it and create it again" if pending.failed
                     else f"is still connecting to {pending.target}; try again once it is active")
@@ -526,7 +403,7 @@ class ControlPlane:
 
     def delete_cluster(self, ref: str, *, actor: str = "system") -> JsonObject:
         def do() -> tuple[JsonObject, str]:
-            pending = self._connecting(ref)
+            pending = self.connections.find(ref)
             if pending is not None:  # its build, if still running, is discarded when it answers
                 self.set_cluster_state(pending, ClusterState.DELETING, "delete requested")
                 self.set_cluster_state(pending, ClusterState.DELETED, "deleted")
@@ -548,7 +425,7 @@ class ControlPlane:
         return self.mutation("DeleteCluster", actor, ref, do)
 
     def describe_cluster(self, ref: str) -> JsonObject:
-        pending = self._connecting(ref)
+        pending = self.connections.find(ref)
         if pending is not None:
             return pending.view()
         cid = self.names.get(ref) or resolve_ref(ref, self.clusters, "cluster")
@@ -614,19 +491,21 @@ class ControlPlane:
             def lose() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)
                 rt = self.resolve(ref)
-                out = self.jobs.lose_pod(rt, pod)
+                out = podloss.lose_pod(self.jobs, rt, pod, self.now())
                 self.render(rt)
                 return out
             return self.mutation("InjectFault", actor, ref, lose, body={"kind": kind, "pod": pod})
         if kind == KILL_WORKER:  # fabrics of worker processes: kill one rank's worker
             def kill() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)
-                return self.jobs.kill_worker(self.resolve(ref), rank, job)
+                rt = self.resolve(ref)
+                return faults.kill_worker(self.jobs.driver(rt), rt, rank, job)
             return self.mutation("InjectFault", actor, ref, kill, body={"kind": kind, "rank": rank, "jobId": job})
         if kind == SLOW_WORKER:  # likewise: slow one rank's worker down
             def slow() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)
-                return self.jobs.slow_worker(self.resolve(ref), rank, job, factor)
+                rt = self.resolve(ref)
+                return faults.slow_worker(self.jobs.driver(rt), rt, rank, job, factor)
             return self.mutation("InjectFault", actor, ref, slow,
                                  body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
 
@@ -666,98 +545,8 @@ class ControlPlane:
                 break
             after = page[-1].id
             for rec in page:
-                self._restore_cluster(rec)
+                self.connections.restore(rec)
         self.jobs.restore_all()
-
-    def _restore_health(self, rt: ClusterRuntime) -> None:
-        """What a restart keeps of the chips' health: failed chips isolated and degraded
-        chips degraded (a fresh twin would otherwise heal them all)."""
-        fab = rt.fabric
-        for h in self.store.list_chip_health(rt.id):
-            if h.chip >= rt.topology.n_chips:
-                continue
-            if h.state in (ChipState.FAILED, ChipState.ISOLATED):
-                fab.set_chip_state(h.chip, ChipState.ISOLATED, "isolated before the restart")
-            elif h.state == ChipState.DEGRADED and fab.chip_states()[h.chip] == ChipState.HEALTHY:
-                fab.set_chip_state(h.chip, ChipState.DEGRADED, "degraded before the restart")
-
-    def _restore_links(self, rt: ClusterRuntime) -> None:
-        """What a restart keeps of the links: down links down and degraded links degraded
-        (a fresh twin would show them whole, and a job would count as rerouted over a
-        link that is up). Set once the plane is subscribed: the link events reach the
-        recovery service, whose link flow reroutes again and whose ``LinkImpact`` picks
-        up each job's step time from before the fault, persisted with the job."""
-        fab, links = rt.fabric, rt.rec.status.links or {}
-        if not links or not isinstance(fab, LinkControl):
-            return
-        now = fab.link_states()
-        for key, word in links.items():
-            link = int(key)
-            if link < len(now) and now[link] == LinkState.UP and word != LinkState.UP.value:
-                fab.set_link_state(link, LinkState(word), f"{word} before the restart")
-
-    def _restore_cluster(self, rec: ClusterRecord) -> None:
-        spec = ClusterSpec.parse(rec.spec)
-        topology = spec.topology()
-        # Clusters persisted before spares were chosen by the scheduler had the last N chips.
-        stored = rec.status.spares
-        spares = cluster_spares(spec, topology, stored if stored is not None else
-                                range(topology.n_chips - spec.total_spares(), topology.n_chips))
-        if rec.state == ClusterState.DELETING:
-            ClusterRecordOwner(rec).transition(ClusterState.DELETED, rec.status.reason, rec.updated_at)
-            self.store.save_cluster(rec)
-            return
-        try:
-            self.access.check(spec)  # an address or command no longer allowed is not reached
-            refused = None
-        except PodfleetError as exc:
-            refused = exc.message
-        if rec.status.fabric_connected is False or refused or self._builds_off_engine(spec):
-            # Never connected or no longer allowed (listed, failed, until deleted), or
-            # connected again off the engine thread: its jobs wait for the fabric
-            # (``JobManager.resume_restored``).
-            pending = ConnectingCluster(rec, spec, topology, spares, _target(spec), restored=True)
-            if rec.status.fabric_connected is False or refused:
-                pending.settled = True
-                pending.failed = refused or rec.status.reason or "no fabric"
-                if refused:  # shown, not persisted: allowed again, it reconnects at a restart
-                    pending.set_reason(f"not reconnected after a restart: {refused}")
-                pending.logs.append(self.now(), pending.failed)
-                pending.logs.closed = True
-                self.connecting[pending.id] = pending
-                self.names[rec.name] = pending.id
-            else:
-                pending.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
-                pending.set_reason(f"reconnecting to {pending.target} after a restart")
-                self._connect(pending)
-            return
-        try:
-            fabric = self._make_fabric(spec, topology, spares, rec.id)
-        except PodfleetError as exc:
-            owner, why = ClusterRecordOwner(rec), f"fabric unavailable after restart: {exc.message}"
-            if rec.state == ClusterState.DEPLOYING:
-                owner.transition(ClusterState.FAILED, why, rec.updated_at)
-            else:
-                owner.set_reason(why)
-            self.store.save_cluster(rec)
-            return
-        rt = ClusterRuntime(rec, spec, fabric.topology, fabric, spares=spares, clock=self._clock,
-                            planner=self.planner)
-        self._restore_health(rt)
-        if rec.state == ClusterState.DEPLOYING:
-            rt.deployment = {**rt.deployment, "state": "pending"}
-        rt.logs.append(self.now(), f"cluster reloaded from the store in state {rec.state}")
-        # A follow of the log ends with the deployment; a deployed cluster has none running.
-        rt.logs.closed = rec.state != ClusterState.DEPLOYING
-        self._install(rt)
-        self._restore_links(rt)
-
-
-def _target(spec: ClusterSpec) -> str:
-    """What a fabric's build reaches, for messages."""
-    if spec.neuron_ls is not None:
-        return f"the host's Neuron devices (neuron-ls {spec.neuron_ls!r})"
-    return f"fabric {spec.fabric}" + (f" at {spec.ray_address}" if spec.ray_address else "")
 
 
 def _audit_detail(body: JsonObject | None) -> JsonObject:

@@ -6,7 +6,9 @@
 * ``wait``: workers stopped (the lost pod's ranks are gone); the job keeps its other pods'
   chips and stays RECOVERING with the reason shown until the pod's chips are back (a
   repair) or another pod has the same block free; then it runs again from its checkpoint
-  (``relaunch_waiting``, from the job manager's cycle).
+  (``relaunch_waiting``, from the job manager's cycle). The pod it waits for is persisted
+  with the job (``JobStatus.pod_wait``), so a restarted plane keeps waiting for it, with
+  the same reason and the same kept pods.
 * ``shrink``: the job goes on on its other pods, with the planner re-planning TP/PP/DP for
   that smaller placement; its state comes from a data-parallel replica that lost no rank
   (none with ZeRO's sharded optimizer state), else from its checkpoint. A job it cannot
@@ -37,7 +39,7 @@ from podfleet.scheduler.jobs import JobPhase
 from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
-    from podfleet.control.drivers import JobDriver
+    from podfleet.control.drivers import JobDriver, RecoveryPort
     from podfleet.control.jobtable import JobTable
     from podfleet.control.runtime import ClusterRuntime
 
@@ -50,17 +52,15 @@ class JobManagerOps(Protocol):
     @property
     def table(self) -> JobTable: ...
 
-    @property
-    def pod_waits(self) -> dict[str, int]:
-        """job id -> the lost pod it waits for (on-pod-loss wait)."""
-
     def driver(self, rt: ClusterRuntime) -> JobDriver: ...
+
+    @property
+    def recovery(self) -> RecoveryPort | None:
+        """The recovery service, told to let go of a job a policy moves as a whole."""
 
     def save_health(self, rt: ClusterRuntime) -> None: ...
 
     def schedule(self, rt: ClusterRuntime) -> None: ...
-
-    def let_go(self, rt: ClusterRuntime, job_id: str) -> None: ...
 
 
 def lose_pod(jm: JobManagerOps, rt: ClusterRuntime, pod: int | None, now: float) -> tuple[JsonObject, str]:
@@ -92,7 +92,8 @@ def lose_pod(jm: JobManagerOps, rt: ClusterRuntime, pod: int | None, now: float)
 
 def _act(jm: JobManagerOps, rt: ClusterRuntime, job: Job, topo: FleetTopology, pod: int, why: str) -> str:
     policy = job.spec.on_pod_loss or "requeue"
-    jm.let_go(rt, job.id)  # the orchestrator's per-chip moves cannot bring a whole pod back
+    if jm.recovery is not None:  # the orchestrator's per-chip moves cannot bring a whole pod back
+        jm.recovery.let_go(rt, job.id)
     if policy == "wait":
         _wait(jm, rt, job, topo, pod, why)
     elif policy == "shrink":
@@ -125,7 +126,8 @@ def _wait(jm: JobManagerOps, rt: ClusterRuntime, job: Job, topo: FleetTopology, 
     for c in alloc.chips:
         if topo.split_pod(c) == pod:
             rt.owners.release_chip(c, job.id)  # its other pods' chips stay its own
-    jm.pod_waits[job.id] = pod
+    # Persisted with the transition (``JobStatus.pod_wait``): a restart keeps the wait.
+    jm.table.amend(job, pod_wait=pod, view=False)
     jm.table.transition(job, JobState.RECOVERING, waiting_reason(why, pod, job.status.checkpoint_step))
 
 
@@ -138,7 +140,7 @@ def relaunch_waiting(jm: JobManagerOps, rt: ClusterRuntime, job: Job) -> None:
     """A job waiting for its lost pod: run it again from its checkpoint once the pod's chips
     are back, or on another pod that has the same block free (fewest blocks crossed first)."""
     topo = rt.topology
-    pod = jm.pod_waits.get(job.id)
+    pod = job.status.pod_wait
     alloc = job.status.allocation
     if pod is None or alloc is None or not isinstance(topo, FleetTopology):
         return
@@ -162,7 +164,7 @@ def relaunch_waiting(jm: JobManagerOps, rt: ClusterRuntime, job: Job) -> None:
     where = f"pod {pod} is back" if target == gone else f"pod {topo.split_pod(target[0])} took pod {pod}'s ranks"
     new = Allocation(chips, alloc.shape, f"after the loss of pod {pod}: {where}", pods=pods,
                      blocks=tuple(topo.block_of(p) for p in pods))
-    del jm.pod_waits[job.id]
+    jm.table.amend(job, pod_wait=None, view=False)  # persisted with the launch's transitions
     jm.table.log(job, f"on-pod-loss wait: {where}; resuming from checkpoint step {job.status.checkpoint_step}")
     dispatch.launch(jm.table, jm.driver(rt), rt, job, new)
 

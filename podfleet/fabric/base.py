@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from podfleet.hardware.topology import Topology
-from podfleet.states import check_transition
+from podfleet.states import any_to_any, check_transition
 from podfleet.training.config import EXIT_BAD_INPUT, EXIT_OK, EXIT_PEER_LOST
 
 if TYPE_CHECKING:  # type-only: worker processes import this module without the engine
@@ -45,11 +45,7 @@ class LinkState(StrEnum):
     DOWN = "down"
 
 
-LINK_TRANSITIONS: dict[LinkState, frozenset[LinkState]] = {
-    LinkState.UP: frozenset({LinkState.DEGRADED, LinkState.DOWN}),
-    LinkState.DEGRADED: frozenset({LinkState.UP, LinkState.DOWN}),
-    LinkState.DOWN: frozenset({LinkState.UP, LinkState.DEGRADED}),
-}
+LINK_TRANSITIONS: dict[LinkState, frozenset[LinkState]] = any_to_any(LinkState)
 
 
 def check_link_transition(src: LinkState, dst: LinkState) -> None:

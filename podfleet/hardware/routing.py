@@ -41,10 +41,8 @@ from podfleet.hardware.topology import GridTopology, Topology
 __all__ = ["NoRouteError", "Route", "Router", "dor_route"]
 
 
-class NoRouteError(ConflictError):
+class NoRouteError(ConflictError, code="no-route"):
     """The surviving links do not join the two chips."""
-
-    code = "no-route"
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ class LinkImpact:
     next progress report as a running job. Watches live in memory; the time noted at the
     fault is also kept with the job (``JobTable.set_link_baseline``) while the link is
     not up. A restarted control plane sets its down and degraded links again
-    (``ControlPlane._restore_links``), and the link event that makes rebuilds the watch
+    (``control.events.restore_links``), and the link event that makes rebuilds the watch
     from what each job kept: the relaunched job's step times are then compared with the
     ones from before the fault, not with its own on the detour.
     """

@@ -55,10 +55,8 @@ class JobPolicy:
 # Derivation in docs/health.md, "Recovery costs".
 
 
-class MeasuredCostsError(PodfleetError):
+class MeasuredCostsError(PodfleetError, code="measured-costs"):
     """The measured-costs data file is missing or malformed: a broken install, not bad input."""
-
-    code = "measured-costs"
 
 
 @dataclass(frozen=True)

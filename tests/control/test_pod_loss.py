@@ -8,7 +8,8 @@ import pytest
 
 from podfleet.control import ControlPlane
 from podfleet.errors import PodfleetError
-from tests.control.conftest import active_cluster, advance
+from podfleet.store.protocol import StoreProtocol
+from tests.control.conftest import active_cluster, advance, make_plane
 
 
 def _job(plane: ControlPlane, cluster: str, **spec: object) -> dict:
@@ -86,6 +87,39 @@ def test_wait_resumes_when_the_pod_returns(plane: ControlPlane) -> None:
     advance(plane, 30)
     back = plane.jobs.describe(job["id"])
     assert back["state"] == "RUNNING" and back["allocation"]["chips"] == job["allocation"]["chips"], back
+
+
+def test_wait_survives_a_control_plane_restart(store: StoreProtocol) -> None:
+    # The wait is persisted with the job: a restarted plane still waits for that pod (same
+    # reason, same kept pod), rather than moving the lost ranks chip by chip, and resumes
+    # on the same chips when the pod is repaired.
+    p1 = make_plane(store)
+    cl = active_cluster(p1, "fleet", pods=4, pods_per_block=2)
+    job = _job(p1, cl["id"], chips=128, on_pod_loss="wait")
+    blocker = _job(p1, cl["id"], chips=128)  # the other two pods: nowhere else to go
+    assert job["state"] == blocker["state"] == "RUNNING"
+    lost, kept = min(_pods(job)), max(_pods(job))
+    p1.inject_fault(cl["id"], "pod-loss", pod=lost, actor="test")
+    advance(p1, 30)
+    before = p1.jobs.describe(job["id"])
+    assert before["state"] == "RECOVERING" and f"waiting for pod {lost} to return" in before["reason"], before
+    p2 = make_plane(store, seed=1)  # "crash": a new plane on the same store
+    p2.load()
+    advance(p2, 60)
+    after = p2.jobs.describe(job["id"])
+    assert after["state"] == "RECOVERING", after
+    assert after["reason"] == before["reason"], after["reason"]
+    owners = p2.resolve(cl["id"]).owners
+    kept_chips = range(kept * 64, kept * 64 + 64)
+    assert all(owners.get(c) == job["id"] for c in kept_chips)  # it keeps its other pod
+    assert not any(owners.get(c) == job["id"] for c in range(lost * 64, lost * 64 + 64))
+    assert p2.jobs.describe(blocker["id"])["state"] == "RUNNING"
+    _repair_pod(p2, cl["id"], lost)
+    advance(p2, 30)
+    back = p2.jobs.describe(job["id"])
+    assert back["state"] == "RUNNING" and back["allocation"]["chips"] == job["allocation"]["chips"], back
+    log = "\n".join(str(x) for x in p2.jobs.job_logs(job["id"]).since(0))
+    assert f"on-pod-loss wait: pod {lost} is back" in log, log
 
 
 def test_shrink_goes_on_on_its_other_pods_re_planned(plane: ControlPlane) -> None:

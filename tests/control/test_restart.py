@@ -3,25 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from podfleet.fabric.base import ChipState
-from podfleet.store import StoreProtocol, open_store
-from podfleet.store.memory import MemoryStore
+from podfleet.store import StoreProtocol
 from tests.control.conftest import active_cluster, advance, make_plane
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreProtocol]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    s = open_store(f"sqlite:///{tmp_path / 'pf.db'}")
-    yield s
-    s.close()
 
 
 def test_restart_resumes_running_jobs_from_checkpoint(store: StoreProtocol) -> None:
