@@ -31,6 +31,28 @@ from podfleet.scheduler.types import JobRequest, Nomination, Placement
 
 CycleState = dict[str, Any]  # scratch shared by one job's hooks within one cycle
 
+# Cycle state key: (placement, its global chips as an int64 array) where the stage that
+# chose the placement had the array anyway (a gang across pods: thousands of chips), so
+# Reserve and Permit read the array rather than convert the placement's tuple again.
+PLACED_CHIPS = "placed_chips"
+
+
+def placed_array(state: CycleState, placement: Placement) -> np.ndarray | None:
+    """The array of ``placement``'s chips the cycle left, or None."""
+    placed = state.get(PLACED_CHIPS)
+    if placed is not None and placed[0] is placement:
+        chips: np.ndarray = placed[1]
+        return chips
+    return None
+
+
+def placed_chips(state: CycleState, placement: Placement) -> np.ndarray:
+    """``placement.chips`` as an int64 array: the one the cycle left, or converted."""
+    chips = placed_array(state, placement)
+    if chips is None:
+        chips = np.fromiter(placement.chips, dtype=np.int64, count=len(placement.chips))
+    return chips
+
 
 class ShapePlan(Protocol):
     """A plan of one job on one block shape, as placement ranks it (it travels with the

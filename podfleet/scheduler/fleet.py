@@ -42,7 +42,7 @@ from podfleet.hardware.topology import FleetTopology, GridTopology, NetworkLevel
 from podfleet.perf.layout import job_topology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import BlockIndex
-from podfleet.scheduler.extension import CycleState, FleetPlanner
+from podfleet.scheduler.extension import PLACED_CHIPS, CycleState, FleetPlanner
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
 
@@ -113,37 +113,54 @@ def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_coun
            n: int, *, first_fit: bool = False) -> tuple[np.ndarray | None, int]:
     """N pods among ``feasible`` (bool per pod): (pods in rank order, spine crossings), or
     (None, -1). ``first_fit``: the first N feasible pods by index (the baseline)."""
-    pods = np.flatnonzero(feasible)
-    if len(pods) < n:
-        return None, -1
     k = topo.pods_per_block
     if first_fit:
+        pods = np.flatnonzero(feasible)
+        if len(pods) < n:
+            return None, -1
         pick = pods[:n]
-        blocks = pick // k
-        return pick, _crossings(blocks)
-    blk = pods // k
-    per_block = np.bincount(blk, minlength=topo.n_blocks)
+        return pick, _crossings(pick // k)
+    # Feasible pods per block in one pass over the pods (blocks are runs of k pods).
+    per_block = np.add.reduceat(feasible, _block_starts(topo.count, k), dtype=np.int64)
+    if int(per_block.sum()) < n:
+        return None, -1
     enough = np.flatnonzero(per_block >= n)
     if len(enough):
         b = int(enough[np.argmin(per_block[enough])])  # best-fit block
-        return _fullest(pods[blk == b], free_count, n), 0
+        return _fullest(_in_block(feasible, b, k), free_count, n), 0
     if job.topology_required == "block":
         return None, -1
     # Fewest blocks: the blocks with the most feasible pods first.
     chosen: list[np.ndarray] = []
     left = n
-    for b in np.argsort(-per_block, kind="stable"):
-        if left <= 0 or per_block[b] == 0:
+    for b in np.argsort(-per_block, kind="stable").tolist():
+        have = int(per_block[b])
+        if left <= 0 or have == 0:
             break
-        take = min(left, int(per_block[b]))
-        chosen.append(_fullest(pods[blk == b], free_count, take))
+        take = min(left, have)
+        chosen.append(_fullest(_in_block(feasible, b, k), free_count, take))
         left -= take
     pick = np.concatenate(chosen)
     return pick, _crossings(pick // k)
 
 
+@functools.lru_cache(maxsize=64)
+def _block_starts(count: int, k: int) -> np.ndarray:
+    """The first pod of each network block (the last block may be shorter)."""
+    starts = np.arange(0, count, k)
+    starts.setflags(write=False)
+    return starts
+
+
+def _in_block(feasible: np.ndarray, b: int, k: int) -> np.ndarray:
+    """Block ``b``'s feasible pods, by index."""
+    return b * k + np.flatnonzero(feasible[b * k:(b + 1) * k])
+
+
 def _fullest(pods: np.ndarray, free_count: np.ndarray, take: int) -> np.ndarray:
     """The ``take`` fullest of ``pods`` (one block's, by index), ties by index, in index order."""
+    if take >= len(pods):
+        return pods  # all of them, already in index order
     order = np.argsort(free_count[pods], kind="stable")
     return np.sort(pods[order[:take]])
 
@@ -217,12 +234,12 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             pick, cross = choose(job, topo, feasible, free_count, n, first_fit=first_fit)
             if pick is None:
                 break
-            ids, rows, is_pref = _size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
-            # The chosen pods' free blocks of this size for this job, all pods in one call.
-            status, pod_free = fw.job_free_pods(state, job, pick)
+            ids, rows, is_pref, cols = _size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
+            # The chosen pods' free blocks of this size for this job, all pods in one call
+            # (blocks of one size have consecutive ids: a slice of each pod's row).
+            status, cand = fw.job_free_pods(state, job, pick, cols)  # [n, blocks of size s]
             if not status.ok:
                 return status, None
-            cand = pod_free[:, ids]  # [n, blocks of size s]
             has = cand.any(axis=1)
             if not has.all():
                 feasible = feasible.copy()
@@ -231,7 +248,9 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             # The job's preferred shape on every pod where it is free there, else the first free.
             same = cand & is_pref
             chosen = np.where(same.any(axis=1), same.argmax(axis=1), cand.argmax(axis=1))
-            return st.SUCCESS, _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
+            placement, chips = _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
+            state[PLACED_CHIPS] = (placement, chips)  # Reserve and Permit read the array
+            return st.SUCCESS, placement
         if not missing:  # the first (fewest pods) way to split says what is missing
             missing = _missing(job, topo, n, s, np.asarray(feasible), int(feasible.sum()), fw.pods_with_free())
     return st.unschedulable(missing or "no way to split the gang across pods").by("fleet"), None
@@ -244,24 +263,30 @@ def _missing(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.
 
 
 @functools.lru_cache(maxsize=256)
-def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int, comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(block ids, chips in ring order, is the job's preferred shape) of every ``s``-chip block."""
+def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int,
+                 comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice | np.ndarray]:
+    """(block ids, chips in ring order, is the job's preferred shape, the ids as a slice
+    when they run consecutively, as blocks of one size do) of every ``s``-chip block."""
     from podfleet.scheduler.plugins.topology_block import preferred_shape
 
     ids, rows = idx.blocks_for(s)
     is_pref = idx.block_shape[ids] == idx.shape_id[preferred_shape(grid, s, tp, comm)]
     is_pref.setflags(write=False)
-    return ids, rows, is_pref
+    run = len(ids) > 0 and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids)))
+    cols: slice | np.ndarray = slice(int(ids[0]), int(ids[0]) + len(ids)) if run else ids
+    return ids, rows, is_pref, cols
 
 
 def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
-               ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> Placement:
+               ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> tuple[Placement, np.ndarray]:
+    """The placement, and its global chips (rank order) as an array."""
     from podfleet.scheduler.cores import cores_per_chip
 
     cl = fw.handle.cluster
     idx, per = cl.blocks, cl.chips_per_pod
     local = rows[chosen]  # [pods, s] pod-local chips in ring order
-    chips = tuple((local + pick[:, None] * per).ravel().tolist())
+    chips_arr = (local + pick[:, None] * per).ravel()
+    chips = tuple(chips_arr.tolist())
     block_ids = tuple(ids[chosen].tolist())
     shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
     pods = tuple(pick.tolist())
@@ -273,7 +298,7 @@ def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.nda
         shape=(len(pods), *shape), offset=(pods[0], *(int(v) for v in idx.block_offset[block_ids[0]])),
         cores_per_chip=cores_per_chip(cl.pods[0].grid.chip_type), plan=plan,
         reason=describe_choice(choice, shape), pods=pods, blocks=choice.blocks,
-    )
+    ), chips_arr
 
 
 def fleet_plan(fw: Framework, job: JobRequest, topo: FleetTopology, n: int, shape: tuple[int, ...],
