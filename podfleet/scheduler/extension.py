@@ -193,6 +193,17 @@ class PostFilterPlugin(Protocol):
 
 
 @runtime_checkable
+class FleetPostFilterPlugin(Protocol):
+    """A PostFilter that also frees room for a gang across pods (``scheduler.fleet``):
+    a ``Nomination`` whose ``placement`` spans the pods it preempts on."""
+
+    name: str
+
+    def post_filter_across_pods(self, state: CycleState, job: JobRequest,
+                                diagnosis: str) -> tuple[Status, Nomination | None]: ...
+
+
+@runtime_checkable
 class ScorePlugin(Protocol):
     """Scores in [0, 100] per candidate; the framework multiplies by the configured weight."""
 

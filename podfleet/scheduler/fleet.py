@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -42,12 +42,25 @@ from podfleet.hardware.topology import FleetTopology, GridTopology, NetworkLevel
 from podfleet.perf.layout import job_topology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import BlockIndex
-from podfleet.scheduler.extension import PLACED_CHIPS, CycleState, FleetPlanner
+from podfleet.scheduler.extension import PLACED_CHIPS, CycleState, FleetPlanner, Handle
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
 
-if TYPE_CHECKING:
-    from podfleet.scheduler.framework import Framework
+
+class Framework(Protocol):
+    """What placement across pods asks of ``framework.Framework`` (a Protocol, so this
+    module, which the preemption plugin uses, does not import the framework)."""
+
+    handle: Handle
+
+    def summaries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def size_summary(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def pods_with_free(self) -> int: ...
+
+    def job_free_pods(self, state: CycleState, job: JobRequest, pods: np.ndarray,
+                      blocks: slice | np.ndarray | None = None) -> tuple[Status, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -119,7 +132,7 @@ def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_coun
         if len(pods) < n:
             return None, -1
         pick = pods[:n]
-        return pick, _crossings(pick // k)
+        return pick, crossings(pick // k)
     # Feasible pods per block in one pass over the pods (blocks are runs of k pods).
     per_block = np.add.reduceat(feasible, _block_starts(topo.count, k), dtype=np.int64)
     if int(per_block.sum()) < n:
@@ -141,7 +154,7 @@ def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_coun
         chosen.append(_fullest(_in_block(feasible, b, k), free_count, take))
         left -= take
     pick = np.concatenate(chosen)
-    return pick, _crossings(pick // k)
+    return pick, crossings(pick // k)
 
 
 @functools.lru_cache(maxsize=64)
@@ -165,7 +178,7 @@ def _fullest(pods: np.ndarray, free_count: np.ndarray, take: int) -> np.ndarray:
     return np.sort(pods[order[:take]])
 
 
-def _crossings(blocks: np.ndarray) -> int:
+def crossings(blocks: np.ndarray) -> int:
     """Spine crossings of a ring over pods in this order (closing edge included)."""
     if len(blocks) < 2:
         return 0
@@ -204,11 +217,12 @@ def describe_choice(c: FleetChoice, shape: tuple[int, ...]) -> str:
 
 
 def block_sizes(fw: Framework) -> frozenset[int]:
-    return _sizes(fw.handle.cluster.blocks)
+    return block_sizes_of(fw.handle.cluster.blocks)
 
 
 @functools.lru_cache(maxsize=16)
-def _sizes(idx: BlockIndex) -> frozenset[int]:
+def block_sizes_of(idx: BlockIndex) -> frozenset[int]:
+    """The block sizes a pod of this index holds."""
     return frozenset(int(v) for v in np.unique(idx.shape_size))
 
 
@@ -234,7 +248,7 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             pick, cross = choose(job, topo, feasible, free_count, n, first_fit=first_fit)
             if pick is None:
                 break
-            ids, rows, is_pref, cols = _size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
+            ids, rows, is_pref, cols = size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
             # The chosen pods' free blocks of this size for this job, all pods in one call
             # (blocks of one size have consecutive ids: a slice of each pod's row).
             status, cand = fw.job_free_pods(state, job, pick, cols)  # [n, blocks of size s]
@@ -248,7 +262,7 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             # The job's preferred shape on every pod where it is free there, else the first free.
             same = cand & is_pref
             chosen = np.where(same.any(axis=1), same.argmax(axis=1), cand.argmax(axis=1))
-            placement, chips = _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
+            placement, chips = placement_of(fw.handle, job, topo, pick, chosen, ids, rows, s, cross)
             state[PLACED_CHIPS] = (placement, chips)  # Reserve and Permit read the array
             return st.SUCCESS, placement
         if not missing:  # the first (fewest pods) way to split says what is missing
@@ -263,7 +277,7 @@ def _missing(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.
 
 
 @functools.lru_cache(maxsize=256)
-def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int,
+def size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int,
                  comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice | np.ndarray]:
     """(block ids, chips in ring order, is the job's preferred shape, the ids as a slice
     when they run consecutively, as blocks of one size do) of every ``s``-chip block."""
@@ -277,12 +291,13 @@ def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int,
     return ids, rows, is_pref, cols
 
 
-def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
+def placement_of(h: Handle, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
                ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> tuple[Placement, np.ndarray]:
-    """The placement, and its global chips (rank order) as an array."""
+    """The placement on ``pick``'s pods (the block ``ids[chosen]`` on each), and its
+    global chips (rank order) as an array."""
     from podfleet.scheduler.cores import cores_per_chip
 
-    cl = fw.handle.cluster
+    cl = h.cluster
     idx, per = cl.blocks, cl.chips_per_pod
     local = rows[chosen]  # [pods, s] pod-local chips in ring order
     chips_arr = (local + pick[:, None] * per).ravel()
@@ -291,7 +306,7 @@ def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.nda
     shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
     pods = tuple(pick.tolist())
     choice = FleetChoice(pods, tuple((pick // topo.pods_per_block).tolist()), block_ids, s, cross)
-    plan = fleet_plan(fw, job, topo, len(pods), shape, cross)
+    plan = fleet_plan(h, job, topo, len(pods), shape, cross)
     return Placement(
         job_id=job.job_id, pod=pods[0], chips=chips,
         local_chips=tuple(local.ravel().tolist()),
@@ -301,14 +316,14 @@ def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.nda
     ), chips_arr
 
 
-def fleet_plan(fw: Framework, job: JobRequest, topo: FleetTopology, n: int, shape: tuple[int, ...],
-               crossings: int) -> object | None:
+def fleet_plan(h: Handle, job: JobRequest, topo: FleetTopology, n: int, shape: tuple[int, ...],
+               n_crossings: int) -> object | None:
     """``parallelism: auto``: TP/PP/DP for this placement (a fleet of ``n`` pods of ``shape``
     blocks, priced at the network level the gang's ring crosses); None without a planner."""
-    planner = fw.handle.planner
+    planner = h.planner
     if job.parallelism != "auto" or not isinstance(planner, FleetPlanner):
         return None
-    level = topo.level("fleet" if crossings else "block")
+    level = topo.level("fleet" if n_crossings else "block")
     try:
         return _fleet_plan_cached(planner, job.model, job.grad_compression, job_fleet(topo, n, shape, level))
     except TypeError:  # an unhashable model: planned without the cache

@@ -25,6 +25,7 @@ from podfleet.scheduler.extension import (
     Candidates,
     CycleState,
     FilterPlugin,
+    FleetPostFilterPlugin,
     Handle,
     PermitPlugin,
     Plugin,
@@ -434,6 +435,21 @@ class Framework:
                 return s.by(p.name), result
             if s.code is not Code.SKIP:  # a plugin that does not apply leaves the reason as it was
                 last = s.by(p.name)  # its reason extends the diagnosis (why preemption did not help)
+        return last, None
+
+    def post_filter_across_pods(self, state: CycleState, job: JobRequest,
+                                diagnosis: str) -> tuple[Status, Nomination | None]:
+        """``post_filter`` for a gang across pods: the PostFilter plugins that can free room
+        on several pods (``FleetPostFilterPlugin``); the others (a one-pod reclaim) do not apply."""
+        last = st.unschedulable(diagnosis)
+        for p in self.post_filters:
+            if not isinstance(p, FleetPostFilterPlugin):
+                continue
+            s, result = p.post_filter_across_pods(state, job, diagnosis)
+            if s.ok:
+                return s.by(p.name), result
+            if s.code is not Code.SKIP:
+                last = s.by(p.name)
         return last, None
 
     def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from podfleet.errors import ConflictError
+from podfleet.scheduler import starvation
 from podfleet.scheduler import status as st
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
 from podfleet.scheduler.state import FREE, SchedulerView
@@ -71,6 +72,8 @@ class PreemptionContract:
             return Decision(job_id, DecisionKind.PREEMPT, st.wait(f"waiting for {', '.join(waiting)} to checkpoint"), victims=tuple(waiting))
         nom = rec.nomination
         assert nom is not None  # a NOMINATED job always carries its nomination (_nominate)
+        if nom.placement is not None:
+            return self._bind_across_pods(rec, nom.placement, now)
         pod = self.cluster.pods[nom.pod]
         local = tuple(nom.local_chips)
         held = {int(o) for o in pod.owner[list(local)] if o != FREE}
@@ -119,6 +122,24 @@ class PreemptionContract:
             self.pending[job_id] = None
             return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
         return d
+
+    def _bind_across_pods(self, rec: SchedulerJob, placement: Placement, now: float) -> Decision:
+        """Every victim of a gang across pods is saved: bind it on its nominated chips, or
+        requeue it when one of them failed or was taken meanwhile."""
+        chips = list(placement.chips)
+        a = self.cluster.arrays
+        if a.healthy.reshape(-1)[chips].all() and (a.flat_owner[chips] == FREE).all():
+            d = self._complete(rec, {}, placement, now)  # Reserve clears the nominations
+            if d is not None:
+                return d
+            why = rec.reason
+        else:
+            why = "Unschedulable: a nominated chip failed or was taken while victims checkpointed; requeued"
+        starvation.release(self.cluster, rec.slot, list(placement.all_pods))
+        self._to(rec, JobPhase.PENDING, now)
+        self.pending[rec.job_id] = None
+        rec.reason = why
+        return Decision(rec.job_id, DecisionKind.PENDING, st.unschedulable(why))
 
     def _moves_ready(self, rec: SchedulerJob, held: set[int]) -> dict[str, tuple[int, ...]]:
         """The preemptor's moves that can go now: job id -> global target chips, for jobs

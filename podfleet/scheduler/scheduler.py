@@ -303,10 +303,14 @@ class Scheduler(PreemptionContract):
             assert isinstance(self.topology, FleetTopology)  # across_pods says so
             s, placement = fleet.place(fw, state, job, self.topology, first_fit=self.fleet_first_fit)
             if placement is None:
-                # Preemption takes blocks of one pod; a gang across pods waits for free pods.
-                # A capacity failure: later gangs as large get the same answer this cycle.
+                # No free pods: preempt lower-priority jobs on the pods it needs
+                # (``fleet_preemption``), else a capacity failure: later gangs as large,
+                # at no higher priority, get the same answer this cycle.
+                ps, nom = fw.post_filter_across_pods(state, job, s.reason)
+                if ps.ok and nom is not None:
+                    return self._nominate(rec, nom, now)
                 self._capacity_failure = True
-                rec.reason = str(s)
+                rec.reason = str(ps if ps.code is not Code.SKIP else s)
                 return None
             return self._complete(rec, state, placement, now)
         s, cands = fw.find(state, job)
@@ -373,11 +377,15 @@ class Scheduler(PreemptionContract):
         return Decision(rec.job_id, DecisionKind.REJECTED, s)
 
     def _nominate(self, rec: SchedulerJob, nom: Nomination, now: float) -> Decision:
-        pod = self.cluster.pods[nom.pod]
-        pod.nominated[list(nom.local_chips)] = rec.slot
-        for m in nom.moves:  # the chips a moved job goes to are kept for it, as the block is
-            pod.nominated[list(m.local_chips)] = rec.slot
-        self.cluster.touch(pod)
+        if nom.placement is not None:  # a gang across pods: its chips on every pod it takes
+            self.cluster.arrays.flat_nominated[list(nom.placement.chips)] = rec.slot
+            self.cluster.touch_pods(nom.all_pods)
+        else:
+            pod = self.cluster.pods[nom.pod]
+            pod.nominated[list(nom.local_chips)] = rec.slot
+            for m in nom.moves:  # the chips a moved job goes to are kept for it, as the block is
+                pod.nominated[list(m.local_chips)] = rec.slot
+            self.cluster.touch(pod)
         for v in nom.victims:
             vr = self.jobs[v]
             self._to(vr, JobPhase.CHECKPOINTING, now)
@@ -420,7 +428,7 @@ class Scheduler(PreemptionContract):
         # its preemptor binds once the remaining victims report (victims_checkpointed).
         self._free_chips(rec)
         if rec.phase is JobPhase.NOMINATED and rec.nomination is not None:
-            starvation.release(self.cluster, rec.slot, [rec.nomination.pod])
+            starvation.release(self.cluster, rec.slot, list(rec.nomination.all_pods))
         if self._holder is not None and self._holder[0] == rec.slot:
             starvation.release(self.cluster, rec.slot, [self._holder[1]])
             self._holder = None

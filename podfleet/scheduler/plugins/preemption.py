@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from podfleet.scheduler import fleet_preemption
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import FREE
@@ -51,13 +52,7 @@ class Preemption:
         cl = h.cluster
         if not job.may_preempt:
             return st.unschedulable(diagnosis + "; its priority class never preempts"), None
-        now = float(state.get("now_s", h.now_s()))
-        evictable_slots = {
-            r.slot: float(r.request.priority)
-            for r in h.running.values()
-            if r.request.preemptible and r.request.priority < job.priority
-            and now - (r.started_s or 0.0) >= self.min_run_s and r.wait_s < self.protect_after_wait_s
-        }
+        evictable_slots = self.evictable(state, job)
         if not evictable_slots:
             return st.unschedulable(diagnosis + "; no lower-priority job to preempt (running >= "
                                     f"{self.min_run_s:.0f} s)"), None
@@ -68,6 +63,30 @@ class Preemption:
         owners = sorted({int(o) for o in cl.pods[p].owner[chips] if o != FREE})
         victims = tuple(h.slots[o] for o in owners)
         return st.SUCCESS, Nomination(p, block, tuple(int(c) for c in chips), victims)
+
+    def evictable(self, state: CycleState, job: JobRequest) -> dict[int, float]:
+        """The victims ``job`` may take chips from: slot -> priority."""
+        now = float(state.get("now_s", self.handle.now_s()))
+        return {
+            r.slot: float(r.request.priority)
+            for r in self.handle.running.values()
+            if r.request.preemptible and r.request.priority < job.priority
+            and now - (r.started_s or 0.0) >= self.min_run_s and r.wait_s < self.protect_after_wait_s
+        }
+
+    def post_filter_across_pods(self, state: CycleState, job: JobRequest,
+                                diagnosis: str) -> tuple[Status, Nomination | None]:
+        """A gang across pods: the same victims, on the pods and blocks ``fleet_preemption`` picks."""
+        if not job.may_preempt:
+            return st.unschedulable(diagnosis + "; its priority class never preempts"), None
+        evictable_slots = self.evictable(state, job)
+        if not evictable_slots:
+            return st.unschedulable(diagnosis + "; no lower-priority job to preempt (running >= "
+                                    f"{self.min_run_s:.0f} s)"), None
+        why, nom = fleet_preemption.choose(self.handle, job, evictable_slots)
+        if nom is None:
+            return st.unschedulable(f"{diagnosis}; {why}"), None
+        return st.SUCCESS, nom
 
 
 def evictable_blocks(h: Handle, job: JobRequest, evictable_slots: Collection[int]
