@@ -15,6 +15,7 @@ Order of one scheduling cycle for one job::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -104,6 +105,27 @@ class Handle:
     planner: ShapePlanner | None = None  # plans ``parallelism: auto`` jobs per block shape
     queues: QueueBook = field(default_factory=QueueBook)  # the cluster's queues and their usage
     reservations: ReservationBook = field(default_factory=ReservationBook)  # advance reservations
+    # How many ``running`` jobs have each base priority: whether any job could be a victim
+    # is a look at a few priorities, not a pass over every running job (a gang that finds
+    # no free pods asks on every try).
+    running_priorities: Counter[int] = field(default_factory=Counter)
+
+    def set_running(self, rec: SchedulerJob, running: bool) -> None:
+        """``rec`` is RUNNING now (True) or no longer (False): ``running`` and its counts follow."""
+        if running:
+            if rec.job_id not in self.running:
+                self.running_priorities[rec.request.priority] += 1
+            self.running[rec.job_id] = rec
+        elif self.running.pop(rec.job_id, None) is not None:
+            left = self.running_priorities[rec.request.priority] - 1
+            if left:
+                self.running_priorities[rec.request.priority] = left
+            else:
+                del self.running_priorities[rec.request.priority]
+
+    def any_running_below(self, priority: int) -> bool:
+        """Whether some running job has a lower base priority (a possible victim)."""
+        return any(p < priority for p in self.running_priorities)
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,8 @@ class Framework:
         self._static_filters = [f for f in self.filters if not f.job_dependent]
         # Which filters answer for many pods in one call (asked once, by the Protocol they declare).
         self._batch: dict[int, PodsFilterPlugin] = {id(f): f for f in self.filters if isinstance(f, PodsFilterPlugin)}
+        # Asked once here: a runtime-checkable Protocol's isinstance reads every member.
+        self._fleet_post_filters = [p for p in self.post_filters if isinstance(p, FleetPostFilterPlugin)]
 
     def _add(self, plugin: Plugin) -> None:
         """File ``plugin`` under every extension point whose Protocol it implements
@@ -145,7 +147,7 @@ class Framework:
         cl = self.handle.cluster
         if not cl.dirty:
             return
-        pods = np.fromiter(sorted(cl.dirty), dtype=np.int64)
+        pods = np.fromiter(sorted(cl.dirty), dtype=np.int64, count=len(cl.dirty))
         cl.dirty.clear()
         # Every changed pod at once: a gang across pods changes tens of them per bind.
         _, mask, _ = self._filter_pods(self._static_filters, {}, None, pods, cl.arrays.free(pods))
@@ -159,10 +161,10 @@ class Framework:
             free, shape_free, size_free = self._by_pattern(idx.pack(mask))
         self._free[pods] = free
         self._shape_free[pods] = shape_free
-        count = mask.sum(axis=1)
-        self._with_free += int((count > 0).sum()) - int((self._free_count[pods] > 0).sum())
+        count = np.count_nonzero(mask, axis=1)  # count_nonzero: bools counted without a cast
+        self._with_free += int(np.count_nonzero(count)) - int(np.count_nonzero(self._free_count[pods]))
         self._free_count[pods] = count
-        self._size_count += size_free.sum(axis=0) - self._size_free[pods].sum(axis=0)
+        self._size_count += np.count_nonzero(size_free, axis=0) - np.count_nonzero(self._size_free[pods], axis=0)
         self._size_free[pods] = size_free
 
     def _by_pattern(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -442,9 +444,7 @@ class Framework:
         """``post_filter`` for a gang across pods: the PostFilter plugins that can free room
         on several pods (``FleetPostFilterPlugin``); the others (a one-pod reclaim) do not apply."""
         last = st.unschedulable(diagnosis)
-        for p in self.post_filters:
-            if not isinstance(p, FleetPostFilterPlugin):
-                continue
+        for p in self._fleet_post_filters:
             s, result = p.post_filter_across_pods(state, job, diagnosis)
             if s.ok:
                 return s.by(p.name), result

@@ -356,10 +356,7 @@ class Scheduler(PreemptionContract):
         """Phase change plus team quota accounting (chips count while held or nominated)."""
         before, after = rec.phase in HOLDING, phase in HOLDING
         rec.to(phase, now)
-        if phase is JobPhase.RUNNING:
-            self.handle.running[rec.job_id] = rec
-        else:
-            self.handle.running.pop(rec.job_id, None)
+        self.handle.set_running(rec, phase is JobPhase.RUNNING)
         team, queue = rec.request.team, rec.request.queue
         if after != before:
             self.queues.advance(now)  # usage so far at the old chip count

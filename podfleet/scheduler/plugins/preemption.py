@@ -66,6 +66,8 @@ class Preemption:
 
     def evictable(self, state: CycleState, job: JobRequest) -> dict[int, float]:
         """The victims ``job`` may take chips from: slot -> priority."""
+        if not self.handle.any_running_below(job.priority):
+            return {}
         now = float(state.get("now_s", self.handle.now_s()))
         return {
             r.slot: float(r.request.priority)
