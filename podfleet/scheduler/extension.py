@@ -15,6 +15,7 @@ Order of one scheduling cycle for one job::
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +31,28 @@ from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Nomination, Placement
 
 CycleState = dict[str, Any]  # scratch shared by one job's hooks within one cycle
+
+# Cycle state key: (placement, its global chips as an int64 array) where the stage that
+# chose the placement had the array anyway (a gang across pods: thousands of chips), so
+# Reserve and Permit read the array rather than convert the placement's tuple again.
+PLACED_CHIPS = "placed_chips"
+
+
+def placed_array(state: CycleState, placement: Placement) -> np.ndarray | None:
+    """The array of ``placement``'s chips the cycle left, or None."""
+    placed = state.get(PLACED_CHIPS)
+    if placed is not None and placed[0] is placement:
+        chips: np.ndarray = placed[1]
+        return chips
+    return None
+
+
+def placed_chips(state: CycleState, placement: Placement) -> np.ndarray:
+    """``placement.chips`` as an int64 array: the one the cycle left, or converted."""
+    chips = placed_array(state, placement)
+    if chips is None:
+        chips = np.fromiter(placement.chips, dtype=np.int64, count=len(placement.chips))
+    return chips
 
 
 class ShapePlan(Protocol):
@@ -82,6 +105,27 @@ class Handle:
     planner: ShapePlanner | None = None  # plans ``parallelism: auto`` jobs per block shape
     queues: QueueBook = field(default_factory=QueueBook)  # the cluster's queues and their usage
     reservations: ReservationBook = field(default_factory=ReservationBook)  # advance reservations
+    # How many ``running`` jobs have each base priority: whether any job could be a victim
+    # is a look at a few priorities, not a pass over every running job (a gang that finds
+    # no free pods asks on every try).
+    running_priorities: Counter[int] = field(default_factory=Counter)
+
+    def set_running(self, rec: SchedulerJob, running: bool) -> None:
+        """``rec`` is RUNNING now (True) or no longer (False): ``running`` and its counts follow."""
+        if running:
+            if rec.job_id not in self.running:
+                self.running_priorities[rec.request.priority] += 1
+            self.running[rec.job_id] = rec
+        elif self.running.pop(rec.job_id, None) is not None:
+            left = self.running_priorities[rec.request.priority] - 1
+            if left:
+                self.running_priorities[rec.request.priority] = left
+            else:
+                del self.running_priorities[rec.request.priority]
+
+    def any_running_below(self, priority: int) -> bool:
+        """Whether some running job has a lower base priority (a possible victim)."""
+        return any(p < priority for p in self.running_priorities)
 
 
 @dataclass(frozen=True)
@@ -168,6 +212,17 @@ class PostFilterPlugin(Protocol):
     name: str
 
     def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]: ...
+
+
+@runtime_checkable
+class FleetPostFilterPlugin(Protocol):
+    """A PostFilter that also frees room for a gang across pods (``scheduler.fleet``):
+    a ``Nomination`` whose ``placement`` spans the pods it preempts on."""
+
+    name: str
+
+    def post_filter_across_pods(self, state: CycleState, job: JobRequest,
+                                diagnosis: str) -> tuple[Status, Nomination | None]: ...
 
 
 @runtime_checkable

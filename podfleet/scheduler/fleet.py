@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -42,12 +42,25 @@ from podfleet.hardware.topology import FleetTopology, GridTopology, NetworkLevel
 from podfleet.perf.layout import job_topology
 from podfleet.scheduler import status as st
 from podfleet.scheduler.blocks import BlockIndex
-from podfleet.scheduler.extension import CycleState, FleetPlanner
+from podfleet.scheduler.extension import PLACED_CHIPS, CycleState, FleetPlanner, Handle
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement, fmt_shape
 
-if TYPE_CHECKING:
-    from podfleet.scheduler.framework import Framework
+
+class Framework(Protocol):
+    """What placement across pods asks of ``framework.Framework`` (a Protocol, so this
+    module, which the preemption plugin uses, does not import the framework)."""
+
+    handle: Handle
+
+    def summaries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+    def size_summary(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def pods_with_free(self) -> int: ...
+
+    def job_free_pods(self, state: CycleState, job: JobRequest, pods: np.ndarray,
+                      blocks: slice | np.ndarray | None = None) -> tuple[Status, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -113,42 +126,59 @@ def choose(job: JobRequest, topo: FleetTopology, feasible: np.ndarray, free_coun
            n: int, *, first_fit: bool = False) -> tuple[np.ndarray | None, int]:
     """N pods among ``feasible`` (bool per pod): (pods in rank order, spine crossings), or
     (None, -1). ``first_fit``: the first N feasible pods by index (the baseline)."""
-    pods = np.flatnonzero(feasible)
-    if len(pods) < n:
-        return None, -1
     k = topo.pods_per_block
     if first_fit:
+        pods = np.flatnonzero(feasible)
+        if len(pods) < n:
+            return None, -1
         pick = pods[:n]
-        blocks = pick // k
-        return pick, _crossings(blocks)
-    blk = pods // k
-    per_block = np.bincount(blk, minlength=topo.n_blocks)
+        return pick, crossings(pick // k)
+    # Feasible pods per block in one pass over the pods (blocks are runs of k pods).
+    per_block = np.add.reduceat(feasible, _block_starts(topo.count, k), dtype=np.int64)
+    if int(per_block.sum()) < n:
+        return None, -1
     enough = np.flatnonzero(per_block >= n)
     if len(enough):
         b = int(enough[np.argmin(per_block[enough])])  # best-fit block
-        return _fullest(pods[blk == b], free_count, n), 0
+        return _fullest(_in_block(feasible, b, k), free_count, n), 0
     if job.topology_required == "block":
         return None, -1
     # Fewest blocks: the blocks with the most feasible pods first.
     chosen: list[np.ndarray] = []
     left = n
-    for b in np.argsort(-per_block, kind="stable"):
-        if left <= 0 or per_block[b] == 0:
+    for b in np.argsort(-per_block, kind="stable").tolist():
+        have = int(per_block[b])
+        if left <= 0 or have == 0:
             break
-        take = min(left, int(per_block[b]))
-        chosen.append(_fullest(pods[blk == b], free_count, take))
+        take = min(left, have)
+        chosen.append(_fullest(_in_block(feasible, b, k), free_count, take))
         left -= take
     pick = np.concatenate(chosen)
-    return pick, _crossings(pick // k)
+    return pick, crossings(pick // k)
+
+
+@functools.lru_cache(maxsize=64)
+def _block_starts(count: int, k: int) -> np.ndarray:
+    """The first pod of each network block (the last block may be shorter)."""
+    starts = np.arange(0, count, k)
+    starts.setflags(write=False)
+    return starts
+
+
+def _in_block(feasible: np.ndarray, b: int, k: int) -> np.ndarray:
+    """Block ``b``'s feasible pods, by index."""
+    return b * k + np.flatnonzero(feasible[b * k:(b + 1) * k])
 
 
 def _fullest(pods: np.ndarray, free_count: np.ndarray, take: int) -> np.ndarray:
     """The ``take`` fullest of ``pods`` (one block's, by index), ties by index, in index order."""
+    if take >= len(pods):
+        return pods  # all of them, already in index order
     order = np.argsort(free_count[pods], kind="stable")
     return np.sort(pods[order[:take]])
 
 
-def _crossings(blocks: np.ndarray) -> int:
+def crossings(blocks: np.ndarray) -> int:
     """Spine crossings of a ring over pods in this order (closing edge included)."""
     if len(blocks) < 2:
         return 0
@@ -187,11 +217,12 @@ def describe_choice(c: FleetChoice, shape: tuple[int, ...]) -> str:
 
 
 def block_sizes(fw: Framework) -> frozenset[int]:
-    return _sizes(fw.handle.cluster.blocks)
+    return block_sizes_of(fw.handle.cluster.blocks)
 
 
 @functools.lru_cache(maxsize=16)
-def _sizes(idx: BlockIndex) -> frozenset[int]:
+def block_sizes_of(idx: BlockIndex) -> frozenset[int]:
+    """The block sizes a pod of this index holds."""
     return frozenset(int(v) for v in np.unique(idx.shape_size))
 
 
@@ -217,12 +248,12 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             pick, cross = choose(job, topo, feasible, free_count, n, first_fit=first_fit)
             if pick is None:
                 break
-            ids, rows, is_pref = _size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
-            # The chosen pods' free blocks of this size for this job, all pods in one call.
-            status, pod_free = fw.job_free_pods(state, job, pick)
+            ids, rows, is_pref, cols = size_blocks(idx, cl.pods[0].grid, s, math.gcd(job.tp, s), job.comm)
+            # The chosen pods' free blocks of this size for this job, all pods in one call
+            # (blocks of one size have consecutive ids: a slice of each pod's row).
+            status, cand = fw.job_free_pods(state, job, pick, cols)  # [n, blocks of size s]
             if not status.ok:
                 return status, None
-            cand = pod_free[:, ids]  # [n, blocks of size s]
             has = cand.any(axis=1)
             if not has.all():
                 feasible = feasible.copy()
@@ -231,7 +262,9 @@ def place(fw: Framework, state: CycleState, job: JobRequest, topo: FleetTopology
             # The job's preferred shape on every pod where it is free there, else the first free.
             same = cand & is_pref
             chosen = np.where(same.any(axis=1), same.argmax(axis=1), cand.argmax(axis=1))
-            return st.SUCCESS, _placement(fw, job, topo, pick, chosen, ids, rows, s, cross)
+            placement, chips = placement_of(fw.handle, job, topo, pick, chosen, ids, rows, s, cross)
+            state[PLACED_CHIPS] = (placement, chips)  # Reserve and Permit read the array
+            return st.SUCCESS, placement
         if not missing:  # the first (fewest pods) way to split says what is missing
             missing = _missing(job, topo, n, s, np.asarray(feasible), int(feasible.sum()), fw.pods_with_free())
     return st.unschedulable(missing or "no way to split the gang across pods").by("fleet"), None
@@ -244,46 +277,53 @@ def _missing(job: JobRequest, topo: FleetTopology, n: int, s: int, feasible: np.
 
 
 @functools.lru_cache(maxsize=256)
-def _size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int, comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(block ids, chips in ring order, is the job's preferred shape) of every ``s``-chip block."""
+def size_blocks(idx: BlockIndex, grid: GridTopology, s: int, tp: int,
+                 comm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, slice | np.ndarray]:
+    """(block ids, chips in ring order, is the job's preferred shape, the ids as a slice
+    when they run consecutively, as blocks of one size do) of every ``s``-chip block."""
     from podfleet.scheduler.plugins.topology_block import preferred_shape
 
     ids, rows = idx.blocks_for(s)
     is_pref = idx.block_shape[ids] == idx.shape_id[preferred_shape(grid, s, tp, comm)]
     is_pref.setflags(write=False)
-    return ids, rows, is_pref
+    run = len(ids) > 0 and np.array_equal(ids, np.arange(ids[0], ids[0] + len(ids)))
+    cols: slice | np.ndarray = slice(int(ids[0]), int(ids[0]) + len(ids)) if run else ids
+    return ids, rows, is_pref, cols
 
 
-def _placement(fw: Framework, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
-               ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> Placement:
+def placement_of(h: Handle, job: JobRequest, topo: FleetTopology, pick: np.ndarray, chosen: np.ndarray,
+               ids: np.ndarray, rows: np.ndarray, s: int, cross: int) -> tuple[Placement, np.ndarray]:
+    """The placement on ``pick``'s pods (the block ``ids[chosen]`` on each), and its
+    global chips (rank order) as an array."""
     from podfleet.scheduler.cores import cores_per_chip
 
-    cl = fw.handle.cluster
+    cl = h.cluster
     idx, per = cl.blocks, cl.chips_per_pod
     local = rows[chosen]  # [pods, s] pod-local chips in ring order
-    chips = tuple((local + pick[:, None] * per).ravel().tolist())
+    chips_arr = (local + pick[:, None] * per).ravel()
+    chips = tuple(chips_arr.tolist())
     block_ids = tuple(ids[chosen].tolist())
     shape = idx.shapes[int(idx.block_shape[block_ids[0]])].shape
     pods = tuple(pick.tolist())
     choice = FleetChoice(pods, tuple((pick // topo.pods_per_block).tolist()), block_ids, s, cross)
-    plan = fleet_plan(fw, job, topo, len(pods), shape, cross)
+    plan = fleet_plan(h, job, topo, len(pods), shape, cross)
     return Placement(
         job_id=job.job_id, pod=pods[0], chips=chips,
         local_chips=tuple(local.ravel().tolist()),
         shape=(len(pods), *shape), offset=(pods[0], *(int(v) for v in idx.block_offset[block_ids[0]])),
         cores_per_chip=cores_per_chip(cl.pods[0].grid.chip_type), plan=plan,
         reason=describe_choice(choice, shape), pods=pods, blocks=choice.blocks,
-    )
+    ), chips_arr
 
 
-def fleet_plan(fw: Framework, job: JobRequest, topo: FleetTopology, n: int, shape: tuple[int, ...],
-               crossings: int) -> object | None:
+def fleet_plan(h: Handle, job: JobRequest, topo: FleetTopology, n: int, shape: tuple[int, ...],
+               n_crossings: int) -> object | None:
     """``parallelism: auto``: TP/PP/DP for this placement (a fleet of ``n`` pods of ``shape``
     blocks, priced at the network level the gang's ring crosses); None without a planner."""
-    planner = fw.handle.planner
+    planner = h.planner
     if job.parallelism != "auto" or not isinstance(planner, FleetPlanner):
         return None
-    level = topo.level("fleet" if crossings else "block")
+    level = topo.level("fleet" if n_crossings else "block")
     try:
         return _fleet_plan_cached(planner, job.model, job.grad_compression, job_fleet(topo, n, shape, level))
     except TypeError:  # an unhashable model: planned without the cache

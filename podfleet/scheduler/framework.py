@@ -25,6 +25,7 @@ from podfleet.scheduler.extension import (
     Candidates,
     CycleState,
     FilterPlugin,
+    FleetPostFilterPlugin,
     Handle,
     PermitPlugin,
     Plugin,
@@ -126,10 +127,13 @@ class Framework:
         self._patterns: dict[int, int] = {}  # pattern -> its row in the two tables below
         self._pattern_free = np.zeros((0, idx.n_blocks), dtype=bool)
         self._pattern_shapes = np.zeros((0, len(idx.shapes)), dtype=bool)
+        self._pattern_sizes = np.zeros((0, len(idx.sizes)), dtype=bool)
         self._job_filters = [f for f in self.filters if f.job_dependent]
         self._static_filters = [f for f in self.filters if not f.job_dependent]
         # Which filters answer for many pods in one call (asked once, by the Protocol they declare).
         self._batch: dict[int, PodsFilterPlugin] = {id(f): f for f in self.filters if isinstance(f, PodsFilterPlugin)}
+        # Asked once here: a runtime-checkable Protocol's isinstance reads every member.
+        self._fleet_post_filters = [p for p in self.post_filters if isinstance(p, FleetPostFilterPlugin)]
 
     def _add(self, plugin: Plugin) -> None:
         """File ``plugin`` under every extension point whose Protocol it implements
@@ -143,7 +147,7 @@ class Framework:
         cl = self.handle.cluster
         if not cl.dirty:
             return
-        pods = np.fromiter(sorted(cl.dirty), dtype=np.int64)
+        pods = np.fromiter(sorted(cl.dirty), dtype=np.int64, count=len(cl.dirty))
         cl.dirty.clear()
         # Every changed pod at once: a gang across pods changes tens of them per bind.
         _, mask, _ = self._filter_pods(self._static_filters, {}, None, pods, cl.arrays.free(pods))
@@ -152,20 +156,20 @@ class Framework:
         if idx.bits is None or len(cl.pods) == 1:  # one pod's patterns seldom repeat
             free = idx.free_many(mask)
             shape_free = idx.shape_free(free)
+            size_free = idx.size_free(shape_free)
         else:
-            free, shape_free = self._by_pattern(idx.pack(mask))
+            free, shape_free, size_free = self._by_pattern(idx.pack(mask))
         self._free[pods] = free
         self._shape_free[pods] = shape_free
-        count = mask.sum(axis=1)
-        self._with_free += int((count > 0).sum()) - int((self._free_count[pods] > 0).sum())
+        count = np.count_nonzero(mask, axis=1)  # count_nonzero: bools counted without a cast
+        self._with_free += int(np.count_nonzero(count)) - int(np.count_nonzero(self._free_count[pods]))
         self._free_count[pods] = count
-        size_free = idx.size_free(shape_free)
-        self._size_count += size_free.sum(axis=0) - self._size_free[pods].sum(axis=0)
+        self._size_count += np.count_nonzero(size_free, axis=0) - np.count_nonzero(self._size_free[pods], axis=0)
         self._size_free[pods] = size_free
 
-    def _by_pattern(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(free blocks, free shapes) per row of usable-chip bit patterns, each new pattern
-        computed once (one AND over the index for all of them) and remembered."""
+    def _by_pattern(self, patterns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(free blocks, free shapes, free sizes) per row of usable-chip bit patterns, each
+        new pattern computed once (one AND over the index for all of them) and remembered."""
         idx = self.handle.cluster.blocks
         keys = patterns.tolist()
         new = sorted({k for k in keys if k not in self._patterns})
@@ -179,15 +183,19 @@ class Framework:
                 cap = min(_PATTERNS, max(need, 2 * len(self._pattern_free), 64))
                 grown = np.zeros((cap, idx.n_blocks), dtype=bool)
                 grown_shapes = np.zeros((cap, len(idx.shapes)), dtype=bool)
+                grown_sizes = np.zeros((cap, len(idx.sizes)), dtype=bool)
                 grown[:base], grown_shapes[:base] = self._pattern_free[:base], self._pattern_shapes[:base]
-                self._pattern_free, self._pattern_shapes = grown, grown_shapes
+                grown_sizes[:base] = self._pattern_sizes[:base]
+                self._pattern_free, self._pattern_shapes, self._pattern_sizes = grown, grown_shapes, grown_sizes
             usable = (np.asarray(new, dtype=np.uint64)[:, None] >> np.arange(idx.n_chips, dtype=np.uint64)) & 1
             free = idx.free_many(usable.astype(bool))
             self._pattern_free[base:need] = free
-            self._pattern_shapes[base:need] = idx.shape_free(free)
+            shapes = idx.shape_free(free)
+            self._pattern_shapes[base:need] = shapes
+            self._pattern_sizes[base:need] = idx.size_free(shapes)
             self._patterns.update((k, base + i) for i, k in enumerate(new))
         rows = np.fromiter((self._patterns[k] for k in keys), dtype=np.int64, count=len(keys))
-        return self._pattern_free[rows], self._pattern_shapes[rows]
+        return self._pattern_free[rows], self._pattern_shapes[rows], self._pattern_sizes[rows]
 
     def _filter_pods(self, filters: Sequence[FilterPlugin], state: CycleState, job: JobRequest | None,
                      pods: np.ndarray, mask: np.ndarray) -> tuple[Status, np.ndarray, bool]:
@@ -262,15 +270,18 @@ class Framework:
             mask, narrowed = mask & m, True
         return st.SUCCESS, (mask if narrowed else None)
 
-    def job_free_pods(self, state: CycleState, job: JobRequest, pods: np.ndarray) -> tuple[Status, np.ndarray]:
-        """``job_free`` for many pods at once: free blocks [len(pods), n_blocks]."""
+    def job_free_pods(self, state: CycleState, job: JobRequest, pods: np.ndarray,
+                      blocks: slice | np.ndarray | None = None) -> tuple[Status, np.ndarray]:
+        """``job_free`` for many pods at once: free blocks [len(pods), n_blocks], or only
+        the columns ``blocks`` (a slice of block ids gathers a fraction of each row)."""
         self.refresh()
+        cols = slice(None) if blocks is None else blocks
         if not self._job_filters:
-            return st.SUCCESS, self._free[pods]
+            return st.SUCCESS, self._free[pods, cols]
         s, mask, narrowed = self._filter_pods(self._job_filters, state, job, pods, self._usable[pods])
         if not s.ok or not narrowed:
-            return s, self._free[pods]
-        return st.SUCCESS, self.handle.cluster.blocks.free_many(mask)
+            return s, self._free[pods, cols]
+        return st.SUCCESS, self.handle.cluster.blocks.free_many(mask)[:, cols]
 
     # --- one cycle ---------------------------------------------------------------------
     def admit(self, state: CycleState, job: JobRequest) -> Status:
@@ -426,6 +437,19 @@ class Framework:
                 return s.by(p.name), result
             if s.code is not Code.SKIP:  # a plugin that does not apply leaves the reason as it was
                 last = s.by(p.name)  # its reason extends the diagnosis (why preemption did not help)
+        return last, None
+
+    def post_filter_across_pods(self, state: CycleState, job: JobRequest,
+                                diagnosis: str) -> tuple[Status, Nomination | None]:
+        """``post_filter`` for a gang across pods: the PostFilter plugins that can free room
+        on several pods (``FleetPostFilterPlugin``); the others (a one-pod reclaim) do not apply."""
+        last = st.unschedulable(diagnosis)
+        for p in self._fleet_post_filters:
+            s, result = p.post_filter_across_pods(state, job, diagnosis)
+            if s.ok:
+                return s.by(p.name), result
+            if s.code is not Code.SKIP:
+                last = s.by(p.name)
         return last, None
 
     def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:

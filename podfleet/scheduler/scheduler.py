@@ -20,6 +20,7 @@ from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import ShapePlanner
 from podfleet.scheduler.framework import Framework, FrameworkConfig, Handle
 from podfleet.scheduler.jobs import JobPhase, SchedulerJob
+from podfleet.scheduler.preemption_contract import HOLDING, PreemptionContract
 from podfleet.scheduler.queue import QueuePolicy, check_quotas, order, within_quota
 from podfleet.scheduler.queues import QueueSpec, with_defaults
 from podfleet.scheduler.reservations import Reservation, ReservationBook, choose_chips
@@ -28,14 +29,14 @@ from podfleet.scheduler.state import FREE, SchedulerView
 from podfleet.scheduler.status import Code, Status
 from podfleet.scheduler.types import Decision, DecisionKind, JobRequest, Nomination, Placement
 
-HOLDING = (JobPhase.RUNNING, JobPhase.NOMINATED, JobPhase.CHECKPOINTING)
-
 
 def _limit(job: JobRequest) -> float:
     return float("inf") if job.time_limit_s is None else job.time_limit_s
 
 
-class Scheduler:
+class Scheduler(PreemptionContract):
+    """The queue, the framework and the preemption contract (``scheduler.preemption_contract``)."""
+
     def __init__(
         self,
         topology: Topology,
@@ -302,10 +303,14 @@ class Scheduler:
             assert isinstance(self.topology, FleetTopology)  # across_pods says so
             s, placement = fleet.place(fw, state, job, self.topology, first_fit=self.fleet_first_fit)
             if placement is None:
-                # Preemption takes blocks of one pod; a gang across pods waits for free pods.
-                # A capacity failure: later gangs as large get the same answer this cycle.
+                # No free pods: preempt lower-priority jobs on the pods it needs
+                # (``fleet_preemption``), else a capacity failure: later gangs as large,
+                # at no higher priority, get the same answer this cycle.
+                ps, nom = fw.post_filter_across_pods(state, job, s.reason)
+                if ps.ok and nom is not None:
+                    return self._nominate(rec, nom, now)
                 self._capacity_failure = True
-                rec.reason = str(s)
+                rec.reason = str(ps if ps.code is not Code.SKIP else s)
                 return None
             return self._complete(rec, state, placement, now)
         s, cands = fw.find(state, job)
@@ -351,10 +356,7 @@ class Scheduler:
         """Phase change plus team quota accounting (chips count while held or nominated)."""
         before, after = rec.phase in HOLDING, phase in HOLDING
         rec.to(phase, now)
-        if phase is JobPhase.RUNNING:
-            self.handle.running[rec.job_id] = rec
-        else:
-            self.handle.running.pop(rec.job_id, None)
+        self.handle.set_running(rec, phase is JobPhase.RUNNING)
         team, queue = rec.request.team, rec.request.queue
         if after != before:
             self.queues.advance(now)  # usage so far at the old chip count
@@ -372,11 +374,15 @@ class Scheduler:
         return Decision(rec.job_id, DecisionKind.REJECTED, s)
 
     def _nominate(self, rec: SchedulerJob, nom: Nomination, now: float) -> Decision:
-        pod = self.cluster.pods[nom.pod]
-        pod.nominated[list(nom.local_chips)] = rec.slot
-        for m in nom.moves:  # the chips a moved job goes to are kept for it, as the block is
-            pod.nominated[list(m.local_chips)] = rec.slot
-        self.cluster.touch(pod)
+        if nom.placement is not None:  # a gang across pods: its chips on every pod it takes
+            self.cluster.arrays.flat_nominated[list(nom.placement.chips)] = rec.slot
+            self.cluster.touch_pods(nom.all_pods)
+        else:
+            pod = self.cluster.pods[nom.pod]
+            pod.nominated[list(nom.local_chips)] = rec.slot
+            for m in nom.moves:  # the chips a moved job goes to are kept for it, as the block is
+                pod.nominated[list(m.local_chips)] = rec.slot
+            self.cluster.touch(pod)
         for v in nom.victims:
             vr = self.jobs[v]
             self._to(vr, JobPhase.CHECKPOINTING, now)
@@ -393,137 +399,6 @@ class Scheduler:
         status = st.wait(f"preempting {', '.join(nom.victims) or 'nothing'} (checkpoint and requeue){why}{then}")
         rec.reason = str(status)
         return Decision(rec.job_id, DecisionKind.PREEMPT, status, victims=nom.victims)
-
-    # --- the preemption contract -----------------------------------------------------
-    def victims_checkpointed(self, job_id: str, steps: Mapping[str, int], now_s: float | None = None) -> Decision:
-        """The control plane saved these victims' checkpoints (victim -> step).
-
-        Each victim named is released and requeued to resume from its step. Once every
-        victim of ``job_id`` has checkpointed, the preemptor is bound on the nominated
-        block (BIND); until then the answer is PREEMPT (still waiting). Naming a job
-        that is not one of the preemptor's checkpointing victims is a ConflictError.
-        """
-        now = self.time(now_s)
-        rec = self._get(job_id)
-        if rec.phase is not JobPhase.NOMINATED:
-            raise ConflictError(f"job {job_id} is {rec.phase.value}, not waiting for victims", field="job_id")
-        for victim, step in steps.items():
-            vr = self.jobs.get(victim)
-            if vr is None or victim not in rec.victims:
-                raise ConflictError(f"{victim} is not a victim of {job_id} (victims: {', '.join(rec.victims)})", field="steps")
-            if vr.phase is JobPhase.CHECKPOINTING:
-                self._release_victim(vr, int(step), now)
-        waiting = [v for v in rec.victims if self.jobs[v].phase is JobPhase.CHECKPOINTING]
-        if waiting:
-            return Decision(job_id, DecisionKind.PREEMPT, st.wait(f"waiting for {', '.join(waiting)} to checkpoint"), victims=tuple(waiting))
-        nom = rec.nomination
-        assert nom is not None  # a NOMINATED job always carries its nomination (_nominate)
-        pod = self.cluster.pods[nom.pod]
-        local = tuple(nom.local_chips)
-        held = {int(o) for o in pod.owner[list(local)] if o != FREE}
-        awaited = {self.jobs[j].slot for j in nom.awaited if self.jobs[j].phase in HOLDING}
-        moving = self._moves_ready(rec, held)
-        if pod.healthy[list(local)].all() and held and held <= awaited | {self.jobs[j].slot for j in moving}:
-            if moving:
-                # Every victim is saved: the jobs within quota in the block go next, onto
-                # the chips the victims freed (the control plane checkpoints, relaunches
-                # and calls ``moved``); they are not preempted and keep their work.
-                status = st.wait(f"moving {', '.join(moving)} (within its queue's nominal quota, not preempted) "
-                                 "out of the block")
-                rec.reason = str(status)
-                return Decision(job_id, DecisionKind.PREEMPT, status, victims=(),
-                                detail={"moves": [(j, c) for j, c in moving.items()]})
-            # A reclaim's reservation: jobs within their queue's quota still in the block
-            # are not preempted; the job starts when they end (``finish`` runs a cycle).
-            left = ", ".join(sorted(self.handle.slots[o] for o in held))
-            status = st.wait(f"holding the block; waiting for {left} (within its queue's nominal quota, "
-                             "not preempted) to end")
-            rec.reason = str(status)
-            return Decision(job_id, DecisionKind.PREEMPT, status, victims=())
-        # The nominated block may have lost a chip meanwhile: then the job goes back to the queue.
-        if not (pod.healthy[list(local)].all() and (pod.owner[list(local)] == FREE).all()):
-            pod.nominated[pod.nominated == rec.slot] = FREE
-            self.cluster.touch(pod)
-            self._to(rec, JobPhase.PENDING, now)
-            rec.reason = "Unschedulable: the nominated block changed while victims checkpointed; requeued"
-            return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
-        idx = self.cluster.blocks
-        shape = idx.shapes[int(idx.block_shape[nom.block])].shape
-        from podfleet.scheduler.cores import cores_per_chip
-
-        chips = self.cluster.global_chips(nom.pod, local)
-        placement = Placement(
-            job_id, nom.pod, chips, local, shape,
-            tuple(int(v) for v in idx.block_offset[nom.block]),
-            cores_per_chip(pod.grid.chip_type), reason=f"block {'x'.join(map(str, shape))} on pod {nom.pod} (after preemption)",
-        )
-        # NOMINATED -> RUNNING keeps the quota count; _complete moves the phase.
-        d = self._complete(rec, {}, placement, now)
-        if d is None:
-            pod.nominated[pod.nominated == rec.slot] = FREE
-            self.cluster.touch(pod)
-            self._to(rec, JobPhase.PENDING, now)
-            self.pending[job_id] = None
-            return Decision(job_id, DecisionKind.PENDING, st.unschedulable(rec.reason))
-        return d
-
-    def _moves_ready(self, rec: SchedulerJob, held: set[int]) -> dict[str, tuple[int, ...]]:
-        """The preemptor's moves that can go now: job id -> global target chips, for jobs
-        still running in the block whose targets are healthy and free of any holder."""
-        nom = rec.nomination
-        if nom is None or not nom.moves:
-            return {}
-        pod = self.cluster.pods[nom.pod]
-        out: dict[str, tuple[int, ...]] = {}
-        for m in nom.moves:
-            mr = self.jobs.get(m.job_id)
-            if mr is None or mr.phase is not JobPhase.RUNNING or mr.slot not in held:
-                continue
-            tgt = list(m.local_chips)
-            if pod.healthy[tgt].all() and (pod.owner[tgt] == FREE).all():
-                out[m.job_id] = self.cluster.global_chips(nom.pod, m.local_chips)
-        return out
-
-    def moved(self, preemptor: str, job_id: str, now_s: float | None = None) -> Decision:
-        """The control plane relaunched ``job_id`` (one of ``preemptor``'s moves) on its
-        target chips from an on-demand checkpoint: it holds those chips now, stays
-        running (no requeue, no preemption counted) and its block chips are free. The
-        answer is ``victims_checkpointed``'s: BIND once the block is free."""
-        now = self.time(now_s)
-        rec = self._get(preemptor)
-        nom = rec.nomination
-        move = next((m for m in nom.moves if m.job_id == job_id), None) if nom is not None else None
-        if rec.phase is not JobPhase.NOMINATED or nom is None or move is None:
-            raise ConflictError(f"{job_id} is not being moved for {preemptor}", field="job_id")
-        mr = self._get(job_id)
-        if mr.phase is not JobPhase.RUNNING:
-            raise ConflictError(f"job {job_id} is {mr.phase.value}, not running", field="job_id")
-        self.hold(job_id, self.cluster.global_chips(nom.pod, move.local_chips), _rec=mr)
-        if move.block >= 0 and mr.placement is not None:  # its new block's shape and offset
-            idx = self.cluster.blocks
-            mr.placement = replace(mr.placement, shape=idx.shapes[int(idx.block_shape[move.block])].shape,
-                                   offset=tuple(int(v) for v in idx.block_offset[move.block]),
-                                   reason=f"moved out of the block {preemptor} reclaims")
-        pod = self.cluster.pods[nom.pod]
-        tgt = list(move.local_chips)
-        pod.nominated[tgt] = np.where(pod.nominated[tgt] == rec.slot, FREE, pod.nominated[tgt])
-        self.cluster.touch(pod)
-        mr.moves += 1
-        return self.victims_checkpointed(preemptor, {}, now)
-
-    def _release_victim(self, vr: SchedulerJob, step: int, now: float) -> None:
-        if step < vr.last_checkpoint_step:
-            raise ConflictError(
-                f"checkpoint step {step} of {vr.job_id} is older than its last ({vr.last_checkpoint_step})", field="steps"
-            )
-        self._free_chips(vr)
-        vr.last_checkpoint_step = vr.resume_step = step
-        vr.preemptions += 1
-        vr.preempted_by = None
-        vr.preempt_reason = ""
-        self._to(vr, JobPhase.PENDING, now)
-        vr.reason = f"Pending: preempted, resumes from checkpoint step {step}"
-        self.pending[vr.job_id] = None
 
     def _free_chips(self, rec: SchedulerJob) -> None:
         if rec.placement is None:
@@ -550,7 +425,7 @@ class Scheduler:
         # its preemptor binds once the remaining victims report (victims_checkpointed).
         self._free_chips(rec)
         if rec.phase is JobPhase.NOMINATED and rec.nomination is not None:
-            starvation.release(self.cluster, rec.slot, [rec.nomination.pod])
+            starvation.release(self.cluster, rec.slot, list(rec.nomination.all_pods))
         if self._holder is not None and self._holder[0] == rec.slot:
             starvation.release(self.cluster, rec.slot, [self._holder[1]])
             self._holder = None

@@ -45,6 +45,11 @@ class ChipArrays:
         self.spare = np.zeros((pods, n), dtype=bool)
         self.healthy = np.ones((pods, n), dtype=bool)
         self.hbm_bytes = np.full((pods, n), hbm_bytes, dtype=np.int64)
+        # The same owners and nominations by global chip (pod * n + local chip): views (the
+        # arrays are contiguous and never rebound), so a gang's thousands of chips are one
+        # flat gather or scatter.
+        self.flat_owner = self.owner.reshape(-1)
+        self.flat_nominated = self.nominated.reshape(-1)
 
     def free(self, pods: np.ndarray) -> np.ndarray:
         """bool [len(pods), n]: chips neither held nor nominated."""

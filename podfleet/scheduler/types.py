@@ -169,6 +169,14 @@ class Nomination:
     # Holders of the block moved out of it onto chips the victims free (``Move``): the
     # preemptor binds once they are relaunched there.
     moves: tuple[Move, ...] = ()
+    # A gang across pods (``scheduler.fleet``): the placement it binds on once its victims
+    # have checkpointed (``pod``/``block`` are then its first pod's, ``local_chips`` every
+    # pod's in rank order).
+    placement: Placement | None = None
+
+    @property
+    def all_pods(self) -> tuple[int, ...]:
+        return self.placement.all_pods if self.placement is not None else (self.pod,)
 
 
 class DecisionKind(StrEnum):

@@ -54,3 +54,29 @@ def test_required_block_waits_with_the_level_in_its_reason(plane: ControlPlane) 
     # Preferred (the default) crosses the spine rather than wait.
     other = _job(plane, cl["id"], chips=256)
     assert other["state"] == "RUNNING", other
+
+
+def test_a_higher_priority_gang_preempts_a_gang_across_pods_and_the_victim_resumes(plane: ControlPlane) -> None:
+    cl = active_cluster(plane, "fleet", pods=8, pods_per_block=4)
+    low = _job(plane, cl["id"], chips=512, model="tiny", priority=10, steps=200_000, checkpoint_interval=20_000)
+    assert low["state"] == "RUNNING" and len(low["allocation"]["pods"]) == 8, low
+    advance(plane, 1000)  # past the scheduler's minimum run time before preemption
+    high = plane.jobs.submit(cl["id"], {"model": "debug", "chips": 256, "priority": 90, "steps": 2000}, actor="test")
+    # The victim writes its on-demand checkpoint first: until then the preemptor waits.
+    assert plane.jobs.describe(high["id"])["state"] == "PENDING"
+    assert plane.jobs.describe(low["id"])["state"] in ("RUNNING", "CHECKPOINTING")
+    for _ in range(120):  # the checkpoint's write time, then the cycle that binds the preemptor
+        advance(plane, 1)
+        if plane.jobs.describe(high["id"])["state"] != "PENDING":
+            break
+    high = plane.jobs.describe(high["id"])
+    assert high["state"] == "RUNNING", high
+    assert len(high["allocation"]["pods"]) == 4 and len({p // 4 for p in high["allocation"]["pods"]}) == 1, high
+    victim = plane.jobs.describe(low["id"])
+    assert victim["state"] == "PENDING" and victim["scheduling"]["preemptions"] == 1, victim
+    saved = victim["checkpoint_step"]
+    assert saved > 0 and plane.store.latest_checkpoint(low["id"]).step == saved
+    advance(plane, 600)
+    assert plane.jobs.describe(high["id"])["state"] == "SUCCEEDED"
+    resumed = plane.jobs.describe(low["id"])
+    assert resumed["state"] == "RUNNING" and resumed["progress"]["step"] >= saved, resumed

@@ -135,3 +135,72 @@ def test_the_catalog_gives_each_network_level_with_its_source() -> None:
     assert topo.n_blocks == 4 and list(topo.block_pods(3)) == list(range(48, 64))
     with pytest.raises(InvalidInputError, match="pods_per_block"):
         fleet_topology("trn2-ultraserver", 8, 9)
+
+
+# --- preemption across pods ----------------------------------------------------------------------
+
+
+def _full_fleet(s: Scheduler) -> None:
+    """Fill 8 pods (two blocks of 4): two 128-chip gangs in block 0 (priority 1 and 5), one
+    256-chip gang of priority 1 in block 1; all preemptible, started at t=0."""
+    for job in (JobRequest("lo-a", 128, priority=1), JobRequest("mid", 128, priority=5),
+                JobRequest("lo-b", 256, priority=1)):
+        assert s.submit(job, now_s=0).kind is DecisionKind.PENDING
+    assert {d.job_id for d in s.schedule(now_s=0) if d.kind is DecisionKind.BIND} == {"lo-a", "mid", "lo-b"}
+
+
+def test_a_gang_across_pods_preempts_the_cheapest_block_of_pods_and_binds_after_the_checkpoints() -> None:
+    s = _sched(pods=8, per_block=4)
+    _full_fleet(s)
+    assert s.submit(JobRequest("high", 256, priority=9), now_s=2000).kind is DecisionKind.PENDING
+    d = {x.job_id: x for x in s.schedule(now_s=2000)}["high"]
+    # Block 1 holds one priority-1 gang; block 0 would cost the priority-5 one too.
+    assert d.kind is DecisionKind.PREEMPT and d.victims == ("lo-b",), d
+    assert s.describe("lo-b")["phase"] == "checkpointing" and s.describe("mid")["phase"] == "running"
+    # Nominated: nobody else takes those pods while the victim saves its state.
+    assert s.submit(JobRequest("other", 64, priority=1), now_s=2001).kind is DecisionKind.PENDING
+    assert not [x for x in s.schedule(now_s=2001) if x.kind is DecisionKind.BIND]
+    bound = s.victims_checkpointed("high", {"lo-b": 700}, now_s=2002)
+    assert bound.kind is DecisionKind.BIND and set(bound.placement.blocks) == {1}, bound
+    assert set(bound.placement.pods) == {4, 5, 6, 7} and len(set(bound.placement.chips)) == 256
+    assert "after preemption" in bound.placement.reason
+    lo = s.describe("lo-b")
+    assert lo["phase"] == "pending" and lo["resume_step"] == 700 and lo["preemptions"] == 1
+
+
+def test_gang_preemption_keeps_the_one_pod_victim_rules() -> None:
+    s = _sched(pods=8, per_block=4)
+    _full_fleet(s)
+    # Too soon (min_run_s), not a higher priority, or a class that never preempts: it waits.
+    for job, now in ((JobRequest("early", 256, priority=9), 10.0), (JobRequest("peer", 256, priority=1), 2000.0),
+                     (JobRequest("meek", 256, priority=9, may_preempt=False), 2000.0)):
+        assert s.submit(job, now_s=now).kind is DecisionKind.PENDING
+        assert not [x for x in s.schedule(now_s=now) if x.job_id == job.job_id], job
+        s.finish(job.job_id, now_s=now)
+    assert "never preempts" in s.reason("meek")
+    # A job that may not be preempted is never a victim: only the block it is not in is taken.
+    s2 = _sched(pods=8, per_block=4)
+    for job in (JobRequest("keep", 128, priority=1, preemptible=False), JobRequest("x", 128, priority=1),
+                JobRequest("y", 256, priority=1)):
+        s2.submit(job, now_s=0)
+    s2.schedule(now_s=0)
+    s2.submit(JobRequest("big", 512, priority=9), now_s=2000)  # needs both blocks: one holds "keep"
+    assert not [x for x in s2.schedule(now_s=2000) if x.job_id == "big"]
+    assert "would not free pods enough" in s2.reason("big"), s2.reason("big")
+    s2.submit(JobRequest("half", 256, priority=9), now_s=2000)
+    d = {x.job_id: x for x in s2.schedule(now_s=2000)}["half"]
+    assert d.kind is DecisionKind.PREEMPT and d.victims == ("y",), d
+
+
+def test_a_nominated_gang_goes_back_to_the_queue_when_a_chip_fails_meanwhile() -> None:
+    from podfleet.fabric.base import ChipState
+
+    s = _sched(pods=8, per_block=4)
+    _full_fleet(s)
+    s.submit(JobRequest("high", 256, priority=9), now_s=2000)
+    s.schedule(now_s=2000)
+    s.set_chip_state(4 * 64 + 3, ChipState.FAILED)  # on pod 4, one of the nominated pods
+    d = s.victims_checkpointed("high", {"lo-b": 700}, now_s=2001)
+    assert d.kind is DecisionKind.PENDING and "requeued" in d.status.reason, d
+    assert s.describe("high")["phase"] == "pending"
+    assert not (s.cluster.arrays.nominated == s.jobs["high"].slot).any()

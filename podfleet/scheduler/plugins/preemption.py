@@ -8,7 +8,9 @@ Cost: lowest top victim priority, then fewest
 victim chips, then fewest victims. The scheduler nominates those chips for the
 preemptor, asks the control plane to checkpoint the victims, and only after
 ``victims_checkpointed`` releases them (requeued with their checkpoint step) and binds
-the preemptor. A victim is never released without its checkpoint.
+the preemptor. A victim is never released without its checkpoint. A gang across pods
+takes the same victims on the pods and blocks ``scheduler.fleet_preemption`` picks
+(``post_filter_across_pods``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from podfleet.scheduler import fleet_preemption
 from podfleet.scheduler import status as st
 from podfleet.scheduler.extension import CycleState, Handle
 from podfleet.scheduler.state import FREE
@@ -49,18 +52,9 @@ class Preemption:
     def post_filter(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[Status, Nomination | None]:
         h = self.handle
         cl = h.cluster
-        if not job.may_preempt:
-            return st.unschedulable(diagnosis + "; its priority class never preempts"), None
-        now = float(state.get("now_s", h.now_s()))
-        evictable_slots = {
-            r.slot: float(r.request.priority)
-            for r in h.running.values()
-            if r.request.preemptible and r.request.priority < job.priority
-            and now - (r.started_s or 0.0) >= self.min_run_s and r.wait_s < self.protect_after_wait_s
-        }
-        if not evictable_slots:
-            return st.unschedulable(diagnosis + "; no lower-priority job to preempt (running >= "
-                                    f"{self.min_run_s:.0f} s)"), None
+        evictable_slots, why = self._victims(state, job, diagnosis)
+        if why is not None:
+            return why, None
         best = cheapest_block(h, job, evictable_slots)
         if best is None:
             return st.unschedulable(diagnosis + "; preempting lower-priority jobs would not free a block"), None
@@ -68,6 +62,39 @@ class Preemption:
         owners = sorted({int(o) for o in cl.pods[p].owner[chips] if o != FREE})
         victims = tuple(h.slots[o] for o in owners)
         return st.SUCCESS, Nomination(p, block, tuple(int(c) for c in chips), victims)
+
+    def _victims(self, state: CycleState, job: JobRequest, diagnosis: str) -> tuple[dict[int, float], Status | None]:
+        """The evictable slots, or why preemption cannot help (the same for one pod and across pods)."""
+        if not job.may_preempt:
+            return {}, st.unschedulable(diagnosis + "; its priority class never preempts")
+        evictable_slots = self.evictable(state, job)
+        if not evictable_slots:
+            return {}, st.unschedulable(diagnosis + "; no lower-priority job to preempt (running >= "
+                                        f"{self.min_run_s:.0f} s)")
+        return evictable_slots, None
+
+    def evictable(self, state: CycleState, job: JobRequest) -> dict[int, float]:
+        """The victims ``job`` may take chips from: slot -> priority."""
+        if not self.handle.any_running_below(job.priority):
+            return {}
+        now = float(state.get("now_s", self.handle.now_s()))
+        return {
+            r.slot: float(r.request.priority)
+            for r in self.handle.running.values()
+            if r.request.preemptible and r.request.priority < job.priority
+            and now - (r.started_s or 0.0) >= self.min_run_s and r.wait_s < self.protect_after_wait_s
+        }
+
+    def post_filter_across_pods(self, state: CycleState, job: JobRequest,
+                                diagnosis: str) -> tuple[Status, Nomination | None]:
+        """A gang across pods: the same victims, on the pods and blocks ``fleet_preemption`` picks."""
+        evictable_slots, refused = self._victims(state, job, diagnosis)
+        if refused is not None:
+            return refused, None
+        why, nom = fleet_preemption.choose(self.handle, job, evictable_slots)
+        if nom is None:
+            return st.unschedulable(f"{diagnosis}; {why}"), None
+        return st.SUCCESS, nom
 
 
 def evictable_blocks(h: Handle, job: JobRequest, evictable_slots: Collection[int]

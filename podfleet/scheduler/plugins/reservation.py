@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from podfleet.scheduler import status as st
-from podfleet.scheduler.extension import CycleState, Handle
+from podfleet.scheduler.extension import CycleState, Handle, placed_chips
 from podfleet.scheduler.state import FREE
 from podfleet.scheduler.status import Status
 from podfleet.scheduler.types import JobRequest, Placement
@@ -31,20 +29,18 @@ class Reservation:
     def reserve(self, state: CycleState, job: JobRequest, placement: Placement) -> Status:
         cl = self.handle.cluster
         slot = self._slot(job)
-        per = cl.chips_per_pod
-        # Every chip by (pod, local chip) in one gather: a gang across pods is checked whole
-        # before any chip is taken.
-        chips_arr = np.fromiter(placement.chips, dtype=np.int64, count=len(placement.chips))
-        pod_of, local = np.divmod(chips_arr, per)
-        arrays = cl.arrays
-        held = arrays.owner[pod_of, local]
+        # Every chip in one gather over the fleet's flat chip arrays (a global chip is its
+        # index there): a gang across pods is checked whole before any chip is taken.
+        chips = placed_chips(state, placement)
+        owner, nominated = cl.arrays.flat_owner, cl.arrays.flat_nominated
+        held = owner[chips]
         if ((held != FREE) & (held != slot)).any():
             return st.unschedulable(f"chips {placement.chips} are no longer free")
-        nominated = arrays.nominated[pod_of, local]
-        if ((nominated != FREE) & (nominated != slot)).any():
+        nom = nominated[chips]
+        if ((nom != FREE) & (nom != slot)).any():
             return st.unschedulable("chips are nominated for another job")
-        arrays.owner[pod_of, local] = slot
-        arrays.nominated[pod_of, local] = FREE
+        owner[chips] = slot
+        nominated[chips] = FREE
         cl.touch_pods(placement.all_pods)
         return st.SUCCESS
 
