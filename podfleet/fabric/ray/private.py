@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -61,10 +62,15 @@ from podfleet.security.files import open_private_append, private_dir, write_priv
 from podfleet.security.workerenv import SERVER_SECRETS
 
 RECORD = "head.json"
+TOKEN = "auth_token"  # the head's Ray token (0600), unless the environment sets RAY_AUTH_MODE
+AUTH_MODE_ENV, TOKEN_PATH_ENV = "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"
 # As the in-process instance was: a 100 MB object store (the gangs pass only reports).
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 START_TIMEOUT_S = 120.0  # a head's start on two busy cores took 10-30 s
-STOP_WAIT_S = 5.0  # SIGTERM, then SIGKILL to the group (a private head is disposable)
+# SIGTERM, then SIGKILL to the group after this: a private head is disposable (what ran on
+# it was stopped or is not kept), and a server's shutdown has 5 s for all its cleanup
+# (api/server.py CLEANUP_S), where Ray's own shutdown of a head took ~30 s on two cores.
+STOP_WAIT_S = 1.0
 GONE_WAIT_S = 10.0
 
 
@@ -170,6 +176,18 @@ class PrivateHead:
             self.users.add(cluster_id)
             return started
 
+    def auth_env(self) -> dict[str, str]:
+        """Ray's token authentication for the head and every process that talks to it, as
+        ``ray.init()`` turned it on for the in-process instance: a token of the data
+        directory's own (``<data dir>/ray/auth_token``, 0600). An environment that sets
+        ``RAY_AUTH_MODE`` (``disabled``, or ``token`` with its own token) is followed."""
+        if os.environ.get(AUTH_MODE_ENV):
+            return {}
+        path = self.dir / TOKEN
+        if not path.exists():
+            write_private(path, secrets.token_hex(32).encode())  # 256 bits, as Ray's own generator
+        return {AUTH_MODE_ENV: "token", TOKEN_PATH_ENV: str(path)}
+
     def revive(self) -> str | None:
         """Start a new head on the same port when this one died while the server runs
         (the fabric's reconnect then finds it); None when it runs, else why it cannot."""
@@ -220,6 +238,7 @@ class PrivateHead:
         # Not the server's credentials, and Ray's own wait for a lost GCS: the year the
         # server's driver waits (probe.py) is the server's, not the head's processes'.
         env = {k: v for k, v in os.environ.items() if k not in SERVER_SECRETS and k != GCS_RECONNECT_ENV}
+        env.update(self.auth_env())
         with os.fdopen(open_private_append(self.dir / "head.log"), "ab") as log:
             # A session of its own: the server's death, its process group's SIGKILL or its
             # terminal's SIGINT / SIGHUP leave the head (and the gangs on it) running.
@@ -334,6 +353,21 @@ class PrivateRayFabric(RayFabric):
         self.head.closed(self.cluster_id, keep=others)
 
 
+def _speak_auth(env: dict[str, str]) -> None:
+    """This process's Ray driver speaks the head's authentication. ``ray.init()`` of the
+    in-process instance set the same variable; Ray reads it into its config when it loads
+    and caches the token, so a Ray already loaded is told again (as Ray's own
+    ``_enable_token_auth`` does), else a driver loaded before sends no token."""
+    if not env or all(os.environ.get(k) == v for k, v in env.items()):
+        return
+    os.environ.update(env)
+    raylet = sys.modules.get("ray._raylet")
+    if raylet is not None:
+        with contextlib.suppress(AttributeError):  # a Ray without token auth
+            raylet.Config.initialize("")
+            raylet.AuthenticationTokenLoader.instance().reset_cache()
+
+
 def make_private_fabric(cluster_workdir: str | Path, timeline: Any, topology: Topology, *, resource: str,
                         spares: Iterable[int], per_chip: float, key_file: str | None,
                         namespace: str) -> PrivateRayFabric:
@@ -346,6 +380,7 @@ def make_private_fabric(cluster_workdir: str | Path, timeline: Any, topology: To
             f"cannot start a private local Ray: this server is already connected to the Ray cluster at "
             f"{connected_address(ray) or 'another address'} and a process holds one Ray connection (ray.init); "
             "give this cluster that address, or run another podfleet server for a private Ray", field="rayAddress")
+    _speak_auth(head.auth_env())
     n = topology.n_chips
     started = head.ensure(cluster_id, max(2, n) if resource == "CPU" else 2)
     try:
