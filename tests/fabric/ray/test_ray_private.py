@@ -16,10 +16,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +27,7 @@ import pytest
 
 from podfleet.sdk import PodfleetClient
 from tests.cli.test_restart_reattach import _log, _pids, _step, _until
+from tests.fabric.ray.served import assert_ran_through, served
 
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
@@ -66,40 +65,19 @@ def _head_processes(rec: dict[str, Any]) -> list[int]:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     work = tmp_path / "work"
     env = {**os.environ, "PODFLEET_WORKDIR": str(work), "PODFLEET_KEY_DIR": str(tmp_path / "keys"),
            "PODFLEET_ADMIN_TOKEN": TOKEN}
     env.pop("PODFLEET_RAY_ADDRESS", None)
     env.pop("RAY_AUTH_MODE", None)  # as an operator runs it: the head gets a token of its own
-    c = PodfleetClient(f"http://127.0.0.1:{port}", TOKEN)
-    procs: list[subprocess.Popen[bytes]] = []
-    heads: set[int] = set()
-
-    def start() -> subprocess.Popen[bytes]:
-        with open(tmp_path / "server.log", "ab") as logf:
-            p = subprocess.Popen([sys.executable, "-m", "podfleet", "up", "--fabric", "ray", "--port", str(port),
-                                  "--db", str(tmp_path / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
-        procs.append(p)
-        _until(c.healthz, "the server answering /healthz")
-        return p
-
+    record = work / "ray" / "head.json"
     try:
-        yield start, c, work / "ray" / "head.json"
+        with served(tmp_path, env, TOKEN) as (start, c):
+            yield start, c, record
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                p.wait(60)
-        # Whatever head a failed test left (every head these tests started was recorded).
-        with contextlib.suppress(FileNotFoundError, ValueError):
-            heads.add(int(json.loads((work / "ray" / "head.json").read_text())["pid"]))
-        for pid in heads:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        # Whatever head a failed test left (the record names the last one started).
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.killpg(int(json.loads(record.read_text())["pid"]), signal.SIGKILL)
 
 
 def _training(start: Callable[[], subprocess.Popen[bytes]], c: PodfleetClient) -> tuple[Any, str, str]:
@@ -133,16 +111,8 @@ def test_the_private_head_outlives_a_kill_9_and_goes_with_its_cluster(server: Se
     # RUNNING (a periodic checkpoint's CHECKPOINTING can be caught on a loaded machine).
     _until(lambda: _step(c, jid) > at_kill + 5 and c.describe_training_job(jid)["state"] == "RUNNING",
            "the job stepping on, RUNNING, after the restart")
-    _until(lambda: _pids(c, cid) == before, f"pids {before} after the restart (now {_pids(c, cid)})", 60)
+    assert_ran_through(c, cid, jid, before)
     assert json.loads(record.read_text())["pid"] == rec["pid"]  # the same head, found by its record
-    log = _log(c, jid)
-    assert any("re-attached after a control-plane restart" in ln for ln in log), log[-20:]
-    assert not any("restored step" in ln or "resuming from checkpoint" in ln for ln in log), log[-20:]
-    now = _step(c, jid)
-    seen: set[int] = set()
-    for p in c.get_job_metrics(jid, resolution=10)["points"]:
-        seen.update(range(int(p["step_first"]), int(p["step_last"]) + 1))
-    assert [s for s in range(1, now + 1) if s not in seen] == []  # the loss history has no gap
     ray_procs = _head_processes(rec)
     assert int(rec["pid"]) in ray_procs and len(ray_procs) >= 3, ray_procs  # ray start, GCS, raylet, ...
     # Deleting the cluster stops its head with its process group: nothing of Ray is left.
