@@ -118,6 +118,21 @@ def _group_gone(pgid: int) -> bool:
     return False
 
 
+def _kill_leftovers(temp_dir: str) -> None:
+    """SIGKILL what is left of a head whose ``ray start`` is gone: Ray's GCS, raylet and
+    helpers name its temp directory on their command line (a pid the head's group once
+    had may belong to someone else by now; a command line naming that directory does not)."""
+    if not temp_dir:
+        return
+    needle = temp_dir.encode()
+    with contextlib.suppress(OSError):
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if needle in (d / "cmdline").read_bytes():
+                        os.kill(int(d.name), signal.SIGKILL)
+
+
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
         try:
@@ -169,6 +184,7 @@ class PrivateHead:
                     wait_port(self.port, timeout_s, lambda: None if self.running() else -1)
                 else:
                     if rec is not None:
+                        _kill_leftovers(str(rec.get("temp_dir") or ""))
                         self.lost = (f"its private Ray head (pid {rec['pid']}, {rec['address']}) had died while the "
                                      "server was down, and its gangs with it; a new head was started")
                     self._start(cpus, int(rec["port"]) if rec is not None else None, timeout_s)
@@ -195,6 +211,7 @@ class PrivateHead:
             if self.rec is None or self.running():
                 return None
             port = self.port
+            _kill_leftovers(str(self.rec.get("temp_dir") or ""))
             self._remove_temp()
             if not _port_free(port):
                 return f"its private Ray head died and port {port} is taken"
@@ -285,6 +302,7 @@ class PrivateHead:
             while time.monotonic() < deadline and not _group_gone(pid):
                 time.sleep(0.1)
         if rec.get("temp_dir"):
+            _kill_leftovers(str(rec["temp_dir"]))  # a worker Ray moved out of the group, if any
             shutil.rmtree(str(rec["temp_dir"]), ignore_errors=True)
 
     def _remove_temp(self) -> None:
