@@ -185,6 +185,8 @@ class PrivateHead:
                 else:
                     if rec is not None:
                         _kill_leftovers(str(rec.get("temp_dir") or ""))
+                        if rec.get("temp_dir"):
+                            shutil.rmtree(str(rec["temp_dir"]), ignore_errors=True)
                         self.lost = (f"its private Ray head (pid {rec['pid']}, {rec['address']}) had died while the "
                                      "server was down, and its gangs with it; a new head was started")
                     self._start(cpus, int(rec["port"]) if rec is not None else None, timeout_s)

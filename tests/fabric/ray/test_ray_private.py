@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -76,8 +77,11 @@ def server(tmp_path: Path) -> Iterator[Server]:
             yield start, c, record
     finally:
         # Whatever head a failed test left (the record names the last one started).
-        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
-            os.killpg(int(json.loads(record.read_text())["pid"]), signal.SIGKILL)
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            left = json.loads(record.read_text())
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(left["pid"]), signal.SIGKILL)
+            shutil.rmtree(str(left["temp_dir"]), ignore_errors=True)
 
 
 def _training(start: Callable[[], subprocess.Popen[bytes]], c: PodfleetClient) -> tuple[Any, str, str]:
@@ -140,6 +144,7 @@ def test_a_head_that_died_with_the_server_down_is_replaced_and_the_job_resumes(s
            and any("restored step" in ln for ln in _log(c, jid)), "the job resumed on the new head")
     new = json.loads(record.read_text())
     assert new["pid"] != rec["pid"] and _alive(int(new["pid"]))
+    assert not Path(rec["temp_dir"]).exists()  # the dead head's directory went with it
     c.delete_cluster(cid)
     _until(lambda: not _head_processes(new), "no Ray process left", 60)
 
