@@ -19,12 +19,16 @@ with ``ray start``, 3 CPUs: the gang's detached actors outlive the server). The 
 * ``leaked_actors`` (Ray): podfleet's named actors left on the Ray cluster once the job
   was stopped (goal 0).
 
-The figures are reported for the local job at the top level and for the Ray job under
-``ray``.
+The figures are reported for the local job at the top level, for the Ray job under
+``ray`` and, under ``ray_private``, for a Ray cluster created without an address (the
+server's private head, ``fabric/ray/private.py``), with ``same_head`` (the head that ran
+before the restarts still runs), and after the cluster's delete ``head_left`` (processes
+of the head still alive, goal 0) and ``head_gone_after_delete_s``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,7 +45,8 @@ from typing import Any
 from podfleet.sdk import PodfleetClient
 
 NAME = "restart-real"
-DESCRIPTION = "kill -9 and restart of podfleet up with a local job, then a Ray job, training: steps_lost and reattach_s"
+DESCRIPTION = ("kill -9 and restart of podfleet up with a local job, then a Ray job (addressed, then private Ray), "
+               "training: steps_lost and reattach_s")
 TOKEN = "pf-bench-restart-real-admin-token-0123456789"
 DOWN_S = 2.0
 STEP_DELAY_S = 0.05
@@ -186,12 +191,13 @@ def restart(srv: Server, cid: str, jid: str, *, kill_rank: int | None = None) ->
             "step_after": now, "history_gaps": history_gaps(c, jid, now), "state": c.describe_training_job(jid)["state"]}
 
 
-def named_actors(address: str) -> int:
-    """podfleet's named actors alive on the Ray cluster, counted by a driver of its own."""
+def named_actors(address: str, auth: dict[str, str] | None = None) -> int:
+    """podfleet's named actors alive on the Ray cluster, counted by a driver of its own
+    (``auth``: the cluster's token authentication; default: none)."""
     code = (f"import json, ray; ray.init(address={address!r}, log_to_driver=False, include_dashboard=False); "
             "print(json.dumps(ray.util.list_named_actors(all_namespaces=True)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
-                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+                         env={**os.environ, **(auth or {"RAY_AUTH_MODE": "disabled"})})
     return sum(1 for a in json.loads(out.stdout.strip().splitlines()[-1]) if a["namespace"].startswith("podfleet-"))
 
 
@@ -239,6 +245,57 @@ def run_ray(rounds: int) -> dict[str, Any]:
                    "step_delay_s 0.05"}
 
 
+def head_processes(rec: dict[str, Any]) -> int:
+    """Live processes of a recorded private head: its process group (Ray's GCS, raylet,
+    the actors' workers)."""
+    n = 0
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                zombie = (d / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+                n += int(os.getpgid(int(d.name)) == int(rec["pid"]) and not zombie)
+    return n
+
+
+def run_private_ray(rounds: int) -> dict[str, Any]:
+    """The Ray job's rounds on a cluster created without an address: the data directory's
+    private head (``fabric/ray/private.py``), which the server starts in a session of its
+    own; then the cluster is deleted and what is left of the head counted."""
+    with tempfile.TemporaryDirectory(prefix="bench-restart-pray-") as tmp:
+        srv = Server(Path(tmp), fabric="ray")
+        srv.env.pop("PODFLEET_RAY_ADDRESS", None)
+        srv.env.pop("RAY_AUTH_MODE", None)  # the head's own token, as an operator runs it
+        record = Path(tmp) / "work" / "ray" / "head.json"
+        rec: dict[str, Any] = {}
+        srv.start()
+        try:
+            cid, jid = start_job(srv)
+            rec = json.loads(record.read_text())
+            rows = [restart(srv, cid, jid) for _ in range(rounds)]
+            same_head = json.loads(record.read_text())["pid"] == rec["pid"]
+            srv.client.stop_training_job(jid)
+            _until(lambda: srv.client.describe_training_job(jid)["state"] == "STOPPED", 60, "the Ray job stopped")
+            auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(record.parent / "auth_token")}
+            leaked = named_actors(rec["address"], auth)
+            deadline = time.monotonic() + 30
+            while leaked and time.monotonic() < deadline:  # ray.kill is asynchronous
+                time.sleep(1.0)
+                leaked = named_actors(rec["address"], auth)
+            srv.client.delete_cluster(cid)
+            deleted = time.monotonic()
+            _until(lambda: not head_processes(rec), 60, "the private head gone after the delete")
+            gone_s = time.monotonic() - deleted
+        finally:
+            srv.stop()
+            if rec and head_processes(rec):  # a failed round: never leave the head running
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(int(rec["pid"]), signal.SIGKILL)
+    return {**summary(rows), "leaked_actors": leaked, "same_head": same_head, "head_left": head_processes(rec),
+            "head_gone_after_delete_s": round(gone_s, 3),
+            "job": "debug preset, 2 Ray ranks on the server's private Ray head (ray start, 2 CPUs, token auth), "
+                   "gloo, checkpoint every 20 steps, step_delay_s 0.05"}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     rounds = 1 if quick else 3
     with tempfile.TemporaryDirectory(prefix="bench-restart-") as tmp:
@@ -252,6 +309,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             srv.stop()
             srv.stop_agent()
     ray = run_ray(rounds)
+    private = run_private_ray(rounds)
     return {
         **summary(rows),
         "bytecode_cached": True,  # as an installed package (see Server)
@@ -260,4 +318,5 @@ def run(quick: bool = False) -> dict[str, Any]:
         "goal_reattach_s": 5.0,
         "job": "debug preset, 2 local ranks, gloo, checkpoint every 20 steps, step_delay_s 0.05",
         "ray": ray,
+        "ray_private": private,
     }

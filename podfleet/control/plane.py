@@ -50,6 +50,7 @@ from podfleet.fabric.base import (
     Fabric,
     FabricFactory,
     close_fabric,
+    delete_fabric,
 )
 from podfleet.hardware.topology import Topology
 from podfleet.scheduler.extension import ShapePlanner
@@ -419,7 +420,7 @@ class ControlPlane:
             del self.clusters[rt.id]
             del self.names[rt.rec.name]
             self.jobs.detach(rt)
-            close_fabric(rt.fabric)
+            delete_fabric(rt.fabric)  # a private Ray head goes with its last cluster (a shutdown keeps it)
             return rt.view(), rt.id
 
         return self.mutation("DeleteCluster", actor, ref, do)

@@ -458,6 +458,23 @@ def close_fabric(fabric: Fabric) -> None:
         fabric.close()
 
 
+@runtime_checkable
+class Disposable(Protocol):
+    """Keeps something that outlives the control plane on purpose and belongs to this
+    cluster alone (a private Ray head): ``close`` (a shutdown) may leave it for the next
+    plane, ``dispose`` (the cluster is deleted) releases it as well."""
+
+    def dispose(self) -> None: ...
+
+
+def delete_fabric(fabric: Fabric) -> None:
+    """Release everything a deleted cluster's fabric holds, what outlives a shutdown included."""
+    if isinstance(fabric, Disposable):
+        fabric.dispose()
+    else:
+        close_fabric(fabric)
+
+
 class FabricFactory(Protocol):
     """Builds one cluster's fabric; the composition root hands one to the control plane
     (``fabric.factory.make_fabric`` by default). ``options``: ``workdir`` (the cluster's

@@ -22,6 +22,9 @@ SAFE_NAMES = frozenset({
 # Device runtimes, collectives and locale; coverage tooling so tests can measure workers.
 SAFE_PREFIXES = ("LC_", "CUDA_", "NCCL_", "NEURON_", "XLA_", "TORCH_", "GLOO_", "COV_CORE_", "COVERAGE_")
 SECRET_PREFIX = "PODFLEET_"
+# The server's own credentials: a process it starts to outlive it (the local agent, a
+# private Ray head) gets its environment less these, which it never needs.
+SERVER_SECRETS = ("PODFLEET_ADMIN_TOKEN", "PODFLEET_TOKEN")
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str] | None = None, *,

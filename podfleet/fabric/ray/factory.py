@@ -2,9 +2,10 @@
 
 ``PODFLEET_RAY_ADDRESS`` (or ``address=``) names the cluster: ``HOST:6379`` for the head
 node's GCS, ``ray://HOST:10001`` for Ray Client, ``auto`` for a cluster already running on
-this machine; unset starts a private local instance. ``PODFLEET_RAY_RESOURCE`` is
-``CPU`` (default), ``GPU`` or ``neuron_cores``; ``PODFLEET_RAY_PER_CHIP`` how many units
-of it one chip is (e.g. 4 neuron_cores = one Trn2 device at LNC=2).
+this machine; unset starts (or finds) the data directory's private head (``private.py``).
+``PODFLEET_RAY_RESOURCE`` is ``CPU`` (default), ``GPU`` or ``neuron_cores``;
+``PODFLEET_RAY_PER_CHIP`` how many units of it one chip is (e.g. 4 neuron_cores = one
+Trn2 device at LNC=2).
 
 ``workdir`` is the cluster's own directory (stable across restarts; shared storage on a
 multi-machine Ray cluster). Unless ``key_file`` is given or ``PODFLEET_CHECKPOINT_KEY``
@@ -23,6 +24,7 @@ from podfleet.checkpoint import keys
 from podfleet.errors import InvalidInputError
 from podfleet.fabric.ray import supervisor
 from podfleet.fabric.ray.fabric import RayFabric
+from podfleet.fabric.ray.private import make_private_fabric
 from podfleet.hardware.topology import Topology
 from podfleet.training.config import KEY_ENV_DEFAULT
 
@@ -51,9 +53,14 @@ def make_ray_fabric(
     if workdir is not None and key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
         key_file = str(keys.ensure_kek_file(workdir))  # outside the checkpoint tree
     # The cluster's directory is named by its id: its gangs' detached actors live in the
-    # namespace ``podfleet-<cluster id>``. They outlive this server on a Ray cluster of its
-    # own (an address); a private local Ray ends with the server anyway.
+    # namespace ``podfleet-<cluster id>``, on a Ray cluster that outlives this server: the
+    # one named by the address, or without one the data directory's private head
+    # (``private.py``). Without a directory (a library caller), a private Ray is started
+    # in this process and ends with it.
     namespace = supervisor.namespace_for(Path(workdir).name if workdir is not None else "default")
+    if address is None and workdir is not None:
+        return make_private_fabric(workdir, timeline, topology, resource=resource, spares=spares, per_chip=per_chip,
+                                   key_file=key_file, namespace=namespace)
     return RayFabric(address, timeline, topology.n_chips, resource=resource, spares=spares, topology=topology,
                      per_chip=per_chip, workdir=str(workdir) if workdir is not None else None, key_file=key_file,
                      namespace=namespace, outlive_plane=address is not None)

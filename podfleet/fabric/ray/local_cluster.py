@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,10 +30,44 @@ from podfleet.errors import InfeasibleError
 STOP_WAIT_S = 5.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def ray_command() -> str:
+    """The ``ray`` command of this interpreter's environment."""
+    ray_bin = str(Path(sys.executable).with_name("ray"))
+    if not Path(ray_bin).exists():
+        raise InfeasibleError(f"no ray command beside {sys.executable}: pip install 'podfleet[ray]'", field="ray")
+    return ray_bin
+
+
+# Every node: in the foreground of its process (its group's leader, so one signal to the
+# group takes the node down), on loopback, no usage report.
+NODE_ARGS = ("--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats")
+
+
+def head_argv(ray_bin: str, port: int, cpus: int, temp_dir: str, object_store_bytes: int = 80_000_000) -> list[str]:
+    """``ray start`` of a head on ``port`` with ``cpus`` CPUs and no dashboard; Ray's
+    socket paths must stay under 108 bytes, so ``temp_dir`` is short (under /tmp)."""
+    return [ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={cpus}", "--include-dashboard=false",
+            f"--temp-dir={temp_dir}", f"--object-store-memory={object_store_bytes}", *NODE_ARGS]
+
+
+def wait_port(port: int, timeout_s: float, exited: Callable[[], int | None]) -> None:
+    """Until the head listens on ``port``; ``exited`` says whether (with what status) its
+    ``ray start`` ended meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        rc = exited()
+        if rc is not None:
+            raise InfeasibleError(f"ray start --head exited with {rc}", field="ray")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.5)
+    raise InfeasibleError(f"the Ray head did not listen on {port} within {timeout_s:g} s", field="ray")
 
 
 @dataclass
@@ -51,14 +85,11 @@ class LocalRayCluster:
     _extra_tmp: list[str] = field(default_factory=list)
 
     def start(self, timeout_s: float = 120.0) -> LocalRayCluster:
-        ray_bin = str(Path(sys.executable).with_name("ray"))
-        if not Path(ray_bin).exists():
-            raise InfeasibleError(f"no ray command beside {sys.executable}: pip install 'podfleet[ray]'",
-                                  field="ray")
+        ray_bin = ray_command()
         # Ray's socket paths must stay under 108 bytes: a short directory of our own.
         self._tmp = tempfile.mkdtemp(prefix="pfray-", dir="/tmp")
         logs = self.log_dir or Path(self._tmp)
-        port = _free_port()
+        port = free_port()
         self.address = f"127.0.0.1:{port}"
         self._logs = logs
         try:
@@ -71,19 +102,16 @@ class LocalRayCluster:
             raise
         return self
 
-    _COMMON = ("--block", "--node-ip-address=127.0.0.1", "--object-store-memory=80000000", "--disable-usage-stats")
-
     def _env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
 
     def _head_argv(self, ray_bin: str, port: int, tmp: str) -> list[str]:
-        return [ray_bin, "start", "--head", f"--port={port}", f"--num-cpus={self.head_cpus}",
-                "--include-dashboard=false", f"--temp-dir={tmp}", *self._COMMON]
+        return head_argv(ray_bin, port, self.head_cpus, tmp)
 
     def add_node(self, cpus: int) -> int:
         """Start one more raylet (a replacement for a lost one); its index in ``procs``."""
-        ray_bin = str(Path(sys.executable).with_name("ray"))
-        self._spawn([ray_bin, "start", f"--address={self.address}", f"--num-cpus={cpus}", *self._COMMON],
+        self._spawn([ray_command(), "start", f"--address={self.address}", f"--num-cpus={cpus}",
+                     "--object-store-memory=80000000", *NODE_ARGS],
                     self._logs / f"raylet-{len(self.procs)}.log", self._env())
         return len(self.procs) - 1
 
@@ -97,7 +125,7 @@ class LocalRayCluster:
     def restart_head(self, timeout_s: float = 120.0) -> None:
         """Start a new head on the same port after ``kill(0)``: a new Ray cluster (no GCS
         fault tolerance) behind the same address, as an operator's restart gives."""
-        ray_bin = str(Path(sys.executable).with_name("ray"))
+        ray_bin = ray_command()
         port = int(self.address.rsplit(":", 1)[1])
         tmp = tempfile.mkdtemp(prefix="pfray-", dir="/tmp")
         self._extra_tmp.append(tmp)
@@ -111,14 +139,7 @@ class LocalRayCluster:
                                                start_new_session=True))
 
     def _wait_port(self, port: int, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.procs[0].poll() is not None:
-                raise InfeasibleError(f"ray start --head exited with {self.procs[0].returncode}", field="ray")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-            time.sleep(0.5)
-        raise InfeasibleError(f"the Ray head did not listen on {port} within {timeout_s:g} s", field="ray")
+        wait_port(port, timeout_s, self.procs[0].poll)
 
     @property
     def n_nodes(self) -> int:

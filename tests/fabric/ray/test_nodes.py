@@ -55,3 +55,34 @@ def test_a_node_that_joins_takes_the_chips_of_a_lost_one_and_only_those() -> Non
     assert m.room(node) == 0 and m.remap(0) is m.nodes["a" * 56]  # a chip on a live node stays
     # A known node that comes back is reported as joined again.
     assert [n.node_id for n in m.apply([*alive, rec("b" * 56, "10.0.0.2", 1.0)]).joined] == ["b" * 56]
+
+
+def test_chip_repair_re_maps_a_chip_whose_node_is_gone_or_refuses_with_the_fix() -> None:
+    # RayFabric.set_chip_state (what `chip repair` calls) on a fabric's node map alone:
+    # no Ray is needed to decide where a repaired chip goes.
+    import threading
+    from types import SimpleNamespace
+
+    import pytest
+
+    from podfleet.errors import ConflictError
+    from podfleet.fabric.base import ChipState
+    from podfleet.fabric.ray.fabric import RayFabric, ray_topology
+
+    fab = RayFabric.__new__(RayFabric)
+    fab.topology = ray_topology("CPU", 3)
+    fab.state = SimpleNamespace(lock=threading.Lock())
+    fab.nodes = NodeMap(NODES, "CPU", 1.0, 3)  # chips 0, 1 on the head, chip 2 on node b
+    fab.per_chip, fab.resource = 1.0, "CPU"
+    fab._states = [ChipState.HEALTHY, ChipState.HEALTHY, ChipState.ISOLATED]
+    fab._reasons = ["", "", "Ray node bbbbbbbb (10.0.0.2) lost"]
+    alive = [r for r in NODES if r["NodeID"] != "b" * 56]
+    fab.nodes.apply(alive)
+    with pytest.raises(ConflictError, match=r"chip 2's Ray node .* is gone and no live Ray node has 1 CPU free "
+                                            r"for it \(start a raylet, then repair it again\)"):
+        fab.set_chip_state(2, ChipState.HEALTHY, "repaired")
+    assert fab.chip_states()[2] is ChipState.ISOLATED  # still out of service
+    fab.nodes.apply([*alive, rec("e" * 56, "10.0.0.5", 1.0)])
+    fab.set_chip_state(2, ChipState.HEALTHY, "repaired")
+    assert fab.chip_states()[2] is ChipState.HEALTHY and fab.nodes.chip_node[2] == "e" * 56
+    assert fab._reasons[2] == "repaired; now on Ray node eeeeeeeeeeee (10.0.0.5)"

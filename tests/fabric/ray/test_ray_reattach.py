@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 
 from podfleet.sdk import PodfleetClient
 from tests.cli.test_restart_reattach import _log, _pids, _step, _until
+from tests.fabric.ray.served import assert_ran_through, served
 
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
@@ -48,28 +48,10 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture
 def server(tmp_path: Path, ray_cluster: str) -> Iterator[tuple[Callable[[], subprocess.Popen[bytes]], PodfleetClient]]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env = {**os.environ, "PODFLEET_WORKDIR": str(tmp_path / "work"), "PODFLEET_KEY_DIR": str(tmp_path / "keys"),
            "PODFLEET_ADMIN_TOKEN": TOKEN, "PODFLEET_RAY_ADDRESS": ray_cluster, "RAY_AUTH_MODE": "disabled"}
-    c = PodfleetClient(f"http://127.0.0.1:{port}", TOKEN)
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        with open(tmp_path / "server.log", "ab") as logf:
-            p = subprocess.Popen([sys.executable, "-m", "podfleet", "up", "--fabric", "ray", "--port", str(port),
-                                  "--db", str(tmp_path / "pf.db")], stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
-        procs.append(p)
-        _until(c.healthz, "the server answering /healthz")
-        return p
-
-    yield start, c
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-            p.wait(60)
+    with served(tmp_path, env, TOKEN) as out:
+        yield out
 
 
 def _named_actors(address: str) -> list[dict[str, str]]:
@@ -107,16 +89,7 @@ def test_kill_9_of_the_server_leaves_the_ray_job_training(server: Any, ray_clust
     # RUNNING (a periodic checkpoint passes through CHECKPOINTING for as long as its record
     # takes to write, which a reader can catch on a loaded machine).
     _until(lambda: _job(c, jid)["state"] == "RUNNING", "the job RUNNING after the restart")
-    # The same processes: nothing restarted (the hardware view refreshes on the telemetry tick).
-    _until(lambda: _pids(c, cid) == before, f"pids {before} after the restart (now {_pids(c, cid)})", 60)
-    log = _log(c, jid)
-    assert any("re-attached after a control-plane restart" in ln for ln in log), log[-20:]
-    assert not any("restored step" in ln or "resuming from checkpoint" in ln for ln in log), log[-20:]
-    now = _step(c, jid)
-    seen: set[int] = set()
-    for p in c.get_job_metrics(jid, resolution=10)["points"]:
-        seen.update(range(int(p["step_first"]), int(p["step_last"]) + 1))
-    assert [s for s in range(1, now + 1) if s not in seen] == []  # the loss history has no gap
+    assert_ran_through(c, cid, jid, before)
     assert {a["name"].split("/")[0] for a in _named_actors(ray_cluster)} == {jid}
     c.stop_training_job(jid)
     _until(lambda: _job(c, jid)["state"] == "STOPPED", "the job stopped")

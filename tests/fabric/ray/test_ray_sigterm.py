@@ -7,6 +7,7 @@ server's own handler runs: exit 128 + 15, and Ray's private instance goes with i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -30,6 +31,14 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_sigterm_stops_podfleet_up_with_ray_initialised(tmp_path: Path) -> None:
     port = _port()
     env = {**os.environ, "PODFLEET_ADMIN_TOKEN": TOKEN, "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
@@ -41,6 +50,7 @@ def test_sigterm_stops_podfleet_up_with_ray_initialised(tmp_path: Path) -> None:
          f"sqlite:///{tmp_path / 'pf.db'}", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=err.open("wb"), start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    head_pid: int | None = None
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
             deadline = time.monotonic() + 90
@@ -58,12 +68,23 @@ def test_sigterm_stops_podfleet_up_with_ray_initialised(tmp_path: Path) -> None:
             while c.get("/v1/clusters/r").json()["state"] != "active":
                 assert time.monotonic() < deadline + 60, "the Ray cluster did not come up"
                 time.sleep(0.5)
+        record = tmp_path / ".podfleet" / "work" / "ray" / "head.json"  # the private head (no address)
+        head_pid = int(json.loads(record.read_text())["pid"])
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=120)
+        # No job ran: the shutdown leaves no Ray head behind (one with running gangs is
+        # left for the next server: test_ray_private.py).
+        gone = time.monotonic() + 30
+        while _group_alive(head_pid):
+            assert time.monotonic() < gone, "the private Ray head outlived a shutdown with nothing to keep"
+            time.sleep(0.2)
+        assert not record.exists()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+        if head_pid is not None and _group_alive(head_pid):
+            os.killpg(head_pid, signal.SIGKILL)
     text = err.read_text()
     assert rc == 128 + signal.SIGTERM, text  # the server's own handler, after its graceful shutdown
     assert "SIGTERM received" not in text

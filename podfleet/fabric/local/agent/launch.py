@@ -19,11 +19,10 @@ from pathlib import Path
 from podfleet.errors import ConflictError
 from podfleet.fabric.local.agent import protocol
 from podfleet.security.files import open_private_append, private_dir
+from podfleet.security.workerenv import SERVER_SECRETS
 
 IDLE_EXIT_S = 300.0
 START_TIMEOUT_S = 30.0
-# The server's secrets stay with the server: the agent needs none of them.
-_SECRET_ENV = ("PODFLEET_ADMIN_TOKEN", "PODFLEET_TOKEN")
 
 
 def answers(where: Path) -> bool:
@@ -40,7 +39,7 @@ def ensure_agent(where: Path, *, timeout_s: float = START_TIMEOUT_S) -> Path:
     private_dir(where)
     if answers(where):
         return where
-    env = {k: v for k, v in os.environ.items() if k not in _SECRET_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in SERVER_SECRETS}
     with os.fdopen(open_private_append(where / "agent.log"), "ab") as logf:
         proc = subprocess.Popen(
             [sys.executable, "-m", "podfleet.fabric.local.agent", "--dir", str(where), "--idle-exit-s",
