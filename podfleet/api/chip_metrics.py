@@ -132,7 +132,7 @@ POD_SERIES = (
     ("podfleet_fleet_pod_temperature_max_celsius", "Hottest chip of the pod"),
     ("podfleet_fleet_pod_power_watts", "Power draw of the pod's chips"),
 )
-EXPORTED_ROLLUPS = frozenset(n for n, _ in POD_SERIES)
+EXPORTED_ROLLUPS = frozenset(n for n, _ in POD_SERIES) | {"podfleet_fleet_pod_health_max"}  # health/metrics.py
 
 
 def pods_of(topology: Topology) -> int:
@@ -151,6 +151,12 @@ def rolled_up(topology: Topology, per_chip: bool, server_pods: int = 0) -> bool:
     if per_chip or not pods_of(topology):
         return False
     return max(pods_of(topology), server_pods) > ROLLUP_MIN_PODS
+
+
+def rolled_up_ids(rts: list[ClusterRuntime], per_chip: bool) -> set[str]:
+    """The ids of the clusters among ``rts`` (all of a server's) that ``rolled_up`` says."""
+    server_pods = sum(pods_of(rt.topology) for rt in rts)
+    return {rt.id for rt in rts if rolled_up(rt.topology, per_chip, server_pods)}
 
 
 class FabricCollector(Collector):
@@ -184,8 +190,8 @@ class FabricCollector(Collector):
             del self._placement[gone]
         for gone in set(self._coords) - {rt.id for rt in rts}:
             del self._coords[gone]
-        server_pods = sum(pods_of(rt.topology) for rt in rts)
-        big = [rt for rt in rts if rolled_up(rt.topology, self.per_chip, server_pods)]
+        ids = rolled_up_ids(rts, self.per_chip)
+        big = [rt for rt in rts if rt.id in ids]
         small = [rt for rt in rts if rt not in big]
         yield from self._chips(small)
         yield from self._links(small)
