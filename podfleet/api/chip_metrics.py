@@ -40,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 import podfleet
+from podfleet.control.hardwareviews import pod_shape
 from podfleet.control.lifecycle import TERMINAL, JobState
 from podfleet.errors import UnknownNameError
 from podfleet.fabric.base import ChipState, LinkState, WorkerPlacement
@@ -131,18 +132,38 @@ POD_SERIES = (
     ("podfleet_fleet_pod_temperature_max_celsius", "Hottest chip of the pod"),
     ("podfleet_fleet_pod_power_watts", "Power draw of the pod's chips"),
 )
-EXPORTED_ROLLUPS = frozenset(n for n, _ in POD_SERIES)
+EXPORTED_ROLLUPS = frozenset(n for n, _ in POD_SERIES) | {"podfleet_fleet_pod_health_max"}  # health/metrics.py
 
 
-def rolled_up(topology: Topology, per_chip: bool) -> bool:
-    """Per-pod rollups rather than a series per chip and link: a large fleet cluster."""
-    return not per_chip and isinstance(topology, FleetTopology) and topology.count > ROLLUP_MIN_PODS
+def pods_of(topology: Topology) -> int:
+    """Pods a cluster counts for the rollup rule: a fleet's pods; a torus is one pod; a
+    switched cluster (worker slots, a Ray or Neuron host) none: its series stay per chip."""
+    if isinstance(topology, FleetTopology):
+        return topology.count
+    return 1 if isinstance(topology, GridTopology) else 0
+
+
+def rolled_up(topology: Topology, per_chip: bool, server_pods: int = 0) -> bool:
+    """Per-pod rollups rather than a series per chip and link: a fleet cluster of more
+    than ``ROLLUP_MIN_PODS`` pods, or any pod-shaped cluster on a server whose clusters
+    hold more than ``ROLLUP_MIN_PODS`` pods together (``server_pods``): 100 one-pod
+    clusters are 6,400 chips, 30 MB and two seconds of the server's CPU a scrape."""
+    if per_chip or not pods_of(topology):
+        return False
+    return max(pods_of(topology), server_pods) > ROLLUP_MIN_PODS
+
+
+def rolled_up_ids(rts: list[ClusterRuntime], per_chip: bool) -> set[str]:
+    """The ids of the clusters among ``rts`` (all of a server's) that ``rolled_up`` says."""
+    server_pods = sum(pods_of(rt.topology) for rt in rts)
+    return {rt.id for rt in rts if rolled_up(rt.topology, per_chip, server_pods)}
 
 
 class FabricCollector(Collector):
     """``per_chip``: a series per chip and link for every cluster; otherwise a fleet of more
-    than ``ROLLUP_MIN_PODS`` pods exports ``podfleet_fleet_pod_*`` rollups instead (65,536 chips
-    x 20 series is a scrape of tens of MB; 1,024 pods x 6 is a few hundred kB)."""
+    than ``ROLLUP_MIN_PODS`` pods, and every torus or fleet cluster of a server holding more
+    than ``ROLLUP_MIN_PODS`` pods in all, exports ``podfleet_fleet_pod_*`` rollups instead
+    (65,536 chips x 20 series is a scrape of tens of MB; 1,024 pods x 6 is a few hundred kB)."""
 
     def __init__(self, plane: ControlPlane, *, per_chip: bool = False) -> None:
         self.plane = plane
@@ -169,7 +190,8 @@ class FabricCollector(Collector):
             del self._placement[gone]
         for gone in set(self._coords) - {rt.id for rt in rts}:
             del self._coords[gone]
-        big = [rt for rt in rts if rolled_up(rt.topology, self.per_chip)]
+        ids = rolled_up_ids(rts, self.per_chip)
+        big = [rt for rt in rts if rt.id in ids]
         small = [rt for rt in rts if rt not in big]
         yield from self._chips(small)
         yield from self._links(small)
@@ -180,8 +202,7 @@ class FabricCollector(Collector):
         fams = {name: GaugeMetricFamily(name, doc, labels=POD_LABELS) for name, doc in POD_SERIES}
         for rt in rts:
             topo = rt.topology
-            assert isinstance(topo, FleetTopology)  # rolled_up says so
-            pods, per = topo.count, topo.group.n_chips
+            pods, per, _k = pod_shape(topo)  # a torus: one pod of all its chips, in block 0
             states = rt.fabric.chip_states()[:topo.n_chips]
             up = np.fromiter((ChipState(s) in _UP for s in states), dtype=bool, count=len(states))
             busy = np.zeros(topo.n_chips, dtype=bool)
@@ -199,7 +220,8 @@ class FabricCollector(Collector):
                 "podfleet_fleet_pod_temperature_max_celsius": None if temp is None else temp.reshape(pods, per).max(axis=1),
                 "podfleet_fleet_pod_power_watts": None if power is None else power.reshape(pods, per).sum(axis=1),
             }
-            labels = [[rt.rec.name, rt.id, str(p), str(topo.block_of(p))] for p in range(pods)]
+            blocks = [topo.block_of(p) if isinstance(topo, FleetTopology) else 0 for p in range(pods)]
+            labels = [[rt.rec.name, rt.id, str(p), str(b)] for p, b in enumerate(blocks)]
             for name, values in rows.items():
                 _add(fams[name], labels, values)
         yield from fams.values()

@@ -11,6 +11,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from podfleet.advisor import reports
 from podfleet.api import openapi, problems
 from podfleet.api.auth import TokenCache, UserCache, authorize
+from podfleet.api.chip_metrics import rolled_up_ids
 from podfleet.api.guard import Guard, GuardConfig
 from podfleet.api.leadership import LeaderCollector, LeaderGate, Leadership, Sole
 from podfleet.api.metrics import ApiMetrics, MetricsMiddleware
@@ -70,7 +71,8 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.state.leadership = leadership = leadership or Sole(socket.gethostname())
     app.state.metrics = metrics = ApiMetrics(plane, per_chip=metrics_per_chip)
     metrics.registry.register(LeaderCollector(leadership))  # podfleet_leader{server}, its term
-    metrics.registry.register(HealthCollector(plane, health_service, recovery))
+    metrics.registry.register(HealthCollector(plane, health_service, recovery,
+                                              rolled_up=lambda rts: rolled_up_ids(rts, metrics_per_chip)))
     metrics.registry.register(UsageCollector(plane))  # podfleet_chip_seconds_total
 
     async def on_invalid(request: Request, detail: str) -> None:

@@ -87,6 +87,10 @@ class ClusterRuntime(ClusterRecordOwner):
         # The link states last folded into the scheduler, with its pods' link versions then.
         self.synced_links: tuple[int, list[Any]] | None = None
         self.synced_health: tuple[list[ChipState], tuple[int, ...], np.ndarray] | None = None
+        # The ring traffic last folded (a copy), and the fabric's chip states last converted
+        # (as it gave them, and as ChipStates): a fleet's sync skips what did not move.
+        self.synced_traffic: np.ndarray | None = None
+        self._states_seen: tuple[list[Any], list[ChipState]] | None = None
         # The cluster's scheduler (queue, gang placement, preemption): engine thread only.
         self.scheduler = new_scheduler(topology, self.spares, spec.quotas, clock or (lambda: 0.0), planner)
         self.preempting: dict[str, None] = {}  # preemptors whose victims are not all saved yet
@@ -148,11 +152,18 @@ class ClusterRuntime(ClusterRecordOwner):
         return ClusterState(self.rec.state)
 
     def chip_states(self) -> list[ChipState]:
-        states = self.fabric.chip_states()
+        states: list[Any] = list(self.fabric.chip_states())  # ours: a fabric may keep changing its own
+        seen = self._states_seen
+        if seen is not None and seen[0] == states:
+            # Unchanged since the last call (one C-level compare; the twin's states are
+            # ChipState members, compared by identity): a fleet's 65,536 lookups skipped.
+            return list(seen[1])
         try:  # one C-level pass (a fleet has 65,536 chips); an unknown value fails as before
-            return list(map(_AS_CHIP_STATE.__getitem__, states))
+            out = list(map(_AS_CHIP_STATE.__getitem__, states))
         except (KeyError, TypeError):
-            return [ChipState(s) for s in states]
+            out = [ChipState(s) for s in states]
+        self._states_seen = (states, out)
+        return list(out)
 
     def usable(self) -> np.ndarray:
         """Chips normal placement may use: healthy, not a spare, not held by a job."""

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
+from itertools import repeat
 from typing import Any, Protocol
 
 import numpy as np
 
 from podfleet.control.chipmodes import ChipModes
+from podfleet.control.owners import ChipOwners
 from podfleet.control.placement import Allocation
 from podfleet.control.planning import PERF_PLAN_FIELDS, Plan
 from podfleet.control.presets import resolve_model
@@ -43,6 +45,8 @@ class SyncTarget(Protocol):
     synced_links: tuple[int, list[Any]] | None
     # The chip states and modes last folded, with the healthy mask made of them.
     synced_health: tuple[list[ChipState], tuple[int, ...], np.ndarray] | None
+    # The ring traffic last folded (a copy of the fabric's array).
+    synced_traffic: np.ndarray | None
 
     @property
     def scheduler(self) -> Scheduler: ...
@@ -197,14 +201,25 @@ def sync(rt: SyncTarget) -> None:
         # The running rings' load per directed link: placement scores a candidate block by
         # the traffic its ring would add (``scheduler.traffic``). Compared pod by pod, so an
         # unchanged load costs one array comparison per pod that carries traffic.
+        # A fleet's pods compared one by one cost milliseconds with a few hundred jobs
+        # running; the whole array compared once skips them when nothing moved.
         traffic = rt.fabric.link_traffic()
-        if traffic.size == 2 * cl.links_per_pod * len(cl.pods):
+        last_traffic = rt.synced_traffic
+        if traffic.size == 2 * cl.links_per_pod * len(cl.pods) and (
+                last_traffic is None or not np.array_equal(last_traffic, traffic)):
             sched.set_link_traffic(traffic)
+            rt.synced_traffic = np.array(traffic, copy=True)
+    # Each held chip's job slot, spares left out. Built from a plain copy of the owner map
+    # in C-level passes: iterating the map as a Mapping went through Python per chip (a
+    # fleet with 300 jobs of 32 chips: 9 ms of every scheduling cycle, so of every submit).
+    slot_of = {job_id: r.slot for job_id, r in sched.jobs.items() if r.phase in _HOLDING}
+    owned = rt.owner
+    by_chip = owned.copy() if isinstance(owned, ChipOwners) else {c: owned[c] for c in list(owned)}
     want = np.full(cl.n_chips, FREE, dtype=np.int64)
-    for chip, job_id in list(rt.owner.items()):
-        r = sched.jobs.get(job_id)
-        if r is not None and r.phase in _HOLDING and not rt.spare_mask[chip]:
-            want[chip] = r.slot
+    if by_chip and slot_of:
+        chips = np.fromiter(by_chip.keys(), dtype=np.int64, count=len(by_chip))
+        want[chips] = np.fromiter(map(slot_of.get, by_chip.values(), repeat(FREE)), dtype=np.int64, count=len(by_chip))
+        want[np.asarray(rt.spare_mask, dtype=bool)] = FREE
     owners = cl.arrays.owner.reshape(-1)
     for i in np.flatnonzero((owners != want).reshape(len(cl.pods), per).any(axis=1)).tolist():
         pod = cl.pods[i]

@@ -86,6 +86,54 @@ def test_metrics_roll_a_large_fleet_up_per_pod_unless_per_chip_is_asked() -> Non
     assert plane.jobs.describe(job["id"])["state"] == "RUNNING"
 
 
+def test_metrics_roll_up_one_pod_clusters_when_the_server_holds_many_pods() -> None:
+    # 17 one-pod clusters (1,088 chips) on one server: a pod row each, no series per chip.
+    from podfleet.api.chip_metrics import ROLLUP_MIN_PODS, FabricCollector
+    from tests.control.conftest import make_plane
+
+    plane = make_plane()
+    for k in range(ROLLUP_MIN_PODS + 1):
+        plane.create_cluster({"name": f"pod-{k}", "type": "trn2-ultraserver"}, actor="test")
+    plane.tl.run(plane.tl.now + 30)
+    fams = {m.name: m for m in FabricCollector(plane).collect()}
+    rows = fams["podfleet_fleet_pod_chips"].samples
+    assert len(rows) == ROLLUP_MIN_PODS + 1 and {(s.labels["pod"], s.labels["block"]) for s in rows} == {("0", "0")}
+    assert {s.value for s in rows} == {64.0} and not fams["podfleet_chip_up"].samples
+    assert len({m.name: m for m in FabricCollector(plane, per_chip=True).collect()}["podfleet_chip_up"].samples) \
+        == (ROLLUP_MIN_PODS + 1) * 64
+    plane.delete_cluster("pod-0", actor="test")  # 16 pods: at the threshold, per chip again
+    fams = {m.name: m for m in FabricCollector(plane).collect()}
+    assert len(fams["podfleet_chip_up"].samples) == ROLLUP_MIN_PODS * 64 and not fams["podfleet_fleet_pod_chips"].samples
+
+
+def test_chip_health_rolls_up_per_pod_with_the_chips(tmp_path) -> None:
+    from podfleet import compose
+    from podfleet.api.chip_metrics import rolled_up_ids
+    from podfleet.engine.timeline import Timeline
+    from podfleet.health.metrics import HealthCollector
+    from podfleet.store.memory import MemoryStore
+
+    built = compose.build(MemoryStore(), Timeline(seed=2), workdir=str(tmp_path))
+    plane = built.plane
+    plane.create_cluster({"name": "big", "type": "trn2-ultraserver", "pods": 17, "pods_per_block": 4}, actor="t")
+    plane.create_cluster({"name": "loc", "fabric": "local", "chips": 2}, actor="t")
+    plane.tl.run(plane.tl.now + 30)
+    try:
+        for per_chip in (False, True):
+            fams = {m.name: m for m in HealthCollector(plane, built.health, built.recovery,
+                                                       rolled_up=lambda rts, pc=per_chip: rolled_up_ids(rts, pc)).collect()}
+            chips = {s.labels["cluster"] for s in fams["podfleet_chip_health"].samples}
+            pods = fams["podfleet_fleet_pod_health_max"].samples
+            if per_chip:
+                assert chips == {"big", "loc"} and not pods
+            else:  # the fleet a row per pod (block by podsPerBlock), the worker slots per chip
+                assert chips == {"loc"} and len(pods) == 17
+                assert {s.labels["block"] for s in pods} == {"0", "1", "2", "3", "4"}
+    finally:
+        for name in ("big", "loc"):
+            plane.delete_cluster(name, actor="t")
+
+
 def test_on_pod_loss_and_the_pod_loss_fault_through_the_api(live: Live, admin: httpx.Client) -> None:
     r = admin.post("/v1/clusters", json={"name": "fleet-loss", "type": "trn2-ultraserver", "pods": 2,
                                           "podsPerBlock": 2, "spares": 0})

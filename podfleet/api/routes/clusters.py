@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
 from podfleet.api.auth import CurrentPrincipal, require_fabric_commands
 from podfleet.api.deps import ChipQuery, ClusterRef, MaxResults, NextToken, Plane
+from podfleet.api.rendered import RenderedViews, compact_json, page_body
 from podfleet.api.schemas import (
     ChipOut,
     Cluster,
@@ -24,6 +24,9 @@ from podfleet.api.sse import stream
 from podfleet.control.hardwareviews import ChipFilter
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+# DescribeCluster and ListClusters bodies, rendered again only when a cluster's view changed
+# (correct whatever the key: a hit needs an equal view; ``api.rendered``).
+_CLUSTERS = RenderedViews(Cluster)
 
 
 @router.post("", operation_id="CreateTrainiumCluster", response_model=Cluster,
@@ -51,18 +54,20 @@ async def create_cluster(body: CreateClusterRequest, request: Request, plane: Pl
 
 
 @router.get("", operation_id="ListClusters", response_model=ClusterList)
-async def list_clusters(plane: Plane, next_token: NextToken = None, max_results: MaxResults = 100) -> dict[str, Any]:
+async def list_clusters(plane: Plane, next_token: NextToken = None, max_results: MaxResults = 100) -> Response:
     views, nxt = plane.list_clusters(next_token=next_token, max_results=max_results)
-    return {"clusters": views, "nextToken": nxt}
+    return Response(page_body("clusters", [_CLUSTERS.render(str(v.get("id")), v) for v in views], "nextToken", nxt),
+                    media_type="application/json")
 
 
 @router.get("/{cluster}", operation_id="DescribeCluster", response_model=Cluster)
-async def describe_cluster(cluster: ClusterRef, plane: Plane) -> dict[str, Any]:
+async def describe_cluster(cluster: ClusterRef, plane: Plane) -> Response:
     # Scheduler figures are computed on the engine while someone reads them; after a
     # quiet spell the first reader waits for a fresh computation rather than see old ones.
     if (cluster in plane.names or cluster in plane.clusters) and plane.metrics_stale(cluster):
         await plane.call(plane.refresh_metrics, cluster)
-    return plane.describe_cluster(cluster)
+    view = plane.describe_cluster(cluster)
+    return Response(_CLUSTERS.render(str(view.get("id")), view), media_type="application/json")
 
 
 @router.delete("/{cluster}", operation_id="DeleteCluster", response_model=Cluster)
@@ -99,7 +104,7 @@ async def describe_hardware(
         return Response(plane.hardware_summary(cluster), media_type="application/json")
     if any(v is not None for v in (pod, state, job, limit, next_token)):
         body = plane.hardware_page(cluster, ChipFilter(pod, state, job), limit or 256, next_token)
-        return Response(json.dumps(body, separators=(",", ":")).encode(), media_type="application/json")
+        return Response(compact_json(body), media_type="application/json")
     if chip is None and "gzip" in request.headers.get("accept-encoding", ""):
         return Response(plane.hardware_gzip(cluster), media_type="application/json",
                         headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
