@@ -15,6 +15,7 @@ from podfleet.fabric.base import (
     exit_cause,
     run_transitions,
 )
+from podfleet.security.redact import Redactor
 from podfleet.states import check_transition
 
 # Placement strategies by the job option's name -> Ray's (``placement`` of a job).
@@ -92,14 +93,15 @@ class RayJob:
         check_transition("ray job", RAY_JOB_TRANSITIONS, self.state, dst)
         self.state = dst
 
-    def status(self) -> dict[str, Any]:
+    def status(self, red: Redactor) -> dict[str, Any]:
+        """The fabric's view of the job (``job_status``); what a worker wrote passes ``red``."""
         return {
             "job_id": self.job_id,
             "state": self.state.value,
             "chips": list(self.spec.chips),
             "step": self.step,
             "loss": self.loss,
-            "reason": self.reason,
+            "reason": red.redact(self.reason) if self.reason else self.reason,
             "checkpoint_step": self.checkpoint_step,
             "placement": self.strategy,
             "ranks": [
@@ -112,16 +114,18 @@ class RayJob:
             "log_tail": list(self.log)[-LOG_TAIL:],
         }
 
-    def run_status(self) -> RunStatus:
-        """This fabric restarts nothing: one attempt, and a failure is charged to its cause."""
+    def run_status(self, red: Redactor) -> RunStatus:
+        """This fabric restarts nothing: one attempt, and a failure is charged to its cause.
+        What a worker wrote (the reason, the log tail) passes ``red``."""
         failed = self.state is RunState.FAILED
         return RunStatus(
             job_id=self.job_id, state=_SHOWN.get(self.state, self.state), chips=tuple(r.chip for r in self.ranks),
             step=self.step, loss=self.loss, attempt=1,
             infra_failures=int(failed and self.cause is ExitCause.INFRA),
             user_failures=int(failed and self.cause is ExitCause.USER_CODE),
-            max_retries=int(self.spec.options.get("max_retries", 0)), reason=self.reason,
-            checkpoint_step=self.checkpoint_step, log_tail=tuple(list(self.log)[-LOG_TAIL:]),
+            max_retries=int(self.spec.options.get("max_retries", 0)),
+            reason=red.redact(self.reason) if self.reason else self.reason,
+            checkpoint_step=self.checkpoint_step, log_tail=tuple(red.lines(list(self.log)[-LOG_TAIL:])),
         )
 
 

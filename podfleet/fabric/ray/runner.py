@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from podfleet.errors import ConflictError, NotFoundError
 from podfleet.fabric.ray import supervisor, telemetry
 from podfleet.fabric.ray.actor import WorkerActor
+from podfleet.fabric.ray.gang import GangConfig, bundle_selectors
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
     TERMINAL,
@@ -58,13 +60,8 @@ class RunnerHost(Protocol):
     @property
     def nodes(self) -> NodeMap: ...
 
-    def bundle(self) -> dict[str, float]: ...
-
-    def bundle_selectors(self, job: RayJob) -> list[dict[str, str]] | None: ...
-
-    def actor_options(self) -> dict[str, Any]: ...
-
-    def worker_config(self, job: RayJob, rank: int, master_addr: str, master_port: int) -> WorkerConfig: ...
+    @property
+    def gang(self) -> GangConfig: ...
 
     @property
     def gcs(self) -> tuple[str, int] | None: ...
@@ -119,6 +116,39 @@ class JobRunner:
     def start_job(self, job: RayJob) -> None:
         threading.Thread(target=self._start, args=(job,), name=f"ray-start-{job.job_id}", daemon=True).start()
 
+    def stop_job(self, job: RayJob) -> bool:
+        """Stop the gang (engine thread): False when it had ended or was stopping already."""
+        with self.state.lock:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
+                return False
+            job.set_state(RunState.STOPPING)
+            for r in job.ranks:
+                if not r.done:
+                    r.killed_by = "stop"
+        self.teardown(job)
+        with self.state.lock:
+            for r in job.ranks:
+                if not r.done:
+                    r.cause = ExitCause.STOPPED
+            job.set_state(RunState.STOPPED)
+            job.reason = "stopped"
+            self.state.free(job)
+        return True
+
+    def kill_rank(self, job: RayJob, rank: int) -> int | None:
+        """Fault injection: kill one rank's actor (ray.kill); detected like any death.
+        Returns the actor process's pid when its node reported it."""
+        if not 0 <= rank < len(job.ranks):
+            raise NotFoundError(f"job {job.job_id} has ranks 0-{len(job.ranks) - 1}, not {rank}", field="rank")
+        r = job.ranks[rank]
+        if job.state is not RunState.RUNNING or r.actor is None or r.done:
+            raise ConflictError(f"rank {rank} of job {job.job_id} is not running (job {job.state.value})",
+                                field="rank")
+        r.killed_by = "fault"
+        self.state.ray.kill(r.actor, no_restart=True)
+        pid = r.info.get("pid")
+        return int(pid) if pid is not None else None
+
     # --- starting a gang ----------------------------------------------------------------------
     def _start(self, job: RayJob) -> None:
         f, ray = self.f, self.state.ray
@@ -129,9 +159,10 @@ class JobRunner:
         try:
             if not self._wait_for_link(job):
                 return
-            selectors = f.bundle_selectors(job)
+            with self.state.lock:
+                selectors = bundle_selectors(f.nodes, job)
             # Detached, as the gang's actors are: a driver's placement group goes with it.
-            pg = placement_group([f.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
+            pg = placement_group([f.gang.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
                                  name=f"podfleet-{job.job_id}", bundle_label_selector=selectors,
                                  lifetime="detached")
             job.pg = pg
@@ -140,7 +171,7 @@ class JobRunner:
                 return  # lost meanwhile (a node, the cluster): reported as such
             if not ready:
                 avail = ray.available_resources().get(f.resource, 0.0)
-                self._fail(job, None, f"placement group of {n} x {f.bundle()} ({job.strategy}) not placed "
+                self._fail(job, None, f"placement group of {n} x {f.gang.bundle()} ({job.strategy}) not placed "
                                       f"within {f.placement_timeout_s:g} s; {avail:g} {f.resource} free")
                 return
             if self._actor_cls is None:
@@ -156,7 +187,7 @@ class JobRunner:
                     return
                 for r in job.ranks:
                     r.actor = self._actor_cls.options(
-                        **f.actor_options(), max_concurrency=4, max_restarts=0,
+                        **f.gang.actor_options(), max_concurrency=4, max_restarts=0,
                         name=supervisor.rank_name(job.job_id, r.rank, job.launch), namespace=f.namespace,
                         lifetime="detached",
                         scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
@@ -167,7 +198,7 @@ class JobRunner:
             with self.state.lock:
                 if job.state is not RunState.STARTING:
                     return
-                cfgs = [f.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
+                cfgs = [f.gang.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
                 job.supervisor = self._start_supervisor(job, pg, infos, cfgs)
                 for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True):
                     r.info = info
@@ -189,7 +220,7 @@ class JobRunner:
     def _start_supervisor(self, job: RayJob, pg: Any, infos: list[dict[str, Any]], cfgs: list[WorkerConfig]) -> Any:
         """The gang's detached record, for a plane that re-attaches (``supervisor.py``)."""
         f = self.f
-        renv = f.actor_options().get("runtime_env")
+        renv = f.gang.actor_options().get("runtime_env")
         record = {"spec": job.spec, "strategy": job.strategy, "workdir": job.workdir,
                   "checkpoint_dir": job.checkpoint_dir, "launch": job.launch, "pg": pg,
                   "ranks": [{"rank": r.rank, "chip": r.chip, "info": info, "cfg": cfg.to_json(),
