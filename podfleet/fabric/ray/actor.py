@@ -86,6 +86,11 @@ class _BufferReporter:
     def checkpoint(self, step: int, path: str) -> None:
         self._put({"type": "checkpoint", "step": step, "path": path})
 
+    def send(self, type_: str, **fields: object) -> None:
+        """Typed messages (a ``MessageReporter``): ``regrouped`` tells the fabric a rank move's
+        gang re-formed (``rankmove.py``); ``running`` and ``replica`` are journaled alike."""
+        self._put({**fields, "type": type_})
+
     def journal(self) -> list[dict[str, Any]]:
         """The progress history and every unacknowledged report, in report order."""
         with self._lock:

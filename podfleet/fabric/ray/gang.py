@@ -2,7 +2,7 @@
 ``WorkerGroupSpec`` checked into a ``RayJob`` (``GangConfig.new_job``) and registered on
 its chips (``admit``), the bundle and actor options each rank's actor is placed with, and
 each rank's ``WorkerConfig``. The fabric's engine-thread ``launch`` and the runner's
-starter thread (``runner.py``) share it.
+starter thread (``runner.py``) and rank moves (``rankmove.py``) share it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from podfleet.training.config import WorkerConfig
 # chips, so the chips decide the nodes. With SPREAD / STRICT_SPREAD Ray picks the nodes.
 PINNED = frozenset({"pack", "strict_pack"})
 # Options a WorkerGroupSpec may carry that are the fabric's, not the worker's.
-FABRIC_OPTIONS = frozenset({"placement", "max_retries", "recover"})
+FABRIC_OPTIONS = frozenset({"placement", "max_retries", "recover", "rank_moves"})
 # Nominal figures for the pseudo-topology of Ray slots (no physical wiring is known):
 # 25 GB/s per chip (EFA on a trn2 instance, reference/trn2.md) and 15 us latency.
 RAY_SLOT_BW_BYTES_PER_S = 25e9
@@ -107,8 +107,9 @@ class GangConfig:
             "device": "cuda" if self.resource == "GPU" else "cpu",
             "checkpoint_dir": job.checkpoint_dir,
             "key_file": self.key_file,
-            # No peer replicas: this fabric restarts nothing, so a survivor's replica
-            # would never be read (and writing one would demand a key).
+            # No replica files: a survivor keeps its state in memory for a rank move
+            # (rankmove.py), and a relaunch restarts from the last checkpoint (writing one
+            # would demand a key, and no relaunched gang here reads it).
             "replica_peer": False,
         }
         base.update(opts)

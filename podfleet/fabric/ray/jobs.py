@@ -25,7 +25,10 @@ STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", 
 RAY_JOB_TRANSITIONS = run_transitions({
     RunState.PLACING: {RunState.STARTING, RunState.STOPPING, RunState.FAILED},
     RunState.STARTING: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED},
-    RunState.RUNNING: {RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
+    RunState.RUNNING: {RunState.RECOVERING, RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
+    # A rank move (rankmove.py): the other ranks live on while the lost one's replacement
+    # starts and the process group re-forms; a move that fails ends the gang (FAILED).
+    RunState.RECOVERING: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED},
 })
 TERMINAL = ENDED_RUN_STATES
 # What ``run_status`` shows: a gang being started counts as running (it is live, and the
@@ -39,6 +42,7 @@ class RankRecord:
     rank: int
     chip: int
     actor: Any = None  # ray.actor.ActorHandle
+    name: str = ""  # the actor's name in the cluster's namespace ("": the launch's, supervisor.rank_name)
     acked: int | None = None  # the last report applied (None: none yet; the actor drops those up to it)
     info: dict[str, Any] = field(default_factory=dict)  # hello(): pid, ip, node_id, ...
     result: dict[str, Any] | None = None
@@ -83,6 +87,14 @@ class RayJob:
     shares: tuple[int, ...] = ()  # the work split in samples (set_work_split); (): even
     slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
     checkpoint_requests: int = 0  # on-demand checkpoints asked of this job (checkpoint_now)
+    # Rank moves (rankmove.py): the rendezvous generation, the move in flight, the recovery
+    # being measured (closed by the first step after it), placement groups of moved ranks,
+    # and chips the gang's own placement group still reserves after their rank moved away.
+    generation: int = 0
+    moving: dict[str, Any] | None = None
+    recovery: dict[str, Any] | None = None
+    extra_pgs: list[Any] = field(default_factory=list)
+    held: set[int] = field(default_factory=set)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
 
     @property
@@ -140,9 +152,9 @@ class RayState:
 
     def free(self, job: RayJob) -> None:
         """Release the job's chips (those still held by it)."""
-        for r in job.ranks:
-            if self.chip_job.get(r.chip, (None,))[0] == job.job_id:
-                del self.chip_job[r.chip]
+        for c in [*(r.chip for r in job.ranks), *job.held]:
+            if self.chip_job.get(c, (None,))[0] == job.job_id:
+                del self.chip_job[c]
 
 
 def cause_of(result: dict[str, Any]) -> ExitCause:

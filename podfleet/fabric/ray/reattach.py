@@ -50,7 +50,9 @@ def read(ray: Any, namespace: str, named: supervisor.Named) -> Found | None:
     job = RayJob(rec["spec"], rec["strategy"], rec["workdir"], rec["checkpoint_dir"])
     job.launch, job.pg, job.supervisor = str(rec["launch"]), rec.get("pg"), sup
     ranks = sorted(rec["ranks"], key=lambda x: int(x["rank"]))
-    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), info=dict(x.get("info") or {})) for x in ranks]
+    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), name=str(x["name"]), info=dict(x.get("info") or {}))
+                 for x in ranks]
+    job.extra_pgs = list(rec.get("pgs") or [])  # those of moved ranks (rankmove.py)
     found = Found(job, WorkerConfig.from_json(ranks[0]["cfg"]))
     polls = {}
     for r, x in zip(job.ranks, ranks, strict=True):
@@ -110,4 +112,4 @@ def live_names(state: RayState) -> set[str]:
     with state.lock:
         return {name for job in state.jobs.values() if job.state not in TERMINAL and job.launch
                 for name in [supervisor.supervisor_name(job.job_id, job.launch),
-                             *(supervisor.rank_name(job.job_id, r.rank, job.launch) for r in job.ranks)]}
+                             *(r.name or supervisor.rank_name(job.job_id, r.rank, job.launch) for r in job.ranks)]}

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from podfleet.errors import ConflictError, NotFoundError
-from podfleet.fabric.ray import supervisor, telemetry
+from podfleet.fabric.base import ChipState
+from podfleet.fabric.ray import control, rankmove, supervisor, telemetry
 from podfleet.fabric.ray.actor import WorkerActor
 from podfleet.fabric.ray.gang import GangConfig, bundle_selectors
 from podfleet.fabric.ray.jobs import (
@@ -62,6 +63,11 @@ class RunnerHost(Protocol):
 
     @property
     def gang(self) -> GangConfig: ...
+
+    @property
+    def spares(self) -> tuple[int, ...]: ...
+
+    def chip_states(self) -> list[ChipState]: ...
 
     @property
     def gcs(self) -> tuple[str, int] | None: ...
@@ -174,9 +180,7 @@ class JobRunner:
                 self._fail(job, None, f"placement group of {n} x {f.gang.bundle()} ({job.strategy}) not placed "
                                       f"within {f.placement_timeout_s:g} s; {avail:g} {f.resource} free")
                 return
-            if self._actor_cls is None:
-                self._actor_cls = ray.remote(WorkerActor)
-                self._supervisor_cls = ray.remote(supervisor.GangSupervisor)
+            self.actor_class()
             with self.state.lock:
                 if job.state is not RunState.PLACING:
                     # Stopped while placing: stop() may have run before job.pg was set.
@@ -186,7 +190,7 @@ class JobRunner:
                         remove_placement_group(pg)
                     return
                 for r in job.ranks:
-                    r.actor = self._actor_cls.options(
+                    r.actor = self.actor_class().options(
                         **f.gang.actor_options(), max_concurrency=4, max_restarts=0,
                         name=supervisor.rank_name(job.job_id, r.rank, job.launch), namespace=f.namespace,
                         lifetime="detached",
@@ -216,6 +220,14 @@ class JobRunner:
         except Exception as exc:  # Ray errors of every kind end the start, never the fabric
             if job.state not in TERMINAL and job.state is not RunState.STOPPING:
                 self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
+
+    def actor_class(self) -> Any:
+        """``WorkerActor`` as a Ray actor class (and the supervisor's), made once."""
+        if self._actor_cls is None:
+            ray = self.state.ray
+            self._actor_cls = ray.remote(WorkerActor)
+            self._supervisor_cls = ray.remote(supervisor.GangSupervisor)
+        return self._actor_cls
 
     def _start_supervisor(self, job: RayJob, pg: Any, infos: list[dict[str, Any]], cfgs: list[WorkerConfig]) -> Any:
         """The gang's detached record, for a plane that re-attaches (``supervisor.py``)."""
@@ -291,11 +303,11 @@ class JobRunner:
             if not self._link_up():
                 continue
             if time.monotonic() - self._nodes_read_mono >= NODE_REFRESH_S:
-                self._read_nodes()
+                self.read_nodes()
             with self.state.lock:
                 jobs = list(self.state.jobs.values())
             for job in jobs:
-                if job.state is RunState.RUNNING:
+                if job.state in (RunState.RUNNING, RunState.RECOVERING):
                     try:
                         self._poll(job)
                     except Exception as exc:  # keep watching the other jobs
@@ -373,7 +385,7 @@ class JobRunner:
             self.f.emit("worker-exited", job_id=job.job_id, chip=None, rank=r0.rank, cause=ExitCause.INFRA.value,
                         exit_code=None, error=reason, killed_by=None, reason=reason, infra=True, gang_ended=True)
 
-    def _read_nodes(self) -> None:
+    def read_nodes(self) -> None:
         """Refresh which nodes are alive (for ``check_chip``); chips of a lost node fail."""
         self._nodes_read_mono = time.monotonic()
         try:
@@ -389,7 +401,7 @@ class JobRunner:
 
     def _poll(self, job: RayJob) -> None:
         f, ray = self.f, self.state.ray
-        live = [r for r in job.ranks if not r.done]
+        live = [r for r in job.ranks if not r.done and r.actor is not None]  # a moving rank has none yet
         # A rank's poll hands over its unacknowledged reports and, once it ended, its
         # result (the actor's journal); each poll acknowledges what the last one applied.
         refs = {r.actor.poll.remote(r.acked): r for r in live}
@@ -406,8 +418,9 @@ class JobRunner:
             polled.append((r, p))
             if p.get("result") is not None:
                 finished.append((r, p["result"], None))
+        regroup = control.files(job, len(job.ranks)).get("regroup_file")
         with self.state.lock:
-            if job.state is not RunState.RUNNING:
+            if job.state not in (RunState.RUNNING, RunState.RECOVERING):
                 return
             for r, p in polled:
                 self._apply(job, r, p)
@@ -415,6 +428,8 @@ class JobRunner:
                 if r.done and r.cause is not ExitCause.INFRA:
                     continue
                 self.settle(r, result, died)
+                if rankmove.eligible(job, r, regroup if f.unreachable is None else None):
+                    rankmove.begin(self, job, r, _reason(r))  # the other ranks live on
             now = time.monotonic()
             hung = [r for r in job.ranks if not r.done and r.armed and r.silent_s(now) > f.hang_timeout_s]
             for r in hung:
@@ -424,8 +439,16 @@ class JobRunner:
                 r.result = {"exit_code": None, "error": f"no heartbeat for {silent:.1f} s"}
                 f.emit("hang", job_id=job.job_id, chip=r.chip, rank=r.rank, heartbeat_age_s=silent)
             outcome = self._outcome(job)
+            if outcome is not None and outcome[0] == "failed" and job.moving is not None:
+                # A rank ended during a move (a survivor gave up, another rank lost): the
+                # gang ends, charged to the rank that was being moved.
+                outcome = ("failed", rankmove.blamed(job) or outcome[1])
         if outcome is not None:
             self._finish(job, *outcome)
+
+    def end_gang(self, job: RayJob, blamed: RankRecord | None) -> None:
+        """A rank move gave up (``rankmove.abort``): the gang ends, its loss charged to ``blamed``."""
+        self._finish(job, "failed", blamed or job.ranks[0])
 
     @staticmethod
     def settle(r: RankRecord, result: dict[str, Any] | None, died: str | None) -> None:
@@ -459,6 +482,7 @@ class JobRunner:
                 telemetry.on_progress(job, r, m)
                 if r.rank == 0:
                     job.step, job.loss = int(m["step"]), float(m["loss"])
+                    rankmove.trained(self, job, job.step)
                     f.emit("progress", job_id=job.job_id, chip=r.chip, step=job.step, loss=job.loss,
                            tokens_per_s=r.tokens_per_s, step_time_s=r.step_time_s)
             elif kind == "log":
@@ -467,6 +491,8 @@ class JobRunner:
                     job.speed.split_logged(str(m.get("line", "")))
             elif kind == "checkpoint":
                 self._checkpoint(job, r, int(m["step"]), str(m.get("path", "")))
+            elif kind == "regrouped":
+                rankmove.finish(self, job, m)
 
     def replay(self, job: RayJob, journals: dict[int, dict[str, Any]], died: dict[int, str],
                checkpoint_step: int | None) -> int:
@@ -517,17 +543,18 @@ class JobRunner:
         return ("failed", min(failed, key=lambda r: (_BLAME.index(r.cause), r.rank)))  # type: ignore[arg-type]
 
     def _finish(self, job: RayJob, outcome: str, blamed: RankRecord | None) -> None:
-        f = self.f
+        f, live = self.f, (RunState.RUNNING, RunState.RECOVERING)
         with self.state.lock:
-            if job.state is not RunState.RUNNING:
+            if job.state not in live:
                 return
             for r in job.ranks:
                 if not r.done:
                     r.killed_by = r.killed_by or "stop"
         self.teardown(job)
         with self.state.lock:
-            if job.state is not RunState.RUNNING:
+            if job.state not in live:
                 return
+            job.moving = job.recovery = None
             for r in job.ranks:
                 if not r.done:
                     r.cause = ExitCause.STOPPED
@@ -581,12 +608,15 @@ class JobRunner:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(job.supervisor, no_restart=True)
             job.supervisor = None
-        if job.pg is not None:
+        if job.pg is not None or job.extra_pgs:
             from ray.util.placement_group import remove_placement_group
 
-            with contextlib.suppress(Exception):  # already removed
-                remove_placement_group(job.pg)
+            for pg in [job.pg, *job.extra_pgs]:
+                if pg is not None:
+                    with contextlib.suppress(Exception):  # already removed
+                        remove_placement_group(pg)
             job.pg = None
+            job.extra_pgs = []
 
 
 def _reason(r: RankRecord) -> str:
