@@ -114,6 +114,15 @@ class WorkerActor:
         self.running = False
         self.result: dict[str, Any] | None = None  # run's, kept until the actor is killed
 
+    def preload(self) -> float:
+        """A warm standby's imports (torch, the training modules) before it has a rank
+        (``standby.py``); the seconds they took."""
+        from podfleet.training.worker import preload
+
+        t0 = time.perf_counter()
+        preload()
+        return time.perf_counter() - t0
+
     def hello(self) -> dict[str, Any]:
         """Where this rank lives; rank 0's answer gives the job's master address and port."""
         import ray

@@ -1,18 +1,16 @@
 """``RayFabric``: a job's gang as Ray actors in one placement group, on any Ray cluster.
 
 Chips are units of a Ray resource: ``CPU`` slots, ``GPU`` devices or ``neuron_cores``
-(Trainium; Ray sets ``NEURON_RT_VISIBLE_CORES`` for each actor). A job's gang is one
-placement group with a bundle per rank (PACK or SPREAD; Ray places all bundles or none),
-and one ``WorkerActor`` per bundle runs ``podfleet.training.worker.run_worker``: rank 0's
-actor picks the rendezvous port on its node, every rank joins torch.distributed there
-(gloo on CPU, NCCL on CUDA).
+(Trainium; Ray sets ``NEURON_RT_VISIBLE_CORES`` for each actor). A gang is one placement
+group with a bundle per rank (PACK or SPREAD; all bundles or none), and one ``WorkerActor``
+per bundle runs ``training.worker.run_worker``: rank 0's actor picks the rendezvous port
+on its node, every rank joins torch.distributed there (gloo on CPU, NCCL on CUDA).
 
-Threads: ``launch``/``stop``/``kill_worker`` run on the caller's (engine) thread and never
-block on Ray; a starter thread per job waits for the placement group and the
-rendezvous, and one poller thread drains every actor's reports, samples its CPU and
-memory and notices deaths and hangs. Events reach subscribers on the timeline's engine
-thread through ``timeline.submit``. Ray is imported lazily so the control plane imports
-this module without it.
+Threads: ``launch``/``stop``/``kill_worker`` run on the engine thread and never block on
+Ray (the launch path is ``gang.py``); a starter thread per job waits for the placement
+group and the rendezvous; one poller thread drains every actor's reports, samples CPU and
+memory, notices deaths and hangs; a lost rank moves alone (``rankmove.py``). Events reach
+subscribers on the engine thread (``timeline.submit``). Ray is imported lazily.
 """
 
 from __future__ import annotations
@@ -153,9 +151,8 @@ class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
     ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``,
     ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``), ``Reattachable``
-    (gangs are detached actors in ``namespace``: ``supervisor.py``, ``reattach.py``), and
-    through the gang's control files (``control``) ``Rebalanceable``, ``WorkerSlowdown`` and
-    ``OnDemandCheckpoints``.
+    (gangs are detached actors in ``namespace``: ``supervisor.py``, ``reattach.py``), and by
+    control files (``control``) ``Rebalanceable``, ``WorkerSlowdown``, ``OnDemandCheckpoints``.
 
     ``outlive_plane``: ``close`` leaves running gangs running (the next plane adopts them
     or stops them), for a Ray cluster that outlives this process; otherwise it stops them.
@@ -395,6 +392,9 @@ class RayFabric:
 
     def placement_strategies(self) -> tuple[str, ...]:
         return tuple(STRATEGIES)
+
+    def warm_ready(self) -> int:  # idle standby actors done with their imports (standby.py)
+        return self._runner.standbys.ready()
 
     def node_died(self, node: RayNode) -> None:
         """A node holding chips left the cluster (poller): its chips fail (engine thread)."""

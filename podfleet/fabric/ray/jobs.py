@@ -148,6 +148,7 @@ class RayState:
     ray: Any  # the ray module (imported lazily)
     jobs: dict[str, RayJob] = field(default_factory=dict)
     chip_job: dict[int, tuple[str, int]] = field(default_factory=dict)  # chip -> (job, rank)
+    standby_names: set[str] = field(default_factory=set)  # idle warm actors (standby.py)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def free(self, job: RayJob) -> None:

@@ -44,6 +44,7 @@ from podfleet.fabric.ray import control, supervisor
 from podfleet.fabric.ray.gang import GangConfig, bundle_selectors, chip_trouble
 from podfleet.fabric.ray.jobs import ExitCause, RankRecord, RayJob, RayState
 from podfleet.fabric.ray.nodes import NodeMap
+from podfleet.fabric.ray.standby import Standbys
 
 
 class MoveFabric(Protocol):
@@ -81,6 +82,9 @@ class MoveRunner(Protocol):
 
     @property
     def f(self) -> MoveFabric: ...
+
+    @property
+    def standbys(self) -> Standbys: ...
 
     def read_nodes(self) -> None: ...
 
@@ -142,7 +146,8 @@ def choose_chip(runner: MoveRunner, job: RayJob, old: int) -> tuple[str, int] | 
 def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
     """The mover thread: Ray calls without the lock, applied under it while the move is current."""
     ray, f, state = runner.state.ray, runner.f, runner.state
-    actor = pg = None
+    actor: Any = None
+    pg: Any = None
     try:
         runner.read_nodes()  # the poller's view may be 2 s old: a node lost with its rank is seen now
         with state.lock:
@@ -157,6 +162,12 @@ def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
             job.moving["to"] = new  # type: ignore[index]
             state.chip_job[new] = (job.job_id, rank)  # reserved for the move
             selectors = bundle_selectors(f.nodes, job, [new]) if new != old else None
+            node = f.nodes.node_of(new)
+        warm = runner.standbys.take(node.node_id) if node is not None else None
+        if warm is not None:
+            # Imports done: it runs the rank beside the bundle that reserves the chip (an
+            # abort from here on kills it, as it would a cold actor).
+            name, actor = warm
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -169,14 +180,16 @@ def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
             ready, _ = ray.wait([pg.ready()], timeout=f.placement_timeout_s)
             if not ready:
                 abort(runner, job, gen, f"the bundle for rank {rank} on chip {new} was not placed within "
-                                        f"{f.placement_timeout_s:g} s", pg)
+                                        f"{f.placement_timeout_s:g} s", pg, actor)
                 return
             strategy = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
-        name = supervisor.rank_name(job.job_id, rank, f"{job.launch}-g{gen}")
-        actor = runner.actor_class().options(
-            **f.gang.actor_options(), max_concurrency=4, max_restarts=0, name=name, namespace=f.namespace,
-            lifetime="detached", scheduling_strategy=strategy).remote(job.job_id, rank)
+        if warm is None:
+            name = supervisor.rank_name(job.job_id, rank, f"{job.launch}-g{gen}")
+            actor = runner.actor_class().options(
+                **f.gang.actor_options(), max_concurrency=4, max_restarts=0, name=name, namespace=f.namespace,
+                lifetime="detached", scheduling_strategy=strategy).remote(job.job_id, rank)
         info = ray.get(actor.hello.remote(), timeout=HELLO_TIMEOUT_S)
+        info["standby"] = warm is not None
         with state.lock:
             head = job.ranks[0]
         master = info if rank == 0 else ray.get(head.actor.hello.remote(), timeout=HELLO_TIMEOUT_S)
@@ -200,6 +213,7 @@ def _place(runner: MoveRunner, job: RayJob, gen: int, path: str, new: int, name:
         assert moving is not None
         rank, old = int(moving["rank"]), int(moving["from"])
         r = job.ranks[rank] = RankRecord(rank, new, actor=actor, name=name, info=info)
+        runner.standbys.taken(name)
         r.last_seen_mono = time.monotonic()
         if pg is not None:
             job.extra_pgs.append(pg)
@@ -222,6 +236,8 @@ def _place(runner: MoveRunner, job: RayJob, gen: int, path: str, new: int, name:
                                                                              "last_step": job.step}
         rec.update(mechanism=MECHANISM, path=path, moves={str(rank): [old, new]} if new != old else {},
                    source="replica", restored_step=job.step, relaunch_mono=time.monotonic(), generation=gen)
+        # Where a move's time goes (the log line of its end): the new actor up, then re-formed.
+        rec["actor_s"] = round(time.monotonic() - float(rec["detect_mono"]), 3)
         job.recovery = rec
         job.log.append(f"[fabric] rank {rank} on chip {new}: node {str(info.get('node_id'))[:12]} ip {info.get('ip')} "
                        f"pid {info.get('pid')} (rank move {path}, generation {gen}, rendezvous {addr}:{port})")
@@ -246,8 +262,10 @@ def finish(runner: MoveRunner, job: RayJob, msg: dict[str, Any]) -> None:
     job.pending_ckpt = {s: got for s, got in job.pending_ckpt.items() if s > step}  # the broken gang's
     if job.state is RunState.RECOVERING:
         job.set_state(RunState.RUNNING)
+    took = f"{time.monotonic() - float(rec['detect_mono']):.2f}" if rec is not None else "?"
     job.log.append(f"[fabric] rank move generation {moving['generation']} done: rank {moving['rank']} on chip "
-                   f"{moving['to']}, state of step {step} from rank {msg.get('source_rank')}")
+                   f"{moving['to']}, state of step {step} from rank {msg.get('source_rank')}; its actor ran "
+                   f"{(rec or {}).get('actor_s', '?')} s and the gang re-formed {took} s after the loss was seen")
     runner.f.emit("job-resumed", job_id=job.job_id, chip=moving["to"], attempt=1, source="replica",
                   restored_step=step, chips=[r.chip for r in job.ranks], mechanism=MECHANISM, path=MECHANISM,
                   generation=moving["generation"])

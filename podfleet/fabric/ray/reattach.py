@@ -110,6 +110,6 @@ def adopt(state: RayState, runner: JobRunner, namespace: str, n_chips: int, job_
 def live_names(state: RayState) -> set[str]:
     """The actor names of every gang ``state`` holds that has not ended (``discard`` spares them)."""
     with state.lock:
-        return {name for job in state.jobs.values() if job.state not in TERMINAL and job.launch
+        return set(state.standby_names) | {name for job in state.jobs.values() if job.state not in TERMINAL and job.launch
                 for name in [supervisor.supervisor_name(job.job_id, job.launch),
                              *(r.name or supervisor.rank_name(job.job_id, r.rank, job.launch) for r in job.ranks)]}

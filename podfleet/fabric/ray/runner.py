@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from podfleet.errors import ConflictError, NotFoundError
 from podfleet.fabric.base import ChipState
-from podfleet.fabric.ray import control, rankmove, supervisor, telemetry
+from podfleet.fabric.ray import control, rankmove, standby, supervisor, telemetry
 from podfleet.fabric.ray.actor import WorkerActor
 from podfleet.fabric.ray.gang import GangConfig, bundle_selectors
 from podfleet.fabric.ray.jobs import (
@@ -106,6 +106,8 @@ class JobRunner:
         self._gcs_failures = 0  # GCS checks failed in a row
         self._backoff_s = RECONNECT_FIRST_S
         self._retry_mono = 0.0
+        self.standbys = standby.Standbys(state.ray, fabric.namespace, standby.per_node(fabric.resource),
+                                         state.standby_names)
 
     # --- threads --------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,6 +120,8 @@ class JobRunner:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.f.unreachable is None:
+            self.standbys.close()
 
     def start_job(self, job: RayJob) -> None:
         threading.Thread(target=self._start, args=(job,), name=f"ray-start-{job.job_id}", daemon=True).start()
@@ -304,6 +308,10 @@ class JobRunner:
                 continue
             if time.monotonic() - self._nodes_read_mono >= NODE_REFRESH_S:
                 self.read_nodes()
+                try:
+                    self.standbys.refill(self.f.nodes, self.actor_class(), self.f.gang.actor_options())
+                except Exception as exc:  # a standby is an optimisation: a move starts a cold actor
+                    self.f.emit("standby-failed", reason=f"{type(exc).__name__}: {exc}")
             with self.state.lock:
                 jobs = list(self.state.jobs.values())
             for job in jobs:
