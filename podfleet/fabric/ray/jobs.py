@@ -91,6 +91,7 @@ class RayJob:
     # being measured (closed by the first step after it), placement groups of moved ranks,
     # and chips the gang's own placement group still reserves after their rank moved away.
     generation: int = 0
+    moved_ranks: int = 0  # ranks lost and moved (infrastructure failures, never the retry budget)
     moving: dict[str, Any] | None = None
     recovery: dict[str, Any] | None = None
     extra_pgs: list[Any] = field(default_factory=list)
@@ -127,13 +128,14 @@ class RayJob:
         }
 
     def run_status(self, red: Redactor) -> RunStatus:
-        """This fabric restarts nothing: one attempt, and a failure is charged to its cause.
+        """This fabric restarts no gang: one attempt, a failure charged to its cause, each lost
+        rank it moved an infrastructure failure (as on the local fabric).
         What a worker wrote (the reason, the log tail) passes ``red``."""
         failed = self.state is RunState.FAILED
         return RunStatus(
             job_id=self.job_id, state=_SHOWN.get(self.state, self.state), chips=tuple(r.chip for r in self.ranks),
             step=self.step, loss=self.loss, attempt=1,
-            infra_failures=int(failed and self.cause is ExitCause.INFRA),
+            infra_failures=self.moved_ranks + int(failed and self.cause is ExitCause.INFRA),
             user_failures=int(failed and self.cause is ExitCause.USER_CODE),
             max_retries=int(self.spec.options.get("max_retries", 0)),
             reason=red.redact(self.reason) if self.reason else self.reason,

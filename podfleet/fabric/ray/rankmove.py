@@ -109,6 +109,7 @@ def begin(runner: MoveRunner, job: RayJob, lost: RankRecord, why: str) -> None:
     """Start moving ``lost`` (hold the lock): the job is RECOVERING, the rank's record is a
     placeholder until its new actor runs, and the mover thread does the Ray calls."""
     job.generation += 1
+    job.moved_ranks += 1
     gen = job.generation
     now = time.monotonic()
     job.set_state(RunState.RECOVERING)
@@ -301,6 +302,7 @@ def abort(runner: MoveRunner, job: RayJob, gen: int, why: str, pg: Any = None, a
                 and runner.state.chip_job.get(to, ("",))[0] == job.job_id:
             del runner.state.chip_job[to]  # reserved for a replacement that never ran
         job.recovery = None
+        job.moved_ranks -= 1  # the gang's failure, charged to the lost rank, counts this loss
     _drop(runner, actor, pg)
     runner.end_gang(job, lost)
 

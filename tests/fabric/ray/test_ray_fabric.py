@@ -71,7 +71,9 @@ def setup(tmp_path_factory):
     # Both gangs start now so their (slow) torch start-up overlaps.
     fabric.launch(WorkerGroupSpec("job-done", (0, 1), "debug", 4, 2,
                                   options={"checkpoint_dir": str(d / "ck"), "key_file": key}))
-    fabric.launch(WorkerGroupSpec("job-kill", (2, 3), "debug", 100_000, 0, options={"step_delay_s": 0.05}))
+    # rank_moves off: a killed rank ends the gang (the relaunch fallback; test_ray_rank_move.py moves it).
+    fabric.launch(WorkerGroupSpec("job-kill", (2, 3), "debug", 100_000, 0,
+                                  options={"step_delay_s": 0.05, "rank_moves": False}))
     fabric.launch(WorkerGroupSpec("job-hang", (4, 5), "debug", 100_000, 0, options={"step_delay_s": 0.05}))
     yield fabric, events, d
     fabric.close()
