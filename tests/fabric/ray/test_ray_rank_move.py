@@ -5,6 +5,8 @@ killer or a crash would), and:
 
 * with a spare on the second raylet, rank 1 moves there;
 * with no spare, rank 0 (the rendezvous host) comes back on its own chip;
+* with a warm standby actor on the node (``PODFLEET_RAY_WARM_ACTORS``), the standby takes
+  the rank;
 
 each time the other rank's actor keeps its process (same pid), the job is RECOVERING and
 then RUNNING again, the recovery record says ``mechanism: rank-move`` (no relaunch), and
@@ -149,3 +151,29 @@ def test_a_killed_rank_0_comes_back_on_its_own_chip_without_a_spare(plane: Any, 
         assert out["rec"]["path"] == "own-chip" and out["job"]["allocation"]["chips"] == [0, 1]
     finally:
         plane.call_sync(plane.delete_cluster, "mv-own", actor="t")
+
+
+def test_a_warm_standby_takes_the_killed_rank(plane: Any, ray_cluster: dict[str, Any],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PODFLEET_RAY_WARM_ACTORS=1``: each node keeps a standby actor with torch imported;
+    the move takes the one on the rank's node instead of starting a cold actor, and the
+    poller starts a new one. (The tests' workers run in their actors' processes: the
+    single-user opt-in, tests/conftest.py.)"""
+    from podfleet.fabric.ray.standby import WARM_ENV
+
+    monkeypatch.setenv(WARM_ENV, "1")  # read when the cluster's fabric is built
+    view = plane.call_sync(plane.create_cluster, {"name": "mv-warm", "fabric": "ray", "chips": 2, "spares": 0,
+                                                  "ray_address": ray_cluster["address"]}, actor="t")
+    try:
+        _until(lambda: plane.describe_cluster("mv-warm")["state"] == "active", 60, "the cluster")
+        fab = plane.clusters[view["id"]].fabric
+        _until(lambda: fab.warm_ready() >= 1, 240, "a warm standby on the head (both chips are there)")
+        out = _kill_and_move(plane, "mv-warm", rank=1)
+        _assert_moved(out, 1)
+        [job] = [j for j in fab.state.jobs.values() if j.job_id == out["rec"]["job_id"]]
+        assert job.ranks[1].info["standby"] is True and job.ranks[1].name.startswith("standby/")
+        assert out["rec"]["path"] == "own-chip"
+        _until(lambda: fab.warm_ready() >= 1, 240, "the standby replaced")
+    finally:
+        plane.call_sync(plane.delete_cluster, "mv-warm", actor="t")
+    assert not fab.state.standby_names  # closed with its cluster: no standby left on Ray
