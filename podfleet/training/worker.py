@@ -360,7 +360,7 @@ def _rejoin(cfg: WorkerConfig, reporter: Reporter, gen: int, backend: str, model
             reporter.log(f"regroup generation {gen} failed: {str(exc).splitlines()[0][:160]}")
 
 
-def _preload() -> None:
+def preload() -> None:
     """What a warm standby does before it has a job: the slow imports and the corpus."""
     import torch
     import torch.distributed
@@ -382,7 +382,7 @@ def _preload() -> None:
 def _await_assignment(fd: int) -> WorkerConfig:
     """Standby: preload, say ready, then take one job assignment from stdin."""
     t0 = time.perf_counter()
-    _preload()
+    preload()
     JsonLineReporter(fd, -1).send("ready", pid=os.getpid(), preload_s=time.perf_counter() - t0)
     line = sys.stdin.readline()
     if not line:

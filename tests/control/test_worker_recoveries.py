@@ -59,3 +59,34 @@ def test_the_fabrics_recovery_record_names_the_chip_and_has_rfc3339_times() -> N
     assert shown["target"] == f"chip:{lost}" and shown["duration_s"] == pytest.approx(0.8, abs=0.002)
     [computed] = svc.recoveries("p")  # timeline seconds, to compute with
     assert computed["t_end"] == shown["t_end_s"] and abs(computed["t_end"] - plane.tl.now) < 10
+
+
+def test_a_rank_move_the_fabric_gave_up_is_relaunched_and_recorded_as_a_relaunch() -> None:
+    """The Ray fabric began moving a lost rank (``job-recovering``) and then could not (no
+    chip, no re-formed gang): it ends the gang, and the plane relaunches it as any lost
+    gang, the job RECOVERING throughout, the record saying ``relaunch``. Before, the driver
+    dropped the gang's end (the job was no longer RUNNING) and the job stayed RECOVERING."""
+    plane, made = fake_plane()
+    plane.create_cluster({"name": "p", "fabric": "local", "chips": 3, "spares": 1}, actor="t")
+    advance(plane, 5)
+    fab = made[0]
+    job = plane.jobs.submit("p", {"model": "debug", "chips": 2, "steps": 100}, actor="t")
+    advance(plane, 1)
+    first = fab.launches[-1]
+    lost = first.chips[1]
+    fab.emit("worker-exited", job["id"], chip=lost, rank=1, cause="infra", exit_code=None)
+    fab.emit("job-recovering", job["id"], rank=1, cause="infra", message="rank 1 killed", mechanism="rank-move")
+    advance(plane, 1)
+    assert plane.jobs.describe(job["id"])["state"] == "RECOVERING" and len(fab.launches) == 1
+    fab.emit("worker-exited", job["id"], chip=lost, rank=1, cause="infra", exit_code=None, gang_ended=True,
+             reason="rank 1 (chip 1) was lost")
+    advance(plane, 1)
+    assert len(fab.launches) == 2 and fab.launches[-1].options["resume"] is True
+    assert plane.jobs.describe(job["id"])["state"] == "RECOVERING"
+    fab.emit("job-started", job["id"], chips=list(fab.launches[-1].chips))
+    fab.emit("progress", job["id"], step=1, loss=2.0, tokens_per_s=1.0, step_time_s=0.1)
+    advance(plane, 1)
+    d = plane.jobs.describe(job["id"])
+    assert d["state"] == "RUNNING"
+    [rec] = d["runtime"]["recoveries"]
+    assert rec["mechanism"] == "relaunch" and rec["state"] == "done" and rec["rank"] == 1

@@ -11,7 +11,8 @@ sees (it never asks the fabric's name):
 * the gang ended with the rank (``worker-exited`` with ``gang_ended``): the driver
   relaunches it from the last committed checkpoint, moving the dead rank to another
   chip when the cause was the infrastructure, and counting user-code crashes against
-  the job's ``max_retries``.
+  the job's ``max_retries``. A fabric that began moving the rank itself and gave up
+  (the Ray fabric's rank move, ``fabric/ray/rankmove.py``) ends the gang this way too.
 
 Workers' own log lines (the fabric's job log, and the tail of each worker's output when
 a job fails) are copied into the job's log, so ``job logs`` shows them.
@@ -365,7 +366,11 @@ class ProcessDriver:
         """The gang ended because a rank died: relaunch it, or fail the job with the cause.
         A relaunched gang that is lost before it started is relaunched again the same way."""
         again = job.id in self.relaunching and job.state == JobState.RECOVERING
+        # A fabric that was moving the rank itself (job-recovering) and gave up ends the
+        # gang: the job is RECOVERING already, and is relaunched as any lost gang is.
+        again = again or (job.id in self.fabric_recovering and job.state == JobState.RECOVERING)
         self.relaunching.discard(job.id)
+        self.fabric_recovering.discard(job.id)
         if job.state not in _LIVE and not again:
             return
         cause = str(d.get("cause", ""))

@@ -177,8 +177,9 @@ def _timed_out(job: LocalJob, gen: int, timeout_s: float) -> None:
         abort(job, f"the gang did not re-form within {timeout_s:g} s")
 
 
-def rendezvous_doc(gen: int, port: int, world_size: int) -> bytes:
-    return json.dumps({"generation": gen, "addr": "127.0.0.1", "port": port, "world_size": world_size}).encode()
+def rendezvous_doc(gen: int, port: int, world_size: int, addr: str = "127.0.0.1") -> bytes:
+    """The next rendezvous as ``training.regroup.read_rendezvous`` reads it (rank 0 hosts its store at addr:port)."""
+    return json.dumps({"generation": gen, "addr": addr, "port": port, "world_size": world_size}).encode()
 
 
 def describe(job: LocalJob) -> dict[str, Any] | None:

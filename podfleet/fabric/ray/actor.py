@@ -86,6 +86,11 @@ class _BufferReporter:
     def checkpoint(self, step: int, path: str) -> None:
         self._put({"type": "checkpoint", "step": step, "path": path})
 
+    def send(self, type_: str, **fields: object) -> None:
+        """Typed messages (a ``MessageReporter``): ``regrouped`` tells the fabric a rank move's
+        gang re-formed (``rankmove.py``); ``running`` and ``replica`` are journaled alike."""
+        self._put({**fields, "type": type_})
+
     def journal(self) -> list[dict[str, Any]]:
         """The progress history and every unacknowledged report, in report order."""
         with self._lock:
@@ -108,6 +113,15 @@ class WorkerActor:
         self._proc.cpu_percent(None)  # the first call only sets the baseline
         self.running = False
         self.result: dict[str, Any] | None = None  # run's, kept until the actor is killed
+
+    def preload(self) -> float:
+        """A warm standby's imports (torch, the training modules) before it has a rank
+        (``standby.py``); the seconds they took."""
+        from podfleet.training.worker import preload
+
+        t0 = time.perf_counter()
+        preload()
+        return time.perf_counter() - t0
 
     def hello(self) -> dict[str, Any]:
         """Where this rank lives; rank 0's answer gives the job's master address and port."""

@@ -26,7 +26,7 @@ from podfleet.security.jobfiles import prepare_job_dir, reclaim_job_dir, stage_c
 from podfleet.security.sandbox import WorkerSandbox, key_material, spawn_worker, worker_reports
 from podfleet.security.uids import UidLeases
 from podfleet.security.workerenv import worker_env
-from podfleet.training.config import EXIT_USER_ERROR, Reporter, WorkerConfig
+from podfleet.training.config import EXIT_USER_ERROR, MessageReporter, Reporter, WorkerConfig
 
 
 def _relay(fd: int, reporter: Reporter) -> dict[str, Any]:
@@ -41,6 +41,8 @@ def _relay(fd: int, reporter: Reporter) -> dict[str, Any]:
             reporter.checkpoint(int(msg["step"]), str(msg.get("path", "")))
         elif kind == "log":
             reporter.log(str(msg.get("line", "")))
+        elif kind == "regrouped" and isinstance(reporter, MessageReporter):  # a rank move's gang re-formed
+            reporter.send("regrouped", **{k: v for k, v in msg.items() if k not in ("type", "t", "rank")})
         elif kind in ("error", "done"):
             last = msg
         else:

@@ -1,6 +1,6 @@
 """What the control plane tells a running Ray gang between its steps: the work split
-(``Rebalanceable``), a slow-down (the ``slow-worker`` fault) and an on-demand checkpoint
-(``OnDemandCheckpoints``).
+(``Rebalanceable``), a slow-down (the ``slow-worker`` fault), an on-demand checkpoint
+(``OnDemandCheckpoints``) and, after a lost rank, the gang's next rendezvous (``rankmove.py``).
 
 The built-in loop reads these as control files between steps, exactly as on a local
 slot (training/loop.py); a rank's files live on its own node, so the fabric sends each
@@ -33,6 +33,9 @@ def files(job: RayJob, world_size: int) -> dict[str, Any]:
                            "checkpoint_request_file": os.path.join(root, "checkpoint_request.json")}
     if world_size > 1:
         out["split_file"] = os.path.join(root, "work_split.json")
+        if job.spec.options.get("rank_moves", True):
+            # A survivor of a lost rank waits here for the next rendezvous (rankmove.py).
+            out["regroup_file"] = os.path.join(root, "rendezvous.json")
     if job.shares:
         out["shares"] = job.shares
     return out

@@ -1,25 +1,21 @@
 """``RayFabric``: a job's gang as Ray actors in one placement group, on any Ray cluster.
 
 Chips are units of a Ray resource: ``CPU`` slots, ``GPU`` devices or ``neuron_cores``
-(Trainium; Ray sets ``NEURON_RT_VISIBLE_CORES`` for each actor). A job's gang is one
-placement group with a bundle per rank (PACK or SPREAD; Ray places all bundles or none),
-and one ``WorkerActor`` per bundle runs ``podfleet.training.worker.run_worker``: rank 0's
-actor picks the rendezvous port on its node, every rank joins torch.distributed there
-(gloo on CPU, NCCL on CUDA).
+(Trainium; Ray sets ``NEURON_RT_VISIBLE_CORES`` for each actor). A gang is one placement
+group with a bundle per rank (PACK or SPREAD; all bundles or none), and one ``WorkerActor``
+per bundle runs ``training.worker.run_worker``: rank 0's actor picks the rendezvous port
+on its node, every rank joins torch.distributed there (gloo on CPU, NCCL on CUDA).
 
-Threads: ``launch``/``stop``/``kill_worker`` run on the caller's (engine) thread and never
-block on Ray; a starter thread per job waits for the placement group and the
-rendezvous, and one poller thread drains every actor's reports, samples its CPU and
-memory and notices deaths and hangs. Events reach subscribers on the timeline's engine
-thread through ``timeline.submit``. Ray is imported lazily so the control plane imports
-this module without it.
+Threads: ``launch``/``stop``/``kill_worker`` run on the engine thread and never block on
+Ray (the launch path is ``gang.py``); a starter thread per job waits for the placement
+group and the rendezvous; one poller thread drains every actor's reports, samples CPU and
+memory, notices deaths and hangs; a lost rank moves alone (``rankmove.py``). Events reach
+subscribers on the engine thread (``timeline.submit``). Ray is imported lazily.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
 import importlib
 import math
 import os
@@ -28,7 +24,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,15 +46,14 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
     check_chip_transition,
 )
-from podfleet.fabric.ray import control, reattach, supervisor, telemetry
+from podfleet.fabric.ray import control, gang, reattach, supervisor, telemetry
 from podfleet.fabric.ray.auth import auth_error, auth_refused
 from podfleet.fabric.ray.faultlog import FaultLog
-from podfleet.fabric.ray.hostcmd import node_command
+from podfleet.fabric.ray.gang import ray_topology
+from podfleet.fabric.ray.hostcmd import node_task
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
     TERMINAL,
-    ExitCause,
-    RankRecord,
     RayJob,
     RayState,
     RunState,
@@ -72,42 +66,11 @@ from podfleet.fabric.ray.probe import (
     gcs_unreachable,
 )
 from podfleet.fabric.ray.runner import JobRunner
-from podfleet.hardware.topology import SwitchedTopology, Topology
+from podfleet.hardware.topology import Topology
 from podfleet.security.redact import Redactor
-from podfleet.training.config import WorkerConfig
 
 RESOURCES = ("CPU", "GPU", "neuron_cores")
 NODE_LOST_PREFIX = "Ray node "  # a chip's reason when its node left (nodes_joined brings it back)
-# Strategies whose bundles are pinned to their chips' nodes: the control plane chose the
-# chips, so the chips decide the nodes. With SPREAD / STRICT_SPREAD Ray picks the nodes.
-PINNED = frozenset({"pack", "strict_pack"})
-# Options a WorkerGroupSpec may carry that are the fabric's, not the worker's.
-FABRIC_OPTIONS = frozenset({"placement", "max_retries", "recover"})
-# Nominal figures for the pseudo-topology of Ray slots (no physical wiring is known):
-# 25 GB/s per chip (EFA on a trn2 instance, reference/trn2.md) and 15 us latency.
-RAY_SLOT_BW_BYTES_PER_S = 25e9
-RAY_SLOT_LATENCY_S = 15e-6
-# What a chip is, by the Ray resource it is a unit of: CPU and GPU units are worker slots,
-# named as LocalFabric names its own ("cpu", "cuda"); neuron_cores are Trainium devices,
-# whose type the cluster's topology (or ``chip_type``) says.
-SLOT_CHIP_TYPES = {"CPU": "cpu", "GPU": "cuda"}
-
-
-def ray_topology(resource: str, n_chips: int, topology: Topology | None = None,
-                 chip_type: str = "trn2") -> Topology:
-    """The chips a Ray cluster offers. CPU and GPU slots sit on one switch whatever shape
-    the cluster was asked for (Ray knows no wiring between them) and say what they are
-    (``cpu``, ``cuda``), never a Trainium type; the name of ``topology`` is kept. On
-    ``neuron_cores`` the chips are Trainium devices: ``topology`` as given, else a
-    switched one of ``chip_type``."""
-    slot = SLOT_CHIP_TYPES.get(resource)
-    if slot is None:
-        return topology or SwitchedTopology(
-            f"ray-{n_chips}", chip_type, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
-    name = topology.name if topology is not None else f"ray-{n_chips}"
-    return SwitchedTopology(name, slot, n_chips, RAY_SLOT_BW_BYTES_PER_S, RAY_SLOT_LATENCY_S)
-
-
 def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -188,9 +151,8 @@ class RayFabric:
     """Capabilities: ``Introspection``, ``WorkerKill``, ``Closeable``, ``ChipCheck``,
     ``WorkerPlacement``, ``GangPlacement``, ``ClusterConnection``, ``HostCommands``,
     ``TelemetrySource`` (``telemetry``), ``HardwareErrors`` (``faultlog``), ``Reattachable``
-    (gangs are detached actors in ``namespace``: ``supervisor.py``, ``reattach.py``), and
-    through the gang's control files (``control``) ``Rebalanceable``, ``WorkerSlowdown`` and
-    ``OnDemandCheckpoints``.
+    (gangs are detached actors in ``namespace``: ``supervisor.py``, ``reattach.py``), and by
+    control files (``control``) ``Rebalanceable``, ``WorkerSlowdown``, ``OnDemandCheckpoints``.
 
     ``outlive_plane``: ``close`` leaves running gangs running (the next plane adopts them
     or stops them), for a Ray cluster that outlives this process; otherwise it stops them.
@@ -331,6 +293,8 @@ class RayFabric:
         for s in self.spares:
             self.topology.check_chip(s)
         self.workdir = workdir or os.path.join(tempfile.gettempdir(), "podfleet-ray")
+        self.gang = gang.GangConfig(resource, self.per_chip, self.placement, self.workdir, self.key_file,
+                                    self.runtime_env)
         self.nodes = NodeMap(ray.nodes(), resource, self.per_chip, n_chips)
         self._node_mem: dict[str, float] = {}  # node id -> its memory, as its workers report it
         self._states = [ChipState.HEALTHY] * n_chips
@@ -386,70 +350,18 @@ class RayFabric:
         return self.faults.all()
 
     def link_metrics(self) -> Mapping[str, np.ndarray]:
-        # The health monitor's rollups read the worker link view's names (up, state,
-        # utilization, ...): without them its tick raised KeyError and stopped the engine.
-        links = self.topology.links
-        return {
-            **telemetry.link_view(len(links)),
-            "src": np.array([lk.src for lk in links], dtype=np.int64),
-            "dst": np.array([lk.dst for lk in links], dtype=np.int64),
-            "nominal_bandwidth_bytes_per_s": np.array([lk.bw_bytes_per_s for lk in links]),
-        }
+        return telemetry.link_metrics(self.topology.links)
 
     def launch(self, group: WorkerGroupSpec) -> None:
         """Validate and start a gang; returns at once (placement happens in the background)."""
-        chips = tuple(int(c) for c in group.chips)
-        if not chips:
-            raise InvalidInputError("a job needs at least one chip", field="chips")
-        if len(set(chips)) != len(chips):
-            raise InvalidInputError(f"chips {list(chips)} repeat a chip", field="chips")
-        for c in chips:
-            self.topology.check_chip(c)
-        strategy = str(group.options.get("placement", self.placement)).lower()
-        if strategy not in STRATEGIES:
-            raise UnknownNameError("placement strategy", strategy, STRATEGIES, field="placement")
-        workdir = os.path.join(self.workdir, group.job_id)
-        ckpt_dir = group.options.get("checkpoint_dir") or (
-            os.path.join(workdir, "checkpoints") if group.checkpoint_interval else None)
-        # The launch token names the gang's actors before they exist (``discard_unadopted``
-        # spares a gang still being started); it also names the launch's control-file directory.
-        job = RayJob(group, strategy, workdir, ckpt_dir, launch=supervisor.launch_token())
-        job.ranks = [RankRecord(r, c) for r, c in enumerate(chips)]
-        self.worker_config(job, 0, "127.0.0.1", 29500)  # bad input is reported before conflicts
-        with self.state.lock:
-            old = self.state.jobs.get(group.job_id)
-            if old is not None and old.state not in TERMINAL:
-                raise ConflictError(f"job {group.job_id} is already {old.state.value} on this fabric", field="job_id")
-            busy = [c for c in chips if c in self.state.chip_job]
-            if busy:
-                raise ConflictError(f"chips {busy} are in use by job {self.state.chip_job[busy[0]][0]}", field="chips")
-            bad = [c for c in chips if self._states[c] not in (ChipState.HEALTHY, ChipState.DEGRADED)]
-            if bad:
-                raise ConflictError(f"chips {bad} are {self._states[bad[0]].value}", field="chips")
-            self.state.jobs[group.job_id] = job
-            for r in job.ranks:
-                self.state.chip_job[r.chip] = (group.job_id, r.rank)
+        job = self.gang.new_job(group, self.topology)
+        gang.admit(self.state, self._states, job)
         self._runner.start()
         self._runner.start_job(job)
 
     def stop(self, job_id: str) -> None:
-        job = self._job(job_id)
-        with self.state.lock:
-            if job.state in TERMINAL or job.state is RunState.STOPPING:
-                return
-            job.set_state(RunState.STOPPING)
-            for r in job.ranks:
-                if not r.done:
-                    r.killed_by = "stop"
-        self._runner.teardown(job)
-        with self.state.lock:
-            for r in job.ranks:
-                if not r.done:
-                    r.cause = ExitCause.STOPPED
-            job.set_state(RunState.STOPPED)
-            job.reason = "stopped"
-            self.state.free(job)
-        self.emit("job-stopped", job_id=job_id)
+        if self._runner.stop_job(self._job(job_id)):
+            self.emit("job-stopped", job_id=job_id)
 
     # --- capabilities: WorkerKill, Introspection, Closeable ------------------------------------
     @property
@@ -460,16 +372,7 @@ class RayFabric:
         """ChipCheck: the chip is healthy, no gang holds it, and its node is alive in the
         poller's latest view of the cluster (never a Ray call: the engine thread asks)."""
         self.topology.check_chip(chip)
-        if self.unreachable is not None:
-            return self.unreachable
-        state = self._states[chip]
-        if state not in (ChipState.HEALTHY, ChipState.DEGRADED):
-            return f"chip {chip} is {state.value}"
-        with self.state.lock:
-            held = self.state.chip_job.get(chip)
-            if held is not None:
-                return f"chip {chip} is still held by job {held[0]} rank {held[1]}"
-            return self.nodes.check(chip)
+        return gang.chip_trouble(self.state, self.nodes, self._states, chip, self.unreachable)
 
     def chip_hosts(self) -> list[str]:
         with self.state.lock:
@@ -482,27 +385,16 @@ class RayFabric:
         self.topology.check_chip(chip)
         with self.state.lock:
             node = self.nodes.node_of(chip)
-        down = self.unreachable or (None if node is not None and node.alive else f"chip {chip} has no live Ray node")
-        if down is not None or node is None:
-            why = down or f"chip {chip} has no live Ray node"
-            return lambda: CommandResult("", None, "", 0.0, why)
-        return functools.partial(node_command, self.state.ray, node.node_id, node.ip, tuple(argv), dict(env),
-                                 timeout_s)
+        return node_task(self.state.ray, chip, node, self.unreachable, argv, env, timeout_s)
 
     def chip_workers(self) -> dict[int, dict[str, Any]]:
-        out: dict[int, dict[str, Any]] = {}
-        with self.state.lock:
-            for job in self.state.jobs.values():
-                if job.state in TERMINAL:
-                    continue
-                for r in job.ranks:
-                    if not r.done and r.info:
-                        out[r.chip] = {"job_id": job.job_id, "rank": r.rank, "node_id": r.info.get("node_id"),
-                                       "ip": r.info.get("ip"), "pid": r.info.get("pid")}
-        return out
+        return gang.chip_workers(self.state)
 
     def placement_strategies(self) -> tuple[str, ...]:
         return tuple(STRATEGIES)
+
+    def warm_ready(self) -> int:  # idle standby actors done with their imports (standby.py)
+        return self._runner.standbys.ready()
 
     def node_died(self, node: RayNode) -> None:
         """A node holding chips left the cluster (poller): its chips fail (engine thread)."""
@@ -599,16 +491,7 @@ class RayFabric:
     def kill_worker(self, job_id: str, rank: int) -> int | None:
         """Fault injection: kill one rank's actor (ray.kill); detected like any death.
         Returns the actor process's pid when its node reported it."""
-        job = self._job(job_id)
-        if not 0 <= rank < len(job.ranks):
-            raise NotFoundError(f"job {job_id} has ranks 0-{len(job.ranks) - 1}, not {rank}", field="rank")
-        r = job.ranks[rank]
-        if job.state is not RunState.RUNNING or r.actor is None or r.done:
-            raise ConflictError(f"rank {rank} of job {job_id} is not running (job {job.state.value})", field="rank")
-        r.killed_by = "fault"
-        self.state.ray.kill(r.actor, no_restart=True)
-        pid = r.info.get("pid")
-        return int(pid) if pid is not None else None
+        return self._runner.kill_rank(self._job(job_id), rank)
 
     # --- capabilities: Rebalanceable, WorkerSlowdown, OnDemandCheckpoints (ray/control.py) ----
     def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
@@ -637,12 +520,7 @@ class RayFabric:
     def run_status(self, job_id: str) -> RunStatus | None:
         with self.state.lock:
             job = self.state.jobs.get(job_id)
-            st = job.run_status() if job is not None else None
-        if st is None:
-            return None
-        red = self.redactor
-        return dataclasses.replace(st, reason=red.redact(st.reason) if st.reason else st.reason,
-                                   log_tail=tuple(red.lines(st.log_tail)))
+            return job.run_status(self.redactor) if job is not None else None
 
     def run_logs(self, job_id: str) -> list[str]:
         with self.state.lock:
@@ -651,10 +529,7 @@ class RayFabric:
 
     def job_status(self, job_id: str) -> dict[str, Any]:
         with self.state.lock:
-            out = self._job(job_id).status()
-        if out.get("reason"):
-            out["reason"] = self.redactor.redact(out["reason"])
-        return out
+            return self._job(job_id).status(self.redactor)
 
     def close(self) -> None:
         """Stop every job and the poller; disconnect from Ray when the last fabric that
@@ -681,48 +556,18 @@ class RayFabric:
         thread while the plane reloads."""
         if self.unreachable is not None:
             raise ConflictError(self.unreachable, field="job_id")
-        ray = self.state.ray
-        named = supervisor.find(ray, self.namespace).get(job_id)
-        if named is None:
-            return None
-        found = reattach.read(ray, self.namespace, named)
-        if found is None:
-            return None
-        job = found.job
-        chips = [r.chip for r in job.ranks]
-        with self.state.lock:
-            old = self.state.jobs.get(job_id)
-            if old is not None and old.state not in TERMINAL:
-                raise ConflictError(f"job {job_id} is already {old.state.value} on this fabric", field="job_id")
-            bad = [c for c in chips if not 0 <= c < self.n_chips or c in self.state.chip_job]
-            if bad:
-                raise ConflictError(f"the gang's chips {bad} are not this cluster's or are in use", field="chips")
-            job.set_state(RunState.STARTING)
-            job.set_state(RunState.RUNNING)
-            if job.spec.entrypoint is None:
-                job.speed = telemetry.speed_for(job, found.config)
-            self.state.jobs[job_id] = job
-            for r in job.ranks:
-                self.state.chip_job[r.chip] = (job_id, r.rank)
-            replayed = self._runner.replay(job, found.journals, found.died, checkpoint_step)
-            pids = tuple(int(r.info.get("pid") or 0) for r in job.ranks)
-            job.log.append(f"[fabric] re-attached after a control-plane restart: pids {list(pids)}, "
-                           f"{replayed} reports replayed" + "".join(
-                               f"; rank {rank} {why}" for rank, why in sorted(found.died.items())))
-        self._runner.start()
-        self.emit("job-adopted", job_id=job_id, chips=chips, pids=list(pids), attempt=1, replayed=replayed)
-        return Adoption(job_id, tuple(chips), pids, 1, replayed)
+        got = reattach.adopt(self.state, self._runner, self.namespace, self.n_chips, job_id, checkpoint_step)
+        if got is not None:
+            self.emit("job-adopted", job_id=job_id, chips=list(got.chips), pids=list(got.pids), attempt=got.attempt,
+                      replayed=got.replayed)
+        return got
 
     def discard_unadopted(self) -> list[str]:
         """Kill the detached actors (and placement groups) in this cluster's namespace that
         belong to no gang this fabric holds: jobs the plane did not adopt, or ended."""
         if self.unreachable is not None:
             return []
-        with self.state.lock:
-            keep = {name for job in self.state.jobs.values() if job.state not in TERMINAL and job.launch
-                    for name in [supervisor.supervisor_name(job.job_id, job.launch),
-                                 *(supervisor.rank_name(job.job_id, r.rank, job.launch) for r in job.ranks)]}
-        return supervisor.discard(self.state.ray, self.namespace, keep)
+        return supervisor.discard(self.state.ray, self.namespace, reattach.live_names(self.state))
 
     # --- helpers the runner uses ------------------------------------------------------------
     def _job(self, job_id: str) -> RayJob:
@@ -730,50 +575,6 @@ class RayFabric:
         if job is None:
             raise NotFoundError(f"job {job_id} is not on this fabric", field="job_id")
         return job
-
-    def bundle(self) -> dict[str, float]:
-        return {self.resource: self.per_chip}
-
-    def bundle_selectors(self, job: RayJob) -> list[dict[str, str]] | None:
-        """Pin each rank's bundle to its chip's node (PACK strategies); None lets Ray choose."""
-        if job.strategy not in PINNED:
-            return None
-        with self.state.lock:
-            sel = self.nodes.selectors([r.chip for r in job.ranks])
-        return sel if any(sel) else None
-
-    def actor_options(self) -> dict[str, Any]:
-        opts: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
-        if self.resource == "CPU":
-            return {**opts, "num_cpus": self.per_chip}
-        if self.resource == "GPU":
-            return {**opts, "num_cpus": 0, "num_gpus": self.per_chip}
-        return {**opts, "num_cpus": 0, "resources": {"neuron_cores": self.per_chip}}
-
-    def worker_config(self, job: RayJob, rank: int, master_addr: str, master_port: int) -> WorkerConfig:
-        spec = job.spec
-        names = {f.name for f in fields(WorkerConfig)}
-        opts = {k: v for k, v in spec.options.items() if k in names}
-        unknown = sorted(set(spec.options) - names - FABRIC_OPTIONS)
-        if unknown:
-            raise UnknownNameError("job option", unknown[0], sorted(names | FABRIC_OPTIONS), field=unknown[0])
-        if "entrypoint_args" in opts:
-            opts["entrypoint_args"] = tuple(opts["entrypoint_args"])
-        base: dict[str, Any] = {
-            "device": "cuda" if self.resource == "GPU" else "cpu",
-            "checkpoint_dir": job.checkpoint_dir,
-            "key_file": self.key_file,
-            # No peer replicas: this fabric restarts nothing, so a survivor's replica
-            # would never be read (and writing one would demand a key).
-            "replica_peer": False,
-        }
-        base.update(opts)
-        base.update(control.files(job, len(job.ranks)))
-        base.update(job_id=spec.job_id, rank=rank, world_size=len(job.ranks), master_addr=master_addr,
-                    master_port=master_port, model=spec.model, steps=spec.steps,
-                    checkpoint_interval=spec.checkpoint_interval, entrypoint=spec.entrypoint)
-        base.setdefault("global_batch", max(8, len(job.ranks)) // len(job.ranks) * len(job.ranks))
-        return WorkerConfig(**base)
 
     def on_engine(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn`` on the engine thread (inline when no timeline is attached)."""

@@ -6,12 +6,14 @@ runs as the raylet's user; its result comes back through the object store."""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from podfleet.fabric.base import CommandResult
 from podfleet.fabric.commands import run_host_command
+from podfleet.fabric.ray.nodes import RayNode
 
 # Beyond the command's own timeout: scheduling the task on the node and returning its result.
 SLACK_S = 60.0
@@ -38,3 +40,14 @@ def node_command(ray: Any, node_id: str, host: str, argv: Sequence[str], env: Ma
     if not isinstance(got, CommandResult):
         return CommandResult(host, None, "", time.monotonic() - t0, f"Ray node {node_id[:12]} answered {got!r}")
     return got
+
+
+def node_task(ray: Any, chip: int, node: RayNode | None, unreachable: str | None, argv: Sequence[str],
+              env: Mapping[str, str], timeout_s: float) -> Callable[[], CommandResult]:
+    """``HostCommands.host_command`` for ``chip`` on ``node``: refused at once (a result
+    that says why) while the Ray cluster is unreachable or the chip has no live node."""
+    down = unreachable or (None if node is not None and node.alive else f"chip {chip} has no live Ray node")
+    if down is not None or node is None:
+        why = down or f"chip {chip} has no live Ray node"
+        return lambda: CommandResult("", None, "", 0.0, why)
+    return functools.partial(node_command, ray, node.node_id, node.ip, tuple(argv), dict(env), timeout_s)

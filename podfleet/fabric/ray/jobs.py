@@ -15,6 +15,7 @@ from podfleet.fabric.base import (
     exit_cause,
     run_transitions,
 )
+from podfleet.security.redact import Redactor
 from podfleet.states import check_transition
 
 # Placement strategies by the job option's name -> Ray's (``placement`` of a job).
@@ -24,7 +25,10 @@ STRATEGIES = {"pack": "PACK", "spread": "SPREAD", "strict_pack": "STRICT_PACK", 
 RAY_JOB_TRANSITIONS = run_transitions({
     RunState.PLACING: {RunState.STARTING, RunState.STOPPING, RunState.FAILED},
     RunState.STARTING: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED},
-    RunState.RUNNING: {RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
+    RunState.RUNNING: {RunState.RECOVERING, RunState.STOPPING, RunState.FINISHED, RunState.FAILED},
+    # A rank move (rankmove.py): the other ranks live on while the lost one's replacement
+    # starts and the process group re-forms; a move that fails ends the gang (FAILED).
+    RunState.RECOVERING: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED},
 })
 TERMINAL = ENDED_RUN_STATES
 # What ``run_status`` shows: a gang being started counts as running (it is live, and the
@@ -38,6 +42,7 @@ class RankRecord:
     rank: int
     chip: int
     actor: Any = None  # ray.actor.ActorHandle
+    name: str = ""  # the actor's name in the cluster's namespace ("": the launch's, supervisor.rank_name)
     acked: int | None = None  # the last report applied (None: none yet; the actor drops those up to it)
     info: dict[str, Any] = field(default_factory=dict)  # hello(): pid, ip, node_id, ...
     result: dict[str, Any] | None = None
@@ -82,6 +87,15 @@ class RayJob:
     shares: tuple[int, ...] = ()  # the work split in samples (set_work_split); (): even
     slow: dict[int, float] = field(default_factory=dict)  # rank -> slow-down factor (slow-worker faults)
     checkpoint_requests: int = 0  # on-demand checkpoints asked of this job (checkpoint_now)
+    # Rank moves (rankmove.py): the rendezvous generation, the move in flight, the recovery
+    # being measured (closed by the first step after it), placement groups of moved ranks,
+    # and chips the gang's own placement group still reserves after their rank moved away.
+    generation: int = 0
+    moved_ranks: int = 0  # ranks lost and moved (infrastructure failures, never the retry budget)
+    moving: dict[str, Any] | None = None
+    recovery: dict[str, Any] | None = None
+    extra_pgs: list[Any] = field(default_factory=list)
+    held: set[int] = field(default_factory=set)
     log: deque[str] = field(default_factory=lambda: deque(maxlen=400))
 
     @property
@@ -92,14 +106,15 @@ class RayJob:
         check_transition("ray job", RAY_JOB_TRANSITIONS, self.state, dst)
         self.state = dst
 
-    def status(self) -> dict[str, Any]:
+    def status(self, red: Redactor) -> dict[str, Any]:
+        """The fabric's view of the job (``job_status``); what a worker wrote passes ``red``."""
         return {
             "job_id": self.job_id,
             "state": self.state.value,
             "chips": list(self.spec.chips),
             "step": self.step,
             "loss": self.loss,
-            "reason": self.reason,
+            "reason": red.redact(self.reason) if self.reason else self.reason,
             "checkpoint_step": self.checkpoint_step,
             "placement": self.strategy,
             "ranks": [
@@ -112,16 +127,19 @@ class RayJob:
             "log_tail": list(self.log)[-LOG_TAIL:],
         }
 
-    def run_status(self) -> RunStatus:
-        """This fabric restarts nothing: one attempt, and a failure is charged to its cause."""
+    def run_status(self, red: Redactor) -> RunStatus:
+        """This fabric restarts no gang: one attempt, a failure charged to its cause, each lost
+        rank it moved an infrastructure failure (as on the local fabric).
+        What a worker wrote (the reason, the log tail) passes ``red``."""
         failed = self.state is RunState.FAILED
         return RunStatus(
             job_id=self.job_id, state=_SHOWN.get(self.state, self.state), chips=tuple(r.chip for r in self.ranks),
             step=self.step, loss=self.loss, attempt=1,
-            infra_failures=int(failed and self.cause is ExitCause.INFRA),
+            infra_failures=self.moved_ranks + int(failed and self.cause is ExitCause.INFRA),
             user_failures=int(failed and self.cause is ExitCause.USER_CODE),
-            max_retries=int(self.spec.options.get("max_retries", 0)), reason=self.reason,
-            checkpoint_step=self.checkpoint_step, log_tail=tuple(list(self.log)[-LOG_TAIL:]),
+            max_retries=int(self.spec.options.get("max_retries", 0)),
+            reason=red.redact(self.reason) if self.reason else self.reason,
+            checkpoint_step=self.checkpoint_step, log_tail=tuple(red.lines(list(self.log)[-LOG_TAIL:])),
         )
 
 
@@ -132,13 +150,14 @@ class RayState:
     ray: Any  # the ray module (imported lazily)
     jobs: dict[str, RayJob] = field(default_factory=dict)
     chip_job: dict[int, tuple[str, int]] = field(default_factory=dict)  # chip -> (job, rank)
+    standby_names: set[str] = field(default_factory=set)  # idle warm actors (standby.py)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def free(self, job: RayJob) -> None:
         """Release the job's chips (those still held by it)."""
-        for r in job.ranks:
-            if self.chip_job.get(r.chip, (None,))[0] == job.job_id:
-                del self.chip_job[r.chip]
+        for c in [*(r.chip for r in job.ranks), *job.held]:
+            if self.chip_job.get(c, (None,))[0] == job.job_id:
+                del self.chip_job[c]
 
 
 def cause_of(result: dict[str, Any]) -> ExitCause:

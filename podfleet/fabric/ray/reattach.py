@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from podfleet.errors import ConflictError
-from podfleet.fabric.ray import supervisor
-from podfleet.fabric.ray.jobs import RankRecord, RayJob
+from podfleet.fabric.base import Adoption, RunState
+from podfleet.fabric.ray import supervisor, telemetry
+from podfleet.fabric.ray.jobs import TERMINAL, RankRecord, RayJob, RayState
+from podfleet.fabric.ray.runner import JobRunner
 from podfleet.training.config import WorkerConfig
 
 
@@ -48,7 +50,9 @@ def read(ray: Any, namespace: str, named: supervisor.Named) -> Found | None:
     job = RayJob(rec["spec"], rec["strategy"], rec["workdir"], rec["checkpoint_dir"])
     job.launch, job.pg, job.supervisor = str(rec["launch"]), rec.get("pg"), sup
     ranks = sorted(rec["ranks"], key=lambda x: int(x["rank"]))
-    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), info=dict(x.get("info") or {})) for x in ranks]
+    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), name=str(x["name"]), info=dict(x.get("info") or {}))
+                 for x in ranks]
+    job.extra_pgs = list(rec.get("pgs") or [])  # those of moved ranks (rankmove.py)
     found = Found(job, WorkerConfig.from_json(ranks[0]["cfg"]))
     polls = {}
     for r, x in zip(job.ranks, ranks, strict=True):
@@ -65,3 +69,47 @@ def read(ray: Any, namespace: str, named: supervisor.Named) -> Found | None:
         except ray.exceptions.GetTimeoutError:
             raise ConflictError(f"rank {rank}'s actor did not answer within {timeout:g} s", field="job_id") from None
     return found
+
+
+def adopt(state: RayState, runner: JobRunner, namespace: str, n_chips: int, job_id: str,
+          checkpoint_step: int | None) -> Adoption | None:
+    """Take back ``job_id``'s gang (``RayFabric.adopt``): read it, register it on its chips
+    and replay its journals; None when Ray holds no gang of that job."""
+    ray = state.ray
+    named = supervisor.find(ray, namespace).get(job_id)
+    if named is None:
+        return None
+    found = read(ray, namespace, named)
+    if found is None:
+        return None
+    job = found.job
+    chips = [r.chip for r in job.ranks]
+    with state.lock:
+        old = state.jobs.get(job_id)
+        if old is not None and old.state not in TERMINAL:
+            raise ConflictError(f"job {job_id} is already {old.state.value} on this fabric", field="job_id")
+        bad = [c for c in chips if not 0 <= c < n_chips or c in state.chip_job]
+        if bad:
+            raise ConflictError(f"the gang's chips {bad} are not this cluster's or are in use", field="chips")
+        job.set_state(RunState.STARTING)
+        job.set_state(RunState.RUNNING)
+        if job.spec.entrypoint is None:
+            job.speed = telemetry.speed_for(job, found.config)
+        state.jobs[job_id] = job
+        for r in job.ranks:
+            state.chip_job[r.chip] = (job_id, r.rank)
+        replayed = runner.replay(job, found.journals, found.died, checkpoint_step)
+        pids = tuple(int(r.info.get("pid") or 0) for r in job.ranks)
+        job.log.append(f"[fabric] re-attached after a control-plane restart: pids {list(pids)}, "
+                       f"{replayed} reports replayed" + "".join(
+                           f"; rank {rank} {why}" for rank, why in sorted(found.died.items())))
+    runner.start()
+    return Adoption(job_id, tuple(chips), pids, 1, replayed)
+
+
+def live_names(state: RayState) -> set[str]:
+    """The actor names of every gang ``state`` holds that has not ended (``discard`` spares them)."""
+    with state.lock:
+        return set(state.standby_names) | {name for job in state.jobs.values() if job.state not in TERMINAL and job.launch
+                for name in [supervisor.supervisor_name(job.job_id, job.launch),
+                             *(r.name or supervisor.rank_name(job.job_id, r.rank, job.launch) for r in job.ranks)]}

@@ -12,8 +12,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from podfleet.fabric.ray import supervisor, telemetry
+from podfleet.errors import ConflictError, NotFoundError
+from podfleet.fabric.base import ChipState
+from podfleet.fabric.ray import control, rankmove, standby, supervisor, telemetry
 from podfleet.fabric.ray.actor import WorkerActor
+from podfleet.fabric.ray.gang import GangConfig, bundle_selectors
 from podfleet.fabric.ray.jobs import (
     STRATEGIES,
     TERMINAL,
@@ -58,13 +61,13 @@ class RunnerHost(Protocol):
     @property
     def nodes(self) -> NodeMap: ...
 
-    def bundle(self) -> dict[str, float]: ...
+    @property
+    def gang(self) -> GangConfig: ...
 
-    def bundle_selectors(self, job: RayJob) -> list[dict[str, str]] | None: ...
+    @property
+    def spares(self) -> tuple[int, ...]: ...
 
-    def actor_options(self) -> dict[str, Any]: ...
-
-    def worker_config(self, job: RayJob, rank: int, master_addr: str, master_port: int) -> WorkerConfig: ...
+    def chip_states(self) -> list[ChipState]: ...
 
     @property
     def gcs(self) -> tuple[str, int] | None: ...
@@ -103,6 +106,8 @@ class JobRunner:
         self._gcs_failures = 0  # GCS checks failed in a row
         self._backoff_s = RECONNECT_FIRST_S
         self._retry_mono = 0.0
+        self.standbys = standby.Standbys(state.ray, fabric.namespace, standby.per_node(fabric.resource),
+                                         state.standby_names)
 
     # --- threads --------------------------------------------------------------------------
     def start(self) -> None:
@@ -115,9 +120,44 @@ class JobRunner:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.f.unreachable is None:
+            self.standbys.close()
 
     def start_job(self, job: RayJob) -> None:
         threading.Thread(target=self._start, args=(job,), name=f"ray-start-{job.job_id}", daemon=True).start()
+
+    def stop_job(self, job: RayJob) -> bool:
+        """Stop the gang (engine thread): False when it had ended or was stopping already."""
+        with self.state.lock:
+            if job.state in TERMINAL or job.state is RunState.STOPPING:
+                return False
+            job.set_state(RunState.STOPPING)
+            for r in job.ranks:
+                if not r.done:
+                    r.killed_by = "stop"
+        self.teardown(job)
+        with self.state.lock:
+            for r in job.ranks:
+                if not r.done:
+                    r.cause = ExitCause.STOPPED
+            job.set_state(RunState.STOPPED)
+            job.reason = "stopped"
+            self.state.free(job)
+        return True
+
+    def kill_rank(self, job: RayJob, rank: int) -> int | None:
+        """Fault injection: kill one rank's actor (ray.kill); detected like any death.
+        Returns the actor process's pid when its node reported it."""
+        if not 0 <= rank < len(job.ranks):
+            raise NotFoundError(f"job {job.job_id} has ranks 0-{len(job.ranks) - 1}, not {rank}", field="rank")
+        r = job.ranks[rank]
+        if job.state is not RunState.RUNNING or r.actor is None or r.done:
+            raise ConflictError(f"rank {rank} of job {job.job_id} is not running (job {job.state.value})",
+                                field="rank")
+        r.killed_by = "fault"
+        self.state.ray.kill(r.actor, no_restart=True)
+        pid = r.info.get("pid")
+        return int(pid) if pid is not None else None
 
     # --- starting a gang ----------------------------------------------------------------------
     def _start(self, job: RayJob) -> None:
@@ -129,9 +169,10 @@ class JobRunner:
         try:
             if not self._wait_for_link(job):
                 return
-            selectors = f.bundle_selectors(job)
+            with self.state.lock:
+                selectors = bundle_selectors(f.nodes, job)
             # Detached, as the gang's actors are: a driver's placement group goes with it.
-            pg = placement_group([f.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
+            pg = placement_group([f.gang.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
                                  name=f"podfleet-{job.job_id}", bundle_label_selector=selectors,
                                  lifetime="detached")
             job.pg = pg
@@ -140,12 +181,10 @@ class JobRunner:
                 return  # lost meanwhile (a node, the cluster): reported as such
             if not ready:
                 avail = ray.available_resources().get(f.resource, 0.0)
-                self._fail(job, None, f"placement group of {n} x {f.bundle()} ({job.strategy}) not placed "
+                self._fail(job, None, f"placement group of {n} x {f.gang.bundle()} ({job.strategy}) not placed "
                                       f"within {f.placement_timeout_s:g} s; {avail:g} {f.resource} free")
                 return
-            if self._actor_cls is None:
-                self._actor_cls = ray.remote(WorkerActor)
-                self._supervisor_cls = ray.remote(supervisor.GangSupervisor)
+            self.actor_class()
             with self.state.lock:
                 if job.state is not RunState.PLACING:
                     # Stopped while placing: stop() may have run before job.pg was set.
@@ -155,8 +194,8 @@ class JobRunner:
                         remove_placement_group(pg)
                     return
                 for r in job.ranks:
-                    r.actor = self._actor_cls.options(
-                        **f.actor_options(), max_concurrency=4, max_restarts=0,
+                    r.actor = self.actor_class().options(
+                        **f.gang.actor_options(), max_concurrency=4, max_restarts=0,
                         name=supervisor.rank_name(job.job_id, r.rank, job.launch), namespace=f.namespace,
                         lifetime="detached",
                         scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
@@ -167,7 +206,7 @@ class JobRunner:
             with self.state.lock:
                 if job.state is not RunState.STARTING:
                     return
-                cfgs = [f.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
+                cfgs = [f.gang.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
                 job.supervisor = self._start_supervisor(job, pg, infos, cfgs)
                 for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True):
                     r.info = info
@@ -186,10 +225,18 @@ class JobRunner:
             if job.state not in TERMINAL and job.state is not RunState.STOPPING:
                 self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
 
+    def actor_class(self) -> Any:
+        """``WorkerActor`` as a Ray actor class (and the supervisor's), made once."""
+        if self._actor_cls is None:
+            ray = self.state.ray
+            self._actor_cls = ray.remote(WorkerActor)
+            self._supervisor_cls = ray.remote(supervisor.GangSupervisor)
+        return self._actor_cls
+
     def _start_supervisor(self, job: RayJob, pg: Any, infos: list[dict[str, Any]], cfgs: list[WorkerConfig]) -> Any:
         """The gang's detached record, for a plane that re-attaches (``supervisor.py``)."""
         f = self.f
-        renv = f.actor_options().get("runtime_env")
+        renv = f.gang.actor_options().get("runtime_env")
         record = {"spec": job.spec, "strategy": job.strategy, "workdir": job.workdir,
                   "checkpoint_dir": job.checkpoint_dir, "launch": job.launch, "pg": pg,
                   "ranks": [{"rank": r.rank, "chip": r.chip, "info": info, "cfg": cfg.to_json(),
@@ -260,11 +307,15 @@ class JobRunner:
             if not self._link_up():
                 continue
             if time.monotonic() - self._nodes_read_mono >= NODE_REFRESH_S:
-                self._read_nodes()
+                self.read_nodes()
+                try:
+                    self.standbys.refill(self.f.nodes, self.actor_class(), self.f.gang.actor_options())
+                except Exception as exc:  # a standby is an optimisation: a move starts a cold actor
+                    self.f.emit("standby-failed", reason=f"{type(exc).__name__}: {exc}")
             with self.state.lock:
                 jobs = list(self.state.jobs.values())
             for job in jobs:
-                if job.state is RunState.RUNNING:
+                if job.state in (RunState.RUNNING, RunState.RECOVERING):
                     try:
                         self._poll(job)
                     except Exception as exc:  # keep watching the other jobs
@@ -342,7 +393,7 @@ class JobRunner:
             self.f.emit("worker-exited", job_id=job.job_id, chip=None, rank=r0.rank, cause=ExitCause.INFRA.value,
                         exit_code=None, error=reason, killed_by=None, reason=reason, infra=True, gang_ended=True)
 
-    def _read_nodes(self) -> None:
+    def read_nodes(self) -> None:
         """Refresh which nodes are alive (for ``check_chip``); chips of a lost node fail."""
         self._nodes_read_mono = time.monotonic()
         try:
@@ -358,7 +409,7 @@ class JobRunner:
 
     def _poll(self, job: RayJob) -> None:
         f, ray = self.f, self.state.ray
-        live = [r for r in job.ranks if not r.done]
+        live = [r for r in job.ranks if not r.done and r.actor is not None]  # a moving rank has none yet
         # A rank's poll hands over its unacknowledged reports and, once it ended, its
         # result (the actor's journal); each poll acknowledges what the last one applied.
         refs = {r.actor.poll.remote(r.acked): r for r in live}
@@ -375,8 +426,9 @@ class JobRunner:
             polled.append((r, p))
             if p.get("result") is not None:
                 finished.append((r, p["result"], None))
+        regroup = control.files(job, len(job.ranks)).get("regroup_file")
         with self.state.lock:
-            if job.state is not RunState.RUNNING:
+            if job.state not in (RunState.RUNNING, RunState.RECOVERING):
                 return
             for r, p in polled:
                 self._apply(job, r, p)
@@ -384,6 +436,8 @@ class JobRunner:
                 if r.done and r.cause is not ExitCause.INFRA:
                     continue
                 self.settle(r, result, died)
+                if rankmove.eligible(job, r, regroup if f.unreachable is None else None):
+                    rankmove.begin(self, job, r, _reason(r))  # the other ranks live on
             now = time.monotonic()
             hung = [r for r in job.ranks if not r.done and r.armed and r.silent_s(now) > f.hang_timeout_s]
             for r in hung:
@@ -393,8 +447,16 @@ class JobRunner:
                 r.result = {"exit_code": None, "error": f"no heartbeat for {silent:.1f} s"}
                 f.emit("hang", job_id=job.job_id, chip=r.chip, rank=r.rank, heartbeat_age_s=silent)
             outcome = self._outcome(job)
+            if outcome is not None and outcome[0] == "failed" and job.moving is not None:
+                # A rank ended during a move (a survivor gave up, another rank lost): the
+                # gang ends, charged to the rank that was being moved.
+                outcome = ("failed", rankmove.blamed(job) or outcome[1])
         if outcome is not None:
             self._finish(job, *outcome)
+
+    def end_gang(self, job: RayJob, blamed: RankRecord | None) -> None:
+        """A rank move gave up (``rankmove.abort``): the gang ends, its loss charged to ``blamed``."""
+        self._finish(job, "failed", blamed or job.ranks[0])
 
     @staticmethod
     def settle(r: RankRecord, result: dict[str, Any] | None, died: str | None) -> None:
@@ -428,6 +490,7 @@ class JobRunner:
                 telemetry.on_progress(job, r, m)
                 if r.rank == 0:
                     job.step, job.loss = int(m["step"]), float(m["loss"])
+                    rankmove.trained(self, job, job.step)
                     f.emit("progress", job_id=job.job_id, chip=r.chip, step=job.step, loss=job.loss,
                            tokens_per_s=r.tokens_per_s, step_time_s=r.step_time_s)
             elif kind == "log":
@@ -436,6 +499,8 @@ class JobRunner:
                     job.speed.split_logged(str(m.get("line", "")))
             elif kind == "checkpoint":
                 self._checkpoint(job, r, int(m["step"]), str(m.get("path", "")))
+            elif kind == "regrouped":
+                rankmove.finish(self, job, m)
 
     def replay(self, job: RayJob, journals: dict[int, dict[str, Any]], died: dict[int, str],
                checkpoint_step: int | None) -> int:
@@ -486,17 +551,18 @@ class JobRunner:
         return ("failed", min(failed, key=lambda r: (_BLAME.index(r.cause), r.rank)))  # type: ignore[arg-type]
 
     def _finish(self, job: RayJob, outcome: str, blamed: RankRecord | None) -> None:
-        f = self.f
+        f, live = self.f, (RunState.RUNNING, RunState.RECOVERING)
         with self.state.lock:
-            if job.state is not RunState.RUNNING:
+            if job.state not in live:
                 return
             for r in job.ranks:
                 if not r.done:
                     r.killed_by = r.killed_by or "stop"
         self.teardown(job)
         with self.state.lock:
-            if job.state is not RunState.RUNNING:
+            if job.state not in live:
                 return
+            job.moving = job.recovery = None
             for r in job.ranks:
                 if not r.done:
                     r.cause = ExitCause.STOPPED
@@ -550,12 +616,15 @@ class JobRunner:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(job.supervisor, no_restart=True)
             job.supervisor = None
-        if job.pg is not None:
+        if job.pg is not None or job.extra_pgs:
             from ray.util.placement_group import remove_placement_group
 
-            with contextlib.suppress(Exception):  # already removed
-                remove_placement_group(job.pg)
+            for pg in [job.pg, *job.extra_pgs]:
+                if pg is not None:
+                    with contextlib.suppress(Exception):  # already removed
+                        remove_placement_group(pg)
             job.pg = None
+            job.extra_pgs = []
 
 
 def _reason(r: RankRecord) -> str:

@@ -73,6 +73,13 @@ class GangSupervisor:
     def update(self, fields: dict[str, Any]) -> None:
         self.record.update(fields)
 
+    def moved(self, entry: dict[str, Any], pg: Any) -> None:
+        """A rank moved (``rankmove.py``): its new actor, chip and config, and the placement
+        group it was given when it left the gang's (None: its own bundle)."""
+        self.record["ranks"] = [entry if int(x["rank"]) == int(entry["rank"]) else x for x in self.record["ranks"]]
+        if pg is not None:
+            self.record.setdefault("pgs", []).append(pg)
+
 
 def named_actors(ray: Any, namespace: str) -> list[Named]:
     """Every podfleet actor alive in ``namespace`` (dead detached actors are not listed)."""
@@ -113,9 +120,10 @@ def discard(ray: Any, namespace: str, keep: set[str]) -> list[str]:
             continue
         if n.role == GANG:
             with contextlib.suppress(Exception):  # a supervisor that no longer answers
-                pg = ray.get(actor.state.remote(), timeout=LOOKUP_TIMEOUT_S).get("pg")
-                if pg is not None:
-                    remove_placement_group(pg)
+                rec = ray.get(actor.state.remote(), timeout=LOOKUP_TIMEOUT_S)
+                for pg in [rec.get("pg"), *(rec.get("pgs") or [])]:
+                    if pg is not None:
+                        remove_placement_group(pg)
         with contextlib.suppress(Exception):  # already gone
             ray.kill(actor, no_restart=True)
         gone.add(n.job_id)

@@ -22,6 +22,7 @@ assumes their clocks agree (NTP) to well within a step.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from podfleet.fabric.local import telemetry as worker
 from podfleet.fabric.local.speed import RankSpeed
 from podfleet.fabric.ray.jobs import TERMINAL, RankRecord, RayJob, RayState
 from podfleet.fabric.ray.nodes import NodeMap
+from podfleet.hardware.topology import Link
 from podfleet.training.config import WorkerConfig
 
 # The fabric's own metrics (``chip_metrics`` adds the scan's names); ``pid``: the actor's.
@@ -96,6 +98,14 @@ def chip_metrics(state: RayState, nodes: NodeMap, n_chips: int, node_mem: dict[s
     return worker.with_scan_metrics(out)
 
 
-def link_view(links: int) -> dict[str, np.ndarray]:
-    """Ray slots' links: what a worker slot can say per link (nothing measured: NaN, up)."""
-    return worker.link_view(links)
+def link_metrics(links: Sequence[Link]) -> dict[str, np.ndarray]:
+    """Ray slots' links: what a worker slot can say per link (nothing measured: NaN, up),
+    and the pseudo-topology's ends and nominal bandwidth. The health monitor's rollups
+    read the worker link view's names (up, state, utilization, ...): without them its
+    tick raised KeyError and stopped the engine."""
+    return {
+        **worker.link_view(len(links)),
+        "src": np.array([lk.src for lk in links], dtype=np.int64),
+        "dst": np.array([lk.dst for lk in links], dtype=np.int64),
+        "nominal_bandwidth_bytes_per_s": np.array([lk.bw_bytes_per_s for lk in links]),
+    }

@@ -71,7 +71,9 @@ def setup(tmp_path_factory):
     # Both gangs start now so their (slow) torch start-up overlaps.
     fabric.launch(WorkerGroupSpec("job-done", (0, 1), "debug", 4, 2,
                                   options={"checkpoint_dir": str(d / "ck"), "key_file": key}))
-    fabric.launch(WorkerGroupSpec("job-kill", (2, 3), "debug", 100_000, 0, options={"step_delay_s": 0.05}))
+    # rank_moves off: a killed rank ends the gang (the relaunch fallback; test_ray_rank_move.py moves it).
+    fabric.launch(WorkerGroupSpec("job-kill", (2, 3), "debug", 100_000, 0,
+                                  options={"step_delay_s": 0.05, "rank_moves": False}))
     fabric.launch(WorkerGroupSpec("job-hang", (4, 5), "debug", 100_000, 0, options={"step_delay_s": 0.05}))
     yield fabric, events, d
     fabric.close()
@@ -181,10 +183,10 @@ def test_factory_keeps_the_clusters_key_in_its_workdir_and_hands_it_to_workers(s
         assert kek_path_for(tmp_path).exists() and tmp_path not in kek_path_for(tmp_path).parents
         job = RayJob(WorkerGroupSpec("job-k", (0,), "debug", 1), "pack", str(tmp_path), None)
         job.ranks = [RankRecord(0, 0)]
-        assert f.worker_config(job, 0, "127.0.0.1", 1).key_file == f.key_file
+        assert f.gang.worker_config(job, 0, "127.0.0.1", 1).key_file == f.key_file
         own = RayJob(WorkerGroupSpec("job-o", (0,), "debug", 1, options={"key_file": "/k"}), "pack", "", None)
         own.ranks = [RankRecord(0, 0)]
-        assert f.worker_config(own, 0, "127.0.0.1", 1).key_file == "/k"  # a job's own key wins
+        assert f.gang.worker_config(own, 0, "127.0.0.1", 1).key_file == "/k"  # a job's own key wins
     finally:
         f.close()
     again = make_ray_fabric(custom_grid([2]), None, workdir=tmp_path, per_chip=0.25)

@@ -2,10 +2,13 @@
 (1 CPU) started with ``ray start`` on this machine, once for the module, and driven by the
 control plane as users run it (``cluster create --fabric ray --ray-address``).
 
-* a 2-chip cluster with no spare: a killed rank goes back onto its own chip once that chip
-  passes the fabric's health check, and the job finishes;
+* a 2-chip cluster with no spare: a killed rank's actor is replaced on its own chip once
+  that chip passes the fabric's health check (a rank move: the other rank lives on), and
+  the job finishes;
 * a 3-chip cluster whose spare is the second raylet's chip: the killed rank's replacement
   runs on that raylet (its node id in the job log and in hardware describe).
+
+(test_ray_rank_move.py checks the survivors' pids and the loss across a move.)
 
 Both record the recovery (path, resume time, steps lost) and show it in ``recoveries``;
 ``placement: spread`` puts a gang's ranks on both nodes.
@@ -108,13 +111,13 @@ def test_no_spare_the_lost_rank_goes_back_onto_its_own_chip(parts: Any, ray_clus
         assert "RECOVERING" in done["timestamps"] and done["allocation"]["chips"] == [0, 1]
         [rec] = done["runtime"]["recoveries"]
         assert rec["path"] == "own-chip" and rec["state"] == "done" and rec["rank"] == 1
-        assert rec["source"] == "checkpoint" and rec["restored_step"] >= 4
+        assert rec["mechanism"] == "rank-move" and rec["source"] == "replica" and rec["restored_step"] >= 4
         assert rec["resume_s"] > 0 and rec["steps_lost"] >= 0
         listed = plane.call_sync(parts.recovery.recoveries, "nospare")  # `alerts recoveries`
         assert [(r["id"], r["path"]) for r in listed] == [(rec["id"], "own-chip")]
         text = _log(plane, jid)
-        assert "(own-chip)" in text and "recovered: rank 1 via own-chip" in text
-        assert text.count("rank 1 on chip 1: node") == 2  # at the start and after the relaunch
+        assert "(rank move own-chip" in text and "recovered: resumed from replica" in text
+        assert text.count("rank 1 on chip 1: node") == 2  # at the start and after the move
     finally:
         plane.call_sync(plane.delete_cluster, "nospare", actor="t")
 
@@ -131,6 +134,7 @@ def test_a_move_to_the_spare_lands_on_the_spares_raylet(parts: Any, ray_cluster:
         assert job["state"] == "RUNNING" and job["allocation"]["chips"] == [0, 2]
         [rec] = job["runtime"]["recoveries"]
         assert rec["path"] == "spare" and rec["moves"] == {"1": [1, 2]} and rec["resume_s"] > 0
+        assert rec["mechanism"] == "rank-move"
         raylet = ray_cluster["raylet"]
         assert f"rank 1 on chip 2: node {raylet[:12]}" in _log(plane, jid)
         chip2 = json.loads(plane.call_sync(plane.hardware, "spare", 2))
