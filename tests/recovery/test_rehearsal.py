@@ -141,7 +141,8 @@ def test_a_rank_of_a_group_away_stays_beside_its_group() -> None:
     assert all(x["state"] == "done" for x in recs)
 
 
-def _group_away(timings: Timings | None = None) -> tuple[RecoveryRehearsal, str, float, int]:
+def _group_away(timings: Timings | None = None, *, link_down_there: bool = False,
+                ) -> tuple[RecoveryRehearsal, str, float, int]:
     """A 64-chip job that fills its pod, one of its chips failed: its tensor-parallel
     group went to the other pod. (rehearsal, job, healthy step time, home pod)."""
     r = rehearse(3, repair_s=None, timings=timings)  # the twin's technician does not come by itself
@@ -149,6 +150,8 @@ def _group_away(timings: Timings | None = None) -> tuple[RecoveryRehearsal, str,
     r.tl.run(r.tl.now + 400.0)
     healthy = float(r.fabric.job(job).step_time_s)
     home = r.chips(job)[0] // 64
+    if link_down_there:
+        r.fabric.inject_fault("link-down", link=(1 - home) * r.fabric.topology.n_group_links + 5)
     r.plane.inject_fault(CLUSTER, "chip-failure", chip=r.chips(job)[7], actor="t")
     r.tl.run(r.tl.now + 30.0)
     assert {c // 64 for c in r.chips(job)[:8]} == {1 - home}
@@ -183,3 +186,13 @@ def test_no_pod_move_when_the_repair_is_nearer_than_the_move_pays_back() -> None
     assert [x["kind"] for x in recs] == ["chip-failure", "rehome"]
     assert recs[-1]["target"].startswith("chip:")  # the group's move home, not a pod move
     assert {c // 64 for c in r.chips(job)} == {home}
+
+
+def test_no_pod_move_to_a_pod_with_a_link_down() -> None:
+    """A job that fills a pod crosses most of its links: one down stretches every step
+    over its detour (~34% here), far more than the group away costs (~0.7%)."""
+    r, job, healthy, home = _group_away(link_down_there=True)
+    r.tl.run(r.tl.now + 4 * healthy)
+    recs = [x for x in r.recoveries() if x["job_id"] == job]
+    assert [x["kind"] for x in recs if x["kind"] != "link"] == ["chip-failure"]
+    assert {c // 64 for c in r.chips(job)[8:]} == {home}
