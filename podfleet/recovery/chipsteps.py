@@ -40,14 +40,10 @@ class ChipSteps:
             return
 
         def repair() -> None:
-            if ctx.repair_due.get(chip) == due:
-                ctx.repair_due.pop(chip)
             if ctx.chip_state(chip) == ChipState.ISOLATED:
                 ctx.fenced.pop(chip, None)
                 fab.repair_chip(chip, "replaced by a technician")
 
-        due = ctx.tl.now + after_s
-        ctx.repair_due[chip] = due  # a pod move weighs the wait for it (``recovery.home``)
         ctx.tl.call_at(after_s, repair)
 
     def fence(self, rec: Recovery, chip: int, cause: str) -> Generator[simpy.Event, Any, bool]:

@@ -57,12 +57,6 @@ class RecoveryContext:
     follow_to: dict[str, tuple[int, frozenset[int]]] = field(default_factory=dict)
     # (job id, rank) -> the home-pod chip a rank left for another pod.
     origin: dict[tuple[str, int], int] = field(default_factory=dict)
-    # Recovery id of a pod move -> the pod the job's ranks move to (``recovery.home``).
-    pod_move_to: dict[str, int] = field(default_factory=dict)
-    # Job id -> its last step time while all its ranks sat in one pod (measured).
-    one_pod_step_s: dict[str, float] = field(default_factory=dict)
-    # Chip -> when the repair the flows scheduled for it is due (timeline seconds).
-    repair_due: dict[int, float] = field(default_factory=dict)
     seq: int = 0
 
     # --- reads through the fabric's capabilities ----------------------------------------

@@ -22,18 +22,14 @@ from podfleet.fabric.base import ChipState, ResumableRuns, RunState, RunStatus
 from podfleet.recovery import costs
 from podfleet.recovery.chipsteps import ChipSteps
 from podfleet.recovery.context import RecoveryContext
-from podfleet.recovery.home import FOLLOW, POD_MOVE, REHOME, HomeFlows
+from podfleet.recovery.home import FOLLOW, REHOME, HomeFlows
 from podfleet.recovery.model import DEFAULT_STATE_BYTES_PER_RANK, Recovery, RecoveryState, Step
 from podfleet.recovery.spares import choose_spare, free_chips, group_of, tp_group
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
-LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME, FOLLOW, POD_MOVE)
+LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME, FOLLOW)
 # Live moves that can wait for a step to end.
-BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME, FOLLOW, POD_MOVE)
-# Planned moves that leave their chip as it was (free, healthy).
-PLANNED_CAUSES = ("firmware-update", REHOME, FOLLOW, POD_MOVE)
-# Moves that bring a job back into one pod: nothing to do once their pod has no room.
-HOMING_CAUSES = (REHOME, POD_MOVE)
+BOUNDARY_CAUSES = ("predicted-failure", "firmware-update", REHOME, FOLLOW)
 # How often a flow looks at a process fabric's run while it waits for a pause or a
 # resume to take effect, and how long it waits at most.
 FABRIC_POLL_S = 0.05
@@ -103,7 +99,6 @@ class JobFlows:
             self._copy_bw.pop(rec.id, None)
             ctx.moved_in_pause.discard(rec.id)
             ctx.follow_to.pop(rec.id, None)
-            ctx.pod_move_to.pop(rec.id, None)
 
         if ctx.close(rec, state, ended) and state == RecoveryState.DONE and hand_back \
                 and rec.job_id is not None and rec.kind != REHOME:
@@ -128,7 +123,7 @@ class JobFlows:
         ctx.step(rec, "adopted", "control plane restarted and the fabric no longer runs the job: finishing the "
                  "recovery from its journal; the job restarts from its checkpoint")
         for chip, cause in rec.pending:
-            if cause in PLANNED_CAUSES or ctx.chip_state(int(chip)) == ChipState.ISOLATED:
+            if cause in (REHOME, FOLLOW, "firmware-update") or ctx.chip_state(int(chip)) == ChipState.ISOLATED:
                 continue  # a planned move needs nothing of its chip; an isolated chip is done
             ctx.step(rec, "isolate", f"chip {chip} {cause}: fence it out before the relaunch", chip=int(chip))
             self.chips.isolate(int(chip), str(cause))
@@ -246,9 +241,9 @@ class JobFlows:
             return None
         rank = run.chips.index(chip)
         live = cause in LIVE_CAUSES and ctx.usable(chip)
-        if cause in HOMING_CAUSES and (not live or not home.room(rec.id, job_id, cause)):
+        if cause == REHOME and (not live or not home.home_free(job_id)):
             # The chip failed meanwhile (its own fault flow moves the rank) or the free
-            # chip at home (in the pod moved to) was taken: nothing to bring home now.
+            # chip at home was taken: nothing to bring home now.
             rec.pending.pop(0)
             return None
         if live and cause in BOUNDARY_CAUSES and run.state is RunState.RUNNING:
@@ -261,7 +256,7 @@ class JobFlows:
                 rec.pending.pop(0)
                 return None
             live = ctx.usable(chip)
-            if cause in HOMING_CAUSES and (not live or not home.room(rec.id, job_id, cause)):
+            if cause == REHOME and (not live or not home.home_free(job_id)):
                 rec.pending.pop(0)
                 return None
         if run.state in (RunState.RUNNING, RunState.RECOVERING):
@@ -293,7 +288,7 @@ class JobFlows:
         if not concurrent:
             yield ctx.cost(tm.select_s)
         spare = self._pick(job_id, rank, home_only=cause == REHOME, in_group=home.group_target(rec.id, chip))
-        if spare is None and cause in HOMING_CAUSES:
+        if spare is None and cause == REHOME:
             rec.pending.pop(0)
             return "replica"  # paused for nothing: resume as it was
         if spare is None:
@@ -317,9 +312,8 @@ class JobFlows:
             bw = costs.copy_bw_bytes_per_s(ctx.fab.topology, holder, spare, tm.replica_bw_bytes_per_s)
             self._copy_bw[rec.id] = min(self._copy_bw.get(rec.id, bw), bw)
         home.moved_between_pods(job_id, rank, before, chip, spare, cause)
-        if cause != POD_MOVE:  # a pod move takes every rank along already
-            home.follow(rec, before, ctx.spec(job_id).options, chip, spare)
-        if live and cause not in PLANNED_CAUSES:  # an update needs the chip free, not isolated
+        home.follow(rec, before, ctx.spec(job_id).options, chip, spare)
+        if live and cause not in ("firmware-update", REHOME, FOLLOW):  # an update needs the chip free, not isolated
             self.chips.isolate(chip, cause)
         rec.pending.pop(0)
         return src

@@ -75,7 +75,7 @@ class RecoveryOrchestrator:
             timings=timings or Timings(), listener=listener or MemoryJournal(),
             modelled=isinstance(fabric, ResumableRuns), spares=frozenset(spares or ()))
         self.fab, self.tl = fabric, timeline
-        self.home = HomeFlows(ctx, self._start, lambda job_id: self.jobs.state_bytes(job_id))
+        self.home = HomeFlows(ctx, self._start)
         self.jobs = JobFlows(ctx, self.home)
         self.links = LinkFlows(ctx)
         self._unsub: Callable[[], object] | None = None
@@ -156,11 +156,9 @@ class RecoveryOrchestrator:
         """Recover this fabric job from now on; claims its chips."""
         self.ctx.owner.assign(job_id, self.ctx.run(job_id).chips)
         self.ctx.policies[job_id] = policy or JobPolicy()
-        self.home.note_step(job_id)  # its step time in one pod, before any move
 
     def release(self, job_id: str) -> None:
         self.home.forget_origins(job_id)
-        self.ctx.one_pod_step_s.pop(job_id, None)
         self.ctx.owner.release(job_id)
         self.ctx.policies.pop(job_id, None)
         self.jobs.notify_free()
@@ -180,7 +178,6 @@ class RecoveryOrchestrator:
     def step_ended(self, job_id: str) -> None:
         """The fabric reported a finished step of the job (a ``progress`` event)."""
         self.jobs.step_ended(job_id)
-        self.home.step_ended(job_id)
 
     # --- events ----------------------------------------------------------------------
     def handle(self, ev: FabricEvent) -> None:
