@@ -21,8 +21,7 @@ the looser figure: time running minus time recomputing checkpoint-lost steps, ov
 time. ``slowdown_s``: what the steps run slower than the healthy step cost (a rank in the
 other pod until it is brought back, ``rehomes``, once a chip of the job's pod is free).
 ``recoveries`` count fault recoveries; the moves back home are ``rehomes`` (each a short
-pause, counted in ``interruptions``), and so are the pod moves (the whole job to the pod
-its group went to, while its own waits for a repair: ``recovery.home``).
+pause, counted in ``interruptions``).
 
 ``ettr_sensitivity``: ETTR again with each assumption or configured constant it depends on
 (``SENSITIVITY``) at half and at twice its value, the rest at their defaults, over

@@ -12,7 +12,7 @@ full pod whole, ``recovery.home``) stays beside its mates. Back in the job's pod
 would split the group between pods and put its all-reduces, every layer's, on the
 network tier (the twin measured a 64-chip llama3-70b step 2.39x the healthy one with one
 rank of a group split off, against 1.007x with the whole group away: docs/health.md,
-"Moves home"); the whole group comes home together once the pod has room for it.
+"Recovery flows"); the whole group comes home together once the pod has room for it.
 """
 
 from __future__ import annotations
