@@ -24,7 +24,7 @@ from podfleet.recovery.chipsteps import ChipSteps
 from podfleet.recovery.context import RecoveryContext
 from podfleet.recovery.home import FOLLOW, REHOME, HomeFlows
 from podfleet.recovery.model import DEFAULT_STATE_BYTES_PER_RANK, Recovery, RecoveryState, Step
-from podfleet.recovery.spares import choose_spare, free_chips, group_of
+from podfleet.recovery.spares import choose_spare, free_chips, group_of, tp_group
 
 ECC_CAUSES = ("hbm-uncorrectable", "sram-uncorrectable")
 LIVE_CAUSES = ("thermal-runaway", "predicted-failure", "firmware-update", REHOME, FOLLOW)
@@ -386,7 +386,9 @@ class JobFlows:
             cand = free_chips(states, ctx.owner, exclude=(*chips, *ctx.reserved, *ctx.cordoned))
             if in_group is not None:  # a follower goes where its group went, not to a mate's old chip
                 cand = [c for c in cand if group_of(topo, c) == in_group]
-        return choose_spare(topo, chips, rank, cand, ctx.spares)
+        # Its tensor-parallel mates: a rank stays in the pod its group sits in (``spares``).
+        mates = tp_group(chips, ctx.spec(job_id).options, chips[rank])
+        return choose_spare(topo, chips, rank, cand, ctx.spares, mates=mates)
 
     def _restore_source(self, job_id: str, rank: int, chip: int) -> tuple[str, int | None]:
         """Where the rank's state comes from, and the peer that holds its replica (same

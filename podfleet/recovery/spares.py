@@ -1,12 +1,18 @@
-"""Which chip takes a failed rank: a free one in the group (pod) the job's other ranks
-sit in, then closest to the rank's ring neighbours (so the ring all-reduce keeps short
-hops), spares first.
+"""Which chip takes a failed rank: a free one in the group (pod) its tensor-parallel group
+mates sit in, then in the pod the job's other ranks sit in, then closest to the rank's
+ring neighbours (so the ring all-reduce keeps short hops), spares first.
 
 In a fleet of pods a hop to another pod counts as 2 (``FleetTopology.hops``), fewer
 than many hops inside a 4x4x4 torus; but a gang that spans pods talks over the network
 tier, whose per-chip bandwidth is a fraction of NeuronLink's (the twin stretches the
 job's communication by it), and a rank's state copies over it. So a free chip in the
-job's own pod always wins over one in another pod, whatever the hops.
+job's own pod always wins over one in another pod, whatever the hops, except against
+the rank's tensor-parallel group: a rank of a group that sits in another pod (it left a
+full pod whole, ``recovery.home``) stays beside its mates. Back in the job's pod alone it
+would split the group between pods and put its all-reduces, every layer's, on the
+network tier (the twin measured a 64-chip llama3-70b step 2.39x the healthy one with one
+rank of a group split off, against 1.007x with the whole group away: docs/health.md,
+"Recovery flows"); the whole group comes home together once the pod has room for it.
 """
 
 from __future__ import annotations
@@ -32,20 +38,24 @@ def home_group(topology: Topology, chips: Sequence[int]) -> int | None:
 
 
 def choose_spare(topology: Topology, chips: Sequence[int], rank: int, candidates: Iterable[int],
-                 spares: frozenset[int] | set[int] = frozenset()) -> int | None:
-    """The candidate that leaves the fewest of the job's other ranks in another group,
-    then with the fewest hops to ``chips[rank-1]``, ``chips[rank+1]`` and the rank's old
-    chip; designated spares win ties over other free chips, then the lowest index."""
+                 spares: frozenset[int] | set[int] = frozenset(), mates: Sequence[int] = ()) -> int | None:
+    """The candidate that leaves the fewest of the rank's tensor-parallel group ``mates``
+    (their chips) in another group, then the fewest of the job's other ranks, then with
+    the fewest hops to ``chips[rank-1]``, ``chips[rank+1]`` and the rank's old chip;
+    designated spares win ties over other free chips, then the lowest index."""
     n = len(chips)
     anchors = {chips[rank]}
     if n > 1:
         anchors |= {chips[(rank - 1) % n], chips[(rank + 1) % n]}
     fleet = isinstance(topology, FleetTopology)
     others = Counter(group_of(topology, c) for i, c in enumerate(chips) if i != rank) if fleet else Counter()
-    best: tuple[tuple[int, int, bool, int], int] | None = None
+    mate_pods = Counter(group_of(topology, c) for c in mates if c != chips[rank]) if fleet else Counter()
+    n_mates = sum(mate_pods.values())
+    best: tuple[tuple[int, int, int, bool, int], int] | None = None
     for c in candidates:
-        outside = (n - 1 - others[group_of(topology, c)]) if fleet else 0
-        key = (outside, sum(topology.hops(c, a) for a in anchors), c not in spares, c)
+        g = group_of(topology, c) if fleet else 0
+        outside = (n - 1 - others[g]) if fleet else 0
+        key = (n_mates - mate_pods[g], outside, sum(topology.hops(c, a) for a in anchors), c not in spares, c)
         if best is None or key < best[0]:
             best = (key, c)
     return None if best is None else best[1]

@@ -292,3 +292,18 @@ def test_fault_during_a_move_home_gets_its_own_flow_first() -> None:
     run = fab.job("job-0")
     assert run.chips[7] == 5  # the free chip of the job's own pod, before any spare in the other
     assert check_invariants(pod) == []
+
+
+def test_a_rank_stays_in_the_pod_of_its_tensor_parallel_group() -> None:
+    from podfleet.hardware.catalog import get_topology
+    from podfleet.recovery.spares import choose_spare
+
+    topo = get_topology("trn2-ultraserver:2")
+    # Ranks 0-7 (one tensor-parallel group) sit in pod 0; the rest of the job in pod 1.
+    chips = [0, 1, 2, 3, 4, 5, 6, 7, *range(72, 128)]
+    mates = chips[:8]
+    # Chip 64 (pod 1, free) is nearest to the job's other ranks, chip 8 to the group.
+    assert choose_spare(topo, chips, 3, [64, 8], mates=mates) == 8
+    assert choose_spare(topo, chips, 3, [64, 8]) == 64  # without its group: the job's pod
+    # A rank of a group at home still prefers home.
+    assert choose_spare(topo, chips, 20, [64, 8], mates=chips[16:24]) == 64

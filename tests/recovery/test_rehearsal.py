@@ -107,3 +107,33 @@ def test_the_plane_runs_its_flows_on_the_timings_it_was_built_with() -> None:
     exit_s = tm.costs.kill_to_detect_s.samples  # the hung worker is killed; the fabric sees it gone
     assert tm.hang_timeout_s - tm.heartbeat_interval_s + min(exit_s) <= detect \
         <= tm.hang_timeout_s + tm.monitor_poll_s + max(exit_s)
+
+
+def test_a_rank_of_a_group_away_stays_beside_its_group() -> None:
+    """A tensor-parallel group that left its full pod whole sits in the other pod; when one
+    of its ranks fails there, the free chips its group left at home are the nearest to
+    the job's other ranks, but a rank back home alone would split the group between pods
+    and put its all-reduces on the network tier (the job's steps ~2.4x slower, until the
+    group came home hours later): the rank takes a free chip beside its mates."""
+    r = rehearse(3, repair_s=None)  # the failed chips stay out: the group cannot come home
+    job = r.submit(dict(JOB))
+    r.tl.run(r.tl.now + 400.0)
+    healthy = float(r.fabric.job(job).step_time_s)
+    home = r.chips(job)[0] // 64
+    r.plane.inject_fault(CLUSTER, "chip-failure", chip=r.chips(job)[7], actor="t")
+    r.tl.run(r.tl.now + 30.0)
+    group = r.chips(job)[:8]
+    assert {c // 64 for c in group} == {1 - home}  # the whole group left the full pod
+    assert len([c for c in range(64 * home, 64 * home + 64) if c not in r.chips(job)]) == 8  # 7 free + 1 failed
+    r.plane.inject_fault(CLUSTER, "chip-failure", chip=group[3], actor="t")
+    r.tl.run(r.tl.now + 30.0)
+    group = r.chips(job)[:8]
+    assert {c // 64 for c in group} == {1 - home}, group
+    steps: list[float] = []
+    r.fabric.subscribe(lambda ev: steps.append(float(ev.detail["step_time_s"]))
+                       if ev.job_id == job and ev.kind == "progress" else None)
+    r.tl.run(r.tl.now + 3 * healthy)
+    assert steps and max(steps) < 1.05 * healthy
+    recs = [x for x in r.recoveries() if x["job_id"] == job]
+    assert [x["kind"] for x in recs] == ["chip-failure", "chip-failure"]
+    assert all(x["state"] == "done" for x in recs)
