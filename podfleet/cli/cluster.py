@@ -109,9 +109,9 @@ def create(
             name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
             hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
             encryption=encryption, network_isolation=network_isolation, fabric=fabric,
-            rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
+            ray_address=ray_address, neuron_ls=neuron_ls, neuron_monitor=neuron_monitor, client_token=client_token,
             spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
-            restore_spares=restore_spares, pods=pods, podsPerBlock=pods_per_block,
+            restore_spares=restore_spares, pods=pods, pods_per_block=pods_per_block,
         )
         if wait and out["state"] == "deploying":
             _follow(c, out["id"], show=output == OutputFormat.table)

@@ -33,7 +33,7 @@ def summary(c: PodfleetClient, cl: dict[str, Any]) -> dict[str, Any]:
     while True:
         page = c.list_training_jobs(cluster=cl["id"], next_token=nxt)
         jobs.update(j["state"] for j in page["jobs"])
-        nxt = page.get("nextToken")
+        nxt = page.get("next_token")
         if not nxt:
             break
     firing = c.list_alerts(cl["id"], "firing")["alerts"] if cl.get("state") == "active" else []

@@ -608,7 +608,7 @@ class ControlPlane:
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
                      pod: int | None = None, actor: str = "system") -> JsonObject:
-        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor,
+        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor,
                                     "pod": pod}
         if kind == faults.POD_LOSS:  # a twin fleet's whole pod: each job on it acts on its on-pod-loss policy
             def lose() -> tuple[JsonObject, str]:
@@ -622,13 +622,13 @@ class ControlPlane:
             def kill() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)
                 return self.jobs.kill_worker(self.resolve(ref), rank, job)
-            return self.mutation("InjectFault", actor, ref, kill, body={"kind": kind, "rank": rank, "jobId": job})
+            return self.mutation("InjectFault", actor, ref, kill, body={"kind": kind, "rank": rank, "job_id": job})
         if kind == SLOW_WORKER:  # likewise: slow one rank's worker down
             def slow() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)
                 return self.jobs.slow_worker(self.resolve(ref), rank, job, factor)
             return self.mutation("InjectFault", actor, ref, slow,
-                                 body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
+                                 body={"kind": kind, "rank": rank, "job_id": job, "factor": factor})
 
         def do() -> tuple[JsonObject, str]:
             faults.refuse_foreign(kind, given)

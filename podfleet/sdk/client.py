@@ -181,19 +181,19 @@ class PodfleetClient:
                        **fields: Any) -> dict[str, Any]:
         """CreateTrainiumCluster. ``type``: default trn2-ultraserver (custom for fabric local/ray).
         ``fields``: dims, chip_type, chips, hbm_gib, link_bw_gbps, storage_nodes, spares,
-        encryption, network_isolation, fabric, rayAddress."""
+        encryption, network_isolation, fabric, ray_address."""
         return self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
-                                                           "clientToken": client_token})
+                                                           "client_token": client_token})
 
     def list_clusters(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/clusters", params={"nextToken": next_token, "maxResults": max_results})
+        return self._request("GET", "/v1/clusters", params={"next_token": next_token, "max_results": max_results})
 
     def iter_clusters(self) -> Iterator[dict[str, Any]]:
         token = None
         while True:
             page = self.list_clusters(next_token=token)
             yield from page["clusters"]
-            token = page.get("nextToken")
+            token = page.get("next_token")
             if not token:
                 return
 
@@ -231,7 +231,7 @@ class PodfleetClient:
                      pod: int | None = None) -> dict[str, Any]:
         """InjectFault: a twin fault (chip or link; ``pod-loss`` at a fleet's ``pod``), or
         ``kill-worker`` (rank, job) / ``slow-worker`` (rank, factor, job) on local/ray."""
-        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor, "pod": pod}
+        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor, "pod": pod}
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
@@ -265,10 +265,10 @@ class PodfleetClient:
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
                             client_token: str | None = None, **fields: Any) -> dict[str, Any]:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
-        steps, checkpoint_interval, priority, team, entrypoint, name, gradCompression, queue,
+        steps, checkpoint_interval, priority, team, entrypoint, name, grad_compression, queue,
         after_ok / after_any (job or array ids), array ("0-15%4")."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
-                             json={"model": model, "chips": chips, **fields, "clientToken": client_token})
+                             json={"model": model, "chips": chips, **fields, "client_token": client_token})
 
     # --- queues and job arrays --------------------------------------------------------------
     def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> dict[str, Any]:
@@ -337,7 +337,7 @@ class PodfleetClient:
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
                            next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
         return self._request("GET", "/v1/jobs", params={"cluster": cluster, "state": state,
-                                                        "nextToken": next_token, "maxResults": max_results})
+                                                        "next_token": next_token, "max_results": max_results})
 
     def describe_training_job(self, job_id: str) -> dict[str, Any]:
         return self._request("GET", f"/v1/jobs/{_seg(job_id)}")
@@ -365,12 +365,12 @@ class PodfleetClient:
                                                        "chip_type": chip_type, "topology": topology})
 
     def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/audit", params={"nextToken": next_token, "maxResults": max_results})
+        return self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results})
 
     def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> dict[str, Any]:
         """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
         return self._request("GET", "/v1/audit/verify",
-                             params={"allowMissingDigests": "true" if allow_missing_digests else None})
+                             params={"allow_missing_digests": "true" if allow_missing_digests else None})
 
     def create_access_token(self, name: str, role: str) -> dict[str, Any]:
         return self._request("POST", "/v1/tokens", json={"name": name, "role": role})

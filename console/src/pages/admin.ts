@@ -14,9 +14,9 @@ export async function auditPage(root: HTMLElement, _ctx: Ctx): Promise<void> {
   const rows: any[] = [];
   const more = h("button", { type: "button" }, "Load more");
   const load = async () => {
-    const page = await api("GET", `/v1/audit?maxResults=200${next ? `&nextToken=${enc(next)}` : ""}`);
+    const page = await api("GET", `/v1/audit?max_results=200${next ? `&next_token=${enc(next)}` : ""}`);
     rows.push(...page.events);
-    next = page.nextToken;
+    next = page.next_token;
     more.hidden = !next;
     clear(list, table("Audit events", ["seq", "time", "actor", "action", "target", "result"],
       rows.map((e) => [String(e.seq), e.time, e.actor, e.action, e.target, e.result]), { "data-testid": "audit" }));

@@ -102,11 +102,11 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
   const spares = h("input", { name: "spares", type: "number", min: 0, max: 4, value: 0 });
   const spareChips = h("input", { name: "spare_chips", placeholder: "e.g. 0,63 (optional)" });
   const restore = h("input", { name: "restore_spares", type: "checkbox", checked: true });
-  const ray = h("input", { name: "rayAddress", maxlength: 512, placeholder: "HOST:6379, ray://HOST:10001 or auto" });
+  const ray = h("input", { name: "ray_address", maxlength: 512, placeholder: "HOST:6379, ray://HOST:10001 or auto" });
   // Commands the server runs on its own host: admins only (the API refuses others anyway).
   const admin = allows(ctx.me, "admin");
-  const neuronLs = h("input", { name: "neuronLs", maxlength: 1024, placeholder: "neuron-ls --json-output" });
-  const neuronMon = h("input", { name: "neuronMonitor", maxlength: 1024, placeholder: "neuron-monitor" });
+  const neuronLs = h("input", { name: "neuron_ls", maxlength: 1024, placeholder: "neuron-ls --json-output" });
+  const neuronMon = h("input", { name: "neuron_monitor", maxlength: 1024, placeholder: "neuron-monitor" });
   const quotas = h("input", { name: "quotas", placeholder: "team=chips, e.g. research=32,prod=32" });
   const encryption = h("input", { name: "encryption", type: "checkbox", checked: true });
   const isolation = h("input", { name: "network_isolation", type: "checkbox", checked: true });
@@ -133,9 +133,9 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
     if (dims.value) body.dims = ints(dims.value);
     if (chipType.value !== "(default)") body.chip_type = chipType.value;
     if (chips.value) body.chips = Number(chips.value);
-    if (ray.value) body.rayAddress = ray.value;
-    if (admin && neuronLs.value) body.neuronLs = neuronLs.value;
-    if (admin && neuronMon.value) body.neuronMonitor = neuronMon.value;
+    if (ray.value) body.ray_address = ray.value;
+    if (admin && neuronLs.value) body.neuron_ls = neuronLs.value;
+    if (admin && neuronMon.value) body.neuron_monitor = neuronMon.value;
     if (hbm.value) body.hbm_gib = Number(hbm.value);
     if (bw.value) body.link_bw_gbps = Number(bw.value);
     if (spareChips.value) body.spare_chips = ints(spareChips.value);

@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from podfleet.api.schemas.base import PageBody
+
 
 class AuditEvent(BaseModel):
     seq: int
@@ -19,9 +21,8 @@ class AuditEvent(BaseModel):
     hash: str
 
 
-class AuditList(BaseModel):
+class AuditList(PageBody):
     events: list[AuditEvent]
-    nextToken: str | None = None
 
 
 class AuditVerify(BaseModel):

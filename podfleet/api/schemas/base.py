@@ -15,10 +15,12 @@ from pydantic import (
     TypeAdapter,
     model_validator,
 )
-from pydantic.config import JsonDict
+from pydantic.config import JsonDict, JsonValue
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
+from podfleet.api import wirecase
+from podfleet.api.wirenames import OLD_NAME
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.perf.models import MODELS
 from podfleet.security.text import printable_pattern, unprintable
@@ -108,7 +110,51 @@ class RequestBody(BaseModel):
         if not isinstance(data, dict):
             return data
         fields = cls.model_fields
+        # A field's deprecated camelCase spelling is its field (api/wirecase.py).
+        data = wirecase.renamed(data, fields.keys())
         return {k: _integral(v) if k in fields and _has_int(fields[k].annotation) else v for k, v in data.items()}
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        # The deprecated spellings are accepted, so the schema says so (deprecated: true,
+        # the same constraints), and a generated client marks them.
+        out = handler(schema)
+        props = handler.resolve_ref_schema(out).get("properties", {})
+        for new in [n for n in props if n in OLD_NAME]:
+            old = OLD_NAME[new]
+            props[old] = {**props[new], "deprecated": True,
+                          "description": f"deprecated spelling of {new}; accepted for one release"}
+        return out
+
+
+def old_spellings(rules: list[JsonValue]) -> list[JsonValue]:
+    """``rules`` (if/then over field names), then each rule that names a renamed field again
+    with the deprecated spellings, so a request in the old spelling is held to the same."""
+    def respell(node: JsonValue) -> JsonValue:
+        if isinstance(node, dict):
+            return {OLD_NAME.get(k, k): respell(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [OLD_NAME.get(v, v) if isinstance(v, str) else respell(v) for v in node]
+        return node
+
+    return [*rules, *(r for r in (respell(rule) for rule in rules) if r not in rules)]
+
+
+class PageBody(BaseModel):
+    """A page of a list: ``next_token`` asks for the next one. ``nextToken`` repeats it for
+    one release, for clients written against the camelCase spelling."""
+
+    next_token: str | None = None
+    nextToken: str | None = Field(None, json_schema_extra={"deprecated": True},
+                                  description="deprecated spelling of next_token; sent for one release")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _both_spellings(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "next_token" in data:
+            return {**data, "nextToken": data["next_token"]}
+        return data
 
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema
 from pydantic.config import JsonValue
 
 from podfleet.api.schemas.base import (
@@ -12,9 +12,11 @@ from podfleet.api.schemas.base import (
     Address,
     ClientToken,
     Command,
+    PageBody,
     RequestBody,
     ResponseBody,
     keyed_schema,
+    old_spellings,
     present,
 )
 
@@ -26,19 +28,19 @@ QuotaChips = Annotated[int, Field(ge=0)]
 
 # outside fuzzer) knows a request is refused before it sends it (issue 30, item 9).
 _CLUSTER_FABRIC_OPTIONS: list[JsonValue] = [
-    # rayAddress joins a Ray cluster: fabric ray, or no fabric (it then means ray).
-    {"if": present("rayAddress"),
+    # ray_address joins a Ray cluster: fabric ray, or no fabric (it then means ray).
+    {"if": present("ray_address"),
      "then": {"properties": {"fabric": {"enum": ["ray", None]},
-                             "neuronLs": {"type": "null"}, "neuronMonitor": {"type": "null"}}}},
-    # neuronLs / neuronMonitor run neuron tools: fabric neuron, or no fabric (it then means neuron).
-    {"if": {"anyOf": [present("neuronLs"), present("neuronMonitor")]},
+                             "neuron_ls": {"type": "null"}, "neuron_monitor": {"type": "null"}}}},
+    # neuron_ls / neuron_monitor run neuron tools: fabric neuron, or no fabric (it then means neuron).
+    {"if": {"anyOf": [present("neuron_ls"), present("neuron_monitor")]},
      "then": {"properties": {"fabric": {"enum": ["neuron", None]}}}},
 ]
 
 
 class CreateClusterRequest(RequestBody):
     model_config = ConfigDict(json_schema_extra={"examples": [{"name": "pod-1", "type": "trn2-node", "spares": 1}],
-                                                 "allOf": _CLUSTER_FABRIC_OPTIONS})
+                                                 "allOf": old_spellings(_CLUSTER_FABRIC_OPTIONS)})
 
     name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
     type: ClusterType | None = Field(None, description="default trn2-ultraserver; custom (chips worker slots) "
@@ -60,20 +62,20 @@ class CreateClusterRequest(RequestBody):
     encryption: bool = True
     network_isolation: bool = True
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")
-    rayAddress: Address | None = Field(None,
+    ray_address: Address | None = Field(None,
                                    description="fabric ray: HOST:6379, ray://HOST:10001 or auto; "
                                                "default PODFLEET_RAY_ADDRESS, else a private local instance")
-    neuronLs: Command | None = Field(None,
+    neuron_ls: Command | None = Field(None,
                                  description="fabric neuron: the command that prints neuron-ls JSON, run once at "
                                              "create (default 'neuron-ls --json-output'; no shell)")
-    neuronMonitor: Command | None = Field(None,
+    neuron_monitor: Command | None = Field(None,
                                       description="fabric neuron: the command that streams neuron-monitor reports, "
                                                   "kept running (default 'neuron-monitor'; no shell)")
     pods: int | None = Field(None, ge=1, le=1024, description="a fleet: this many pods of type, joined by EFA "
                              "(twin); spares are then per pod")
-    podsPerBlock: int | None = Field(None, ge=1, le=1024, description="fleet: pods behind one spine switch "
+    pods_per_block: int | None = Field(None, ge=1, le=1024, description="fleet: pods behind one spine switch "
                                      "(a network block); default 16 or pods")
-    clientToken: str | None = ClientToken
+    client_token: str | None = ClientToken
 
 
 
@@ -101,6 +103,5 @@ class Cluster(ResponseBody):
                                       "queue_wait_p50_s, queue_wait_p95_s, balance_degree (per job)")
 
 
-class ClusterList(BaseModel):
+class ClusterList(PageBody):
     clusters: list[Cluster]
-    nextToken: str | None = None

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict, JsonValue
 
-from podfleet.api.schemas.base import RequestBody, ResponseBody
+from podfleet.api.schemas.base import RequestBody, ResponseBody, old_spellings
 from podfleet.control.faults import POD_LOSS
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 
@@ -27,17 +27,17 @@ def _kind_takes(kinds: list[JsonValue], needs: tuple[str, ...], forbids: tuple[s
 
 
 _FAULT_TARGETS: list[JsonValue] = [
-    _kind_takes(_LINK_KINDS, ("link",), ("chip", "rank", "jobId", "factor", "pod")),
-    _kind_takes(_CHIP_KINDS, ("chip",), ("link", "rank", "jobId", "factor", "pod")),
+    _kind_takes(_LINK_KINDS, ("link",), ("chip", "rank", "job_id", "factor", "pod")),
+    _kind_takes(_CHIP_KINDS, ("chip",), ("link", "rank", "job_id", "factor", "pod")),
     _kind_takes(["kill-worker"], ("rank",), ("chip", "link", "factor", "pod")),
     _kind_takes(["slow-worker"], ("rank", "factor"), ("chip", "link", "pod")),
-    _kind_takes([POD_LOSS], ("pod",), ("chip", "link", "rank", "jobId", "factor")),
+    _kind_takes([POD_LOSS], ("pod",), ("chip", "link", "rank", "job_id", "factor")),
 ]
 
 
 
 class InjectFaultRequest(RequestBody):
-    model_config = ConfigDict(json_schema_extra={"allOf": _FAULT_TARGETS})
+    model_config = ConfigDict(json_schema_extra={"allOf": old_spellings(_FAULT_TARGETS)})
 
     kind: FaultKindName | Literal["kill-worker", "slow-worker", "pod-loss"]
     chip: int | None = Field(None, ge=0, le=65535)
@@ -45,7 +45,7 @@ class InjectFaultRequest(RequestBody):
                                                             "power or its switch, every chip at once")
     link: str | None = Field(None, pattern=r"^\d{1,5}-\d{1,5}$", description="A-B: the link between chips A and B")
     rank: int | None = Field(None, ge=0, le=65535, description="kill-worker: the rank whose worker is killed")
-    jobId: str | None = Field(None, min_length=1, max_length=64,
+    job_id: str | None = Field(None, min_length=1, max_length=64,
                               description="kill-worker, slow-worker: the job (optional when one job runs on the "
                                           "cluster)")
     factor: float | None = Field(None, ge=1.0, le=100.0,

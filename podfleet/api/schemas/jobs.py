@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from podfleet.api.schemas.base import (
@@ -12,6 +12,7 @@ from podfleet.api.schemas.base import (
     QUEUE_PATTERN,
     ClientToken,
     Name,
+    PageBody,
     RequestBody,
     ResponseBody,
     present,
@@ -77,7 +78,7 @@ class SubmitJobRequest(RequestBody):
     options: dict[JobOptionName, Any] | None = Field(None, description="local/ray worker options: seed, global_batch, "
                                            "seq_len, lr, step_delay_s, threads, entrypoint_args, "
                                            "encrypt_checkpoints, key_file, checkpoint_dir, replica_peer")
-    gradCompression: str | None = Field(None, min_length=1, max_length=32,
+    grad_compression: str | None = Field(None, min_length=1, max_length=32,
                                         pattern=r"^(none|bf16|lossless|powersgd:([1-9]|[1-5][0-9]|6[0-4]))$",
                                         description="gradient compression: none, bf16, powersgd:RANK (1-64) or "
                                                     "lossless (zstd; bit-identical training); the twin models it")
@@ -90,12 +91,12 @@ class SubmitJobRequest(RequestBody):
                                                  description="start only after each of these jobs ended")
     pods: int | None = Field(None, ge=1, le=1024, description="a fleet cluster: run on exactly this many pods, "
                              "chips / pods on each (whole pods when that is a pod)")
-    topologyRequired: Literal["pod", "block"] | None = Field(
+    topology_required: Literal["pod", "block"] | None = Field(
         None, description="never cross this network level: pod (NeuronLink) or block (the pods behind one spine); "
                           "the job waits rather than cross it")
-    topologyPreferred: Literal["pod", "block"] | None = Field(
+    topology_preferred: Literal["pod", "block"] | None = Field(
         None, description="cross this level as little as possible (the default for a gang across pods: block)")
-    onPodLoss: Literal[POD_LOSS_POLICIES] | None = Field(  # type: ignore[valid-type]
+    on_pod_loss: Literal[POD_LOSS_POLICIES] | None = Field(  # type: ignore[valid-type]
         None, description="a fleet job when a pod it spans is lost as a whole (power, switch): wait (for the pod, "
                           "or a free pod elsewhere), requeue (from its checkpoint; the default) or shrink (its "
                           "other pods, fewer data-parallel replicas, re-planned)")
@@ -106,7 +107,7 @@ class SubmitJobRequest(RequestBody):
     array: str | None = Field(None, min_length=1, max_length=200, pattern=r"^\d+(-\d+)?(,\d+(-\d+)?)*(%\d+)?$",
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
-    clientToken: str | None = ClientToken
+    client_token: str | None = ClientToken
 
 
 
@@ -136,9 +137,8 @@ class Job(ResponseBody):
     timestamps: dict[str, str] = {}
 
 
-class JobList(BaseModel):
+class JobList(PageBody):
     jobs: list[Job]
-    nextToken: str | None = None
 
 
 
