@@ -52,6 +52,7 @@ RULES: dict[str, Role] = {
     "GetJobLogs": Role.VIEWER,
     "GetJobMetrics": Role.VIEWER,
     "PlanParallelism": Role.VIEWER,
+    "GetPresets": Role.VIEWER,
     "CreateTrainiumCluster": Role.OPERATOR,
     "DeleteCluster": Role.OPERATOR,
     "SubmitTrainingJob": Role.OPERATOR,

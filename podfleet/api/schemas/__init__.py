@@ -23,12 +23,14 @@ from podfleet.api.schemas.base import (
     LogLine,
     Logs,
     Name,
+    PageBody,
     PresetName,
     Printable,
     Problem,
     RequestBody,
     ResponseBody,
     keyed_schema,
+    old_spellings,
     present,
 )
 from podfleet.api.schemas.clusters import (
@@ -59,6 +61,8 @@ from podfleet.api.schemas.hardware import (
 from podfleet.api.schemas.jobs import (
     JOB_MODEL_NAMES,
     JOB_OPTION_NAMES,
+    JOB_STATE_NAMES,
+    TERMINAL_JOB_STATES,
     AllocationOut,
     Job,
     JobArray,
@@ -76,8 +80,12 @@ from podfleet.api.schemas.jobs import (
     SubmitJobRequest,
 )
 from podfleet.api.schemas.plan import (
+    PLAN_CHIP_TYPES,
     TOPOLOGY_PATTERN,
+    ModelPreset,
+    PlanChipType,
     PlanRequest,
+    Presets,
 )
 from podfleet.api.schemas.queues import (
     CreatePriorityClassRequest,
@@ -109,12 +117,15 @@ from podfleet.api.schemas.usage import (
 __all__ = [
     "JOB_MODEL_NAMES",
     "JOB_OPTION_NAMES",
+    "JOB_STATE_NAMES",
     "MAX_CHIPS",
     "MAX_CHIP_INDEX",
     "MAX_FLEET_CHIPS",
     "MAX_LINK_INDEX",
+    "PLAN_CHIP_TYPES",
     "PRESET_NAMES",
     "QUEUE_PATTERN",
+    "TERMINAL_JOB_STATES",
     "TOPOLOGY_PATTERN",
     "AccessToken",
     "AccessTokenList",
@@ -158,11 +169,15 @@ __all__ = [
     "LogLine",
     "Logs",
     "ModelDims",
+    "ModelPreset",
     "Name",
+    "PageBody",
     "Parallelism",
+    "PlanChipType",
     "PlanRequest",
     "PodSummary",
     "PresetName",
+    "Presets",
     "Printable",
     "PriorityClass",
     "PriorityClassList",
@@ -184,5 +199,6 @@ __all__ = [
     "UsageRow",
     "UsageSeries",
     "keyed_schema",
+    "old_spellings",
     "present",
 ]

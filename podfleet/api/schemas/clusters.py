@@ -98,6 +98,8 @@ class Cluster(ResponseBody):
     chips: int | None = None
     spares: list[int] = []
     deployment: Deployment | None = None
+    fabric: str | None = Field(None, description="sim, local, ray or neuron")
+    spec: dict[str, Any] | None = Field(None, description="what it was created with (pods, pods_per_block, ...)")
     scheduler: dict[str, Any] = Field({}, description="pods (utilization, free_chips, largest_free_block, "
                                       "fragmentation), utilization, fragmentation, pending_jobs, running_jobs, "
                                       "queue_wait_p50_s, queue_wait_p95_s, balance_degree (per job)")

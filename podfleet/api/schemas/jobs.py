@@ -18,14 +18,16 @@ from podfleet.api.schemas.base import (
     present,
 )
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
+from podfleet.control.lifecycle import TERMINAL, JobState
 from podfleet.control.specs import POD_LOSS_POLICIES
 
 JOB_MODEL_NAMES = (*PRESET_NAMES, "custom")  # custom: with model_dims
 JobModelName = Literal[JOB_MODEL_NAMES]  # type: ignore[valid-type]
 JOB_OPTION_NAMES = JOB_OPTIONS + FABRIC_JOB_OPTIONS
 JobOptionName = Literal[JOB_OPTION_NAMES]  # type: ignore[valid-type]
-JobStateName = Literal["PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING",
-                       "SUCCEEDED", "FAILED", "STOPPED"]
+JOB_STATE_NAMES = tuple(s.value for s in JobState)  # the engine's own list, in its order
+JobStateName = Literal[JOB_STATE_NAMES]  # type: ignore[valid-type]
+TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s in TERMINAL)
 JobOrArrayId = Annotated[str, Field(pattern=r"^(job|arr)-[a-z0-9-]{1,60}$")]
 
 # Said with if/then, not a top-level anyOf: client generators (openapi-python-client) turn
@@ -133,6 +135,8 @@ class Job(ResponseBody):
     progress: Progress
     allocation: AllocationOut | None = None
     reason: str = ""
+    name: str | None = None
+    queue: str | None = Field(None, description="the cluster queue it was admitted through")
     scheduling: dict[str, Any] = Field({}, description="queue_wait_s, balance_degree, preemptions, rebalances")
     timestamps: dict[str, str] = {}
 
