@@ -116,7 +116,7 @@ def create(
         if wait and out["state"] == "deploying":
             _follow(c, out["id"], show=output == OutputFormat.table)
             out = c.describe_cluster(out["id"])
-        emit(for_people(out, output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
+        emit(for_people(out.to_dict(), output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
         if out["state"] == "failed":
             raise PodfleetError(f"cluster {name} deployment failed: {out.get('reason', '')}")
 
@@ -138,7 +138,7 @@ def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
 def list_(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """All live clusters (every page)."""
     with remote(url, token) as c:
-        emit([for_people(cl, output) for cl in c.iter_clusters()], output, columns=COLUMNS)
+        emit([for_people(cl.to_dict(), output) for cl in c.iter_clusters()], output, columns=COLUMNS)
 
 
 @app.command("describe")
@@ -147,7 +147,7 @@ def describe(cluster: str = typer.Argument(..., help="id, name, or a unique id p
     """One cluster: spec, state, deployment steps, spares, cordoned and draining chips."""
     with remote(url, token) as c:
         out = c.describe_cluster(cluster)
-        emit(for_people(out, output), output, title=f"cluster {out.get('name', cluster)}")
+        emit(for_people(out.to_dict(), output), output, title=f"cluster {out.get('name', cluster)}")
 
 
 @app.command("events")

@@ -124,7 +124,7 @@ def submit(
                if v is not None},
             **_sharing(queue, after_ok, after_any, array),
             **({"time_limit_s": parse_duration(time_limit, "time_limit")} if time_limit is not None else {}),
-        )
+        ).to_dict()
         if out.get("array"):
             emit(out["array"], output, columns=ARRAY_COLUMNS, title=f"array {out['array']['id']}")
             return
@@ -294,7 +294,7 @@ def describe(job_id: str = typer.Argument(..., help="job id or a unique prefix o
         if watch_:
             out = wait_for(c, job_id, timeout_s=None, show=output == OutputFormat.table)
         else:
-            out = c.describe_training_job(job_id)
+            out = c.describe_training_job(job_id).to_dict()
         emit(out, output, title=out["id"])
 
 

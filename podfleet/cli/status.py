@@ -58,7 +58,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 def status(url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """One line per cluster: chips by state, jobs running and queued, firing alerts."""
     with remote(url, token) as c:
-        lines = [summary(c, cl) for cl in c.iter_clusters()]
+        lines = [summary(c, cl.to_dict()) for cl in c.iter_clusters()]
         if output == OutputFormat.json:
             emit(lines, output)
             return

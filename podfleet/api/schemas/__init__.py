@@ -23,7 +23,6 @@ from podfleet.api.schemas.base import (
     LogLine,
     Logs,
     Name,
-    PageBody,
     PresetName,
     Printable,
     Problem,
@@ -34,12 +33,8 @@ from podfleet.api.schemas.base import (
     present,
 )
 from podfleet.api.schemas.clusters import (
-    Cluster,
-    ClusterList,
     ClusterType,
     CreateClusterRequest,
-    Deployment,
-    DeploymentStep,
     FabricKind,
     QuotaChips,
     TeamName,
@@ -61,22 +56,16 @@ from podfleet.api.schemas.hardware import (
 from podfleet.api.schemas.jobs import (
     JOB_MODEL_NAMES,
     JOB_OPTION_NAMES,
-    JOB_STATE_NAMES,
     TERMINAL_JOB_STATES,
-    AllocationOut,
-    Job,
     JobArray,
     JobArrayMember,
-    JobList,
     JobMetricPoint,
     JobMetricsOut,
     JobModelName,
     JobOptionName,
     JobOrArrayId,
-    JobStateName,
     ModelDims,
     Parallelism,
-    Progress,
     SubmitJobRequest,
 )
 from podfleet.api.schemas.plan import (
@@ -92,8 +81,6 @@ from podfleet.api.schemas.queues import (
     CreateQueueRequest,
     PriorityClass,
     PriorityClassList,
-    Queue,
-    QueueList,
     ReclaimPolicy,
     UpdateQueueRequest,
 )
@@ -112,6 +99,22 @@ from podfleet.api.schemas.usage import (
     UsageReport,
     UsageRow,
     UsageSeries,
+)
+from podfleet.sdk.models import (
+    JOB_STATE_NAMES,
+    AllocationOut,
+    Cluster,
+    ClusterList,
+    Deployment,
+    DeploymentStep,
+    Job,
+    JobList,
+    JobStateName,
+    PageBody,
+    Progress,
+    Queue,
+    QueueList,
+    Reply,
 )
 
 __all__ = [
@@ -187,6 +190,7 @@ __all__ = [
     "QueueList",
     "QuotaChips",
     "ReclaimPolicy",
+    "Reply",
     "RequestBody",
     "Reservation",
     "ReservationList",

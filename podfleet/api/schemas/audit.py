@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from podfleet.api.schemas.base import PageBody
+from podfleet.sdk.models import PageBody
 
 
 class AuditEvent(BaseModel):

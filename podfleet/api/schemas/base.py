@@ -23,6 +23,7 @@ from podfleet.api import wirecase
 from podfleet.api.wirenames import OLD_NAME
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.perf.models import MODELS
+from podfleet.sdk.models import Reply
 from podfleet.security.text import printable_pattern, unprintable
 
 PRESET_NAMES = tuple(sorted(MODELS))
@@ -141,26 +142,8 @@ def old_spellings(rules: list[JsonValue]) -> list[JsonValue]:
     return [*rules, *(r for r in (respell(rule) for rule in rules) if r not in rules)]
 
 
-class PageBody(BaseModel):
-    """A page of a list: ``next_token`` asks for the next one. ``nextToken`` repeats it for
-    one release, for clients written against the camelCase spelling."""
-
-    next_token: str | None = None
-    nextToken: str | None = Field(None, json_schema_extra={"deprecated": True},
-                                  description="deprecated spelling of next_token; sent for one release")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _both_spellings(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "next_token" in data:
-            return {**data, "nextToken": data["next_token"]}
-        return data
-
-
-
-
-class ResponseBody(BaseModel):
-    model_config = ConfigDict(extra="allow")
+# A reply: its model is the SDK's too (``podfleet.sdk.models``), so client and server share one shape.
+ResponseBody = Reply
 
 
 class LogLine(ResponseBody):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema
 from pydantic.config import JsonValue
@@ -12,9 +12,7 @@ from podfleet.api.schemas.base import (
     Address,
     ClientToken,
     Command,
-    PageBody,
     RequestBody,
-    ResponseBody,
     keyed_schema,
     old_spellings,
     present,
@@ -79,31 +77,3 @@ class CreateClusterRequest(RequestBody):
 
 
 
-class DeploymentStep(ResponseBody):
-    name: str
-    state: str
-
-
-class Deployment(ResponseBody):
-    state: str
-    percent: int
-    steps: list[DeploymentStep]
-
-
-class Cluster(ResponseBody):
-    id: str
-    name: str
-    state: str
-    type: str | None = None
-    chips: int | None = None
-    spares: list[int] = []
-    deployment: Deployment | None = None
-    fabric: str | None = Field(None, description="sim, local, ray or neuron")
-    spec: dict[str, Any] | None = Field(None, description="what it was created with (pods, pods_per_block, ...)")
-    scheduler: dict[str, Any] = Field({}, description="pods (utilization, free_chips, largest_free_block, "
-                                      "fragmentation), utilization, fragmentation, pending_jobs, running_jobs, "
-                                      "queue_wait_p50_s, queue_wait_p95_s, balance_degree (per job)")
-
-
-class ClusterList(PageBody):
-    clusters: list[Cluster]

@@ -12,7 +12,6 @@ from podfleet.api.schemas.base import (
     QUEUE_PATTERN,
     ClientToken,
     Name,
-    PageBody,
     RequestBody,
     ResponseBody,
     present,
@@ -25,8 +24,6 @@ JOB_MODEL_NAMES = (*PRESET_NAMES, "custom")  # custom: with model_dims
 JobModelName = Literal[JOB_MODEL_NAMES]  # type: ignore[valid-type]
 JOB_OPTION_NAMES = JOB_OPTIONS + FABRIC_JOB_OPTIONS
 JobOptionName = Literal[JOB_OPTION_NAMES]  # type: ignore[valid-type]
-JOB_STATE_NAMES = tuple(s.value for s in JobState)  # the engine's own list, in its order
-JobStateName = Literal[JOB_STATE_NAMES]  # type: ignore[valid-type]
 TERMINAL_JOB_STATES = tuple(s.value for s in JobState if s in TERMINAL)
 JobOrArrayId = Annotated[str, Field(pattern=r"^(job|arr)-[a-z0-9-]{1,60}$")]
 
@@ -110,39 +107,6 @@ class SubmitJobRequest(RequestBody):
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
     client_token: str | None = ClientToken
-
-
-
-class Progress(ResponseBody):
-    step: int
-    steps: int
-    loss: float | None = None
-    tokens_per_s: float | None = None
-
-
-class AllocationOut(ResponseBody):
-    chips: list[int]
-    shape: list[int]
-    reason: str
-
-
-class Job(ResponseBody):
-    id: str
-    cluster_id: str
-    state: JobStateName
-    model: str
-    chips: int
-    progress: Progress
-    allocation: AllocationOut | None = None
-    reason: str = ""
-    name: str | None = None
-    queue: str | None = Field(None, description="the cluster queue it was admitted through")
-    scheduling: dict[str, Any] = Field({}, description="queue_wait_s, balance_degree, preemptions, rebalances")
-    timestamps: dict[str, str] = {}
-
-
-class JobList(PageBody):
-    jobs: list[Job]
 
 
 

@@ -37,32 +37,6 @@ class UpdateQueueRequest(RequestBody):
     reclaim: ReclaimPolicy | None = None
 
 
-class Queue(ResponseBody):
-    name: str
-    cluster_id: str
-    nominal: int | None = Field(None, description="chips it owns (none: the implicit, unlimited default queue)")
-    cohort: str | None = None
-    borrowing_limit: int | None = None
-    lending_limit: int | None = None
-    weight: float = 1.0
-    reclaim: str = "any"
-    used: int = Field(0, description="chips its jobs hold now")
-    borrowed: int = Field(0, description="chips it uses above nominal")
-    lent: int = Field(0, description="chips of its nominal quota other queues use now")
-    capacity: int | None = Field(None, description="the most chips it can ever hold")
-    share: float = Field(0.0, description="dominant share: chips held over the cohort's nominal chips, per "
-                                          "normalized weight")
-    usage: float = Field(0.0, description="decayed chip-seconds (fair-share history)")
-    fair_share: float = Field(0.0, description="Slurm's fair-share factor 2^(-usage/shares), 0-1 (1: unused)")
-    defined: bool = Field(True, description="false for the implicit default queue")
-    jobs: dict[str, int] = Field({}, description="its jobs by scheduler phase")
-
-
-class QueueList(BaseModel):
-    queues: list[Queue]
-
-
-
 class CreatePriorityClassRequest(RequestBody):
     name: str = Field(..., min_length=1, max_length=63, pattern=r"^[a-z][a-z0-9-]*$")
     value: int = Field(..., ge=0, le=100, description="the priority its jobs get")
