@@ -9,7 +9,7 @@ reach an older client), and reads like the dict the SDK returned before, so
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -51,8 +51,16 @@ class Reply(BaseModel):
         return iter(self._fields())
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: what the server sent, with the model's defaults filled in."""
-        return self.model_dump(mode="json")
+        """The JSON form, as the server sent it (no defaults added for fields it left out)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal to the dict it was read from, as the SDK's dicts were to their JSON.
+        if isinstance(other, Mapping):
+            return self.to_dict() == dict(other)
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dicts it stands for
 
 
 class PageBody(Reply):
