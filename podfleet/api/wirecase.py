@@ -4,11 +4,12 @@ accepted for one more release.
 Field names are snake_case (``checkpoint_interval``, ``time_limit_s``, ``cluster_id``: the
 units-in-names convention, and the spelling of most names already: 39 of the schemas' 50
 multi-word property names, and every response field but ``nextToken``). The 13 camelCase
-names (``wirenames.RENAMED``) still work in a request, in a body (``api/schemas`` renames them while validating)
-or in a query string (``WireCase`` renames them before routing), and the response then
-says so: ``Deprecation`` (RFC 9745: since when), a ``Link`` with ``rel="deprecation"`` to
-the documentation, and ``Podfleet-Deprecated-Fields`` naming each old name and its new one.
-Giving both spellings of one field is refused (400): which one was meant is not known.
+names (``wirenames.RENAMED``) still work in a request, in a body (``api/schemas`` renames
+them while validating) or in a query string (``WireCase`` renames them before routing),
+and the response then says so: ``Deprecation`` (RFC 9745: since when), a ``Link`` with
+``rel="deprecation"`` to the OpenAPI document (which marks each old name deprecated), and
+``Podfleet-Deprecated-Fields`` naming each old name and its new one. Giving both spellings
+of one field is refused (400): which one was meant is not known.
 """
 
 from __future__ import annotations
@@ -39,20 +40,23 @@ _USED: ContextVar[list[tuple[str, str]] | None] = ContextVar("podfleet_deprecate
 def renamed(data: dict[str, object], known: Collection[str] | None = None) -> dict[str, object]:
     """``data`` with each old spelling replaced by its new one (only names in ``known``,
     when given: a model's own fields), noting each for the response's headers. Both
-    spellings of one field: refused, naming both."""
+    spellings of one field, neither null: refused, naming both."""
     if not any(k in RENAMED for k in data):
         return data
     out: dict[str, object] = {}
     for key, value in data.items():
         new = RENAMED.get(key)
         if new is None or (known is not None and new not in known):
-            out.setdefault(key, value)
+            if value is not None or key not in out:  # not over the other spelling's value
+                out[key] = value
             continue
-        if new in data:
-            raise InvalidInputError(f"{key} and {new} are one field, given twice; send {new} only "
-                               f"({key} is its deprecated spelling)", field=new)
-        out[new] = value
         note(key, new)
+        if data.get(new) is not None and value is not None:
+            raise InvalidInputError(f"{key} and {new} are one field, given twice; send {new} only "
+                                    f"({key} is its deprecated spelling)", field=new)
+        # A null is an absent field (as everywhere in a body): the other spelling's value stands.
+        if value is not None or new not in out:
+            out[new] = value
     return out
 
 
@@ -114,7 +118,7 @@ def _renamed_query(query: bytes) -> bytes:
         if new is not None:
             if new in given:
                 raise InvalidInputError(f"{key} and {new} are one parameter, given twice; send {new} only "
-                                   f"({key} is its deprecated spelling)", field=new)
+                                        f"({key} is its deprecated spelling)", field=new)
             note(key, new)
             key = new
         out.append((key, value))

@@ -149,6 +149,8 @@ def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, 
     ({"name": "c", "rayAddress": "auto"}, True),
     ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
     ({"name": "c", "fabric": "local", "neuronMonitor": "neuron-monitor"}, False),
+    ({"name": "c", "rayAddress": "auto", "ray_address": "auto"}, False),  # one field, two values
+    ({"name": "c", "rayAddress": None, "ray_address": "auto"}, True),     # a null is an absent field
     ({"name": "c", "quotas": {"team-a": 8}}, True),
     ({"name": "c", "quotas": {"Team A": 8}}, False),          # every key is a team name (propertyNames)
     ({"name": "c", "quotas": {"team-a": -1}}, False),

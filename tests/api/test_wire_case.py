@@ -62,6 +62,10 @@ def test_one_field_in_both_spellings_is_refused(admin: httpx.Client, pod: dict[s
                                                    "clientToken": "a", "client_token": "b"})
     assert r.status_code == 400, r.text
     assert r.json()["field"] == "client_token" and "given twice" in r.json()["detail"]
+    # A null is an absent field: beside the other spelling's value it is no second value.
+    ok = admin.post("/v1/clusters/wire/jobs", json={"model": "debug", "chips": 2, "steps": 5,
+                                                    "gradCompression": None, "grad_compression": "bf16"})
+    assert ok.status_code == 201 and ok.json()["grad_compression"] == "bf16", ok.text
     q = admin.get("/v1/jobs", params={"maxResults": 1, "max_results": 2})
     assert q.status_code == 400 and q.json()["field"] == "max_results", q.text
 
