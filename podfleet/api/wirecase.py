@@ -8,8 +8,8 @@ names (``wirenames.RENAMED``) still work in a request, in a body (``api/schemas`
 them while validating) or in a query string (``WireCase`` renames them before routing),
 and the response then says so: ``Deprecation`` (RFC 9745: since when), a ``Link`` with
 ``rel="deprecation"`` to the OpenAPI document (which marks each old name deprecated), and
-``Podfleet-Deprecated-Fields`` naming each old name and its new one. Giving both spellings
-of one field is refused (400): which one was meant is not known.
+``Podfleet-Deprecated-Fields`` naming each old name and its new one. Given both spellings
+of one field, the new one's value stands.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from podfleet.api.problems import from_error
 from podfleet.api.wirenames import RENAMED
-from podfleet.errors import InvalidInputError
 
 # When the camelCase spellings became deprecated (RFC 9745 wants a date, not a release).
 DEPRECATED_SINCE = datetime(2026, 12, 7, tzinfo=UTC)
@@ -39,23 +37,19 @@ _USED: ContextVar[list[tuple[str, str]] | None] = ContextVar("podfleet_deprecate
 
 def renamed(data: dict[str, object], known: Collection[str] | None = None) -> dict[str, object]:
     """``data`` with each old spelling replaced by its new one (only names in ``known``,
-    when given: a model's own fields), noting each for the response's headers. Both
-    spellings of one field, neither null: refused, naming both."""
+    when given: a model's own fields), noting each for the response's headers. Given both
+    spellings, the new one's value stands: a null is an absent field, and a request the
+    schema allows is never refused for it (a generated client may send both)."""
     if not any(k in RENAMED for k in data):
         return data
     out: dict[str, object] = {}
     for key, value in data.items():
         new = RENAMED.get(key)
         if new is None or (known is not None and new not in known):
-            if value is not None or key not in out:  # not over the other spelling's value
-                out[key] = value
+            out[key] = value
             continue
         note(key, new)
-        if data.get(new) is not None and value is not None:
-            raise InvalidInputError(f"{key} and {new} are one field, given twice; send {new} only "
-                                    f"({key} is its deprecated spelling)", field=new)
-        # A null is an absent field (as everywhere in a body): the other spelling's value stands.
-        if value is not None or new not in out:
+        if data.get(new) is None:
             out[new] = value
     return out
 
@@ -93,11 +87,7 @@ class WireCase:
         try:
             query = scope.get("query_string", b"")
             if query and any(old.encode() in query for old in RENAMED):
-                try:
-                    scope = {**scope, "query_string": _renamed_query(query)}
-                except InvalidInputError as exc:  # both spellings: a problem, like any bad input
-                    await from_error(exc)(scope, receive, send)
-                    return
+                scope = {**scope, "query_string": _renamed_query(query)}
 
             async def send_with_headers(message: Message) -> None:
                 if message["type"] == "http.response.start" and used:
@@ -116,10 +106,9 @@ def _renamed_query(query: bytes) -> bytes:
     for key, value in pairs:
         new = RENAMED.get(key)
         if new is not None:
-            if new in given:
-                raise InvalidInputError(f"{key} and {new} are one parameter, given twice; send {new} only "
-                                        f"({key} is its deprecated spelling)", field=new)
             note(key, new)
+            if new in given:  # both spellings: the new one's value stands, as in a body
+                continue
             key = new
         out.append((key, value))
     return urlencode(out).encode("latin-1")

@@ -1537,7 +1537,7 @@ export interface components {
              * @description default trn2-ultraserver; custom (chips worker slots) for fabric local or ray
              */
             type?: ("trn2-ultraserver" | "trn2-node" | "trn1-node" | "custom") | null;
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown);
         /** CreatePriorityClassRequest */
         CreatePriorityClassRequest: {
             /** Name */
@@ -1816,7 +1816,7 @@ export interface components {
              * @description kill-worker: the rank whose worker is killed
              */
             rank?: number | null;
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown & unknown);
         /** Job */
         Job: {
             allocation?: components["schemas"]["AllocationOut"] | null;
@@ -2596,7 +2596,7 @@ export interface components {
              * @description never cross this network level: pod (NeuronLink) or block (the pods behind one spine); the job waits rather than cross it
              */
             topology_required?: ("pod" | "block") | null;
-        } & (unknown & unknown & unknown & unknown & unknown & unknown & unknown);
+        } & (unknown & unknown);
         /** Telemetry */
         Telemetry: {
             /** Avg */
