@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck venv clean console
+.PHONY: run test lint typecheck venv clean console console-types
 
 # The web console (console/): npm packages pinned by its lockfile, built into the Python
 # package (podfleet/console/dist, gitignored), which `podfleet up` serves at /.
@@ -29,6 +29,14 @@ $(CONSOLE_DIST): $(CONSOLE_STAMP) $(CONSOLE_SRC)
 	cd console && npm run build
 
 console: $(CONSOLE_DIST)
+
+# The console's API types, generated from the app's OpenAPI document: both files are
+# committed (a fresh clone builds the console without Python), and
+# tests/api/test_openapi_dump.py fails when they no longer match the app. Run after a
+# schema change.
+console-types: $(STAMP) $(CONSOLE_STAMP)
+	$(BIN)/python -m podfleet.api.openapi_dump --output console/src/generated/openapi.json
+	cd console && npm run gen:api
 
 # A pod that moves: a running job, a queued one, a chip failure a minute in (README).
 run: $(STAMP) $(CONSOLE_DIST)

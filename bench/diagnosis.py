@@ -234,8 +234,8 @@ def neuron_trials(quick: bool) -> list[dict[str, Any]]:
             _neuron_documents(doc, faults)
             name = f"trn{i}"
             c.create_cluster(name, fabric="neuron",
-                             neuronLs=f"{ls} {shlex.quote(str(NEURON / 'data' / 'neuron-ls-trn2-48xlarge.json'))}",
-                             neuronMonitor=f"{mon} {shlex.quote(str(doc))} --delay 0.3 --then repeat")
+                             neuron_ls=f"{ls} {shlex.quote(str(NEURON / 'data' / 'neuron-ls-trn2-48xlarge.json'))}",
+                             neuron_monitor=f"{mon} {shlex.quote(str(doc))} --delay 0.3 --then repeat")
             _wait(lambda n=name: c.describe_cluster(n)["state"] == "active", 60, "the neuron cluster")
             truth = [(k, f"chip:{d}") for d, k in faults.items()]
             deadline = time.monotonic() + 20

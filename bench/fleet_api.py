@@ -48,7 +48,7 @@ async def _load(url: str, duration_s: float, chips: int) -> dict[str, Any]:
             if kind == "describe":
                 r = await c.get("/v1/clusters/fleet")
             elif kind == "list":
-                r = await c.get("/v1/clusters", params={"maxResults": 100})
+                r = await c.get("/v1/clusters", params={"max_results": 100})
             elif kind == "hardware_page":
                 start = 256 * rng.randrange(pages)
                 r = await c.get("/v1/clusters/fleet/hardware",
@@ -114,7 +114,7 @@ def _sequential(url: str, chips: int, server: psutil.Process, idle_cpu: float, n
     with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
         calls = {
             "describe": lambda: c.get("/v1/clusters/fleet"),
-            "list": lambda: c.get("/v1/clusters", params={"maxResults": 100}),
+            "list": lambda: c.get("/v1/clusters", params={"max_results": 100}),
             "hardware_page": lambda: c.get("/v1/clusters/fleet/hardware",
                                            params={"limit": 256, "next_token": str(256 * (chips // 512))}),
             "pod_summary": lambda: c.get("/v1/clusters/fleet/hardware", params={"summary": "true"}),

@@ -81,7 +81,7 @@ class Load:
     """Every request sent and what came back (appended by the load threads)."""
 
     results: list[tuple[float, str, int]] = field(default_factory=list)  # (mono time, kind, status)
-    acked_jobs: dict[str, str] = field(default_factory=dict)  # clientToken -> job id
+    acked_jobs: dict[str, str] = field(default_factory=dict)  # client_token -> job id
     acked_stops: set[str] = field(default_factory=set)
     acked_clusters: dict[str, str] = field(default_factory=dict)  # name -> id
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -144,11 +144,11 @@ def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random
     status = 0
     try:
         if kind == "read":
-            status = client.get(f"{base}/v1/jobs", params={"maxResults": 50}, headers=AUTH).status_code
+            status = client.get(f"{base}/v1/jobs", params={"max_results": 50}, headers=AUTH).status_code
         elif kind == "submit":
             token = uuid.uuid4().hex
             r = client.post(f"{base}/v1/clusters/pod-0/jobs", headers=AUTH, json={
-                "name": f"j-{token[:8]}", "model": "debug", "chips": 4, "steps": 10_000_000, "clientToken": token})
+                "name": f"j-{token[:8]}", "model": "debug", "chips": 4, "steps": 10_000_000, "client_token": token})
             status = r.status_code
             if status in (200, 201):
                 with load.lock:
@@ -163,7 +163,7 @@ def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random
         else:
             name = f"c-{uuid.uuid4().hex[:8]}"
             r = client.post(f"{base}/v1/clusters", headers=AUTH, json={
-                "name": name, "type": "trn2-ultraserver", "spares": 2, "clientToken": name})
+                "name": name, "type": "trn2-ultraserver", "spares": 2, "client_token": name})
             status = r.status_code
             if status in (200, 201, 202):
                 with load.lock:
@@ -212,12 +212,12 @@ def _jobs(port: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     nxt: str | None = None
     while True:
-        params: dict[str, Any] = {"maxResults": 1000, **({"nextToken": nxt} if nxt else {})}
+        params: dict[str, Any] = {"max_results": 1000, **({"next_token": nxt} if nxt else {})}
         r = httpx.get(f"http://127.0.0.1:{port}/v1/jobs", params=params, headers=AUTH, timeout=30)
         r.raise_for_status()
         body = r.json()
         out += body["jobs"]
-        nxt = body.get("nextToken")
+        nxt = body.get("next_token")
         if not nxt:
             return out
 
@@ -404,7 +404,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         lost += sum(1 for jid in load.acked_stops
                     if jid in final and final[jid]["state"] in ("RUNNING", "PENDING", "PLACING"))
         names = {c["name"] for c in httpx.get(f"http://127.0.0.1:{fleet.ports[lead]}/v1/clusters", headers=AUTH,
-                                               params={"maxResults": 1000}, timeout=30).json()["clusters"]}
+                                               params={"max_results": 1000}, timeout=30).json()["clusters"]}
         lost += sum(1 for n in load.acked_clusters if n not in names)
         PodfleetClient(f"http://127.0.0.1:{fleet.ports[lead]}", TOKEN).stop_training_job(local_jid)
     finally:

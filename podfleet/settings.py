@@ -37,7 +37,7 @@
     PODFLEET_WORKER_PYTHON       the interpreter workers run (default: the server's own)
     PODFLEET_RAY_ADDRESSES       Ray addresses clusters may name (comma-separated); unset:
                                  only PODFLEET_RAY_ADDRESS or a private local Ray
-    PODFLEET_NEURON_COMMANDS     JSON list of command lines neuronLs/neuronMonitor may start
+    PODFLEET_NEURON_COMMANDS     JSON list of command lines neuron_ls/neuron_monitor may start
                                  with (default ["neuron-ls", "neuron-monitor"])
     PODFLEET_FABRIC_CONNECT_TIMEOUT_S  how long connecting a cluster's fabric (Ray,
                                  neuron-ls) may take before the cluster fails (60)

@@ -3,7 +3,7 @@
 // only when the plane runs faster (or slower) than the wall: at speed 1, on real fabrics,
 // nothing is shown. Between reads it is extrapolated at the plane's speed.
 // Not a live region: a clock ticking every second must not be read out each time.
-import { api } from "./api";
+import { api, type Reply } from "./api";
 import { h } from "./dom";
 
 interface Clock { twin: number; speed: number; readAt: number }
@@ -27,7 +27,7 @@ function show(): void {
 }
 
 async function read(): Promise<void> {
-  const hz = await api("GET", "/healthz");
+  const hz = await api<Reply<"Healthz">>("GET", "/healthz");
   clock = typeof hz.twin_time === "string" && typeof hz.speed === "number"
     ? { twin: Date.parse(hz.twin_time), speed: hz.speed, readAt: Date.now() } : null;
   show();

@@ -98,8 +98,9 @@ function shell(): HTMLElement {
 window.addEventListener("popstate", () => void render());
 
 async function start(): Promise<void> {
-  const s = await api("GET", "/console/session");
-  if (s.signed_in) { me = s as Me; setCsrf(s.csrf); }
+  // The console's own route (not in the API's document): signed in, or not.
+  const s = await api<Partial<Me> & { signed_in?: boolean }>("GET", "/console/session");
+  if (s.signed_in) { me = s as Me; setCsrf(s.csrf ?? ""); }
   await render();
 }
 void start();

@@ -52,6 +52,7 @@ RULES: dict[str, Role] = {
     "GetJobLogs": Role.VIEWER,
     "GetJobMetrics": Role.VIEWER,
     "PlanParallelism": Role.VIEWER,
+    "GetPresets": Role.VIEWER,
     "CreateTrainiumCluster": Role.OPERATOR,
     "DeleteCluster": Role.OPERATOR,
     "SubmitTrainingJob": Role.OPERATOR,
@@ -384,7 +385,7 @@ async def require_checkpoint_options(request: Request, who: Principal, cluster: 
 
 async def require_fabric_commands(request: Request, who: Principal, cluster: str, used: list[str]) -> None:
     """CreateTrainiumCluster naming what the control plane connects to or runs on its
-    own host (rayAddress, neuronLs, neuronMonitor) needs UseFabricCommands."""
+    own host (ray_address, neuron_ls, neuron_monitor) needs UseFabricCommands."""
     if used:
         await require_action(request, who, FABRIC_COMMANDS_ACTION, f"cluster/{cluster}", op="CreateTrainiumCluster",
                              target=cluster, used=used, field=used[0],

@@ -77,8 +77,8 @@ Health = Annotated[HealthService, Depends(get_health)]
 Recovery = Annotated[RecoveryService, Depends(get_recovery)]
 Firmware = Annotated[FirmwareService, Depends(get_firmware)]
 Maintenance = Annotated[MaintenanceService, Depends(get_maintenance)]
-NextToken = Annotated[str | None, Query(alias="nextToken", max_length=128, description="from the previous page")]
-MaxResults = Annotated[int, Query(alias="maxResults", ge=1, le=1000)]
+NextToken = Annotated[str | None, Query(alias="next_token", max_length=128, description="from the previous page")]
+MaxResults = Annotated[int, Query(alias="max_results", ge=1, le=1000)]
 # A chip index: the schema states the absolute bound (the largest cluster); an index past
 # the cluster's own size is a 404 that names the cluster's range.
 ChipPath = Annotated[int, Path(ge=0, le=MAX_CHIP_INDEX, description="chip index within the cluster "

@@ -147,10 +147,10 @@ class LeaderGate:
             return
         except httpx.HTTPError as exc:
             # Sent, then the leader went away: it may have applied the request. 502, which
-            # clients do not retry blindly (a retry with the same clientToken is safe).
+            # clients do not retry blindly (a retry with the same client_token is safe).
             await _answer(send, 502, problem_body(
                 502, "leader-lost", f"the leader at {leader} went away while answering ({type(exc).__name__}); "
-                "the request may or may not have been applied: retry with the same clientToken", leader))
+                "the request may or may not have been applied: retry with the same client_token", leader))
             return
         try:
             await send({"type": "http.response.start", "status": response.status_code,

@@ -26,6 +26,7 @@ from podfleet.api.routes import usage as usage_routes
 from podfleet.api.routes import users as user_routes
 from podfleet.api.schemas import Problem
 from podfleet.api.usage_metrics import UsageCollector
+from podfleet.api.wirecase import WireCase
 from podfleet.control.plane import ControlPlane
 from podfleet.health.metrics import HealthCollector
 from podfleet.health.service import HealthService
@@ -93,7 +94,10 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     app.include_router(v1)
     app.include_router(system.router)
     openapi.install(app)  # links between operations (stateful clients, schemathesis)
-    # Added first, so it runs inside metrics: refused requests are counted too.
+    # Innermost: renames deprecated query names as the routes see them, and marks the
+    # response of any request that used an old spelling (its body's are noted while validating).
+    app.add_middleware(WireCase)
+    # Added before metrics, so it runs inside them: refused requests are counted too.
     app.add_middleware(Guard, config=guard)
     # Outside the guard: a follower forwards /v1 as it came, and the leader's guard judges it.
     app.add_middleware(LeaderGate, leadership=leadership)

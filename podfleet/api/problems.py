@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from podfleet.api.wirenames import RENAMED
 from podfleet.errors import PodfleetError
 from podfleet.fabric.factory import library_error
 from podfleet.validation import first_refusal
@@ -45,7 +46,10 @@ def from_error(exc: PodfleetError) -> JSONResponse:
     wait = exc.extra.get("retry_after_s")
     if isinstance(wait, int | float):
         headers = {"Retry-After": f"{max(1, round(wait))}"}
-    return problem(exc.http_status, exc.code, exc.message, field=exc.field,
+    # The engine still names some fields in their old camelCase spelling: the problem names
+    # the one the wire uses now (api/wirecase.py).
+    field = RENAMED.get(exc.field, exc.field) if exc.field is not None else None
+    return problem(exc.http_status, exc.code, exc.message, field=field,
                    allowed=exc.extra.get("allowed"), headers=headers)
 
 

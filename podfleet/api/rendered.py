@@ -72,12 +72,14 @@ def _copy_json(v: Any) -> Any:
 _OPTIONAL_STR: TypeAdapter[str | None] = TypeAdapter(str | None)
 
 
-def page_body(field: str, items: list[bytes], token_field: str, token: str | None) -> bytes:
-    """``{"<field>":[...items...],"<token_field>":token}``: what ``dump_json`` of a list
-    model with a next token gives, from items each already dumped (the same compact
-    separators pydantic writes)."""
-    return b"".join((b'{"', field.encode(), b'":[', b",".join(items), b'],"', token_field.encode(), b'":',
-                     _OPTIONAL_STR.dump_json(token), b"}"))
+def page_body(field: str, items: list[bytes], token: str | None) -> bytes:
+    """``{"next_token":token,"nextToken":token,"<field>":[...items...]}``: what
+    ``dump_json`` of a list model (``sdk.models.PageBody``: its token fields first, the
+    deprecated spelling beside the new one for one release) gives, from items each already
+    dumped (the same compact separators pydantic writes)."""
+    tok = _OPTIONAL_STR.dump_json(token)
+    return b"".join((b'{"next_token":', tok, b',"nextToken":', tok, b',"', field.encode(), b'":[',
+                     b",".join(items), b"]}"))
 
 
 # Where pydantic-core's floats may read differently from Python's: a one-digit negative

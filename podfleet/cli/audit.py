@@ -25,7 +25,7 @@ def list_(
     while True:
         page = c.list_audit_events(next_token=nxt, max_results=max_results)
         events.extend(page["events"])
-        nxt = page.get("nextToken")
+        nxt = page.get("next_token")
         if not (all_ and nxt):
             break
     emit(events, output, columns=["seq", "time", "actor", "action", "target", "result"])

@@ -108,14 +108,14 @@ def create(
         name, type=type, spares=spares, chips=chips, dims=_dims(dims), chip_type=chip_type,
         hbm_gib=hbm_gib, link_bw_gbps=link_bw_gbps, storage_nodes=storage_nodes,
         encryption=encryption, network_isolation=network_isolation, fabric=fabric,
-        rayAddress=ray_address, neuronLs=neuron_ls, neuronMonitor=neuron_monitor, client_token=client_token,
+        ray_address=ray_address, neuron_ls=neuron_ls, neuron_monitor=neuron_monitor, client_token=client_token,
         spare_chips=_ints(spare_chips, "spare-chips"), quotas=_quotas(quota or []),
-        restore_spares=restore_spares, pods=pods, podsPerBlock=pods_per_block,
+        restore_spares=restore_spares, pods=pods, pods_per_block=pods_per_block,
     )
     if wait and out["state"] == "deploying":
         _follow(c, out["id"], show=output == OutputFormat.table)
         out = c.describe_cluster(out["id"])
-    emit(for_people(out, output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
+    emit(for_people(out.to_dict(), output), output, columns=[*COLUMNS, "deployment", "reason"], title=f"cluster {name}")
     if out["state"] == "failed":
         raise PodfleetError(f"cluster {name} deployment failed: {out.get('reason', '')}")
 
@@ -137,7 +137,7 @@ def _follow(c: PodfleetClient, cluster_id: str, *, show: bool) -> None:
 @remote_command
 def list_(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
     """All live clusters (every page)."""
-    emit([for_people(cl, output) for cl in c.iter_clusters()], output, columns=COLUMNS)
+    emit([for_people(cl.to_dict(), output) for cl in c.iter_clusters()], output, columns=COLUMNS)
 
 
 @app.command("describe")
@@ -146,7 +146,7 @@ def describe(cluster: str = typer.Argument(..., help="id, name, or a unique id p
     """One cluster: spec, state, deployment steps, spares, cordoned and draining chips."""
     with remote(url, token) as c:
         out = c.describe_cluster(cluster)
-        emit(for_people(out, output), output, title=f"cluster {out.get('name', cluster)}")
+        emit(for_people(out.to_dict(), output), output, title=f"cluster {out.get('name', cluster)}")
 
 
 @app.command("events")

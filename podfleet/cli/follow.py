@@ -75,7 +75,7 @@ def wait_for(c: PodfleetClient, job_id: str, *, timeout_s: float | None, show: b
             p = job["progress"]
             bar.update(task, completed=p.get("step", 0), total=p.get("steps") or None,
                        description=f"{job['id']} {job['state']}")
-    return job
+    return job.to_dict()
 
 
 def follow_rollout(label: str, describe: Callable[[], dict[str, Any]], *, show: bool) -> dict[str, Any]:

@@ -59,8 +59,8 @@ def describe(
     emit(rows, output, title=f"{hw.get('name', cluster)}: {len(hw['chips'])} chips at {hw.get('time')}")
     links = Counter(lk["state"] for lk in hw["links"])
     line(f"links: {len(hw['links'])} ({', '.join(f'{n} {s}' for s, n in sorted(links.items()))})")
-    if hw.get("nextToken"):
-        line(f"more chips: --next-token {hw['nextToken']}")
+    if hw.get("next_token"):
+        line(f"more chips: --next-token {hw['next_token']}")
 
 
 def _where(chip: dict) -> dict:
@@ -79,6 +79,6 @@ def _job_names(c: PodfleetClient, cluster: str) -> dict[str, str]:
     while True:
         page = c.list_training_jobs(cluster=cluster, next_token=nxt)
         out.update({j["id"]: j.get("name") or "" for j in page["jobs"]})
-        nxt = page.get("nextToken")
+        nxt = page.get("next_token")
         if not nxt:
             return out

@@ -118,13 +118,13 @@ def submit(
             cluster, model=model, chips=chips, steps=steps, checkpoint_interval=checkpoint_interval,
             priority=int(priority) if priority.isdigit() else priority, team=team, parallelism=parse_parallelism(parallelism), entrypoint=entry, name=name,
             max_retries=max_retries, options=parse_options(option or []), client_token=client_token,
-            **({"gradCompression": grad_compression} if grad_compression is not None else {}),
-            **{k: v for k, v in (("pods", pods), ("topologyRequired", topology_required),
-                                 ("topologyPreferred", topology_preferred), ("onPodLoss", on_pod_loss))
+            **({"grad_compression": grad_compression} if grad_compression is not None else {}),
+            **{k: v for k, v in (("pods", pods), ("topology_required", topology_required),
+                                 ("topology_preferred", topology_preferred), ("on_pod_loss", on_pod_loss))
                if v is not None},
             **_sharing(queue, after_ok, after_any, array),
             **({"time_limit_s": parse_duration(time_limit, "time_limit")} if time_limit is not None else {}),
-        )
+        ).to_dict()
         if out.get("array"):
             emit(out["array"], output, columns=ARRAY_COLUMNS, title=f"array {out['array']['id']}")
             return
@@ -231,7 +231,7 @@ def _list_rows(c: PodfleetClient, cluster: str | None, state: str | None,
     while True:
         page = c.list_training_jobs(cluster=cluster, state=state, next_token=nxt)
         jobs.extend(page["jobs"])
-        nxt = page.get("nextToken")
+        nxt = page.get("next_token")
         if not nxt:
             break
     if output == OutputFormat.json:
@@ -294,7 +294,7 @@ def describe(c: PodfleetClient, job_id: str = typer.Argument(..., help="job id o
     if watch_:
         out = wait_for(c, job_id, timeout_s=None, show=output == OutputFormat.table)
     else:
-        out = c.describe_training_job(job_id)
+        out = c.describe_training_job(job_id).to_dict()
     emit(out, output, title=out["id"])
 
 

@@ -21,8 +21,9 @@ class ClusterNamed:
     noun: str
     plural: str  # the list's key in ListX's answer
     columns: list[str]
-    list_all: Callable[[PodfleetClient, str], dict[str, Any]]
-    describe: Callable[[PodfleetClient, str, str], dict[str, Any]]
+    # The SDK's answers: a dict, or a typed reply (``sdk.models``) read the same way.
+    list_all: Callable[[PodfleetClient, str], Any]
+    describe: Callable[[PodfleetClient, str, str], Any]
     delete: Callable[[PodfleetClient, str, str], dict[str, Any]]
 
     def add_list_command(self, app: typer.Typer, help_text: str) -> None:

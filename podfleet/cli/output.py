@@ -34,6 +34,7 @@ from rich.text import Text
 
 from podfleet.cli.clickcompat import get_current_context
 from podfleet.errors import PodfleetError
+from podfleet.sdk.models import Reply
 from podfleet.security.text import visible
 
 
@@ -57,8 +58,21 @@ class OutputFormat(StrEnum):
 OutputOpt = typer.Option(OutputFormat.table, "--output", "-o", help="json or table")
 
 
+def plain(data: Any) -> Any:
+    """The SDK's typed replies (``sdk.models.Reply``) as the JSON they came as, inside lists
+    and dicts too: what is printed is the server's document, in either format."""
+    if isinstance(data, Reply):
+        return data.to_dict()
+    if isinstance(data, list):
+        return [plain(v) for v in data]
+    if isinstance(data, dict):
+        return {k: plain(v) for k, v in data.items()}
+    return data
+
+
 def emit(data: Any, fmt: OutputFormat, *, columns: Sequence[str] | None = None, title: str | None = None) -> None:
     """Print ``data`` as JSON or as a table (lists of dicts) / key-value table (dict)."""
+    data = plain(data)
     if fmt == OutputFormat.json:
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         return

@@ -33,7 +33,7 @@ def summary(c: PodfleetClient, cl: dict[str, Any]) -> dict[str, Any]:
     while True:
         page = c.list_training_jobs(cluster=cl["id"], next_token=nxt)
         jobs.update(j["state"] for j in page["jobs"])
-        nxt = page.get("nextToken")
+        nxt = page.get("next_token")
         if not nxt:
             break
     firing = c.list_alerts(cl["id"], "firing")["alerts"] if cl.get("state") == "active" else []
@@ -58,7 +58,7 @@ def _row(s: dict[str, Any]) -> dict[str, Any]:
 @remote_command
 def status(c: PodfleetClient, output: OutputFormat = OutputOpt) -> None:
     """One line per cluster: chips by state, jobs running and queued, firing alerts."""
-    lines = [summary(c, cl) for cl in c.iter_clusters()]
+    lines = [summary(c, cl.to_dict()) for cl in c.iter_clusters()]
     if output == OutputFormat.json:
         emit(lines, output)
         return

@@ -79,10 +79,10 @@ class FabricAccess:
                        f"({self.own_ray_address or 'a private local Ray'}) may be used")
             else:
                 why = f"it is not one of {RAY_ADDRESSES_ENV} ({', '.join(self.ray_addresses) or 'empty'})"
-            raise ForbiddenError(f"rayAddress {spec.ray_address!r} is not allowed: {why}; an administrator "
-                                 f"adds it to {RAY_ADDRESSES_ENV} when starting the server", field="rayAddress",
+            raise ForbiddenError(f"ray_address {spec.ray_address!r} is not allowed: {why}; an administrator "
+                                 f"adds it to {RAY_ADDRESSES_ENV} when starting the server", field="ray_address",
                                  setting=RAY_ADDRESSES_ENV)
-        for flag, command in (("neuronLs", spec.neuron_ls), ("neuronMonitor", spec.neuron_monitor)):
+        for flag, command in (("neuron_ls", spec.neuron_ls), ("neuron_monitor", spec.neuron_monitor)):
             if command is not None and not self.command_allowed(command):
                 raise ForbiddenError(f"{flag} {command!r} is not allowed: it does not start with an entry of "
                                      f"{NEURON_COMMANDS_ENV} ({json.dumps(list(self.neuron_commands))}); an "

@@ -27,8 +27,8 @@ POD_LOSS = "pod-loss"
 # Fields of InjectFault that another kind takes: given to this one, they are a mistake (a
 # chip-failure with a factor), refused rather than ignored. The schema says the same.
 _FOREIGN = {KILL_WORKER: ("chip", "link", "factor", "pod"), SLOW_WORKER: ("chip", "link", "pod"),
-            POD_LOSS: ("chip", "link", "rank", "jobId", "factor")}
-_TWIN_FOREIGN = ("rank", "jobId", "factor", "pod")
+            POD_LOSS: ("chip", "link", "rank", "job_id", "factor")}
+_TWIN_FOREIGN = ("rank", "job_id", "factor", "pod")
 
 
 def refuse_foreign(kind: str, given: dict[str, object]) -> None:
@@ -36,7 +36,7 @@ def refuse_foreign(kind: str, given: dict[str, object]) -> None:
     foreign = _FOREIGN.get(kind, _TWIN_FOREIGN)
     extra = next((k for k in foreign if given.get(k) is not None), None)
     if extra is not None:
-        takes = {KILL_WORKER: "rank and jobId", SLOW_WORKER: "rank, factor and jobId", POD_LOSS: "pod"}.get(
+        takes = {KILL_WORKER: "rank and job_id", SLOW_WORKER: "rank, factor and job_id", POD_LOSS: "pod"}.get(
             kind, "link" if kind in LINK_FAULTS else "chip")
         raise InfeasibleError(f"{kind} takes {takes}, not {extra}", field=extra)
 

@@ -38,7 +38,7 @@ def pod_shape(topo: Topology) -> tuple[int, int, int]:
 def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int,
          next_token: str | None) -> JsonObject:
     """One page of the chips that match ``flt``, in index order, with the links of the
-    pod when ``flt.pod`` names one; ``nextToken`` resumes after the page."""
+    pod when ``flt.pod`` names one; ``next_token`` resumes after the page."""
     pods, per, _ = pod_shape(topo)
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInputError(f"limit must be 1-{MAX_PAGE}, got {limit}", field="limit")
@@ -57,7 +57,7 @@ def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int
             # Well formed (the schema's digits) but not a token of this query: a 422, as the
             # schema cannot say which offsets a pod has.
             raise InfeasibleError(f"next_token {next_token!r} is outside the chips asked for (chips {lo}-{hi - 1}); "
-                                  "resume with the nextToken of the previous page", field="next_token")
+                                  "resume with the next_token of the previous page", field="next_token")
     states, owners = snapshot.states, snapshot.owners
     picked: list[int] = []
     i = start
@@ -71,7 +71,8 @@ def page(snapshot: HardwareSnapshot, topo: Topology, flt: ChipFilter, limit: int
     return {
         "cluster_id": head.get("cluster_id"), "name": head.get("name"), "state": head.get("state"),
         "type": head.get("type"), "dims": head.get("dims"), "time": head.get("time"),
-        "chips": out, "links": links, "nextToken": str(i) if i < hi else None,
+        "chips": out, "links": links, "next_token": (nxt := str(i) if i < hi else None),
+        "nextToken": nxt,  # the deprecated spelling, for one release (api/wirecase.py)
         **({"pod": flt.pod} if flt.pod is not None else {}),
     }
 

@@ -1,5 +1,5 @@
 """Prefixed, time-ordered ids (``cl-…``, ``job-…``): sorting by id is sorting by creation,
-which is what list pagination (``nextToken`` = last id seen) relies on."""
+which is what list pagination (``next_token`` = last id seen) relies on."""
 
 from __future__ import annotations
 

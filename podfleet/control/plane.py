@@ -217,11 +217,11 @@ class ControlPlane:
             if existing is not None:
                 if store.idempotent_request_hash(op, client_token) != h:
                     exc = ConflictError(
-                        f"clientToken {client_token!r} was already used for a different {op} request",
-                        field="clientToken",
+                        f"client_token {client_token!r} was already used for a different {op} request",
+                        field="client_token",
                     )
                     store.append_audit(time=self.now(), actor=actor, action=op, target=existing,
-                                       result=f"error:{exc.code}", detail={"clientToken": client_token})
+                                       result=f"error:{exc.code}", detail={"client_token": client_token})
                     raise exc
                 assert replay is not None
                 return replay(existing)
@@ -486,7 +486,7 @@ class ControlPlane:
     def inject_fault(self, ref: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
                      pod: int | None = None, actor: str = "system") -> JsonObject:
-        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor,
+        given: dict[str, object] = {"chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor,
                                     "pod": pod}
         if kind == faults.POD_LOSS:  # a twin fleet's whole pod: each job on it acts on its on-pod-loss policy
             def lose() -> tuple[JsonObject, str]:
@@ -501,14 +501,14 @@ class ControlPlane:
                 faults.refuse_foreign(kind, given)
                 rt = self.resolve(ref)
                 return faults.kill_worker(self.jobs.driver(rt), rt, rank, job)
-            return self.mutation("InjectFault", actor, ref, kill, body={"kind": kind, "rank": rank, "jobId": job})
+            return self.mutation("InjectFault", actor, ref, kill, body={"kind": kind, "rank": rank, "job_id": job})
         if kind == SLOW_WORKER:  # likewise: slow one rank's worker down
             def slow() -> tuple[JsonObject, str]:
                 faults.refuse_foreign(kind, given)
                 rt = self.resolve(ref)
                 return faults.slow_worker(self.jobs.driver(rt), rt, rank, job, factor)
             return self.mutation("InjectFault", actor, ref, slow,
-                                 body={"kind": kind, "rank": rank, "jobId": job, "factor": factor})
+                                 body={"kind": kind, "rank": rank, "job_id": job, "factor": factor})
 
         def do() -> tuple[JsonObject, str]:
             faults.refuse_foreign(kind, given)

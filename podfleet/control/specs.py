@@ -41,7 +41,7 @@ MAX_STORAGE_NODES = 16
 # so larger grids are out of reach; a 64-chip UltraServer is the product's pod.
 MAX_CLUSTER_CHIPS = 256
 _NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-# A job spanning a lost pod (``control.podloss``): the API's onPodLoss, the CLI's --on-pod-loss.
+# A job spanning a lost pod (``control.podloss``): the API's on_pod_loss, the CLI's --on-pod-loss.
 POD_LOSS_POLICIES = ("wait", "requeue", "shrink")
 _TEAM_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 _QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -142,22 +142,21 @@ class ClusterSpec:
         if self.fabric not in FABRICS:
             raise UnknownNameError("fabric", self.fabric, FABRICS, field="fabric")
         if self.ray_address is not None and self.fabric != "ray":
-            raise InfeasibleError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="rayAddress")
-        for name, flag, value in (("neuron_ls", "neuronLs", self.neuron_ls),
-                                  ("neuron_monitor", "neuronMonitor", self.neuron_monitor)):
+            raise InfeasibleError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="ray_address")
+        for name, value in (("neuron_ls", self.neuron_ls), ("neuron_monitor", self.neuron_monitor)):
             if value is None:
                 continue
             if self.fabric != "neuron":
-                raise InfeasibleError(f"{name} applies to fabric neuron, not {self.fabric!r}", field=flag)
+                raise InfeasibleError(f"{name} applies to fabric neuron, not {self.fabric!r}", field=name)
             if not isinstance(value, str) or not value.strip() or len(value) > MAX_COMMAND_CHARS or "\x00" in value:
                 raise InvalidInputError(f"{name} must be a command line of 1-{MAX_COMMAND_CHARS} characters, "
-                                        f"got {value!r}", field=flag)
+                                        f"got {value!r}", field=name)
             try:
                 ok = bool(shlex.split(value))
             except ValueError as exc:
-                raise InvalidInputError(f"{name} command {value!r} cannot be split: {exc}", field=flag) from None
+                raise InvalidInputError(f"{name} command {value!r} cannot be split: {exc}", field=name) from None
             if not ok:
-                raise InvalidInputError(f"{name} must be a command line, got {value!r}", field=flag)
+                raise InvalidInputError(f"{name} must be a command line, got {value!r}", field=name)
         if not 0 <= self.spares <= MAX_SPARES:
             raise InvalidInputError(
                 f"spares must be 0-{MAX_SPARES}, got {self.spares}", field="spares",
@@ -219,12 +218,12 @@ class ClusterSpec:
                                         field="quotas")
 
     def _validate_fleet(self) -> None:
-        for name, flag, v in (("pods", "pods", self.pods), ("pods_per_block", "podsPerBlock", self.pods_per_block)):
+        for name, v in (("pods", self.pods), ("pods_per_block", self.pods_per_block)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_FLEET_PODS):
-                raise InvalidInputError(f"{name} must be an integer 1-{MAX_FLEET_PODS}, got {v!r}", field=flag,
+                raise InvalidInputError(f"{name} must be an integer 1-{MAX_FLEET_PODS}, got {v!r}", field=name,
                                         allowed=f"1-{MAX_FLEET_PODS}")
         if self.pods is None:
-            raise InfeasibleError("pods_per_block needs pods (the fleet's size)", field="podsPerBlock")
+            raise InfeasibleError("pods_per_block needs pods (the fleet's size)", field="pods_per_block")
         if self.type == "custom" or self.fabric != "sim":
             raise InfeasibleError(f"a fleet of pods is built from a named type on the twin (fabric sim); "
                                   f"got type {self.type!r} on fabric {self.fabric!r}", field="pods")

@@ -134,7 +134,7 @@ def fleet_topology(base: str, pods: int, pods_per_block: int | None = None) -> F
         # Past the pods, a valid number the other field rules out: a 422 (the schema can
         # bound it only by the largest fleet).
         err = InfeasibleError if isinstance(k, int) and k > pods else InvalidInputError
-        raise err(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="podsPerBlock",
+        raise err(f"pods_per_block must be 1-{pods} (the pods), got {k!r}", field="pods_per_block",
                   allowed=f"1-{pods}")
     key = f"{base}:{pods}/{k}"
     cached = _cache.get(key)

@@ -8,10 +8,11 @@ import difflib
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
 
 import httpx
+from pydantic import ValidationError
 
 from podfleet.errors import (
     InvalidInputError,
@@ -20,6 +21,7 @@ from podfleet.errors import (
     UnknownNameError,
     error_class,
 )
+from podfleet.sdk.models import Cluster, ClusterList, Job, JobList, Queue, QueueList, Reply
 
 
 def _seg(value: object) -> str:
@@ -88,6 +90,19 @@ def _retry_after(r: httpx.Response) -> float | None:
         return min(max(float(value), 0.1), 10.0) if value else None
     except ValueError:
         return None  # an HTTP date: not one podfleet sends
+
+
+M = TypeVar("M", bound=Reply)
+
+
+def _typed(model: type[M], data: Any) -> M:
+    """``data`` as ``model`` (the server's own response model). A reply that does not fit,
+    from a server of another release, is kept as it came rather than refused: a client
+    reads what it is given (its fields still read by attribute and by key)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return model.model_construct(**data) if isinstance(data, dict) else model.model_construct()
 
 
 class PodfleetClient:
@@ -178,30 +193,31 @@ class PodfleetClient:
 
     # --- clusters -------------------------------------------------------------------------
     def create_cluster(self, name: str, *, type: str | None = None, client_token: str | None = None,
-                       **fields: Any) -> dict[str, Any]:
+                       **fields: Any) -> Cluster:
         """CreateTrainiumCluster. ``type``: default trn2-ultraserver (custom for fabric local/ray).
         ``fields``: dims, chip_type, chips, hbm_gib, link_bw_gbps, storage_nodes, spares,
-        encryption, network_isolation, fabric, rayAddress."""
-        return self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
-                                                           "clientToken": client_token})
+        encryption, network_isolation, fabric, ray_address."""
+        return _typed(Cluster, self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
+                                                                           "client_token": client_token}))
 
-    def list_clusters(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/clusters", params={"nextToken": next_token, "maxResults": max_results})
+    def list_clusters(self, *, next_token: str | None = None, max_results: int | None = None) -> ClusterList:
+        return _typed(ClusterList, self._request("GET", "/v1/clusters", params={"next_token": next_token,
+                                                                                "max_results": max_results}))
 
-    def iter_clusters(self) -> Iterator[dict[str, Any]]:
+    def iter_clusters(self) -> Iterator[Cluster]:
         token = None
         while True:
             page = self.list_clusters(next_token=token)
-            yield from page["clusters"]
-            token = page.get("nextToken")
+            yield from page.clusters
+            token = page.next_token
             if not token:
                 return
 
-    def describe_cluster(self, cluster: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}")
+    def describe_cluster(self, cluster: str) -> Cluster:
+        return _typed(Cluster, self._request("GET", f"/v1/clusters/{_seg(cluster)}"))
 
-    def delete_cluster(self, cluster: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}")
+    def delete_cluster(self, cluster: str) -> Cluster:
+        return _typed(Cluster, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}"))
 
     def rotate_keys(self, cluster: str) -> dict[str, Any]:
         """RotateKeys: add a version to the cluster's checkpoint key ring (admin; a user's
@@ -231,7 +247,7 @@ class PodfleetClient:
                      pod: int | None = None) -> dict[str, Any]:
         """InjectFault: a twin fault (chip or link; ``pod-loss`` at a fleet's ``pod``), or
         ``kill-worker`` (rank, job) / ``slow-worker`` (rank, factor, job) on local/ray."""
-        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "jobId": job, "factor": factor, "pod": pod}
+        body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor, "pod": pod}
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
@@ -263,32 +279,32 @@ class PodfleetClient:
 
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
-                            client_token: str | None = None, **fields: Any) -> dict[str, Any]:
+                            client_token: str | None = None, **fields: Any) -> Job:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
-        steps, checkpoint_interval, priority, team, entrypoint, name, gradCompression, queue,
+        steps, checkpoint_interval, priority, team, entrypoint, name, grad_compression, queue,
         after_ok / after_any (job or array ids), array ("0-15%4")."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
-                             json={"model": model, "chips": chips, **fields, "clientToken": client_token})
+        return _typed(Job, self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
+                                         json={"model": model, "chips": chips, **fields, "client_token": client_token}))
 
     # --- queues and job arrays --------------------------------------------------------------
-    def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> dict[str, Any]:
+    def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> Queue:
         """CreateQueue. ``fields``: cohort, borrowing_limit, lending_limit, weight, reclaim."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/queues",
-                             json={"name": name, "nominal": nominal, **{k: v for k, v in fields.items() if v is not None}})
+        return _typed(Queue, self._request("POST", f"/v1/clusters/{_seg(cluster)}/queues", json={
+            "name": name, "nominal": nominal, **{k: v for k, v in fields.items() if v is not None}}))
 
-    def list_queues(self, cluster: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues")
+    def list_queues(self, cluster: str) -> QueueList:
+        return _typed(QueueList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues"))
 
-    def describe_queue(self, cluster: str, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
+    def describe_queue(self, cluster: str, name: str) -> Queue:
+        return _typed(Queue, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}"))
 
-    def update_queue(self, cluster: str, name: str, **changes: Any) -> dict[str, Any]:
+    def update_queue(self, cluster: str, name: str, **changes: Any) -> Queue:
         """UpdateQueue: only the fields given change; a limit given as None is cleared
         (so the body keeps its nulls, unlike other requests)."""
         import json
 
-        return self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
-                             content=json.dumps(changes), headers={"content-type": "application/json"})
+        return _typed(Queue, self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
+                                           content=json.dumps(changes), headers={"content-type": "application/json"}))
 
     def delete_queue(self, cluster: str, name: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
@@ -335,15 +351,15 @@ class PodfleetClient:
         return self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop")
 
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
-                           next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/jobs", params={"cluster": cluster, "state": state,
-                                                        "nextToken": next_token, "maxResults": max_results})
+                           next_token: str | None = None, max_results: int | None = None) -> JobList:
+        return _typed(JobList, self._request("GET", "/v1/jobs", params={
+            "cluster": cluster, "state": state, "next_token": next_token, "max_results": max_results}))
 
-    def describe_training_job(self, job_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/jobs/{_seg(job_id)}")
+    def describe_training_job(self, job_id: str) -> Job:
+        return _typed(Job, self._request("GET", f"/v1/jobs/{_seg(job_id)}"))
 
-    def stop_training_job(self, job_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop")
+    def stop_training_job(self, job_id: str) -> Job:
+        return _typed(Job, self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop"))
 
     def get_job_logs(self, job_id: str, *, since: int = 0) -> dict[str, Any]:
         return self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since})
@@ -365,12 +381,12 @@ class PodfleetClient:
                                                        "chip_type": chip_type, "topology": topology})
 
     def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/audit", params={"nextToken": next_token, "maxResults": max_results})
+        return self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results})
 
     def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> dict[str, Any]:
         """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
         return self._request("GET", "/v1/audit/verify",
-                             params={"allowMissingDigests": "true" if allow_missing_digests else None})
+                             params={"allow_missing_digests": "true" if allow_missing_digests else None})
 
     def create_access_token(self, name: str, role: str) -> dict[str, Any]:
         return self._request("POST", "/v1/tokens", json={"name": name, "role": role})

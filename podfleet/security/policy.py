@@ -154,7 +154,7 @@ ADMIN_READS = ["ListAccessTokens", "ListUsers", "DescribeUser"]
 # Actions that are parts of an operation, not operations: the handler asks for them when
 # a request uses the option. UseCheckpointOptions: a job's checkpoint_dir, key_file or
 # encrypt_checkpoints false (checkpoints leave the cluster's encrypted data directory).
-# UseFabricCommands: a cluster's rayAddress, neuronLs or neuronMonitor (the control plane
+# UseFabricCommands: a cluster's ray_address, neuron_ls or neuron_monitor (the control plane
 # connects to, or runs, what they name on its own host).
 CHECKPOINT_OPTIONS_ACTION = "UseCheckpointOptions"
 FABRIC_COMMANDS_ACTION = "UseFabricCommands"

@@ -102,7 +102,7 @@ class QueueStore(Protocol):
 
 
 class IdempotencyStore(Protocol):
-    """A retried Create/Submit with the same clientToken returns the same resource."""
+    """A retried Create/Submit with the same client_token returns the same resource."""
 
     def get_idempotent(self, operation: str, client_token: str) -> str | None: ...  # -> resource id
     def put_idempotent(self, operation: str, client_token: str, resource_id: str, request_hash: str) -> None: ...

@@ -4,8 +4,8 @@ Generated clusters stay on the twin: a `local` or `ray` cluster starts real work
 processes (a Ray instance per example would take minutes) and a `neuron` one runs the
 command lines it is given on the test machine. The server is `podfleet up --fabric sim`,
 so such a request is sent with `fabric: sim` instead, and without the options of those
-fabrics (`rayAddress`, `neuronLs`, `neuronMonitor`: given without a fabric they imply it,
-and the schema allows them only with it). Schemathesis revalidates an edited case, so its
+fabrics (`ray_address`, `neuron_ls`, `neuron_monitor`, and their deprecated camelCase
+spellings: given without a fabric they imply it, and the schema allows them only with it). Schemathesis revalidates an edited case, so its
 positive or negative label stays true. Every other field is left as drawn, sizes included:
 the server refuses a cluster past its bound (256 chips) with a 422 before building anything.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import schemathesis
 
 REAL_FABRICS = ("local", "ray", "neuron")
-FABRIC_OPTIONS = ("rayAddress", "neuronLs", "neuronMonitor")
+FABRIC_OPTIONS = ("ray_address", "neuron_ls", "neuron_monitor", "rayAddress", "neuronLs", "neuronMonitor")
 
 
 @schemathesis.hook

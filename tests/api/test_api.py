@@ -78,7 +78,7 @@ BAD = [
     ("post", "/v1/clusters/pod/faults", {"kind": "meteor", "chip": 1}, 400, "kind", None),
     ("post", "/v1/clusters/pod/faults", {"kind": "link-down", "link": "0-2"}, 404, "link", None),
     ("post", "/v1/clusters/pod/faults", {"kind": "chip-failure", "chip": 99}, 404, "chip", None),
-    ("get", "/v1/jobs?maxResults=0", None, 400, "maxResults", "1-1000"),
+    ("get", "/v1/jobs?max_results=0", None, 400, "max_results", "1-1000"),
 ]
 
 
@@ -109,14 +109,14 @@ def test_unknown_route_and_method_are_problems(admin: httpx.Client) -> None:
 
 
 def test_idempotent_create_and_submit(admin: httpx.Client, pod: dict) -> None:
-    body = {"name": "idem", "type": "trn2-node", "clientToken": "retry-1"}
+    body = {"name": "idem", "type": "trn2-node", "client_token": "retry-1"}
     a, b = admin.post("/v1/clusters", json=body), admin.post("/v1/clusters", json=body)
     assert a.status_code == b.status_code == 201 and a.json()["id"] == b.json()["id"]
     c = admin.post("/v1/clusters", json={**body, "spares": 1})
-    assert c.status_code == 409 and c.json()["field"] == "clientToken"
+    assert c.status_code == 409 and c.json()["field"] == "client_token"
     names = [x["name"] for x in admin.get("/v1/clusters").json()["clusters"]]
     assert names.count("idem") == 1
-    jb = {"model": "debug", "chips": 2, "clientToken": "job-retry"}
+    jb = {"model": "debug", "chips": 2, "client_token": "job-retry"}
     j1, j2 = admin.post("/v1/clusters/pod/jobs", json=jb), admin.post("/v1/clusters/pod/jobs", json=jb)
     assert j1.json()["id"] == j2.json()["id"]
     assert admin.post("/v1/clusters/pod/jobs", json={**jb, "chips": 3}).status_code == 409
@@ -127,14 +127,14 @@ def test_pagination(admin: httpx.Client, pod: dict) -> None:
         admin.post("/v1/clusters/pod/jobs", json={"model": "debug", "chips": 1, "steps": 5, "name": f"p{i}"})
     seen, token = [], None
     while True:
-        params = {"maxResults": 2, **({"nextToken": token} if token else {})}
+        params = {"max_results": 2, **({"next_token": token} if token else {})}
         page = admin.get("/v1/jobs", params=params).json()
         assert len(page["jobs"]) <= 2
         seen += [j["id"] for j in page["jobs"]]
-        token = page["nextToken"]
+        token = page["next_token"]
         if not token:
             break
-    assert len(seen) == len(set(seen)) == len(admin.get("/v1/jobs", params={"maxResults": 1000}).json()["jobs"])
+    assert len(seen) == len(set(seen)) == len(admin.get("/v1/jobs", params={"max_results": 1000}).json()["jobs"])
 
 
 def test_deployment_sse(admin: httpx.Client) -> None:

@@ -118,8 +118,8 @@ def test_audit_endpoints_and_tamper(live: AppLive) -> None:
             assert anon.get(path).status_code == 401
     live.flush_denials()
     with live.client("admin") as c:
-        page = c.get("/v1/audit", params={"maxResults": 2}).json()
-        assert len(page["events"]) == 2 and page["nextToken"] == "2"
+        page = c.get("/v1/audit", params={"max_results": 2}).json()
+        assert len(page["events"]) == 2 and page["next_token"] == "2"
         assert c.get("/v1/audit/verify").json()["ok"] is True
         live.store.tamper_audit(1, result="tampered")
         try:
@@ -227,9 +227,9 @@ OPTION_CALLS = {  # option action -> (operation, path, bodies that use the optio
         {**JOB, "options": {"encrypt_checkpoints": False}}, {**JOB, "options": {"checkpoint_dir": "/tmp/x"}},
         {**JOB, "options": {"key_file": "/tmp/k"}}]),
     "UseFabricCommands": ("CreateTrainiumCluster", "/v1/clusters", [
-        {"name": "authz-ray", "fabric": "sim", "rayAddress": "10.0.0.9:6379"},  # 422 when allowed: not ray
-        {"name": "authz-neuron", "fabric": "sim", "neuronLs": "true"},
-        {"name": "authz-neuron", "fabric": "sim", "neuronMonitor": "true"}]),
+        {"name": "authz-ray", "fabric": "sim", "ray_address": "10.0.0.9:6379"},  # 422 when allowed: not ray
+        {"name": "authz-neuron", "fabric": "sim", "neuron_ls": "true"},
+        {"name": "authz-neuron", "fabric": "sim", "neuron_monitor": "true"}]),
 }
 
 

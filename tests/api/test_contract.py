@@ -14,6 +14,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from podfleet.api.openapi import LINKS
+from podfleet.api.wirenames import RENAMED
 from tests.api.conftest import wait_active
 
 
@@ -59,7 +60,8 @@ def test_a_chip_past_the_cluster_is_a_404_naming_its_range(admin: httpx.Client, 
     ({"name": "c1", "storage_nodes": "2"}, 400),
     ({"name": "c1", "spares": 1.5}, 400),
     ({"name": "c1", "type": "trn2-node", "chips": 64}, 422),  # valid fields, an impossible combination
-    ({"name": "c1", "fabric": "sim", "rayAddress": "auto"}, 422),
+    ({"name": "c1", "fabric": "sim", "ray_address": "auto"}, 422),
+    ({"name": "c1", "fabric": "sim", "rayAddress": "auto"}, 422),  # the deprecated spelling, held to the same
 ])
 def test_400_means_the_schema_was_broken(admin: httpx.Client, body: dict[str, Any], status: int) -> None:
     r = admin.post("/v1/clusters", json=body)
@@ -135,12 +137,18 @@ def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, 
 
 
 @pytest.mark.parametrize("body,valid", [
+    ({"name": "c", "fabric": "sim", "ray_address": "auto"}, False),
+    ({"name": "c", "fabric": "ray", "ray_address": "auto"}, True),
+    ({"name": "c", "ray_address": "auto"}, True),             # fabric implied: ray
+    ({"name": "c", "ray_address": "auto", "neuron_ls": "neuron-ls --json-output"}, False),
+    ({"name": "c", "fabric": "local", "neuron_monitor": "neuron-monitor"}, False),
+    ({"name": "c", "neuron_monitor": "neuron-monitor"}, True),
+    # the deprecated spellings (accepted for one release) under the same rules
     ({"name": "c", "fabric": "sim", "rayAddress": "auto"}, False),
-    ({"name": "c", "fabric": "ray", "rayAddress": "auto"}, True),
-    ({"name": "c", "rayAddress": "auto"}, True),             # fabric implied: ray
+    ({"name": "c", "rayAddress": "auto"}, True),
     ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
     ({"name": "c", "fabric": "local", "neuronMonitor": "neuron-monitor"}, False),
-    ({"name": "c", "neuronMonitor": "neuron-monitor"}, True),
+    ({"name": "c", "rayAddress": None, "ray_address": "auto"}, True),     # a null is an absent field
     ({"name": "c", "quotas": {"team-a": 8}}, True),
     ({"name": "c", "quotas": {"Team A": 8}}, False),          # every key is a team name (propertyNames)
     ({"name": "c", "quotas": {"team-a": -1}}, False),
@@ -163,6 +171,8 @@ def test_fabric_options_name_their_fabric_in_the_schema(doc: dict[str, Any], bod
     ({"kind": "slow-worker", "rank": 0}, False),             # how much slower
     ({"kind": "chip-failure", "chip": 3, "factor": 2.0}, False),  # a worker fault's field
     ({"kind": "link-down", "link": "0-1", "rank": 1}, False),
+    ({"kind": "chip-failure", "chip": 3, "job_id": "job-x"}, False),
+    ({"kind": "chip-failure", "chip": 3, "jobId": "job-x"}, False),  # the deprecated spelling too
 ])
 def test_fault_targets_follow_the_kind_in_the_schema(admin: httpx.Client, pod: dict[str, Any],
                                                      doc: dict[str, Any], body: dict[str, Any], valid: bool) -> None:
@@ -171,14 +181,14 @@ def test_fault_targets_follow_the_kind_in_the_schema(admin: httpx.Client, pod: d
         r = admin.post("/v1/clusters/contract/faults", json=body)
         assert r.status_code == 422, r.text
         if body["kind"] not in ("kill-worker", "slow-worker"):  # (those need worker processes first)
-            # named: the target it lacks, or the field that does not belong
-            assert r.json()["field"] in ({"chip", "link"} | set(body)) - {"kind"}, r.text
+            # named: the target it lacks, or the field that does not belong (in today's spelling)
+            assert r.json()["field"] in ({"chip", "link"} | {RENAMED.get(k, k) for k in body}) - {"kind"}, r.text
 
 
 def test_an_implied_fabric_is_the_one_its_options_name(admin: httpx.Client) -> None:
-    # rayAddress without a fabric means ray: refused here only because no Ray address is allowed.
-    r = admin.post("/v1/clusters", json={"name": "implied", "chips": 1, "rayAddress": "10.0.0.9:6379"})
-    assert r.status_code == 403 and "rayAddress" in r.text, r.text
+    # ray_address without a fabric means ray: refused here only because no Ray address is allowed.
+    r = admin.post("/v1/clusters", json={"name": "implied", "chips": 1, "ray_address": "10.0.0.9:6379"})
+    assert r.status_code == 403 and "ray_address" in r.text, r.text
 
 
 def test_policy_documents_and_code_uploads_have_schemas(doc: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """kill -9 of a real ``podfleet up`` under load: every acknowledged write survives the
 restart, running jobs are resumed (not lost), and retries of unacknowledged requests
-with their clientToken create each object exactly once."""
+with their client_token create each object exactly once."""
 
 from __future__ import annotations
 
@@ -31,21 +31,21 @@ def test_kill9_loses_nothing_acknowledged(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"Bearer {TOKEN}"}
     proc = start(db, port)
-    acked_jobs: dict[str, str] = {}  # clientToken -> job id
+    acked_jobs: dict[str, str] = {}  # client_token -> job id
     acked_clusters: dict[str, str] = {}
-    tried: list[tuple[str, str, dict]] = []  # (path, clientToken, body)
+    tried: list[tuple[str, str, dict]] = []  # (path, client_token, body)
     lock = threading.Lock()
     stop = threading.Event()
     try:
         with httpx.Client(base_url=url, headers=headers, timeout=10) as c:
-            r = c.post("/v1/clusters", json={"name": "pod", "spares": 2, "clientToken": "pod"})
+            r = c.post("/v1/clusters", json={"name": "pod", "spares": 2, "client_token": "pod"})
             assert r.status_code == 201, (r.text, (tmp_path / "server.log").read_text()[-3000:])
             acked_clusters["pod"] = r.json()["id"]
             while c.get("/v1/clusters/pod").json()["state"] != "active":
                 time.sleep(0.05)
             running = c.post("/v1/clusters/pod/jobs", json={
                 "model": "debug", "chips": 16, "steps": 10**7, "checkpoint_interval": 1000,
-                "clientToken": "long"}).json()
+                "client_token": "long"}).json()
             acked_jobs["long"] = running["id"]
             assert running["state"] == "RUNNING"
 
@@ -56,11 +56,11 @@ def test_kill9_loses_nothing_acknowledged(tmp_path: Path) -> None:
                     i += 1
                     if i % 10 == 0:
                         path, tok = "/v1/clusters", f"c{worker}-{i}"
-                        body = {"name": f"c{worker}-{i}", "type": "trn2-node", "clientToken": tok}
+                        body = {"name": f"c{worker}-{i}", "type": "trn2-node", "client_token": tok}
                         bucket = acked_clusters
                     else:
                         path, tok = "/v1/clusters/pod/jobs", f"j{worker}-{i}"
-                        body = {"model": "debug", "chips": 1, "steps": 10**6, "clientToken": tok}
+                        body = {"model": "debug", "chips": 1, "steps": 10**6, "client_token": tok}
                         bucket = acked_jobs
                     with lock:
                         tried.append((path, tok, body))
@@ -93,7 +93,7 @@ def test_kill9_loses_nothing_acknowledged(tmp_path: Path) -> None:
             long = c.get(f"/v1/jobs/{acked_jobs['long']}").json()
             assert long["state"] in ("RUNNING", "RECOVERING")
             assert "RECOVERING" in long["timestamps"]  # reconciled, not silently continued
-            # Retrying every request (acknowledged or not) with its clientToken never duplicates.
+            # Retrying every request (acknowledged or not) with its client_token never duplicates.
             for path, tok, body in tried:
                 r = c.post(path, json=body)
                 assert r.status_code == 201, r.text
@@ -101,7 +101,7 @@ def test_kill9_loses_nothing_acknowledged(tmp_path: Path) -> None:
                     assert r.json()["id"] == acked_jobs[tok]
                 if tok in acked_clusters:
                     assert r.json()["id"] == acked_clusters[tok]
-            jobs = c.get("/v1/jobs", params={"maxResults": 1000}).json()["jobs"]
+            jobs = c.get("/v1/jobs", params={"max_results": 1000}).json()["jobs"]
             assert len(jobs) == len({tok for p, tok, _ in tried if "jobs" in p}) + 1
             assert c.get("/v1/audit/verify").json()["ok"] is True
     finally:

@@ -69,15 +69,15 @@ def test_a_ray_address_that_never_answers_blocks_nothing(tmp_path: Path, silent:
                 assert time.monotonic() < deadline, "podfleet up did not start"
                 time.sleep(0.3)
             t0 = time.monotonic()
-            r = c.post("/v1/clusters", json={"name": "hung", "fabric": "ray", "chips": 1, "rayAddress": silent})
+            r = c.post("/v1/clusters", json={"name": "hung", "fabric": "ray", "chips": 1, "ray_address": silent})
             assert r.status_code == 201, r.text
             assert time.monotonic() - t0 < 5 and r.json()["state"] == "deploying"  # loose: a loaded CI
             # A refused port fails at once, with the reason (no ray.init at all).
             r = c.post("/v1/clusters", json={"name": "refused", "fabric": "ray", "chips": 1,
-                                             "rayAddress": "127.0.0.1:1"})
+                                             "ray_address": "127.0.0.1:1"})
             assert r.status_code == 201, r.text
             # Not allow-listed: refused, naming the setting.
-            r = c.post("/v1/clusters", json={"name": "other", "fabric": "ray", "rayAddress": "192.0.2.1:6379"})
+            r = c.post("/v1/clusters", json={"name": "other", "fabric": "ray", "ray_address": "192.0.2.1:6379"})
             assert r.status_code == 403 and "PODFLEET_RAY_ADDRESSES" in r.json()["detail"], r.text
             # Writes to other clusters keep answering while the connection hangs.
             for i in range(3):

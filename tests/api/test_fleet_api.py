@@ -1,4 +1,4 @@
-"""Fleet clusters through the API: pods and podsPerBlock, a gang across pods with its
+"""Fleet clusters through the API: pods and pods_per_block, a gang across pods with its
 topology levels, and DescribeClusterHardware paged, filtered and summarised (issue 28)."""
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ def _running(c: httpx.Client, job_id: str) -> dict:
 
 def test_a_fleet_cluster_places_a_gang_across_pods_and_pages_its_hardware(live: Live, admin: httpx.Client) -> None:
     r = admin.post("/v1/clusters", json={"name": "fleet-8", "type": "trn2-ultraserver", "pods": 8,
-                                          "podsPerBlock": 8, "spares": 0})
+                                          "pods_per_block": 8, "spares": 0})
     assert r.status_code == 201, r.text
     view = wait_active(admin, "fleet-8")
     assert view["chips"] == 512
     r = admin.post("/v1/clusters/fleet-8/jobs", json={"model": "llama3-8b", "chips": 256, "pods": 8,
-                                                       "topologyRequired": "block", "steps": 100000})
+                                                       "topology_required": "block", "steps": 100000})
     assert r.status_code == 201, r.text
     job = _running(admin, r.json()["id"])
     assert job["state"] in ("PLACING", "RUNNING"), job
@@ -41,14 +41,14 @@ def test_a_fleet_cluster_places_a_gang_across_pods_and_pages_its_hardware(live: 
         time.sleep(0.1)
     assert [c["index"] for c in page["chips"]] == list(range(192, 256))
     assert sum(1 for c in page["chips"] if c["job"] == job["id"]) == 32
-    assert all(192 <= lk["src"] < 256 for lk in page["links"]) and page["nextToken"] is None
+    assert all(192 <= lk["src"] < 256 for lk in page["links"]) and page["next_token"] is None
     # Paging through the job's chips 100 at a time gives each once.
     seen, token = [], None
     while True:
         params = {"job": job["id"], "limit": 100, **({"next_token": token} if token else {})}
         p = admin.get("/v1/clusters/fleet-8/hardware", params=params).json()
         seen += [c["index"] for c in p["chips"]]
-        token = p["nextToken"]
+        token = p["next_token"]
         if not token:
             break
     assert sorted(seen) == sorted(job["allocation"]["chips"]) and len(seen) == 256
@@ -62,7 +62,7 @@ def test_a_fleet_cluster_places_a_gang_across_pods_and_pages_its_hardware(live: 
     assert bad.status_code == 422 and "chips 192-255" in bad.text and bad.json()["field"] == "next_token", bad.text
     # Required block on a fleet of one 8-pod block: 1,024 chips can never fit.
     r = admin.post("/v1/clusters/fleet-8/jobs", json={"model": "llama3-8b", "chips": 1024,
-                                                       "topologyRequired": "block"})
+                                                       "topology_required": "block"})
     assert r.status_code in (201, 400, 409, 422), r.text
     if r.status_code == 201:
         assert _running(admin, r.json()["id"])["state"] == "FAILED"
@@ -136,12 +136,12 @@ def test_chip_health_rolls_up_per_pod_with_the_chips(tmp_path) -> None:
 
 def test_on_pod_loss_and_the_pod_loss_fault_through_the_api(live: Live, admin: httpx.Client) -> None:
     r = admin.post("/v1/clusters", json={"name": "fleet-loss", "type": "trn2-ultraserver", "pods": 2,
-                                          "podsPerBlock": 2, "spares": 0})
+                                          "pods_per_block": 2, "spares": 0})
     assert r.status_code == 201, r.text
     wait_active(admin, "fleet-loss")
-    r = admin.post("/v1/clusters/fleet-loss/jobs", json={"model": "llama3-8b", "chips": 128, "onPodLoss": "migrate"})
-    assert r.status_code == 400 and "onPodLoss" in r.text and "shrink" in r.text, r.text
-    r = admin.post("/v1/clusters/fleet-loss/jobs", json={"model": "llama3-8b", "chips": 128, "onPodLoss": "shrink",
+    r = admin.post("/v1/clusters/fleet-loss/jobs", json={"model": "llama3-8b", "chips": 128, "on_pod_loss": "migrate"})
+    assert r.status_code == 400 and "on_pod_loss" in r.text and "shrink" in r.text, r.text
+    r = admin.post("/v1/clusters/fleet-loss/jobs", json={"model": "llama3-8b", "chips": 128, "on_pod_loss": "shrink",
                                                           "steps": 100000})
     assert r.status_code == 201, r.text
     job = _running(admin, r.json()["id"])

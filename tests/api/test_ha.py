@@ -83,7 +83,7 @@ def _wait(pred, timeout_s: float = 90.0, what: str = "condition") -> None:  # ty
 
 def _submit(port: int, name: str, token: str) -> httpx.Response:
     return httpx.post(f"http://127.0.0.1:{port}/v1/clusters/pod-0/jobs", headers=AUTH, timeout=30,
-                      json={"name": name, "model": "debug", "chips": 8, "steps": 1_000_000, "clientToken": token})
+                      json={"name": name, "model": "debug", "chips": 8, "steps": 1_000_000, "client_token": token})
 
 
 @pytest.mark.postgres
@@ -113,7 +113,7 @@ def test_follower_forwards_and_a_paused_leader_is_fenced_off(pg_schema: str, tmp
             # The new leader reloaded: the job acknowledged before is there, running.
             job = httpx.get(f"http://127.0.0.1:{pb}/v1/jobs/{job_id}", headers=AUTH, timeout=10).json()
             assert job["state"] in ("RUNNING", "PLACING", "PENDING"), job
-            again = _submit(pb, "through-follower", "ha-1")  # the same clientToken: the same job
+            again = _submit(pb, "through-follower", "ha-1")  # the same client_token: the same job
             assert again.json()["id"] == job_id
         finally:
             a.send_signal(signal.SIGCONT)
@@ -163,7 +163,7 @@ def test_a_store_outage_answers_503_for_writes_and_reads_from_memory(pg_schema: 
         assert write.status_code == 503 and write.headers.get("retry-after"), write.text
         assert server.poll() is None
         proxy.restore()
-        # Back: the same request (same clientToken) goes through; nothing was half-applied.
+        # Back: the same request (same client_token) goes through; nothing was half-applied.
         # The lease may have lapsed meanwhile: the server then restarts as a follower
         # (exit 75) in production; here it keeps leading or is restarted below.
         def retried() -> bool:

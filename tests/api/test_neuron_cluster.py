@@ -84,7 +84,7 @@ def create(env: Env, name: str, **body: object) -> dict:
 
 @pytest.fixture(scope="module")
 def trn(env: Env) -> dict:
-    view = create(env, "trn", neuronLs=ls_cmd(), neuronMonitor=monitor_cmd("neuron-monitor-trn2-48xlarge.jsonl",
+    view = create(env, "trn", neuron_ls=ls_cmd(), neuron_monitor=monitor_cmd("neuron-monitor-trn2-48xlarge.jsonl",
                                                                            "--delay", "0.3", "--then", "repeat"))
     assert view["state"] == "active", view
     return view
@@ -144,8 +144,8 @@ def test_a_job_runs_as_worker_processes(env: Env, trn: dict) -> None:
 
 
 def test_a_monitor_that_exits_degrades_the_cluster_and_nothing_crashes(env: Env) -> None:
-    view = create(env, "trn-flaky", neuronLs=ls_cmd(),
-                  neuronMonitor=monitor_cmd("neuron-monitor-trn2-full.json", "--then", "exit", "--exit-code", "3"))
+    view = create(env, "trn-flaky", neuron_ls=ls_cmd(),
+                  neuron_monitor=monitor_cmd("neuron-monitor-trn2-full.json", "--then", "exit", "--exit-code", "3"))
     assert view["state"] == "active"
 
     def reason() -> str:
@@ -160,12 +160,12 @@ def test_a_monitor_that_exits_degrades_the_cluster_and_nothing_crashes(env: Env)
 
 
 @pytest.mark.parametrize(("body", "status", "needle"), [
-    ({"neuronMonitor": "neuron-monitor 'unclosed"}, 400, "cannot be split"),
-    ({"fabric": "sim", "neuronMonitor": monitor_cmd()}, 422, "applies to fabric neuron"),
-    ({"neuronMonitor": "/bin/sh -c 'curl example.com'"}, 403, "PODFLEET_NEURON_COMMANDS"),
+    ({"neuron_monitor": "neuron-monitor 'unclosed"}, 400, "cannot be split"),
+    ({"fabric": "sim", "neuron_monitor": monitor_cmd()}, 422, "applies to fabric neuron"),
+    ({"neuron_monitor": "/bin/sh -c 'curl example.com'"}, 403, "PODFLEET_NEURON_COMMANDS"),
 ])
 def test_bad_neuron_commands_are_one_line_4xx(env: Env, body: dict, status: int, needle: str) -> None:
-    r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuronLs": ls_cmd(), **body})
+    r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuron_ls": ls_cmd(), **body})
     assert r.status_code == status, r.text
     detail = r.json()["detail"]
     assert needle in detail and "\n" not in detail and "Traceback" not in detail
@@ -179,7 +179,7 @@ def test_bad_neuron_commands_are_one_line_4xx(env: Env, body: dict, status: int,
 ])
 def test_a_neuron_ls_that_fails_fails_the_cluster_with_one_line(env: Env, neuron_ls: str, needle: str) -> None:
     # neuron-ls runs off the engine thread: the create answers, the cluster then fails.
-    r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuronLs": neuron_ls})
+    r = env.c.post("/v1/clusters", json={"name": "trn-bad", "fabric": "neuron", "neuron_ls": neuron_ls})
     assert r.status_code == 201, r.text
     wait(lambda: env.c.get("/v1/clusters/trn-bad").json()["state"] == "failed")
     reason = env.c.get("/v1/clusters/trn-bad").json()["reason"]
@@ -196,7 +196,7 @@ def test_only_admins_may_name_neuron_commands(env: Env) -> None:
     tok = generate_token()
     env.plane.store.add_token(TokenRecord(new_token_id(), "ops", "operator", hash_token(tok), 0.0))
     with httpx.Client(base_url=env.url, headers={"Authorization": f"Bearer {tok}"}, timeout=30) as op:
-        r = op.post("/v1/clusters", json={"name": "trn-op", "fabric": "neuron", "neuronMonitor": monitor_cmd()})
+        r = op.post("/v1/clusters", json={"name": "trn-op", "fabric": "neuron", "neuron_monitor": monitor_cmd()})
     assert r.status_code == 403 and "needs admin" in r.json()["detail"], r.text
     assert env.c.get("/v1/clusters/trn-op").status_code == 404
     denied = [e for e in env.plane.store.list_audit(limit=1000) if e.result == "denied" and e.target == "trn-op"]

@@ -107,14 +107,14 @@ def test_kill_worker_recovers_on_a_spare_with_the_same_losses(env: Env) -> None:
     # Two jobs run: the job must be named; ranks and jobs are checked with the valid ones.
     r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 1})
     assert r.status_code == 422 and set(r.json()["allowed"]) == {plain, killed}
-    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 2, "jobId": killed})
+    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 2, "job_id": killed})
     assert r.status_code == 404 and "0-1" in r.json()["detail"]
-    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 0, "jobId": "job-nope"})
+    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 0, "job_id": "job-nope"})
     assert r.status_code == 404 and killed in r.json()["detail"]
     old_chips = job(env, killed)["allocation"]["chips"]
     spares_before = env.c.get("/v1/clusters/loc").json()["spares"]
     pid = env.plane.clusters[job(env, killed)["cluster_id"]].fabric.pids(killed)[1]
-    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 1, "jobId": killed})
+    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "kill-worker", "rank": 1, "job_id": killed})
     assert r.status_code == 202, r.text
     assert r.json()["pid"] == pid
 
@@ -145,7 +145,7 @@ def test_kill_worker_recovers_on_a_spare_with_the_same_losses(env: Env) -> None:
     assert steps == [30]
     audit = env.c.get("/v1/audit").json()["events"]
     faults = [ev for ev in audit if ev["action"] == "InjectFault"]
-    assert faults[-1]["result"] == "ok" and faults[-1]["detail"] == {"kind": "kill-worker", "rank": 1, "jobId": killed}
+    assert faults[-1]["result"] == "ok" and faults[-1]["detail"] == {"kind": "kill-worker", "rank": 1, "job_id": killed}
     assert [ev["result"] for ev in faults[:-1]] == ["error:infeasible", "error:not-found", "error:not-found"]
 
 

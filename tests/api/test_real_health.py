@@ -110,7 +110,7 @@ def test_health_scans_run_on_what_the_workers_measure(env: Env) -> None:
 def test_a_slowed_worker_is_rebalanced_by_the_balancer_and_diagnosed(env: Env) -> None:
     jid = env.submit(3)
     wait(lambda: running_at(env, jid, 5))
-    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "slow-worker", "rank": 1, "factor": 4, "jobId": jid})
+    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "slow-worker", "rank": 1, "factor": 4, "job_id": jid})
     assert r.status_code == 202, r.text
     chips = [int(c) for c in env.job(jid)["allocation"]["chips"]]
 
@@ -125,7 +125,7 @@ def test_a_slowed_worker_is_rebalanced_by_the_balancer_and_diagnosed(env: Env) -
     slow = [f for f in env.findings() if f["kind"] == "worker-slow"]
     assert [f["chips"] for f in slow] == [[chips[1]]], env.findings()
     # Bad input is a one-line 4xx naming the problem.
-    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "slow-worker", "rank": 1, "jobId": jid})
+    r = env.c.post("/v1/clusters/loc/faults", json={"kind": "slow-worker", "rank": 1, "job_id": jid})
     assert r.status_code == 422 and "factor" in r.json()["detail"]
     env.stop(jid)
 

@@ -25,7 +25,7 @@ def _as_fastapi_renders(views: list[dict[str, Any]], nxt: str | None) -> tuple[b
 
     @app.get("/list", response_model=ClusterList)
     async def listing() -> dict[str, Any]:
-        return {"clusters": views, "nextToken": nxt}
+        return {"clusters": views, "next_token": nxt}
 
     @app.get("/one", response_model=Cluster)
     async def one() -> dict[str, Any]:
@@ -48,7 +48,7 @@ def test_rendered_bodies_are_byte_for_byte_the_response_models() -> None:
     cache = RenderedViews(Cluster)
     for nxt in (None, views[0]["id"]):
         old_list, old_one = _as_fastapi_renders(views, nxt)
-        new_list = page_body("clusters", [cache.render(v["id"], v) for v in views], "nextToken", nxt)
+        new_list = page_body("clusters", [cache.render(v["id"], v) for v in views], nxt)
         assert new_list == old_list
         assert cache.render(views[0]["id"], views[0]) == old_one
     assert b'"scheduler":{' in old_list and b'"spares":[' in old_list  # real views, not empty ones

@@ -72,12 +72,12 @@ def _audited_ok(api: httpx.Client) -> set[str]:
     actions: set[str] = set()
     token: str | None = None
     while True:
-        params: dict[str, str | int] = {"maxResults": 1000, **({"nextToken": token} if token else {})}
+        params: dict[str, str | int] = {"max_results": 1000, **({"next_token": token} if token else {})}
         r = api.get("/v1/audit", params=params)
         assert r.status_code == 200, (r.status_code, r.text[:500])
         page = r.json()
         actions |= {e["action"] for e in page["events"] if e["result"] == "ok"}
-        token = page["nextToken"]
+        token = page["next_token"]
         if not token:
             return actions
 

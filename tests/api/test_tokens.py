@@ -29,7 +29,7 @@ def test_issue_use_and_revoke_a_viewer_token(live: Live, admin: httpx.Client) ->
         assert gone.status_code == 200 and gone.json()["revoked"] is True
         assert viewer.get("/v1/clusters").status_code == 401
 
-    actions = [e["action"] for e in admin.get("/v1/audit", params={"maxResults": 1000}).json()["events"]]
+    actions = [e["action"] for e in admin.get("/v1/audit", params={"max_results": 1000}).json()["events"]]
     assert "CreateAccessToken" in actions and "RevokeAccessToken" in actions
     assert admin.get("/v1/audit/verify").json()["ok"] is True
 

@@ -32,7 +32,7 @@ def _state(c: httpx.Client, job: str) -> dict:
 def gang(site: Served) -> str:
     with site.client() as c:
         r = c.post("/v1/clusters", json={"name": "fleet-8", "type": "trn2-ultraserver", "pods": 8,
-                                         "podsPerBlock": 8, "spares": 0})
+                                         "pods_per_block": 8, "spares": 0})
         assert r.status_code == 201, r.text
         wait_active(c, "fleet-8")
         r = c.post("/v1/clusters/fleet-8/jobs", json={"model": "llama3-8b", "chips": 512, "steps": 10**6,

@@ -265,9 +265,9 @@ def test_an_address_no_longer_allowed_is_not_reconnected_after_a_restart(tmp_pat
     p2 = served(store, factory, FabricAccess())  # the administrator removed the address
     try:
         out = p2.call_sync(p2.describe_cluster, "r")
-        assert out["reason"].startswith(f"not reconnected after a restart: rayAddress '{ADDR}' is not allowed")
+        assert out["reason"].startswith(f"not reconnected after a restart: ray_address '{ADDR}' is not allowed")
         assert factory.builds == 1
-        with pytest.raises(ConflictError, match="has no fabric: rayAddress"):
+        with pytest.raises(ConflictError, match="has no fabric: ray_address"):
             p2.call_sync(p2.jobs.submit, "r", {"model": "debug", "chips": 1}, actor="t")
         p2.call_sync(p2.delete_cluster, "r", actor="t")
     finally:

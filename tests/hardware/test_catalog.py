@@ -101,7 +101,7 @@ def test_custom_grid_per_axis_bandwidth() -> None:
 
 
 def test_more_pods_per_block_than_pods_is_infeasible_not_malformed() -> None:
-    # 169 is a valid podsPerBlock (the schema's 1-1024) that a fleet of 2 rules out: a 422.
+    # 169 is a valid pods_per_block (the schema's 1-1024) that a fleet of 2 rules out: a 422.
     with pytest.raises(InfeasibleError, match=r"must be 1-2 \(the pods\), got 169"):
         fleet_topology("trn2-ultraserver", 2, 169)
     with pytest.raises(InvalidInputError) as info:

@@ -45,7 +45,7 @@ def test_a_scheduler_user_with_an_admin_token_cannot_turn_checkpoint_encryption_
         r = c.post("/v1/clusters/fx/jobs", json={**job, "options": {"encrypt_checkpoints": False}})
         assert r.status_code == 403 and "UseCheckpointOptions" in r.json()["detail"]
     with _as(api, people["sam"]) as c:  # the same for host commands: UseFabricCommands
-        r = c.post("/v1/clusters", json={"name": "evil", "fabric": "neuron", "neuronLs": "/bin/sh -c id"})
+        r = c.post("/v1/clusters", json={"name": "evil", "fabric": "neuron", "neuron_ls": "/bin/sh -c id"})
         assert r.status_code == 403
     api.flush_denials()
     assert any(r.detail.get("action") == "UseCheckpointOptions" and r.detail.get("user") == "sam"

@@ -110,7 +110,7 @@ def test_pushed_code_runs_by_reference(api: Api, local: str, tmp_path: Path) -> 
     job = sdk.submit_training_job(local, entrypoint=out["ref"] + "train.py", chips=1, steps=3)
     assert job["id"].startswith("job-")
     with api.client("admin") as c:
-        events = c.get("/v1/audit", params={"maxResults": 1000}).json()["events"]
+        events = c.get("/v1/audit", params={"max_results": 1000}).json()["events"]
     upload = [e for e in events if e["action"] == "UploadCode"]
     assert upload and upload[-1]["detail"]["digest"] == out["digest"] and upload[-1]["actor"].endswith(":operator")
     with api.client("viewer") as c:  # viewers may not push code

@@ -65,7 +65,7 @@ def test_key_rotation_through_the_api_sdk_and_cli(api: Api, bob: dict) -> None:
     assert json.loads(out.stdout)["version"] == "v3"
     assert list(keys.load_ring(kek).versions) == ["v1", "v2", "v3"]
     with api.client("admin") as c:
-        events = c.get("/v1/audit", params={"maxResults": 1000}).json()["events"]
+        events = c.get("/v1/audit", params={"max_results": 1000}).json()["events"]
     assert sum(e["action"] == "RotateKeys" and e["result"] == "ok" for e in events) == 2
 
 

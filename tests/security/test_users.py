@@ -76,7 +76,7 @@ def test_mfa_guards_deletion_and_codes_work_once(api: Api, alice: dict) -> None:
     with as_alice(api, alice, mfa="000000") as c:
         assert c.get("/v1/clusters").status_code == 401
     with api.client("admin") as c:
-        events = c.get("/v1/audit", params={"maxResults": 1000}).json()["events"]
+        events = c.get("/v1/audit", params={"max_results": 1000}).json()["events"]
     assert any(e["action"] == "EnableMfa" and e["target"] == "alice" for e in events)
     assert not any(out["recovery_codes"][1] in str(e) for e in events)  # secrets never audited
 

@@ -153,7 +153,7 @@ def test_idempotency_keys_are_unique_per_operation(store: Store) -> None:
     assert store.idempotent_request_hash("SubmitTrainingJob", "tok-1") == "h1"
     with pytest.raises(ConflictError) as err:
         store.put_idempotent("SubmitTrainingJob", "tok-1", "job-002", "h2")
-    assert err.value.field == "clientToken"
+    assert err.value.field == "client_token"
     assert store.get_idempotent("SubmitTrainingJob", "tok-1") == "job-001"
     store.put_idempotent("CreateTrainiumCluster", "tok-1", "cl-001", "h3")  # other operation
     assert store.get_idempotent("CreateTrainiumCluster", "tok-1") == "cl-001"

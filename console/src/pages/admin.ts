@@ -1,4 +1,4 @@
-import { api, enc } from "../api";
+import { api, enc, type Reply, type Schemas } from "../api";
 import { clear, h, table } from "../dom";
 import { field, report, select, status, type Ctx } from "../app";
 
@@ -7,16 +7,16 @@ export async function auditPage(root: HTMLElement, _ctx: Ctx): Promise<void> {
   const list = h("div", {}), msg = status();
   const verify = h("button", { type: "button" }, "Verify chain");
   verify.addEventListener("click", async () => {
-    const v = await api("GET", "/v1/audit/verify");
+    const v = await api<Reply<"VerifyAuditChain">>("GET", "/v1/audit/verify");
     report(msg, v.ok ? `Chain intact: ${v.message}` : `Chain broken at ${v.first_bad_seq}: ${v.message}`, !v.ok);
   });
   let next: string | null = null;
-  const rows: any[] = [];
+  const rows: Schemas["AuditEvent"][] = [];
   const more = h("button", { type: "button" }, "Load more");
   const load = async () => {
-    const page = await api("GET", `/v1/audit?maxResults=200${next ? `&nextToken=${enc(next)}` : ""}`);
+    const page = await api<Reply<"ListAuditEvents">>("GET", `/v1/audit?max_results=200${next ? `&next_token=${enc(next)}` : ""}`);
     rows.push(...page.events);
-    next = page.nextToken;
+    next = page.next_token ?? null;
     more.hidden = !next;
     clear(list, table("Audit events", ["seq", "time", "actor", "action", "target", "result"],
       rows.map((e) => [String(e.seq), e.time, e.actor, e.action, e.target, e.result]), { "data-testid": "audit" }));
@@ -34,11 +34,11 @@ export async function tokensPage(root: HTMLElement, _ctx: Ctx): Promise<void> {
   const issued = h("output", { "data-testid": "issued-token" });
   const form = h("form", { class: "grid-form" }, field("Name", name), field("Role", role), h("button", { type: "submit" }, "Issue token"));
   const refresh = async () => {
-    const { tokens } = await api("GET", "/v1/tokens");
-    clear(list, table("Tokens", ["id", "name", "role", "created", "revoked", ""], tokens.map((t: any) => {
+    const { tokens } = await api<Reply<"ListAccessTokens">>("GET", "/v1/tokens");
+    clear(list, table("Tokens", ["id", "name", "role", "created", "revoked", ""], tokens.map((t) => {
       const b = h("button", { type: "button", "aria-label": `revoke token ${t.name}` }, "Revoke");
       b.addEventListener("click", async () => {
-        try { await api("DELETE", `/v1/tokens/${enc(t.id)}`); report(msg, `Revoked ${t.name}`); await refresh(); }
+        try { await api<Reply<"RevokeAccessToken">>("DELETE", `/v1/tokens/${enc(t.id)}`); report(msg, `Revoked ${t.name}`); await refresh(); }
         catch (e) { report(msg, `Revoke failed: ${(e as Error).message}`, true); }
       });
       return [t.id, t.name, t.role, t.created_at, t.revoked ? "yes" : "no", t.revoked ? "" : b];
@@ -47,7 +47,7 @@ export async function tokensPage(root: HTMLElement, _ctx: Ctx): Promise<void> {
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     try {
-      const t = await api("POST", "/v1/tokens", { name: name.value, role: role.value });
+      const t = await api<Reply<"CreateAccessToken">>("POST", "/v1/tokens", { name: name.value, role: role.value });
       issued.textContent = `Token for ${t.name} (${t.role}), shown once: ${t.token}`;
       await refresh();
     } catch (err) { report(msg, `Issue failed: ${(err as Error).message}`, true); }

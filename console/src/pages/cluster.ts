@@ -1,4 +1,4 @@
-import { allows, api, enc } from "../api";
+import { allows, api, enc, type Reply, type Alert, type Recovery } from "../api";
 import { clear, fmt, h, table, time } from "../dom";
 import { lagMs, link, report, select, sse, status, type Ctx } from "../app";
 import { chart } from "../chart";
@@ -18,8 +18,8 @@ const lags: number[] = ((window as any).podfleetLags = []);
 export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const ref = ctx.params.cluster;
   // The cluster first: a fleet (pods > 1) shows its pods as tiles and never reads every chip.
-  const cluster = await api("GET", `/v1/clusters/${enc(ref)}`);
-  if ((cluster.spec?.pods ?? 1) > 1) return fleetView(root, ctx, cluster);
+  const cluster = await api<Reply<"DescribeCluster">>("GET", `/v1/clusters/${enc(ref)}`);
+  if (Number(cluster.spec?.pods ?? 1) > 1) return fleetView(root, ctx, cluster);
   let hw: Hardware = await api<Hardware>("GET", `/v1/clusters/${enc(cluster.id)}/hardware`);
   let metric = metricByKey(ctx.query.get("metric") ?? "neuroncore_utilization");
   let range = ctx.query.get("range") ?? "realtime";
@@ -42,7 +42,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     const names = new Map<string, string>();
     if (ids.length) {
       try {
-        const { jobs } = await api("GET", `/v1/jobs?cluster=${enc(cluster.name)}`);
+        const { jobs } = await api<Reply<"ListTrainingJobs">>("GET", `/v1/jobs?cluster=${enc(cluster.name)}`);
         for (const j of jobs) if (j.name) names.set(j.id, j.name);
       } catch { /* ids alone */ }
     }
@@ -101,7 +101,7 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     let rank = "—", jobCell: Node | string = "—";
     if (c.job) {
       jobCell = link(ctx, `/jobs/${enc(c.job)}`, c.job);
-      try { const job = await api("GET", `/v1/jobs/${enc(c.job)}`); rank = String(job.allocation?.chips?.indexOf(i) ?? "—"); } catch { /* ended meanwhile */ }
+      try { const job = await api<Reply<"DescribeTrainingJob">>("GET", `/v1/jobs/${enc(c.job)}`); rank = String(job.allocation?.chips?.indexOf(i) ?? "—"); } catch { /* ended meanwhile */ }
     }
     const history = h("div", { class: "history" }, "loading history…");
     const alerts = h("div", {}, "…"), recoveries = h("div", {}, "…");
@@ -126,9 +126,9 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     detail.hidden = false;
     const target = `chip:${i}`;
     const [tel, al, rec] = await Promise.allSettled([
-      api("GET", `/v1/clusters/${enc(cluster.id)}/telemetry?metric=${enc(metric.telemetry)}&range=${enc(range)}&target=${i}`),
-      api("GET", `/v1/clusters/${enc(cluster.id)}/alerts`),
-      api("GET", `/v1/clusters/${enc(cluster.id)}/recoveries`),
+      api<Reply<"GetTelemetry">>("GET", `/v1/clusters/${enc(cluster.id)}/telemetry?metric=${enc(metric.telemetry)}&range=${enc(range)}&target=${i}`),
+      api<{ alerts: Alert[] }>("GET", `/v1/clusters/${enc(cluster.id)}/alerts`),
+      api<{ recoveries: Recovery[] }>("GET", `/v1/clusters/${enc(cluster.id)}/recoveries`),
     ]);
     if (selected !== i) return;
     if (tel.status === "fulfilled") {
@@ -137,13 +137,13 @@ export async function clusterPage(root: HTMLElement, ctx: Ctx): Promise<void> {
         [{ label: metric.label, values: t.avg.map((v: number | null) => (v === null ? null : v * metric.scale)) }], metric.unit)
         : h("p", {}, "No samples in this range yet."));
     } else clear(history, h("p", {}, `History unavailable: ${(tel.reason as Error).message}`));
-    const mine = al.status === "fulfilled" ? al.value.alerts.filter((a: any) => a.target === target) : [];
+    const mine = al.status === "fulfilled" ? al.value.alerts.filter((a) => a.target === target) : [];
     clear(alerts, mine.length ? table(`Alerts of chip ${i}`, ["severity", "rule", "state", "message"],
-      mine.map((a: any) => [a.severity, a.rule, a.state, a.message])) : h("p", {}, "None."));
-    const recs = rec.status === "fulfilled" ? rec.value.recoveries.filter((r: any) => r.target === target
-      || (r.steps ?? []).some((st: any) => JSON.stringify(st.detail ?? {}).includes(`"chip":${i}`))) : [];
+      mine.map((a) => [a.severity, a.rule, a.state, a.message])) : h("p", {}, "None."));
+    const recs = rec.status === "fulfilled" ? rec.value.recoveries.filter((r) => r.target === target
+      || (r.steps ?? []).some((st) => JSON.stringify(st.detail ?? {}).includes(`"chip":${i}`))) : [];
     clear(recoveries, recs.length ? table(`Recoveries touching chip ${i}`, ["id", "kind", "state", "steps"],
-      recs.map((r: any) => [r.id, r.kind, r.state, (r.steps ?? []).map((st: any) => st.name).join(" → ")])) : h("p", {}, "None."));
+      recs.map((r) => [r.id, r.kind, r.state, (r.steps ?? []).map((st) => st.name).join(" → ")])) : h("p", {}, "None."));
   }
 
   async function showLink(key: string): Promise<void> {
@@ -176,9 +176,9 @@ export function chipControls(_ctx: Ctx, cluster: string, chip: number): HTMLElem
   const base = `/v1/clusters/${enc(cluster)}/chips/${chip}`;
   return h("div", { class: "controls", "data-testid": "chip-controls" },
     h("label", { for: kind.id }, "Fault "), kind,
-    act("Inject fault", () => api("POST", `/v1/clusters/${enc(cluster)}/faults`, { kind: kind.value, chip })),
-    act("Cordon", () => api("POST", `${base}/cordon`)), act("Drain", () => api("POST", `${base}/drain`)),
-    act("Uncordon", () => api("POST", `${base}/uncordon`)), act("Repair", () => api("POST", `${base}/repair`)), msg);
+    act("Inject fault", () => api<Reply<"InjectFault">>("POST", `/v1/clusters/${enc(cluster)}/faults`, { kind: kind.value, chip })),
+    act("Cordon", () => api<Reply<"CordonChip">>("POST", `${base}/cordon`)), act("Drain", () => api<Reply<"DrainChip">>("POST", `${base}/drain`)),
+    act("Uncordon", () => api<Reply<"UncordonChip">>("POST", `${base}/uncordon`)), act("Repair", () => api<Reply<"RepairChip">>("POST", `${base}/repair`)), msg);
 }
 
 function linkControls(cluster: string, key: string): HTMLElement {
@@ -187,7 +187,7 @@ function linkControls(cluster: string, key: string): HTMLElement {
   const msg = status();
   const b = h("button", { type: "button" }, "Inject link fault");
   b.addEventListener("click", async () => {
-    try { await api("POST", `/v1/clusters/${enc(cluster)}/faults`, { kind: kind.value, link: key }); report(msg, "injected"); }
+    try { await api<Reply<"InjectFault">>("POST", `/v1/clusters/${enc(cluster)}/faults`, { kind: kind.value, link: key }); report(msg, "injected"); }
     catch (e) { report(msg, `failed: ${(e as Error).message}`, true); }
   });
   return h("div", { class: "controls" }, h("label", { for: kind.id }, "Fault "), kind, b, msg);

@@ -1,4 +1,4 @@
-import { api, enc } from "../api";
+import { api, enc, type Reply } from "../api";
 import { clear, h } from "../dom";
 import { every, field, lagMs, link, select, sse, type Ctx } from "../app";
 import { chart, setData, type Series } from "../chart";
@@ -24,7 +24,7 @@ function clock(t: string | undefined): string {
 /** Per-cluster dashboard: a per-chip utilization heatmap, interconnect x/y against z,
  * HBM, temperature, power, job throughput; realtime (pushed) or the rollups of an hour or a day. */
 export async function dashboardPage(root: HTMLElement, ctx: Ctx): Promise<void> {
-  const cluster = await api("GET", `/v1/clusters/${enc(ctx.params.cluster)}`);
+  const cluster = await api<Reply<"DescribeCluster">>("GET", `/v1/clusters/${enc(ctx.params.cluster)}`);
   const rangeSel = select("range", RANGES, ctx.query.get("range") ?? "realtime");
   rangeSel.id = "dash-range";
   const lagEl = h("span", { "data-testid": "dash-lag", role: "status" }, "—");
@@ -85,15 +85,15 @@ export async function dashboardPage(root: HTMLElement, ctx: Ctx): Promise<void> 
   });
   const rollups = async () => {
     const range = rangeSel.value;
-    const out = await Promise.all(MEANS.map((m) => api("GET", `/v1/clusters/${enc(cluster.id)}/telemetry?metric=${m.metric}&range=${range}`)));
+    const out = await Promise.all(MEANS.map((m) => api<Reply<"GetTelemetry">>("GET", `/v1/clusters/${enc(cluster.id)}/telemetry?metric=${m.metric}&range=${range}`)));
     out.forEach((t, i) => setData(mean[i], t.t, [{ label: MEANS[i].label, values: t.avg.map((v: number | null) => (v === null ? null : v * MEANS[i].scale)) }] as Series[]));
     if (range !== "realtime") {
-      const lt = await api("GET", `/v1/clusters/${enc(cluster.id)}/telemetry?scope=link&metric=utilization_ratio&range=${range}`);
+      const lt = await api<Reply<"GetTelemetry">>("GET", `/v1/clusters/${enc(cluster.id)}/telemetry?scope=link&metric=utilization_ratio&range=${range}`);
       setData(net, lt.t, [{ label: "all links (ratio)", values: lt.avg }, { label: "z", values: lt.avg.map(() => null) }]);
     } else setData(net, netT, [{ label: "x/y", values: xy }, { label: "z", values: zz }]);
-    const { jobs } = await api("GET", `/v1/jobs?cluster=${enc(cluster.id)}&state=RUNNING`);
+    const { jobs } = await api<Reply<"ListTrainingJobs">>("GET", `/v1/jobs?cluster=${enc(cluster.id)}&state=RUNNING`);
     thrT.push(Date.now() / 1000);
-    thrV.push(jobs.reduce((s: number, j: any) => s + (j.progress.tokens_per_s ?? 0), 0));
+    thrV.push(jobs.reduce((s: number, j) => s + (j.progress.tokens_per_s ?? 0), 0));
     if (thrT.length > 900) { thrT.shift(); thrV.shift(); }
     setData(thr, thrT, [{ label: "tokens/s", values: thrV }]);
   };

@@ -1,4 +1,4 @@
-import { allows, api, enc } from "../api";
+import { allows, api, enc, type Reply } from "../api";
 import { clear, h } from "../dom";
 import { every, link, select, type Ctx } from "../app";
 import { jobColor, POD_STATE } from "../colors";
@@ -45,7 +45,7 @@ function podHardware(page: Hardware & { pod: number }, lo: number): Hardware {
 /** A fleet cluster's page: one tile per pod, grouped by network block, coloured by state,
  * with its utilisation and jobs, read from the per-pod summary (never every chip); a
  * tile opens its pod's torus, read a pod at a time (?pod=N). Both refresh every 2 s. */
-export async function fleetView(root: HTMLElement, ctx: Ctx, cluster: any): Promise<void> {
+export async function fleetView(root: HTMLElement, ctx: Ctx, cluster: Reply<"DescribeCluster">): Promise<void> {
   const base = `/v1/clusters/${enc(cluster.id)}/hardware`;
   let summary = await api<Summary>("GET", `${base}?summary=true`);
   const names = new Map<string, string>();
@@ -55,7 +55,7 @@ export async function fleetView(root: HTMLElement, ctx: Ctx, cluster: any): Prom
     if (ids.join() === nameKey) return;
     nameKey = ids.join();
     try {
-      const { jobs } = await api("GET", `/v1/jobs?cluster=${enc(cluster.name)}`);
+      const { jobs } = await api<Reply<"ListTrainingJobs">>("GET", `/v1/jobs?cluster=${enc(cluster.name)}`);
       for (const j of jobs) if (j.name) names.set(j.id, j.name);
     } catch { /* ids alone */ }
   };

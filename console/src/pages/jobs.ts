@@ -1,33 +1,33 @@
-import { allows, api, enc } from "../api";
+import { allows, api, enc, presets, type Reply, type Recovery, type Schemas } from "../api";
 import { clear, duration, fmt, h, table, time } from "../dom";
 import { every, field, link, report, select, sse, status, type Ctx } from "../app";
 import { chart, setData } from "../chart";
 import { COLOR_METRICS, type Hardware } from "../metrics";
 import { torus } from "../torus";
 
-const PRESETS = ["debug", "tiny", "small", "llama3-8b", "llama3-70b", "llama3-405b", "gpt3-175b", "megatron-22b",
-  "megatron-175b", "megatron-1.7b", "megatron-18.4b"];
-const STATES = ["(any)", "PENDING", "PLACING", "RUNNING", "CHECKPOINTING", "RECOVERING", "SUCCEEDED", "FAILED", "STOPPED"];
-const TERMINAL = new Set(["SUCCEEDED", "FAILED", "STOPPED"]);
+// PlanParallelism's figures read here (its reply is an open object in the document).
+interface Plan { tp: number; pp: number; dp: number; step_time_s: number; mfu: number; memory_per_chip_bytes: number;
+  hbm_bytes: number; tokens_per_s: number }
 
 /** Jobs with filters, and (operators) the submit form with a plan preview. */
 export async function jobsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
-  const { clusters } = await api("GET", "/v1/clusters");
-  const names = clusters.map((c: any) => c.name);
+  // The model presets and job states are the server's (GetPresets), never a copy here.
+  const [{ clusters }, known] = await Promise.all([api<Reply<"ListClusters">>("GET", "/v1/clusters"), presets()]);
+  const names = clusters.map((c) => c.name);
   // Names beside ids: a job names its cluster by id; people read the cluster's name.
-  const nameOf = new Map<string, string>(clusters.map((c: any) => [c.id, c.name]));
+  const nameOf = new Map<string, string>(clusters.map((c) => [c.id, c.name]));
   const clusterSel = select("cluster", ["(any)", ...names], ctx.query.get("cluster") ?? "(any)");
   clusterSel.id = "jobs-cluster";
-  const stateSel = select("state", STATES, ctx.query.get("state") ?? "(any)");
+  const stateSel = select("state", ["(any)", ...known.job_states], ctx.query.get("state") ?? "(any)");
   stateSel.id = "jobs-state";
   const list = h("div", { "aria-live": "polite" });
   const refresh = async () => {
     const q = new URLSearchParams();
     if (clusterSel.value !== "(any)") q.set("cluster", clusterSel.value);
     if (stateSel.value !== "(any)") q.set("state", stateSel.value);
-    const { jobs } = await api("GET", `/v1/jobs?${q}`);
+    const { jobs } = await api<Reply<"ListTrainingJobs">>("GET", `/v1/jobs?${q}`);
     clear(list, jobs.length ? table("Jobs", ["id", "name", "cluster", "queue", "state", "reason", "model", "chips", "progress", "tokens/s"],
-      jobs.map((j: any) => [link(ctx, `/jobs/${enc(j.id)}`, j.id), j.name ?? "",
+      jobs.map((j) => [link(ctx, `/jobs/${enc(j.id)}`, j.id), j.name ?? "",
         h("span", { title: j.cluster_id, "data-cluster": j.cluster_id }, nameOf.get(j.cluster_id) ?? j.cluster_id),
         h("span", { "data-field": "queue" }, j.queue ?? "default"), j.state,
         // Why it waits (quota, cohort, dependency, capacity) or what it last did: the admission reason.
@@ -41,12 +41,12 @@ export async function jobsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     h("div", { class: "toolbar" }, field("Cluster", clusterSel), field("State", stateSel)), list);
   await refresh();
   every(ctx, 3000, () => void refresh().catch(() => undefined));
-  if (allows(ctx.me, "operator") && names.length) root.append(submitForm(ctx, names, clusterSel.value));
+  if (allows(ctx.me, "operator") && names.length) root.append(submitForm(ctx, names, clusterSel.value, known.models.map((m) => m.name)));
 }
 
-function submitForm(ctx: Ctx, clusters: string[], current: string): HTMLElement {
+function submitForm(ctx: Ctx, clusters: string[], current: string, models: string[]): HTMLElement {
   const cluster = select("cluster", clusters, clusters.includes(current) ? current : clusters[0]);
-  const model = select("model", ["(custom shape)", ...PRESETS], "llama3-8b");
+  const model = select("model", ["(custom shape)", ...models], "llama3-8b");
   const dims = ["layers", "hidden", "heads", "vocab", "seq_len"].map((k) => h("input", { name: k, type: "number", min: 1 }));
   const chips = h("input", { name: "chips", type: "number", min: 1, max: 65536, value: 16, required: true });
   const steps = h("input", { name: "steps", type: "number", min: 1, value: 1000 });
@@ -74,7 +74,7 @@ function submitForm(ctx: Ctx, clusters: string[], current: string): HTMLElement 
   previewBtn.addEventListener("click", async () => {
     if (model.value === "(custom shape)") { clear(preview, "The planner previews presets; a custom shape is planned at submit."); return; }
     try {
-      const p = await api("POST", "/v1/plan", { model: model.value, chips: Number(chips.value) });
+      const p = await api<Plan>("POST", "/v1/plan", { model: model.value, chips: Number(chips.value) });
       clear(preview, h("dl", {},
         h("dt", {}, "tp / pp / dp"), h("dd", { "data-field": "layout" }, `${p.tp} / ${p.pp} / ${p.dp}`),
         h("dt", {}, "step time"), h("dd", {}, `${p.step_time_s.toFixed(2)} s`),
@@ -90,7 +90,7 @@ function submitForm(ctx: Ctx, clusters: string[], current: string): HTMLElement 
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     try {
-      const j = await api("POST", `/v1/clusters/${enc(cluster.value)}/jobs`, body());
+      const j = await api<Reply<"SubmitTrainingJob">>("POST", `/v1/clusters/${enc(cluster.value)}/jobs`, body());
       report(msg, `Submitted ${j.id} (${j.state}).`);
       ctx.nav(`/jobs/${enc(j.id)}`);
     } catch (err) { report(msg, `Submit failed: ${(err as Error).message}`, true); }
@@ -101,13 +101,14 @@ function submitForm(ctx: Ctx, clusters: string[], current: string): HTMLElement 
 /** One job: progress and ETA, loss and tokens/s curves, its chips on the torus, live logs, recoveries, stop. */
 export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const id = ctx.params.job;
-  let job = await api("GET", `/v1/jobs/${enc(id)}`);
+  let job = await api<Reply<"DescribeTrainingJob">>("GET", `/v1/jobs/${enc(id)}`);
+  const TERMINAL = new Set<string>((await presets()).terminal_job_states);
   const stateEl = h("span", { "data-testid": "job-state" }, job.state);
   // The admission reason (queue quota, cohort borrowing, a dependency, capacity) while it
   // waits, its last transition's once it runs; and where its block was found.
   const reasonEl = h("span", { "data-testid": "job-reason" }, job.reason || "—");
   // (A waiting job's allocation repeats its reason: placement shows only once it has chips.)
-  const placement = (j: any): string => (j.allocation?.chips?.length ? j.allocation.reason : "") || "—";
+  const placement = (j: Schemas["Job"]): string => (j.allocation?.chips?.length ? j.allocation.reason : "") || "—";
   const placedEl = h("span", { "data-testid": "job-placement" }, placement(job));
   const bar = h("progress", { max: job.progress.steps, value: job.progress.step, "aria-label": "job progress", "data-testid": "job-progress" });
   const stepEl = h("span", { "data-testid": "job-step" }, String(job.progress.step));
@@ -120,7 +121,7 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const timeline = h("div", {});
   const msg = status();
   let first: { t: number; step: number } | null = null;
-  const onProgress = (p: any) => {
+  const onProgress = (p: Schemas["Progress"] | null) => {
     if (!p) return;
     const wall = Date.now() / 1000;
     const now = Math.max(wall, (t[t.length - 1] ?? 0) + 0.001); // x must rise (history is on the plane's clock)
@@ -134,11 +135,11 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   };
   const stop = allows(ctx.me, "operator") && !TERMINAL.has(job.state) ? h("button", { type: "button", "data-testid": "stop-job" }, "Stop job") : null;
   stop?.addEventListener("click", async () => {
-    try { job = await api("POST", `/v1/jobs/${enc(id)}/stop`); stateEl.textContent = job.state; report(msg, `Stopped: ${job.state}`); stop.remove(); }
+    try { job = await api<Reply<"StopTrainingJob">>("POST", `/v1/jobs/${enc(id)}/stop`); stateEl.textContent = job.state; report(msg, `Stopped: ${job.state}`); stop.remove(); }
     catch (e) { report(msg, `Stop failed: ${(e as Error).message}`, true); }
   });
   // The cluster by name (its id in the tooltip): the job record holds the id only.
-  const clusterName = await api("GET", `/v1/clusters/${enc(job.cluster_id)}`).then((c) => String(c.name)).catch(() => job.cluster_id);
+  const clusterName = await api<Reply<"DescribeCluster">>("GET", `/v1/clusters/${enc(job.cluster_id)}`).then((c) => String(c.name)).catch(() => job.cluster_id);
   const clusterLink = link(ctx, `/clusters/${enc(clusterName)}`, clusterName);
   clusterLink.setAttribute("title", job.cluster_id);
   clusterLink.setAttribute("data-testid", "job-cluster");
@@ -153,7 +154,7 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     h("div", { class: "charts" }, lossChart, tpsChart),
     h("h2", {}, "Allocation"), alloc, h("h2", {}, "Recovery timeline"), timeline, h("h2", {}, "Logs"), logs);
   try { // the run so far (GetJobMetrics rollups), then live progress events
-    const m = await api("GET", `/v1/jobs/${enc(id)}/metrics`);
+    const m = await api<Reply<"GetJobMetrics">>("GET", `/v1/jobs/${enc(id)}/metrics`);
     for (const pt of m.points) { t.push(pt.t_start); loss.push(pt.loss ?? null); tps.push(pt.tokens_per_s ?? null); }
   } catch { /* a server without job metrics: live points only */ }
   onProgress(job.progress);
@@ -162,7 +163,7 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     progress: onProgress,
   });
   const refresh = async () => {
-    job = await api("GET", `/v1/jobs/${enc(id)}`);
+    job = await api<Reply<"DescribeTrainingJob">>("GET", `/v1/jobs/${enc(id)}`);
     stateEl.textContent = job.state;
     reasonEl.textContent = job.reason || "—";
     placedEl.textContent = placement(job);
@@ -172,10 +173,10 @@ export async function jobPage(root: HTMLElement, ctx: Ctx): Promise<void> {
     const v = torus(hw, COLOR_METRICS[0], { onChip: () => ctx.nav(`/clusters/${enc(job.cluster_id)}`), onLink: () => undefined });
     for (const i of chips) v.svg.querySelector(`[data-chip="${i}"]`)?.classList.add("in-job");
     clear(alloc, chips.length ? v.svg : h("p", {}, "Not placed."));
-    const { recoveries } = await api("GET", `/v1/clusters/${enc(job.cluster_id)}/recoveries`);
-    const mine = recoveries.filter((r: any) => r.job_id === id);
-    clear(timeline, mine.length ? h("ol", {}, ...mine.map((r: any) => h("li", {}, `${time(r.t_start)} ${r.kind} ${r.target}: ${r.state} — `,
-      (r.steps ?? []).map((st: any) => `${st.name} (${st.reason})`).join(" → ")))) : h("p", {}, "No recoveries."));
+    const { recoveries } = await api<{ recoveries: Recovery[] }>("GET", `/v1/clusters/${enc(job.cluster_id)}/recoveries`);
+    const mine = recoveries.filter((r) => r.job_id === id);
+    clear(timeline, mine.length ? h("ol", {}, ...mine.map((r) => h("li", {}, `${time(r.t_start)} ${r.kind} ${r.target}: ${r.state} — `,
+      (r.steps ?? []).map((st) => `${st.name} (${st.reason})`).join(" → ")))) : h("p", {}, "No recoveries."));
   };
   await refresh();
   every(ctx, 5000, () => void refresh().catch(() => undefined));

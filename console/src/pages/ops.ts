@@ -1,13 +1,13 @@
-import { allows, api, enc } from "../api";
+import { allows, api, enc, type Reply, type Alert, type Recovery, type Schemas } from "../api";
 import { clear, h, table, time } from "../dom";
 import { every, field, report, select, status, type Ctx } from "../app";
 import type { Hardware } from "../metrics";
 
 async function clusterPicker(root: HTMLElement, ctx: Ctx, title: string): Promise<HTMLSelectElement | null> {
-  const { clusters } = await api("GET", "/v1/clusters");
+  const { clusters } = await api<Reply<"ListClusters">>("GET", "/v1/clusters");
   root.append(h("h1", {}, title));
   if (!clusters.length) { root.append(h("p", {}, "No clusters yet.")); return null; }
-  const names = clusters.map((c: any) => c.name);
+  const names = clusters.map((c) => c.name);
   const sel = select("cluster", names, ctx.query.get("cluster") ?? names[0]);
   sel.id = "ops-cluster";
   root.append(h("div", { class: "toolbar" }, field("Cluster", sel)));
@@ -24,9 +24,9 @@ export async function alertsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   root.append(field("State", state), list, msg);
   const refresh = async () => {
     const q = state.value === "(any)" ? "" : `?state=${enc(state.value)}`;
-    const { alerts } = await api("GET", `/v1/clusters/${enc(sel.value)}/alerts${q}`);
+    const { alerts } = await api<{ alerts: Alert[] }>("GET", `/v1/clusters/${enc(sel.value)}/alerts${q}`);
     clear(list, alerts.length ? table("Alerts", ["severity", "target", "rule", "state", "count", "last seen", "message", ""],
-      alerts.map((a: any) => [a.severity, a.target, a.rule, a.state, String(a.count), time(a.last_seen), a.message,
+      alerts.map((a) => [a.severity, a.target, a.rule, a.state, String(a.count), time(a.last_seen), a.message,
         allows(ctx.me, "operator") && a.state === "firing" ? ackButton(a.id, msg, refresh) : ""]), { "data-testid": "alerts" })
       : h("p", {}, "No alerts."));
   };
@@ -39,7 +39,7 @@ export async function alertsPage(root: HTMLElement, ctx: Ctx): Promise<void> {
 function ackButton(id: string, msg: HTMLElement, refresh: () => Promise<void>): HTMLElement {
   const b = h("button", { type: "button", "aria-label": `acknowledge alert ${id}` }, "Acknowledge");
   b.addEventListener("click", async () => {
-    try { await api("POST", `/v1/alerts/${enc(id)}/acknowledge`); report(msg, `Acknowledged ${id}`); await refresh(); }
+    try { await api<Reply<"AcknowledgeAlert">>("POST", `/v1/alerts/${enc(id)}/acknowledge`); report(msg, `Acknowledged ${id}`); await refresh(); }
     catch (e) { report(msg, `Acknowledge failed: ${(e as Error).message}`, true); }
   });
   return b;
@@ -52,10 +52,10 @@ export async function recoveriesPage(root: HTMLElement, ctx: Ctx): Promise<void>
   const list = h("div", { "aria-live": "polite" });
   root.append(list);
   const refresh = async () => {
-    const { recoveries } = await api("GET", `/v1/clusters/${enc(sel.value)}/recoveries`);
+    const { recoveries } = await api<{ recoveries: Recovery[] }>("GET", `/v1/clusters/${enc(sel.value)}/recoveries`);
     clear(list, recoveries.length ? table("Recoveries", ["id", "kind", "target", "job", "state", "started", "steps"],
-      recoveries.map((r: any) => [r.id, r.kind, r.target, r.job_id ?? "—", r.state, time(r.t_start),
-        h("ol", {}, ...(r.steps ?? []).map((st: any) => h("li", {}, `${st.name}: ${st.reason}`)))]), { "data-testid": "recoveries" })
+      recoveries.map((r) => [r.id, r.kind, r.target, r.job_id ?? "—", r.state, time(r.t_start),
+        h("ol", {}, ...(r.steps ?? []).map((st) => h("li", {}, `${st.name}: ${st.reason}`)))]), { "data-testid": "recoveries" })
       : h("p", {}, "No recoveries."));
   };
   sel.addEventListener("change", () => void refresh());
@@ -67,7 +67,9 @@ export async function recoveriesPage(root: HTMLElement, ctx: Ctx): Promise<void>
  * StartFirmwareUpdate's `version`); empty where the document is not served. */
 async function knownVersions(): Promise<string[]> {
   try {
-    const doc = await api("GET", "/openapi.json");
+    // Only the part read here: the firmware versions the schema enumerates.
+    type Doc = { components?: { schemas?: { FirmwareUpdateRequest?: { properties?: { version?: { enum?: unknown[] } } } } } };
+    const doc = await api<Doc>("GET", "/openapi.json");
     const v = doc.components?.schemas?.FirmwareUpdateRequest?.properties?.version;
     return Array.isArray(v?.enum) ? v.enum.map(String) : [];
   } catch { return []; }
@@ -77,7 +79,11 @@ const FW_MARK: Record<string, string> = { updated: "✓", updating: "U", skipped
 
 /** A chip's place in a rollout: updated, updating (its turn now), skipped (out of service
  * at its turn), failed (rolled back the rollout), or not updated (yet, or not in it). */
-function fwState(r: any, chip: number): string {
+// The chip lists of a rollout, which the document leaves open (extra fields of FirmwareRollout).
+type Rollout = Schemas["FirmwareRollout"] & { done?: number[]; current?: number[]; skipped?: number[];
+  failed_chip?: number | null; chips?: number; reason?: string; unit?: string };
+
+function fwState(r: Rollout, chip: number): string {
   if (r.failed_chip === chip) return "failed";
   if ((r.current ?? []).includes(chip)) return "updating";
   if ((r.done ?? []).includes(chip)) return "updated";
@@ -109,7 +115,7 @@ export async function firmwarePage(root: HTMLElement, ctx: Ctx): Promise<void> {
       const chips = only.value.split(",").map((x) => x.trim()).filter(Boolean).map(Number);
       if (chips.length) body.chips = chips;
       try {
-        const r = await api("POST", `/v1/clusters/${enc(sel.value)}/firmware`, body);
+        const r = await api<Reply<"StartFirmwareUpdate">>("POST", `/v1/clusters/${enc(sel.value)}/firmware`, body);
         report(msg, `Rollout ${r.id} to ${r.version}: ${r.state}`); await refresh();
       } catch (err) { report(msg, `Update refused: ${(err as Error).message}`, true); }
     });
@@ -119,13 +125,13 @@ export async function firmwarePage(root: HTMLElement, ctx: Ctx): Promise<void> {
   root.append(unavailable, list, chipsBox);
   const refresh = async () => {
     const cluster = sel.value;
-    const [fw, hw] = await Promise.all([api("GET", `/v1/clusters/${enc(cluster)}/firmware`),
+    const [fw, hw] = await Promise.all([api<Reply<"ListFirmwareUpdates">>("GET", `/v1/clusters/${enc(cluster)}/firmware`),
       api<Hardware>("GET", `/v1/clusters/${enc(cluster)}/hardware`)]);
     if (cluster !== sel.value) return; // another cluster was picked meanwhile
     unavailable.hidden = !fw.unavailable;
     unavailable.textContent = fw.unavailable ?? "";
     if (card) card.hidden = Boolean(fw.unavailable);
-    const rollouts: any[] = fw.rollouts;
+    const rollouts = fw.rollouts as Rollout[];
     clear(list, rollouts.length ? table("Rollouts", ["id", "version", "unit", "state", "progress", "chips updated", "updating now", "skipped", "reason"],
       rollouts.map((r) => [r.id, r.version, r.unit, h("span", { "data-testid": "rollout-state" }, r.state),
         h("progress", { max: 1, value: r.progress, "aria-label": `rollout ${r.id} progress` }),

@@ -1,10 +1,11 @@
-import { allows, api, enc } from "../api";
+import { allows, api, enc, type Reply, type Alert, type Schemas } from "../api";
 import { clear, h, table } from "../dom";
+import type { Hardware } from "../metrics";
 import { every, field, link, report, select, sse, status, type Ctx } from "../app";
 
-interface Cluster { id: string; name: string; state: string; type?: string; chips?: number; spares: number[];
-  fabric?: string; deployment?: { state: string; percent: number; steps: { name: string; state: string }[] };
-  scheduler: Record<string, any>; cordoned?: number[] }
+type Cluster = Schemas["Cluster"];
+// The figures of DescribeCluster's scheduler object read here (an open object in the document).
+interface SchedulerFigures { running_jobs?: number; pending_jobs?: number; utilization?: number }
 
 /** One tile of a cluster's state at a glance: chips healthy, failed, spare and busy, jobs
  * running and queued, firing alerts; its border says whether anything needs a look. */
@@ -27,14 +28,14 @@ export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const tiles = h("ul", { class: "tiles", "data-testid": "tiles", "aria-label": "clusters at a glance" });
   root.append(h("h1", {}, "Clusters"), tiles, list);
   const refresh = async () => {
-    const { clusters } = await api<{ clusters: Cluster[] }>("GET", "/v1/clusters");
+    const { clusters } = await api<Reply<"ListClusters">>("GET", "/v1/clusters");
     const glance: HTMLElement[] = [];
     const rows = await Promise.all(clusters.map(async (c) => {
       let healthy = 0, failed = 0, spare = 0, busy = 0;
       // Each figure on its own: one the server cannot give (a cluster going away meanwhile)
       // leaves its cell "—" and never hides the others.
-      const [hw, al] = await Promise.allSettled([api("GET", `/v1/clusters/${enc(c.id)}/hardware`),
-        api("GET", `/v1/clusters/${enc(c.id)}/alerts?state=firing`)]);
+      const [hw, al] = await Promise.allSettled([api<Hardware>("GET", `/v1/clusters/${enc(c.id)}/hardware`),
+        api<{ alerts: Alert[] }>("GET", `/v1/clusters/${enc(c.id)}/alerts?state=firing`)]);
       if (hw.status === "fulfilled") {
         for (const chip of hw.value.chips) {
           if (chip.spare) spare++;
@@ -44,7 +45,7 @@ export async function overviewPage(root: HTMLElement, ctx: Ctx): Promise<void> {
         }
       }
       const alerts = al.status === "fulfilled" ? String(al.value.alerts.length) : "—";
-      const sch = c.scheduler ?? {};
+      const sch: SchedulerFigures = c.scheduler ?? {};
       const hwn = (v: number) => (hw.status === "fulfilled" ? v : null);
       glance.push(tile(ctx, c, { healthy: hwn(healthy), failed: hwn(failed), spare: hwn(spare), busy: hwn(busy),
         running: sch.running_jobs ?? 0, queued: sch.pending_jobs ?? 0,
@@ -79,7 +80,7 @@ function deleteForm(refresh: () => Promise<void>): HTMLElement {
     e.preventDefault();
     if (again.value !== name.value) { report(msg, "The names differ: nothing deleted.", true); return; }
     try {
-      const c = await api("DELETE", `/v1/clusters/${enc(name.value)}`);
+      const c = await api<Reply<"DeleteCluster">>("DELETE", `/v1/clusters/${enc(name.value)}`);
       report(msg, `Cluster ${c.name} is ${c.state}; its jobs were stopped.`);
       name.value = again.value = "";
       await refresh();
@@ -102,11 +103,11 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
   const spares = h("input", { name: "spares", type: "number", min: 0, max: 4, value: 0 });
   const spareChips = h("input", { name: "spare_chips", placeholder: "e.g. 0,63 (optional)" });
   const restore = h("input", { name: "restore_spares", type: "checkbox", checked: true });
-  const ray = h("input", { name: "rayAddress", maxlength: 512, placeholder: "HOST:6379, ray://HOST:10001 or auto" });
+  const ray = h("input", { name: "ray_address", maxlength: 512, placeholder: "HOST:6379, ray://HOST:10001 or auto" });
   // Commands the server runs on its own host: admins only (the API refuses others anyway).
   const admin = allows(ctx.me, "admin");
-  const neuronLs = h("input", { name: "neuronLs", maxlength: 1024, placeholder: "neuron-ls --json-output" });
-  const neuronMon = h("input", { name: "neuronMonitor", maxlength: 1024, placeholder: "neuron-monitor" });
+  const neuronLs = h("input", { name: "neuron_ls", maxlength: 1024, placeholder: "neuron-ls --json-output" });
+  const neuronMon = h("input", { name: "neuron_monitor", maxlength: 1024, placeholder: "neuron-monitor" });
   const quotas = h("input", { name: "quotas", placeholder: "team=chips, e.g. research=32,prod=32" });
   const encryption = h("input", { name: "encryption", type: "checkbox", checked: true });
   const isolation = h("input", { name: "network_isolation", type: "checkbox", checked: true });
@@ -133,24 +134,24 @@ function createForm(ctx: Ctx, refresh: () => Promise<void>): HTMLElement {
     if (dims.value) body.dims = ints(dims.value);
     if (chipType.value !== "(default)") body.chip_type = chipType.value;
     if (chips.value) body.chips = Number(chips.value);
-    if (ray.value) body.rayAddress = ray.value;
-    if (admin && neuronLs.value) body.neuronLs = neuronLs.value;
-    if (admin && neuronMon.value) body.neuronMonitor = neuronMon.value;
+    if (ray.value) body.ray_address = ray.value;
+    if (admin && neuronLs.value) body.neuron_ls = neuronLs.value;
+    if (admin && neuronMon.value) body.neuron_monitor = neuronMon.value;
     if (hbm.value) body.hbm_gib = Number(hbm.value);
     if (bw.value) body.link_bw_gbps = Number(bw.value);
     if (spareChips.value) body.spare_chips = ints(spareChips.value);
     if (quotas.value) body.quotas = Object.fromEntries(quotas.value.split(",").map((kv) => kv.split("=").map((x) => x.trim()))
       .map(([k, v]) => [k, Number(v)]));
     try {
-      const c = await api("POST", "/v1/clusters", body);
+      const c = await api<Reply<"CreateTrainiumCluster">>("POST", "/v1/clusters", body);
       report(msg, `Cluster ${c.name} (${c.id}) is ${c.state}: following its deployment.`);
       log.textContent = "";
       log.hidden = false;
       sse(ctx, `/v1/clusters/${enc(c.id)}/logs?follow=true`, {
         log: (ln) => { log.textContent += `${ln.time}  ${ln.message}\n`; },
-        progress: (d) => {
+        progress: (d: Schemas["Deployment"] | null) => {
           if (!d) return;
-          clear(steps, ...d.steps.map((st: any) => h("li", { "data-step": st.name, "data-state": st.state }, `${st.name}: ${st.state}`)));
+          clear(steps, ...d.steps.map((st) => h("li", { "data-step": st.name, "data-state": st.state }, `${st.name}: ${st.state}`)));
           if (d.state !== "running") void refresh();
         },
       });

@@ -1,4 +1,4 @@
-import { api, enc } from "../api";
+import { api, enc, type Reply, type Schemas } from "../api";
 import { clear, fmt, h } from "../dom";
 import { every, field, link, select, type Ctx } from "../app";
 import { chart, setData, type Series } from "../chart";
@@ -23,9 +23,9 @@ function cell(field: string, text: string, title?: string): HTMLElement {
   return h("span", { "data-field": field, title }, text);
 }
 
-function row(q: any): HTMLElement[] {
+function row(q: Schemas["Queue"]): HTMLElement[] {
   return [
-    h("span", { "data-queue": q.name, "data-field": "name", title: q.id ?? "" }, q.name, q.defined ? "" : " (implicit)"),
+    h("span", { "data-queue": q.name, "data-field": "name", title: String(q.id ?? "") }, q.name, q.defined ? "" : " (implicit)"),
     cell("cohort", q.cohort ?? "—"),
     cell("nominal", chips(q.nominal, "unlimited")),
     cell("borrowing_limit", chips(q.borrowing_limit, "no limit")),
@@ -43,22 +43,22 @@ function row(q: any): HTMLElement[] {
   ];
 }
 
-function queueTable(cluster: any, queues: any[]): HTMLTableElement {
-  return h("table", { "data-testid": `queues-${cluster.name}` },
-    h("caption", {}, `Queues of ${cluster.name}`),
+function queueTable(cluster: string, queues: Schemas["Queue"][]): HTMLTableElement {
+  return h("table", { "data-testid": `queues-${cluster}` },
+    h("caption", {}, `Queues of ${cluster}`),
     h("thead", {}, h("tr", {}, ...HEADS.map((x) => h("th", { scope: "col" }, x)))),
     h("tbody", {}, ...queues.map((q) => h("tr", { "data-queue": q.name }, ...row(q).map((c) => h("td", {}, c))))));
 }
 
 /** One cluster's usage chart: each queue's chip-hours per bucket (the axis starts at 0).
  * uPlot fixes its series when built, so a new queue rebuilds the chart. */
-function usageChart(ctx: Ctx, cluster: any) {
+function usageChart(ctx: Ctx, cluster: Schemas["Cluster"]) {
   const box = h("div", { class: "charts" });
   let built: { key: string; el: HTMLElement } | null = null;
-  const update = (u: any, per: string, queues: string[]) => {
+  const update = (u: Schemas["UsageReport"], per: string, queues: string[]) => {
     const s = u.series ?? { t: [], groups: [], bucket_s: 0 };
     // Every queue, those that never ran a job at 0 (the usage report names only queues with jobs).
-    const of = new Map<string, (number | null)[]>(s.groups.map((g: any) => [g.name, g.chip_hours]));
+    const of = new Map<string, (number | null)[]>(s.groups.map((g) => [g.name, g.chip_hours]));
     const names = [...new Set([...queues, ...of.keys()])].sort();
     // Each bucket's amount holds from its start to the next; the last one's end closes the line.
     const t: number[] = s.t.length ? [...s.t, s.t[s.t.length - 1] + s.bucket_s] : [];
@@ -74,7 +74,7 @@ function usageChart(ctx: Ctx, cluster: any) {
       built = { key, el };
       clear(box, el);
     } else setData(built.el, t, series);
-    const total = s.groups.reduce((a: number, g: any) => a + g.chip_hours.reduce((b: number, v: number) => b + v, 0), 0);
+    const total = s.groups.reduce((a: number, g) => a + g.chip_hours.reduce((b: number, v: number) => b + v, 0), 0);
     built.el.setAttribute("data-buckets", String(s.t.length));
     built.el.setAttribute("data-chip-hours", String(Number(total.toFixed(4))));
   };
@@ -83,8 +83,8 @@ function usageChart(ctx: Ctx, cluster: any) {
 
 /** Queues per cluster (quota, borrowing, lending, jobs, fair share) and their usage over time. */
 export async function queuesPage(root: HTMLElement, ctx: Ctx): Promise<void> {
-  const { clusters } = await api("GET", "/v1/clusters");
-  const clusterSel = select("cluster", ["(all)", ...clusters.map((c: any) => c.name)], ctx.query.get("cluster") ?? "(all)");
+  const { clusters } = await api<Reply<"ListClusters">>("GET", "/v1/clusters");
+  const clusterSel = select("cluster", ["(all)", ...clusters.map((c) => c.name)], ctx.query.get("cluster") ?? "(all)");
   clusterSel.id = "queues-cluster";
   const bucket = ctx.query.get("bucket") ?? "1h";
   const bucketSel = h("select", { name: "bucket", id: "queues-bucket" },
@@ -93,10 +93,10 @@ export async function queuesPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   root.append(h("h1", {}, "Queues"),
     h("p", { class: "sub" }, "Each queue's nominal quota, what it borrows from and lends to its cohort, its jobs and its fair share; usage is chip-hours held (busy, reserved and lost)."),
     h("div", { class: "toolbar" }, field("Cluster", clusterSel), field("Usage", bucketSel)), body);
-  let views: { name: string; table: HTMLElement; update: (u: any, per: string, queues: string[]) => void }[] = [];
+  let views: { name: string; table: HTMLElement; update: (u: Schemas["UsageReport"], per: string, queues: string[]) => void }[] = [];
   const build = () => {
-    const shown = clusters.filter((c: any) => clusterSel.value === "(all)" || c.name === clusterSel.value);
-    views = shown.map((c: any) => {
+    const shown = clusters.filter((c) => clusterSel.value === "(all)" || c.name === clusterSel.value);
+    views = shown.map((c) => {
       const table = h("div", {}, h("p", {}, "Loading…"));
       const u = usageChart(ctx, c);
       const title = link(ctx, `/clusters/${enc(c.name)}`, c.name);
@@ -109,14 +109,13 @@ export async function queuesPage(root: HTMLElement, ctx: Ctx): Promise<void> {
   const refresh = async () => {
     await Promise.all(views.map(async (v) => {
       const [{ queues }, usage] = await Promise.all([
-        api("GET", `/v1/clusters/${enc(v.name)}/queues`),
-        api("GET", `/v1/usage?by=queue&bucket=${enc(bucketSel.value)}&cluster=${enc(v.name)}`),
+        api<Reply<"ListQueues">>("GET", `/v1/clusters/${enc(v.name)}/queues`),
+        api<Reply<"GetUsage">>("GET", `/v1/usage?by=queue&bucket=${enc(bucketSel.value)}&cluster=${enc(v.name)}`),
       ]);
-      const cluster = clusters.find((c: any) => c.name === v.name);
       // Fifteen columns: on a narrow screen the table scrolls (by keyboard too), not the page.
       clear(v.table, queues.length ? h("div", { class: "wide", tabindex: 0, role: "region", "aria-label": `queues of ${v.name}` },
-        queueTable(cluster, queues)) : h("p", {}, "No queues."));
-      v.update(usage, bucketSel.selectedOptions[0]?.textContent ?? bucketSel.value, queues.map((q: any) => q.name));
+        queueTable(v.name, queues)) : h("p", {}, "No queues."));
+      v.update(usage, bucketSel.selectedOptions[0]?.textContent ?? bucketSel.value, queues.map((q) => q.name));
     }));
   };
   const rebuild = () => { clear(body); build(); void refresh(); };

@@ -14,18 +14,18 @@ router = APIRouter(prefix="/v1/audit", tags=["audit"])
 
 
 @router.get("", operation_id="ListAuditEvents", response_model=AuditList)
-def list_audit(log: Audit, next_token: Annotated[str | None, Query(alias="nextToken", pattern=r"^\d{1,12}$")] = None,
+def list_audit(log: Audit, next_token: Annotated[str | None, Query(alias="next_token", pattern=r"^\d{1,12}$")] = None,
                      max_results: MaxResults = 100) -> dict[str, Any]:
     after = int(next_token) if next_token else 0
     recs = log.list_audit(after_seq=after, limit=max_results + 1)
     page = recs[:max_results]
     events = [{**r.__dict__, "time": rfc3339(r.time)} for r in page]
-    return {"events": events, "nextToken": str(page[-1].seq) if len(recs) > max_results else None}
+    return {"events": events, "next_token": str(page[-1].seq) if len(recs) > max_results else None}
 
 
 @router.get("/verify", operation_id="VerifyAuditChain", response_model=AuditVerify)
 def verify_audit(request: Request, log: Audit,
-                 allow_missing: Annotated[bool, Query(alias="allowMissingDigests", description=(
+                 allow_missing: Annotated[bool, Query(alias="allow_missing_digests", description=(
                      "accept records newer than every signed digest, or no digest at all"))] = False) -> dict[str, Any]:
     """The chain's MACs, links and sequence, and, where the server signs digests (every
     durable store), that the chain still holds every signed head (no deleted tail, no

@@ -34,29 +34,25 @@ _CLUSTERS = RenderedViews(Cluster)
 async def create_cluster(body: CreateClusterRequest, request: Request, plane: Plane,
                          who: CurrentPrincipal) -> dict[str, Any]:
     """Create a cluster; its deployment runs as steps (follow them with GetClusterLogs?follow=true).
-    ``rayAddress`` names a Ray cluster the control plane joins, ``neuronLs`` /
-    ``neuronMonitor`` programs it runs on its own host: they need UseFabricCommands (admins;
+    ``ray_address`` names a Ray cluster the control plane joins, ``neuron_ls`` /
+    ``neuron_monitor`` programs it runs on its own host: they need UseFabricCommands (admins;
     a user's policies must grant it)."""
-    host = {"rayAddress": body.rayAddress, "neuronLs": body.neuronLs, "neuronMonitor": body.neuronMonitor}
+    host = {"ray_address": body.ray_address, "neuron_ls": body.neuron_ls, "neuron_monitor": body.neuron_monitor}
     await require_fabric_commands(request, who, body.name, [k for k, v in host.items() if v is not None])
-    data = body.model_dump(exclude={"clientToken", "rayAddress", "neuronLs", "neuronMonitor", "podsPerBlock"},
-                           exclude_none=True)
-    named = {"ray_address": body.rayAddress, "neuron_ls": body.neuronLs, "neuron_monitor": body.neuronMonitor,
-             "pods_per_block": body.podsPerBlock}
-    data.update({k: v for k, v in named.items() if v is not None})
+    data = body.model_dump(exclude={"client_token"}, exclude_none=True)
     if body.fabric is None:
         # The fabric-specific options say which fabric is meant (the schema says the same).
-        implied = "ray" if body.rayAddress is not None else (
-            "neuron" if body.neuronLs is not None or body.neuronMonitor is not None else None)
+        implied = "ray" if body.ray_address is not None else (
+            "neuron" if body.neuron_ls is not None or body.neuron_monitor is not None else None)
         if implied is not None:
             data["fabric"] = implied
-    return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.clientToken)
+    return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.client_token)
 
 
 @router.get("", operation_id="ListClusters", response_model=ClusterList)
 async def list_clusters(plane: Plane, next_token: NextToken = None, max_results: MaxResults = 100) -> Response:
     views, nxt = plane.list_clusters(next_token=next_token, max_results=max_results)
-    return Response(page_body("clusters", [_CLUSTERS.render(str(v.get("id")), v) for v in views], "nextToken", nxt),
+    return Response(page_body("clusters", [_CLUSTERS.render(str(v.get("id")), v) for v in views], nxt),
                     media_type="application/json")
 
 
@@ -88,7 +84,7 @@ async def describe_hardware(
                      Query(description="only chips in this state")] = None,
     job: Annotated[str | None, Query(max_length=64, pattern=r"^job-[a-z0-9-]+$",
                                      description="only chips this job holds")] = None,
-    limit: Annotated[int | None, Query(ge=1, le=4096, description="chips per page (a page has nextToken)")] = None,
+    limit: Annotated[int | None, Query(ge=1, le=4096, description="chips per page (a page has next_token)")] = None,
     next_token: Annotated[str | None, Query(alias="next_token", max_length=16, pattern=r"^\d+$",
                                             description="from the previous page")] = None,
     summary: Annotated[bool, Query(description="per-pod and per-block counts (healthy, failed, spare, "
@@ -129,10 +125,10 @@ async def cluster_logs(request: Request, cluster: ClusterRef, plane: Plane,
 async def inject_fault(cluster: ClusterRef, body: InjectFaultRequest, plane: Plane,
                        who: CurrentPrincipal) -> dict[str, Any]:
     """Inject a fault. The twin: chip faults need ``chip``, link faults ``link`` (A-B). Local
-    and ray clusters: ``kill-worker`` kills one rank's worker (``rank``; ``jobId`` unless one
+    and ray clusters: ``kill-worker`` kills one rank's worker (``rank``; ``job_id`` unless one
     job runs there), an infrastructure failure the fabric recovers from; ``slow-worker`` slows
     one rank down by ``factor`` (the balancer moves work off it). Twin fleet clusters:
     ``pod-loss`` takes ``pod`` down as a whole (power, switch); each job spanning it acts on
-    its ``onPodLoss`` policy."""
+    its ``on_pod_loss`` policy."""
     return await plane.call(plane.inject_fault, cluster, body.kind, chip=body.chip, link=body.link,
-                            rank=body.rank, job=body.jobId, factor=body.factor, pod=body.pod, actor=who.actor)
+                            rank=body.rank, job=body.job_id, factor=body.factor, pod=body.pod, actor=who.actor)

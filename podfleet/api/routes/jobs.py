@@ -30,18 +30,10 @@ async def submit_job(cluster: ClusterRef, body: SubmitJobRequest, request: Reque
     Options that move checkpoints or their key (``checkpoint_dir``, ``key_file``) or turn
     encryption off (``encrypt_checkpoints: false``) need UseCheckpointOptions (admins; a
     user's policies must grant it, e.g. StorageAccess), and are audited."""
-    data = body.model_dump(exclude={"clientToken", "gradCompression", "topologyRequired", "topologyPreferred",
-                                    "onPodLoss"},
-                           exclude_none=True)
-    if body.gradCompression is not None:
-        data["grad_compression"] = body.gradCompression
-    for key, value in (("topology_required", body.topologyRequired), ("topology_preferred", body.topologyPreferred),
-                       ("on_pod_loss", body.onPodLoss)):
-        if value is not None:
-            data[key] = value
+    data = body.model_dump(exclude={"client_token"}, exclude_none=True)
     await require_checkpoint_options(request, who, cluster, data.get("options"))
     await require_queue(request, who, cluster, data.get("queue") or "default")
-    return await plane.call(plane.jobs.submit, cluster, data, actor=who.actor, client_token=body.clientToken)
+    return await plane.call(plane.jobs.submit, cluster, data, actor=who.actor, client_token=body.client_token)
 
 
 @router.get("/jobs", operation_id="ListTrainingJobs", response_model=JobList)
@@ -50,7 +42,7 @@ async def list_jobs(plane: Plane, cluster: str | None = None, state: JobStateNam
     cluster_id = plane.resolve(cluster).id if cluster else None
     views, nxt = plane.jobs.list(cluster_id=cluster_id, state=state, next_token=next_token,
                                  max_results=max_results)
-    return {"jobs": views, "nextToken": nxt}
+    return {"jobs": views, "next_token": nxt}
 
 
 @router.get("/jobs/{job}", operation_id="DescribeTrainingJob", response_model=Job)

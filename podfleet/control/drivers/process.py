@@ -246,15 +246,15 @@ class ProcessDriver:
             if len(running) != 1:
                 raise InfeasibleError(
                     f"cluster {rt.rec.name} runs {len(running)} jobs; give --job (running: "
-                    f"{', '.join(running) or 'none'})", field="jobId", allowed=running)
+                    f"{', '.join(running) or 'none'})", field="job_id", allowed=running)
             job_id = running[0]
         job = table.find(job_id)
         if job is None or job.cluster_id != rt.id:
             raise NotFoundError(f"job {job_id!r} not found on cluster {rt.rec.name}; running: "
-                                f"{', '.join(running) or 'none'}", field="jobId")
+                                f"{', '.join(running) or 'none'}", field="job_id")
         if job_id not in running:
             raise ConflictError(f"job {job_id} is {job.state.value}; {kind} needs a running job "
-                                f"(running: {', '.join(running) or 'none'})", field="jobId", allowed=running)
+                                f"(running: {', '.join(running) or 'none'})", field="job_id", allowed=running)
         n = len(job.chips)
         if not 0 <= rank < n:
             raise NotFoundError(f"rank {rank} not in job {job_id}'s ranks 0-{n - 1}", field="rank",

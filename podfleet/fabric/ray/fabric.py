@@ -251,7 +251,7 @@ class RayFabric:
                     f"cannot connect to Ray at {address or 'a private local Ray'!r}: this server is already "
                     f"connected to the Ray cluster at {connected or 'its private local Ray'} and a process holds "
                     "one Ray connection (ray.init); use that address, or run another podfleet server for the "
-                    "other Ray cluster", field="rayAddress")
+                    "other Ray cluster", field="ray_address")
             return
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
         if address is None:

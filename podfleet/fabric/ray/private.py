@@ -399,7 +399,7 @@ def make_private_fabric(cluster_workdir: str | Path, timeline: Any, topology: To
         raise ConflictError(
             f"cannot start a private local Ray: this server is already connected to the Ray cluster at "
             f"{connected_address(ray) or 'another address'} and a process holds one Ray connection (ray.init); "
-            "give this cluster that address, or run another podfleet server for a private Ray", field="rayAddress")
+            "give this cluster that address, or run another podfleet server for a private Ray", field="ray_address")
     _speak_auth(head.auth_env())
     n = topology.n_chips
     started = head.ensure(cluster_id, max(2, n) if resource == "CPU" else 2)

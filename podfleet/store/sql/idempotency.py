@@ -1,4 +1,4 @@
-"""Idempotency keys, in SQL (``protocol.IdempotencyStore``): (operation, clientToken) is
+"""Idempotency keys, in SQL (``protocol.IdempotencyStore``): (operation, client_token) is
 unique, so a second use of a token is refused by the database itself."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class SqlIdempotency(SqlBase):
     ) -> None:
         def conflict(_exc: IntegrityError) -> PodfleetError:
             return ConflictError(
-                f"clientToken {client_token!r} was already used for {operation}",
-                field="clientToken",
+                f"client_token {client_token!r} was already used for {operation}",
+                field="client_token",
             )
 
         row = {

@@ -50,7 +50,7 @@ def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         with serve_in_thread(parts.plane, parts=parts) as url:
             client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
             r = client.post("/v1/clusters", json={"name": "rb", "fabric": "ray", "chips": 2, "spares": 0,
-                                                  "rayAddress": cluster.address})
+                                                  "ray_address": cluster.address})
             assert r.status_code == 201, r.text
             wait(lambda: client.get("/v1/clusters/rb").json()["state"] == "active", 90)
             yield client
@@ -84,9 +84,9 @@ def running_at(c: httpx.Client, job_id: str, step: int) -> bool:
 def test_a_slowed_ray_rank_gets_a_smaller_share(c: httpx.Client) -> None:
     jid = submit(c, chips=2, steps=100_000, checkpoint_interval=0)
     wait(lambda: running_at(c, jid, 5), 180)
-    r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 1, "factor": 4, "jobId": jid})
+    r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 1, "factor": 4, "job_id": jid})
     assert r.status_code == 202, r.text
-    r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 5, "factor": 4, "jobId": jid})
+    r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 5, "factor": 4, "job_id": jid})
     assert r.status_code in (400, 404, 422) and "rank" in r.json()["detail"], r.text
 
     def rebalanced() -> bool:

@@ -127,7 +127,7 @@ def test_another_address_is_refused_naming_both(connected: Any) -> None:
     with pytest.raises(ConflictError) as info:
         RayFabric._connect(ray, "127.0.0.1:1", 2, "CPU", None)
     msg = info.value.message
-    assert info.value.http_status == 409 and info.value.field == "rayAddress"
+    assert info.value.http_status == 409 and info.value.field == "ray_address"
     assert "'127.0.0.1:1'" in msg and "10.0.0.5:6379" in msg and "\n" not in msg
 
 
