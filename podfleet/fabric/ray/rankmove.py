@@ -44,6 +44,7 @@ from podfleet.fabric.ray import control, supervisor
 from podfleet.fabric.ray.gang import GangConfig, bundle_selectors, chip_trouble
 from podfleet.fabric.ray.jobs import ExitCause, RankRecord, RayJob, RayState
 from podfleet.fabric.ray.nodes import NodeMap
+from podfleet.fabric.ray.probe import gcs_unreachable
 from podfleet.fabric.ray.standby import Standbys
 
 
@@ -64,6 +65,9 @@ class MoveFabric(Protocol):
 
     @property
     def namespace(self) -> str: ...
+
+    @property
+    def gcs(self) -> tuple[str, int] | None: ...
 
     @property
     def placement_timeout_s(self) -> float: ...
@@ -150,6 +154,11 @@ def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
     actor: Any = None
     pg: Any = None
     try:
+        gcs = f.gcs
+        lost_head = gcs_unreachable(gcs) if gcs is not None else None
+        if lost_head is not None:  # no Ray call to a dead GCS: Ray would abort the process
+            abort(runner, job, gen, f"the Ray head does not answer ({lost_head})")
+            return
         runner.read_nodes()  # the poller's view may be 2 s old: a node lost with its rank is seen now
         with state.lock:
             if not _current(job, gen):

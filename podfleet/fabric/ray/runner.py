@@ -427,6 +427,12 @@ class JobRunner:
             if p.get("result") is not None:
                 finished.append((r, p["result"], None))
         regroup = control.files(job, len(job.ranks)).get("regroup_file")
+        # A rank lost with the head (its GCS port closed) is no rank move: the mover's Ray
+        # calls would reach a dead GCS, where Ray aborts the whole process (seen: a fatal
+        # check in GetAllNodeInfo). The gang ends and is relaunched once Ray is back.
+        gcs = f.gcs
+        if finished and gcs is not None and gcs_unreachable(gcs) is not None:
+            regroup = None
         with self.state.lock:
             if job.state not in (RunState.RUNNING, RunState.RECOVERING):
                 return
