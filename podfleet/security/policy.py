@@ -143,7 +143,7 @@ def _policy(name: str, *statements: dict[str, Any]) -> Policy:
 # ``List*`` would also grant the admin-only reads below, and any read added later.
 READ_ACTIONS = ["ListClusters", "DescribeCluster", "DescribeClusterHardware", "GetClusterLogs",
                 "ListTrainingJobs", "DescribeTrainingJob", "GetJobLogs", "GetJobMetrics", "GetTelemetry",
-                "PlanParallelism", "ListAlerts", "ListRecoveries", "ListFirmwareUpdates", "DescribeFirmwareUpdate",
+                "PlanParallelism", "GetPresets", "ListAlerts", "ListRecoveries", "ListFirmwareUpdates", "DescribeFirmwareUpdate",
                 "DiagnoseCluster", "GetRecommendations", "ListGuides", "GetGuide", "ListHealthReports",
                 "GetHealthReport", "ListQueues", "DescribeQueue", "DescribeJobArray", "ListPriorityClasses",
                 "ListReservations", "DescribeReservation", "GetUsage", "ListMaintenance", "DescribeMaintenance"]
