@@ -31,11 +31,12 @@ os.environ.setdefault(*ISOLATION_OPT_OUT)
 # CI's two cores. Tests run without one unless they ask (`podfleet up --agent`).
 os.environ.setdefault("PODFLEET_LOCAL_AGENT", "false")
 # Planes built in tests (the console's served plane, embedded planes) keep their job work
-# directories and keys in this run's own temporary directory, never in the user's
-# ~/.podfleet: a test run must not read or leave state where a real server keeps its own.
+# directories in this run's own temporary directory, never in the user's ~/.podfleet: a
+# test run must not read or leave state where a real server keeps its own. (Keys are left
+# to their default: a cluster's KEK sits beside its data directory unless PODFLEET_KEY_DIR
+# is set, which tests/security/test_job_code.py checks.)
 _RUN_DIR = tempfile.mkdtemp(prefix="podfleet-tests-")
 os.environ.setdefault("PODFLEET_WORKDIR", os.path.join(_RUN_DIR, "work"))
-os.environ.setdefault("PODFLEET_KEY_DIR", os.path.join(_RUN_DIR, "keys"))
 atexit.register(shutil.rmtree, _RUN_DIR, ignore_errors=True)
 
 

@@ -176,7 +176,11 @@ def test_factory_keeps_the_clusters_key_in_its_workdir_and_hands_it_to_workers(s
     from podfleet.hardware.catalog import custom_grid
 
     monkeypatch.delenv("PODFLEET_CHECKPOINT_KEY", raising=False)
-    f = make_ray_fabric(custom_grid([2]), None, workdir=tmp_path, per_chip=0.25)
+    # This process is connected to the module's Ray: the fabric is given its address (with
+    # a data directory and no address, the factory would start the private head, which a
+    # process connected elsewhere refuses: tests/fabric/ray/test_ray_private.py).
+    gcs = ray.get_runtime_context().gcs_address
+    f = make_ray_fabric(custom_grid([2]), None, address=gcs, workdir=tmp_path, per_chip=0.25)
     try:
         # The KEK is kept beside the workdir, never inside the checkpoint tree.
         assert f.workdir == str(tmp_path) and f.key_file == str(kek_path_for(tmp_path))
@@ -189,7 +193,7 @@ def test_factory_keeps_the_clusters_key_in_its_workdir_and_hands_it_to_workers(s
         assert f.gang.worker_config(own, 0, "127.0.0.1", 1).key_file == "/k"  # a job's own key wins
     finally:
         f.close()
-    again = make_ray_fabric(custom_grid([2]), None, workdir=tmp_path, per_chip=0.25)
+    again = make_ray_fabric(custom_grid([2]), None, address=gcs, workdir=tmp_path, per_chip=0.25)
     try:
         assert again.key_file == f.key_file  # kept across restarts: old checkpoints stay readable
     finally:

@@ -41,7 +41,8 @@ def _group_alive(pgid: int) -> bool:
 
 def test_sigterm_stops_podfleet_up_with_ray_initialised(tmp_path: Path) -> None:
     port = _port()
-    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": TOKEN, "HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "PODFLEET_ADMIN_TOKEN": TOKEN, "HOME": str(tmp_path), "PODFLEET_WORKDIR": str(tmp_path / ".podfleet" / "work"),
+           "RAY_AUTH_MODE": "disabled"}
     env.pop("PODFLEET_RAY_ADDRESS", None)
     env.pop("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
     err = tmp_path / "err.log"
