@@ -21,7 +21,46 @@ from podfleet.errors import (
     UnknownNameError,
     error_class,
 )
-from podfleet.sdk.models import Cluster, ClusterList, Job, JobList, Queue, QueueList, Reply
+from podfleet.sdk.models import (
+    AccessToken,
+    AccessTokenList,
+    AlertList,
+    AuditList,
+    AuditVerify,
+    ChipLifecycleOut,
+    ChipOut,
+    Cluster,
+    ClusterList,
+    Diagnosis,
+    FaultOut,
+    FirmwareRollout,
+    FirmwareRolloutList,
+    Guide,
+    GuideList,
+    Hardware,
+    HardwareSummary,
+    Job,
+    JobArray,
+    JobList,
+    JobMetricsOut,
+    Logs,
+    MaintenanceList,
+    MaintenanceRollout,
+    Presets,
+    PriorityClass,
+    PriorityClassList,
+    Queue,
+    QueueList,
+    Recommendations,
+    RecoveryList,
+    Reply,
+    ReportList,
+    Reservation,
+    ReservationList,
+    Telemetry,
+    UsageReport,
+    Verification,
+)
 
 
 def _seg(value: object) -> str:
@@ -100,9 +139,11 @@ def _typed(model: type[M], data: Any) -> M:
     from a server of another release, is kept as it came rather than refused: a client
     reads what it is given (its fields still read by attribute and by key)."""
     try:
-        return model.model_validate(data)
+        reply = model.model_validate(data)
     except ValidationError:
-        return model.model_construct(**data) if isinstance(data, dict) else model.model_construct()
+        reply = model.model_construct(**data) if isinstance(data, dict) else model.model_construct()
+    reply.keep_order(data)  # to_dict (what the CLI prints) keeps the server's key order
+    return reply
 
 
 class PodfleetClient:
@@ -226,17 +267,22 @@ class PodfleetClient:
 
     def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None, pod: int | None = None,
                                   state: str | None = None, job: str | None = None, limit: int | None = None,
-                                  next_token: str | None = None, summary: bool = False) -> dict[str, Any]:
+                                  next_token: str | None = None, summary: bool = False) -> Hardware | ChipOut | HardwareSummary:
         """The whole cluster, one chip, a filtered page (pod, state, job, limit, next_token),
         or with ``summary`` per-pod and per-block counts."""
         params: dict[str, Any] = {"chip": chip, "pod": pod, "state": state, "job": job, "limit": limit,
                                   "next_token": next_token}
         if summary:
             params["summary"] = "true"
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params=params)
+        body = self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params=params)
+        # The route answers one of three shapes, by what was asked (as it documents).
+        paged = any(v is not None for v in (pod, state, job, limit, next_token))
+        shape: type[Hardware | ChipOut | HardwareSummary] = (
+            HardwareSummary if summary else ChipOut if chip is not None and not paged else Hardware)
+        return _typed(shape, body)
 
-    def get_cluster_logs(self, cluster: str, *, since: int = 0) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since})
+    def get_cluster_logs(self, cluster: str, *, since: int = 0) -> Logs:
+        return _typed(Logs, self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since}))
 
     def follow_cluster_logs(self, cluster: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         """GetClusterLogs?follow=true: ('log', line) / ('progress', deployment) / ('end', {...})."""
@@ -244,38 +290,38 @@ class PodfleetClient:
 
     def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
-                     pod: int | None = None) -> dict[str, Any]:
+                     pod: int | None = None) -> FaultOut:
         """InjectFault: a twin fault (chip or link; ``pod-loss`` at a fleet's ``pod``), or
         ``kill-worker`` (rank, job) / ``slow-worker`` (rank, factor, job) on local/ray."""
         body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor, "pod": pod}
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
+        return _typed(FaultOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None}))
 
-    def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
+    def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> FaultOut:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
 
-    def slow_worker(self, cluster: str, rank: int, factor: float, *, job: str | None = None) -> dict[str, Any]:
+    def slow_worker(self, cluster: str, rank: int, factor: float, *, job: str | None = None) -> FaultOut:
         """InjectFault kind slow-worker (local clusters): rank ``rank`` computes ``factor`` x slower."""
         return self.inject_fault(cluster, "slow-worker", rank=rank, job=job, factor=factor)
 
     # --- chip lifecycle ---------------------------------------------------------------------
-    def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
+    def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> ChipLifecycleOut:
         """CordonChip: no new placement lands on the chip (``reason``: kept in the audit record)."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
-                             params={"reason": reason})
+        return _typed(ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
+                             params={"reason": reason}))
 
-    def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
+    def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> ChipLifecycleOut:
         """DrainChip: cordon, and move the chip's rank off through the recovery path."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
-                             params={"reason": reason})
+        return _typed(ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
+                             params={"reason": reason}))
 
-    def uncordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+    def uncordon_chip(self, cluster: str, chip: int) -> ChipLifecycleOut:
         """UncordonChip: back to placement."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon")
+        return _typed(ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon"))
 
-    def repair_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+    def repair_chip(self, cluster: str, chip: int) -> ChipLifecycleOut:
         """RepairChip: a failed, isolated or degraded chip no job holds back to healthy."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair")
+        return _typed(ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair"))
 
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
@@ -311,44 +357,44 @@ class PodfleetClient:
 
     # --- advance reservations ------------------------------------------------------------------
     def create_reservation(self, cluster: str, *, chips: int, duration: str | float, start: str = "now",
-                           queue: str | None = None, name: str | None = None) -> dict[str, Any]:
+                           queue: str | None = None, name: str | None = None) -> Reservation:
         """CreateReservation: ``chips`` held from ``start`` (RFC 3339, now, now+1h) for
         ``duration`` (seconds, 2h, 30m, HH:MM:SS) for ``queue``'s jobs (None: nobody's)."""
         body = {"chips": chips, "duration": duration, "start": start, "queue": queue, "name": name}
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reservations",
-                             json={k: v for k, v in body.items() if v is not None})
+        return _typed(Reservation, self._request("POST", f"/v1/clusters/{_seg(cluster)}/reservations",
+                             json={k: v for k, v in body.items() if v is not None}))
 
-    def list_reservations(self, cluster: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations")
+    def list_reservations(self, cluster: str) -> ReservationList:
+        return _typed(ReservationList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations"))
 
-    def describe_reservation(self, cluster: str, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
+    def describe_reservation(self, cluster: str, name: str) -> Reservation:
+        return _typed(Reservation, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}"))
 
-    def delete_reservation(self, cluster: str, name: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
+    def delete_reservation(self, cluster: str, name: str) -> Reservation:
+        return _typed(Reservation, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}"))
 
     def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None,
-                  bucket: str | None = None) -> dict[str, Any]:
+                  bucket: str | None = None) -> UsageReport:
         """GetUsage: chip-seconds per user, queue or team; with ``bucket`` (``1m`` ... ``1d``)
         also ``series``, each one's chip-hours per bucket."""
-        return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
-                                                         "bucket": bucket})
+        return _typed(UsageReport, self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
+                                                         "bucket": bucket}))
 
-    def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> dict[str, Any]:
-        return self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
-                                                                   "preemption": preemption})
+    def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> PriorityClass:
+        return _typed(PriorityClass, self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
+                                                                   "preemption": preemption}))
 
-    def list_priority_classes(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/priority-classes")
+    def list_priority_classes(self) -> PriorityClassList:
+        return _typed(PriorityClassList, self._request("GET", "/v1/priority-classes"))
 
     def delete_priority_class(self, name: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/priority-classes/{_seg(name)}")
 
-    def describe_job_array(self, array_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/job-arrays/{_seg(array_id)}")
+    def describe_job_array(self, array_id: str) -> JobArray:
+        return _typed(JobArray, self._request("GET", f"/v1/job-arrays/{_seg(array_id)}"))
 
-    def stop_job_array(self, array_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop")
+    def stop_job_array(self, array_id: str) -> JobArray:
+        return _typed(JobArray, self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop"))
 
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
                            next_token: str | None = None, max_results: int | None = None) -> JobList:
@@ -361,18 +407,18 @@ class PodfleetClient:
     def stop_training_job(self, job_id: str) -> Job:
         return _typed(Job, self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop"))
 
-    def get_job_logs(self, job_id: str, *, since: int = 0) -> dict[str, Any]:
-        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since})
+    def get_job_logs(self, job_id: str, *, since: int = 0) -> Logs:
+        return _typed(Logs, self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since}))
 
     def follow_job_logs(self, job_id: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         return self._sse(f"/v1/jobs/{_seg(job_id)}/logs", {"follow": "true", "since": since})
 
     def get_job_metrics(self, job_id: str, *, resolution: float | None = None, since: float | None = None,
-                        limit: int | None = None) -> dict[str, Any]:
+                        limit: int | None = None) -> JobMetricsOut:
         """GetJobMetrics: ``{"job_id", "resolution_s", "points": [{time, step_first, step_last,
         loss, tokens_per_s, step_time_s, *_min, *_max}]}``, oldest first."""
-        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics",
-                             params={"resolution": resolution, "since": since, "limit": limit})
+        return _typed(JobMetricsOut, self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics",
+                             params={"resolution": resolution, "since": since, "limit": limit}))
 
     # --- planner, audit, system --------------------------------------------------------------
     def plan_parallelism(self, model: str, chips: int, *, chip_type: str = "trn2",
@@ -380,22 +426,26 @@ class PodfleetClient:
         return self._request("POST", "/v1/plan", json={"model": model, "chips": chips,
                                                        "chip_type": chip_type, "topology": topology})
 
-    def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results})
+    def get_presets(self) -> Presets:
+        """GetPresets: the model presets and the job and chip state vocabularies, by name."""
+        return _typed(Presets, self._request("GET", "/v1/presets"))
 
-    def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> dict[str, Any]:
+    def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> AuditList:
+        return _typed(AuditList, self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results}))
+
+    def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> AuditVerify:
         """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
-        return self._request("GET", "/v1/audit/verify",
-                             params={"allow_missing_digests": "true" if allow_missing_digests else None})
+        return _typed(AuditVerify, self._request("GET", "/v1/audit/verify",
+                             params={"allow_missing_digests": "true" if allow_missing_digests else None}))
 
-    def create_access_token(self, name: str, role: str) -> dict[str, Any]:
-        return self._request("POST", "/v1/tokens", json={"name": name, "role": role})
+    def create_access_token(self, name: str, role: str) -> AccessToken:
+        return _typed(AccessToken, self._request("POST", "/v1/tokens", json={"name": name, "role": role}))
 
-    def list_access_tokens(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/tokens")
+    def list_access_tokens(self) -> AccessTokenList:
+        return _typed(AccessTokenList, self._request("GET", "/v1/tokens"))
 
-    def revoke_access_token(self, token_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/tokens/{_seg(token_id)}")
+    def revoke_access_token(self, token_id: str) -> AccessToken:
+        return _typed(AccessToken, self._request("DELETE", f"/v1/tokens/{_seg(token_id)}"))
 
     def healthz(self) -> dict[str, Any]:
         return self._request("GET", "/healthz")
@@ -404,76 +454,76 @@ class PodfleetClient:
         return self._request("GET", "/metrics")
 
     # --- health: alerts, recoveries, firmware ---------------------------------------------
-    def list_alerts(self, cluster: str, state: str | None = None) -> dict[str, Any]:
+    def list_alerts(self, cluster: str, state: str | None = None) -> AlertList:
         """ListAlerts: ``{"alerts": [...]}``, optionally only those in ``state``
         (firing, acknowledged, resolved)."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state})
+        return _typed(AlertList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state}))
 
     def get_telemetry(self, cluster: str, *, metric: str = "temperature_c", scope: str = "chip",
-                      range_: str = "realtime", target: int | None = None) -> dict[str, Any]:
+                      range_: str = "realtime", target: int | None = None) -> Telemetry:
         """GetTelemetry: one metric over a range (realtime, hour, day, week, quarter), of one
         chip or link (``target``) or the mean."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
-                             params={"metric": metric, "scope": scope, "range": range_, "target": target})
+        return _typed(Telemetry, self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
+                             params={"metric": metric, "scope": scope, "range": range_, "target": target}))
 
     def acknowledge_alert(self, alert_id: str) -> dict[str, Any]:
         return self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge")
 
-    def list_recoveries(self, cluster: str) -> dict[str, Any]:
+    def list_recoveries(self, cluster: str) -> RecoveryList:
         """ListRecoveries: ``{"recoveries": [...]}``, each with its steps."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/recoveries")
+        return _typed(RecoveryList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recoveries"))
 
     def start_firmware(self, cluster: str, version: str, *, unit: str = "chip",
-                       chips: list[int] | None = None) -> dict[str, Any]:
+                       chips: list[int] | None = None) -> FirmwareRollout:
         """StartFirmwareUpdate: a rolling update, ``unit`` (chip or node) at a time, of
         ``chips`` (default: all)."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/firmware",
-                             json={"version": version, "unit": unit, "chips": chips})
+        return _typed(FirmwareRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/firmware",
+                             json={"version": version, "unit": unit, "chips": chips}))
 
-    def list_firmware(self, cluster: str) -> dict[str, Any]:
+    def list_firmware(self, cluster: str) -> FirmwareRolloutList:
         """ListFirmwareUpdates: ``{"rollouts": [...]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware")
+        return _typed(FirmwareRolloutList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware"))
 
-    def describe_firmware(self, cluster: str, rollout: str) -> dict[str, Any]:
+    def describe_firmware(self, cluster: str, rollout: str) -> FirmwareRollout:
         """DescribeFirmwareUpdate: one rollout's state and progress."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}")
+        return _typed(FirmwareRollout, self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}"))
 
     def start_maintenance(self, cluster: str, command: str, *, unit: str = "chip", chips: list[int] | None = None,
-                          max_failures: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
+                          max_failures: int = 1, timeout_s: float = 600.0) -> MaintenanceRollout:
         """StartMaintenance (admin; a second factor under MFARequired, ``use_mfa``): run
         ``command`` on each host, ``unit`` (chip or host) at a time, ranks moved away first."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
+        return _typed(MaintenanceRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
                              json={"command": command, "unit": unit, "chips": chips, "max_failures": max_failures,
-                                   "timeout_s": timeout_s})
+                                   "timeout_s": timeout_s}))
 
-    def list_maintenance(self, cluster: str) -> dict[str, Any]:
+    def list_maintenance(self, cluster: str) -> MaintenanceList:
         """ListMaintenance: ``{"rollouts": [...]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance")
+        return _typed(MaintenanceList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance"))
 
-    def describe_maintenance(self, cluster: str, rollout: str) -> dict[str, Any]:
+    def describe_maintenance(self, cluster: str, rollout: str) -> MaintenanceRollout:
         """DescribeMaintenance: state, progress, failed chips, each host's exit code and output."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}")
+        return _typed(MaintenanceRollout, self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}"))
 
-    def resume_maintenance(self, cluster: str, rollout: str) -> dict[str, Any]:
+    def resume_maintenance(self, cluster: str, rollout: str) -> MaintenanceRollout:
         """ResumeMaintenance: go on with a rollout paused after its failures."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume")
+        return _typed(MaintenanceRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume"))
 
     # --- operations intelligence ----------------------------------------------------------
     def verify_cluster(self, cluster: str, *, max_size_bytes: int | None = None, ops: list[str] | None = None,
                        compute: bool = True, interconnect: bool = True, drill: bool = True,
-                       budget_s: float | None = None) -> dict[str, Any]:
+                       budget_s: float | None = None) -> Verification:
         """VerifyCluster: ``{"passed", "status", "checks": [{name, status, figures, evidence}]}``."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/verify",
+        return _typed(Verification, self._request("POST", f"/v1/clusters/{_seg(cluster)}/verify",
                              json={"max_size_bytes": max_size_bytes, "ops": ops, "compute": compute,
-                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s})
+                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s}))
 
-    def diagnose_cluster(self, cluster: str) -> dict[str, Any]:
+    def diagnose_cluster(self, cluster: str) -> Diagnosis:
         """DiagnoseCluster: ``{"healthy", "findings": [{kind, chips, links, root_cause, ...}]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/diagnosis")
+        return _typed(Diagnosis, self._request("GET", f"/v1/clusters/{_seg(cluster)}/diagnosis"))
 
-    def get_recommendations(self, cluster: str) -> dict[str, Any]:
+    def get_recommendations(self, cluster: str) -> Recommendations:
         """GetRecommendations: advice proven in rehearsal, ``{"recommendations": [...]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations")
+        return _typed(Recommendations, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations"))
 
     def apply_recommendation(self, rec_id: str) -> dict[str, Any]:
         """ApplyRecommendation: carry it out (audited); a stale one is a ConflictError."""
@@ -483,9 +533,9 @@ class PodfleetClient:
         """CreateHealthReport: generate and archive one; returns the report (JSON)."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reports", json={"period": period})
 
-    def list_health_reports(self, cluster: str) -> dict[str, Any]:
+    def list_health_reports(self, cluster: str) -> ReportList:
         """ListHealthReports: ``{"reports": [{id, created_at, period_s, ...}]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports")
+        return _typed(ReportList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports"))
 
     def get_health_report(self, cluster: str, report_id: str, *, format: str = "json") -> str:
         """GetHealthReport: the archived report's text, JSON or HTML."""
@@ -493,13 +543,13 @@ class PodfleetClient:
                             params={"format": format})
         return out if isinstance(out, str) else json.dumps(out)
 
-    def list_guides(self) -> dict[str, Any]:
+    def list_guides(self) -> GuideList:
         """ListGuides: ``{"guides": [{topic, title}]}``."""
-        return self._request("GET", "/v1/kb")
+        return _typed(GuideList, self._request("GET", "/v1/kb"))
 
-    def get_guide(self, topic: str) -> dict[str, Any]:
+    def get_guide(self, topic: str) -> Guide:
         """GetGuide: ``{topic, title, text}`` (Markdown)."""
-        return self._request("GET", f"/v1/kb/{_seg(topic)}")
+        return _typed(Guide, self._request("GET", f"/v1/kb/{_seg(topic)}"))
 
     # --- security ---------------------------------------------------------------------
     def upload_code(self, data: bytes) -> dict[str, Any]:

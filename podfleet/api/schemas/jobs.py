@@ -13,7 +13,6 @@ from podfleet.api.schemas.base import (
     ClientToken,
     Name,
     RequestBody,
-    ResponseBody,
     present,
 )
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
@@ -48,7 +47,6 @@ class ModelDims(RequestBody):
     heads: int = Field(..., ge=1, le=10_000)
     vocab: int = Field(..., ge=1, le=10_000_000)
     seq_len: int = Field(4096, ge=1, le=10_000_000)
-
 
 
 class SubmitJobRequest(RequestBody):
@@ -109,40 +107,3 @@ class SubmitJobRequest(RequestBody):
     client_token: str | None = ClientToken
 
 
-
-class JobMetricPoint(ResponseBody):
-    time: str
-    t_start: float
-    resolution_s: float
-    step_first: int | None = None
-    step_last: int | None = None
-    samples: int = 0
-    loss: float | None = None
-    tokens_per_s: float | None = None
-    step_time_s: float | None = None
-
-
-class JobMetricsOut(ResponseBody):
-    job_id: str
-    resolution_s: float
-    points: list[JobMetricPoint]
-
-
-
-class JobArrayMember(ResponseBody):
-    id: str
-    index: int | None = None
-    state: str
-    reason: str = ""
-
-
-class JobArray(ResponseBody):
-    id: str
-    size: int
-    limit: int | None = None
-    state: str = Field(..., description="RUNNING while any member runs, PENDING while the rest wait, else the "
-                                        "worst end: FAILED, STOPPED or SUCCEEDED")
-    ended: bool
-    counts: dict[str, int]
-    cluster_id: str
-    jobs: list[JobArrayMember]
