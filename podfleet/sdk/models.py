@@ -10,7 +10,8 @@ reach an older client), and reads like the dict the SDK returned before, so
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from functools import cache
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
@@ -61,31 +62,39 @@ class Reply(BaseModel):
 
     def keep_order(self, data: Any) -> None:
         """Remember the order of ``data``'s keys (the JSON this reply was read from), and its
-        nested replies theirs, for ``to_dict``."""
+        nested replies theirs, for ``to_dict``, ``keys`` and ``items``."""
         if not isinstance(data, dict):
             return
         self._sent = tuple(data)
-        fields = self._fields()
-        for key in type(self).model_fields.keys() & data.keys():  # only a declared field holds a reply
-            value, sent = fields.get(key), data[key]
+        for key in _nested_fields(type(self)):
+            value, sent = self.__dict__.get(key), data.get(key)
             if isinstance(value, Reply):
                 value.keep_order(sent)
-            elif isinstance(value, list) and _replies(value) and isinstance(sent, list):
+            elif isinstance(value, list) and isinstance(sent, list):
                 for item, item_sent in zip(value, sent, strict=False):
                     if isinstance(item, Reply):
                         item.keep_order(item_sent)
 
+    def in_sent_order(self, dumped: dict[str, Any]) -> dict[str, Any]:
+        """``dumped`` (this reply's JSON form) with its keys, and its nested replies', in the
+        order the server sent them (``keep_order``); unchanged where they already are."""
+        if self._sent:
+            sent = [k for k in self._sent if k in dumped]
+            if sent != list(dumped)[:len(sent)]:
+                dumped = {**{k: dumped[k] for k in sent}, **dumped}
+        for key in _nested_fields(type(self)):
+            value, out = self.__dict__.get(key), dumped.get(key)
+            if isinstance(value, Reply) and isinstance(out, dict):
+                dumped[key] = value.in_sent_order(out)
+            elif isinstance(value, list) and isinstance(out, list):
+                dumped[key] = [v.in_sent_order(d) if isinstance(v, Reply) and isinstance(d, dict) else d
+                               for v, d in zip(value, out, strict=False)]
+        return dumped
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, as the server sent it: no defaults added for fields it left out,
         and its keys in the order it sent them."""
-        fields = {k: v for k, v in self._fields().items() if k in self.model_fields_set or k not in type(self).model_fields}
-        nested = {k for k, v in fields.items() if isinstance(v, Reply) or _replies(v)}
-        out = self.model_dump(mode="json", exclude_unset=True, exclude=nested)
-        for key in nested:  # each nested reply in its own order
-            value = fields[key]
-            out[key] = value.to_dict() if isinstance(value, Reply) else [
-                v.to_dict() if isinstance(v, Reply) else v for v in value]
-        return {k: out[k] for k in fields if k in out}
+        return self.in_sent_order(self.model_dump(mode="json", exclude_unset=True))
 
     def __eq__(self, other: object) -> bool:
         # Equal to the dict it was read from, as the SDK's dicts were to their JSON.
@@ -96,9 +105,15 @@ class Reply(BaseModel):
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dicts it stands for
 
 
-def _replies(value: Any) -> bool:
-    """A list of replies (a field like ``chips: list[ChipOut]``)."""
-    return isinstance(value, list) and bool(value) and isinstance(value[0], Reply)
+@cache
+def _nested_fields(model: type[Reply]) -> tuple[str, ...]:
+    """The fields of ``model`` that hold replies (``progress: Progress``, ``chips: list[ChipOut]``)."""
+    def holds_reply(annotation: Any) -> bool:
+        if isinstance(annotation, type) and issubclass(annotation, Reply):
+            return True
+        return any(holds_reply(a) for a in get_args(annotation))
+
+    return tuple(name for name, f in model.model_fields.items() if holds_reply(f.annotation))
 
 
 class PageBody(Reply):

@@ -113,6 +113,7 @@ COMMANDS = [
     ["priority-class", "list"],
     ["job", "metrics", "{job}"],
     ["job", "logs", "{job}"],
+    ["cluster", "events", "{cluster}"],
     ["audit", "list"],
     ["audit", "verify"],
     ["token", "list"],
