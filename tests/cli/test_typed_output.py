@@ -92,7 +92,14 @@ def node(live: Live) -> dict[str, str]:
         if json.loads(out)["points"]:
             break
         time.sleep(0.2)
-    return {"cluster": "typed-out", "job": job}
+    arrays = {}
+    for fmt in ("json", "table"):  # one each: the array is stopped once per output format
+        code, out = run(live, "job", "submit", "typed-out", "--model", "debug", "--chips", "1", "--steps", "100000",
+                        "--array", "0-1", "-o", "json")
+        assert code == 0, out
+        arrays[f"array-{fmt}"] = json.loads(out)["id"]
+        assert arrays[f"array-{fmt}"].startswith("arr-"), out
+    return {"cluster": "typed-out", "job": job, **arrays}
 
 
 COMMANDS = [
@@ -101,6 +108,7 @@ COMMANDS = [
     ["hardware", "describe", "{cluster}", "--summary"],
     ["hardware", "describe", "{cluster}", "--limit", "4"],
     ["fault", "inject", "{cluster}", "--kind", "chip-failure", "--chip", "{chip}"],
+    ["chip", "repair", "{cluster}", "{chip}"],
     ["chip", "cordon", "{cluster}", "10"],
     ["chip", "uncordon", "{cluster}", "10"],
     ["reservation", "create", "--cluster", "{cluster}", "--chips", "1", "--duration", "1h", "--name", "r-{fmt}"],
@@ -116,7 +124,10 @@ COMMANDS = [
     ["cluster", "events", "{cluster}"],
     ["audit", "list"],
     ["audit", "verify"],
+    ["token", "create", "tk-{fmt}", "--role", "viewer"],
     ["token", "list"],
+    ["job", "describe", "{array}"],
+    ["job", "stop", "{array}"],
     ["alerts", "list", "{cluster}"],
     ["alerts", "recoveries", "{cluster}"],
     ["firmware", "status", "{cluster}"],
@@ -133,7 +144,8 @@ def test_the_cli_prints_what_it_printed_from_dicts(live: Live, node: dict[str, s
                                                    command: list[str], fmt: str) -> None:
     if "csv" in command and fmt == "json":
         pytest.skip("csv is a table-mode format")
-    args = [a.format(fmt=fmt, chip=9 if fmt == "json" else 11, **node) for a in command]
+    args = [a.format(fmt=fmt, chip=9 if fmt == "json" else 11, array=node[f"array-{fmt}"], job=node["job"],
+                     cluster=node["cluster"]) for a in command]
     typed, before = typed_and_plain(live, monkeypatch, *args, "-o", fmt)
     assert typed[0] == 0, typed[1]
     assert typed == before
