@@ -1,7 +1,8 @@
 """Wire payloads of the REST API (pydantic, at the edge only), one module per noun. New fields
 always have defaults. Types and ranges are checked here; meaning is checked again by the engine.
 
-Everything is re-exported here, so ``from podfleet.api.schemas import Job`` keeps working."""
+The replies are the SDK's models (``podfleet.sdk.models``), so client and server read one
+shape; everything is re-exported here, so ``from podfleet.api.schemas import Job`` keeps working."""
 
 from __future__ import annotations
 

@@ -50,5 +50,3 @@ class InjectFaultRequest(RequestBody):
     factor: float | None = Field(None, ge=1.0, le=100.0,
                                  description="slow-worker: the rank computes this many times slower per sample "
                                              "(1 restores it)")
-
-

@@ -1,4 +1,5 @@
-"""Training jobs: SubmitTrainingJob's body, the job view, its metrics and job arrays."""
+"""Training jobs: SubmitTrainingJob's body and the names it takes (the job view, its metrics
+and job arrays are the SDK's models, ``podfleet.sdk.models``)."""
 
 from __future__ import annotations
 
@@ -105,5 +106,3 @@ class SubmitJobRequest(RequestBody):
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
     client_token: str | None = ClientToken
-
-

@@ -24,5 +24,3 @@ class PlanRequest(RequestBody):
     tp: int | None = Field(None, ge=1, le=4096, description="fix the tensor-parallel degree")
     pp: int | None = Field(None, ge=1, le=4096)
     dp: int | None = Field(None, ge=1, le=65536)
-
-

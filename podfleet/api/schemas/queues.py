@@ -42,5 +42,3 @@ class CreatePriorityClassRequest(RequestBody):
     value: int = Field(..., ge=0, le=100, description="the priority its jobs get")
     preemption: Literal["lower", "never"] = Field("lower", description="lower: its jobs may preempt "
                                                   "lower-priority jobs; never: they wait")
-
-

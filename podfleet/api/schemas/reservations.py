@@ -24,5 +24,3 @@ class CreateReservationRequest(RequestBody):
         Annotated[float, Field(gt=0, le=MAX_S)] = Field(..., description="seconds, or 2h, 30m, 1h30m, 1d, HH:MM:SS")
     queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
                               description="whose jobs may use the chips in the window (none: nobody's)")
-
-

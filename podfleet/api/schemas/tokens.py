@@ -12,5 +12,3 @@ from podfleet.api.schemas.base import RequestBody
 class CreateAccessTokenRequest(RequestBody):
     name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
     role: Literal["admin", "operator", "viewer"]
-
-
