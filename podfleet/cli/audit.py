@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import ChecksumError
 from podfleet.sdk import PodfleetClient
@@ -54,6 +54,7 @@ def verify(
     else name the first bad record (exit 6). With --db, no server is needed. Records that
     no signed digest covers, or no digest at all, fail unless --allow-missing-digests."""
     with errors():
+        result: Record
         if db is not None:
             result = _verify_offline(db, digests, key_dir, public_key, copy, copy_command, allow_missing)
         else:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit
 from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
 
@@ -15,7 +14,7 @@ app = typer.Typer(help="Chip lifecycle: cordon, drain, uncordon, repair.", no_ar
 COLUMNS = ["cluster", "chip", "state", "mode", "spare", "job"]
 
 
-def _run(action: Callable[[PodfleetClient], dict[str, Any]], url: str, token: str | None,
+def _run(action: Callable[[PodfleetClient], Record], url: str, token: str | None,
          output: OutputFormat, title: str) -> None:
     with remote(url, token) as c:
         emit(action(c), output, columns=COLUMNS, title=title)

@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, record, stderr
+from podfleet.cli.output import OutputFormat, OutputOpt, emit, plain, record, stderr
 from podfleet.cli.remote import TokenOpt, UrlOpt, remote, remote_command
 from podfleet.errors import InvalidInputError, PodfleetError
 from podfleet.sdk import PodfleetClient
@@ -163,7 +163,7 @@ def events(c: PodfleetClient, cluster: str = typer.Argument(..., help="id, name,
             page = c.get_cluster_logs(cluster, since=offset)
             for ev in page["lines"]:
                 if output == OutputFormat.json:
-                    print(json.dumps(ev, default=str), flush=True)
+                    print(json.dumps(plain(ev), default=str), flush=True)
                 else:
                     record(f"{ev['time']}  {ev['message']}")
             offset = int(page.get("next", offset))

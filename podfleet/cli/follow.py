@@ -16,7 +16,7 @@ import typer
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, print_table, stdout, table_of
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, print_table, stdout, table_of
 from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
 
@@ -78,7 +78,7 @@ def wait_for(c: PodfleetClient, job_id: str, *, timeout_s: float | None, show: b
     return job.to_dict()
 
 
-def follow_rollout(label: str, describe: Callable[[], dict[str, Any]], *, show: bool) -> dict[str, Any]:
+def follow_rollout(label: str, describe: Callable[[], Record], *, show: bool) -> Record:
     """Poll a rollout (firmware or maintenance) with a progress bar until it is no longer
     running; its last description is the answer."""
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
@@ -99,11 +99,11 @@ class RolloutCommands:
 
     noun: str
     prefix: str  # of its rollouts' ids
-    describe: Callable[[PodfleetClient, str, str], dict[str, Any]]
-    list_all: Callable[[PodfleetClient, str], dict[str, Any]]
+    describe: Callable[[PodfleetClient, str, str], Record]
+    list_all: Callable[[PodfleetClient, str], Record]
     columns: list[str]
 
-    def started(self, c: PodfleetClient, cluster: str, r: dict[str, Any], *, wait: bool,
+    def started(self, c: PodfleetClient, cluster: str, r: Record, *, wait: bool,
                 output: OutputFormat) -> None:
         if wait:
             rid = r["id"]

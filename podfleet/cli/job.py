@@ -13,7 +13,7 @@ import typer
 from rich.text import Text
 
 from podfleet.cli.follow import ETA_COLUMNS, WAIT_CODES, wait_for, watch
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line, record, stdout
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, errors, line, record, stdout
 from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
@@ -183,7 +183,7 @@ def _is_array(ref: str) -> bool:
     return ref.startswith("arr-")
 
 
-def _wait_array(c: PodfleetClient, array_id: str, timeout_s: float | None) -> dict[str, Any]:
+def _wait_array(c: PodfleetClient, array_id: str, timeout_s: float | None) -> Record:
     import time
 
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -355,7 +355,7 @@ def metrics(c: PodfleetClient, job_id: str = typer.Argument(..., help="job id or
              title=f"{out['job_id']}: {len(points)} buckets of {out['resolution_s']:g} s")
 
 
-def plot_metrics(out: dict[str, Any]) -> None:
+def plot_metrics(out: Record) -> None:
     import plotext as plt
 
     pts = [p for p in out["points"] if p.get("step_last") is not None]

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit
 from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
 
@@ -24,7 +24,7 @@ class ClusterNamed:
     # The SDK's answers: a dict, or a typed reply (``sdk.models``) read the same way.
     list_all: Callable[[PodfleetClient, str], Any]
     describe: Callable[[PodfleetClient, str, str], Any]
-    delete: Callable[[PodfleetClient, str, str], dict[str, Any]]
+    delete: Callable[[PodfleetClient, str, str], Record]
 
     def add_list_command(self, app: typer.Typer, help_text: str) -> None:
         @app.command("list", help=help_text)
@@ -40,7 +40,7 @@ class ClusterNamed:
         self._add_by_name(app, "delete", help_text, self.delete, ["name", "state"], titled_by_answer=False)
 
     def _add_by_name(self, app: typer.Typer, command: str, help_text: str,
-                     call: Callable[[PodfleetClient, str, str], dict[str, Any]], columns: list[str] | None, *,
+                     call: Callable[[PodfleetClient, str, str], Record], columns: list[str] | None, *,
                      titled_by_answer: bool) -> None:
         """``COMMAND NAME --cluster C``: one call on the named object, its answer shown.
         ``titled_by_answer``: the title names the object as the server answers (describe),

@@ -58,6 +58,10 @@ class OutputFormat(StrEnum):
 OutputOpt = typer.Option(OutputFormat.table, "--output", "-o", help="json or table")
 
 
+# A reply as the CLI reads it (by key): the SDK's typed reply, or a dict it built itself.
+Record = Reply | dict[str, Any]
+
+
 def plain(data: Any) -> Any:
     """The SDK's typed replies (``sdk.models.Reply``) as the JSON they came as, inside lists
     and dicts too: what is printed is the server's document, in either format."""

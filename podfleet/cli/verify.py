@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, errors, line
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
 from podfleet.fabric.base import COLLECTIVE_OPS
@@ -26,7 +26,7 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNIT[(m.group(2) or "b").lower()]
 
 
-def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def summary_rows(result: Record) -> list[dict[str, Any]]:
     """Interconnect: bus bandwidth at the largest size, one row per group, one column per op."""
     check = next((c for c in result["checks"] if c["name"] == "interconnect"), None)
     if not check or not check["figures"]:

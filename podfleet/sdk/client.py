@@ -21,7 +21,8 @@ from podfleet.errors import (
     UnknownNameError,
     error_class,
 )
-from podfleet.sdk.models import Cluster, ClusterList, Job, JobList, Queue, QueueList, Reply
+from podfleet.sdk import models
+from podfleet.sdk.models import Reply
 
 
 def _seg(value: object) -> str:
@@ -100,9 +101,11 @@ def _typed(model: type[M], data: Any) -> M:
     from a server of another release, is kept as it came rather than refused: a client
     reads what it is given (its fields still read by attribute and by key)."""
     try:
-        return model.model_validate(data)
+        reply = model.model_validate(data)
     except ValidationError:
-        return model.model_construct(**data) if isinstance(data, dict) else model.model_construct()
+        reply = model.model_construct(**data) if isinstance(data, dict) else model.model_construct()
+    reply.keep_order(data)  # to_dict (what the CLI prints) keeps the server's key order
+    return reply
 
 
 class PodfleetClient:
@@ -193,18 +196,18 @@ class PodfleetClient:
 
     # --- clusters -------------------------------------------------------------------------
     def create_cluster(self, name: str, *, type: str | None = None, client_token: str | None = None,
-                       **fields: Any) -> Cluster:
+                       **fields: Any) -> models.Cluster:
         """CreateTrainiumCluster. ``type``: default trn2-ultraserver (custom for fabric local/ray).
         ``fields``: dims, chip_type, chips, hbm_gib, link_bw_gbps, storage_nodes, spares,
         encryption, network_isolation, fabric, ray_address."""
-        return _typed(Cluster, self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
+        return _typed(models.Cluster, self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
                                                                            "client_token": client_token}))
 
-    def list_clusters(self, *, next_token: str | None = None, max_results: int | None = None) -> ClusterList:
-        return _typed(ClusterList, self._request("GET", "/v1/clusters", params={"next_token": next_token,
+    def list_clusters(self, *, next_token: str | None = None, max_results: int | None = None) -> models.ClusterList:
+        return _typed(models.ClusterList, self._request("GET", "/v1/clusters", params={"next_token": next_token,
                                                                                 "max_results": max_results}))
 
-    def iter_clusters(self) -> Iterator[Cluster]:
+    def iter_clusters(self) -> Iterator[models.Cluster]:
         token = None
         while True:
             page = self.list_clusters(next_token=token)
@@ -213,11 +216,11 @@ class PodfleetClient:
             if not token:
                 return
 
-    def describe_cluster(self, cluster: str) -> Cluster:
-        return _typed(Cluster, self._request("GET", f"/v1/clusters/{_seg(cluster)}"))
+    def describe_cluster(self, cluster: str) -> models.Cluster:
+        return _typed(models.Cluster, self._request("GET", f"/v1/clusters/{_seg(cluster)}"))
 
-    def delete_cluster(self, cluster: str) -> Cluster:
-        return _typed(Cluster, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}"))
+    def delete_cluster(self, cluster: str) -> models.Cluster:
+        return _typed(models.Cluster, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}"))
 
     def rotate_keys(self, cluster: str) -> dict[str, Any]:
         """RotateKeys: add a version to the cluster's checkpoint key ring (admin; a user's
@@ -226,17 +229,22 @@ class PodfleetClient:
 
     def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None, pod: int | None = None,
                                   state: str | None = None, job: str | None = None, limit: int | None = None,
-                                  next_token: str | None = None, summary: bool = False) -> dict[str, Any]:
+                                  next_token: str | None = None, summary: bool = False) -> models.Hardware | models.ChipOut | models.HardwareSummary:
         """The whole cluster, one chip, a filtered page (pod, state, job, limit, next_token),
         or with ``summary`` per-pod and per-block counts."""
         params: dict[str, Any] = {"chip": chip, "pod": pod, "state": state, "job": job, "limit": limit,
                                   "next_token": next_token}
         if summary:
             params["summary"] = "true"
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params=params)
+        body = self._request("GET", f"/v1/clusters/{_seg(cluster)}/hardware", params=params)
+        # The route answers one of three shapes, by what was asked (as it documents).
+        paged = any(v is not None for v in (pod, state, job, limit, next_token))
+        shape: type[models.Hardware | models.ChipOut | models.HardwareSummary] = (
+            models.HardwareSummary if summary else models.ChipOut if chip is not None and not paged else models.Hardware)
+        return _typed(shape, body)
 
-    def get_cluster_logs(self, cluster: str, *, since: int = 0) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since})
+    def get_cluster_logs(self, cluster: str, *, since: int = 0) -> models.Logs:
+        return _typed(models.Logs, self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since}))
 
     def follow_cluster_logs(self, cluster: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         """GetClusterLogs?follow=true: ('log', line) / ('progress', deployment) / ('end', {...})."""
@@ -244,66 +252,66 @@ class PodfleetClient:
 
     def inject_fault(self, cluster: str, kind: str, *, chip: int | None = None, link: str | None = None,
                      rank: int | None = None, job: str | None = None, factor: float | None = None,
-                     pod: int | None = None) -> dict[str, Any]:
+                     pod: int | None = None) -> models.FaultOut:
         """InjectFault: a twin fault (chip or link; ``pod-loss`` at a fleet's ``pod``), or
         ``kill-worker`` (rank, job) / ``slow-worker`` (rank, factor, job) on local/ray."""
         body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor, "pod": pod}
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
+        return _typed(models.FaultOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None}))
 
-    def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> dict[str, Any]:
+    def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> models.FaultOut:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
         return self.inject_fault(cluster, "kill-worker", rank=rank, job=job)
 
-    def slow_worker(self, cluster: str, rank: int, factor: float, *, job: str | None = None) -> dict[str, Any]:
+    def slow_worker(self, cluster: str, rank: int, factor: float, *, job: str | None = None) -> models.FaultOut:
         """InjectFault kind slow-worker (local clusters): rank ``rank`` computes ``factor`` x slower."""
         return self.inject_fault(cluster, "slow-worker", rank=rank, job=job, factor=factor)
 
     # --- chip lifecycle ---------------------------------------------------------------------
-    def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
+    def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> models.ChipLifecycleOut:
         """CordonChip: no new placement lands on the chip (``reason``: kept in the audit record)."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
-                             params={"reason": reason})
+        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
+                             params={"reason": reason}))
 
-    def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> dict[str, Any]:
+    def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> models.ChipLifecycleOut:
         """DrainChip: cordon, and move the chip's rank off through the recovery path."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
-                             params={"reason": reason})
+        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
+                             params={"reason": reason}))
 
-    def uncordon_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+    def uncordon_chip(self, cluster: str, chip: int) -> models.ChipLifecycleOut:
         """UncordonChip: back to placement."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon")
+        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon"))
 
-    def repair_chip(self, cluster: str, chip: int) -> dict[str, Any]:
+    def repair_chip(self, cluster: str, chip: int) -> models.ChipLifecycleOut:
         """RepairChip: a failed, isolated or degraded chip no job holds back to healthy."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair")
+        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair"))
 
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
-                            client_token: str | None = None, **fields: Any) -> Job:
+                            client_token: str | None = None, **fields: Any) -> models.Job:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
         steps, checkpoint_interval, priority, team, entrypoint, name, grad_compression, queue,
         after_ok / after_any (job or array ids), array ("0-15%4")."""
-        return _typed(Job, self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
+        return _typed(models.Job, self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
                                          json={"model": model, "chips": chips, **fields, "client_token": client_token}))
 
     # --- queues and job arrays --------------------------------------------------------------
-    def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> Queue:
+    def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> models.Queue:
         """CreateQueue. ``fields``: cohort, borrowing_limit, lending_limit, weight, reclaim."""
-        return _typed(Queue, self._request("POST", f"/v1/clusters/{_seg(cluster)}/queues", json={
+        return _typed(models.Queue, self._request("POST", f"/v1/clusters/{_seg(cluster)}/queues", json={
             "name": name, "nominal": nominal, **{k: v for k, v in fields.items() if v is not None}}))
 
-    def list_queues(self, cluster: str) -> QueueList:
-        return _typed(QueueList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues"))
+    def list_queues(self, cluster: str) -> models.QueueList:
+        return _typed(models.QueueList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues"))
 
-    def describe_queue(self, cluster: str, name: str) -> Queue:
-        return _typed(Queue, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}"))
+    def describe_queue(self, cluster: str, name: str) -> models.Queue:
+        return _typed(models.Queue, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}"))
 
-    def update_queue(self, cluster: str, name: str, **changes: Any) -> Queue:
+    def update_queue(self, cluster: str, name: str, **changes: Any) -> models.Queue:
         """UpdateQueue: only the fields given change; a limit given as None is cleared
         (so the body keeps its nulls, unlike other requests)."""
         import json
 
-        return _typed(Queue, self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
+        return _typed(models.Queue, self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
                                            content=json.dumps(changes), headers={"content-type": "application/json"}))
 
     def delete_queue(self, cluster: str, name: str) -> dict[str, Any]:
@@ -311,68 +319,68 @@ class PodfleetClient:
 
     # --- advance reservations ------------------------------------------------------------------
     def create_reservation(self, cluster: str, *, chips: int, duration: str | float, start: str = "now",
-                           queue: str | None = None, name: str | None = None) -> dict[str, Any]:
+                           queue: str | None = None, name: str | None = None) -> models.Reservation:
         """CreateReservation: ``chips`` held from ``start`` (RFC 3339, now, now+1h) for
         ``duration`` (seconds, 2h, 30m, HH:MM:SS) for ``queue``'s jobs (None: nobody's)."""
         body = {"chips": chips, "duration": duration, "start": start, "queue": queue, "name": name}
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reservations",
-                             json={k: v for k, v in body.items() if v is not None})
+        return _typed(models.Reservation, self._request("POST", f"/v1/clusters/{_seg(cluster)}/reservations",
+                             json={k: v for k, v in body.items() if v is not None}))
 
-    def list_reservations(self, cluster: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations")
+    def list_reservations(self, cluster: str) -> models.ReservationList:
+        return _typed(models.ReservationList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations"))
 
-    def describe_reservation(self, cluster: str, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
+    def describe_reservation(self, cluster: str, name: str) -> models.Reservation:
+        return _typed(models.Reservation, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}"))
 
-    def delete_reservation(self, cluster: str, name: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
+    def delete_reservation(self, cluster: str, name: str) -> models.Reservation:
+        return _typed(models.Reservation, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}"))
 
     def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None,
-                  bucket: str | None = None) -> dict[str, Any]:
+                  bucket: str | None = None) -> models.UsageReport:
         """GetUsage: chip-seconds per user, queue or team; with ``bucket`` (``1m`` ... ``1d``)
         also ``series``, each one's chip-hours per bucket."""
-        return self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
-                                                         "bucket": bucket})
+        return _typed(models.UsageReport, self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
+                                                         "bucket": bucket}))
 
-    def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> dict[str, Any]:
-        return self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
-                                                                   "preemption": preemption})
+    def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> models.PriorityClass:
+        return _typed(models.PriorityClass, self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
+                                                                   "preemption": preemption}))
 
-    def list_priority_classes(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/priority-classes")
+    def list_priority_classes(self) -> models.PriorityClassList:
+        return _typed(models.PriorityClassList, self._request("GET", "/v1/priority-classes"))
 
     def delete_priority_class(self, name: str) -> dict[str, Any]:
         return self._request("DELETE", f"/v1/priority-classes/{_seg(name)}")
 
-    def describe_job_array(self, array_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/job-arrays/{_seg(array_id)}")
+    def describe_job_array(self, array_id: str) -> models.JobArray:
+        return _typed(models.JobArray, self._request("GET", f"/v1/job-arrays/{_seg(array_id)}"))
 
-    def stop_job_array(self, array_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop")
+    def stop_job_array(self, array_id: str) -> models.JobArray:
+        return _typed(models.JobArray, self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop"))
 
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
-                           next_token: str | None = None, max_results: int | None = None) -> JobList:
-        return _typed(JobList, self._request("GET", "/v1/jobs", params={
+                           next_token: str | None = None, max_results: int | None = None) -> models.JobList:
+        return _typed(models.JobList, self._request("GET", "/v1/jobs", params={
             "cluster": cluster, "state": state, "next_token": next_token, "max_results": max_results}))
 
-    def describe_training_job(self, job_id: str) -> Job:
-        return _typed(Job, self._request("GET", f"/v1/jobs/{_seg(job_id)}"))
+    def describe_training_job(self, job_id: str) -> models.Job:
+        return _typed(models.Job, self._request("GET", f"/v1/jobs/{_seg(job_id)}"))
 
-    def stop_training_job(self, job_id: str) -> Job:
-        return _typed(Job, self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop"))
+    def stop_training_job(self, job_id: str) -> models.Job:
+        return _typed(models.Job, self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop"))
 
-    def get_job_logs(self, job_id: str, *, since: int = 0) -> dict[str, Any]:
-        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since})
+    def get_job_logs(self, job_id: str, *, since: int = 0) -> models.Logs:
+        return _typed(models.Logs, self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since}))
 
     def follow_job_logs(self, job_id: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         return self._sse(f"/v1/jobs/{_seg(job_id)}/logs", {"follow": "true", "since": since})
 
     def get_job_metrics(self, job_id: str, *, resolution: float | None = None, since: float | None = None,
-                        limit: int | None = None) -> dict[str, Any]:
+                        limit: int | None = None) -> models.JobMetricsOut:
         """GetJobMetrics: ``{"job_id", "resolution_s", "points": [{time, step_first, step_last,
         loss, tokens_per_s, step_time_s, *_min, *_max}]}``, oldest first."""
-        return self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics",
-                             params={"resolution": resolution, "since": since, "limit": limit})
+        return _typed(models.JobMetricsOut, self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics",
+                             params={"resolution": resolution, "since": since, "limit": limit}))
 
     # --- planner, audit, system --------------------------------------------------------------
     def plan_parallelism(self, model: str, chips: int, *, chip_type: str = "trn2",
@@ -380,22 +388,26 @@ class PodfleetClient:
         return self._request("POST", "/v1/plan", json={"model": model, "chips": chips,
                                                        "chip_type": chip_type, "topology": topology})
 
-    def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> dict[str, Any]:
-        return self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results})
+    def get_presets(self) -> models.Presets:
+        """GetPresets: the model presets and the job and chip state vocabularies, by name."""
+        return _typed(models.Presets, self._request("GET", "/v1/presets"))
 
-    def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> dict[str, Any]:
+    def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> models.AuditList:
+        return _typed(models.AuditList, self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results}))
+
+    def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> models.AuditVerify:
         """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
-        return self._request("GET", "/v1/audit/verify",
-                             params={"allow_missing_digests": "true" if allow_missing_digests else None})
+        return _typed(models.AuditVerify, self._request("GET", "/v1/audit/verify",
+                             params={"allow_missing_digests": "true" if allow_missing_digests else None}))
 
-    def create_access_token(self, name: str, role: str) -> dict[str, Any]:
-        return self._request("POST", "/v1/tokens", json={"name": name, "role": role})
+    def create_access_token(self, name: str, role: str) -> models.AccessToken:
+        return _typed(models.AccessToken, self._request("POST", "/v1/tokens", json={"name": name, "role": role}))
 
-    def list_access_tokens(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/tokens")
+    def list_access_tokens(self) -> models.AccessTokenList:
+        return _typed(models.AccessTokenList, self._request("GET", "/v1/tokens"))
 
-    def revoke_access_token(self, token_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/tokens/{_seg(token_id)}")
+    def revoke_access_token(self, token_id: str) -> models.AccessToken:
+        return _typed(models.AccessToken, self._request("DELETE", f"/v1/tokens/{_seg(token_id)}"))
 
     def healthz(self) -> dict[str, Any]:
         return self._request("GET", "/healthz")
@@ -404,76 +416,76 @@ class PodfleetClient:
         return self._request("GET", "/metrics")
 
     # --- health: alerts, recoveries, firmware ---------------------------------------------
-    def list_alerts(self, cluster: str, state: str | None = None) -> dict[str, Any]:
+    def list_alerts(self, cluster: str, state: str | None = None) -> models.AlertList:
         """ListAlerts: ``{"alerts": [...]}``, optionally only those in ``state``
         (firing, acknowledged, resolved)."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state})
+        return _typed(models.AlertList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state}))
 
     def get_telemetry(self, cluster: str, *, metric: str = "temperature_c", scope: str = "chip",
-                      range_: str = "realtime", target: int | None = None) -> dict[str, Any]:
+                      range_: str = "realtime", target: int | None = None) -> models.Telemetry:
         """GetTelemetry: one metric over a range (realtime, hour, day, week, quarter), of one
         chip or link (``target``) or the mean."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
-                             params={"metric": metric, "scope": scope, "range": range_, "target": target})
+        return _typed(models.Telemetry, self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
+                             params={"metric": metric, "scope": scope, "range": range_, "target": target}))
 
     def acknowledge_alert(self, alert_id: str) -> dict[str, Any]:
         return self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge")
 
-    def list_recoveries(self, cluster: str) -> dict[str, Any]:
+    def list_recoveries(self, cluster: str) -> models.RecoveryList:
         """ListRecoveries: ``{"recoveries": [...]}``, each with its steps."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/recoveries")
+        return _typed(models.RecoveryList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recoveries"))
 
     def start_firmware(self, cluster: str, version: str, *, unit: str = "chip",
-                       chips: list[int] | None = None) -> dict[str, Any]:
+                       chips: list[int] | None = None) -> models.FirmwareRollout:
         """StartFirmwareUpdate: a rolling update, ``unit`` (chip or node) at a time, of
         ``chips`` (default: all)."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/firmware",
-                             json={"version": version, "unit": unit, "chips": chips})
+        return _typed(models.FirmwareRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/firmware",
+                             json={"version": version, "unit": unit, "chips": chips}))
 
-    def list_firmware(self, cluster: str) -> dict[str, Any]:
+    def list_firmware(self, cluster: str) -> models.FirmwareRolloutList:
         """ListFirmwareUpdates: ``{"rollouts": [...]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware")
+        return _typed(models.FirmwareRolloutList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware"))
 
-    def describe_firmware(self, cluster: str, rollout: str) -> dict[str, Any]:
+    def describe_firmware(self, cluster: str, rollout: str) -> models.FirmwareRollout:
         """DescribeFirmwareUpdate: one rollout's state and progress."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}")
+        return _typed(models.FirmwareRollout, self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}"))
 
     def start_maintenance(self, cluster: str, command: str, *, unit: str = "chip", chips: list[int] | None = None,
-                          max_failures: int = 1, timeout_s: float = 600.0) -> dict[str, Any]:
+                          max_failures: int = 1, timeout_s: float = 600.0) -> models.MaintenanceRollout:
         """StartMaintenance (admin; a second factor under MFARequired, ``use_mfa``): run
         ``command`` on each host, ``unit`` (chip or host) at a time, ranks moved away first."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
+        return _typed(models.MaintenanceRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
                              json={"command": command, "unit": unit, "chips": chips, "max_failures": max_failures,
-                                   "timeout_s": timeout_s})
+                                   "timeout_s": timeout_s}))
 
-    def list_maintenance(self, cluster: str) -> dict[str, Any]:
+    def list_maintenance(self, cluster: str) -> models.MaintenanceList:
         """ListMaintenance: ``{"rollouts": [...]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance")
+        return _typed(models.MaintenanceList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance"))
 
-    def describe_maintenance(self, cluster: str, rollout: str) -> dict[str, Any]:
+    def describe_maintenance(self, cluster: str, rollout: str) -> models.MaintenanceRollout:
         """DescribeMaintenance: state, progress, failed chips, each host's exit code and output."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}")
+        return _typed(models.MaintenanceRollout, self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}"))
 
-    def resume_maintenance(self, cluster: str, rollout: str) -> dict[str, Any]:
+    def resume_maintenance(self, cluster: str, rollout: str) -> models.MaintenanceRollout:
         """ResumeMaintenance: go on with a rollout paused after its failures."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume")
+        return _typed(models.MaintenanceRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume"))
 
     # --- operations intelligence ----------------------------------------------------------
     def verify_cluster(self, cluster: str, *, max_size_bytes: int | None = None, ops: list[str] | None = None,
                        compute: bool = True, interconnect: bool = True, drill: bool = True,
-                       budget_s: float | None = None) -> dict[str, Any]:
+                       budget_s: float | None = None) -> models.Verification:
         """VerifyCluster: ``{"passed", "status", "checks": [{name, status, figures, evidence}]}``."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/verify",
+        return _typed(models.Verification, self._request("POST", f"/v1/clusters/{_seg(cluster)}/verify",
                              json={"max_size_bytes": max_size_bytes, "ops": ops, "compute": compute,
-                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s})
+                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s}))
 
-    def diagnose_cluster(self, cluster: str) -> dict[str, Any]:
+    def diagnose_cluster(self, cluster: str) -> models.Diagnosis:
         """DiagnoseCluster: ``{"healthy", "findings": [{kind, chips, links, root_cause, ...}]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/diagnosis")
+        return _typed(models.Diagnosis, self._request("GET", f"/v1/clusters/{_seg(cluster)}/diagnosis"))
 
-    def get_recommendations(self, cluster: str) -> dict[str, Any]:
+    def get_recommendations(self, cluster: str) -> models.Recommendations:
         """GetRecommendations: advice proven in rehearsal, ``{"recommendations": [...]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations")
+        return _typed(models.Recommendations, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations"))
 
     def apply_recommendation(self, rec_id: str) -> dict[str, Any]:
         """ApplyRecommendation: carry it out (audited); a stale one is a ConflictError."""
@@ -483,9 +495,9 @@ class PodfleetClient:
         """CreateHealthReport: generate and archive one; returns the report (JSON)."""
         return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reports", json={"period": period})
 
-    def list_health_reports(self, cluster: str) -> dict[str, Any]:
+    def list_health_reports(self, cluster: str) -> models.ReportList:
         """ListHealthReports: ``{"reports": [{id, created_at, period_s, ...}]}``."""
-        return self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports")
+        return _typed(models.ReportList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports"))
 
     def get_health_report(self, cluster: str, report_id: str, *, format: str = "json") -> str:
         """GetHealthReport: the archived report's text, JSON or HTML."""
@@ -493,13 +505,13 @@ class PodfleetClient:
                             params={"format": format})
         return out if isinstance(out, str) else json.dumps(out)
 
-    def list_guides(self) -> dict[str, Any]:
+    def list_guides(self) -> models.GuideList:
         """ListGuides: ``{"guides": [{topic, title}]}``."""
-        return self._request("GET", "/v1/kb")
+        return _typed(models.GuideList, self._request("GET", "/v1/kb"))
 
-    def get_guide(self, topic: str) -> dict[str, Any]:
+    def get_guide(self, topic: str) -> models.Guide:
         """GetGuide: ``{topic, title, text}`` (Markdown)."""
-        return self._request("GET", f"/v1/kb/{_seg(topic)}")
+        return _typed(models.Guide, self._request("GET", f"/v1/kb/{_seg(topic)}"))
 
     # --- security ---------------------------------------------------------------------
     def upload_code(self, data: bytes) -> dict[str, Any]:

@@ -10,9 +10,10 @@ reach an older client), and reads like the dict the SDK returned before, so
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Literal
+from functools import cache
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 # control/lifecycle.JobState's values (tests/api/test_presets.py checks they agree): the
 # SDK stands above the wire, not on the engine.
@@ -25,9 +26,18 @@ class Reply(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    # The keys as the server sent them, in its order (``keep_order``): a model's fields come
+    # in declaration order, so a reply rendered outside its model (DescribeClusterHardware's
+    # snapshot) would otherwise print with its keys reordered.
+    _sent: tuple[str, ...] = PrivateAttr(default=())
+
     def _fields(self) -> dict[str, Any]:
-        # The fields it holds (a reply kept unvalidated may lack some), then the undeclared ones.
-        return {**{k: v for k, v in self.__dict__.items() if k in type(self).model_fields}, **(self.model_extra or {})}
+        # The fields it holds (a reply kept unvalidated may lack some) and the undeclared ones,
+        # in the order the server sent them where it is known.
+        fields = {**{k: v for k, v in self.__dict__.items() if k in type(self).model_fields}, **(self.model_extra or {})}
+        if not self._sent:
+            return fields
+        return {**{k: fields[k] for k in self._sent if k in fields}, **fields}
 
     def __getitem__(self, key: str) -> Any:
         fields = self._fields()
@@ -50,9 +60,41 @@ class Reply(BaseModel):
     def __iter__(self) -> Iterator[str]:  # type: ignore[override]  # a mapping's keys, as the dict's were
         return iter(self._fields())
 
+    def keep_order(self, data: Any) -> None:
+        """Remember the order of ``data``'s keys (the JSON this reply was read from), and its
+        nested replies theirs, for ``to_dict``, ``keys`` and ``items``."""
+        if not isinstance(data, dict):
+            return
+        self._sent = tuple(data)
+        for key in _nested_fields(type(self)):
+            value, sent = self.__dict__.get(key), data.get(key)
+            if isinstance(value, Reply):
+                value.keep_order(sent)
+            elif isinstance(value, list) and isinstance(sent, list):
+                for item, item_sent in zip(value, sent, strict=False):
+                    if isinstance(item, Reply):
+                        item.keep_order(item_sent)
+
+    def in_sent_order(self, dumped: dict[str, Any]) -> dict[str, Any]:
+        """``dumped`` (this reply's JSON form) with its keys, and its nested replies', in the
+        order the server sent them (``keep_order``); unchanged where they already are."""
+        if self._sent:
+            sent = [k for k in self._sent if k in dumped]
+            if sent != list(dumped)[:len(sent)]:
+                dumped = {**{k: dumped[k] for k in sent}, **dumped}
+        for key in _nested_fields(type(self)):
+            value, out = self.__dict__.get(key), dumped.get(key)
+            if isinstance(value, Reply) and isinstance(out, dict):
+                dumped[key] = value.in_sent_order(out)
+            elif isinstance(value, list) and isinstance(out, list):
+                dumped[key] = [v.in_sent_order(d) if isinstance(v, Reply) and isinstance(d, dict) else d
+                               for v, d in zip(value, out, strict=False)]
+        return dumped
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form, as the server sent it (no defaults added for fields it left out)."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """The JSON form, as the server sent it: no defaults added for fields it left out,
+        and its keys in the order it sent them."""
+        return self.in_sent_order(self.model_dump(mode="json", exclude_unset=True))
 
     def __eq__(self, other: object) -> bool:
         # Equal to the dict it was read from, as the SDK's dicts were to their JSON.
@@ -61,6 +103,17 @@ class Reply(BaseModel):
         return super().__eq__(other)
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dicts it stands for
+
+
+@cache
+def _nested_fields(model: type[Reply]) -> tuple[str, ...]:
+    """The fields of ``model`` that hold replies (``progress: Progress``, ``chips: list[ChipOut]``)."""
+    def holds_reply(annotation: Any) -> bool:
+        if isinstance(annotation, type) and issubclass(annotation, Reply):
+            return True
+        return any(holds_reply(a) for a in get_args(annotation))
+
+    return tuple(name for name, f in model.model_fields.items() if holds_reply(f.annotation))
 
 
 class PageBody(Reply):
@@ -170,3 +223,333 @@ class QueueList(Reply):
     model_config = ConfigDict(extra="ignore")
 
     queues: list[Queue]
+
+
+class Envelope(Reply):
+    """A reply that is its declared fields and nothing else: the server drops anything more
+    its route returns (as the plain models these were did), so the schema says no more."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class LogLine(Reply):
+    offset: int
+    time: str
+    message: str
+
+
+class Logs(Envelope):
+    lines: list[LogLine]
+    next: int
+
+
+class FaultOut(Reply):
+    cluster_id: str
+    kind: str
+
+
+# --- hardware (DescribeClusterHardware) and a chip's lifecycle ---------------------------------
+class ChipOut(Reply):
+    index: int
+    coords: list[int]
+    state: str
+    spare: bool
+    metrics: dict[str, Any]
+
+
+class LinkOut(Reply):
+    src: int
+    dst: int
+    axis: str
+    state: str
+    metrics: dict[str, Any]
+
+
+class Hardware(Reply):
+    cluster_id: str
+    chips: list[ChipOut]
+    links: list[LinkOut]
+
+
+class PodSummary(Reply):
+    pod: int
+    block: int
+    chips: int
+    healthy: int
+    failed: int
+    spare: int
+    busy: int
+    utilization: float
+    jobs: list[str]
+
+
+class BlockSummary(Reply):
+    block: int
+    pods: list[int]
+    chips: int
+    healthy: int
+    failed: int
+    spare: int
+    busy: int
+    utilization: float
+
+
+class HardwareSummary(Reply):
+    """DescribeClusterHardware with ``summary=true``: counts per pod and per network block."""
+
+    cluster_id: str
+    pods: list[PodSummary]
+    blocks: list[BlockSummary]
+
+
+class ChipLifecycleOut(Reply):
+    cluster_id: str
+    cluster: str
+    chip: int
+    state: str = Field(..., description="the fabric's: healthy, degraded, failed, isolated, updating")
+    mode: str = Field(..., description="the operator's: schedulable, cordoned, draining; or unavailable: left "
+                      "schedulable, but its state (not healthy) keeps placement off it")
+    spare: bool
+    job: str | None = None
+
+
+# --- job metrics, job arrays, priority classes -------------------------------------------------
+class JobMetricPoint(Reply):
+    time: str
+    t_start: float
+    resolution_s: float
+    step_first: int | None = None
+    step_last: int | None = None
+    samples: int = 0
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    step_time_s: float | None = None
+
+
+class JobMetricsOut(Reply):
+    job_id: str
+    resolution_s: float
+    points: list[JobMetricPoint]
+
+
+class JobArrayMember(Reply):
+    id: str
+    index: int | None = None
+    state: str
+    reason: str = ""
+
+
+class JobArray(Reply):
+    id: str
+    size: int
+    limit: int | None = None
+    state: str = Field(..., description="RUNNING while any member runs, PENDING while the rest wait, else the "
+                                        "worst end: FAILED, STOPPED or SUCCEEDED")
+    ended: bool
+    counts: dict[str, int]
+    cluster_id: str
+    jobs: list[JobArrayMember]
+
+
+class PriorityClass(Reply):
+    name: str
+    value: int
+    preemption: str
+
+
+class PriorityClassList(Envelope):
+    priority_classes: list[PriorityClass]
+
+
+# --- presets, reservations, usage, tokens, audit -----------------------------------------------
+class ModelPreset(Reply):
+    name: str
+    params: int = Field(..., description="parameters")
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    trainer: bool = Field(..., description="local and ray clusters can train it (the built-in PyTorch loop); "
+                                           "every preset runs on the twin")
+
+
+class Presets(Envelope):
+    """What the server knows by name, for a client to offer rather than copy: the model
+    presets (PlanParallelism, SubmitTrainingJob) and the state vocabularies."""
+
+    models: list[ModelPreset]
+    job_states: list[str] = Field(..., description="every state a job can be in, in lifecycle order")
+    terminal_job_states: list[str] = Field(..., description="the states a job ends in")
+    chip_states: list[str] = Field(..., description="every state a chip can be in")
+    chip_types: list[str] = Field(..., description="PlanParallelism's chip_type values")
+
+
+class Reservation(Reply):
+    id: str
+    name: str
+    cluster_id: str
+    cluster: str
+    chips: int
+    chip_ids: list[int] = Field(..., description="the chips held (chosen when it was made)")
+    queue: str | None = None
+    start: str
+    end: str
+    duration_s: float
+    state: str = Field(..., description="pending (before the start), active (in the window), ended, or deleted")
+    created_at: str
+    jobs: list[str] = Field([], description="jobs holding its chips now")
+
+
+class ReservationList(Envelope):
+    reservations: list[Reservation]
+
+
+class UsageRow(Reply):
+    busy: float = Field(..., description="chip-seconds training (less work a failure threw away)")
+    reserved: float = Field(..., description="chip-seconds held while placing or checkpointing")
+    lost: float = Field(..., description="chip-seconds held while recovering, plus work a failure threw away")
+    chip_hours: float
+    jobs: int
+
+
+class UsageGroup(Reply):
+    name: str = Field(..., description="the user, queue or team")
+    chip_hours: list[float] = Field(..., description="chip-hours held in each bucket (busy + reserved + lost)")
+
+
+class UsageSeries(Envelope):
+    bucket_s: int
+    t: list[float] = Field(..., description="each bucket's start, unix s (the newest 1000 buckets at most)")
+    groups: list[UsageGroup]
+
+
+class UsageReport(Envelope):
+    by: str
+    since: float | None = None
+    cluster_id: str | None = None
+    rows: list[UsageRow]
+    total: dict[str, float]
+    jobs: int
+    series: UsageSeries | None = Field(None, description="usage over time, with ?bucket= only")
+
+
+class AccessToken(Reply):
+    id: str
+    name: str
+    role: str
+    revoked: bool = False
+    created_at: str
+    token: str | None = Field(None, description="only in the CreateAccessToken response")
+
+
+class AccessTokenList(Envelope):
+    tokens: list[AccessToken]
+
+
+class AuditEvent(Envelope):
+    seq: int
+    time: str
+    actor: str
+    action: str
+    target: str
+    result: str
+    detail: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+class AuditList(PageBody):
+    events: list[AuditEvent]
+
+
+class AuditVerify(Envelope):
+    ok: bool
+    first_bad_seq: int | None = None
+    message: str
+
+
+# --- health: alerts, telemetry, recoveries, firmware; maintenance ------------------------------
+class AlertList(Envelope):
+    alerts: list[dict[str, Any]]
+
+
+class Telemetry(Envelope):
+    cluster_id: str
+    scope: str
+    metric: str
+    target: int | None
+    range: str
+    resolution_s: float | None
+    t: list[float]
+    avg: list[float | None]
+    min: list[float | None]
+    max: list[float | None]
+
+
+class RecoveryList(Envelope):
+    recoveries: list[dict[str, Any]]
+
+
+class FirmwareRollout(Reply):
+    id: str
+    cluster_id: str
+    version: str
+    state: str
+    progress: float
+
+
+class FirmwareRolloutList(Envelope):
+    rollouts: list[FirmwareRollout]
+    unavailable: str | None = Field(None, description="why this cluster can have no rollouts (its fabric cannot "
+                                    "update firmware online); null where it can")
+
+
+class MaintenanceRollout(Reply):
+    id: str
+    cluster_id: str
+    state: str
+    progress: float
+
+
+class MaintenanceList(Envelope):
+    rollouts: list[MaintenanceRollout]
+    unavailable: str | None = Field(None, description="why the cluster's fabric has no maintenance rollouts "
+                                    "(it cannot run commands on its hosts); null where it can")
+
+
+# --- operations: verify, diagnose, advise, reports, the knowledge base -------------------------
+class Verification(Reply):
+    cluster_id: str
+    passed: bool
+    status: str
+    checks: list[dict[str, Any]]
+
+
+class Diagnosis(Reply):
+    cluster_id: str
+    healthy: bool
+    findings: list[dict[str, Any]]
+
+
+class Recommendations(Envelope):
+    cluster_id: str
+    recommendations: list[dict[str, Any]]
+    candidates: int
+    min_gain: float
+    horizon_s: float
+
+
+class ReportList(Envelope):
+    cluster_id: str
+    reports: list[dict[str, Any]]
+
+
+class GuideList(Envelope):
+    guides: list[dict[str, str]]
+
+
+class Guide(Envelope):
+    topic: str
+    title: str
+    text: str

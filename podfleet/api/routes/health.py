@@ -12,11 +12,21 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import AlertRef, ClusterRef, Firmware, Health, Plane, Recovery, RolloutRef
-from podfleet.api.schemas import MAX_CHIP_INDEX, MAX_CHIPS, MAX_LINK_INDEX, RequestBody
+from podfleet.api.schemas import (
+    MAX_CHIP_INDEX,
+    MAX_CHIPS,
+    MAX_LINK_INDEX,
+    AlertList,
+    FirmwareRollout,
+    FirmwareRolloutList,
+    RecoveryList,
+    RequestBody,
+    Telemetry,
+)
 from podfleet.errors import ConflictError, InvalidInputError
 from podfleet.health.service import HealthService
 from podfleet.health.telemetry import ALL_METRICS, CHIP_METRICS, LINK_METRICS
@@ -36,42 +46,6 @@ class FirmwareUpdateRequest(RequestBody):
     unit: Literal["chip", "node"] = "chip"
     chips: list[Annotated[int, Field(ge=0, le=MAX_CHIP_INDEX)]] | None = Field(
         None, min_length=1, max_length=MAX_CHIPS, description="default: every chip; a chip past the cluster's is a 404")
-
-
-class AlertList(BaseModel):
-    alerts: list[dict[str, Any]]
-
-
-class Telemetry(BaseModel):
-    cluster_id: str
-    scope: str
-    metric: str
-    target: int | None
-    range: str
-    resolution_s: float | None
-    t: list[float]
-    avg: list[float | None]
-    min: list[float | None]
-    max: list[float | None]
-
-
-class RecoveryList(BaseModel):
-    recoveries: list[dict[str, Any]]
-
-
-class FirmwareRollout(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    cluster_id: str
-    version: str
-    state: str
-    progress: float
-
-
-class FirmwareRolloutList(BaseModel):
-    rollouts: list[FirmwareRollout]
-    unavailable: str | None = Field(None, description="why this cluster can have no rollouts (its fabric cannot "
-                                    "update firmware online); null where it can")
 
 
 async def optional_health(request: Request) -> HealthService | None:

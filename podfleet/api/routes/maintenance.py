@@ -7,11 +7,17 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, status
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import REF_PATTERN, ClusterRef, Maintenance, Plane
-from podfleet.api.schemas import MAX_CHIP_INDEX, MAX_CHIPS, RequestBody
+from podfleet.api.schemas import (
+    MAX_CHIP_INDEX,
+    MAX_CHIPS,
+    MaintenanceList,
+    MaintenanceRollout,
+    RequestBody,
+)
 from podfleet.errors import ConflictError
 from podfleet.fabric.commands import MAX_COMMAND_CHARS
 from podfleet.recovery.maintenance import MAX_TIMEOUT_S
@@ -29,20 +35,6 @@ class MaintenanceRequest(RequestBody):
         None, min_length=1, max_length=MAX_CHIPS, description="default: every chip; a chip past the cluster's is a 404")
     max_failures: int = Field(1, ge=1, le=MAX_CHIPS, description="pause after this many failed groups")
     timeout_s: float = Field(600.0, gt=0, le=MAX_TIMEOUT_S, description="one host's command is killed after this")
-
-
-class MaintenanceRollout(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    id: str
-    cluster_id: str
-    state: str
-    progress: float
-
-
-class MaintenanceList(BaseModel):
-    rollouts: list[MaintenanceRollout]
-    unavailable: str | None = Field(None, description="why the cluster's fabric has no maintenance rollouts "
-                                    "(it cannot run commands on its hosts); null where it can")
 
 
 @router.post("/clusters/{cluster}/maintenance", operation_id="StartMaintenance", response_model=MaintenanceRollout,

@@ -12,14 +12,22 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from podfleet.advisor import advise, diagnose, kb, reports, verify
 from podfleet.advisor import drill as drill_ops
 from podfleet.advisor.checks import Check, verdict
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import ClusterRef, Plane
-from podfleet.api.schemas import RequestBody
+from podfleet.api.schemas import (
+    Diagnosis,
+    Guide,
+    GuideList,
+    Recommendations,
+    ReportList,
+    RequestBody,
+    Verification,
+)
 from podfleet.control.plane import ControlPlane
 from podfleet.fabric.base import COLLECTIVE_OPS
 from podfleet.health.service import HealthService
@@ -42,39 +50,6 @@ class VerifyRequest(RequestBody):
     interconnect: bool = True
     drill: bool = True
     budget_s: float = Field(drill_ops.FAILOVER_BUDGET_S, gt=0, le=86400, description="failover budget of the drill")
-
-
-class Verification(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    cluster_id: str
-    passed: bool
-    status: str
-    checks: list[dict[str, Any]]
-
-
-class Diagnosis(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    cluster_id: str
-    healthy: bool
-    findings: list[dict[str, Any]]
-
-
-class Recommendations(BaseModel):
-    cluster_id: str
-    recommendations: list[dict[str, Any]]
-    candidates: int
-    min_gain: float
-    horizon_s: float
-
-
-class GuideList(BaseModel):
-    guides: list[dict[str, str]]
-
-
-class Guide(BaseModel):
-    topic: str
-    title: str
-    text: str
 
 
 def _health(request: Request) -> HealthService | None:
@@ -161,11 +136,6 @@ async def get_guide(topic: Topic) -> dict[str, str]:
 # --- health reports ------------------------------------------------------------------------------
 class ReportRequest(RequestBody):
     period: Literal[tuple(reports.PERIODS)] = Field("24h", description=f"one of {', '.join(reports.PERIODS)}")  # type: ignore[valid-type]
-
-
-class ReportList(BaseModel):
-    cluster_id: str
-    reports: list[dict[str, Any]]
 
 
 def _archive(request: Request) -> reports.Archive:

@@ -43,7 +43,6 @@ def present(*fields: str) -> JsonDict:
     return {"required": list(fields), "properties": {f: {"not": {"type": "null"}} for f in fields}}
 
 
-
 def keyed_schema(key: Any, value: Any) -> JsonDict:
     """The JSON schema of ``dict[key, value]`` for ``WithJsonSchema``: pydantic writes a
     key's pattern as patternProperties, which lets every other key through; propertyNames
@@ -145,17 +144,6 @@ def old_spellings(rules: list[JsonValue]) -> list[JsonValue]:
 
 # A reply: its model is the SDK's too (``podfleet.sdk.models``), so client and server share one shape.
 ResponseBody = Reply
-
-
-class LogLine(ResponseBody):
-    offset: int
-    time: str
-    message: str
-
-
-class Logs(BaseModel):
-    lines: list[LogLine]
-    next: int
 
 
 class Problem(BaseModel):

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict, JsonValue
 
-from podfleet.api.schemas.base import RequestBody, ResponseBody, old_spellings
+from podfleet.api.schemas.base import RequestBody, old_spellings
 from podfleet.control.faults import POD_LOSS
 from podfleet.hardware.faults import FAULT_KINDS, LINK_FAULTS
 
@@ -35,7 +35,6 @@ _FAULT_TARGETS: list[JsonValue] = [
 ]
 
 
-
 class InjectFaultRequest(RequestBody):
     model_config = ConfigDict(json_schema_extra={"allOf": old_spellings(_FAULT_TARGETS)})
 
@@ -51,9 +50,3 @@ class InjectFaultRequest(RequestBody):
     factor: float | None = Field(None, ge=1.0, le=100.0,
                                  description="slow-worker: the rank computes this many times slower per sample "
                                              "(1 restores it)")
-
-
-
-class FaultOut(ResponseBody):
-    cluster_id: str
-    kind: str

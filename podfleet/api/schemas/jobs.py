@@ -1,4 +1,5 @@
-"""Training jobs: SubmitTrainingJob's body, the job view, its metrics and job arrays."""
+"""Training jobs: SubmitTrainingJob's body and the names it takes (the job view, its metrics
+and job arrays are the SDK's models, ``podfleet.sdk.models``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from podfleet.api.schemas.base import (
     ClientToken,
     Name,
     RequestBody,
-    ResponseBody,
     present,
 )
 from podfleet.control.drivers.process import FABRIC_JOB_OPTIONS, JOB_OPTIONS
@@ -48,7 +48,6 @@ class ModelDims(RequestBody):
     heads: int = Field(..., ge=1, le=10_000)
     vocab: int = Field(..., ge=1, le=10_000_000)
     seq_len: int = Field(4096, ge=1, le=10_000_000)
-
 
 
 class SubmitJobRequest(RequestBody):
@@ -107,42 +106,3 @@ class SubmitJobRequest(RequestBody):
                               description="one job per index, e.g. 0-15 or 0-15%4 (at most 4 queued or running); "
                                           "each gets PODFLEET_ARRAY_INDEX")
     client_token: str | None = ClientToken
-
-
-
-class JobMetricPoint(ResponseBody):
-    time: str
-    t_start: float
-    resolution_s: float
-    step_first: int | None = None
-    step_last: int | None = None
-    samples: int = 0
-    loss: float | None = None
-    tokens_per_s: float | None = None
-    step_time_s: float | None = None
-
-
-class JobMetricsOut(ResponseBody):
-    job_id: str
-    resolution_s: float
-    points: list[JobMetricPoint]
-
-
-
-class JobArrayMember(ResponseBody):
-    id: str
-    index: int | None = None
-    state: str
-    reason: str = ""
-
-
-class JobArray(ResponseBody):
-    id: str
-    size: int
-    limit: int | None = None
-    state: str = Field(..., description="RUNNING while any member runs, PENDING while the rest wait, else the "
-                                        "worst end: FAILED, STOPPED or SUCCEEDED")
-    ended: bool
-    counts: dict[str, int]
-    cluster_id: str
-    jobs: list[JobArrayMember]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from podfleet.api.schemas.base import PresetName, RequestBody, ResponseBody
+from podfleet.api.schemas.base import PresetName, RequestBody
 from podfleet.hardware.catalog import TOPOLOGY_NAMES
 
 PLAN_CHIP_TYPES = ("trn2", "trn1", "a100", "h100", "h200")
@@ -24,26 +24,3 @@ class PlanRequest(RequestBody):
     tp: int | None = Field(None, ge=1, le=4096, description="fix the tensor-parallel degree")
     pp: int | None = Field(None, ge=1, le=4096)
     dp: int | None = Field(None, ge=1, le=65536)
-
-
-class ModelPreset(ResponseBody):
-    name: str
-    params: int = Field(..., description="parameters")
-    layers: int
-    hidden: int
-    heads: int
-    vocab: int
-    seq_len: int
-    trainer: bool = Field(..., description="local and ray clusters can train it (the built-in PyTorch loop); "
-                                           "every preset runs on the twin")
-
-
-class Presets(BaseModel):
-    """What the server knows by name, for a client to offer rather than copy: the model
-    presets (PlanParallelism, SubmitTrainingJob) and the state vocabularies."""
-
-    models: list[ModelPreset]
-    job_states: list[str] = Field(..., description="every state a job can be in, in lifecycle order")
-    terminal_job_states: list[str] = Field(..., description="the states a job ends in")
-    chip_states: list[str] = Field(..., description="every state a chip can be in")
-    chip_types: list[str] = Field(..., description="PlanParallelism's chip_type values")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from podfleet.api.schemas.base import QUEUE_PATTERN, RequestBody, ResponseBody
+from podfleet.api.schemas.base import QUEUE_PATTERN, RequestBody
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 
 ReclaimPolicy = Literal["never", "lower-priority", "any"]
@@ -42,13 +42,3 @@ class CreatePriorityClassRequest(RequestBody):
     value: int = Field(..., ge=0, le=100, description="the priority its jobs get")
     preemption: Literal["lower", "never"] = Field("lower", description="lower: its jobs may preempt "
                                                   "lower-priority jobs; never: they wait")
-
-
-class PriorityClass(ResponseBody):
-    name: str
-    value: int
-    preemption: str
-
-
-class PriorityClassList(BaseModel):
-    priority_classes: list[PriorityClass]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from podfleet.api.schemas.base import QUEUE_PATTERN, RequestBody, ResponseBody
+from podfleet.api.schemas.base import QUEUE_PATTERN, RequestBody
 from podfleet.control.specs import MAX_CLUSTER_CHIPS
 from podfleet.timespec import DURATION_PATTERN, MAX_S, TIME_PATTERN
 
@@ -24,23 +24,3 @@ class CreateReservationRequest(RequestBody):
         Annotated[float, Field(gt=0, le=MAX_S)] = Field(..., description="seconds, or 2h, 30m, 1h30m, 1d, HH:MM:SS")
     queue: str | None = Field(None, min_length=1, max_length=63, pattern=QUEUE_PATTERN,
                               description="whose jobs may use the chips in the window (none: nobody's)")
-
-
-class Reservation(ResponseBody):
-    id: str
-    name: str
-    cluster_id: str
-    cluster: str
-    chips: int
-    chip_ids: list[int] = Field(..., description="the chips held (chosen when it was made)")
-    queue: str | None = None
-    start: str
-    end: str
-    duration_s: float
-    state: str = Field(..., description="pending (before the start), active (in the window), ended, or deleted")
-    created_at: str
-    jobs: list[str] = Field([], description="jobs holding its chips now")
-
-
-class ReservationList(BaseModel):
-    reservations: list[Reservation]
