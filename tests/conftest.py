@@ -79,3 +79,25 @@ def pytest_collection_modifyitems(items: list) -> None:
     for it in items:
         ray = it.nodeid.startswith("tests/fabric/ray/") or it.get_closest_marker("ray") is not None
         it.add_marker(pytest.mark.xdist_group("ray" if ray else it.nodeid.split("::", 1)[0]))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A private Ray head outlives the server that started it while gangs run on it, by
+    design (docs/ray.md, "The private Ray head"): one that a test's server left behind (its
+    job still running at the test's end) is stopped here with its gangs, so nothing keeps
+    training on CI's two cores after the run (one fresh-clone CI found such a head)."""
+    from pathlib import Path
+
+    roots = [Path(_RUN_DIR)]
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        roots.append(factory.getbasetemp())
+    records = [r for root in roots if root.is_dir() for r in root.rglob("ray/head.json")]
+    if not records:
+        return
+    from podfleet.fabric.ray.private import PrivateHead
+
+    for record in records:
+        head = PrivateHead(record.parent)
+        head.rec = head._read()
+        head._stop()  # only a process that is still that head on that port is signalled
