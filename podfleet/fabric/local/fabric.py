@@ -3,7 +3,7 @@
 Threads: one reader per worker process (its report pipe), one monitor (telemetry and
 hang detection). Those threads never change fabric or job state themselves: they hand
 a callable to ``timeline.submit`` (or, with no timeline attached, to a dispatcher
-thread), so state changes and ``FabricEvent`` callbacks happen on one thread, the
+thread; ``delivery.py``), so state changes and ``FabricEvent`` callbacks happen on one thread, the
 engine's. An RLock guards the state too, for callers on other threads (tests, the CLI).
 
 What leaves the fabric from a worker (logs, failure tails, event details) passes a
@@ -13,17 +13,12 @@ What leaves the fabric from a worker (logs, failure tails, event details) passes
 from __future__ import annotations
 
 import functools
-import json
-import logging
 import os
-import queue
 import signal
-import socket
 import stat
 import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -34,7 +29,6 @@ import numpy as np
 from podfleet.checkpoint import keys
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import (
-    CHECKPOINT_HOLD_S,
     DEFAULT_HANG_RESTARTS,
     Adoption,
     ChipState,
@@ -49,8 +43,9 @@ from podfleet.fabric.base import (
     check_chip_transition,
 )
 from podfleet.fabric.commands import run_host_command
-from podfleet.fabric.local import probes, rankmove, reattach, reports, telemetry
+from podfleet.fabric.local import control, gangstart, probes, rankmove, reattach, reports, telemetry
 from podfleet.fabric.local.agent.client import AgentSpawner
+from podfleet.fabric.local.delivery import Delivery
 from podfleet.fabric.local.faultlog import FaultLog
 from podfleet.fabric.local.jobs import TERMINAL, JobStatus, LocalJob
 from podfleet.fabric.local.monitor import Monitor
@@ -65,31 +60,9 @@ from podfleet.security.files import private_dir
 from podfleet.security.jobfiles import write_for_job
 from podfleet.security.redact import Redactor
 from podfleet.security.sandbox import from_env
-from podfleet.training.config import KEY_ENV_DEFAULT, PRESET_NAMES, WorkerConfig
-from podfleet.training.data import split_samples
+from podfleet.training.config import KEY_ENV_DEFAULT
 
-log = logging.getLogger("podfleet.fabric.local")
-_HOST = socket.gethostname()  # every slot's worker runs on this host
-
-# Options a WorkerGroupSpec may carry for this fabric (anything else is a typo).
-OPTIONS = (
-    "seed", "global_batch", "seq_len", "lr", "checkpoint_dir", "max_retries", "recover", "array_index",
-    "replica_peer", "step_delay_s", "threads", "entrypoint_args", "encrypt_checkpoints",
-    "key_file", "resume", "work_split", "rank_step_delay_s", "grad_compression", "rank_moves", "regroup_timeout_s",
-)
-
-
-def _group_dict(spec: WorkerGroupSpec) -> dict[str, Any]:
-    """The gang's spec as the agent keeps it (JSON), for a plane that re-attaches."""
-    return {"job_id": spec.job_id, "chips": list(spec.chips), "model": spec.model, "steps": spec.steps,
-            "checkpoint_interval": spec.checkpoint_interval, "entrypoint": spec.entrypoint,
-            "options": {k: list(v) if isinstance(v, tuple) else v for k, v in dict(spec.options).items()}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_HOST = gangstart.HOST  # every slot's worker runs on this host
 
 
 class LocalFabric:
@@ -161,14 +134,10 @@ class LocalFabric:
         self.redactor = Redactor.for_server(key_files=[key_file])
         self._chips = [ChipState.HEALTHY] * n_slots
         self._busy: dict[int, str] = {}
-        self._subs: list[Callable[[FabricEvent], None]] = []
-        self.events: deque[FabricEvent] = deque(maxlen=2000)
         self.faults = FaultLog()
         self.state = LocalState(n_slots, telemetry.empty(n_slots, bool(self.n_gpus)))
-        self._timeline: Any = None
-        self._inbox: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = queue.SimpleQueue()
-        self._dispatcher = threading.Thread(target=self._dispatch, name="local-fabric-dispatch", daemon=True)
-        self._dispatcher.start()
+        self._delivery = Delivery(self.state, self.redactor, self.faults)  # starts the dispatcher thread
+        self.events = self._delivery.events
         keep = (KEY_ENV_DEFAULT,) if key_from_env else ()
         # Who parents the workers (``spawner``): this process, or the host's agent, whose
         # workers outlive this process and are adopted by the next plane (``adopt``).
@@ -194,7 +163,7 @@ class LocalFabric:
 
     # --- Fabric protocol --------------------------------------------------------------
     def attach(self, timeline: Any) -> None:
-        self._timeline = timeline
+        self._delivery.timeline = timeline
 
     def chip_states(self) -> list[ChipState]:
         with self.state.lock:
@@ -234,7 +203,7 @@ class LocalFabric:
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
         with self.state.lock:
-            self._subs.append(callback)
+            self._delivery.subs.append(callback)
 
     def launch(self, group: WorkerGroupSpec) -> None:
         with self.state.lock:
@@ -250,44 +219,11 @@ class LocalFabric:
                     raise ConflictError(f"chip {c} is busy with job {self._busy[c]}")
             if len(set(group.chips)) != len(group.chips):
                 raise InvalidInputError(f"chips repeat: {list(group.chips)}", field="chips")
-            opts = dict(group.options)
-            unknown = sorted(set(opts) - set(OPTIONS))
-            if unknown:
-                raise UnknownNameError("job option", unknown[0], OPTIONS, field="options")
-            if group.entrypoint is None and group.model not in PRESET_NAMES:
-                raise UnknownNameError("model preset", group.model, PRESET_NAMES, field="model")
-            jobdir = self.workdir / "jobs" / group.job_id
-            jobdir.mkdir(parents=True, exist_ok=True)
-            (jobdir / "work_split.json").unlink(missing_ok=True)  # a split from an earlier run of this id
-            (jobdir / "rendezvous.json").unlink(missing_ok=True)  # and a rank move's rendezvous
-            (jobdir / "slow.json").unlink(missing_ok=True)
-            (jobdir / "checkpoint_request.json").unlink(missing_ok=True)
-            gb = int(opts.get("global_batch", WorkerConfig.global_batch))
-            shares = split_samples(opts["work_split"], gb) if opts.get("work_split") else ()
-            base = WorkerConfig(
-                job_id=group.job_id, rank=0, world_size=len(group.chips), model=group.model,
-                steps=group.steps, checkpoint_interval=group.checkpoint_interval, entrypoint=group.entrypoint,
-                checkpoint_dir=str(opts.get("checkpoint_dir") or jobdir / "checkpoints"),
-                key_file=opts.get("key_file", self.key_file),
-                resume=bool(opts.get("resume", False)),
-                entrypoint_args=tuple(opts.get("entrypoint_args", ())),
-                shares=shares, split_file=str(jobdir / "work_split.json") if len(group.chips) > 1 else None,
-                # A lost rank of a built-in DP gang moves alone (rankmove.py) unless turned off.
-                regroup_file=(str(jobdir / "rendezvous.json") if len(group.chips) > 1 and group.entrypoint is None
-                              and bool(opts.get("rank_moves", True)) else None),
-                slow_file=str(jobdir / "slow.json") if group.entrypoint is None else None,
-                checkpoint_request_file=str(jobdir / "checkpoint_request.json") if group.entrypoint is None else None,
-                **{k: opts[k] for k in ("seed", "global_batch", "seq_len", "lr", "step_delay_s", "threads",
-                                        "encrypt_checkpoints", "replica_peer", "grad_compression", "array_index",
-                                        "regroup_timeout_s")
-                   if k in opts},
-            )
-            job = LocalJob(group, list(group.chips), base, int(opts.get("max_retries", 0)),
-                           bool(opts.get("recover", True)))
+            job = gangstart.new_job(group, self.workdir, self.key_file)
             self.state.jobs[group.job_id] = job
             for c in job.chips:
                 self._busy[c] = group.job_id
-            self.start_attempt(job, resume=base.resume)
+            self.start_attempt(job, resume=job.base_cfg.resume)
             self.emit("job-started", job_id=group.job_id, chips=list(job.chips), attempt=job.attempt)
 
     def stop(self, job_id: str) -> None:
@@ -311,37 +247,18 @@ class LocalFabric:
             attempt = job.attempt
             threading.Timer(2.0, lambda: self.deliver(self._force_stop, job, attempt)).start()
 
-    # --- capabilities: Rebalanceable, WorkerKill, Introspection, Closeable ------------------
+    # --- capabilities: Rebalanceable, WorkerKill, Introspection, Closeable (control.py) -----
     def set_work_split(self, job_id: str, shares: Sequence[int]) -> None:
         """Give rank r ``shares[r]`` / sum of the global batch from the workers' next step
         (the file rank 0 reads between steps); later gangs of the job start with it."""
         with self.state.lock:
-            job = self._job(job_id)
-            cfg = job.base_cfg
-            if len(shares) != len(job.chips) or min(shares) < 1:
-                raise InvalidInputError(f"need {len(job.chips)} shares >= 1, got {list(shares)}", field="shares")
-            samples = split_samples([float(x) for x in shares], cfg.global_batch)
-            job.base_cfg = cfg.replace(shares=samples)
-            if cfg.split_file:
-                self._write_job_file(Path(cfg.split_file), json.dumps({"shares": list(samples)}).encode())
-            job.log.append(f"work split {list(samples)} (samples of {cfg.global_batch})")
+            control.set_work_split(self._job(job_id), shares, self._write_job_file)
 
     def slow_worker(self, job_id: str, rank: int, factor: float) -> None:
         """Fault injection: rank ``rank`` computes ``factor`` times slower per sample from its
         next step (1.0 restores it); later gangs of the job keep it (training/loop ``SlowDown``)."""
         with self.state.lock:
-            job = self._job(job_id)
-            if not 0 <= rank < len(job.chips):
-                raise InvalidInputError(f"rank {rank} not in [0, {len(job.chips)})", field="rank")
-            if not 1.0 <= factor <= 100.0:
-                raise InvalidInputError(f"slow-down factor must be in [1, 100], got {factor:g}", field="factor")
-            if job.base_cfg.slow_file is None:
-                raise ConflictError(f"job {job_id} runs its own entrypoint: only the built-in loop can be slowed")
-            job.slow[rank] = float(factor)
-            path = Path(job.base_cfg.slow_file)
-            owner = self._pool.job_owner(path.parent) or (None, None)
-            write_for_job(path, json.dumps({"factors": {str(r): f for r, f in job.slow.items()}}).encode(), *owner)
-            job.log.append(f"slow-worker: rank {rank} slowed {factor:g}x")
+            control.slow_worker(self._job(job_id), rank, factor, self._write_job_file)
 
     def checkpoint_now(self, job_id: str) -> int | None:
         """OnDemandCheckpoints: ask the gang to save at its next step boundary and hold
@@ -352,15 +269,7 @@ class LocalFabric:
             job = self.state.jobs.get(job_id)
             if job is None or job.state is not RunState.RUNNING:
                 return None
-            path = job.base_cfg.checkpoint_request_file
-            if path is None:
-                raise ConflictError(f"job {job_id} runs its own entrypoint: only the built-in loop checkpoints "
-                                    f"on demand (its own checkpoints are the script's)")
-            job.checkpoint_requests += 1
-            request = {"request": job.checkpoint_requests, "hold_s": CHECKPOINT_HOLD_S}
-            self._write_job_file(Path(path), json.dumps(request).encode())
-            job.log.append(f"on-demand checkpoint asked at step {job.step} (request {job.checkpoint_requests})")
-            return job.step
+            return control.checkpoint_now(job, self._write_job_file)
 
     def set_ring_order(self, job_id: str, ring: Sequence[int]) -> None:
         """One host's workers share loopback / shared memory: there is no ring to choose; recorded."""
@@ -485,14 +394,14 @@ class LocalFabric:
             if self._pool.outlives_fabric:
                 # The agent keeps the workers running (and journals them) for the next plane.
                 self._pool.close()
-                self._inbox.put((lambda: None, ()))
+                self._delivery.wake()
                 return
             for job in self.state.jobs.values():
                 for wp in job.workers.values():
                     if wp.alive:
                         wp.kill("stop")
             self._pool.close()
-        self._inbox.put((lambda: None, ()))
+        self._delivery.wake()
 
     def __enter__(self) -> LocalFabric:
         return self
@@ -509,7 +418,7 @@ class LocalFabric:
         job.attempt += 1
         job.workers, job.failed_ranks, job.replica, job.pending_ckpt, job.pending_loss = {}, {}, None, {}, {}
         job.hung_ranks, job.moving = {}, None
-        port = free_port()
+        port = gangstart.free_port()
         cfg0 = job.base_cfg
         if job.spec.entrypoint is None and len(job.chips) > 1:
             even = (cfg0.global_batch // len(job.chips),) * len(job.chips)
@@ -527,7 +436,7 @@ class LocalFabric:
 
     def publish_rendezvous(self, job: LocalJob) -> int:
         """Write the job's next rendezvous (``job.generation``, a fresh port) for its workers."""
-        port = free_port()
+        port = gangstart.free_port()
         path = job.base_cfg.regroup_file
         assert path is not None  # only rank-move jobs have one
         self._write_job_file(Path(path), rankmove.rendezvous_doc(job.generation, port, len(job.chips)))
@@ -537,22 +446,8 @@ class LocalFabric:
                join: bool = False) -> WorkerProcess:
         if self.state.closed.is_set():
             raise ConflictError(f"the fabric is closed: rank {rank} of {job.spec.job_id} is not started")
-        chip = job.chips[rank]
-        jobdir = self.workdir / "jobs" / job.spec.job_id
-        replica_dir = jobdir / "replica" / f"attempt-{job.attempt}"
-        cfg = job.base_cfg.replace(rank=rank, master_port=port, resume=resume, resume_from=resume_from,
-                                   replica_dir=str(replica_dir), generation=job.generation, join=join)
-        delays = job.spec.options.get("rank_step_delay_s") or {}
-        if str(rank) in delays or rank in delays:  # a per-rank slow worker (tests, benchmarks)
-            cfg = cfg.replace(step_delay_s=float(delays.get(rank, delays.get(str(rank), 0.0))))
-        gen = f"-gen-{job.generation}" if join else ""
-        log_path = jobdir / f"attempt-{job.attempt}-rank-{rank}{gen}.log"
-
-        wp = job.workers[rank] = self._pool.spawn(cfg, chip, job.attempt, log_path, self._on_msg, self._on_exit,
-                                                  group=_group_dict(job.spec))
-        job.log.append(f"[attempt {job.attempt}] rank {rank} on chip {chip}: node {_HOST} ip 127.0.0.1 "
-                       f"pid {wp.pid}" + (f" (rank move, generation {job.generation})" if join else ""))
-        return wp
+        return gangstart.spawn(self._pool, self.workdir, job, rank, self._on_msg, self._on_exit, port=port,
+                               resume_from=resume_from, resume=resume, join=join)
 
     def _write_job_file(self, path: Path, data: bytes) -> None:
         # Atomic (a worker never reads half a file), and never through a link the job
@@ -612,16 +507,7 @@ class LocalFabric:
         if not isinstance(pool, AgentSpawner):
             return None
         with self.state.lock:
-            infos = reattach.gangs(pool.found).get(job_id)
-            if not infos:
-                return None
-            adoption, rest = reattach.adopt(self, pool, infos, checkpoint_step, self._on_msg, self._on_exit)
-            if rest:
-                pool.discard(rest)
-            if adoption is not None:
-                self.emit("job-adopted", job_id=job_id, chips=list(adoption.chips), pids=list(adoption.pids),
-                          attempt=adoption.attempt, replayed=adoption.replayed)
-            return adoption
+            return reattach.take_back(self, pool, job_id, checkpoint_step, self._on_msg, self._on_exit)
 
     def discard_unadopted(self) -> list[str]:
         """Stop the workers the agent held for jobs the plane did not adopt."""
@@ -629,11 +515,7 @@ class LocalFabric:
         if not isinstance(pool, AgentSpawner):
             return []
         with self.state.lock:
-            left = reattach.gangs(pool.found)
-            for infos in left.values():
-                pool.discard(infos)
-            pool.discard([i for i in pool.found if not i.get("config")])
-            return sorted(left)
+            return reattach.discard_unadopted(pool)
 
     # --- private ----------------------------------------------------------------------------
     def _on_msg(self, wp: WorkerProcess, msg: Message) -> None:
@@ -658,38 +540,10 @@ class LocalFabric:
         return self.state.jobs[job_id]
 
     def emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None:
-        t = float(self._timeline.now) if self._timeline is not None else time.time()
-        detail = {k: self.redactor.redact(v) if isinstance(v, str) else v for k, v in detail.items()}
-        ev = FabricEvent(kind, t, chip=chip, job_id=job_id, detail=detail)
-        self.events.append(ev)
-        if kind in ("hang", "worker-exited"):
-            rss = float(self.state.metrics["mem_bytes"][chip]) if chip is not None else None
-            self.faults.observe(ev, rss)
-        for cb in list(self._subs):
-            try:
-                cb(ev)
-            except Exception:  # a subscriber's bug must not stop event delivery
-                log.exception("fabric event subscriber failed on %s", kind)
+        self._delivery.emit(kind, chip=chip, job_id=job_id, **detail)
 
     def deliver(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self._timeline is not None and not self._timeline.stopping:
-            self._timeline.submit(self._run_locked, fn, *args)
-        else:
-            self._inbox.put((fn, args))
-
-    def _run_locked(self, fn: Callable[..., Any], *args: Any) -> None:
-        with self.state.lock:
-            try:
-                fn(*args)
-            except Exception:  # nobody awaits these futures: log rather than lose the error
-                log.exception("local fabric handler %s failed", getattr(fn, "__name__", fn))
-
-    def _dispatch(self) -> None:
-        while True:
-            fn, args = self._inbox.get()
-            self._run_locked(fn, *args)
-            if self.state.closed.is_set() and self._inbox.empty():
-                return
+        self._delivery.deliver(fn, *args)
 
     def _force_stop(self, job: LocalJob, attempt: int) -> None:
         if job.attempt == attempt and job.state is RunState.STOPPING:

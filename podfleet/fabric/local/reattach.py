@@ -29,6 +29,8 @@ class AdoptHost(Protocol):
 
     def busy_with(self, chip: int) -> str | None: ...
 
+    def emit(self, kind: str, *, chip: int | None = None, job_id: str | None = None, **detail: Any) -> None: ...
+
 
 def gangs(found: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
@@ -77,3 +79,28 @@ def adopt(host: AdoptHost, spawner: AgentSpawner, infos: list[dict[str, Any]], c
     job.log.append(f"[attempt {top}] re-attached after a control-plane restart: pids "
                    f"{[wp.pid for wp in workers]}, {replayed} reports replayed")
     return Adoption(job_id, tuple(chips), tuple(wp.pid for wp in workers), top, replayed), rest
+
+
+def take_back(host: AdoptHost, spawner: AgentSpawner, job_id: str, checkpoint_step: int | None,
+              on_msg: OnMessage, on_exit: OnExit) -> Adoption | None:
+    """``LocalFabric.adopt`` (hold the lock): the gang of ``job_id`` the agent kept, adopted
+    (event ``job-adopted``), its older workers stopped; None when there is none to take."""
+    infos = gangs(spawner.found).get(job_id)
+    if not infos:
+        return None
+    adoption, rest = adopt(host, spawner, infos, checkpoint_step, on_msg, on_exit)
+    if rest:
+        spawner.discard(rest)
+    if adoption is not None:
+        host.emit("job-adopted", job_id=job_id, chips=list(adoption.chips), pids=list(adoption.pids),
+                  attempt=adoption.attempt, replayed=adoption.replayed)
+    return adoption
+
+
+def discard_unadopted(spawner: AgentSpawner) -> list[str]:
+    """Stop the workers the agent held for jobs not adopted (hold the lock); their job ids."""
+    left = gangs(spawner.found)
+    for infos in left.values():
+        spawner.discard(infos)
+    spawner.discard([i for i in spawner.found if not i.get("config")])
+    return sorted(left)

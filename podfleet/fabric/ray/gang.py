@@ -2,7 +2,7 @@
 ``WorkerGroupSpec`` checked into a ``RayJob`` (``GangConfig.new_job``) and registered on
 its chips (``admit``), the bundle and actor options each rank's actor is placed with, and
 each rank's ``WorkerConfig``. The fabric's engine-thread ``launch`` and the runner's
-starter thread (``runner.py``) and rank moves (``rankmove.py``) share it.
+starter thread (``starter.py``) and rank moves (``rankmove.py``) share it.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ class MoveRunner(Protocol):
 
     def end_gang(self, job: RayJob, blamed: RankRecord | None) -> None: ...
 
-HELLO_TIMEOUT_S = 120.0  # a new actor's start on a busy cluster (runner.START_TIMEOUT_S)
+HELLO_TIMEOUT_S = 120.0  # a new actor's start on a busy cluster (starter.START_TIMEOUT_S)
 
 
 def eligible(job: RayJob, lost: RankRecord, regroup_file: str | None) -> bool:

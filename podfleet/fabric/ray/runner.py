@@ -1,4 +1,5 @@
-"""The Ray fabric's background work: start gangs, poll actors, notice exits and hangs.
+"""The Ray fabric's background work: start gangs (each on a starter thread, ``starter.py``),
+poll actors, notice exits and hangs, end gangs.
 
 Ray calls are made without the fabric's lock held (they can wait on the network); the
 results are applied under the lock, re-checking that the job was not stopped meanwhile.
@@ -14,11 +15,10 @@ from typing import Any, Protocol
 
 from podfleet.errors import ConflictError, NotFoundError
 from podfleet.fabric.base import ChipState
-from podfleet.fabric.ray import control, rankmove, standby, supervisor, telemetry
+from podfleet.fabric.ray import control, rankmove, standby, starter, supervisor, telemetry
 from podfleet.fabric.ray.actor import WorkerActor
-from podfleet.fabric.ray.gang import GangConfig, bundle_selectors
+from podfleet.fabric.ray.gang import GangConfig
 from podfleet.fabric.ray.jobs import (
-    STRATEGIES,
     TERMINAL,
     ExitCause,
     RankRecord,
@@ -29,15 +29,12 @@ from podfleet.fabric.ray.jobs import (
 )
 from podfleet.fabric.ray.nodes import NodeMap, RayNode
 from podfleet.fabric.ray.probe import GCS_CHECK_FAILURES, gcs_unreachable
-from podfleet.training.config import WorkerConfig
 
-START_TIMEOUT_S = 120.0  # actor creation + hello on a busy cluster
 POLL_TIMEOUT_S = 2.0
 NODE_REFRESH_S = 2.0  # how often the poller re-reads which Ray nodes are alive
 # Reconnect attempts while the Ray cluster is unreachable: 1 s, doubling, at most 30 s.
 RECONNECT_FIRST_S = 1.0
 RECONNECT_MAX_S = 30.0
-PLACEMENT_SLICE_S = 1.0  # how often a gang waiting for its placement group looks at its nodes
 # A failing job's first cause is the one reported: a survivor's "peer lost" follows it.
 _BLAME = (ExitCause.INFRA, ExitCause.USER_CODE, ExitCause.BAD_INPUT, ExitCause.PEER_LOST, ExitCause.STOPPED)
 
@@ -124,7 +121,7 @@ class JobRunner:
             self.standbys.close()
 
     def start_job(self, job: RayJob) -> None:
-        threading.Thread(target=self._start, args=(job,), name=f"ray-start-{job.job_id}", daemon=True).start()
+        threading.Thread(target=starter.start, args=(self, job), name=f"ray-start-{job.job_id}", daemon=True).start()
 
     def stop_job(self, job: RayJob) -> bool:
         """Stop the gang (engine thread): False when it had ended or was stopping already."""
@@ -159,72 +156,7 @@ class JobRunner:
         pid = r.info.get("pid")
         return int(pid) if pid is not None else None
 
-    # --- starting a gang ----------------------------------------------------------------------
-    def _start(self, job: RayJob) -> None:
-        f, ray = self.f, self.state.ray
-        from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        n = len(job.ranks)
-        try:
-            if not self._wait_for_link(job):
-                return
-            with self.state.lock:
-                selectors = bundle_selectors(f.nodes, job)
-            # Detached, as the gang's actors are: a driver's placement group goes with it.
-            pg = placement_group([f.gang.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
-                                 name=f"podfleet-{job.job_id}", bundle_label_selector=selectors,
-                                 lifetime="detached")
-            job.pg = pg
-            ready = self._wait_placed(job, pg)
-            if ready is None:
-                return  # lost meanwhile (a node, the cluster): reported as such
-            if not ready:
-                avail = ray.available_resources().get(f.resource, 0.0)
-                self._fail(job, None, f"placement group of {n} x {f.gang.bundle()} ({job.strategy}) not placed "
-                                      f"within {f.placement_timeout_s:g} s; {avail:g} {f.resource} free")
-                return
-            self.actor_class()
-            with self.state.lock:
-                if job.state is not RunState.PLACING:
-                    # Stopped while placing: stop() may have run before job.pg was set.
-                    from ray.util.placement_group import remove_placement_group
-
-                    with contextlib.suppress(Exception):
-                        remove_placement_group(pg)
-                    return
-                for r in job.ranks:
-                    r.actor = self.actor_class().options(
-                        **f.gang.actor_options(), max_concurrency=4, max_restarts=0,
-                        name=supervisor.rank_name(job.job_id, r.rank, job.launch), namespace=f.namespace,
-                        lifetime="detached",
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
-                    ).remote(job.job_id, r.rank)
-                job.set_state(RunState.STARTING)
-            infos = ray.get([r.actor.hello.remote() for r in job.ranks], timeout=START_TIMEOUT_S)
-            master = infos[0]
-            with self.state.lock:
-                if job.state is not RunState.STARTING:
-                    return
-                cfgs = [f.gang.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
-                job.supervisor = self._start_supervisor(job, pg, infos, cfgs)
-                for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True):
-                    r.info = info
-                    if r.rank == 0:
-                        job.speed = telemetry.speed_for(job, cfg)
-                    r.actor.start.remote(cfg.to_json(), job.workdir)
-                    job.log.append(f"[fabric] rank {r.rank} on chip {r.chip}: node {str(info.get('node_id'))[:12]} "
-                                   f"ip {info.get('ip')} pid {info.get('pid')}")
-                job.set_state(RunState.RUNNING)
-            f.emit("job-started", job_id=job.job_id, chip=job.ranks[0].chip,
-                   nodes=sorted({i["ip"] for i in infos}), placement=job.strategy,
-                   master=f"{master['ip']}:{master['port']}", chips=[r.chip for r in job.ranks],
-                   ranks=[{"rank": r.rank, "chip": r.chip, "node_id": r.info.get("node_id"),
-                           "ip": r.info.get("ip"), "pid": r.info.get("pid")} for r in job.ranks])
-        except Exception as exc:  # Ray errors of every kind end the start, never the fabric
-            if job.state not in TERMINAL and job.state is not RunState.STOPPING:
-                self._fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
-
+    # --- what a start uses (starter.py), and a gang that cannot start ---------------------------
     def actor_class(self) -> Any:
         """``WorkerActor`` as a Ray actor class (and the supervisor's), made once."""
         if self._actor_cls is None:
@@ -233,57 +165,16 @@ class JobRunner:
             self._supervisor_cls = ray.remote(supervisor.GangSupervisor)
         return self._actor_cls
 
-    def _start_supervisor(self, job: RayJob, pg: Any, infos: list[dict[str, Any]], cfgs: list[WorkerConfig]) -> Any:
-        """The gang's detached record, for a plane that re-attaches (``supervisor.py``)."""
-        f = self.f
-        renv = f.gang.actor_options().get("runtime_env")
-        record = {"spec": job.spec, "strategy": job.strategy, "workdir": job.workdir,
-                  "checkpoint_dir": job.checkpoint_dir, "launch": job.launch, "pg": pg,
-                  "ranks": [{"rank": r.rank, "chip": r.chip, "info": info, "cfg": cfg.to_json(),
-                             "name": supervisor.rank_name(job.job_id, r.rank, job.launch)}
-                            for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True)]}
-        return self._supervisor_cls.options(
-            name=supervisor.supervisor_name(job.job_id, job.launch), namespace=f.namespace, lifetime="detached",
-            num_cpus=0, max_restarts=0, **({"runtime_env": renv} if renv else {}),
-        ).remote(record)
+    def supervisor_class(self) -> Any:
+        """``GangSupervisor`` as a Ray actor class (made with ``actor_class``)."""
+        self.actor_class()
+        return self._supervisor_cls
 
-    def _wait_for_link(self, job: RayJob) -> bool:
-        """A gang launched while the Ray cluster is unreachable waits for it (PLACING),
-        saying why once; False when the job was stopped meanwhile."""
-        said = False
-        while self.f.unreachable is not None:
-            if job.state is not RunState.PLACING or self._stop.is_set():
-                return False
-            if not said:
-                said = True
-                job.log.append(f"[fabric] waiting: {self.f.unreachable}")
-                self.f.emit("job-waiting", job_id=job.job_id, chip=job.ranks[0].chip, reason=self.f.unreachable)
-            time.sleep(PLACEMENT_SLICE_S)
-        return job.state is RunState.PLACING
+    def stopped(self) -> bool:
+        """The runner was closed: a gang still waiting for the Ray cluster gives up."""
+        return self._stop.is_set()
 
-    def _wait_placed(self, job: RayJob, pg: Any) -> bool | None:
-        """Wait for the placement group in slices, watching the nodes its bundles are pinned
-        to: a pinned node that dies (or the cluster lost) ends the wait at once as a lost
-        gang, never a 60 s placement failure of the job. None when so reported."""
-        ray, f = self.state.ray, self.f
-        ref = pg.ready()
-        deadline = time.monotonic() + f.placement_timeout_s
-        while True:
-            ready, _ = ray.wait([ref], timeout=min(PLACEMENT_SLICE_S, max(0.0, deadline - time.monotonic())))
-            if ready:
-                return True
-            if f.unreachable is not None:
-                return None  # lose_all reports it
-            with self.state.lock:
-                lost = [r for r in job.ranks if job.strategy in ("pack", "strict_pack") and f.nodes.lost(r.chip)]
-                node = f.nodes.node_of(lost[0].chip) if lost else None
-            if lost and node is not None:
-                self._lose_gang(job, lost[0], f"its Ray node {node.short} ({node.ip}) is not alive")
-                return None
-            if time.monotonic() >= deadline:
-                return False
-
-    def _lose_gang(self, job: RayJob, blamed: RankRecord, why: str) -> None:
+    def lose_gang(self, job: RayJob, blamed: RankRecord, why: str) -> None:
         """A gang that cannot start because a rank's node is gone: an infrastructure loss
         of that rank (the control plane moves it to another chip, or waits for one)."""
         self.teardown(job)
@@ -593,7 +484,7 @@ class JobRunner:
                    # The whole gang ended with this rank: whoever launched it relaunches it.
                    gang_ended=True)
 
-    def _fail(self, job: RayJob, blamed: RankRecord | None, reason: str) -> None:
+    def fail(self, job: RayJob, blamed: RankRecord | None, reason: str) -> None:
         self.teardown(job)
         with self.state.lock:
             if job.state in TERMINAL or job.state is RunState.STOPPING:

@@ -11,7 +11,7 @@ Heartbeat age: an actor that stops answering polls (frozen, its node cut off) is
 silent as one whose heartbeat stopped, so an armed rank's age is ``RankRecord.silent_s``.
 A rank still starting (placement, actor start, torch import: often several seconds)
 reports 0: it has no step to be late with yet, and the start has its own limits
-(``placement_timeout_s``, ``runner.START_TIMEOUT_S``), as local counts a worker's start
+(``placement_timeout_s``, ``starter.START_TIMEOUT_S``), as local counts a worker's start
 against ``startup_timeout_s`` rather than its hang timeout. So the health monitor's
 stale-heartbeat alert never fires for a gang that is only starting.
 
