@@ -27,6 +27,8 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
 
+from tests.fabric.ray.clusters import built_on, two_raylets  # noqa: E402
+
 JOB = {"model": "debug", "chips": 2, "steps": 100_000, "checkpoint_interval": 0,
        "options": {"seed": 5, "global_batch": 4, "seq_len": 32, "step_delay_s": 0.1}}
 
@@ -41,38 +43,14 @@ def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """As tests/fabric/ray/test_ray_recovery.py: token authentication off for this private,
-    loopback-only cluster."""
-    from podfleet.fabric.ray.local_cluster import LocalRayCluster
-
-    tmp = tmp_path_factory.mktemp("raymove")
-    saved = os.environ.pop("PODFLEET_RAY_ADDRESS", None)
-    cluster = LocalRayCluster(head_cpus=2, node_cpus=(1,), env={"RAY_AUTH_MODE": "disabled"}, log_dir=tmp)
-    try:
-        cluster.start()
-        [raylet] = cluster.wait_nodes()
-        yield {"address": cluster.address, "raylet": raylet, "tmp": tmp}
-    finally:
-        cluster.stop()
-        if saved is not None:
-            os.environ["PODFLEET_RAY_ADDRESS"] = saved
+    with two_raylets(tmp_path_factory.mktemp("raymove")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
 def plane(ray_cluster: dict[str, Any]) -> Iterator[Any]:
-    from podfleet import compose
-    from podfleet.control.fabricaccess import FabricAccess
-    from podfleet.engine.timeline import Timeline
-    from podfleet.store.memory import MemoryStore
-
-    built = compose.build(MemoryStore(), Timeline(seed=3, speed=1.0), workdir=str(ray_cluster["tmp"] / "work"),
-                          fabric_access=FabricAccess(ray_addresses=(ray_cluster["address"],)))
-    built.plane.start()
-    built.plane.call_timeout_s = 120
-    try:
+    with built_on(ray_cluster) as built:
         yield built.plane
-    finally:
-        built.plane.stop()
 
 
 def _kill_and_move(plane: Any, cluster: str, rank: int) -> dict[str, Any]:

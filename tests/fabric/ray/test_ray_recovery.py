@@ -17,7 +17,6 @@ Both record the recovery (path, resume time, steps lost) and show it in ``recove
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +25,8 @@ import pytest
 
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
+
+from tests.fabric.ray.clusters import built_on, two_raylets  # noqa: E402
 
 
 def _until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -37,39 +38,14 @@ def _until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A Ray head (2 CPUs) and a second raylet (1 CPU). Token authentication is off for this
-    private, loopback-only cluster: this process imported Ray (and read its auth mode) at
-    collection, before any fixture could give it a token (docs/ray.md has the token set-up)."""
-    from podfleet.fabric.ray.local_cluster import LocalRayCluster
-
-    tmp = tmp_path_factory.mktemp("raycluster")
-    saved = os.environ.pop("PODFLEET_RAY_ADDRESS", None)
-    cluster = LocalRayCluster(head_cpus=2, node_cpus=(1,), env={"RAY_AUTH_MODE": "disabled"}, log_dir=tmp)
-    try:
-        cluster.start()
-        [raylet] = cluster.wait_nodes()
-        yield {"address": cluster.address, "raylet": raylet, "tmp": tmp}
-    finally:
-        cluster.stop()
-        if saved is not None:
-            os.environ["PODFLEET_RAY_ADDRESS"] = saved
+    with two_raylets(tmp_path_factory.mktemp("raycluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
 def parts(ray_cluster: dict[str, Any]) -> Iterator[Any]:
-    from podfleet import compose
-    from podfleet.control.fabricaccess import FabricAccess
-    from podfleet.engine.timeline import Timeline
-    from podfleet.store.memory import MemoryStore
-
-    built = compose.build(MemoryStore(), Timeline(seed=3, speed=1.0), workdir=str(ray_cluster["tmp"] / "work"),
-                          fabric_access=FabricAccess(ray_addresses=(ray_cluster["address"],)))
-    built.plane.start()
-    built.plane.call_timeout_s = 120
-    try:
+    with built_on(ray_cluster) as built:
         yield built
-    finally:
-        built.plane.stop()
 
 
 JOB = {"model": "debug", "chips": 2, "checkpoint_interval": 4,
