@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import Plane
+from podfleet.api.schemas import CodeArtifact
 from podfleet.control.workdir import code_root
 from podfleet.errors import PodfleetError
 from podfleet.security.code import store_artifact
@@ -17,7 +18,8 @@ from podfleet.security.code import store_artifact
 router = APIRouter(prefix="/v1/code", tags=["code"])
 
 
-@router.post("", operation_id="UploadCode", status_code=201,
+@router.post("", operation_id="UploadCode", status_code=201, response_model=CodeArtifact,
+             response_model_exclude_unset=True,
              openapi_extra={"requestBody": {"required": True, "content": {
                  # The same bytes under either type: application/octet-stream is the one
                  # generated clients (and schemathesis) know how to send.

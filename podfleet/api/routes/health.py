@@ -20,6 +20,7 @@ from podfleet.api.schemas import (
     MAX_CHIP_INDEX,
     MAX_CHIPS,
     MAX_LINK_INDEX,
+    Alert,
     AlertList,
     FirmwareRollout,
     FirmwareRolloutList,
@@ -67,7 +68,8 @@ async def list_alerts(cluster: ClusterRef, plane: Plane, svc: MaybeHealth,
     return {"alerts": await plane.call(svc.list_alerts, cluster, state)}
 
 
-@router.post("/alerts/{alert_id}/acknowledge", operation_id="AcknowledgeAlert")
+@router.post("/alerts/{alert_id}/acknowledge", operation_id="AcknowledgeAlert", response_model=Alert,
+             response_model_exclude_unset=True)
 async def acknowledge_alert(alert_id: AlertRef, plane: Plane, svc: Health,
                             who: CurrentPrincipal) -> dict[str, Any]:
     return await plane.call(svc.acknowledge, alert_id, actor=who.actor)

@@ -20,9 +20,11 @@ from podfleet.advisor.checks import Check, verdict
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import ClusterRef, Plane
 from podfleet.api.schemas import (
+    AppliedRecommendation,
     Diagnosis,
     Guide,
     GuideList,
+    HealthReport,
     Recommendations,
     ReportList,
     RequestBody,
@@ -116,7 +118,8 @@ async def get_recommendations(cluster: ClusterRef, plane: Plane, request: Reques
             "min_gain": advise.MIN_GAIN, "horizon_s": advise.HORIZON_S}
 
 
-@router.post("/recommendations/{rec}/apply", operation_id="ApplyRecommendation")
+@router.post("/recommendations/{rec}/apply", operation_id="ApplyRecommendation",
+             response_model=AppliedRecommendation, response_model_exclude_unset=True)
 async def apply_recommendation(rec: RecId, plane: Plane, request: Request, who: CurrentPrincipal) -> dict[str, Any]:
     """Carry a recommendation out (audited); 409 when the cluster changed since it was made."""
     return await plane.call(_book(request).apply, plane, rec, actor=who.actor)
@@ -152,7 +155,8 @@ def _report_on_engine(plane: ControlPlane, svc: HealthService | None, rec: Recov
     return reports.build(plane, alerts, recs, cluster, period_s)
 
 
-@router.post("/clusters/{cluster}/reports", operation_id="CreateHealthReport", status_code=201)
+@router.post("/clusters/{cluster}/reports", operation_id="CreateHealthReport", status_code=201,
+             response_model=HealthReport, response_model_exclude_unset=True)
 async def create_report(cluster: ClusterRef, body: ReportRequest, plane: Plane, request: Request) -> dict[str, Any]:
     """Generate a health report over the period and archive it (JSON and HTML with charts)."""
     period_s = reports.parse_period(body.period)

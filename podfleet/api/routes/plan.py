@@ -11,6 +11,7 @@ from podfleet.api.schemas import (
     JOB_STATE_NAMES,
     PLAN_CHIP_TYPES,
     TERMINAL_JOB_STATES,
+    ParallelismPlan,
     PlanRequest,
     Presets,
 )
@@ -21,7 +22,8 @@ from podfleet.perf.models import MODELS, TRAINER_PRESETS
 router = APIRouter(prefix="/v1", tags=["planner"])
 
 
-@router.post("/plan", operation_id="PlanParallelism")
+@router.post("/plan", operation_id="PlanParallelism", response_model=ParallelismPlan,
+             response_model_exclude_unset=True)
 def plan(body: PlanRequest) -> dict[str, Any]:
     """TP/PP/DP and micro-batching with predicted step time, tokens/s, MFU and memory per chip."""
     return plan_parallelism(body.model, body.chips, chip_type=body.chip_type, topology=body.topology,

@@ -11,6 +11,8 @@ from podfleet.api.deps import REF_PATTERN, ClusterRef, Plane
 from podfleet.api.schemas import (
     CreatePriorityClassRequest,
     CreateQueueRequest,
+    DeletedPriorityClass,
+    DeletedQueue,
     JobArray,
     PriorityClass,
     PriorityClassList,
@@ -53,7 +55,8 @@ async def update_queue(cluster: ClusterRef, queue: QueueRef, body: UpdateQueueRe
                             actor=who.actor)
 
 
-@router.delete("/clusters/{cluster}/queues/{queue}", operation_id="DeleteQueue")
+@router.delete("/clusters/{cluster}/queues/{queue}", operation_id="DeleteQueue", response_model=DeletedQueue,
+                response_model_exclude_unset=True)
 async def delete_queue(cluster: ClusterRef, queue: QueueRef, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Delete a queue no job uses (409 naming its jobs otherwise)."""
     return await plane.call(plane.queues.delete, cluster, queue, actor=who.actor)
@@ -82,7 +85,8 @@ async def list_priority_classes(plane: Plane) -> dict[str, Any]:
     return {"priority_classes": await plane.call(plane.priorities.list_all)}
 
 
-@router.delete("/priority-classes/{priority_class}", operation_id="DeletePriorityClass")
+@router.delete("/priority-classes/{priority_class}", operation_id="DeletePriorityClass",
+                response_model=DeletedPriorityClass, response_model_exclude_unset=True)
 async def delete_priority_class(priority_class: PriorityRef, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Jobs already submitted keep the value they were given."""
     return await plane.call(plane.priorities.delete, priority_class, actor=who.actor)

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from podfleet.api.deps import StorePing
+from podfleet.api.schemas import Liveness
 from podfleet.control.logbuf import rfc3339
 from podfleet.engine.timeline import Timeline
 from podfleet.store.election import Role
@@ -16,7 +17,8 @@ from podfleet.store.election import Role
 router = APIRouter(tags=["system"])
 
 
-@router.get("/healthz", operation_id="Healthz")
+@router.get("/healthz", operation_id="Healthz", response_model=Liveness,
+             response_model_exclude_unset=True)
 async def healthz(request: Request) -> dict[str, object]:
     """Liveness: the process answers (whatever the database does), and which role it has."""
     plane = request.app.state.plane

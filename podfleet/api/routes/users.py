@@ -17,7 +17,7 @@ from pydantic import (
 
 from podfleet.api.auth import CurrentPrincipal
 from podfleet.api.deps import Plane
-from podfleet.api.schemas import Printable, keyed_schema
+from podfleet.api.schemas import MfaEnrolment, Printable, UnlockedUser, User, UserList, keyed_schema
 from podfleet.control import users
 from podfleet.errors import ConflictError
 
@@ -66,24 +66,27 @@ class CreateUserRequest(BaseModel):
                                           description="built-in policies to attach")
 
 
-@router.post("", operation_id="CreateUser", status_code=201)
+@router.post("", operation_id="CreateUser", status_code=201, response_model=User,
+             response_model_exclude_unset=True)
 async def create_user(body: CreateUserRequest, request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     out = await plane.call(users.create, plane, body.name, list(body.policies), actor=who.actor)
     request.app.state.users.forget(body.name)
     return out
 
 
-@router.get("", operation_id="ListUsers")
+@router.get("", operation_id="ListUsers", response_model=UserList)
 def list_users(plane: Plane) -> dict[str, Any]:
     return {"users": users.listing(plane)}
 
 
-@router.get("/{user}", operation_id="DescribeUser")
+@router.get("/{user}", operation_id="DescribeUser", response_model=User,
+             response_model_exclude_unset=True)
 def describe_user(user: UserName, plane: Plane) -> dict[str, Any]:
     return users.describe(plane, user)
 
 
-@router.put("/{user}/policies/{policy}", operation_id="PutUserPolicy")
+@router.put("/{user}/policies/{policy}", operation_id="PutUserPolicy", response_model=User,
+             response_model_exclude_unset=True)
 async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, plane: Plane, who: CurrentPrincipal,
                           body: Annotated[PolicyDocument | None, Body()] = None) -> dict[str, Any]:
     """Attach the built-in ``policy`` (no body), or set an inline one (the body: a policy
@@ -97,7 +100,8 @@ async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, p
     return out
 
 
-@router.delete("/{user}/policies/{policy}", operation_id="DeleteUserPolicy")
+@router.delete("/{user}/policies/{policy}", operation_id="DeleteUserPolicy", response_model=User,
+                response_model_exclude_unset=True)
 async def delete_user_policy(user: UserName, policy: PolicyRef, request: Request, plane: Plane,
                              who: CurrentPrincipal) -> dict[str, Any]:
     out = await plane.call(users.delete_policy, plane, user, policy, actor=who.actor)
@@ -105,7 +109,8 @@ async def delete_user_policy(user: UserName, policy: PolicyRef, request: Request
     return out
 
 
-@router.post("/{user}/mfa", operation_id="EnableMfa", status_code=201)
+@router.post("/{user}/mfa", operation_id="EnableMfa", status_code=201, response_model=MfaEnrolment,
+             response_model_exclude_unset=True)
 async def enable_mfa(user: UserName, request: Request, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Enrol TOTP: the otpauth URI and the recovery codes are in this answer only."""
     key = request.app.state.mfa_key
@@ -116,7 +121,8 @@ async def enable_mfa(user: UserName, request: Request, plane: Plane, who: Curren
     return out
 
 
-@router.post("/{user}/unlock", operation_id="UnlockUser")
+@router.post("/{user}/unlock", operation_id="UnlockUser", response_model=UnlockedUser,
+             response_model_exclude_unset=True)
 async def unlock_user(user: UserName, plane: Plane, who: CurrentPrincipal) -> dict[str, Any]:
     """Clear the user's count of wrong MFA codes and the lock that ten of them set
     (audited; a user's token needs a second factor of its own)."""
