@@ -222,10 +222,10 @@ class PodfleetClient:
     def delete_cluster(self, cluster: str) -> models.Cluster:
         return _typed(models.Cluster, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}"))
 
-    def rotate_keys(self, cluster: str) -> dict[str, Any]:
+    def rotate_keys(self, cluster: str) -> models.KeyRotation:
         """RotateKeys: add a version to the cluster's checkpoint key ring (admin; a user's
         token needs a fresh code, ``use_mfa``)."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate")
+        return _typed(models.KeyRotation, self._request("POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate"))
 
     def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None, pod: int | None = None,
                                   state: str | None = None, job: str | None = None, limit: int | None = None,
@@ -314,8 +314,8 @@ class PodfleetClient:
         return _typed(models.Queue, self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
                                            content=json.dumps(changes), headers={"content-type": "application/json"}))
 
-    def delete_queue(self, cluster: str, name: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
+    def delete_queue(self, cluster: str, name: str) -> models.DeletedQueue:
+        return _typed(models.DeletedQueue, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}"))
 
     # --- advance reservations ------------------------------------------------------------------
     def create_reservation(self, cluster: str, *, chips: int, duration: str | float, start: str = "now",
@@ -349,8 +349,8 @@ class PodfleetClient:
     def list_priority_classes(self) -> models.PriorityClassList:
         return _typed(models.PriorityClassList, self._request("GET", "/v1/priority-classes"))
 
-    def delete_priority_class(self, name: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/priority-classes/{_seg(name)}")
+    def delete_priority_class(self, name: str) -> models.DeletedPriorityClass:
+        return _typed(models.DeletedPriorityClass, self._request("DELETE", f"/v1/priority-classes/{_seg(name)}"))
 
     def describe_job_array(self, array_id: str) -> models.JobArray:
         return _typed(models.JobArray, self._request("GET", f"/v1/job-arrays/{_seg(array_id)}"))
@@ -384,9 +384,9 @@ class PodfleetClient:
 
     # --- planner, audit, system --------------------------------------------------------------
     def plan_parallelism(self, model: str, chips: int, *, chip_type: str = "trn2",
-                         topology: str | None = None) -> dict[str, Any]:
-        return self._request("POST", "/v1/plan", json={"model": model, "chips": chips,
-                                                       "chip_type": chip_type, "topology": topology})
+                         topology: str | None = None) -> models.ParallelismPlan:
+        return _typed(models.ParallelismPlan, self._request("POST", "/v1/plan", json={
+            "model": model, "chips": chips, "chip_type": chip_type, "topology": topology}))
 
     def get_presets(self) -> models.Presets:
         """GetPresets: the model presets and the job and chip state vocabularies, by name."""
@@ -409,8 +409,8 @@ class PodfleetClient:
     def revoke_access_token(self, token_id: str) -> models.AccessToken:
         return _typed(models.AccessToken, self._request("DELETE", f"/v1/tokens/{_seg(token_id)}"))
 
-    def healthz(self) -> dict[str, Any]:
-        return self._request("GET", "/healthz")
+    def healthz(self) -> models.Liveness:
+        return _typed(models.Liveness, self._request("GET", "/healthz"))
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics")
@@ -428,8 +428,8 @@ class PodfleetClient:
         return _typed(models.Telemetry, self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
                              params={"metric": metric, "scope": scope, "range": range_, "target": target}))
 
-    def acknowledge_alert(self, alert_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge")
+    def acknowledge_alert(self, alert_id: str) -> models.Alert:
+        return _typed(models.Alert, self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge"))
 
     def list_recoveries(self, cluster: str) -> models.RecoveryList:
         """ListRecoveries: ``{"recoveries": [...]}``, each with its steps."""
@@ -487,13 +487,14 @@ class PodfleetClient:
         """GetRecommendations: advice proven in rehearsal, ``{"recommendations": [...]}``."""
         return _typed(models.Recommendations, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations"))
 
-    def apply_recommendation(self, rec_id: str) -> dict[str, Any]:
+    def apply_recommendation(self, rec_id: str) -> models.AppliedRecommendation:
         """ApplyRecommendation: carry it out (audited); a stale one is a ConflictError."""
-        return self._request("POST", f"/v1/recommendations/{_seg(rec_id)}/apply")
+        return _typed(models.AppliedRecommendation, self._request("POST", f"/v1/recommendations/{_seg(rec_id)}/apply"))
 
-    def create_health_report(self, cluster: str, *, period: str = "24h") -> dict[str, Any]:
-        """CreateHealthReport: generate and archive one; returns the report (JSON)."""
-        return self._request("POST", f"/v1/clusters/{_seg(cluster)}/reports", json={"period": period})
+    def create_health_report(self, cluster: str, *, period: str = "24h") -> models.HealthReport:
+        """CreateHealthReport: generate and archive one; returns the report."""
+        return _typed(models.HealthReport, self._request("POST", f"/v1/clusters/{_seg(cluster)}/reports",
+                                                         json={"period": period}))
 
     def list_health_reports(self, cluster: str) -> models.ReportList:
         """ListHealthReports: ``{"reports": [{id, created_at, period_s, ...}]}``."""
@@ -514,10 +515,11 @@ class PodfleetClient:
         return _typed(models.Guide, self._request("GET", f"/v1/kb/{_seg(topic)}"))
 
     # --- security ---------------------------------------------------------------------
-    def upload_code(self, data: bytes) -> dict[str, Any]:
+    def upload_code(self, data: bytes) -> models.CodeArtifact:
         """UploadCode: a gzipped tarball of code; returns its ``digest`` and ``ref``
         (``code:<sha256>/``): submit jobs with ``entrypoint=ref + "train.py"``."""
-        return self._request("POST", "/v1/code", content=data, headers={"content-type": "application/gzip"})
+        return _typed(models.CodeArtifact, self._request("POST", "/v1/code", content=data,
+                                                         headers={"content-type": "application/gzip"}))
 
     def use_mfa(self, code: str | None) -> None:
         """Send this TOTP (or recovery) code with the following calls (``X-Podfleet-MFA``);
@@ -527,34 +529,34 @@ class PodfleetClient:
         else:
             self._http.headers.pop("X-Podfleet-MFA", None)
 
-    def create_user(self, name: str, *, policies: list[str] | None = None) -> dict[str, Any]:
+    def create_user(self, name: str, *, policies: list[str] | None = None) -> models.User:
         """CreateUser: tokens named ``name`` then act with this user's policies."""
-        return self._request("POST", "/v1/users", json={"name": name, "policies": policies or []})
+        return _typed(models.User, self._request("POST", "/v1/users", json={"name": name, "policies": policies or []}))
 
-    def list_users(self) -> dict[str, Any]:
-        return self._request("GET", "/v1/users")
+    def list_users(self) -> models.UserList:
+        return _typed(models.UserList, self._request("GET", "/v1/users"))
 
-    def describe_user(self, name: str) -> dict[str, Any]:
-        return self._request("GET", f"/v1/users/{_seg(name)}")
+    def describe_user(self, name: str) -> models.User:
+        return _typed(models.User, self._request("GET", f"/v1/users/{_seg(name)}"))
 
-    def put_user_policy(self, name: str, policy: str, document: dict[str, Any] | None = None) -> dict[str, Any]:
+    def put_user_policy(self, name: str, policy: str, document: dict[str, Any] | None = None) -> models.User:
         """PutUserPolicy: attach a built-in ``policy`` (no document) or set an inline one."""
-        if document is None:
-            return self._request("PUT", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}")
-        return self._request("PUT", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}", json=document)
+        path = f"/v1/users/{_seg(name)}/policies/{_seg(policy)}"
+        return _typed(models.User, self._request("PUT", path) if document is None
+                      else self._request("PUT", path, json=document))
 
-    def delete_user_policy(self, name: str, policy: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}")
+    def delete_user_policy(self, name: str, policy: str) -> models.User:
+        return _typed(models.User, self._request("DELETE", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}"))
 
-    def enable_mfa(self, name: str) -> dict[str, Any]:
+    def enable_mfa(self, name: str) -> models.MfaEnrolment:
         """EnableMfa: ``otpauth_uri`` and ``recovery_codes``, shown once."""
-        return self._request("POST", f"/v1/users/{_seg(name)}/mfa")
+        return _typed(models.MfaEnrolment, self._request("POST", f"/v1/users/{_seg(name)}/mfa"))
 
-    def unlock_user(self, name: str) -> dict[str, Any]:
+    def unlock_user(self, name: str) -> models.UnlockedUser:
         """UnlockUser: clear the user's wrong-MFA-code count and lock (admin)."""
-        return self._request("POST", f"/v1/users/{_seg(name)}/unlock")
+        return _typed(models.UnlockedUser, self._request("POST", f"/v1/users/{_seg(name)}/unlock"))
 
-    def push_file(self, path: str) -> dict[str, Any]:
+    def push_file(self, path: str) -> models.CodeArtifact:
         """Upload one script alone (``podfleet job submit --entrypoint FILE``); its ``ref``
         plus the file's name is the entrypoint. A script that imports its neighbours is
         pushed with its directory (``push_code``)."""
@@ -572,7 +574,7 @@ class PodfleetClient:
             tar.addfile(info, f)
         return self.upload_code(buf.getvalue())
 
-    def push_code(self, directory: str) -> dict[str, Any]:
+    def push_code(self, directory: str) -> models.CodeArtifact:
         """Pack ``directory`` (links, ``.git`` and ``__pycache__`` left out) and upload it."""
         from podfleet.security.code import pack_dir
 

@@ -728,3 +728,11 @@ class Liveness(Reply):
     time: str
     speed: float | None = None
     twin_time: str | None = Field(None, description="the twin's clock, on a plane paced at a speed other than 1")
+
+
+class Readiness(Reply):
+    ready: bool
+    role: str
+    store: str = Field(..., description="ok or unreachable")
+    leader: str | None = None
+    reason: str | None = Field(None, description="why it is not ready (with the 503 only)")

@@ -172,7 +172,7 @@ async def list_reports(cluster: ClusterRef, plane: Plane, request: Request) -> d
 
 
 @router.get("/clusters/{cluster}/reports/{report}", operation_id="GetHealthReport",
-            responses={200: {"content": {"application/json": {}, "text/html": {}}}})
+            responses={200: {"model": HealthReport, "content": {"application/json": {}, "text/html": {}}}})
 async def get_report(cluster: ClusterRef, report: ReportId, plane: Plane, request: Request,
                      format_: Annotated[str, Query(alias="format", pattern="^(json|html)$")] = "json") -> Response:
     """An archived report, as JSON or as HTML (with its charts)."""

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from podfleet.api.deps import StorePing
-from podfleet.api.schemas import Liveness
+from podfleet.api.schemas import Liveness, Readiness
 from podfleet.control.logbuf import rfc3339
 from podfleet.engine.timeline import Timeline
 from podfleet.store.election import Role
@@ -44,7 +44,8 @@ def twin_time(tl: Timeline) -> str | None:
     return rfc3339(tl.wall_at(0.0) + tl.now)
 
 
-@router.get("/readyz", operation_id="Readyz")
+@router.get("/readyz", operation_id="Readyz", response_class=JSONResponse,
+            responses={200: {"model": Readiness}, 503: {"model": Readiness}})
 def readyz(request: Request, store_ping: StorePing) -> JSONResponse:
     """Readiness: 200 when this server can answer the API now (the database answers, and it
     leads or knows a leader to forward to), else 503 with the reason."""
