@@ -1205,6 +1205,61 @@ export interface components {
             /** Tokens */
             tokens: components["schemas"]["AccessToken"][];
         };
+        /** Alert */
+        Alert: {
+            /** Acknowledged By */
+            acknowledged_by?: string | null;
+            /** Cluster Id */
+            cluster_id: string;
+            /** Count */
+            count: number;
+            /**
+             * Detail
+             * @default {}
+             */
+            detail: {
+                [key: string]: unknown;
+            };
+            /** First Seen */
+            first_seen: number;
+            /** First Seen At */
+            first_seen_at?: string | null;
+            /** Id */
+            id: string;
+            /**
+             * Jobs
+             * @default []
+             */
+            jobs: string[];
+            /** Last Seen */
+            last_seen: number;
+            /** Last Seen At */
+            last_seen_at?: string | null;
+            /** Message */
+            message: string;
+            /** Resolved At */
+            resolved_at?: string | null;
+            /** Resolved T */
+            resolved_t?: number | null;
+            /** Rule */
+            rule: string;
+            /** Severity */
+            severity: string;
+            /**
+             * State
+             * @description firing, acknowledged or resolved
+             */
+            state: string;
+            /**
+             * Target
+             * @description chip:12, link:3-7, job:job-...
+             */
+            target: string;
+            /** Value */
+            value?: number | null;
+        } & {
+            [key: string]: unknown;
+        };
         /** AlertList */
         AlertList: {
             /** Alerts */
@@ -1220,6 +1275,24 @@ export interface components {
             reason: string;
             /** Shape */
             shape: number[];
+        } & {
+            [key: string]: unknown;
+        };
+        /** AppliedRecommendation */
+        AppliedRecommendation: {
+            /**
+             * Applied
+             * @description the action carried out
+             */
+            applied: {
+                [key: string]: unknown;
+            };
+            /** Id */
+            id: string;
+            /** Result */
+            result: {
+                [key: string]: unknown;
+            };
         } & {
             [key: string]: unknown;
         };
@@ -1384,6 +1457,32 @@ export interface components {
             nextToken?: string | null;
             /** Next Token */
             next_token?: string | null;
+        };
+        /** CodeArtifact */
+        CodeArtifact: {
+            /** Bytes */
+            bytes: number;
+            /**
+             * Created
+             * @description false: the same content was pushed before
+             */
+            created: boolean;
+            /**
+             * Digest
+             * @description hex SHA-256 of the tarball
+             */
+            digest: string;
+            /** Files */
+            files: number;
+            /**
+             * Ref
+             * @description code:<sha256>/: an entrypoint is this plus a path in it
+             */
+            ref: string;
+            /** Unpacked Bytes */
+            unpacked_bytes: number;
+        } & {
+            [key: string]: unknown;
         };
         /** CreateAccessTokenRequest */
         CreateAccessTokenRequest: {
@@ -1652,6 +1751,52 @@ export interface components {
              */
             policies?: ("ClusterAdmin" | "Scheduler" | "StorageAccess" | "ReadOnly" | "Auditor" | "MFARequired")[];
         };
+        /** DeletedPriorityClass */
+        DeletedPriorityClass: {
+            /** Created At */
+            created_at?: number | null;
+            /** Name */
+            name: string;
+            /** Preemption */
+            preemption: string;
+            /**
+             * State
+             * @constant
+             */
+            state: "deleted";
+            /** Value */
+            value: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /** DeletedQueue */
+        DeletedQueue: {
+            /** Borrowing Limit */
+            borrowing_limit?: number | null;
+            /** Cluster Id */
+            cluster_id: string;
+            /** Cohort */
+            cohort?: string | null;
+            /** Id */
+            id: string;
+            /** Lending Limit */
+            lending_limit?: number | null;
+            /** Name */
+            name: string;
+            /** Nominal */
+            nominal?: number | null;
+            /** Reclaim */
+            reclaim?: string | null;
+            /**
+             * State
+             * @constant
+             */
+            state: "deleted";
+            /** Weight */
+            weight?: number | null;
+        } & {
+            [key: string]: unknown;
+        };
         /** Deployment */
         Deployment: {
             /** Percent */
@@ -1776,6 +1921,55 @@ export interface components {
             cluster_id: string;
             /** Pods */
             pods: components["schemas"]["PodSummary"][];
+        } & {
+            [key: string]: unknown;
+        };
+        /** HealthReport */
+        HealthReport: {
+            /** Alerts */
+            alerts: {
+                [key: string]: unknown;
+            };
+            /** Availability */
+            availability: {
+                [key: string]: unknown;
+            };
+            /** Chip Temperature C */
+            chip_temperature_c: number[];
+            /** Chips Off Baseline */
+            chips_off_baseline: {
+                [key: string]: unknown;
+            }[];
+            /** Cluster */
+            cluster: string;
+            /** Cluster Id */
+            cluster_id: string;
+            /** Created At */
+            created_at: string;
+            /** Faults */
+            faults: {
+                [key: string]: unknown;
+            };
+            /** Findings */
+            findings: {
+                [key: string]: unknown;
+            }[];
+            /** Id */
+            id: string;
+            /** Jobs */
+            jobs: {
+                [key: string]: unknown;
+            }[];
+            /** Links Off Baseline */
+            links_off_baseline: {
+                [key: string]: unknown;
+            }[];
+            /** Period S */
+            period_s: number;
+            /** Recoveries */
+            recoveries: {
+                [key: string]: unknown;
+            };
         } & {
             [key: string]: unknown;
         };
@@ -1956,6 +2150,24 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** KeyRotation */
+        KeyRotation: {
+            /** Cluster */
+            cluster: string;
+            /** Key */
+            key: string;
+            /** Retired */
+            retired: string[];
+            /**
+             * Version
+             * @description the version new checkpoints use (v1, v2, ...)
+             */
+            version: string;
+            /** Versions */
+            versions: string[];
+        } & {
+            [key: string]: unknown;
+        };
         /** LinkOut */
         LinkOut: {
             /** Axis */
@@ -1970,6 +2182,40 @@ export interface components {
             src: number;
             /** State */
             state: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** Liveness */
+        Liveness: {
+            /** Clusters */
+            clusters?: number | null;
+            /** Instance */
+            instance: string;
+            /**
+             * Leader
+             * @description the leader's URL
+             */
+            leader?: string | null;
+            /** Ok */
+            ok: boolean;
+            /**
+             * Role
+             * @description leader or follower
+             */
+            role: string;
+            /** Speed */
+            speed?: number | null;
+            /** Term */
+            term?: number | null;
+            /** Time */
+            time: string;
+            /** Timeline S */
+            timeline_s: number;
+            /**
+             * Twin Time
+             * @description the twin's clock, on a plane paced at a speed other than 1
+             */
+            twin_time?: string | null;
         } & {
             [key: string]: unknown;
         };
@@ -2045,6 +2291,45 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /**
+         * MfaEnrolment
+         * @description EnableMfa: shown in this reply only.
+         */
+        MfaEnrolment: {
+            /** Created At */
+            created_at: string;
+            /**
+             * Inline Policies
+             * @description the names of its inline policy documents
+             */
+            inline_policies: string[];
+            /**
+             * Mfa
+             * @description a TOTP secret is enrolled
+             */
+            mfa: boolean;
+            /** Mfa Failures */
+            mfa_failures: number;
+            /** Mfa Locked */
+            mfa_locked: boolean;
+            /** Name */
+            name: string;
+            /** Otpauth Uri */
+            otpauth_uri: string;
+            /**
+             * Policies
+             * @description built-in policies attached
+             */
+            policies: string[];
+            /** Recovery Codes */
+            recovery_codes: string[];
+            /** Recovery Codes Left */
+            recovery_codes_left: number;
+            /** Recovery Failures */
+            recovery_failures: number;
+        } & {
+            [key: string]: unknown;
+        };
         /** ModelDims */
         ModelDims: {
             /** Heads */
@@ -2096,6 +2381,175 @@ export interface components {
             pp: number;
             /** Tp */
             tp: number;
+        };
+        /**
+         * ParallelismPlan
+         * @description PlanParallelism: the best candidate's fields, then the search's.
+         */
+        ParallelismPlan: {
+            /**
+             * Breakdown S
+             * @description compute, tp_comm, pp_comm, bubble, dp_comm_exposed, optimizer, microbatch_overhead, grad_codec
+             */
+            breakdown_s: {
+                [key: string]: number;
+            };
+            /**
+             * Candidates
+             * @description fitting plans, fastest first (5 at most)
+             */
+            candidates: components["schemas"]["PlanCandidate"][];
+            /** Chip Type */
+            chip_type: string;
+            /** Chips */
+            chips: number;
+            /** Compression Speedup */
+            compression_speedup?: number | null;
+            /** Dp */
+            dp: number;
+            /** Dp Comm Exposed Uncompressed S */
+            dp_comm_exposed_uncompressed_s?: number | null;
+            /**
+             * Evaluated
+             * @description plans whose step time was estimated
+             */
+            evaluated: number;
+            /** Fits */
+            fits: boolean;
+            /** Global Batch */
+            global_batch: number;
+            /** Grad Codec S */
+            grad_codec_s?: number | null;
+            /** Grad Compression */
+            grad_compression: string;
+            /** Hbm Bytes */
+            hbm_bytes: number;
+            /** Hfu */
+            hfu: number;
+            /** Interleave */
+            interleave: number;
+            /**
+             * Memory Bytes
+             * @description params, grads, optimizer, activations, reserved, total
+             */
+            memory_bytes: {
+                [key: string]: number;
+            };
+            /** Memory Per Chip Bytes */
+            memory_per_chip_bytes: number;
+            /** Mfu */
+            mfu: number;
+            /** Micro Batch */
+            micro_batch: number;
+            /** Model */
+            model: string;
+            /** Num Micro Batches */
+            num_micro_batches: number;
+            /** Pp */
+            pp: number;
+            /** Recompute */
+            recompute: string;
+            /** Rejected */
+            rejected: components["schemas"]["PlanRejection"][];
+            /** Seq Len */
+            seq_len: number;
+            /** Sequence Parallel */
+            sequence_parallel: boolean;
+            /** Step Time S */
+            step_time_s: number;
+            /** Tflops Per Chip */
+            tflops_per_chip: number;
+            /** Tokens Per S */
+            tokens_per_s: number;
+            /** Topology */
+            topology: string;
+            /** Tp */
+            tp: number;
+            /**
+             * Uncompressed Step Time S
+             * @description with grad_compression only
+             */
+            uncompressed_step_time_s?: number | null;
+            /** Zero Stage */
+            zero_stage: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * PlanCandidate
+         * @description One layout the planner estimated (perf.Plan's fields and its StepEstimate).
+         */
+        PlanCandidate: {
+            /**
+             * Breakdown S
+             * @description compute, tp_comm, pp_comm, bubble, dp_comm_exposed, optimizer, microbatch_overhead, grad_codec
+             */
+            breakdown_s: {
+                [key: string]: number;
+            };
+            /** Dp */
+            dp: number;
+            /** Fits */
+            fits: boolean;
+            /** Global Batch */
+            global_batch: number;
+            /** Hbm Bytes */
+            hbm_bytes: number;
+            /** Hfu */
+            hfu: number;
+            /** Interleave */
+            interleave: number;
+            /**
+             * Memory Bytes
+             * @description params, grads, optimizer, activations, reserved, total
+             */
+            memory_bytes: {
+                [key: string]: number;
+            };
+            /** Memory Per Chip Bytes */
+            memory_per_chip_bytes: number;
+            /** Mfu */
+            mfu: number;
+            /** Micro Batch */
+            micro_batch: number;
+            /** Num Micro Batches */
+            num_micro_batches: number;
+            /** Pp */
+            pp: number;
+            /** Recompute */
+            recompute: string;
+            /** Sequence Parallel */
+            sequence_parallel: boolean;
+            /** Step Time S */
+            step_time_s: number;
+            /** Tflops Per Chip */
+            tflops_per_chip: number;
+            /** Tokens Per S */
+            tokens_per_s: number;
+            /** Tp */
+            tp: number;
+            /** Zero Stage */
+            zero_stage: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /** PlanRejection */
+        PlanRejection: {
+            /** Dp */
+            dp: number;
+            /**
+             * Memory Per Chip Bytes
+             * @description the least memory any variant needed
+             */
+            memory_per_chip_bytes?: number | null;
+            /** Pp */
+            pp: number;
+            /** Reason */
+            reason: string;
+            /** Tp */
+            tp: number;
+        } & {
+            [key: string]: unknown;
         };
         /** PlanRequest */
         PlanRequest: {
@@ -2352,6 +2806,27 @@ export interface components {
         QueueList: {
             /** Queues */
             queues: components["schemas"]["Queue"][];
+        };
+        /** Readiness */
+        Readiness: {
+            /** Leader */
+            leader?: string | null;
+            /** Ready */
+            ready: boolean;
+            /**
+             * Reason
+             * @description why it is not ready (with the 503 only)
+             */
+            reason?: string | null;
+            /** Role */
+            role: string;
+            /**
+             * Store
+             * @description ok or unreachable
+             */
+            store: string;
+        } & {
+            [key: string]: unknown;
         };
         /** Recommendations */
         Recommendations: {
@@ -2620,6 +3095,40 @@ export interface components {
             /** Target */
             target: number | null;
         };
+        /** UnlockedUser */
+        UnlockedUser: {
+            /** Created At */
+            created_at: string;
+            /**
+             * Inline Policies
+             * @description the names of its inline policy documents
+             */
+            inline_policies: string[];
+            /**
+             * Mfa
+             * @description a TOTP secret is enrolled
+             */
+            mfa: boolean;
+            /** Mfa Failures */
+            mfa_failures: number;
+            /** Mfa Locked */
+            mfa_locked: boolean;
+            /** Name */
+            name: string;
+            /**
+             * Policies
+             * @description built-in policies attached
+             */
+            policies: string[];
+            /** Recovery Codes Left */
+            recovery_codes_left: number;
+            /** Recovery Failures */
+            recovery_failures: number;
+            /** Was Locked */
+            was_locked: boolean;
+        } & {
+            [key: string]: unknown;
+        };
         /** UpdateQueueRequest */
         UpdateQueueRequest: {
             /** Borrowing Limit */
@@ -2705,6 +3214,43 @@ export interface components {
              */
             t: number[];
         };
+        /** User */
+        User: {
+            /** Created At */
+            created_at: string;
+            /**
+             * Inline Policies
+             * @description the names of its inline policy documents
+             */
+            inline_policies: string[];
+            /**
+             * Mfa
+             * @description a TOTP secret is enrolled
+             */
+            mfa: boolean;
+            /** Mfa Failures */
+            mfa_failures: number;
+            /** Mfa Locked */
+            mfa_locked: boolean;
+            /** Name */
+            name: string;
+            /**
+             * Policies
+             * @description built-in policies attached
+             */
+            policies: string[];
+            /** Recovery Codes Left */
+            recovery_codes_left: number;
+            /** Recovery Failures */
+            recovery_failures: number;
+        } & {
+            [key: string]: unknown;
+        };
+        /** UserList */
+        UserList: {
+            /** Users */
+            users: components["schemas"]["User"][];
+        };
         /** Verification */
         Verification: {
             /** Checks */
@@ -2786,9 +3332,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Liveness"];
                 };
             };
         };
@@ -2828,7 +3372,16 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["Readiness"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Readiness"];
                 };
             };
         };
@@ -2851,9 +3404,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["Alert"];
                 };
             };
             /** @description Bad Request */
@@ -4363,9 +4914,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["KeyRotation"];
                 };
             };
             /** @description Bad Request */
@@ -5078,9 +5627,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["DeletedQueue"];
                 };
             };
             /** @description Bad Request */
@@ -5475,9 +6022,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["HealthReport"];
                 };
             };
             /** @description Bad Request */
@@ -5557,7 +6102,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": unknown;
+                    "application/json": components["schemas"]["HealthReport"];
                     "text/html": unknown;
                 };
             };
@@ -6118,9 +6663,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["CodeArtifact"];
                 };
             };
             /** @description Bad Request */
@@ -6900,9 +7443,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["ParallelismPlan"];
                 };
             };
             /** @description Bad Request */
@@ -7205,9 +7746,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["DeletedPriorityClass"];
                 };
             };
             /** @description Bad Request */
@@ -7283,9 +7822,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["AppliedRecommendation"];
                 };
             };
             /** @description Bad Request */
@@ -7670,9 +8207,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["UserList"];
                 };
             };
             /** @description Bad Request */
@@ -7750,9 +8285,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["User"];
                 };
             };
             /** @description Bad Request */
@@ -7829,9 +8362,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["User"];
                 };
             };
             /** @description Bad Request */
@@ -7908,9 +8439,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["MfaEnrolment"];
                 };
             };
             /** @description Bad Request */
@@ -7993,9 +8522,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["User"];
                 };
             };
             /** @description Bad Request */
@@ -8074,9 +8601,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["User"];
                 };
             };
             /** @description Bad Request */
@@ -8153,9 +8678,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        [key: string]: unknown;
-                    };
+                    "application/json": components["schemas"]["UnlockedUser"];
                 };
             };
             /** @description Bad Request */
