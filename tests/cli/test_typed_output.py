@@ -34,7 +34,9 @@ NEWLY_TYPED = {models.Hardware, models.ChipOut, models.HardwareSummary, models.L
                models.AlertList, models.Telemetry, models.RecoveryList, models.FirmwareRollout,
                models.FirmwareRolloutList, models.MaintenanceRollout, models.MaintenanceList,
                models.Verification, models.Diagnosis, models.Recommendations, models.ReportList,
-               models.GuideList, models.Guide}
+               models.GuideList, models.Guide, models.User, models.UserList, models.UnlockedUser,
+               models.DeletedQueue, models.DeletedPriorityClass, models.HealthReport, models.CodeArtifact,
+               models.Alert, models.AppliedRecommendation, models.KeyRotation}
 
 
 def run(live: Live, *args: str) -> tuple[int, str]:
@@ -134,6 +136,16 @@ COMMANDS = [
     ["maintenance", "status", "{cluster}"],
     ["diagnose", "{cluster}"],
     ["report", "{cluster}", "--list"],
+    ["report", "{cluster}"],
+    ["user", "create", "u-{fmt}", "--policy", "ReadOnly"],
+    ["user", "list"],
+    ["user", "describe", "u-{fmt}"],
+    ["user", "attach", "u-{fmt}", "Scheduler"],
+    ["user", "detach", "u-{fmt}", "Scheduler"],
+    ["user", "unlock", "u-{fmt}"],
+    ["queue", "create", "q-{fmt}", "--cluster", "{cluster}", "--nominal", "2"],
+    ["queue", "delete", "q-{fmt}", "--cluster", "{cluster}"],
+    ["priority-class", "delete", "pc-{fmt}"],
     ["status"],
 ]
 

@@ -45,7 +45,7 @@ def twin_time(tl: Timeline) -> str | None:
 
 
 @router.get("/readyz", operation_id="Readyz", response_class=JSONResponse,
-            responses={200: {"model": Readiness}, 503: {"model": Readiness}})
+            responses={200: {"model": Readiness}})
 def readyz(request: Request, store_ping: StorePing) -> JSONResponse:
     """Readiness: 200 when this server can answer the API now (the database answers, and it
     leads or knows a leader to forward to), else 503 with the reason."""
