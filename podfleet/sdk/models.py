@@ -470,8 +470,6 @@ class AuditVerify(Envelope):
 
 
 # --- health: alerts, telemetry, recoveries, firmware; maintenance ------------------------------
-class AlertList(Envelope):
-    alerts: list[dict[str, Any]]
 
 
 class Telemetry(Envelope):
@@ -692,6 +690,10 @@ class Alert(Reply):
     first_seen_at: str | None = None
     last_seen_at: str | None = None
     resolved_t: float | None = None
+
+
+class AlertList(Envelope):
+    alerts: list[Alert]
 
 
 class AppliedRecommendation(Reply):

@@ -1263,9 +1263,7 @@ export interface components {
         /** AlertList */
         AlertList: {
             /** Alerts */
-            alerts: {
-                [key: string]: unknown;
-            }[];
+            alerts: components["schemas"]["Alert"][];
         };
         /** AllocationOut */
         AllocationOut: {
