@@ -47,7 +47,7 @@ class RankRecord:
     info: dict[str, Any] = field(default_factory=dict)  # hello(): pid, ip, node_id, ...
     result: dict[str, Any] | None = None
     cause: ExitCause | None = None
-    killed_by: str | None = None  # "fault", "hang", "stop": why *we* ended it
+    killed_by: str | None = None  # "fault", "hang", "stop", "drain": why *we* ended it
     cpu_percent: float = 0.0
     mem_bytes: float = 0.0
     mem_capacity_bytes: float = 0.0  # the memory of the worker's host

@@ -104,7 +104,7 @@ def eligible(job: RayJob, lost: RankRecord, regroup_file: str | None) -> bool:
     Hold the lock."""
     if regroup_file is None or job.state is not RunState.RUNNING or len(job.ranks) < 2:
         return False
-    if lost.cause is not ExitCause.INFRA or lost.killed_by not in (None, "fault"):
+    if lost.cause is not ExitCause.INFRA or lost.killed_by not in (None, "fault", "drain"):
         return False  # a hang restarts the gang (the plane counts hang restarts); a stop is a stop
     return all(not r.done and r.actor is not None for r in job.ranks if r is not lost)
 
@@ -138,12 +138,16 @@ def _current(job: RayJob, gen: int) -> bool:
 
 def choose_chip(runner: MoveRunner, job: RayJob, old: int) -> tuple[str, int] | str:
     """(path, chip) for the lost rank, or why there is none (hold the lock): a spare that
-    passes its check, else the rank's own chip."""
+    passes its check, else a free chip that does (the local fabric's and a relaunch's
+    order), else the rank's own chip once it does (a drained chip never passes: it is
+    isolated)."""
     f = runner.f
     states = f.chip_states()
-    for s in f.spares:
-        if s != old and chip_trouble(runner.state, f.nodes, states, s, f.unreachable) is None:
-            return "spare", s
+    spares = set(f.spares)
+    for path, chips in (("spare", sorted(spares)), ("free-chip", [c for c in range(len(states)) if c not in spares])):
+        for c in chips:
+            if c != old and chip_trouble(runner.state, f.nodes, states, c, f.unreachable) is None:
+                return path, c
     why = chip_trouble(runner.state, f.nodes, states, old, f.unreachable, holder=job.job_id)
     return why if why is not None else ("own-chip", old)
 
