@@ -292,7 +292,7 @@ class JobRunner:
                 if job.state in TERMINAL or job.state is RunState.STOPPING:
                     continue
                 for r in job.ranks:
-                    r.actor = None  # a handle of the old session: never used again
+                    r.actor = r.pg = None  # handles of the old session: never used again
                     if not r.done:
                         r.cause = ExitCause.INFRA
                         r.result = {"exit_code": None, "error": reason}
@@ -521,12 +521,12 @@ class JobRunner:
         self.f.emit("job-failed", job_id=job.job_id, chip=job.ranks[0].chip, reason=reason, cause="infra")
 
     def teardown(self, job: RayJob) -> None:
-        """Kill every actor of the gang and release its placement group (idempotent).
+        """Kill every actor of the gang and release its placement groups (idempotent).
         Never while the Ray cluster is unreachable (the handles belong to a lost session)."""
         ray = self.state.ray
         if self.f.unreachable is not None or not self._gcs_answers():
             for r in job.ranks:
-                r.actor = None
+                r.actor = r.pg = None
             job.pg = None
             job.supervisor = None
             return
@@ -538,15 +538,17 @@ class JobRunner:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(job.supervisor, no_restart=True)
             job.supervisor = None
-        if job.pg is not None or job.extra_pgs:
+        pgs = [pg for pg in [job.pg, *job.extra_pgs, *(r.pg for r in job.ranks)] if pg is not None]
+        if pgs:
             from ray.util.placement_group import remove_placement_group
 
-            for pg in [job.pg, *job.extra_pgs]:
-                if pg is not None:
-                    with contextlib.suppress(Exception):  # already removed
-                        remove_placement_group(pg)
-            job.pg = None
-            job.extra_pgs = []
+            for pg in pgs:
+                with contextlib.suppress(Exception):  # already removed
+                    remove_placement_group(pg)
+        job.pg = None
+        job.extra_pgs = []
+        for r in job.ranks:
+            r.pg = None
 
 
 def _reason(r: RankRecord) -> str:

@@ -53,10 +53,10 @@ def plane(ray_cluster: dict[str, Any]) -> Iterator[Any]:
         yield built.plane
 
 
-def _kill_and_move(plane: Any, cluster: str, rank: int,
-                   act: Callable[[Any, str, int], Any] | None = None) -> dict[str, Any]:
+def _kill_and_move(plane: Any, cluster: str, rank: int, act: Callable[[Any, str, int], Any] | None = None,
+                   moved: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
     """Run the job, SIGKILL rank ``rank``'s actor process mid-run (or ``act(plane, job id,
-    rank)``), wait for the recovery."""
+    rank)``), wait for the recovery (then ``moved(recovery record)``, before the job stops)."""
     job = plane.call_sync(plane.jobs.submit, cluster, JOB, actor="t")
     jid, cid = job["id"], job["cluster_id"]
     fab = plane.clusters[cid].fabric  # read only: the ranks' pids and the fabric's events
@@ -83,6 +83,8 @@ def _kill_and_move(plane: Any, cluster: str, rank: int,
     done = _until(lambda: view() if view()["state"] == "RUNNING" else None, 60, "RUNNING again")
     after = {r["rank"]: r["pid"] for r in fab.job_status(jid)["ranks"]}
     _until(lambda: max(losses) >= int(rec["restored_step"]) + 5, 120, "five steps after the move")
+    if moved is not None:
+        moved(rec)
     lines = "\n".join(ln["message"] for ln in plane.jobs.job_logs(jid).since(0))
     plane.call_sync(plane.jobs.stop, jid, actor="t")
     return {"rec": rec, "job": done, "before": pids, "after": after, "losses": dict(losses),
@@ -162,30 +164,43 @@ def test_a_warm_standby_takes_the_killed_rank(plane: Any, ray_cluster: dict[str,
     assert not fab.state.standby_names  # closed with its cluster: no standby left on Ray
 
 
-def test_a_drained_chips_rank_moves_alone_to_a_free_chip(plane: Any, ray_cluster: dict[str, Any]) -> None:
+def test_a_drained_chips_rank_moves_alone_to_a_free_chip_and_frees_its_chip(plane: Any,
+                                                                             ray_cluster: dict[str, Any]) -> None:
     """``chip drain`` (the operator, or a maintenance rollout) on a chip running a rank, no
-    spare: the rank moves alone to the free chip, through the same rank move as a lost one;
-    the drained chip ends cordoned and isolated."""
+    spare: the rank moves alone to the free chip, through the same rank move as a lost one.
+    The chip it left is free for Ray too (the rank's own placement group is removed): once
+    repaired and uncordoned, a new job runs on it while the moved job still runs."""
+    from podfleet.control.chips import chip_view
 
     def drain(plane: Any, jid: str, rank: int) -> None:
         chip = plane.jobs.describe(jid)["allocation"]["chips"][rank]
         out = plane.call_sync(plane.chip_command, "mv-drain", chip, "drain", actor="t", reason="maintenance")
         assert out["mode"] == "draining" and out["job"] == jid, out
 
+    def reuse(rec: dict[str, Any]) -> None:
+        [(old, _new)] = rec["moves"].values()
+        rt = plane.clusters[plane.names["mv-drain"]]
+        chip = _until(lambda: (v := chip_view(rt, old))["mode"] == "cordoned" and v, 30, "the drained chip cordoned")
+        assert chip["state"] == "isolated" and chip["job"] is None, chip
+        plane.call_sync(plane.chip_command, "mv-drain", old, "repair", actor="t")
+        plane.call_sync(plane.chip_command, "mv-drain", old, "uncordon", actor="t")
+        assert rt.fabric.check_chip_health(old) is None  # no longer held by the moved job
+        nxt = plane.call_sync(plane.jobs.submit, "mv-drain", {
+            "model": "debug", "chips": 1, "steps": 3, "checkpoint_interval": 0,
+            "options": {"seed": 1, "global_batch": 4, "seq_len": 32}}, actor="t")
+        done = _until(lambda: (v := plane.jobs.describe(nxt["id"]))["state"] in ("SUCCEEDED", "FAILED") and v,
+                      240, "a job on the chip the rank left")
+        assert done["state"] == "SUCCEEDED" and done["allocation"]["chips"] == [old], done
+
     plane.call_sync(plane.create_cluster, {"name": "mv-drain", "fabric": "ray", "chips": 3, "spares": 0,
                                            "ray_address": ray_cluster["address"]}, actor="t")
     try:
         _until(lambda: plane.describe_cluster("mv-drain")["state"] == "active", 60, "the cluster")
-        out = _kill_and_move(plane, "mv-drain", rank=1, act=drain)
+        out = _kill_and_move(plane, "mv-drain", rank=1, act=drain, moved=reuse)
         _assert_moved(out, 1)
         rec = out["rec"]
         [(old, new)] = rec["moves"].values()
         assert rec["path"] == "free-chip" and old != new and out["job"]["allocation"]["chips"][1] == new, rec
-        assert "was drained off its chip" in out["log"]
-        from podfleet.control.chips import chip_view
-
-        rt = plane.clusters[plane.names["mv-drain"]]
-        chip = _until(lambda: (v := chip_view(rt, old))["mode"] == "cordoned" and v, 30, "the drained chip cordoned")
-        assert chip["state"] == "isolated" and chip["job"] is None, chip
+        assert "was drained off its chip" in out["log"] and f"chip {old} is free again" in out["log"]
     finally:
         plane.call_sync(plane.delete_cluster, "mv-drain", actor="t")
