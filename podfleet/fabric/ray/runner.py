@@ -169,7 +169,8 @@ class JobRunner:
         with self.state.lock:
             held = self.state.chip_job.get(chip)
             job = self.state.jobs.get(held[0]) if held is not None else None
-            if job is None or held is None or job.state is not RunState.RUNNING or held[1] >= len(job.ranks):
+            live = (RunState.RUNNING, RunState.RECOVERING)  # during another rank's move: the gang relaunches
+            if job is None or held is None or job.state not in live or held[1] >= len(job.ranks):
                 return
             r = job.ranks[held[1]]
             if r.chip != chip or r.actor is None or r.done or r.killed_by is not None:

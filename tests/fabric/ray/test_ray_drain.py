@@ -51,6 +51,10 @@ def test_a_drained_chips_rank_is_ended_as_a_drain_and_moves_like_a_lost_one() ->
     assert runner.state.ray.killed == ["actor-1"]
     runner.evict(2)  # no rank there
     assert runner.state.ray.killed == ["actor-1"]
+    job.state = RunState.RECOVERING  # another rank moving: ended all the same (the gang then relaunches)
+    runner.evict(0)
+    assert runner.state.ray.killed == ["actor-1", "actor-0"] and job.ranks[0].killed_by == "drain"
+    job.state, job.ranks[0].killed_by = RunState.RUNNING, None
     lost = job.ranks[1]
     JobRunner.settle(lost, None, "actor died: killed by ray.kill")
     assert lost.cause is ExitCause.INFRA
