@@ -334,6 +334,10 @@ class RayFabric:
                     reason = f"{reason}; now on Ray node {node.short} ({node.ip})"
         self._states[chip] = state
         self._reasons[chip] = reason
+        if state is ChipState.ISOLATED:
+            # Taken out of service under its rank (a drain, a maintenance rollout): the rank
+            # moves alone (rankmove.py), as the local fabric's evicted slot's rank does.
+            self._runner.evict(chip)
 
     def link_states(self) -> list[LinkState]:
         return [LinkState.UP] * len(self.topology.links)

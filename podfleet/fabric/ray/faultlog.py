@@ -76,8 +76,8 @@ def _entry(ev: FabricEvent) -> dict[str, object] | None:
     if ev.kind != "worker-exited":
         return None
     killed_by = d.get("killed_by")
-    if killed_by in ("stop", "hang"):
-        return None  # our own kill: of a hung rank (logged as the hang), or a stop
+    if killed_by in ("stop", "hang", "drain"):
+        return None  # our own kill: of a hung rank (logged as the hang), a stop, a drained chip's rank
     code = d.get("exit_code")
     error = str(d.get("error") or "")
     injected = {"injected_kill": True} if killed_by == "fault" else {}

@@ -47,7 +47,8 @@ class RankRecord:
     info: dict[str, Any] = field(default_factory=dict)  # hello(): pid, ip, node_id, ...
     result: dict[str, Any] | None = None
     cause: ExitCause | None = None
-    killed_by: str | None = None  # "fault", "hang", "stop": why *we* ended it
+    killed_by: str | None = None  # "fault", "hang", "stop", "drain": why *we* ended it
+    pg: Any = None  # its own placement group (a ``pack`` gang: one per rank); None: a bundle of ``RayJob.pg``
     cpu_percent: float = 0.0
     mem_bytes: float = 0.0
     mem_capacity_bytes: float = 0.0  # the memory of the worker's host
@@ -73,7 +74,7 @@ class RayJob:
     workdir: str
     checkpoint_dir: str | None
     state: RunState = RunState.PLACING
-    pg: Any = None  # ray placement group (detached)
+    pg: Any = None  # the gang's placement group (detached); None when each rank has its own
     supervisor: Any = None  # the gang's detached GangSupervisor actor (ray/supervisor.py)
     launch: str = ""  # this start's token in the gang's actor names
     ranks: list[RankRecord] = field(default_factory=list)

@@ -10,11 +10,15 @@ The poller (``runner.py``) notices the death and calls ``begin``: the job is REC
 
 1. re-reads the cluster's nodes (a rank lost with its node must not go back onto it) and
    picks the rank's new chip: a spare that passes its check (healthy, free, its node
-   alive), else the rank's own chip once it passes the same check;
-2. places the new actor: on its own chip, in its bundle of the gang's placement group
-   (freed by the dead actor); on a spare, in a placement group of one bundle pinned to
-   the spare's node. The chip it left stays held by the job while the gang's placement
-   group still reserves its bundle (Ray cannot shrink one), and is released with the job;
+   alive), else a free chip that does, else the rank's own chip once it does (never a
+   drained one: ``RayFabric.set_chip_state`` isolates it and ends its rank's actor,
+   ``runner.evict``, which the poller then sees die as any lost rank);
+2. places the new actor: on its own chip, in its own bundle (freed by the dead actor);
+   on a spare or a free chip, in a placement group of one bundle pinned to that chip's
+   node. A ``pack`` gang (the default) gives each rank a placement group of its own, so
+   the group of the chip the rank left is removed and that chip is free again; in a
+   gang-wide group (``strict_pack``, the spread strategies) the chip stays held by the job
+   while the group still reserves its bundle (Ray cannot shrink one), until the job ends;
 3. asks rank 0's actor (the new one, when rank 0 was lost) for a fresh port on its node:
    the new rendezvous (generation + 1, same world size) is sent to every survivor's actor,
    which writes it on its node, and the new actor starts its rank with ``join``.
@@ -104,7 +108,7 @@ def eligible(job: RayJob, lost: RankRecord, regroup_file: str | None) -> bool:
     Hold the lock."""
     if regroup_file is None or job.state is not RunState.RUNNING or len(job.ranks) < 2:
         return False
-    if lost.cause is not ExitCause.INFRA or lost.killed_by not in (None, "fault"):
+    if lost.cause is not ExitCause.INFRA or lost.killed_by not in (None, "fault", "drain"):
         return False  # a hang restarts the gang (the plane counts hang restarts); a stop is a stop
     return all(not r.done and r.actor is not None for r in job.ranks if r is not lost)
 
@@ -121,7 +125,7 @@ def begin(runner: MoveRunner, job: RayJob, lost: RankRecord, why: str) -> None:
     if job.recovery is None:
         job.recovery = {"detect_mono": now, "last_step": job.step, "rank": lost.rank, "chip": lost.chip,
                         "cause": ExitCause.INFRA.value, "message": why}
-    job.ranks[lost.rank] = RankRecord(lost.rank, lost.chip)  # no actor yet: not polled
+    job.ranks[lost.rank] = RankRecord(lost.rank, lost.chip, pg=lost.pg)  # no actor yet: not polled
     job.log.append(f"[fabric] rank {lost.rank} (chip {lost.chip}) lost: {why}; moving it while the other "
                    f"ranks keep running (rendezvous generation {gen})")
     f = runner.f
@@ -138,12 +142,16 @@ def _current(job: RayJob, gen: int) -> bool:
 
 def choose_chip(runner: MoveRunner, job: RayJob, old: int) -> tuple[str, int] | str:
     """(path, chip) for the lost rank, or why there is none (hold the lock): a spare that
-    passes its check, else the rank's own chip."""
+    passes its check, else a free chip that does (the local fabric's and a relaunch's
+    order), else the rank's own chip once it does (a drained chip never passes: it is
+    isolated)."""
     f = runner.f
     states = f.chip_states()
-    for s in f.spares:
-        if s != old and chip_trouble(runner.state, f.nodes, states, s, f.unreachable) is None:
-            return "spare", s
+    spares = set(f.spares)
+    for path, chips in (("spare", sorted(spares)), ("free-chip", [c for c in range(len(states)) if c not in spares])):
+        for c in chips:
+            if c != old and chip_trouble(runner.state, f.nodes, states, c, f.unreachable) is None:
+                return path, c
     why = chip_trouble(runner.state, f.nodes, states, old, f.unreachable, holder=job.job_id)
     return why if why is not None else ("own-chip", old)
 
@@ -182,7 +190,10 @@ def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         if new == old:
-            strategy = PlacementGroupSchedulingStrategy(job.pg, placement_group_bundle_index=rank)
+            with state.lock:
+                own = job.ranks[rank].pg  # the rank's own group (a ``pack`` gang), else its bundle of the gang's
+            strategy = (PlacementGroupSchedulingStrategy(own, placement_group_bundle_index=0) if own is not None
+                        else PlacementGroupSchedulingStrategy(job.pg, placement_group_bundle_index=rank))
         else:
             # Its own bundle on the new chip's node; detached, as the gang's actors are.
             pg = placement_group([f.gang.bundle()], strategy="PACK", name=f"podfleet-{job.job_id}-move{gen}",
@@ -203,7 +214,9 @@ def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
         with state.lock:
             head = job.ranks[0]
         master = info if rank == 0 else ray.get(head.actor.hello.remote(), timeout=HELLO_TIMEOUT_S)
-        _place(runner, job, gen, path, new, name, actor, info, pg, str(master["ip"]), int(master["port"]))
+        freed = _place(runner, job, gen, path, new, name, actor, info, pg, str(master["ip"]), int(master["port"]))
+        if freed is not None:
+            _drop(runner, None, freed)  # the chip the rank left is free for Ray's scheduler again
     except Exception as exc:  # Ray errors of every kind end the move, never the fabric
         with state.lock:
             current = _current(job, gen)
@@ -212,22 +225,30 @@ def run(runner: MoveRunner, job: RayJob, gen: int) -> None:
 
 
 def _place(runner: MoveRunner, job: RayJob, gen: int, path: str, new: int, name: str, actor: Any,
-           info: dict[str, Any], pg: Any, addr: str, port: int) -> None:
-    """The new actor runs: hand every rank the rendezvous and start the replacement."""
+           info: dict[str, Any], pg: Any, addr: str, port: int) -> Any:
+    """The new actor runs: hand every rank the rendezvous and start the replacement. The
+    placement group of the chip the rank left, for the caller to remove (None: none)."""
     f, state = runner.f, runner.state
     with state.lock:
         if not _current(job, gen):
             _drop(runner, actor, pg)
-            return
+            return None
         moving = job.moving
         assert moving is not None
         rank, old = int(moving["rank"]), int(moving["from"])
-        r = job.ranks[rank] = RankRecord(rank, new, actor=actor, name=name, info=info)
+        left = job.ranks[rank].pg  # the rank's own group (a ``pack`` gang): None with a gang-wide one
+        own = (left if new == old else pg) if left is not None else None
+        freed = left if left is not None and new != old else None
+        r = job.ranks[rank] = RankRecord(rank, new, actor=actor, name=name, info=info, pg=own)
         runner.standbys.taken(name)
         r.last_seen_mono = time.monotonic()
-        if pg is not None:
+        if pg is not None and own is None:
             job.extra_pgs.append(pg)
-        if new != old:
+        if freed is not None:
+            if state.chip_job.get(old, ("",))[0] == job.job_id:
+                del state.chip_job[old]
+            job.log.append(f"[fabric] chip {old} is free again: the placement group of its rank is removed")
+        elif new != old:
             # Its bundle in the gang's placement group stays reserved until the gang ends.
             job.held.add(old)
             job.log.append(f"[fabric] chip {old} stays held by job {job.job_id} until it ends: the gang's "
@@ -241,7 +262,7 @@ def _place(runner: MoveRunner, job: RayJob, gen: int, path: str, new: int, name:
         actor.start.remote(cfg.to_json(), job.workdir)
         if job.supervisor is not None:
             job.supervisor.moved.remote({"rank": rank, "chip": new, "info": info, "cfg": cfg.to_json(),
-                                         "name": name}, pg)
+                                         "name": name, "pg": own}, None if own is not None else pg)
         rec: dict[str, Any] = job.recovery if job.recovery is not None else {"detect_mono": time.monotonic(),
                                                                              "last_step": job.step}
         rec.update(mechanism=MECHANISM, path=path, moves={str(rank): [old, new]} if new != old else {},
@@ -255,6 +276,7 @@ def _place(runner: MoveRunner, job: RayJob, gen: int, path: str, new: int, name:
     timer = threading.Timer(timeout, lambda: _timed_out(runner, job, gen, timeout))
     timer.daemon = True  # never keeps a finished process alive
     timer.start()
+    return freed
 
 
 def finish(runner: MoveRunner, job: RayJob, msg: dict[str, Any]) -> None:

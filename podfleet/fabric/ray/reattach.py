@@ -50,8 +50,8 @@ def read(ray: Any, namespace: str, named: supervisor.Named) -> Found | None:
     job = RayJob(rec["spec"], rec["strategy"], rec["workdir"], rec["checkpoint_dir"])
     job.launch, job.pg, job.supervisor = str(rec["launch"]), rec.get("pg"), sup
     ranks = sorted(rec["ranks"], key=lambda x: int(x["rank"]))
-    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), name=str(x["name"]), info=dict(x.get("info") or {}))
-                 for x in ranks]
+    job.ranks = [RankRecord(int(x["rank"]), int(x["chip"]), name=str(x["name"]), info=dict(x.get("info") or {}),
+                            pg=x.get("pg")) for x in ranks]
     job.extra_pgs = list(rec.get("pgs") or [])  # those of moved ranks (rankmove.py)
     found = Found(job, WorkerConfig.from_json(ranks[0]["cfg"]))
     polls = {}

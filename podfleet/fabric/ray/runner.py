@@ -151,10 +151,36 @@ class JobRunner:
         if job.state is not RunState.RUNNING or r.actor is None or r.done:
             raise ConflictError(f"rank {rank} of job {job.job_id} is not running (job {job.state.value})",
                                 field="rank")
+        if r.killed_by is not None:
+            raise ConflictError(f"rank {rank} of job {job.job_id} is being ended already ({r.killed_by})",
+                                field="rank")
         r.killed_by = "fault"
         self.state.ray.kill(r.actor, no_restart=True)
         pid = r.info.get("pid")
         return int(pid) if pid is not None else None
+
+    def evict(self, chip: int) -> None:
+        """A chip taken out of service under a running rank (a drain; engine thread): end
+        that rank's actor, so the poller moves the rank alone as it moves a lost one
+        (``rankmove.py``; a relaunch is the fallback). No Ray call while the GCS does not
+        answer: the poller then treats the gang as lost."""
+        if self.f.unreachable is not None or not self._gcs_answers():
+            return
+        with self.state.lock:
+            held = self.state.chip_job.get(chip)
+            job = self.state.jobs.get(held[0]) if held is not None else None
+            live = (RunState.RUNNING, RunState.RECOVERING)  # during another rank's move: the gang relaunches
+            if job is None or held is None or job.state not in live or held[1] >= len(job.ranks):
+                return
+            r = job.ranks[held[1]]
+            if r.chip != chip or r.actor is None or r.done or r.killed_by is not None:
+                return
+            r.killed_by = "drain"
+            job.log.append(f"[fabric] chip {chip} taken out of service under rank {r.rank}: its actor ends and "
+                           "the rank moves")
+            actor = r.actor
+        with contextlib.suppress(Exception):  # gone already: the poller sees that too
+            self.state.ray.kill(actor, no_restart=True)
 
     # --- what a start uses (starter.py), and a gang that cannot start ---------------------------
     def actor_class(self) -> Any:
@@ -267,7 +293,7 @@ class JobRunner:
                 if job.state in TERMINAL or job.state is RunState.STOPPING:
                     continue
                 for r in job.ranks:
-                    r.actor = None  # a handle of the old session: never used again
+                    r.actor = r.pg = None  # handles of the old session: never used again
                     if not r.done:
                         r.cause = ExitCause.INFRA
                         r.result = {"exit_code": None, "error": reason}
@@ -496,12 +522,12 @@ class JobRunner:
         self.f.emit("job-failed", job_id=job.job_id, chip=job.ranks[0].chip, reason=reason, cause="infra")
 
     def teardown(self, job: RayJob) -> None:
-        """Kill every actor of the gang and release its placement group (idempotent).
+        """Kill every actor of the gang and release its placement groups (idempotent).
         Never while the Ray cluster is unreachable (the handles belong to a lost session)."""
         ray = self.state.ray
         if self.f.unreachable is not None or not self._gcs_answers():
             for r in job.ranks:
-                r.actor = None
+                r.actor = r.pg = None
             job.pg = None
             job.supervisor = None
             return
@@ -513,15 +539,17 @@ class JobRunner:
             with contextlib.suppress(Exception):  # already gone
                 ray.kill(job.supervisor, no_restart=True)
             job.supervisor = None
-        if job.pg is not None or job.extra_pgs:
+        pgs = [pg for pg in [job.pg, *job.extra_pgs, *(r.pg for r in job.ranks)] if pg is not None]
+        if pgs:
             from ray.util.placement_group import remove_placement_group
 
-            for pg in [job.pg, *job.extra_pgs]:
-                if pg is not None:
-                    with contextlib.suppress(Exception):  # already removed
-                        remove_placement_group(pg)
-            job.pg = None
-            job.extra_pgs = []
+            for pg in pgs:
+                with contextlib.suppress(Exception):  # already removed
+                    remove_placement_group(pg)
+        job.pg = None
+        job.extra_pgs = []
+        for r in job.ranks:
+            r.pg = None
 
 
 def _reason(r: RankRecord) -> str:
@@ -535,6 +563,8 @@ def _reason(r: RankRecord) -> str:
     }.get(r.cause, "exited")  # type: ignore[arg-type]
     if r.killed_by == "hang":
         what = "hung"
+    elif r.killed_by == "drain":
+        what = "was drained off its chip"
     return f"rank {r.rank} (chip {r.chip}) {what}" + (f": {err}" if err else "")
 
 

@@ -1,6 +1,7 @@
 """Starting a Ray gang (one starter thread per launch): wait for the Ray cluster if it is
-unreachable, place the gang's placement group (watching the nodes its bundles are pinned
-to), create one detached actor per rank, greet them, record the gang's supervisor
+unreachable, place the gang's placement groups (one per rank for ``pack``, pinned to the
+ranks' nodes, so a moved rank frees its chip; one for the gang otherwise), watching the
+nodes their bundles are pinned to, create one detached actor per rank, greet them, record the gang's supervisor
 (``supervisor.py``) and start each rank's worker.
 
 Ray calls are made without the fabric's lock held; their results are applied under it,
@@ -83,11 +84,19 @@ def start(runner: StartRunner, job: RayJob) -> None:
         with runner.state.lock:
             selectors = bundle_selectors(f.nodes, job)
         # Detached, as the gang's actors are: a driver's placement group goes with it.
-        pg = placement_group([f.gang.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
-                             name=f"podfleet-{job.job_id}", bundle_label_selector=selectors,
-                             lifetime="detached")
-        job.pg = pg
-        ready = _wait_placed(runner, job, pg)
+        if job.strategy == "pack" and selectors is not None:
+            # Each rank's bundle pinned to its chip's node, in a placement group of its own:
+            # a rank that moves away frees its chip (Ray cannot shrink a placement group).
+            for r, sel in zip(job.ranks, selectors, strict=True):
+                r.pg = placement_group([f.gang.bundle()], strategy="PACK", name=f"podfleet-{job.job_id}-r{r.rank}",
+                                       bundle_label_selector=[sel], lifetime="detached")
+            pgs = [r.pg for r in job.ranks]
+        else:
+            job.pg = placement_group([f.gang.bundle() for _ in range(n)], strategy=STRATEGIES[job.strategy],
+                                     name=f"podfleet-{job.job_id}", bundle_label_selector=selectors,
+                                     lifetime="detached")
+            pgs = [job.pg]
+        ready = _wait_placed(runner, job, pgs)
         if ready is None:
             return  # lost meanwhile (a node, the cluster): reported as such
         if not ready:
@@ -98,18 +107,20 @@ def start(runner: StartRunner, job: RayJob) -> None:
         runner.actor_class()
         with runner.state.lock:
             if job.state is not RunState.PLACING:
-                # Stopped while placing: stop() may have run before job.pg was set.
+                # Stopped while placing: stop() may have run before the groups were set.
                 from ray.util.placement_group import remove_placement_group
 
-                with contextlib.suppress(Exception):
-                    remove_placement_group(pg)
+                for pg in pgs:
+                    with contextlib.suppress(Exception):
+                        remove_placement_group(pg)
                 return
             for r in job.ranks:
+                where = (PlacementGroupSchedulingStrategy(r.pg, placement_group_bundle_index=0) if r.pg is not None
+                         else PlacementGroupSchedulingStrategy(job.pg, placement_group_bundle_index=r.rank))
                 r.actor = runner.actor_class().options(
                     **f.gang.actor_options(), max_concurrency=4, max_restarts=0,
                     name=supervisor.rank_name(job.job_id, r.rank, job.launch), namespace=f.namespace,
-                    lifetime="detached",
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r.rank),
+                    lifetime="detached", scheduling_strategy=where,
                 ).remote(job.job_id, r.rank)
             job.set_state(RunState.STARTING)
         infos = ray.get([r.actor.hello.remote() for r in job.ranks], timeout=START_TIMEOUT_S)
@@ -118,7 +129,7 @@ def start(runner: StartRunner, job: RayJob) -> None:
             if job.state is not RunState.STARTING:
                 return
             cfgs = [f.gang.worker_config(job, r.rank, master["ip"], int(master["port"])) for r in job.ranks]
-            job.supervisor = _start_supervisor(runner, job, pg, infos, cfgs)
+            job.supervisor = _start_supervisor(runner, job, infos, cfgs)
             for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True):
                 r.info = info
                 if r.rank == 0:
@@ -137,15 +148,15 @@ def start(runner: StartRunner, job: RayJob) -> None:
             runner.fail(job, None, f"could not start the gang: {type(exc).__name__}: {exc}")
 
 
-def _start_supervisor(runner: StartRunner, job: RayJob, pg: Any, infos: list[dict[str, Any]],
+def _start_supervisor(runner: StartRunner, job: RayJob, infos: list[dict[str, Any]],
                       cfgs: list[WorkerConfig]) -> Any:
     """The gang's detached record, for a plane that re-attaches (``supervisor.py``)."""
     f = runner.f
     renv = f.gang.actor_options().get("runtime_env")
     record = {"spec": job.spec, "strategy": job.strategy, "workdir": job.workdir,
-              "checkpoint_dir": job.checkpoint_dir, "launch": job.launch, "pg": pg,
+              "checkpoint_dir": job.checkpoint_dir, "launch": job.launch, "pg": job.pg,
               "ranks": [{"rank": r.rank, "chip": r.chip, "info": info, "cfg": cfg.to_json(),
-                         "name": supervisor.rank_name(job.job_id, r.rank, job.launch)}
+                         "name": supervisor.rank_name(job.job_id, r.rank, job.launch), "pg": r.pg}
                         for r, info, cfg in zip(job.ranks, infos, cfgs, strict=True)]}
     return runner.supervisor_class().options(
         name=supervisor.supervisor_name(job.job_id, job.launch), namespace=f.namespace, lifetime="detached",
@@ -168,16 +179,17 @@ def _wait_for_link(runner: StartRunner, job: RayJob) -> bool:
     return job.state is RunState.PLACING
 
 
-def _wait_placed(runner: StartRunner, job: RayJob, pg: Any) -> bool | None:
-    """Wait for the placement group in slices, watching the nodes its bundles are pinned
+def _wait_placed(runner: StartRunner, job: RayJob, pgs: list[Any]) -> bool | None:
+    """Wait for the placement groups in slices, watching the nodes their bundles are pinned
     to: a pinned node that dies (or the cluster lost) ends the wait at once as a lost
     gang, never a 60 s placement failure of the job. None when so reported."""
     ray, f = runner.state.ray, runner.f
-    ref = pg.ready()
+    refs = [pg.ready() for pg in pgs]
     deadline = time.monotonic() + f.placement_timeout_s
     while True:
-        ready, _ = ray.wait([ref], timeout=min(PLACEMENT_SLICE_S, max(0.0, deadline - time.monotonic())))
-        if ready:
+        slice_s = min(PLACEMENT_SLICE_S, max(0.0, deadline - time.monotonic()))
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=slice_s)
+        if len(ready) == len(refs):
             return True
         if f.unreachable is not None:
             return None  # lose_all reports it

@@ -74,8 +74,9 @@ class GangSupervisor:
         self.record.update(fields)
 
     def moved(self, entry: dict[str, Any], pg: Any) -> None:
-        """A rank moved (``rankmove.py``): its new actor, chip and config, and the placement
-        group it was given when it left the gang's (None: its own bundle)."""
+        """A rank moved (``rankmove.py``): its new actor, chip, config and (a ``pack`` gang)
+        its own placement group, and the placement group it was given when it left the
+        gang's (None: its own bundle, or its own group)."""
         self.record["ranks"] = [entry if int(x["rank"]) == int(entry["rank"]) else x for x in self.record["ranks"]]
         if pg is not None:
             self.record.setdefault("pgs", []).append(pg)
@@ -121,7 +122,7 @@ def discard(ray: Any, namespace: str, keep: set[str]) -> list[str]:
         if n.role == GANG:
             with contextlib.suppress(Exception):  # a supervisor that no longer answers
                 rec = ray.get(actor.state.remote(), timeout=LOOKUP_TIMEOUT_S)
-                for pg in [rec.get("pg"), *(rec.get("pgs") or [])]:
+                for pg in [rec.get("pg"), *(rec.get("pgs") or []), *(x.get("pg") for x in rec.get("ranks") or [])]:
                     if pg is not None:
                         remove_placement_group(pg)
         with contextlib.suppress(Exception):  # already gone

@@ -53,8 +53,10 @@ def plane(ray_cluster: dict[str, Any]) -> Iterator[Any]:
         yield built.plane
 
 
-def _kill_and_move(plane: Any, cluster: str, rank: int) -> dict[str, Any]:
-    """Run the job, SIGKILL rank ``rank``'s actor process mid-run, wait for the recovery."""
+def _kill_and_move(plane: Any, cluster: str, rank: int, act: Callable[[Any, str, int], Any] | None = None,
+                   moved: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Run the job, SIGKILL rank ``rank``'s actor process mid-run (or ``act(plane, job id,
+    rank)``), wait for the recovery (then ``moved(recovery record)``, before the job stops)."""
     job = plane.call_sync(plane.jobs.submit, cluster, JOB, actor="t")
     jid, cid = job["id"], job["cluster_id"]
     fab = plane.clusters[cid].fabric  # read only: the ranks' pids and the fabric's events
@@ -70,18 +72,23 @@ def _kill_and_move(plane: Any, cluster: str, rank: int) -> dict[str, Any]:
     _until(lambda: view()["state"] == "RUNNING" and int(view()["progress"]["step"] or 0) >= 12, 240,
            "twelve steps")
     pids = {r["rank"]: r["pid"] for r in fab.job_status(jid)["ranks"]}
-    os.kill(int(pids[rank]), signal.SIGKILL)
     killed_at = max(losses)
+    if act is None:
+        os.kill(int(pids[rank]), signal.SIGKILL)
+    else:
+        act(plane, jid, rank)
     _until(lambda: view()["state"] == "RECOVERING" or (view().get("runtime") or {}).get("recoveries"), 60,
            "RECOVERING")
     [rec] = _until(lambda: (view().get("runtime") or {}).get("recoveries"), 180, "the recovery")
     done = _until(lambda: view() if view()["state"] == "RUNNING" else None, 60, "RUNNING again")
     after = {r["rank"]: r["pid"] for r in fab.job_status(jid)["ranks"]}
     _until(lambda: max(losses) >= int(rec["restored_step"]) + 5, 120, "five steps after the move")
+    if moved is not None:
+        moved(rec)
     lines = "\n".join(ln["message"] for ln in plane.jobs.job_logs(jid).since(0))
     plane.call_sync(plane.jobs.stop, jid, actor="t")
     return {"rec": rec, "job": done, "before": pids, "after": after, "losses": dict(losses),
-            "killed_at": killed_at, "log": lines}
+            "killed_at": killed_at, "log": lines, "id": jid}
 
 
 def _assert_moved(out: dict[str, Any], rank: int) -> None:
@@ -155,3 +162,45 @@ def test_a_warm_standby_takes_the_killed_rank(plane: Any, ray_cluster: dict[str,
     finally:
         plane.call_sync(plane.delete_cluster, "mv-warm", actor="t")
     assert not fab.state.standby_names  # closed with its cluster: no standby left on Ray
+
+
+def test_a_drained_chips_rank_moves_alone_to_a_free_chip_and_frees_its_chip(plane: Any,
+                                                                             ray_cluster: dict[str, Any]) -> None:
+    """``chip drain`` (the operator, or a maintenance rollout) on a chip running a rank, no
+    spare: the rank moves alone to the free chip, through the same rank move as a lost one.
+    The chip it left is free for Ray too (the rank's own placement group is removed): once
+    repaired and uncordoned, a new job runs on it while the moved job still runs."""
+    from podfleet.control.chips import chip_view
+
+    def drain(plane: Any, jid: str, rank: int) -> None:
+        chip = plane.jobs.describe(jid)["allocation"]["chips"][rank]
+        out = plane.call_sync(plane.chip_command, "mv-drain", chip, "drain", actor="t", reason="maintenance")
+        assert out["mode"] == "draining" and out["job"] == jid, out
+
+    def reuse(rec: dict[str, Any]) -> None:
+        [(old, _new)] = rec["moves"].values()
+        rt = plane.clusters[plane.names["mv-drain"]]
+        chip = _until(lambda: (v := chip_view(rt, old))["mode"] == "cordoned" and v, 30, "the drained chip cordoned")
+        assert chip["state"] == "isolated" and chip["job"] is None, chip
+        plane.call_sync(plane.chip_command, "mv-drain", old, "repair", actor="t")
+        plane.call_sync(plane.chip_command, "mv-drain", old, "uncordon", actor="t")
+        assert rt.fabric.check_chip_health(old) is None  # no longer held by the moved job
+        nxt = plane.call_sync(plane.jobs.submit, "mv-drain", {
+            "model": "debug", "chips": 1, "steps": 3, "checkpoint_interval": 0,
+            "options": {"seed": 1, "global_batch": 4, "seq_len": 32}}, actor="t")
+        done = _until(lambda: (v := plane.jobs.describe(nxt["id"]))["state"] in ("SUCCEEDED", "FAILED") and v,
+                      240, "a job on the chip the rank left")
+        assert done["state"] == "SUCCEEDED" and done["allocation"]["chips"] == [old], done
+
+    plane.call_sync(plane.create_cluster, {"name": "mv-drain", "fabric": "ray", "chips": 3, "spares": 0,
+                                           "ray_address": ray_cluster["address"]}, actor="t")
+    try:
+        _until(lambda: plane.describe_cluster("mv-drain")["state"] == "active", 60, "the cluster")
+        out = _kill_and_move(plane, "mv-drain", rank=1, act=drain, moved=reuse)
+        _assert_moved(out, 1)
+        rec = out["rec"]
+        [(old, new)] = rec["moves"].values()
+        assert rec["path"] == "free-chip" and old != new and out["job"]["allocation"]["chips"][1] == new, rec
+        assert "was drained off its chip" in out["log"] and f"chip {old} is free again" in out["log"]
+    finally:
+        plane.call_sync(plane.delete_cluster, "mv-drain", actor="t")
