@@ -17,6 +17,16 @@ def any_to_any(states: Iterable[S]) -> dict[S, frozenset[S]]:
     return {s: every - {s} for s in every}
 
 
+def transitions(states: Iterable[S], moves: Mapping[S, Iterable[S]]) -> dict[S, frozenset[S]]:
+    """The transitions of a machine from where each state may go (``moves``): a state that
+    ``moves`` leaves out is final (it goes nowhere). Listed in the order of ``states``."""
+    every = list(states)
+    named = set(moves) | {dst for targets in moves.values() for dst in targets}
+    if not named <= set(every):
+        raise ValueError(f"not states of this machine: {sorted(str(s) for s in named - set(every))}")
+    return {s: frozenset(moves.get(s, ())) for s in every}
+
+
 def check_transition(kind: str, allowed: Mapping[S, frozenset[S]], src: S, dst: S) -> None:
     """Raise InvalidTransitionError with a sentence unless ``src -> dst`` is allowed."""
     if dst not in allowed.get(src, frozenset()):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote_command
 from podfleet.errors import InvalidInputError, NotFoundError
@@ -66,7 +67,7 @@ def ack(
 @remote_command
 def recoveries(
     c: PodfleetClient,
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Recovery flows and their steps."""

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import typer
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit
 from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 from podfleet.sdk import PodfleetClient
@@ -25,7 +26,7 @@ ReasonOpt = typer.Option(None, "--reason", help="why, in a few words (kept in th
 
 
 @app.command("cordon")
-def cordon(cluster: str = typer.Argument(..., help="id or name"), chip: int = typer.Argument(..., help="chip index"),
+def cordon(cluster: str = ClusterArg, chip: int = typer.Argument(..., help="chip index"),
            reason: str | None = ReasonOpt,
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Keep new placements and rank moves off the chip (work on it keeps running)."""
@@ -33,7 +34,7 @@ def cordon(cluster: str = typer.Argument(..., help="id or name"), chip: int = ty
 
 
 @app.command("drain")
-def drain(cluster: str = typer.Argument(..., help="id or name"), chip: int = typer.Argument(..., help="chip index"),
+def drain(cluster: str = ClusterArg, chip: int = typer.Argument(..., help="chip index"),
           reason: str | None = ReasonOpt,
           url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Cordon, and move the chip's rank to a spare or free chip (mode draining, then cordoned)."""
@@ -41,14 +42,14 @@ def drain(cluster: str = typer.Argument(..., help="id or name"), chip: int = typ
 
 
 @app.command("uncordon")
-def uncordon(cluster: str = typer.Argument(..., help="id or name"), chip: int = typer.Argument(..., help="chip index"),
+def uncordon(cluster: str = ClusterArg, chip: int = typer.Argument(..., help="chip index"),
              url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Return the chip to placement."""
     _run(lambda c: c.uncordon_chip(cluster, chip), url, token, output, f"chip {chip} uncordoned")
 
 
 @app.command("repair")
-def repair(cluster: str = typer.Argument(..., help="id or name"), chip: int = typer.Argument(..., help="chip index"),
+def repair(cluster: str = ClusterArg, chip: int = typer.Argument(..., help="chip index"),
            url: str = UrlOpt, token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
     """Return a failed or isolated chip no job holds to service (local/ray: its worker slot)."""
     _run(lambda c: c.repair_chip(cluster, chip), url, token, output, f"chip {chip} repaired")

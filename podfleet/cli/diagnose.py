@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import typer
-
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, line
 from podfleet.cli.remote import TokenOpt, UrlOpt, remote
 
 
 def diagnose(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     url: str = UrlOpt,
     token: str = TokenOpt,
     output: OutputFormat = OutputOpt,

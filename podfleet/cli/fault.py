@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import typer
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
@@ -17,7 +18,7 @@ app = typer.Typer(help="Fault injection: twin faults, or killing a worker on loc
 
 @app.command("inject")
 def inject(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     kind: str | None = typer.Option(None, "--kind", help=f"twin: {', '.join(FAULT_KINDS)}; pod-loss (fleets)"),
     chip: int | None = typer.Option(None, "--chip", help="chip index (chip faults)"),
     link: str | None = typer.Option(None, "--link", help="A-B: the link between chips A and B (link faults)"),

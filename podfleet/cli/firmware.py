@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.follow import RolloutCommands
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
@@ -20,7 +21,7 @@ ROLLOUTS = RolloutCommands("firmware", "fw-", PodfleetClient.describe_firmware, 
 
 @app.command("update")
 def update(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     version: str = typer.Option(..., "--version", help=f"firmware version to roll out: {', '.join(KNOWN_VERSIONS)}"),
     unit: str = typer.Option("chip", "--unit", help="chip or node (16 chips) at a time"),
     chip: list[int] = typer.Option(None, "--chip", help="only these chips (repeat); default: all"),

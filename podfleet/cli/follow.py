@@ -16,6 +16,7 @@ import typer
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, print_table, stdout, table_of
 from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
@@ -118,7 +119,7 @@ class RolloutCommands:
         @remote_command
         def status(
             c: PodfleetClient,
-            cluster: str = typer.Argument(..., help="id or name"),
+            cluster: str = ClusterArg,
             rollout: str | None = typer.Argument(None, help=f"{self.prefix}...; default: all rollouts"),
             output: OutputFormat = OutputOpt,
         ) -> None:

@@ -6,6 +6,7 @@ from collections import Counter
 
 import typer
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, line
 from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
@@ -18,7 +19,7 @@ _CHIP_METRICS = ("temperature_c", "power_w", "hbm_used_bytes", "clock_mhz", "mem
 @remote_command
 def describe(
     cl: PodfleetClient,
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     chip: int | None = typer.Option(None, "--chip", help="one chip only"),
     pod: int | None = typer.Option(None, "--pod", help="fleets: one pod's chips and links"),
     state: str | None = typer.Option(None, "--state", help="only chips in this state (healthy, failed, ...)"),

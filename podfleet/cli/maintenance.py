@@ -8,6 +8,7 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.follow import RolloutCommands
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote
 from podfleet.errors import InvalidInputError
@@ -22,7 +23,7 @@ MfaOpt = typer.Option(None, "--mfa", help="a fresh TOTP or recovery code (user t
 
 @app.command("run")
 def run(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     command: str = typer.Option(..., "--command", help="command line run on each host (no shell: wrap in sh -c)"),
     unit: str = typer.Option("chip", "--unit", help="chip or host at a time"),
     chip: list[int] = typer.Option(None, "--chip", help="only these chips (repeat); default: all"),
@@ -51,7 +52,7 @@ ROLLOUTS.add_status_command(app, "Maintenance rollouts: state, progress, failed 
 
 @app.command("resume")
 def resume(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     rollout: str = typer.Argument(..., help="mt-..."),
     mfa: str | None = MfaOpt,
     url: str = UrlOpt,

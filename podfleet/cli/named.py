@@ -1,5 +1,6 @@
 """The commands a cluster's named objects share (``queue`` and ``reservation``): ``list``,
-``describe NAME`` and ``delete NAME`` are the same commands over other client calls."""
+``describe NAME`` and ``delete NAME`` are the same commands over other client calls; and
+the cluster a command is about, as an option (``ClusterOpt``) or an argument (``ClusterArg``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from podfleet.cli.remote import remote_command
 from podfleet.sdk import PodfleetClient
 
 ClusterOpt = typer.Option(..., "--cluster", "-c", help="cluster id or name")
+ClusterArg = typer.Argument(..., help="id or name")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import os
 
 import typer
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, line
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
@@ -20,7 +21,7 @@ def _write(path: str, text: str) -> None:
 
 
 def report(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     period: str = typer.Option("24h", "--period", help="1h, 6h, 24h or 7d"),
     fmt: str = typer.Option("json", "--format", help="json or html (html: with charts; use --out)"),
     out: str | None = typer.Option(None, "--out", help="write the report to this file (0600)"),

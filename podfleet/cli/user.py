@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
-from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
+from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, errors, stderr
 from podfleet.cli.remote import TokenOpt, UrlOpt, client, remote, remote_command
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
@@ -39,12 +40,18 @@ def describe(c: PodfleetClient, name: str = UserArg, output: OutputFormat = Outp
     emit(c.describe_user(name), output, title="user")
 
 
-@app.command("attach")
-def attach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
-           output: OutputFormat = OutputOpt) -> None:
-    """Attach a built-in policy (ClusterAdmin, Scheduler, StorageAccess, ReadOnly, Auditor)."""
-    with remote(url, token, mfa=mfa) as c:
-        emit(c.put_user_policy(name, policy), output, title="user")
+def _user_policy_command(call: Callable[[PodfleetClient, str, str], Record]) -> Callable[..., None]:
+    """``attach`` and ``detach``: one command over the user and a policy name, answered by
+    ``call`` (the SDK's put or delete of the user's policy)."""
+    def command(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt,
+                token: str = TokenOpt, output: OutputFormat = OutputOpt) -> None:
+        with remote(url, token, mfa=mfa) as c:
+            emit(call(c, name, policy), output, title="user")
+    return command
+
+
+app.command("attach", help="Attach a built-in policy (ClusterAdmin, Scheduler, StorageAccess, ReadOnly, Auditor).")(
+    _user_policy_command(lambda c, name, policy: c.put_user_policy(name, policy)))
 
 
 @app.command("put-policy")
@@ -61,11 +68,7 @@ def put_policy(name: str = UserArg, policy: str = PolicyArg, file: Path = typer.
         emit(c.put_user_policy(name, policy, doc), output, title="user")
 
 
-@app.command("detach")
-def detach(name: str = UserArg, policy: str = PolicyArg, mfa: str | None = MfaOpt, url: str = UrlOpt, token: str = TokenOpt,
-           output: OutputFormat = OutputOpt) -> None:
-    with remote(url, token, mfa=mfa) as c:
-        emit(c.delete_user_policy(name, policy), output, title="user")
+app.command("detach")(_user_policy_command(PodfleetClient.delete_user_policy))
 
 
 @app.command("enable-mfa")

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, Record, emit, errors, line
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
@@ -44,7 +45,7 @@ def summary_rows(result: Record) -> list[dict[str, Any]]:
 
 
 def verify(
-    cluster: str = typer.Argument(..., help="id or name"),
+    cluster: str = ClusterArg,
     max_size: str = typer.Option("1GiB", "--max-size", help="largest collective size (8 B up, x8 steps)"),
     ops: str = typer.Option(",".join(COLLECTIVE_OPS), "--ops", help="comma-separated collectives"),
     skip_compute: bool = typer.Option(False, "--skip-compute", help="no matmul timing"),

@@ -33,6 +33,7 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.runtime import DEPLOY_STEPS
 from podfleet.control.specs import ClusterSpec
+from podfleet.delegation import Delegated
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import Fabric, close_fabric
@@ -78,9 +79,7 @@ class ConnectingCluster(ClusterRecordOwner):
     held_jobs: list[str] = field(default_factory=list)  # restored jobs waiting for the fabric
     attempts: int = 0  # failed connections of a deployed cluster reloaded at a restart
 
-    @property
-    def id(self) -> str:
-        return self.rec.id
+    id = Delegated[str]("rec")
 
     @property
     def state(self) -> ClusterState:
@@ -111,13 +110,8 @@ class HeldTimeline:
         self._lock = threading.Lock()
         self._held: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] | None = []
 
-    @property
-    def now(self) -> float:
-        return self._tl.now
-
-    @property
-    def stopping(self) -> bool:
-        return self._tl.stopping
+    now = Delegated[float]("_tl")
+    stopping = Delegated[bool]("_tl")
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         with self._lock:

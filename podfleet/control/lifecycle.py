@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from podfleet.states import check_transition
+from podfleet.states import check_transition, transitions
 
 
 class ClusterState(StrEnum):
@@ -15,13 +15,12 @@ class ClusterState(StrEnum):
     DELETED = "deleted"
 
 
-CLUSTER_TRANSITIONS: dict[ClusterState, frozenset[ClusterState]] = {
-    ClusterState.DEPLOYING: frozenset({ClusterState.ACTIVE, ClusterState.FAILED, ClusterState.DELETING}),
-    ClusterState.ACTIVE: frozenset({ClusterState.DELETING}),
-    ClusterState.FAILED: frozenset({ClusterState.DELETING}),
-    ClusterState.DELETING: frozenset({ClusterState.DELETED}),
-    ClusterState.DELETED: frozenset(),
-}
+CLUSTER_TRANSITIONS = transitions(ClusterState, {
+    ClusterState.DEPLOYING: {ClusterState.ACTIVE, ClusterState.FAILED, ClusterState.DELETING},
+    ClusterState.ACTIVE: {ClusterState.DELETING},
+    ClusterState.FAILED: {ClusterState.DELETING},
+    ClusterState.DELETING: {ClusterState.DELETED},
+})
 
 
 class JobState(StrEnum):
@@ -38,7 +37,7 @@ class JobState(StrEnum):
 TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
 _END = frozenset({JobState.FAILED, JobState.STOPPED})
 
-JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+JOB_TRANSITIONS = transitions(JobState, {
     JobState.PENDING: frozenset({JobState.PLACING}) | _END,
     # PLACING -> PENDING: the launch was undone (e.g. a chip failed before it started).
     JobState.PLACING: frozenset({JobState.RUNNING, JobState.PENDING}) | _END,
@@ -50,10 +49,7 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     # RECOVERING -> PENDING: a job whose pod was lost, requeued from its checkpoint by its
     # on-pod-loss policy (``control.podloss``), its workers stopped and chips released.
     JobState.RECOVERING: frozenset({JobState.RUNNING, JobState.PENDING}) | _END,
-    JobState.SUCCEEDED: frozenset(),
-    JobState.FAILED: frozenset(),
-    JobState.STOPPED: frozenset(),
-}
+})
 
 # Jobs that hold chips (an allocation) on their cluster.
 HOLDS_CHIPS = frozenset({JobState.PLACING, JobState.RUNNING, JobState.CHECKPOINTING, JobState.RECOVERING})

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from podfleet.control.aftercommit import mutate_then_apply
 from podfleet.control.specs import MAX_PRIORITY
 from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.store.records import PriorityClassRecord
@@ -34,20 +35,18 @@ class PriorityClasses:
         self.classes = {r.name: r for r in self.plane.store.list_priority_classes()}
 
     def create(self, body: JsonObject, *, actor: str = "system") -> JsonObject:
-        done: list[PriorityClassRecord] = []
-
-        def do() -> tuple[JsonObject, str]:
+        def do() -> tuple[JsonObject, str, PriorityClassRecord]:
             rec = self._parse(body)
             if rec.name in self.classes:
                 raise ConflictError(f"priority class {rec.name!r} already exists", field="name")
             self.plane.store.save_priority_class(rec)
-            done.append(rec)
-            return self._view(rec), rec.name
+            return self._view(rec), rec.name, rec
 
-        out = self.plane.mutation("CreatePriorityClass", actor, str(body.get("name", "")), do, body=body)
-        for rec in done:  # after the commit
+        def keep(rec: PriorityClassRecord) -> None:
             self.classes[rec.name] = rec
-        return out
+
+        return mutate_then_apply(self.plane, "CreatePriorityClass", actor, str(body.get("name", "")), do, keep,
+                                 body=body)
 
     def delete(self, name: str, *, actor: str = "system") -> JsonObject:
         def do() -> tuple[JsonObject, str]:

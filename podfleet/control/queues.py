@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from podfleet.control.aftercommit import mutate_then_apply
 from podfleet.control.ids import new_id
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InfeasibleError, NotFoundError
@@ -21,6 +22,8 @@ from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.ports import PlanePort
+
+_Change = tuple[ClusterRuntime, QueueRecord, QueueSpec]  # what a create or update writes
 
 
 class QueueCommands:
@@ -41,9 +44,8 @@ class QueueCommands:
     # --- commands (engine thread) --------------------------------------------------------
     def create(self, cluster_ref: str, body: JsonObject, *, actor: str = "system") -> JsonObject:
         plane = self.plane
-        done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]] = []
 
-        def do() -> tuple[JsonObject, str]:
+        def do() -> tuple[JsonObject, str, _Change]:
             rt = plane.resolve(cluster_ref)
             spec = QueueSpec.from_dict(body)
             if (rt.id, spec.name) in self._records:
@@ -52,53 +54,49 @@ class QueueCommands:
             now = plane.now()
             rec = QueueRecord(new_id("q"), rt.id, spec.name, spec.to_dict(), now, now)
             plane.store.save_queue(rec)
-            done.append((rt, rec, spec))
-            return self._view(rt, spec.name, rec), rec.id
+            return self._view(rt, spec.name, rec), rec.id, (rt, rec, spec)
 
-        out = plane.mutation("CreateQueue", actor, f"{cluster_ref}/{body.get('name', '')}", do, body=body)
-        return self._apply(done) or out
+        return mutate_then_apply(plane, "CreateQueue", actor, f"{cluster_ref}/{body.get('name', '')}", do,
+                                 self._apply, body=body)
 
     def update(self, cluster_ref: str, name: str, changes: JsonObject, *, actor: str = "system") -> JsonObject:
         plane = self.plane
-        done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]] = []
 
-        def do() -> tuple[JsonObject, str]:
+        def do() -> tuple[JsonObject, str, _Change]:
             rt = plane.resolve(cluster_ref)
             old = self._record(rt, name)
             spec = QueueSpec.from_dict(old.spec).updated(changes)
             self._check(rt, spec)
             rec = QueueRecord(old.id, rt.id, spec.name, spec.to_dict(), old.created_at, plane.now())
             plane.store.save_queue(rec)
-            done.append((rt, rec, spec))
-            return self._view(rt, name, rec), rec.id
+            return self._view(rt, name, rec), rec.id, (rt, rec, spec)
 
-        out = plane.mutation("UpdateQueue", actor, f"{cluster_ref}/{name}", do, body={"name": name, **changes})
-        return self._apply(done) or out
+        return mutate_then_apply(plane, "UpdateQueue", actor, f"{cluster_ref}/{name}", do, self._apply,
+                                 body={"name": name, **changes})
 
     def delete(self, cluster_ref: str, name: str, *, actor: str = "system") -> JsonObject:
         plane = self.plane
-        done: list[tuple[ClusterRuntime, QueueRecord]] = []
 
-        def do() -> tuple[JsonObject, str]:
+        def do() -> tuple[JsonObject, str, tuple[ClusterRuntime, QueueRecord]]:
             rt = plane.resolve(cluster_ref)
             rec = self._record(rt, name)
             rt.scheduler.remove_queue(name)  # ConflictError while jobs use it: nothing written yet
             # The scheduler forgot it already; the record goes in this transaction (on a
-            # failed commit the queue is put back below).
+            # failed commit ``put_back`` gives the queue back).
             plane.store.delete_queue(rec.id)
-            done.append((rt, rec))
-            return {**rec.spec, "id": rec.id, "cluster_id": rt.id, "state": "deleted"}, rec.id
+            return {**rec.spec, "id": rec.id, "cluster_id": rt.id, "state": "deleted"}, rec.id, (rt, rec)
 
-        try:
-            out = plane.mutation("DeleteQueue", actor, f"{cluster_ref}/{name}", do, body={"name": name})
-        except Exception:
-            for rt, rec in done:
-                rt.scheduler.set_queue(QueueSpec.from_dict(rec.spec))
-            raise
-        for rt, rec in done:
+        def put_back(deleted: tuple[ClusterRuntime, QueueRecord]) -> None:
+            rt, rec = deleted
+            rt.scheduler.set_queue(QueueSpec.from_dict(rec.spec))
+
+        def forget(deleted: tuple[ClusterRuntime, QueueRecord]) -> None:
+            rt, rec = deleted
             self._records.pop((rt.id, rec.name), None)
             plane.jobs.schedule(rt)  # a deleted default queue is unlimited again
-        return out
+
+        return mutate_then_apply(plane, "DeleteQueue", actor, f"{cluster_ref}/{name}", do, forget,
+                                 body={"name": name}, undo=put_back)
 
     # --- reads (engine thread: usage moves with every cycle) ------------------------------
     def describe(self, cluster_ref: str, name: str) -> JsonObject:
@@ -130,14 +128,12 @@ class QueueCommands:
                 raise InfeasibleError(f"{fname} {v} exceeds the {capacity} chips cluster {rt.rec.name} can place "
                                         f"({rt.topology.n_chips} chips - {len(rt.spares)} spares)", field=fname)
 
-    def _apply(self, done: list[tuple[ClusterRuntime, QueueRecord, QueueSpec]]) -> JsonObject | None:
-        out = None
-        for rt, rec, spec in done:  # only after the commit
-            rt.scheduler.set_queue(spec)
-            self._records[(rt.id, rec.name)] = rec
-            self.plane.jobs.schedule(rt)
-            out = self._view(rt, spec.name, rec)
-        return out
+    def _apply(self, change: _Change) -> JsonObject:
+        rt, rec, spec = change
+        rt.scheduler.set_queue(spec)
+        self._records[(rt.id, rec.name)] = rec
+        self.plane.jobs.schedule(rt)
+        return self._view(rt, spec.name, rec)
 
     @staticmethod
     def _view(rt: ClusterRuntime, name: str, rec: QueueRecord | None) -> JsonObject:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from podfleet.control.aftercommit import mutate_then_apply
 from podfleet.control.ids import new_id
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.runtime import ClusterRuntime
@@ -26,6 +27,8 @@ from podfleet.wire import JsonObject
 
 if TYPE_CHECKING:
     from podfleet.control.ports import PlanePort
+
+_Held = tuple[ClusterRuntime, ReservationRecord]  # a reservation made or deleted, on its cluster
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 PAST_SLACK_S = 60.0  # a start this close behind now (typed a minute ago) is "now"
@@ -52,40 +55,40 @@ class ReservationCommands:
     # --- commands (engine thread) --------------------------------------------------------
     def create(self, cluster_ref: str, body: JsonObject, *, actor: str = "system") -> JsonObject:
         plane = self.plane
-        done: list[tuple[ClusterRuntime, ReservationRecord]] = []
 
-        def do() -> tuple[JsonObject, str]:
+        def do() -> tuple[JsonObject, str, _Held]:
             rt = plane.resolve(cluster_ref)
             rec = self._validated(rt, body)
             plane.store.save_reservation(rec)
-            done.append((rt, rec))
-            return self._view(rt, rec), rec.id
+            return self._view(rt, rec), rec.id, (rt, rec)
 
-        out = plane.mutation("CreateReservation", actor, f"{cluster_ref}/{body.get('name', '')}", do, body=body)
-        for rt, rec in done:  # only after the commit
+        def hold(made: _Held) -> JsonObject:
+            rt, rec = made
             rt.scheduler.set_reservation(self._reservation(rec))
             self._records[(rt.id, rec.name)] = rec
             plane.jobs.schedule(rt)
-            out = self._view(rt, rec)
-        return out
+            return self._view(rt, rec)
+
+        return mutate_then_apply(plane, "CreateReservation", actor, f"{cluster_ref}/{body.get('name', '')}", do,
+                                 hold, body=body)
 
     def delete(self, cluster_ref: str, name: str, *, actor: str = "system") -> JsonObject:
         plane = self.plane
-        done: list[tuple[ClusterRuntime, ReservationRecord]] = []
 
-        def do() -> tuple[JsonObject, str]:
+        def do() -> tuple[JsonObject, str, _Held]:
             rt = plane.resolve(cluster_ref)
             rec = self._record(rt, name)
             plane.store.delete_reservation(rec.id)
-            done.append((rt, rec))
-            return {**self._view(rt, rec), "state": "deleted"}, rec.id
+            return {**self._view(rt, rec), "state": "deleted"}, rec.id, (rt, rec)
 
-        out = plane.mutation("DeleteReservation", actor, f"{cluster_ref}/{name}", do, body={"name": name})
-        for rt, rec in done:
+        def release(deleted: _Held) -> None:
+            rt, rec = deleted
             rt.scheduler.remove_reservation(rec.name)
             self._records.pop((rt.id, rec.name), None)
             plane.jobs.schedule(rt)  # its chips are free to anyone again
-        return out
+
+        return mutate_then_apply(plane, "DeleteReservation", actor, f"{cluster_ref}/{name}", do, release,
+                                 body={"name": name})
 
     # --- reads ----------------------------------------------------------------------------
     def describe(self, cluster_ref: str, name: str) -> JsonObject:

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from podfleet.errors import NotFoundError
-from podfleet.states import check_transition
+from podfleet.states import check_transition, transitions
 
 
 class AlertState(StrEnum):
@@ -24,11 +24,10 @@ class AlertState(StrEnum):
     RESOLVED = "resolved"
 
 
-ALERT_TRANSITIONS = {
-    AlertState.FIRING: frozenset({AlertState.ACKNOWLEDGED, AlertState.RESOLVED}),
-    AlertState.ACKNOWLEDGED: frozenset({AlertState.RESOLVED}),
-    AlertState.RESOLVED: frozenset(),
-}
+ALERT_TRANSITIONS = transitions(AlertState, {
+    AlertState.FIRING: {AlertState.ACKNOWLEDGED, AlertState.RESOLVED},
+    AlertState.ACKNOWLEDGED: {AlertState.RESOLVED},
+})
 
 
 @dataclass

@@ -31,7 +31,7 @@ from podfleet.hardware.topology import FleetTopology, Topology
 from podfleet.recovery.context import USABLE, RecoveryFabric
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
 from podfleet.recovery.spares import tp_group, whole_groups
-from podfleet.states import check_transition
+from podfleet.states import check_transition, transitions
 from podfleet.wire import JsonObject
 
 KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
@@ -61,11 +61,9 @@ class RolloutState(StrEnum):
     ROLLED_BACK = "rolled-back"
 
 
-ROLLOUT_TRANSITIONS = {
-    RolloutState.RUNNING: frozenset({RolloutState.SUCCEEDED, RolloutState.ROLLED_BACK}),
-    RolloutState.SUCCEEDED: frozenset(),
-    RolloutState.ROLLED_BACK: frozenset(),
-}
+ROLLOUT_TRANSITIONS = transitions(RolloutState, {
+    RolloutState.RUNNING: {RolloutState.SUCCEEDED, RolloutState.ROLLED_BACK},
+})
 
 
 @dataclass

@@ -55,7 +55,7 @@ from podfleet.errors import (
     UnknownNameError,
 )
 from podfleet.fabric.base import ChipState, CommandResult, Fabric, HostCommands
-from podfleet.states import check_transition
+from podfleet.states import check_transition, transitions
 from podfleet.wire import JsonObject
 
 UNITS = ("chip", "host")
@@ -70,13 +70,10 @@ class MaintenanceState(StrEnum):
     FAILED = "failed"
 
 
-MAINTENANCE_TRANSITIONS = {
-    MaintenanceState.RUNNING: frozenset({MaintenanceState.PAUSED, MaintenanceState.SUCCEEDED,
-                                         MaintenanceState.FAILED}),
-    MaintenanceState.PAUSED: frozenset({MaintenanceState.RUNNING}),
-    MaintenanceState.SUCCEEDED: frozenset(),
-    MaintenanceState.FAILED: frozenset(),
-}
+MAINTENANCE_TRANSITIONS = transitions(MaintenanceState, {
+    MaintenanceState.RUNNING: {MaintenanceState.PAUSED, MaintenanceState.SUCCEEDED, MaintenanceState.FAILED},
+    MaintenanceState.PAUSED: {MaintenanceState.RUNNING},
+})
 
 
 @runtime_checkable

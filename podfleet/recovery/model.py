@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from podfleet.errors import InvalidInputError, PodfleetError
-from podfleet.states import check_transition
+from podfleet.states import check_transition, transitions
 from podfleet.wire import JsonObject
 
 NO_SPARE_POLICIES = ("shrink", "wait")
@@ -226,12 +226,10 @@ class RecoveryState(StrEnum):
     FAILED = "failed"
 
 
-RECOVERY_TRANSITIONS = {
-    RecoveryState.RUNNING: frozenset({RecoveryState.WAITING, RecoveryState.DONE, RecoveryState.FAILED}),
-    RecoveryState.WAITING: frozenset({RecoveryState.RUNNING, RecoveryState.FAILED}),
-    RecoveryState.DONE: frozenset(),
-    RecoveryState.FAILED: frozenset(),
-}
+RECOVERY_TRANSITIONS = transitions(RecoveryState, {
+    RecoveryState.RUNNING: {RecoveryState.WAITING, RecoveryState.DONE, RecoveryState.FAILED},
+    RecoveryState.WAITING: {RecoveryState.RUNNING, RecoveryState.FAILED},
+})
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from podfleet.scheduler.types import JobRequest, Nomination, Placement
-from podfleet.states import check_transition
+from podfleet.states import check_transition, transitions
 
 
 class JobPhase(StrEnum):
@@ -18,15 +18,13 @@ class JobPhase(StrEnum):
     REJECTED = "rejected"  # UnschedulableAndUnresolvable
 
 
-PHASE_TRANSITIONS: dict[JobPhase, frozenset[JobPhase]] = {
-    JobPhase.PENDING: frozenset({JobPhase.NOMINATED, JobPhase.RUNNING, JobPhase.REJECTED, JobPhase.FINISHED}),
-    JobPhase.NOMINATED: frozenset({JobPhase.RUNNING, JobPhase.PENDING, JobPhase.FINISHED}),
-    JobPhase.RUNNING: frozenset({JobPhase.CHECKPOINTING, JobPhase.FINISHED, JobPhase.PENDING}),
+PHASE_TRANSITIONS = transitions(JobPhase, {
+    JobPhase.PENDING: {JobPhase.NOMINATED, JobPhase.RUNNING, JobPhase.REJECTED, JobPhase.FINISHED},
+    JobPhase.NOMINATED: {JobPhase.RUNNING, JobPhase.PENDING, JobPhase.FINISHED},
+    JobPhase.RUNNING: {JobPhase.CHECKPOINTING, JobPhase.FINISHED, JobPhase.PENDING},
     # A victim goes back to the queue only with its checkpoint (victims_checkpointed).
-    JobPhase.CHECKPOINTING: frozenset({JobPhase.PENDING, JobPhase.FINISHED}),
-    JobPhase.FINISHED: frozenset(),
-    JobPhase.REJECTED: frozenset(),
-}
+    JobPhase.CHECKPOINTING: {JobPhase.PENDING, JobPhase.FINISHED},
+})
 
 
 @dataclass

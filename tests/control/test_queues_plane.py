@@ -251,3 +251,24 @@ def test_reclaim_moves_a_job_within_quota_out_of_the_block_on_the_twin(plane: Co
         assert plane.queues.describe("pod", q)["used"] >= nominal  # victims were borrowers only
     victims = [j for j in before if plane.jobs.describe(j)["state"] == "PENDING"]
     assert victims and not set(victims) & set(moved)
+
+
+def test_a_queue_command_whose_commit_fails_leaves_memory_as_it_was(
+        plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
+    # mutate_then_apply: a create applies nothing, a delete puts the queue back.
+    active_cluster(plane)
+    plane.queues.create("pod", {"name": "a", "nominal": 8}, actor="t")
+
+    def failing_audit(**_kw: object) -> None:
+        raise RuntimeError("audit write failed")
+
+    monkeypatch.setattr(plane.store, "append_audit", failing_audit)
+    with pytest.raises(RuntimeError, match="audit write failed"):
+        plane.queues.create("pod", {"name": "b", "nominal": 8}, actor="t")
+    with pytest.raises(RuntimeError, match="audit write failed"):
+        plane.queues.delete("pod", "a", actor="t")
+    monkeypatch.undo()
+    rt = plane.clusters[plane.resolve("pod").id]
+    assert sorted(rt.scheduler.queues.specs) == ["a", "default"]
+    assert [q["name"] for q in plane.queues.list_all("pod")] == ["a", "default"]
+    assert plane.queues.describe("pod", "a")["defined"] is True

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from podfleet.delegation import Delegated, Settable
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
 from podfleet.fabric.base import (
@@ -122,9 +123,7 @@ class SimFabric:
         if timeline is not self.tl:
             raise InvalidInputError("this SimFabric is already attached to another timeline")
 
-    @property
-    def now(self) -> float:
-        return self.tl.now
+    now = Delegated[float]("tl")
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> Callable[[], None]:
         """Call ``callback(FabricEvent)`` on the engine thread; returns an unsubscribe."""
@@ -215,17 +214,9 @@ class SimFabric:
         """``LinkTraffic``: ring edges of the running jobs on each directed link."""
         return self.runner.congestion.directed_load()
 
-    @property
-    def link_utilization(self) -> np.ndarray:
-        return self.board.link_utilization
-
-    @property
-    def link_errors(self) -> np.ndarray:
-        return self.board.link_errors
-
-    @property
-    def link_tx_bytes(self) -> np.ndarray:
-        return self.board.link_tx_bytes
+    link_utilization = Delegated[np.ndarray]("board")
+    link_errors = Delegated[np.ndarray]("board")
+    link_tx_bytes = Delegated[np.ndarray]("board")
 
     def links_among(self, chips: Sequence[int]) -> np.ndarray:
         """Indices of the links with both ends among ``chips``."""
@@ -251,9 +242,7 @@ class SimFabric:
     def stop(self, job_id: str) -> None:
         self.runner.stop(job_id)
 
-    @property
-    def jobs(self) -> dict[str, JobRun]:
-        return self.runner.jobs
+    jobs = Delegated[dict[str, JobRun]]("runner")
 
     def job(self, job_id: str) -> JobRun:
         return self.runner.job(job_id)
@@ -297,17 +286,8 @@ class SimFabric:
     def run_logs(self, job_id: str) -> list[str]:
         return self.runner.run_logs(job_id)
 
-    @property
-    def step_time_fn(self) -> StepTimeFn:
-        return self.runner.step_time_fn
-
-    @step_time_fn.setter
-    def step_time_fn(self, fn: StepTimeFn) -> None:
-        self.runner.step_time_fn = fn
-
-    @property
-    def progress_every_steps(self) -> int:
-        return self.runner.progress_every_steps
+    step_time_fn = Settable[StepTimeFn]("runner")
+    progress_every_steps = Delegated[int]("runner")
 
     # --- faults (FaultInjection, FirmwareUpdate) -------------------------------------------------
     def inject_fault(self, kind: FaultKind | str, chip: int | None = None, link: int | None = None,
@@ -334,21 +314,10 @@ class SimFabric:
         """Change the arrival rates now (memoryless: the next arrival is redrawn)."""
         self.faults.set_fault_rates(rates)
 
-    @property
-    def fault_rates(self) -> FaultRates:
-        return self.faults.rates
-
-    @property
-    def precursors(self) -> PrecursorParams:
-        return self.faults.params
-
-    @property
-    def auto_repair_s(self) -> float | None:
-        return self.faults.auto_repair_s
-
-    @property
-    def faults_by_kind(self) -> dict[str, int]:
-        return self.faults.faults_by_kind
+    fault_rates = Delegated[FaultRates]("faults", "rates")
+    precursors = Delegated[PrecursorParams]("faults", "params")
+    auto_repair_s = Delegated[float | None]("faults")
+    faults_by_kind = Delegated[dict[str, int]]("faults")
 
     # --- probes (ComputeProbe, CollectiveProbe) and the error log (HardwareErrors) -----------------
     def _record_error(self, ev: FabricEvent) -> None:
@@ -402,14 +371,9 @@ class SimFabric:
                                  temperature_c=round(float(t.model_temperature_c[c]), 2))
 
     # --- summaries ------------------------------------------------------------------------------
-    @property
-    def down_chip_s(self) -> float:
-        return self.board.down_chip_s
-
-    @property
-    def exposed_chip_s(self) -> float:
-        """Chip-seconds in which a chip could fault, up to the last state change (see ``account``)."""
-        return self.board.exposed_chip_s
+    down_chip_s = Delegated[float]("board")
+    # Chip-seconds in which a chip could fault, up to the last state change (see ``account``).
+    exposed_chip_s = Delegated[float]("board")
 
     def account(self) -> None:
         """Bring the chip-time accounting up to now."""

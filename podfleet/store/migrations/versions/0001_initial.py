@@ -10,101 +10,78 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from podfleet.store.migrations import ops
+
 revision = "0001"
 down_revision = None
-branch_labels = None
-depends_on = None
 
 APPEND_ONLY = "audit_events is append-only"
 
 
 def upgrade() -> None:
-    op.create_table(
-        "clusters",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("name", sa.String(255), nullable=False),
-        sa.Column("state", sa.String(32), nullable=False),
-        sa.Column("spec", sa.JSON(), nullable=False),
-        sa.Column("status", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("updated_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_clusters"),
-    )
+    ops.create_table("clusters", ops.ident(), ops.column("name", sa.String(255)), *ops.record())
     op.create_index(
         "uq_clusters_live_name", "clusters", ["name"], unique=True,
         sqlite_where=sa.text("state != 'deleted'"),
         postgresql_where=sa.text("state != 'deleted'"),
     )
-    op.create_table(
-        "jobs",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("cluster_id", sa.String(64), nullable=False),
-        sa.Column("state", sa.String(32), nullable=False),
-        sa.Column("spec", sa.JSON(), nullable=False),
-        sa.Column("status", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("updated_at", sa.Double(), nullable=False),
-        sa.ForeignKeyConstraint(["cluster_id"], ["clusters.id"], name="fk_jobs_cluster_id_clusters"),
-        sa.PrimaryKeyConstraint("id", name="pk_jobs"),
-    )
-    op.create_index("ix_jobs_cluster_id", "jobs", ["cluster_id"])
-    op.create_index("ix_jobs_state", "jobs", ["state"])
-    op.create_table(
+    ops.create_table("jobs", ops.ident(), ops.ident("cluster_id"), *ops.record(),
+                     references={"cluster_id": "clusters"})
+    ops.create_index("jobs", "cluster_id")
+    ops.create_index("jobs", "state")
+    ops.create_table(
         "chip_health",
-        sa.Column("cluster_id", sa.String(64), nullable=False),
-        sa.Column("chip", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("state", sa.String(32), nullable=False),
-        sa.Column("spare", sa.Boolean(), nullable=False),
-        sa.Column("detail", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["cluster_id"], ["clusters.id"], name="fk_chip_health_cluster_id_clusters"),
-        sa.PrimaryKeyConstraint("cluster_id", "chip", name="pk_chip_health"),
+        ops.ident("cluster_id"),
+        ops.column("chip", sa.Integer(), autoincrement=False),
+        ops.column("state", sa.String(32)),
+        ops.column("spare", sa.Boolean()),
+        ops.doc("detail"),
+        primary_key=("cluster_id", "chip"),
+        references={"cluster_id": "clusters"},
     )
-    op.create_table(
+    ops.create_table(
         "checkpoints",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("job_id", sa.String(64), nullable=False),
-        sa.Column("step", sa.Integer(), nullable=False),
-        sa.Column("path", sa.Text(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("detail", sa.JSON(), nullable=False),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name="fk_checkpoints_job_id_jobs"),
-        sa.PrimaryKeyConstraint("id", name="pk_checkpoints"),
+        ops.ident(),
+        ops.ident("job_id"),
+        ops.column("step", sa.Integer()),
+        ops.column("path", sa.Text()),
+        ops.seconds("created_at"),
+        ops.doc("detail"),
+        references={"job_id": "jobs"},
     )
-    op.create_index("ix_checkpoints_job_id_step", "checkpoints", ["job_id", "step"])
-    op.create_table(
+    ops.create_index("checkpoints", "job_id", "step")
+    ops.create_table(
         "idempotency_keys",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("operation", sa.String(64), nullable=False),
-        sa.Column("client_token", sa.String(255), nullable=False),
-        sa.Column("resource_id", sa.String(64), nullable=False),
-        sa.Column("request_hash", sa.String(128), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_idempotency_keys"),
-        sa.UniqueConstraint("operation", "client_token", name="uq_idempotency_keys_operation_client_token"),
+        ops.serial(),
+        ops.column("operation", sa.String(64)),
+        ops.column("client_token", sa.String(255)),
+        ops.ident("resource_id"),
+        ops.column("request_hash", sa.String(128)),
+        ops.seconds("created_at"),
+        unique=("operation", "client_token"),
     )
-    op.create_table(
+    ops.create_table(
         "tokens",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("name", sa.String(255), nullable=False),
-        sa.Column("role", sa.String(32), nullable=False),
-        sa.Column("token_hash", sa.String(128), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("revoked", sa.Boolean(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_tokens"),
-        sa.UniqueConstraint("token_hash", name="uq_tokens_token_hash"),
+        ops.ident(),
+        ops.column("name", sa.String(255)),
+        ops.column("role", sa.String(32)),
+        ops.column("token_hash", sa.String(128)),
+        ops.seconds("created_at"),
+        ops.column("revoked", sa.Boolean()),
+        unique=("token_hash",),
     )
-    op.create_table(
+    ops.create_table(
         "audit_events",
-        sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("time", sa.Double(), nullable=False),
-        sa.Column("actor", sa.String(255), nullable=False),
-        sa.Column("action", sa.String(128), nullable=False),
-        sa.Column("target", sa.String(255), nullable=False),
-        sa.Column("result", sa.String(128), nullable=False),
-        sa.Column("detail", sa.Text(), nullable=False),
-        sa.Column("prev_hash", sa.String(64), nullable=False),
-        sa.Column("hash", sa.String(64), nullable=False),
-        sa.PrimaryKeyConstraint("seq", name="pk_audit_events"),
+        ops.column("seq", sa.Integer(), autoincrement=False),
+        ops.seconds("time"),
+        ops.column("actor", sa.String(255)),
+        ops.column("action", sa.String(128)),
+        ops.column("target", sa.String(255)),
+        ops.column("result", sa.String(128)),
+        ops.column("detail", sa.Text()),
+        ops.column("prev_hash", sa.String(64)),
+        ops.column("hash", sa.String(64)),
+        primary_key=("seq",),
     )
     _append_only_triggers()
 

@@ -7,26 +7,16 @@ Revises: 0002
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from podfleet.store.migrations import ops
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "job_metric_rollups",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("job_id", sa.String(64), nullable=False),
-        sa.Column("resolution_s", sa.Double(), nullable=False),
-        sa.Column("t_start", sa.Double(), nullable=False),
-        sa.Column("data", sa.JSON(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_job_metric_rollups"),
-        sa.UniqueConstraint("job_id", "resolution_s", "t_start", name="uq_job_metric_rollups_bucket"),
-    )
+    ops.create_rollups("job_metric_rollups", ops.ident("job_id"))
 
 
 def downgrade() -> None:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from podfleet.store.migrations import ops
+
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 APPEND_ONLY = "audit_events is append-only"
 
@@ -30,26 +30,26 @@ APPEND_ONLY = "audit_events is append-only"
 def upgrade() -> None:
     # ADD COLUMN touches no row, so the append-only triggers (0001) are not involved.
     op.add_column("audit_events", sa.Column("key_id", sa.String(64), nullable=True))
-    op.create_table(
+    ops.create_table(
         "audit_archives",
-        sa.Column("through_seq", sa.Integer(), autoincrement=False, nullable=False),
-        sa.Column("first_seq", sa.Integer(), nullable=False),
-        sa.Column("through_hash", sa.String(64), nullable=False),
-        sa.Column("location", sa.String(1024), nullable=False),
-        sa.Column("sha256", sa.String(64), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("through_seq", name="pk_audit_archives"),
+        ops.column("through_seq", sa.Integer(), autoincrement=False),
+        ops.column("first_seq", sa.Integer()),
+        ops.column("through_hash", sa.String(64)),
+        ops.column("location", sa.String(1024)),
+        ops.column("sha256", sa.String(64)),
+        ops.seconds("created_at"),
+        primary_key=("through_seq",),
     )
-    op.create_table(
+    ops.create_table(
         "users",
-        sa.Column("name", sa.String(64), nullable=False),
-        sa.Column("policies", sa.JSON(), nullable=False),
-        sa.Column("inline", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("mfa_secret", sa.Text(), nullable=True),
-        sa.Column("mfa_last_step", sa.Integer(), nullable=False),
-        sa.Column("recovery", sa.JSON(), nullable=True),
-        sa.PrimaryKeyConstraint("name", name="pk_users"),
+        ops.column("name", sa.String(64)),
+        ops.doc("policies"),
+        ops.doc("inline"),
+        ops.seconds("created_at"),
+        ops.column("mfa_secret", sa.Text(), nullable=True),
+        ops.column("mfa_last_step", sa.Integer()),
+        ops.column("recovery", sa.JSON(), nullable=True),
+        primary_key=("name",),
     )
     dialect = op.get_bind().dialect.name
     if dialect == "sqlite":

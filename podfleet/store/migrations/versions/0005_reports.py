@@ -9,29 +9,26 @@ Revises: 0004
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
+
+from podfleet.store.migrations import ops
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ops.create_table(
         "health_reports",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("cluster_id", sa.String(64), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("period_s", sa.Double(), nullable=False),
-        sa.Column("summary", sa.JSON(), nullable=False),
-        sa.Column("json_text", sa.Text(), nullable=False),
-        sa.Column("html_text", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_health_reports"),
+        ops.ident(),
+        ops.ident("cluster_id"),
+        ops.seconds("created_at"),
+        ops.seconds("period_s"),
+        ops.doc("summary"),
+        ops.column("json_text", sa.Text()),
+        ops.column("html_text", sa.Text()),
     )
-    op.create_index("ix_health_reports_cluster_id_created_at", "health_reports", ["cluster_id", "created_at"])
+    ops.create_index("health_reports", "cluster_id", "created_at")
 
 
 def downgrade() -> None:
-    op.drop_index("ix_health_reports_cluster_id_created_at", table_name="health_reports")
-    op.drop_table("health_reports")
+    ops.drop_table("health_reports", ("cluster_id", "created_at"))

@@ -11,31 +11,21 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from podfleet.store.migrations import ops
+
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "queues",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("cluster_id", sa.String(64), nullable=False),
-        sa.Column("name", sa.String(64), nullable=False),
-        sa.Column("spec", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.Column("updated_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_queues"),
-        sa.UniqueConstraint("cluster_id", "name", name="uq_queues_cluster_id_name"),
-    )
-    op.create_table(
+    ops.create_cluster_specs("queues", updated_at=True)
+    ops.create_table(
         "priority_classes",
-        sa.Column("name", sa.String(64), nullable=False),
-        sa.Column("value", sa.Integer(), nullable=False),
-        sa.Column("preemption", sa.String(16), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("name", name="pk_priority_classes"),
+        ops.column("name", sa.String(64)),
+        ops.column("value", sa.Integer()),
+        ops.column("preemption", sa.String(16)),
+        ops.seconds("created_at"),
+        primary_key=("name",),
     )
 
 

@@ -11,21 +11,21 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from podfleet.store.migrations import ops
+
 revision = "0008"
 down_revision = "0007"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
+    ops.create_table(
         "leader_lease",
-        sa.Column("name", sa.String(32), nullable=False),
-        sa.Column("holder", sa.String(128), nullable=False),
-        sa.Column("url", sa.String(512), nullable=False),
-        sa.Column("term", sa.Integer(), nullable=False),
-        sa.Column("expires_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("name", name="pk_leader_lease"),
+        ops.column("name", sa.String(32)),
+        ops.column("holder", sa.String(128)),
+        ops.column("url", sa.String(512)),
+        ops.column("term", sa.Integer()),
+        ops.seconds("expires_at"),
+        primary_key=("name",),
     )
 
 

@@ -7,26 +7,16 @@ Revises: 0008
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from alembic import op
+
+from podfleet.store.migrations import ops
 
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table(
-        "reservations",
-        sa.Column("id", sa.String(64), nullable=False),
-        sa.Column("cluster_id", sa.String(64), nullable=False),
-        sa.Column("name", sa.String(64), nullable=False),
-        sa.Column("spec", sa.JSON(), nullable=False),
-        sa.Column("created_at", sa.Double(), nullable=False),
-        sa.PrimaryKeyConstraint("id", name="pk_reservations"),
-        sa.UniqueConstraint("cluster_id", "name", name="uq_reservations_cluster_id_name"),
-    )
+    ops.create_cluster_specs("reservations")
 
 
 def downgrade() -> None:
