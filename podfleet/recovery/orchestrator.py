@@ -50,7 +50,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from podfleet.control.owners import ChipOwners
-from podfleet.delegation import Delegated, Settable
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import ChipState, FabricEvent, ResumableRuns
 from podfleet.recovery import costs
@@ -88,18 +87,69 @@ class RecoveryOrchestrator:
         self.jobs.start(rec)
 
     # --- the shared state, as callers read and set it --------------------------------------
-    owner = Delegated[ChipOwners]("ctx")
-    timings = Delegated[Timings]("ctx")
-    listener = Delegated[RecoveryListener]("ctx")
-    policies = Delegated[dict[str, JobPolicy]]("ctx")
-    active = Delegated[dict[str, Recovery]]("ctx")
-    link_active = Delegated[dict[int, Recovery]]("ctx")
-    done = Delegated[list[Recovery]]("ctx")
-    fenced = Delegated[dict[int, float]]("ctx")
-    spares = Settable[frozenset[int]]("ctx", convert=frozenset)
-    reserved = Settable[set[int]]("ctx", convert=set)
-    cordoned = Settable[set[int]]("ctx", convert=set)
-    hold_rehome = Settable[bool]("ctx")
+    @property
+    def owner(self) -> ChipOwners:
+        return self.ctx.owner
+
+    @property
+    def timings(self) -> Timings:
+        return self.ctx.timings
+
+    @property
+    def listener(self) -> RecoveryListener:
+        return self.ctx.listener
+
+    @property
+    def policies(self) -> dict[str, JobPolicy]:
+        return self.ctx.policies
+
+    @property
+    def active(self) -> dict[str, Recovery]:
+        return self.ctx.active
+
+    @property
+    def link_active(self) -> dict[int, Recovery]:
+        return self.ctx.link_active
+
+    @property
+    def done(self) -> list[Recovery]:
+        return self.ctx.done
+
+    @property
+    def fenced(self) -> dict[int, float]:
+        return self.ctx.fenced
+
+    @property
+    def spares(self) -> frozenset[int]:
+        return self.ctx.spares
+
+    @spares.setter
+    def spares(self, chips: frozenset[int]) -> None:
+        self.ctx.spares = frozenset(chips)
+
+    @property
+    def reserved(self) -> set[int]:
+        return self.ctx.reserved
+
+    @reserved.setter
+    def reserved(self, chips: set[int]) -> None:
+        self.ctx.reserved = set(chips)
+
+    @property
+    def cordoned(self) -> set[int]:
+        return self.ctx.cordoned
+
+    @cordoned.setter
+    def cordoned(self, chips: set[int]) -> None:
+        self.ctx.cordoned = set(chips)
+
+    @property
+    def hold_rehome(self) -> bool:
+        return self.ctx.hold_rehome
+
+    @hold_rehome.setter
+    def hold_rehome(self, hold: bool) -> None:
+        self.ctx.hold_rehome = hold
 
     # --- jobs ----------------------------------------------------------------------------
     def manage(self, job_id: str, policy: JobPolicy | None = None) -> None:
