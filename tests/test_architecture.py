@@ -52,8 +52,7 @@ def test_models_import_nothing_above_them() -> None:
     allowed = {
         "hardware": ("podfleet.hardware", "podfleet.errors", "podfleet.states"),
         "perf": ("podfleet.perf", "podfleet.hardware", "podfleet.errors"),
-        "planner": ("podfleet.planner", "podfleet.perf", "podfleet.hardware", "podfleet.errors",
-                    "podfleet.delegation"),
+        "planner": ("podfleet.planner", "podfleet.perf", "podfleet.hardware", "podfleet.errors"),
     }
     bad = {
         f"{p.relative_to(ROOT)} imports {m}"
@@ -446,7 +445,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("perf",),
     ("hardware", "engine", "benchmarks", "settings"),
     ("states", "timespec", "validation", "wire"),
-    ("delegation", "errors", "podfleet"),
+    ("errors", "podfleet"),
 )
 
 

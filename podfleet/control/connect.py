@@ -33,7 +33,6 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.runtime import DEPLOY_STEPS
 from podfleet.control.specs import ClusterSpec
-from podfleet.delegation import Delegated
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import PodfleetError
 from podfleet.fabric.base import Fabric, close_fabric
@@ -79,7 +78,9 @@ class ConnectingCluster(ClusterRecordOwner):
     held_jobs: list[str] = field(default_factory=list)  # restored jobs waiting for the fabric
     attempts: int = 0  # failed connections of a deployed cluster reloaded at a restart
 
-    id = Delegated[str]("rec")
+    @property
+    def id(self) -> str:
+        return self.rec.id
 
     @property
     def state(self) -> ClusterState:
@@ -110,8 +111,13 @@ class HeldTimeline:
         self._lock = threading.Lock()
         self._held: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] | None = []
 
-    now = Delegated[float]("_tl")
-    stopping = Delegated[bool]("_tl")
+    @property
+    def now(self) -> float:
+        return self._tl.now
+
+    @property
+    def stopping(self) -> bool:
+        return self._tl.stopping
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         with self._lock:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from podfleet.delegation import Delegated
 from podfleet.perf.plan import Plan
 from podfleet.perf.step import StepEstimate
 
@@ -14,8 +13,13 @@ class Candidate:
     plan: Plan
     estimate: StepEstimate
 
-    step_time_s = Delegated[float]("estimate")
-    fits = Delegated[bool]("estimate")
+    @property
+    def step_time_s(self) -> float:
+        return self.estimate.step_time_s
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.fits
 
     def sort_key(self) -> tuple[float, float, int, int, int, int, str, int]:
         p = self.plan
@@ -61,9 +65,17 @@ class PlanResult:
         return self.candidates[0]
 
     # The best plan's headline figures, for callers that only rank results.
-    step_time_s = Delegated[float]("best")
-    tokens_per_s = Delegated[float]("best.estimate")
-    mfu = Delegated[float]("best.estimate")
+    @property
+    def step_time_s(self) -> float:
+        return self.best.step_time_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.best.estimate.tokens_per_s
+
+    @property
+    def mfu(self) -> float:
+        return self.best.estimate.mfu
 
     @property
     def memory_per_chip_bytes(self) -> int:

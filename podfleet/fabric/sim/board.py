@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from podfleet.delegation import Delegated
 from podfleet.errors import InvalidInputError, NotFoundError
 from podfleet.fabric.base import ChipState, LinkState, check_chip_transition, check_link_transition
 from podfleet.fabric.sim.context import SimContext
@@ -66,8 +65,13 @@ class Board:
         self.on_chip_lost: Callable[[str, str], None] = _noop
 
     # --- what step-time functions read (``StepModel``) -------------------------------------
-    spec = Delegated[ChipSpec]("ctx")
-    topology = Delegated[Topology]("ctx")
+    @property
+    def spec(self) -> ChipSpec:
+        return self.ctx.spec
+
+    @property
+    def topology(self) -> Topology:
+        return self.ctx.topology
 
     # --- chips ---------------------------------------------------------------------------
     def check_chip(self, chip: int) -> int:

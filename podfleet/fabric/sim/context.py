@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from podfleet.delegation import Delegated
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim.links import LinkTable
@@ -77,5 +76,10 @@ class SimContext:
     bus: EventBus
     telemetry_interval_s: float
 
-    n_chips = Delegated[int]("topology")
-    now = Delegated[float]("tl")
+    @property
+    def n_chips(self) -> int:
+        return self.topology.n_chips
+
+    @property
+    def now(self) -> float:
+        return self.tl.now

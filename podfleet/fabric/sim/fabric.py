@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from podfleet.delegation import Delegated, Settable
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import InvalidInputError, UnknownNameError
 from podfleet.fabric.base import (
@@ -123,7 +122,9 @@ class SimFabric:
         if timeline is not self.tl:
             raise InvalidInputError("this SimFabric is already attached to another timeline")
 
-    now = Delegated[float]("tl")
+    @property
+    def now(self) -> float:
+        return self.tl.now
 
     def subscribe(self, callback: Callable[[FabricEvent], None]) -> Callable[[], None]:
         """Call ``callback(FabricEvent)`` on the engine thread; returns an unsubscribe."""
@@ -214,9 +215,17 @@ class SimFabric:
         """``LinkTraffic``: ring edges of the running jobs on each directed link."""
         return self.runner.congestion.directed_load()
 
-    link_utilization = Delegated[np.ndarray]("board")
-    link_errors = Delegated[np.ndarray]("board")
-    link_tx_bytes = Delegated[np.ndarray]("board")
+    @property
+    def link_utilization(self) -> np.ndarray:
+        return self.board.link_utilization
+
+    @property
+    def link_errors(self) -> np.ndarray:
+        return self.board.link_errors
+
+    @property
+    def link_tx_bytes(self) -> np.ndarray:
+        return self.board.link_tx_bytes
 
     def links_among(self, chips: Sequence[int]) -> np.ndarray:
         """Indices of the links with both ends among ``chips``."""
@@ -242,7 +251,9 @@ class SimFabric:
     def stop(self, job_id: str) -> None:
         self.runner.stop(job_id)
 
-    jobs = Delegated[dict[str, JobRun]]("runner")
+    @property
+    def jobs(self) -> dict[str, JobRun]:
+        return self.runner.jobs
 
     def job(self, job_id: str) -> JobRun:
         return self.runner.job(job_id)
@@ -286,8 +297,17 @@ class SimFabric:
     def run_logs(self, job_id: str) -> list[str]:
         return self.runner.run_logs(job_id)
 
-    step_time_fn = Settable[StepTimeFn]("runner")
-    progress_every_steps = Delegated[int]("runner")
+    @property
+    def step_time_fn(self) -> StepTimeFn:
+        return self.runner.step_time_fn
+
+    @step_time_fn.setter
+    def step_time_fn(self, fn: StepTimeFn) -> None:
+        self.runner.step_time_fn = fn
+
+    @property
+    def progress_every_steps(self) -> int:
+        return self.runner.progress_every_steps
 
     # --- faults (FaultInjection, FirmwareUpdate) -------------------------------------------------
     def inject_fault(self, kind: FaultKind | str, chip: int | None = None, link: int | None = None,
@@ -314,10 +334,21 @@ class SimFabric:
         """Change the arrival rates now (memoryless: the next arrival is redrawn)."""
         self.faults.set_fault_rates(rates)
 
-    fault_rates = Delegated[FaultRates]("faults", "rates")
-    precursors = Delegated[PrecursorParams]("faults", "params")
-    auto_repair_s = Delegated[float | None]("faults")
-    faults_by_kind = Delegated[dict[str, int]]("faults")
+    @property
+    def fault_rates(self) -> FaultRates:
+        return self.faults.rates
+
+    @property
+    def precursors(self) -> PrecursorParams:
+        return self.faults.params
+
+    @property
+    def auto_repair_s(self) -> float | None:
+        return self.faults.auto_repair_s
+
+    @property
+    def faults_by_kind(self) -> dict[str, int]:
+        return self.faults.faults_by_kind
 
     # --- probes (ComputeProbe, CollectiveProbe) and the error log (HardwareErrors) -----------------
     def _record_error(self, ev: FabricEvent) -> None:
@@ -371,9 +402,14 @@ class SimFabric:
                                  temperature_c=round(float(t.model_temperature_c[c]), 2))
 
     # --- summaries ------------------------------------------------------------------------------
-    down_chip_s = Delegated[float]("board")
-    # Chip-seconds in which a chip could fault, up to the last state change (see ``account``).
-    exposed_chip_s = Delegated[float]("board")
+    @property
+    def down_chip_s(self) -> float:
+        return self.board.down_chip_s
+
+    @property
+    def exposed_chip_s(self) -> float:
+        """Chip-seconds in which a chip could fault, up to the last state change (see ``account``)."""
+        return self.board.exposed_chip_s
 
     def account(self) -> None:
         """Bring the chip-time accounting up to now."""
