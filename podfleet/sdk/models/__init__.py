@@ -1,11 +1,6 @@
-"""The API's replies for the main nouns (cluster, job, queue) as typed models, shared by
-both edges: the server declares them as its response models (``api/schemas`` re-exports
-them, so ``/openapi.json`` describes exactly these) and ``PodfleetClient`` returns them.
-
-A reply keeps every field the server sent (``extra="allow"``: a newer server's fields
-reach an older client), and reads like the dict the SDK returned before, so
-``job["state"]``, ``job.get("reason")`` and ``"plan" in job`` keep working beside
-``job.state``; ``to_dict()`` is its JSON form (what ``--output json`` prints)."""
+"""The API's typed replies, by noun: ``reply`` (the base), ``core`` (clusters, jobs, queues,
+hardware), ``tenancy`` (metrics, arrays, priorities, presets, reservations, usage, tokens,
+audit) and ``ops`` (health, operations, the administrative routes)."""
 
 # The replies live by noun in this package's modules; this module names them all, so the server
 # and the client import one place (and /openapi.json's schema names are these classes' names).
