@@ -45,6 +45,7 @@ from podfleet.fabric.base import (
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR, split_command
 from podfleet.fabric.local import LocalFabric
 from podfleet.fabric.neuron.command import MonitorSupervisor, run_neuron_ls
+from podfleet.fabric.neuron.faults import ERROR_KINDS, apply_faults
 from podfleet.fabric.neuron.ls import NeuronInventory
 from podfleet.fabric.neuron.metrics import CHIP_METRICS, cores_per_chip
 from podfleet.fabric.neuron.monitor import MonitorReport
@@ -52,17 +53,7 @@ from podfleet.fabric.neuron.telemetry import NeuronTelemetry
 
 log = logging.getLogger("podfleet.fabric.neuron")
 
-_FAULT_TEXT = {
-    "sram-uncorrectable": "uncorrectable SRAM ECC error",
-    "hbm-uncorrectable": "uncorrectable HBM ECC error",
-    "hbm-corrected-burst": "burst of corrected HBM ECC errors",
-    "runtime-hardware-error": "runtime hardware errors",
-}
-
-
 MEASURED = frozenset(m.name for m in CHIP_METRICS if m.source)
-# The events of this fabric's own that are its fault log (``hardware_errors``).
-_ERROR_KINDS = frozenset({"chip-failed", "chip-degraded", "link-down"})
 
 
 def chip_type_of_instance(inventory: NeuronInventory) -> str:
@@ -192,7 +183,7 @@ class NeuronFabric:
         errors, corrected bursts, runtime hardware errors: ``chip-failed`` / ``chip-degraded``
         with their counts), the links neuron-ls does not report (``link-down``), and the
         worker faults of its runner (hangs, outside kills, OOM kills), oldest first."""
-        mine = [ev for ev in self.events if ev.kind in _ERROR_KINDS]
+        mine = [ev for ev in self.events if ev.kind in ERROR_KINDS]
         return sorted([*mine, *self._runner.hardware_errors()], key=lambda ev: ev.t)
 
     def telemetry_metrics(self) -> frozenset[str]:
@@ -265,23 +256,7 @@ class NeuronFabric:
             was, self._degraded = self._degraded, None
             self._publish(FabricEvent("fabric-recovered", t, detail={
                 "source": "neuron-monitor", "after": was, "restarts": self._monitor.restarts}))
-        states = self._runner.chip_states()
-        for ev in self.telemetry.update(report, t):
-            chip = ev.chip
-            if chip is None:
-                continue
-            fault = str(ev.detail.get("fault", ev.kind))
-            dev = self.inventory.devices[chip] if chip < self.inventory.n_devices else None
-            where = f"Neuron device {chip}" + (f" (bdf {dev.bdf})" if dev is not None and dev.bdf else "")
-            reason = f"{_FAULT_TEXT.get(fault, fault)} on {where}"
-            if ev.kind == "chip-failed":
-                if states[chip] in (ChipState.FAILED, ChipState.ISOLATED):
-                    continue  # failed already: nothing new to act on; the metrics carry the count
-                self._runner.set_chip_state(chip, ChipState.FAILED, reason)
-            elif ev.kind == "chip-degraded":
-                if states[chip] is not ChipState.HEALTHY:
-                    continue  # already degraded or worse: the metrics carry the rest
-                self._runner.set_chip_state(chip, ChipState.DEGRADED, reason)
-            states = self._runner.chip_states()
-            self._publish(FabricEvent(ev.kind, t, chip=chip, detail={
-                **ev.detail, "cause": fault, "reason": reason, "device": where}))
+        for ev in apply_faults(self.telemetry.update(report, t), self.inventory, t,
+                               state_of=lambda c: self._runner.chip_states()[c],
+                               set_state=self._runner.set_chip_state):
+            self._publish(ev)
