@@ -82,7 +82,8 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                                 neuron_monitor=shlex.join(monitor), workdir=str(tmp / "work"), poll_s=0.2)
         fab.subscribe(events.append)
         try:
-            yield {"fab": fab, "events": events, "raylet": cluster["raylet"], "tmp": tmp}
+            yield {"fab": fab, "events": events, "raylet": cluster["raylet"], "tmp": tmp,
+                   "address": cluster["address"], "neuron_ls": shlex.join(replay), "neuron_monitor": shlex.join(monitor)}
         finally:
             fab.close()
             tl.stop()
@@ -145,3 +146,33 @@ def test_ranks_start_on_their_devices_nodes_with_their_cores(hosts: dict[str, An
     assert seen == [{"cores": "12-15", "host": "0", "node_id": head.node_id},
                     {"cores": "8-11", "host": "1", "node_id": node.node_id}]
     wait(lambda: any("NEURON_RT_VISIBLE_CORES=8-11" in line for line in fab.run_logs("job-hosts")))
+
+
+@pytest.mark.ray
+@pytest.mark.realproc
+def test_cluster_create_with_a_ray_address_spans_the_hosts(hosts: dict[str, Any]) -> None:
+    """``cluster create --fabric neuron --ray-address ADDR``: the control plane's cluster is
+    the hosts' joined topology, and host 1's fault shows on its chip in hardware describe."""
+    from podfleet import compose
+    from podfleet.control.fabricaccess import FabricAccess
+    from podfleet.engine.timeline import Timeline
+    from podfleet.store.memory import MemoryStore
+
+    access = FabricAccess(ray_addresses=(hosts["address"],), neuron_commands=(sys.executable,))
+    built = compose.build(MemoryStore(), Timeline(seed=3, speed=1.0), workdir=str(hosts["tmp"] / "plane"),
+                          fabric_access=access, telemetry_interval_s=0.5)
+    plane = built.plane
+    plane.start()
+    plane.call_timeout_s = 120
+    try:
+        plane.call_sync(plane.create_cluster, {
+            "name": "us", "type": "trn2-ultraserver", "fabric": "neuron", "ray_address": hosts["address"],
+            "neuron_ls": hosts["neuron_ls"], "neuron_monitor": hosts["neuron_monitor"]}, actor="t")
+        wait(lambda: plane.describe_cluster("us")["state"] != "deploying", 120)
+        view = plane.describe_cluster("us")
+        assert view["state"] == "active", view
+        assert view["chips"] == 32, view
+        wait(lambda: json.loads(plane.hardware("us", 21))["state"] == "failed", 60)
+        assert json.loads(plane.hardware("us", 5))["state"] == "healthy"
+    finally:
+        plane.stop()
