@@ -28,9 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +36,13 @@ import numpy as np
 
 from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.base import (
-    ChipState,
-    CommandResult,
     FabricEvent,
     LinkState,
-    RunStatus,
-    WorkerGroupSpec,
 )
 from podfleet.fabric.commands import split_command
-from podfleet.fabric.neuron.fabric import MEASURED, chip_type_of_instance, visible_cores
-from podfleet.fabric.neuron.faults import ERROR_KINDS, apply_faults
+from podfleet.fabric.neuron.fabric import chip_type_of_instance, visible_cores
+from podfleet.fabric.neuron.faults import apply_faults
+from podfleet.fabric.neuron.front import NeuronFront
 from podfleet.fabric.neuron.hostagent import NeuronHostAgent
 from podfleet.fabric.neuron.ls import NeuronInventory
 from podfleet.fabric.neuron.metrics import link_metrics
@@ -111,7 +106,7 @@ def device_cores(inventory: NeuronInventory, device: int, per_device: int) -> li
     return sorted(c for c, d in inventory.core_to_device(per_device).items() if d == device)
 
 
-class NeuronHostsFabric:
+class NeuronHostsFabric(NeuronFront):
     kind = "neuron"
 
     def __init__(
@@ -137,15 +132,13 @@ class NeuronHostsFabric:
         split_command(neuron_monitor, "neuron-monitor")
         self.neuron_ls_command, self.neuron_monitor_command = neuron_ls, neuron_monitor
         self.poll_s = poll_s
-        self.events: deque[FabricEvent] = deque(maxlen=keep_events)
-        self._subs: list[Callable[[FabricEvent], None]] = []
-        self._timeline: Any = None
+        super().__init__(keep_events)
         self._closed = threading.Event()
         self._degraded: dict[int, str] = {}
         self._status: dict[int, dict[str, Any]] = {}
         self._reports: dict[int, int] = {}
         self._agents: list[Any] = []
-        self._runner = RayFabric(address, None, None, resource=HOST_RESOURCE, spares=spares, per_chip=per_chip,
+        self._runner: RayFabric = RayFabric(address, None, None, resource=HOST_RESOURCE, spares=spares, per_chip=per_chip,
                                  workdir=workdir, namespace=namespace or supervisor.namespace_for("default"))
         self.address = address
         try:
@@ -228,74 +221,15 @@ class NeuronHostsFabric:
         except InvalidInputError as exc:
             raise InvalidInputError(f"{host.name}: neuron-ls {exc.message}", field="neuron_ls") from None
 
-    # --- Fabric protocol ----------------------------------------------------------------------
-    def attach(self, timeline: Any) -> None:
-        self._timeline = timeline
-        self._runner.attach(timeline)
-
-    def chip_states(self) -> list[ChipState]:
-        return self._runner.chip_states()
-
-    def set_chip_state(self, chip: int, state: ChipState, reason: str) -> None:
-        self._runner.set_chip_state(chip, state, reason)
-
-    def link_states(self) -> list[LinkState]:
-        return list(self._link_states)
-
+    # --- Fabric protocol and capabilities: the rest is NeuronFront's (the Ray fabric's) ------
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         """Each host's neuron-monitor metrics, host after host (chip order)."""
         per_host = [t.chip_metrics() for t in self.telemetry]
         return {k: np.concatenate([m[k] for m in per_host]) for k in per_host[0]}
 
-    def link_metrics(self) -> Mapping[str, np.ndarray]:
-        return dict(self._link_metrics)
-
-    def launch(self, group: WorkerGroupSpec) -> None:
-        self._runner.launch(group)
-
-    def stop(self, job_id: str) -> None:
-        self._runner.stop(job_id)
-
-    def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
-        self._subs.append(callback)
-        self._runner.subscribe(callback)
-
-    # --- capabilities: Introspection, WorkerKill, ChipCheck, WorkerPlacement, HostCommands,
-    # ClusterConnection, TelemetrySource, HardwareErrors, Closeable --------------------------------
-    def run_status(self, job_id: str) -> RunStatus | None:
-        return self._runner.run_status(job_id)
-
-    def run_logs(self, job_id: str) -> list[str]:
-        return self._runner.run_logs(job_id)
-
-    def kill_worker(self, job_id: str, rank: int) -> int | None:
-        return self._runner.kill_worker(job_id, rank)
-
-    def check_chip_health(self, chip: int) -> str | None:
-        return self._runner.check_chip_health(chip)
-
-    def chip_hosts(self) -> list[str]:
-        return self._runner.chip_hosts()
-
-    def chip_workers(self) -> dict[int, dict[str, Any]]:
-        return self._runner.chip_workers()
-
-    def host_command(self, chip: int, argv: Sequence[str], *, env: Mapping[str, str],
-                     timeout_s: float) -> Callable[[], CommandResult]:
-        """HostCommands: on the chip's host (a task pinned to its Ray node)."""
-        return self._runner.host_command(chip, argv, env=env, timeout_s=timeout_s)
-
     def connection_status(self) -> dict[str, Any]:
+        """ClusterConnection: the Ray cluster's (reachable or not, since when, its nodes)."""
         return self._runner.connection_status()
-
-    def hardware_errors(self) -> list[FabricEvent]:
-        """Every host's neuron-monitor faults and unreported links (chip indices of the
-        cluster), and the Ray fabric's worker and node faults, oldest first."""
-        mine = [ev for ev in self.events if ev.kind in ERROR_KINDS]
-        return sorted([*mine, *self._runner.hardware_errors()], key=lambda ev: ev.t)
-
-    def telemetry_metrics(self) -> frozenset[str]:
-        return MEASURED
 
     def close(self) -> None:
         self._closed.set()
@@ -303,12 +237,6 @@ class NeuronHostsFabric:
             self._poller.join(DRAIN_TIMEOUT_S + 1)
         self._stop_agents()
         self._runner.close()
-
-    def __enter__(self) -> NeuronHostsFabric:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- beyond the protocol -----------------------------------------------------------
     def health_reason(self) -> str | None:
@@ -339,17 +267,6 @@ class NeuronHostsFabric:
         return next(h for h in self.hosts if chip in h.chips())
 
     # --- private ----------------------------------------------------------------------------
-    def _now(self) -> float:
-        return float(self._timeline.now) if self._timeline is not None else time.time()
-
-    def _publish(self, ev: FabricEvent) -> None:
-        self.events.append(ev)
-        for cb in list(self._subs):
-            try:
-                cb(ev)
-            except Exception:  # a subscriber's bug must not stop event delivery
-                log.exception("fabric event subscriber failed on %s", ev.kind)
-
     def _poll(self) -> None:
         """Poller thread: drain every host's agent; what they say is applied on the engine thread."""
         ray = self._runner.state.ray
