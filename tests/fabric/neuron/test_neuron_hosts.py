@@ -89,10 +89,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             tl.stop()
 
 
-def wait(pred: Any, timeout_s: float = 60.0) -> None:
+def wait(pred: Any, timeout_s: float = 60.0, why: Any = lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not pred():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s {why()}"
         time.sleep(0.2)
 
 
@@ -140,12 +140,14 @@ def test_ranks_start_on_their_devices_nodes_with_their_cores(hosts: dict[str, An
     # Rank 0 on host 0's device 3, rank 1 on host 1's device 2.
     fab.launch(WorkerGroupSpec("job-hosts", (3, 16 + 2), "custom", 1, 0, entrypoint=str(script),
                                options={"entrypoint_args": [str(out)]}))
-    wait(lambda: len(list(out.glob("rank-*.json"))) == 2, 120)
+    wait(lambda: len(list(out.glob("rank-*.json"))) == 2, 240,
+         lambda: f"{fab.run_status('job-hosts')} {fab.run_logs('job-hosts')[-5:]}")
     seen = [json.loads((out / f"rank-{r}.json").read_text()) for r in (0, 1)]
     head, node = fab.hosts
     assert seen == [{"cores": "12-15", "host": "0", "node_id": head.node_id},
                     {"cores": "8-11", "host": "1", "node_id": node.node_id}]
-    wait(lambda: any("NEURON_RT_VISIBLE_CORES=8-11" in line for line in fab.run_logs("job-hosts")))
+    wait(lambda: any("NEURON_RT_VISIBLE_CORES=8-11" in line for line in fab.run_logs("job-hosts")), 60,
+         lambda: fab.run_logs("job-hosts"))
 
 
 @pytest.mark.ray
@@ -176,3 +178,20 @@ def test_cluster_create_with_a_ray_address_spans_the_hosts(hosts: dict[str, Any]
         assert json.loads(plane.hardware("us", 5))["state"] == "healthy"
     finally:
         plane.stop()
+
+
+@pytest.mark.ray
+@pytest.mark.realproc
+def test_a_host_whose_devices_do_not_match_its_cores_is_refused_by_name(hosts: dict[str, Any]) -> None:
+    from podfleet.fabric.neuron.hosts import NeuronHostsFabric
+
+    tmp = hosts["tmp"]
+    (tmp / "bad-0.json").write_text((tmp / "ls-0.json").read_text())
+    (tmp / "bad-1.json").write_text((DATA / "neuron-ls-trn2-3xlarge.json").read_text())  # one device
+    ls = shlex.join([sys.executable, str(HERE / "replay_ls.py"), str(tmp / "bad-{host}.json"),
+                     "--host-env", "NEURON_REPLAY_HOST"])
+    with pytest.raises(InfeasibleError) as err:
+        NeuronHostsFabric(hosts["address"], None, neuron_ls=ls, neuron_monitor=hosts["neuron_monitor"])
+    assert err.value.message == (f"Ray node {hosts['raylet'][:12]} ({hosts['fab'].hosts[1].ip}) has 16 chips of "
+                                 "neuron_cores (4 per chip) but its neuron-ls reports 1 Neuron devices")
+    assert hosts["fab"].monitor_status()["state"] == "ok"  # the other cluster on these hosts is untouched
