@@ -53,6 +53,16 @@ def test_hosts_join_as_the_z_rings() -> None:
         join_hosts([get_topology("trn1-node")] * 2)
 
 
+def test_a_ray_address_names_the_hosts_of_a_neuron_cluster_only() -> None:
+    from podfleet.control.specs import ClusterSpec
+
+    spec = ClusterSpec.parse({"name": "us", "type": "trn2-ultraserver", "fabric": "neuron", "ray_address": "head:6379"})
+    assert spec.fabric_options() == {"ray_address": "head:6379", "neuron_ls": "neuron-ls --json-output",
+                                     "neuron_monitor": "neuron-monitor"}
+    with pytest.raises(InfeasibleError, match="ray_address applies to fabric ray or neuron, not 'local'"):
+        ClusterSpec.parse({"name": "c", "fabric": "local", "chips": 2, "ray_address": "head:6379"})
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     pytest.importorskip("ray")
