@@ -4,7 +4,7 @@
 ``ray.remote``, so this module imports without Ray). On the node it runs the cluster's
 neuron-ls command once and neuron-monitor under a ``MonitorSupervisor``, exactly as the
 single-host fabric runs them here (no shell, the scrubbed tool environment, restarts with
-backoff), and buffers what the monitor says until the control plane's poller drains it.
+backoff; the monitor ends with the agent's process, even one Ray kills), and buffers what the monitor says until the control plane's poller drains it.
 The commands see the node's environment (``NEURON_*`` passes the scrub): a host's own
 tools, or in tests a replay that picks the host's recorded documents.
 
@@ -47,7 +47,7 @@ class NeuronHostAgent:
         self._monitor = MonitorSupervisor(
             neuron_monitor, on_report=self._report, on_trouble=self._troubled,
             backoff_initial_s=backoff_initial_s, backoff_max_s=backoff_max_s,
-            stale_after_s=stale_after_s, max_bad_in_row=max_bad_in_row)
+            stale_after_s=stale_after_s, max_bad_in_row=max_bad_in_row, die_with_parent=True)
         self._started = False
 
     def hello(self) -> dict[str, Any]:

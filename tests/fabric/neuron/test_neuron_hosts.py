@@ -53,6 +53,51 @@ def test_hosts_join_as_the_z_rings() -> None:
         join_hosts([get_topology("trn1-node")] * 2)
 
 
+AGENT = """
+    import sys, time
+    from podfleet.fabric.neuron.command import MonitorSupervisor
+
+    sup = MonitorSupervisor(sys.argv[1], on_report=lambda r: None, on_trouble=print, die_with_parent=True)
+    sup.start()
+    while sup.pid is None:
+        time.sleep(0.05)
+    print(sup.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.realproc
+def test_a_host_agents_monitor_dies_with_it(tmp_path: Path) -> None:
+    """An agent Ray kills (its owner, the control plane, died) leaves no neuron-monitor behind,
+    even one that is silent (it would not meet the closed pipe until its next report)."""
+    import os
+    import signal
+    import subprocess
+
+    import psutil
+
+    script = tmp_path / "agent.py"
+    script.write_text(textwrap.dedent(AGENT))
+    monitor = shlex.join([sys.executable, str(HERE / "replay.py"), str(DATA / "neuron-monitor-trn2-48xlarge.jsonl"),
+                          "--then", "sleep"])
+    agent = subprocess.Popen([sys.executable, str(script), monitor], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        assert agent.stdout is not None
+        child = psutil.Process(int(agent.stdout.readline()))
+        assert "replay.py" in " ".join(child.cmdline())
+        time.sleep(1.5)  # past its three reports (0.1 s apart): silent from now on
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(10)
+        gone, _ = psutil.wait_procs([child], timeout=10)
+        assert gone, f"the monitor {child.pid} outlived its agent"
+    finally:
+        if agent.poll() is None:
+            os.kill(agent.pid, signal.SIGKILL)
+        if child is not None and child.is_running():
+            child.kill()
+
+
 def test_a_ray_address_names_the_hosts_of_a_neuron_cluster_only() -> None:
     from podfleet.control.specs import ClusterSpec
 
