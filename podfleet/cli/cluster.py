@@ -90,7 +90,8 @@ def create(
                                            help="keep the cluster's interconnect and storage network apart from others"),
     fabric: str = typer.Option(None, "--fabric", help="sim | local | ray | neuron (default: the server's)"),
     ray_address: str = typer.Option(None, "--ray-address", help="fabric ray: HOST:6379, ray://HOST:10001 or auto "
-                                    "(default PODFLEET_RAY_ADDRESS, else a private local Ray)"),
+                                    "(default PODFLEET_RAY_ADDRESS, else a private local Ray); fabric neuron: the "
+                                    "Ray cluster whose nodes with neuron_cores are the Trainium hosts"),
     neuron_ls: str = typer.Option(None, "--neuron-ls", help="fabric neuron: command printing neuron-ls JSON "
                                   "(default 'neuron-ls --json-output'; run without a shell)"),
     neuron_monitor: str = typer.Option(None, "--neuron-monitor", help="fabric neuron: command streaming "

@@ -200,6 +200,8 @@ def discard(fabric: Fabric) -> None:
 
 def target(spec: ClusterSpec) -> str:
     """What a fabric's build reaches, for messages."""
+    if spec.neuron_ls is not None and spec.ray_address:
+        return f"the Trainium hosts of the Ray cluster at {spec.ray_address} (neuron-ls {spec.neuron_ls!r})"
     if spec.neuron_ls is not None:
         return f"the host's Neuron devices (neuron-ls {spec.neuron_ls!r})"
     return f"fabric {spec.fabric}" + (f" at {spec.ray_address}" if spec.ray_address else "")

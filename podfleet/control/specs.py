@@ -78,7 +78,8 @@ class ClusterSpec:
     encryption: bool = True
     network_isolation: bool = True
     fabric: str = "sim"
-    ray_address: str | None = None  # fabric ray only: the Ray cluster (HOST:6379, ray://HOST:10001, auto)
+    # fabric ray, or neuron across hosts: the Ray cluster (HOST:6379, ray://HOST:10001, auto)
+    ray_address: str | None = None
     # fabric neuron only: the commands that list the host's devices and stream their telemetry
     neuron_ls: str | None = None  # default DEFAULT_NEURON_LS
     neuron_monitor: str | None = None  # default DEFAULT_NEURON_MONITOR
@@ -141,8 +142,9 @@ class ClusterSpec:
             raise UnknownNameError("cluster type", self.type, CLUSTER_TYPES, field="type")
         if self.fabric not in FABRICS:
             raise UnknownNameError("fabric", self.fabric, FABRICS, field="fabric")
-        if self.ray_address is not None and self.fabric != "ray":
-            raise InfeasibleError(f"ray_address applies to fabric ray, not {self.fabric!r}", field="ray_address")
+        if self.ray_address is not None and self.fabric not in ("ray", "neuron"):
+            raise InfeasibleError(f"ray_address applies to fabric ray or neuron, not {self.fabric!r}",
+                                  field="ray_address")
         for name, value in (("neuron_ls", self.neuron_ls), ("neuron_monitor", self.neuron_monitor)):
             if value is None:
                 continue

@@ -122,6 +122,19 @@ def make_fabric(kind: str, topology: Topology, timeline: Timeline, spares: tuple
         return LocalFabric(topology.n_chips, timeline, spares=spares, workdir=opts.get("workdir"),
                            hang_timeout_s=LOCAL_HANG_TIMEOUT_S, max_hang_restarts=hang_restarts,
                            warm_workers=local_warm_workers(), refill_delay_s=1.0, agent=agent)
+    if kind == "neuron" and opts.get("ray_address"):
+        from podfleet.fabric.neuron.hosts import CORES_PER_DEVICE, NeuronHostsFabric
+        from podfleet.fabric.ray import supervisor
+        from podfleet.fabric.ray.factory import per_chip_setting
+
+        # Trainium hosts as the Ray cluster's nodes with neuron_cores: the tools run on each.
+        workdir = opts.get("workdir") or None
+        return NeuronHostsFabric(str(opts["ray_address"]), timeline,
+                                 neuron_ls=opts.get("neuron_ls") or DEFAULT_NEURON_LS,
+                                 neuron_monitor=opts.get("neuron_monitor") or DEFAULT_NEURON_MONITOR,
+                                 spares=spares, workdir=str(workdir) if workdir else None,
+                                 per_chip=per_chip_setting(CORES_PER_DEVICE),
+                                 namespace=supervisor.namespace_for(Path(workdir).name) if workdir else None)
     if kind == "neuron":
         from podfleet.fabric.neuron.fabric import NeuronFabric
 

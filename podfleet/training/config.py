@@ -69,6 +69,9 @@ class WorkerConfig:
     checkpoint_request_file: str | None = None
     grad_compression: str = "none"  # none | bf16 | powersgd:RANK | lossless (training/compression.py)
     array_index: int | None = None  # a job-array member's index: PODFLEET_ARRAY_INDEX for its script
+    # NEURON_RT_VISIBLE_CORES for this rank: its chip's own NeuronCores on its host (a neuron
+    # cluster across Ray nodes, fabric/neuron/hosts.py), not the ones Ray picked for the bundle.
+    neuron_visible_cores: str | None = None
     # Rank moves (training/regroup.py): where the fabric writes the next rendezvous, the
     # rendezvous generation this process starts in, whether it replaces a lost rank (and so
     # takes its state from a peer), and how long a survivor waits for the fabric's move.

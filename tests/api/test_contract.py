@@ -140,13 +140,17 @@ def test_a_job_needs_a_model_in_the_schema(doc: dict[str, Any], body: dict[str, 
     ({"name": "c", "fabric": "sim", "ray_address": "auto"}, False),
     ({"name": "c", "fabric": "ray", "ray_address": "auto"}, True),
     ({"name": "c", "ray_address": "auto"}, True),             # fabric implied: ray
-    ({"name": "c", "ray_address": "auto", "neuron_ls": "neuron-ls --json-output"}, False),
+    # a neuron cluster across the Ray cluster's nodes: fabric neuron, named or implied by the neuron tools
+    ({"name": "c", "ray_address": "auto", "neuron_ls": "neuron-ls --json-output"}, True),
+    ({"name": "c", "fabric": "neuron", "ray_address": "auto"}, True),
+    ({"name": "c", "fabric": "ray", "ray_address": "auto", "neuron_ls": "neuron-ls --json-output"}, False),
     ({"name": "c", "fabric": "local", "neuron_monitor": "neuron-monitor"}, False),
     ({"name": "c", "neuron_monitor": "neuron-monitor"}, True),
     # the deprecated spellings (accepted for one release) under the same rules
     ({"name": "c", "fabric": "sim", "rayAddress": "auto"}, False),
     ({"name": "c", "rayAddress": "auto"}, True),
-    ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
+    ({"name": "c", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, True),
+    ({"name": "c", "fabric": "ray", "rayAddress": "auto", "neuronLs": "neuron-ls --json-output"}, False),
     ({"name": "c", "fabric": "local", "neuronMonitor": "neuron-monitor"}, False),
     ({"name": "c", "rayAddress": None, "ray_address": "auto"}, True),     # a null is an absent field
     ({"name": "c", "quotas": {"team-a": 8}}, True),

@@ -42,8 +42,8 @@ async def create_cluster(body: CreateClusterRequest, request: Request, plane: Pl
     data = body.model_dump(exclude={"client_token"}, exclude_none=True)
     if body.fabric is None:
         # The fabric-specific options say which fabric is meant (the schema says the same).
-        implied = "ray" if body.ray_address is not None else (
-            "neuron" if body.neuron_ls is not None or body.neuron_monitor is not None else None)
+        implied = "neuron" if body.neuron_ls is not None or body.neuron_monitor is not None else (
+            "ray" if body.ray_address is not None else None)
         if implied is not None:
             data["fabric"] = implied
     return await plane.call(plane.create_cluster, data, actor=who.actor, client_token=body.client_token)

@@ -26,10 +26,12 @@ QuotaChips = Annotated[int, Field(ge=0)]
 
 # outside fuzzer) knows a request is refused before it sends it (issue 30, item 9).
 _CLUSTER_FABRIC_OPTIONS: list[JsonValue] = [
-    # ray_address joins a Ray cluster: fabric ray, or no fabric (it then means ray).
+    # ray_address joins a Ray cluster: fabric ray, neuron (its Trainium hosts are the Ray
+    # nodes), or no fabric (it then means ray, or neuron beside neuron_ls / neuron_monitor).
     {"if": present("ray_address"),
-     "then": {"properties": {"fabric": {"enum": ["ray", None]},
-                             "neuron_ls": {"type": "null"}, "neuron_monitor": {"type": "null"}}}},
+     "then": {"properties": {"fabric": {"enum": ["ray", "neuron", None]}}}},
+    {"if": {"allOf": [present("ray_address"), {"required": ["fabric"], "properties": {"fabric": {"const": "ray"}}}]},
+     "then": {"properties": {"neuron_ls": {"type": "null"}, "neuron_monitor": {"type": "null"}}}},
     # neuron_ls / neuron_monitor run neuron tools: fabric neuron, or no fabric (it then means neuron).
     {"if": {"anyOf": [present("neuron_ls"), present("neuron_monitor")]},
      "then": {"properties": {"fabric": {"enum": ["neuron", None]}}}},
@@ -62,7 +64,9 @@ class CreateClusterRequest(RequestBody):
     fabric: FabricKind | None = Field(None, description="default: the server's (podfleet up --fabric)")
     ray_address: Address | None = Field(None,
                                    description="fabric ray: HOST:6379, ray://HOST:10001 or auto; "
-                                               "default PODFLEET_RAY_ADDRESS, else a private local instance")
+                                               "default PODFLEET_RAY_ADDRESS, else a private local instance. "
+                                               "fabric neuron: the Ray cluster whose nodes with neuron_cores "
+                                               "are the Trainium hosts (neuron-ls and neuron-monitor run on each)")
     neuron_ls: Command | None = Field(None,
                                  description="fabric neuron: the command that prints neuron-ls JSON, run once at "
                                              "create (default 'neuron-ls --json-output'; no shell)")

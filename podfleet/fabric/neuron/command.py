@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -39,6 +40,23 @@ log = logging.getLogger("podfleet.fabric.neuron")
 STDERR_TAIL = 20
 _ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 _NEURON_LS_MAX_BYTES = 16 * 1024 * 1024
+# Runs the monitor with PR_SET_PDEATHSIG (SIGTERM) set, then execs it: the kernel ends it
+# when the process that started it dies, even by SIGKILL (a Ray actor whose owner died).
+# Linux only; elsewhere the command runs as it is.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() == 1:\n"
+    "    sys.exit(0)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "except OSError as exc:\n"
+    "    print(f'{sys.argv[1]}: {exc.strerror}', file=sys.stderr)\n"
+    "    sys.exit(127)\n"
+)
 
 
 
@@ -126,14 +144,17 @@ class MonitorSupervisor:
 
     Callbacks run on the supervisor's threads: ``on_report`` per parsed report,
     ``on_trouble(reason)`` when something is wrong (a malformed document, an exit, a
-    restart), ``on_start(pid)`` when a run begins."""
+    restart), ``on_start(pid)`` when a run begins. ``die_with_parent``: the monitor ends
+    when this process dies, however it dies (a host agent's, ``hostagent.py``)."""
 
     def __init__(self, command: str, *, on_report: Callable[[MonitorReport], Any],
                  on_trouble: Callable[[str], Any], on_start: Callable[[int], Any] | None = None,
                  backoff_initial_s: float = 1.0, backoff_max_s: float = 60.0, stale_after_s: float = 60.0,
-                 max_bad_in_row: int = 3, stable_after_s: float = 30.0) -> None:
+                 max_bad_in_row: int = 3, stable_after_s: float = 30.0, die_with_parent: bool = False) -> None:
         self.command = command
         self.argv = split_command(command, "neuron-monitor")
+        if die_with_parent and sys.platform.startswith("linux"):
+            self.argv = [sys.executable, "-c", _DIE_WITH_PARENT, *self.argv]
         self.on_report, self.on_trouble, self.on_start = on_report, on_trouble, on_start
         self.backoff_initial_s, self.backoff_max_s = backoff_initial_s, backoff_max_s
         self.stale_after_s, self.max_bad_in_row = stale_after_s, max_bad_in_row

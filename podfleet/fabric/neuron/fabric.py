@@ -24,9 +24,7 @@ burst of corrected HBM errors or runtime hardware errors degrades it
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,34 +33,20 @@ import numpy as np
 from podfleet.errors import InfeasibleError, InvalidInputError
 from podfleet.fabric.base import (
     DEFAULT_HANG_RESTARTS,
-    ChipState,
-    CommandResult,
     FabricEvent,
-    LinkState,
-    RunStatus,
-    WorkerGroupSpec,
 )
 from podfleet.fabric.commands import DEFAULT_NEURON_LS, DEFAULT_NEURON_MONITOR, split_command
 from podfleet.fabric.local import LocalFabric
 from podfleet.fabric.neuron.command import MonitorSupervisor, run_neuron_ls
+from podfleet.fabric.neuron.faults import apply_faults
+from podfleet.fabric.neuron.front import NeuronFront
 from podfleet.fabric.neuron.ls import NeuronInventory
-from podfleet.fabric.neuron.metrics import CHIP_METRICS, cores_per_chip
+from podfleet.fabric.neuron.metrics import cores_per_chip
 from podfleet.fabric.neuron.monitor import MonitorReport
 from podfleet.fabric.neuron.telemetry import NeuronTelemetry
 
 log = logging.getLogger("podfleet.fabric.neuron")
 
-_FAULT_TEXT = {
-    "sram-uncorrectable": "uncorrectable SRAM ECC error",
-    "hbm-uncorrectable": "uncorrectable HBM ECC error",
-    "hbm-corrected-burst": "burst of corrected HBM ECC errors",
-    "runtime-hardware-error": "runtime hardware errors",
-}
-
-
-MEASURED = frozenset(m.name for m in CHIP_METRICS if m.source)
-# The events of this fabric's own that are its fault log (``hardware_errors``).
-_ERROR_KINDS = frozenset({"chip-failed", "chip-degraded", "link-down"})
 
 
 def chip_type_of_instance(inventory: NeuronInventory) -> str:
@@ -77,7 +61,7 @@ def visible_cores(cores: list[int]) -> str:
     return ",".join(map(str, cores))
 
 
-class NeuronFabric:
+class NeuronFabric(NeuronFront):
     kind = "neuron"
 
     def __init__(
@@ -110,14 +94,12 @@ class NeuronFabric:
         if bad:
             raise InfeasibleError(f"spare chips {bad} do not exist: neuron-ls reports {n} devices (0-{n - 1})",
                                   field="spares")
+        super().__init__(keep_events)
         self._link_metrics = self.telemetry.link_metrics()
         self._link_states = self.telemetry.link_states()
-        self._subs: list[Callable[[FabricEvent], None]] = []
-        self.events: deque[FabricEvent] = deque(maxlen=keep_events)
-        self._timeline: Any = None
         self._degraded: str | None = None  # why telemetry is not trustworthy now
         self._reports = 0
-        self._runner = LocalFabric(n, None, spares=spares, workdir=workdir, hang_timeout_s=hang_timeout_s,
+        self._runner: LocalFabric = LocalFabric(n, None, spares=spares, workdir=workdir, hang_timeout_s=hang_timeout_s,
                                    max_hang_restarts=max_hang_restarts, chip_env=self._neuron_env)
         self.workdir = self._runner.workdir
         self._monitor = MonitorSupervisor(
@@ -131,85 +113,14 @@ class NeuronFabric:
             self._runner.deliver(self._publish, ev)
         self._monitor.start()
 
-    # --- Fabric protocol --------------------------------------------------------------
-    def attach(self, timeline: Any) -> None:
-        self._timeline = timeline
-        self._runner.attach(timeline)
-
-    def chip_states(self) -> list[ChipState]:
-        return self._runner.chip_states()
-
-    def set_chip_state(self, chip: int, state: ChipState, reason: str) -> None:
-        self._runner.set_chip_state(chip, state, reason)
-
-    def link_states(self) -> list[LinkState]:
-        return list(self._link_states)
-
+    # --- Fabric protocol: the rest is NeuronFront's (the runner's) ------------------------
     def chip_metrics(self) -> Mapping[str, np.ndarray]:
         # Arrays are replaced, never written, on each report: a shallow copy is a snapshot.
         return dict(self.telemetry.chip_metrics())
 
-    def link_metrics(self) -> Mapping[str, np.ndarray]:
-        return dict(self._link_metrics)
-
-    def launch(self, group: WorkerGroupSpec) -> None:
-        self._runner.launch(group)
-
-    def stop(self, job_id: str) -> None:
-        self._runner.stop(job_id)
-
-    def subscribe(self, callback: Callable[[FabricEvent], None]) -> None:
-        self._subs.append(callback)
-        self._runner.subscribe(callback)  # job and chip-state events come from the runner
-
-    # --- capabilities: Introspection, WorkerKill, TelemetrySource, HardwareErrors, Closeable -------
-    def run_status(self, job_id: str) -> RunStatus | None:
-        return self._runner.run_status(job_id)
-
-    def run_logs(self, job_id: str) -> list[str]:
-        return self._runner.run_logs(job_id)
-
-    def kill_worker(self, job_id: str, rank: int) -> int | None:
-        return self._runner.kill_worker(job_id, rank)
-
-    # ChipCheck, WorkerPlacement: the device's worker slot on this host (the runner's).
-    def check_chip_health(self, chip: int) -> str | None:
-        return self._runner.check_chip_health(chip)
-
-    def chip_hosts(self) -> list[str]:
-        return self._runner.chip_hosts()
-
-    def chip_workers(self) -> dict[int, dict[str, Any]]:
-        return self._runner.chip_workers()
-
-    def host_command(self, chip: int, argv: Sequence[str], *, env: Mapping[str, str],
-                     timeout_s: float) -> Callable[[], CommandResult]:
-        """HostCommands: the Trainium host is the one the runner's workers run on (this one)."""
-        return self._runner.host_command(chip, argv, env=env, timeout_s=timeout_s)
-
-    def hardware_errors(self) -> list[FabricEvent]:
-        """``HardwareErrors``: what neuron-monitor's reports showed (uncorrectable SRAM / HBM
-        errors, corrected bursts, runtime hardware errors: ``chip-failed`` / ``chip-degraded``
-        with their counts), the links neuron-ls does not report (``link-down``), and the
-        worker faults of its runner (hangs, outside kills, OOM kills), oldest first."""
-        mine = [ev for ev in self.events if ev.kind in _ERROR_KINDS]
-        return sorted([*mine, *self._runner.hardware_errors()], key=lambda ev: ev.t)
-
-    def telemetry_metrics(self) -> frozenset[str]:
-        """The chip metrics the Neuron tools measure. Those they do not expose (temperature,
-        power, clock, HBM bandwidth, per-chip link traffic) are present as NaN but not named
-        here, so a consumer that needs them (the load balancer) knows not to rely on them."""
-        return MEASURED
-
     def close(self) -> None:
         self._monitor.close()
         self._runner.close()
-
-    def __enter__(self) -> NeuronFabric:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- beyond the protocol -----------------------------------------------------------
     def health_reason(self) -> str | None:
@@ -237,17 +148,6 @@ class NeuronFabric:
             env["NEURON_RT_VISIBLE_CORES"] = visible_cores(cores)
         return env
 
-    def _now(self) -> float:
-        return float(self._timeline.now) if self._timeline is not None else time.time()
-
-    def _publish(self, ev: FabricEvent) -> None:
-        self.events.append(ev)
-        for cb in list(self._subs):
-            try:
-                cb(ev)
-            except Exception:  # a subscriber's bug must not stop event delivery
-                log.exception("fabric event subscriber failed on %s", ev.kind)
-
     def _trouble(self, reason: str) -> None:
         """Engine thread: the monitor is broken (exited, garbage, silent, restarting)."""
         first = self._degraded is None
@@ -265,23 +165,7 @@ class NeuronFabric:
             was, self._degraded = self._degraded, None
             self._publish(FabricEvent("fabric-recovered", t, detail={
                 "source": "neuron-monitor", "after": was, "restarts": self._monitor.restarts}))
-        states = self._runner.chip_states()
-        for ev in self.telemetry.update(report, t):
-            chip = ev.chip
-            if chip is None:
-                continue
-            fault = str(ev.detail.get("fault", ev.kind))
-            dev = self.inventory.devices[chip] if chip < self.inventory.n_devices else None
-            where = f"Neuron device {chip}" + (f" (bdf {dev.bdf})" if dev is not None and dev.bdf else "")
-            reason = f"{_FAULT_TEXT.get(fault, fault)} on {where}"
-            if ev.kind == "chip-failed":
-                if states[chip] in (ChipState.FAILED, ChipState.ISOLATED):
-                    continue  # failed already: nothing new to act on; the metrics carry the count
-                self._runner.set_chip_state(chip, ChipState.FAILED, reason)
-            elif ev.kind == "chip-degraded":
-                if states[chip] is not ChipState.HEALTHY:
-                    continue  # already degraded or worse: the metrics carry the rest
-                self._runner.set_chip_state(chip, ChipState.DEGRADED, reason)
-            states = self._runner.chip_states()
-            self._publish(FabricEvent(ev.kind, t, chip=chip, detail={
-                **ev.detail, "cause": fault, "reason": reason, "device": where}))
+        for ev in apply_faults(self.telemetry.update(report, t), self.inventory, t,
+                               state_of=lambda c: self._runner.chip_states()[c],
+                               set_state=self._runner.set_chip_state):
+            self._publish(ev)

@@ -25,6 +25,7 @@ from podfleet.fabric.neuron.ls import NeuronInventory, Wiring, build_topology
 from podfleet.fabric.neuron.metrics import chip_metrics, host_metrics, link_metrics
 from podfleet.fabric.neuron.monitor import MonitorReport
 from podfleet.fabric.neuron.reader import NeuronMonitorReader
+from podfleet.hardware.topology import Topology
 
 # Corrected HBM ECC events in one report above this count are a burst worth a warning
 # (a parameter: Neuron publishes no threshold).
@@ -34,6 +35,12 @@ _UNCORRECTED = (
     ("sram_ecc_uncorrected", "sram-uncorrectable", "replace"),
     ("mem_ecc_uncorrected", "hbm-uncorrectable", "reload driver or reboot; replace if it repeats"),
 )
+
+
+def link_down_events(topology: Topology, missing: frozenset[tuple[int, int]], t: float = 0.0) -> list[FabricEvent]:
+    """A ``link-down`` for each link of ``topology`` whose (low, high) chip pair is ``missing``."""
+    return [FabricEvent("link-down", t, link=lk.index, detail={"src": lk.src, "dst": lk.dst, "source": "neuron-ls"})
+            for lk in topology.links if (min(lk.src, lk.dst), max(lk.src, lk.dst)) in missing]
 
 
 class NeuronTelemetry:
@@ -72,11 +79,7 @@ class NeuronTelemetry:
 
     def initial_events(self, t: float = 0.0) -> list[FabricEvent]:
         """Links the topology has but neuron-ls does not report, as ``link-down``."""
-        out = []
-        for lk in self.topology.links:
-            if (min(lk.src, lk.dst), max(lk.src, lk.dst)) in self.wiring.missing:
-                out.append(FabricEvent("link-down", t, link=lk.index, detail={"src": lk.src, "dst": lk.dst, "source": "neuron-ls"}))
-        return out
+        return link_down_events(self.topology, self.wiring.missing, t)
 
     def update(self, report: MonitorReport, t: float = 0.0) -> list[FabricEvent]:
         """Apply one report; returns (and publishes) the fault events it implies."""

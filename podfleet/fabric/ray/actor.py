@@ -143,6 +143,11 @@ class WorkerActor:
 
         cfg = WorkerConfig.from_json(cfg_json)
         declared = _declared_env()
+        if cfg.neuron_visible_cores is not None:
+            # The rank's Trainium device on this node (a child process inherits it too).
+            os.environ["NEURON_RT_VISIBLE_CORES"] = cfg.neuron_visible_cores
+            self.reporter.log(f"rank {cfg.rank}: NEURON_RT_VISIBLE_CORES={cfg.neuron_visible_cores} on Ray node "
+                              f"{_node_id()[:12]}")
         if os.geteuid() == 0:
             try:
                 sandbox = from_env()
@@ -217,6 +222,15 @@ class WorkerActor:
         return {"msgs": msgs, "cpu_percent": cpu, "mem_bytes": rss, "heartbeat_age_s": beat_age_s,
                 "running": self.running, "mem_total_bytes": float(psutil.virtual_memory().total),
                 "result": result, "last_progress": self.reporter.last_progress}
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # outside Ray (tests)
+        return "?"
 
 
 def _declared_env() -> set[str]:

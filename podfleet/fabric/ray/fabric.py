@@ -16,6 +16,7 @@ subscribers on the engine thread (``timeline.submit``). Ray is imported lazily.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import math
 import os
@@ -305,6 +306,16 @@ class RayFabric:
         self._t0 = time.monotonic()
         self.timeline: Any = None
         self._runner = JobRunner(self.state, self)
+
+    def bind_devices(self, topology: Topology, visible_cores: Sequence[str]) -> None:
+        """Chips are Trainium devices on their nodes (a neuron cluster's hosts,
+        ``fabric/neuron/hosts.py``): ``topology`` is their wiring, and a rank on chip c sees
+        ``visible_cores[c]`` as ``NEURON_RT_VISIBLE_CORES``. Before any launch."""
+        if topology.n_chips != self.n_chips or len(visible_cores) != self.n_chips:
+            raise InvalidInputError(f"{topology.n_chips} devices and {len(visible_cores)} core sets do not match "
+                                    f"the {self.n_chips} chips of the Ray cluster's {self.resource}", field="chips")
+        self.topology = topology
+        self.gang = dataclasses.replace(self.gang, chip_cores=tuple(visible_cores))
 
     # --- Fabric protocol ----------------------------------------------------------------------
     def attach(self, timeline: Any) -> None:

@@ -29,6 +29,20 @@ from podfleet.hardware.topology import Topology
 from podfleet.training.config import KEY_ENV_DEFAULT
 
 
+def per_chip_setting(default: float) -> float:
+    """``PODFLEET_RAY_PER_CHIP``: units of the Ray resource one chip is (``default`` unset)."""
+    raw = os.environ.get("PODFLEET_RAY_PER_CHIP", "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidInputError(f"PODFLEET_RAY_PER_CHIP must be a number, got {raw!r}", field="ray_per_chip") from None
+    if not value > 0:
+        raise InvalidInputError(f"PODFLEET_RAY_PER_CHIP must be positive, got {raw!r}", field="ray_per_chip")
+    return value
+
+
 def make_ray_fabric(
     topology: Topology,
     timeline: Any,
@@ -43,13 +57,7 @@ def make_ray_fabric(
     address = address or os.environ.get("PODFLEET_RAY_ADDRESS") or None
     resource = resource or os.environ.get("PODFLEET_RAY_RESOURCE") or "CPU"
     if per_chip is None:
-        raw = os.environ.get("PODFLEET_RAY_PER_CHIP", "1")
-        try:
-            per_chip = float(raw)
-        except ValueError:
-            raise InvalidInputError(
-                f"PODFLEET_RAY_PER_CHIP must be a number, got {raw!r}", field="ray_per_chip"
-            ) from None
+        per_chip = per_chip_setting(1.0)
     if workdir is not None and key_file is None and not os.environ.get(KEY_ENV_DEFAULT):
         key_file = str(keys.ensure_kek_file(workdir))  # outside the checkpoint tree
     # The cluster's directory is named by its id: its gangs' detached actors live in the

@@ -60,6 +60,9 @@ class GangConfig:
     workdir: str  # each job's directory is under it (and its default checkpoint dir)
     key_file: str | None
     runtime_env: dict[str, Any] | None
+    # Per chip, NEURON_RT_VISIBLE_CORES of its device on its node (a neuron cluster's hosts,
+    # ``RayFabric.bind_devices``); empty: Ray's own choice for the bundle stands.
+    chip_cores: tuple[str, ...] = ()
 
     def bundle(self) -> dict[str, float]:
         return {self.resource: self.per_chip}
@@ -113,6 +116,8 @@ class GangConfig:
             "replica_peer": False,
         }
         base.update(opts)
+        if self.chip_cores:
+            base["neuron_visible_cores"] = self.chip_cores[job.ranks[rank].chip]
         base.update(control.files(job, len(job.ranks)))
         base.update(job_id=spec.job_id, rank=rank, world_size=len(job.ranks), master_addr=master_addr,
                     master_port=master_port, model=spec.model, steps=spec.steps,

@@ -10,6 +10,7 @@ is touched (never ``ray stop``, which ends every Ray process of the user).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -78,6 +79,10 @@ class LocalRayCluster:
     node_cpus: Sequence[int] = (1,)
     env: Mapping[str, str] = field(default_factory=dict)  # e.g. {"RAY_AUTH_MODE": "token"}
     log_dir: Path | None = None
+    # Per node, the head first: custom resources (``--resources``, e.g. {"neuron_cores": 64})
+    # and environment of its own (what a command run on that node sees).
+    resources: Sequence[Mapping[str, float]] = ()
+    node_env: Sequence[Mapping[str, str]] = ()
     address: str = ""
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _tmp: str = ""
@@ -93,7 +98,7 @@ class LocalRayCluster:
         self.address = f"127.0.0.1:{port}"
         self._logs = logs
         try:
-            self._spawn(self._head_argv(ray_bin, port, self._tmp), logs / "head.log", self._env())
+            self._spawn(self._head_argv(ray_bin, port, self._tmp), logs / "head.log", self._env(0))
             self._wait_port(port, timeout_s)
             for cpus in self.node_cpus:
                 self.add_node(cpus)
@@ -102,17 +107,23 @@ class LocalRayCluster:
             raise
         return self
 
-    def _env(self) -> dict[str, str]:
-        return {**os.environ, **self.env}
+    def _env(self, index: int) -> dict[str, str]:
+        own = self.node_env[index] if index < len(self.node_env) else {}
+        return {**os.environ, **self.env, **own}
+
+    def _resources(self, index: int) -> list[str]:
+        own = self.resources[index] if index < len(self.resources) else {}
+        return [f"--resources={json.dumps(dict(own))}"] if own else []
 
     def _head_argv(self, ray_bin: str, port: int, tmp: str) -> list[str]:
-        return head_argv(ray_bin, port, self.head_cpus, tmp)
+        return head_argv(ray_bin, port, self.head_cpus, tmp) + self._resources(0)
 
     def add_node(self, cpus: int) -> int:
         """Start one more raylet (a replacement for a lost one); its index in ``procs``."""
+        index = len(self.procs)
         self._spawn([ray_command(), "start", f"--address={self.address}", f"--num-cpus={cpus}",
-                     "--object-store-memory=80000000", *NODE_ARGS],
-                    self._logs / f"raylet-{len(self.procs)}.log", self._env())
+                     "--object-store-memory=80000000", *self._resources(index), *NODE_ARGS],
+                    self._logs / f"raylet-{index}.log", self._env(index))
         return len(self.procs) - 1
 
     def kill(self, index: int) -> None:
@@ -129,7 +140,7 @@ class LocalRayCluster:
         port = int(self.address.rsplit(":", 1)[1])
         tmp = tempfile.mkdtemp(prefix="pfray-", dir="/tmp")
         self._extra_tmp.append(tmp)
-        self._spawn(self._head_argv(ray_bin, port, tmp), self._logs / "head-2.log", self._env())
+        self._spawn(self._head_argv(ray_bin, port, tmp), self._logs / "head-2.log", self._env(0))
         self.procs[0] = self.procs.pop()  # the killed head's place
         self._wait_port(port, timeout_s)
 

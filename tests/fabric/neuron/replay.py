@@ -1,18 +1,20 @@
 """Stand-in for ``neuron-monitor``: replay recorded reports, one JSON document per line.
 
-    python replay.py FILE [--delay S] [--then repeat|sleep|exit|garbage] [--exit-code N]
+    python replay.py FILE [--delay S] [--then repeat|sleep|exit|garbage] [--exit-code N] [--host-env VAR]
 
 FILE is JSON lines (a ``.json`` file holds one document). Each document is printed on
 one line, ``--delay`` seconds apart; then ``--then`` decides: ``repeat`` the last
 document every delay (a healthy monitor), ``sleep`` silently, ``exit`` with
 ``--exit-code`` (a crashed monitor; stderr says so), or print ``garbage`` every delay.
-Standalone on purpose (no podfleet import): the fabric runs it as a command.
+With ``--host-env VAR``, ``{host}`` in FILE is that variable's value: each Ray node
+of a multi-host test replays its own host's documents. Standalone on purpose (no podfleet import): the fabric runs it as a command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +33,10 @@ def main() -> int:
     ap.add_argument("--delay", type=float, default=0.1)
     ap.add_argument("--then", choices=("repeat", "sleep", "exit", "garbage"), default="repeat")
     ap.add_argument("--exit-code", type=int, default=0)
+    ap.add_argument("--host-env", help="FILE's {host} is this environment variable's value (a host's own document)")
     args = ap.parse_args()
+    if args.host_env:
+        args.file = Path(str(args.file).replace("{host}", os.environ[args.host_env]))
     docs = documents(args.file)
     out = sys.stdout
     try:

@@ -1,6 +1,6 @@
 """A Ray head (2 CPUs) and a second raylet (1 CPU) on this machine, and a control plane
 built on it through compose, shared by the Ray tests that need two nodes
-(test_ray_recovery.py, test_ray_rank_move.py).
+(test_ray_recovery.py, test_ray_rank_move.py, neuron/test_neuron_hosts.py).
 
 Token authentication is off for this private, loopback-only cluster: the test process
 imported Ray (and read its auth mode) at collection, before any fixture could give it a
@@ -9,18 +9,21 @@ token (docs/ray.md has the token set-up)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
 @contextmanager
-def two_raylets(tmp: Path) -> Iterator[dict[str, Any]]:
+def two_raylets(tmp: Path, resources: Sequence[Mapping[str, float]] = (),
+                node_env: Sequence[Mapping[str, str]] = ()) -> Iterator[dict[str, Any]]:
+    """``resources`` / ``node_env``: each node's own (the head first), as ``LocalRayCluster`` takes them."""
     from podfleet.fabric.ray.local_cluster import LocalRayCluster
 
     saved = os.environ.pop("PODFLEET_RAY_ADDRESS", None)
-    cluster = LocalRayCluster(head_cpus=2, node_cpus=(1,), env={"RAY_AUTH_MODE": "disabled"}, log_dir=tmp)
+    cluster = LocalRayCluster(head_cpus=2, node_cpus=(1,), env={"RAY_AUTH_MODE": "disabled"}, log_dir=tmp,
+                              resources=resources, node_env=node_env)
     try:
         cluster.start()
         [raylet] = cluster.wait_nodes()
