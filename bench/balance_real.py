@@ -4,28 +4,33 @@ A control plane as ``podfleet up`` builds it (paced timeline, health, recovery, 
 served) with one cluster of ``RANKS`` worker slots: ``local`` by default, or ``ray``
 (``podfleet bench run balance-real --fabric ray``: a Ray head with a CPU per rank
 started on this machine with ``ray start``, each rank a Ray actor). Everything goes
-through the REST API (the SDK client). Three runs of the same job (``tiny`` preset,
+through the REST API (the SDK client). Four runs of the same job (``tiny`` preset,
 gloo, global batch ``GLOBAL_BATCH`` x ``SEQ_LEN`` tokens, one thread per worker):
 
 1. none slowed: the reference tokens/s;
 2. rank ``SLOW_RANK`` slowed ``FACTOR`` x with the ``slow-worker`` fault (InjectFault,
    ``podfleet fault inject CLUSTER --slow-worker RANK:FACTOR``) and the cluster's
    balancer paused (``ClusterBalancer.paused``: it samples, it does not act);
-3. the same fault with the balancer on.
+3. the same fault with the balancer on;
+4. none slowed again (below).
 
-Nothing tells the balancer which rank is slow: the slowed worker sleeps ``(FACTOR - 1) x
-3 x`` its forward time after each step (training/loop ``SlowDown``), the fabric
-measures each rank's samples/s from its workers' reports (fabric/local/speed.py; on Ray
-from the reports its actors relay, fabric/ray/telemetry.py), the control plane's
-``ClusterBalancer`` samples that as speed, ``Rebalancer.step`` decides the split and the
-fabric's ``set_work_split`` applies it (on Ray: a control file rank 0's actor writes on
-its node): the twin's code path after the sample. tokens/s = completed steps x tokens per step / wall time over ``MEASURE_S``.
+Nothing tells the balancer which rank is slow: the slowed worker sleeps ``(FACTOR - 1)
+x`` its unslowed step time per sample x its share after each step (training/loop
+``SlowDown``), the fabric measures each rank's samples/s from its workers' reports
+(fabric/local/speed.py; on Ray from the reports its actors relay, fabric/ray/telemetry.py),
+the control plane's ``ClusterBalancer`` samples that as speed, ``Rebalancer.step``
+decides the split and the fabric's ``set_work_split`` applies it (on Ray: a control file
+rank 0's actor writes on its node): the twin's code path after the sample. tokens/s =
+completed steps x tokens per step / wall time over ``MEASURE_S``.
 
-``tokens_per_s_ratio`` = run 3 / run 1, ``tokens_per_s_ratio_without_rebalancing`` = run
-2 / run 1. The ceiling with a core per worker is ``(RANKS - 1 + 1 / FACTOR) / RANKS``
-(``ideal_ratio``): the slow rank still computes at half speed. Workers that share
-fewer cores than there are of them do not scale that simply (a sleeping worker frees a
-core for the others), so read the figure with ``cpus`` beside it.
+The reference is the mean of runs 1 and 4: on a machine whose load drifts (shared with
+others) one reference taken minutes before the others would credit or blame the
+balancer for the drift; ``reference_drift`` (4. / 1. - 1) says how far it moved.
+``tokens_per_s_ratio`` = run 3 / reference, ``tokens_per_s_ratio_without_rebalancing`` =
+run 2 / reference. The ceiling with a core per worker is ``(RANKS - 1 + 1 / FACTOR) /
+RANKS`` (``ideal_ratio``): the slow rank still computes at half speed. Workers that
+share fewer cores than there are of them do not scale that simply (a sleeping worker
+frees a core for the others), so read the figure with ``cpus`` beside it.
 """
 
 from __future__ import annotations
@@ -146,8 +151,10 @@ def _measure(quick: bool, ranks: int, fabric: str, ray_address: str | None) -> d
             clean = job_run(slow=False, rebalance=True)
             stuck = job_run(slow=True, rebalance=False)
             fixed = job_run(slow=True, rebalance=True)
-    ratio = fixed["tps"] / clean["tps"]
-    without = stuck["tps"] / clean["tps"]
+            again = job_run(slow=False, rebalance=True)
+    reference = (clean["tps"] + again["tps"]) / 2
+    ratio = fixed["tps"] / reference
+    without = stuck["tps"] / reference
     slots = "Ray actors (1 CPU each) on a private Ray head" if fabric == "ray" else "slots"
     return {
         "fabric": fabric,
@@ -155,13 +162,15 @@ def _measure(quick: bool, ranks: int, fabric: str, ray_address: str | None) -> d
         "tokens_per_s_ratio_without_rebalancing": round(without, 4),
         "gain_over_no_rebalancing": round(ratio - without, 4),
         "ideal_ratio": round((ranks - 1 + 1 / FACTOR) / ranks, 4),
-        "tokens_per_s_none_slowed": round(clean["tps"], 1),
+        "tokens_per_s_none_slowed": round(reference, 1),
+        "tokens_per_s_none_slowed_first_last": [round(clean["tps"], 1), round(again["tps"], 1)],
+        "reference_drift": round(again["tps"] / clean["tps"] - 1, 4),
         "tokens_per_s_without_rebalancing": round(stuck["tps"], 1),
         "tokens_per_s_rebalanced": round(fixed["tps"], 1),
-        "steps_measured": [clean["steps"], stuck["steps"], fixed["steps"]],
+        "steps_measured": [clean["steps"], stuck["steps"], fixed["steps"], again["steps"]],
         "rebalances": fixed["rebalances"],
         "rebalances_while_paused": stuck["rebalances"],
-        "rebalances_none_slowed": clean["rebalances"],
+        "rebalances_none_slowed": clean["rebalances"] + again["rebalances"],
         "final_split": fixed["split"],
         "split_applied": fixed["applied"],
         "goal": ">= 0.90 and >= 0.15 over the no-rebalance figure",
