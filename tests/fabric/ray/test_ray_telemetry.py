@@ -6,6 +6,7 @@ and hang are in test_ray_fabric.py, its rebalancing in test_ray_balance.py."""
 from __future__ import annotations
 
 import json
+import os
 
 from podfleet.fabric.base import FabricEvent, WorkerGroupSpec
 from podfleet.fabric.ray import control
@@ -91,3 +92,25 @@ def test_a_split_given_before_the_gang_trains_is_kept_for_its_start() -> None:
     stopping.ranks = [RankRecord(0, 0, actor=other), RankRecord(1, 1)]
     control.set_work_split(stopping, [1, 3])
     assert stopping.shares == () and other.sent == [] and "not applied: job stopping" in stopping.log[-1]
+
+
+def test_a_child_s_progress_keeps_its_own_end_of_step_time() -> None:
+    """A rank run as a child under the job's uid (an actor that is root) reports through a
+    pipe the actor relays: the per-rank speed is measured from the child's own times, so
+    the relay's delay (the actor's thread waking up late on a loaded host) is no part of it."""
+    from podfleet.fabric.ray.actor import _BufferReporter
+    from podfleet.fabric.ray.child import _relay
+
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as f:
+        for step, t in ((1, 1000.25), (2, 1000.75)):
+            f.write(json.dumps({"type": "progress", "rank": 1, "t": t, "step": step, "loss": 2.0,
+                                "tokens_per_s": 10.0, "step_time_s": 0.4}) + "\n")
+        f.write(json.dumps({"type": "log", "rank": 1, "t": 1000.8, "line": "hi"}) + "\n")
+    reporter = _BufferReporter()
+    _relay(read, reporter)
+    progress = [m for m in reporter.msgs if m["type"] == "progress"]
+    assert [(m["step"], m["t"], m["step_time_s"]) for m in progress] == [(1, 1000.25, 0.4), (2, 1000.75, 0.4)]
+    assert reporter.last_progress is progress[-1] and list(reporter.history) == progress
+    log = next(m for m in reporter.msgs if m["type"] == "log")
+    assert log["line"] == "hi" and log["t"] > 1e9  # stamped by the actor, as before
