@@ -2,7 +2,9 @@
 
 A benchmark module defines ``NAME`` (str), ``DESCRIPTION`` (str) and
 ``run(quick: bool = False) -> dict`` returning named figures (JSON-serialisable). One
-that declares ``VARIANTS = ("fleet",)`` also takes ``fleet=True`` (``bench run NAME --fleet``).
+that declares ``VARIANTS = ("fleet",)`` also takes ``fleet=True`` (``bench run NAME --fleet``);
+one that declares ``FABRICS`` (the first its default) takes ``fabric=`` one of them
+(``bench run NAME --fabric ray``).
 The runner adds ``benchmark``, ``quick``, ``machine`` and ``date`` so every figure can
 be traced to where and when it was measured.
 """
@@ -52,7 +54,7 @@ def discover() -> dict[str, Benchmark]:
     return out
 
 
-def run(name: str, quick: bool = False, fleet: bool = False) -> dict[str, Any]:
+def run(name: str, quick: bool = False, fleet: bool = False, fabric: str | None = None) -> dict[str, Any]:
     benches = discover()
     if name not in benches:
         raise UnknownNameError("benchmark", name, benches, field="name")
@@ -61,8 +63,18 @@ def run(name: str, quick: bool = False, fleet: bool = False) -> dict[str, Any]:
     if fleet and name not in with_fleet:
         raise InvalidInputError(f"benchmark {name} has no --fleet variant (those with one: "
                                 f"{', '.join(with_fleet) or 'none'})", field="fleet", allowed=with_fleet)
+    kwargs: dict[str, Any] = {"fleet": True} if fleet else {}
+    if fabric is not None:
+        fabrics = tuple(getattr(mod, "FABRICS", ()))
+        if fabric not in fabrics:
+            with_fabric = [n for n, b in benches.items() if getattr(b.module, "FABRICS", ())]
+            why = (f"runs on {', '.join(fabrics)}" if fabrics else
+                   f"has no --fabric choice (those with one: {', '.join(with_fabric) or 'none'})")
+            raise InvalidInputError(f"benchmark {name} {why}, not --fabric {fabric}", field="fabric",
+                                    allowed=list(fabrics) or with_fabric)
+        kwargs["fabric"] = fabric
     t0 = time.perf_counter()
-    figures = mod.run(quick=quick, fleet=True) if fleet else mod.run(quick=quick)
+    figures = mod.run(quick=quick, **kwargs)
     return {
         "benchmark": name,
         "quick": quick,

@@ -40,6 +40,14 @@ def test_unknown_benchmark_is_one_line() -> None:
     assert r.exit_code == 2 and "unknown benchmark" in r.stderr and "twin-pod" in r.stderr
 
 
+def test_a_fabric_a_benchmark_does_not_offer_is_one_line() -> None:
+    r = runner.invoke(app, ["bench", "run", "balance-real", "--fabric", "sim"])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.output
+    assert "runs on local, ray, not --fabric sim" in r.stderr, r.stderr
+    r = runner.invoke(app, ["bench", "run", "twin-pod", "--fabric", "ray"])
+    assert r.exit_code == 2 and "has no --fabric choice" in r.stderr and "balance-real" in r.stderr, r.stderr
+
+
 @pytest.mark.realproc
 def test_recovery_real_quick_moves_every_killed_rank_through_the_control_plane() -> None:
     """recovery-real --quick: two kill -9 of a real local worker through the control plane;

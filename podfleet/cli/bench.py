@@ -1,4 +1,4 @@
-"""``podfleet bench list`` / ``podfleet bench run NAME [--quick] [--fleet]``."""
+"""``podfleet bench list`` / ``podfleet bench run NAME [--quick] [--fleet] [--fabric F]``."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ def run(
     name: str = typer.Argument(..., help="a benchmark (podfleet bench list)"),
     quick: bool = typer.Option(False, "--quick", help="a shortened run for smoke checks"),
     fleet: bool = typer.Option(False, "--fleet", help="the fleet variant (trace-replay: 64 pods, 1-4,096 chips)"),
+    fabric: str | None = typer.Option(None, "--fabric", help="where a real-worker benchmark runs, for those that "
+                                      "offer a choice (balance-real: local, the default, or ray)"),
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Run one benchmark and print its named figures."""
     with errors():
-        emit(benchmarks.run(name, quick=quick, fleet=fleet), output, title=name)
+        emit(benchmarks.run(name, quick=quick, fleet=fleet, fabric=fabric), output, title=name)

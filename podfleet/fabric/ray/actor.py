@@ -62,7 +62,7 @@ class _BufferReporter:
         self.last_beat = time.monotonic()
 
     def _put(self, msg: dict[str, Any]) -> None:
-        msg["t"] = time.time()
+        msg.setdefault("t", time.time())  # a child's relayed progress keeps its own (child.py)
         with self._lock:
             self.seq += 1
             msg["seq"] = self.seq

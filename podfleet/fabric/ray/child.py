@@ -35,8 +35,15 @@ def _relay(fd: int, reporter: Reporter) -> dict[str, Any]:
     for msg in worker_reports(fd):
         kind = msg.get("type")
         if kind == "progress":
-            reporter.progress(int(msg["step"]), float(msg["loss"]), float(msg.get("tokens_per_s", 0.0)),
-                              float(msg.get("step_time_s", 0.0)))
+            step, loss = int(msg["step"]), float(msg["loss"])
+            tps, step_s = float(msg.get("tokens_per_s", 0.0)), float(msg.get("step_time_s", 0.0))
+            t = msg.get("t")
+            if isinstance(reporter, MessageReporter) and isinstance(t, int | float):
+                # The child's own end-of-step time, which the rank's measured speed is
+                # computed from (ray/telemetry.py), not the time this relay got to it.
+                reporter.send("progress", step=step, loss=loss, tokens_per_s=tps, step_time_s=step_s, t=float(t))
+            else:
+                reporter.progress(step, loss, tps, step_s)
         elif kind == "checkpoint":
             reporter.checkpoint(int(msg["step"]), str(msg.get("path", "")))
         elif kind == "log":

@@ -65,18 +65,28 @@ def set_work_split(job: RayJob, shares: Sequence[int]) -> None:
     if len(shares) != len(job.ranks) or min(shares, default=0) < 1:
         raise InvalidInputError(f"need {len(job.ranks)} shares >= 1, got {list(shares)}", field="shares")
     path = files(job, len(job.ranks)).get("split_file")
-    if not isinstance(path, str) or job.state is not RunState.RUNNING:
-        # One rank takes the whole batch, a script splits its own, and a gang not running
-        # (starting, stopping) has no step to apply it to: the balancer's next pass retries.
+    if not isinstance(path, str) or job.state not in _TAKES_SPLIT:
+        # One rank takes the whole batch, a script splits its own, and a gang that is
+        # stopping or has ended has no step left to apply it to.
         job.log.append(f"[fabric] work split {list(shares)} not applied: job {job.state.value}"
                        + (", its own entrypoint" if job.spec.entrypoint is not None else ""))
         return
     gb = int(job.spec.options.get("global_batch", max(8, len(job.ranks)) // len(job.ranks) * len(job.ranks)))
     samples = split_samples([float(x) for x in shares], gb)
+    # Kept for the ranks still to be started (a gang placing, a moved rank: their
+    # config's ``shares``), as local keeps it in the job's base config; and rank 0 reads
+    # the file and broadcasts it (only its node needs it) from its next step on, also when
+    # its actor is up but its loop not yet (a gang starting): the balancer, which took the
+    # split as applied, never sends it again.
     job.shares = samples
-    # Rank 0 reads the split and broadcasts it: only its node needs the file.
-    _send(job.ranks[:1], path, {"shares": list(samples)})
-    job.log.append(f"[fabric] work split {list(samples)} (samples of {gb})")
+    sent = _send(job.ranks[:1], path, {"shares": list(samples)})
+    job.log.append(f"[fabric] work split {list(samples)} (samples of {gb})"
+                   + ("" if sent else f", for the ranks it starts (job {job.state.value})"))
+
+
+# The gang states a split is kept in: a gang placing or starting takes it at its start,
+# one moving a rank (RECOVERING) at the moved rank's start or from rank 0's file.
+_TAKES_SPLIT = frozenset({RunState.PLACING, RunState.STARTING, RunState.RUNNING, RunState.RECOVERING})
 
 
 def slow_worker(job: RayJob, rank: int, factor: float) -> None:

@@ -3,7 +3,8 @@ head started with ``ray start`` on this machine, once for the module):
 
 * a ``slow-worker`` fault slows one rank's actor; the control plane's balancer sees the
   rank's measured samples/s and gives it a smaller share of the global batch, which the
-  gang takes between two steps (the same code path as the twin's);
+  gang takes between two steps (the same code path as the twin's), and the job trains
+  faster than it did slowed while the balancer was paused;
 * a queue reclaiming the chip it lent preempts a Ray job, which the plane asks for an
   on-demand checkpoint first: the job resumes from the very step it was stopped at.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +30,8 @@ OPTS = {"seed": 3, "global_batch": 24, "seq_len": 16, "step_delay_s": 0.05, "enc
 
 
 @pytest.fixture(scope="module")
-def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, Any]]:
+    """The API's client and the plane behind it (the test pauses the cluster's balancer)."""
     from podfleet.api.server import bootstrap_admin
     from podfleet.api.testing import serve_in_thread
     from podfleet.compose import build
@@ -53,12 +56,17 @@ def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
                                                   "ray_address": cluster.address})
             assert r.status_code == 201, r.text
             wait(lambda: client.get("/v1/clusters/rb").json()["state"] == "active", 90)
-            yield client
+            yield client, parts.plane
             client.close()
     finally:
         cluster.stop()
         if saved is not None:
             os.environ["PODFLEET_RAY_ADDRESS"] = saved
+
+
+@pytest.fixture(scope="module")
+def c(served: tuple[httpx.Client, Any]) -> httpx.Client:
+    return served[0]
 
 
 def job(c: httpx.Client, job_id: str) -> dict[str, Any]:
@@ -81,13 +89,29 @@ def running_at(c: httpx.Client, job_id: str, step: int) -> bool:
     return j["state"] == "RUNNING" and int(j["progress"].get("step", 0)) >= step
 
 
-def test_a_slowed_ray_rank_gets_a_smaller_share(c: httpx.Client) -> None:
+def steps_per_s(c: httpx.Client, job_id: str, steps: int) -> float:
+    """The job's training rate over its next ``steps`` steps, from the steps it reports."""
+    s0, t0 = int(job(c, job_id)["progress"]["step"]), time.monotonic()
+    wait(lambda: running_at(c, job_id, s0 + steps), 120)
+    return (int(job(c, job_id)["progress"]["step"]) - s0) / (time.monotonic() - t0)
+
+
+def test_a_slowed_ray_rank_gets_a_smaller_share(served: tuple[httpx.Client, Any]) -> None:
+    c, plane = served
+    balancer = plane.resolve("rb").balancer
     jid = submit(c, chips=2, steps=100_000, checkpoint_interval=0)
     wait(lambda: running_at(c, jid, 5), 180)
-    r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 1, "factor": 4, "job_id": jid})
+    balancer.paused = True  # first the slowed job as it runs unbalanced
+    # 20x: the slowed rank's compute then outweighs the steps' fixed delay (step_delay_s).
+    r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 1, "factor": 20, "job_id": jid})
     assert r.status_code == 202, r.text
     r = c.post("/v1/clusters/rb/faults", json={"kind": "slow-worker", "rank": 5, "factor": 4, "job_id": jid})
     assert r.status_code in (400, 404, 422) and "rank" in r.json()["detail"], r.text
+    at = int(job(c, jid)["progress"]["step"])
+    wait(lambda: running_at(c, jid, at + 3), 60)  # the slow-down took hold
+    slowed = steps_per_s(c, jid, 10)
+    assert job(c, jid)["scheduling"].get("work_split") is None  # paused: measured, not acted on
+    balancer.paused = False
 
     def rebalanced() -> bool:
         split = job(c, jid)["scheduling"].get("work_split") or {}
@@ -103,6 +127,10 @@ def test_a_slowed_ray_rank_gets_a_smaller_share(c: httpx.Client) -> None:
     wait(lambda: bool(taken()), 60, show=lambda: logs(c, jid)[-3000:])
     last = taken()[-1]
     assert sum(last) == OPTS["global_batch"] and last[1] < last[0], last
+    # Work moved off the slow rank: the same job trains faster than it did slowed (2-3x
+    # here; the bound leaves room for a loaded machine's noise).
+    rebalanced_rate = steps_per_s(c, jid, 10)
+    assert rebalanced_rate > 1.25 * slowed, (slowed, rebalanced_rate, last)
     r = c.post(f"/v1/jobs/{jid}/stop")
     assert r.status_code in (200, 202), r.text
     wait(lambda: job(c, jid)["state"] in ("STOPPED", "FAILED", "SUCCEEDED"), 60)
