@@ -268,9 +268,10 @@ class PrecursorFeatures:
         base = self._rb / np.maximum(self._kb, 1)
         excess_c = (r - base) * p
         floor_c = NOISE_Z * SENSOR_NOISE_C / np.sqrt(k)
-        if self.inlet_allow_c > 0:
-            floor_c = np.maximum(floor_c, self._inlet_allow(p))
-        hot = steady & have_base & (excess_c > np.maximum(HOT_RISE * base * p, floor_c))
+        bar_c = HOT_RISE * base * p
+        if self.inlet_allow_c > 0:  # on top of what a chip's own inlet wander can make
+            bar_c = bar_c + self._inlet_allow(p)
+        hot = steady & have_base & (excess_c > np.maximum(bar_c, floor_c))
         iv = np.where(steady, 1.0 / (float(k) * np.maximum(p, 1.0) ** 2), 0.0)
         ecc = self._acc_ecc.copy()
         # A window of W minutes (ages 0..W-1) gains the new row and loses the one now W old;
