@@ -335,7 +335,7 @@ class PrecursorFeatures:
         margin = NOISE_Z * SENSOR_NOISE_C * np.sqrt(var)
         if self.inlet_allow_c > 0:  # a chip's own inlet wander, in resistance at its latest power
             p_now = np.maximum(np.nan_to_num(self.p[self.row], nan=1.0), 1.0)
-            margin = np.maximum(margin, self._inlet_allow(p_now) / p_now)
+            margin = margin + self._inlet_allow(p_now) / p_now  # independent of the noise: both
         d = np.sign(d) * np.maximum(np.abs(d) - margin, 0.0)
         rise = np.clip(np.where(have, d / base, 0.0), -1.0, 2.0)
         hot = np.where(self._st60 >= 5, self._hot60 / np.maximum(self._st60, 1), 0.0)
