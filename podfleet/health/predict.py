@@ -136,10 +136,16 @@ class PrecursorFeatures:
     """Per-minute history of the raw signals (a ring) with running window sums, and the
     feature matrix over chips."""
 
-    def __init__(self, n: int, ambient_c: float = 35.0, tau_s: float = THERMAL_TAU_S) -> None:
+    def __init__(self, n: int, ambient_c: float = 35.0, tau_s: float = THERMAL_TAU_S, *,
+                 room_reference: bool = False) -> None:
         self.n = n
         self.ambient_c = ambient_c
         self.tau_s = tau_s
+        # Read the rise against the room's inlet as the chips show it (``room_offset_c``), not
+        # against a fixed ambient, and allow ``INLET_ALLOW_C`` of one chip's own inlet wander.
+        self.room_reference = room_reference
+        self.room_c = 0.0  # the latest estimate of the inlet's offset from ``ambient_c``
+        self.inlet_allow_c = INLET_ALLOW_C if room_reference else 0.0
         self._p_lag: np.ndarray | None = None  # power through the thermal lag (timed samples)
         self._t_last: float | None = None
         h = HISTORY_MIN
@@ -168,6 +174,7 @@ class PrecursorFeatures:
         self._rb = np.zeros(n)  # baseline: steady minutes 30-120 ago
         self._kb = np.zeros(n)
         self._ivb = np.zeros(n)  # noise weights of the baseline's minutes
+        self._pb = np.zeros(n)  # power of the baseline's minutes (summed; ``room_reference`` only)
         self._hot60 = np.zeros(n)
         self._st60 = np.zeros(n)
         self._acc_r = np.zeros(n)
@@ -191,7 +198,7 @@ class PrecursorFeatures:
                 a[:, mask] = 0
             self.p[:, mask] = np.nan
             for s in (self._ecc10, self._eccm_all, self._mins_all, self._eccm120, self._epi120, self._link30, self._r5, self._k5, self._iv5,
-                      self._rb, self._kb, self._ivb, self._hot60, self._st60):
+                      self._rb, self._kb, self._ivb, self._pb, self._hot60, self._st60):
                 s[mask] = 0.0
 
     def sample(self, metrics: Mapping[str, np.ndarray], now: float | None = None, *,
@@ -250,13 +257,21 @@ class PrecursorFeatures:
         steady = np.all(np.abs(prev - p) <= 0.05 * p, axis=0) if self.minutes >= 3 else np.zeros(self.n, bool)
         steady &= self._acc_k > 0
         r = np.where(steady, self._acc_r / k, 0.0)
+        if self.room_reference:
+            off = room_offset_c(r * p, p, steady)
+            if off is not None:
+                self.room_c = off
+            r = np.where(steady, r - self.room_c / np.maximum(p, 1.0), 0.0)
         have_base = self._kb >= 20
         # Hot: the temperature over what the minute's power explains at the baseline
         # resistance is more than HOT_RISE of the rise and more than the noise of its mean.
         base = self._rb / np.maximum(self._kb, 1)
         excess_c = (r - base) * p
         floor_c = NOISE_Z * SENSOR_NOISE_C / np.sqrt(k)
-        hot = steady & have_base & (excess_c > np.maximum(HOT_RISE * base * p, floor_c))
+        bar_c = HOT_RISE * base * p
+        if self.inlet_allow_c > 0:  # on top of what a chip's own inlet wander can make
+            bar_c = bar_c + self._inlet_allow(p)
+        hot = steady & have_base & (excess_c > np.maximum(bar_c, floor_c))
         iv = np.where(steady, 1.0 / (float(k) * np.maximum(p, 1.0) ** 2), 0.0)
         ecc = self._acc_ecc.copy()
         # A window of W minutes (ages 0..W-1) gains the new row and loses the one now W old;
@@ -276,6 +291,8 @@ class PrecursorFeatures:
         self._rb += self.r[o30] - self.r[o120]
         self._kb += self.steady[o30].astype(np.float64) - self.steady[o120]
         self._ivb += self.iv[o30] - self.iv[o120]
+        if self.room_reference:
+            self._pb += np.where(self.steady[o30], self.p[o30], 0.0) - np.where(self.steady[o120], self.p[o120], 0.0)
         self._hot60 += hot.astype(np.float64) - self.hot[o60]
         self._st60 += steady.astype(np.float64) - self.steady[o60]
         self.ecc[i] = ecc
@@ -293,6 +310,14 @@ class PrecursorFeatures:
         self._acc_link[:] = 0
         self._acc_k = 0
 
+    def _inlet_allow(self, p_now: np.ndarray) -> np.ndarray:
+        """The temperature excess (C) a chip's own inlet wander can make: ``inlet_allow_c``
+        in time, and more after a load change. The resistance read against a wrong inlet
+        is off by ``offset / P``, so a baseline taken at ``P_base`` and read at ``P_now``
+        shows ``offset * (1 - P_now / P_base)`` of excess with no change at all."""
+        p_base = np.where(self._kb > 0, self._pb / np.maximum(self._kb, 1), p_now)
+        return self.inlet_allow_c * (1.0 + np.abs(1.0 - p_now / np.maximum(p_base, 1.0)))
+
     def features(self) -> np.ndarray:
         """[n, len(FEATURES)] for the minute just closed."""
         # Needs enough steady history on both sides; otherwise no thermal evidence.
@@ -308,6 +333,9 @@ class PrecursorFeatures:
         kb = np.maximum(self._kb, 1)
         var = np.maximum(self._iv5, 0.0) / k5 ** 2 + np.where(have, np.maximum(self._ivb, 0.0) / kb ** 2, 0.0)
         margin = NOISE_Z * SENSOR_NOISE_C * np.sqrt(var)
+        if self.inlet_allow_c > 0:  # a chip's own inlet wander, in resistance at its latest power
+            p_now = np.maximum(np.nan_to_num(self.p[self.row], nan=1.0), 1.0)
+            margin = margin + self._inlet_allow(p_now) / p_now  # independent of the noise: both
         d = np.sign(d) * np.maximum(np.abs(d) - margin, 0.0)
         rise = np.clip(np.where(have, d / base, 0.0), -1.0, 2.0)
         hot = np.where(self._st60 >= 5, self._hot60 / np.maximum(self._st60, 1), 0.0)
@@ -322,6 +350,37 @@ class PrecursorFeatures:
                          self._link30 / 30.0, excess], axis=1)
 
 
+# The inlet wander of one chip that no room estimate removes (its own airflow; the twin's
+# ``ThermalDriftParams.chip_sigma_c`` is 0.5 C, an assumption): a temperature excess under
+# this is not evidence on its own (three standard deviations of its change over the
+# baseline's distance, about an hour: 0.5 C at a 2-hour correlation time).
+INLET_ALLOW_C = 1.5
+ROOM_MIN_CHIPS = 8  # steady chips needed to tell the room's inlet
+ROOM_MIN_SPREAD_W = 20.0  # their power spread needed (else the intercept is not identified)
+
+
+def room_offset_c(rise_c: np.ndarray, power_w: np.ndarray, steady: np.ndarray) -> float | None:
+    """The room's inlet offset (C over the configured ambient) from one minute of steady
+    chips: at steady state every chip's rise is ``inlet + P * R``, so over chips at
+    different loads the intercept of rise on power is the inlet, whatever each chip's
+    load. Least squares, then once more without the chips more than 3 median deviations
+    off the line (a failing chip is one of many). None when too few chips or too little
+    spread of power tell it (one job on every chip, or all idle): keep the last estimate."""
+    x, y = power_w[steady], rise_c[steady]
+    if x.size < ROOM_MIN_CHIPS or float(x.std()) < ROOM_MIN_SPREAD_W:
+        return None
+    keep = np.ones(x.size, bool)
+    for _ in range(2):
+        xk, yk = x[keep], y[keep]
+        if xk.size < ROOM_MIN_CHIPS or float(xk.std()) < ROOM_MIN_SPREAD_W:
+            return None
+        b, a = np.polyfit(xk, yk, 1)
+        res = y - (a + b * x)
+        mad = float(np.median(np.abs(res - np.median(res)))) or 1e-9
+        keep = np.abs(res) <= 3.0 * 1.4826 * mad
+    return float(a)
+
+
 @dataclass
 class Alarm:
     chip: int
@@ -334,8 +393,9 @@ class Predictor:
     """Feeds ``PrecursorFeatures`` from telemetry and raises alarms from a model."""
 
     def __init__(self, n: int, model: LogisticModel = DEFAULT_MODEL, *, ambient_c: float = 35.0,
-                 confirm: int = 2, minute_s: float = 60.0, tau_s: float = THERMAL_TAU_S) -> None:
-        self.feat = PrecursorFeatures(n, ambient_c, tau_s)
+                 confirm: int = 2, minute_s: float = 60.0, tau_s: float = THERMAL_TAU_S,
+                 room_reference: bool = False) -> None:
+        self.feat = PrecursorFeatures(n, ambient_c, tau_s, room_reference=room_reference)
         self.model = model
         self.confirm = confirm
         self.minute_s = minute_s

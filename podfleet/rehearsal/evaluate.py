@@ -31,7 +31,7 @@ import numpy as np
 from podfleet.engine.timeline import Timeline
 from podfleet.fabric.base import FabricEvent
 from podfleet.fabric.sim import FaultRates, SimFabric
-from podfleet.fabric.sim.background import BackgroundParams
+from podfleet.fabric.sim.background import BackgroundParams, ThermalDriftParams
 from podfleet.fabric.sim.faults import PRECURSOR_SHAPES, PrecursorParams
 from podfleet.hardware.catalog import get_topology
 from podfleet.hardware.faults import CHIP_FAULTS, FaultKind
@@ -68,21 +68,24 @@ class SeedRun:
 
 def run_seed(seed: int, *, model: LogisticModel = DEFAULT_MODEL, pods: int = 16, hours: float = 48.0,
              rate_scale: float = 200.0, interval_s: float = 5.0,
-             shapes: tuple[str, ...] = PRECURSOR_SHAPES, background: BackgroundParams | None = None) -> SeedRun:
+             shapes: tuple[str, ...] = PRECURSOR_SHAPES, background: BackgroundParams | None = None,
+             thermal_drift: ThermalDriftParams | None = None, room_reference: bool = False) -> SeedRun:
     """One twin run; ``shapes``: the precursor shapes the twin draws from (fault arrivals
     of a seed are the same whatever the shapes); ``background``: healthy chips' corrected
-    ECC errors (``fabric.sim.background``; None: none)."""
+    ECC errors, ``thermal_drift``: their inlet drift (``fabric.sim.background``; None: none);
+    ``room_reference``: the predictor's thermal features relative to the chips' common shift."""
     topo = get_topology("trn2-ultraserver" if pods == 1 else f"trn2-ultraserver:{pods}")
     tl = Timeline(seed)
     fab = SimFabric(topo, tl, fault_rates=FaultRates().scaled(rate_scale), telemetry_interval_s=interval_s,
-                    auto_repair_s=2 * 3600.0, precursors=PrecursorParams(shapes=shapes), background=background)
+                    auto_repair_s=2 * 3600.0, precursors=PrecursorParams(shapes=shapes), background=background,
+                    thermal_drift=thermal_drift)
     n = fab.n_chips
     rng = np.random.default_rng(seed + 10_000)  # the harness's own draws, not the twin's
     t = fab.telemetry
     t.load[:] = rng.choice(CHURN_LOADS, n)
     t.comm_load[:] = np.where(t.load > 0, 0.2, 0.0)
     t.dirty = True
-    pred = Predictor(n, model)
+    pred = Predictor(n, model, room_reference=room_reference)
     active = np.zeros(n, bool)  # ground truth: a precursor is running on the chip
     shape_of: dict[int, str] = {}
     repaired = np.zeros(n, bool)
@@ -206,6 +209,26 @@ def fit_model(runs: list[SeedRun], *, target_false_alarm: float = 0.02) -> Logis
     zs = [z for rec, z in ok if rec >= best]
     z = (min(zs) + max(zs)) / 2
     return LogisticModel(w, float(1.0 / (1.0 + np.exp(-z))))  # unrounded: past z ~ 14 six digits read 1.0
+
+
+# The fixed-threshold baseline: an alarm when a chip saw corrected ECC errors in 10 of
+# its last 120 minutes, or its thermal resistance is 5% over its own baseline (both
+# features as the predictor computes them; nothing fitted, two confirming minutes).
+BASELINE_ECC_MINUTES = 10 / 120
+BASELINE_RISE = 0.05
+
+
+def baseline_alarms(run: SeedRun) -> list[tuple[int, float, float]]:
+    """The alarms of the fixed-threshold rule (``BASELINE_*``) on ``run``'s features."""
+    x = run.x.astype(np.float64)
+    hit = (x[:, :, FEATURES.index("ecc_minutes120")] >= BASELINE_ECC_MINUTES) | \
+        (x[:, :, FEATURES.index("r_rise")] >= BASELINE_RISE)
+    return replay_alarms(run, LogisticModel(DEFAULT_MODEL.weights, 0.5), hit.astype(np.float64))
+
+
+def score_baseline(runs: list[SeedRun]) -> dict[str, Any]:
+    """``score`` of the fixed-threshold baseline on the same runs."""
+    return score([_with_alarms(r, baseline_alarms(r)) for r in runs])
 
 
 def _with_alarms(run: SeedRun, alarms: list[tuple[int, float, float]]) -> SeedRun:

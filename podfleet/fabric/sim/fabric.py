@@ -34,7 +34,12 @@ from podfleet.fabric.base import (
     WorkerGroupSpec,
 )
 from podfleet.fabric.sim import probes
-from podfleet.fabric.sim.background import Background, BackgroundParams
+from podfleet.fabric.sim.background import (
+    Background,
+    BackgroundParams,
+    ThermalDrift,
+    ThermalDriftParams,
+)
 from podfleet.fabric.sim.board import CHIP_STATES, LINK_STATES, Board
 from podfleet.fabric.sim.congestion import Congestion
 from podfleet.fabric.sim.context import EventBus, SimContext
@@ -70,6 +75,7 @@ class SimFabric:
         progress_every_steps: int = 10,
         firmware_version: str = "2.21.0",
         background: BackgroundParams | None = None,
+        thermal_drift: ThermalDriftParams | None = None,
     ) -> None:
         self.topology = get_topology(topology) if isinstance(topology, str) else topology
         if telemetry_interval_s <= 0:
@@ -99,6 +105,10 @@ class SimFabric:
         # Corrected-ECC errors of healthy chips (field data, ``fabric.sim.background``): off
         # unless asked for (the prediction benchmark's twin carries it).
         self.background = Background(self.n_chips, background, timeline.seed) if background is not None else None
+        # Inlet-air drift of healthy chips (``fabric.sim.background.ThermalDrift``): off unless asked for.
+        self.drift = ThermalDrift(self.n_chips, thermal_drift, timeline.seed) if thermal_drift is not None else None
+        if self.drift is not None:
+            self.telemetry.inlet_offset_c = self.drift.offset
         self.board.on_chip_lost = self.runner.pause_job
         # The hardware errors reported (HardwareErrors), as a Neuron host's error log keeps them.
         self.errors: deque[FabricEvent] = deque(maxlen=4096)
@@ -390,6 +400,9 @@ class SimFabric:
             chips, errors = self.background.counts(dt, self.board.usable_mask())
             if chips.size:
                 t.bump("mem_ecc_corrected", chips, errors)
+        if self.drift is not None:
+            self.drift.step(dt)
+            t.inlet_offset_c = self.drift.offset
         recomputed, changed, critical = t.tick(dt, self.tl.rng)
         self.board.refresh_links(recomputed)
         bus = self.ctx.bus

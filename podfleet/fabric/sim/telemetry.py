@@ -109,6 +109,11 @@ class ChipTelemetry:
         self._any_throttled = False
         # An upper bound of the model temperatures' maximum (``tick``): unknown yet.
         self._temp_bound = math.inf
+        # Inlet drift of healthy chips (``background.ThermalDrift``), or None: added to what the
+        # sensor reads. It moves over hours, the chip's thermal lag is 30 s, so the lagged and
+        # the instant offset differ by millidegrees; throttling acts on the model without it
+        # (a few degrees at most, only on chips near the throttle point).
+        self.inlet_offset_c: np.ndarray | None = None
         self._tss_alpha_max = math.inf
         self._keep = np.ones(n)  # 1 - alpha over chips (``tick``)
         self._derive()
@@ -221,6 +226,8 @@ class ChipTelemetry:
         tc = self._lazy.get("temp")
         if tc is None:
             tc = self._temp_true + self._bank_temp[self._off : self._off + self.n]
+            if self.inlet_offset_c is not None:
+                tc += self.inlet_offset_c
             self._lazy["temp"] = ro(tc)
         return tc
 
