@@ -27,8 +27,6 @@ def two_raylet_plane(two_raylets_shared: SharedTwoRaylets,
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    def uses(it: pytest.Item | None) -> bool:
-        return "two_raylet_plane" in getattr(it, "fixturenames", ())
-
-    if uses(item) and not uses(nextitem):
+    if "two_raylet_plane" in item.fixturenames and (
+            nextitem is None or "two_raylet_plane" not in nextitem.fixturenames):
         SHARED.close()
