@@ -57,8 +57,7 @@ def _process_security_state() -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
-    """Run the tests that connect this process to an external Ray cluster first (the two
-    files that share one two-raylet cluster, one after the other), and give
+    """Run the tests that connect this process to an external Ray cluster first, and give
     every test its xdist group (``make test PYTEST_ARGS="-n 2 --dist loadgroup"``).
 
     Groups: one per test file (its module fixtures, a Ray cluster or a served plane, are
@@ -73,13 +72,10 @@ def pytest_collection_modifyitems(items: list) -> None:
     on its own; this one keeps both in one pytest process. docs/ray.md (troubleshooting)
     tells operators the same about one ``podfleet up``.
     """
-    # test_ray_rank_move.py next: the two share one two-raylet cluster (tests/fabric/ray/clusters.py),
-    # started once and stopped after the last of them.
-    lead = ("tests/fabric/ray/test_ray_recovery.py", "tests/fabric/ray/test_ray_rank_move.py")
-    first = [it for prefix in lead for it in items if it.nodeid.startswith(prefix)]
+    first = [it for it in items if it.nodeid.startswith("tests/fabric/ray/test_ray_recovery.py")]
     if first:
-        chosen = set(map(id, first))
-        items[:] = first + [it for it in items if id(it) not in chosen]
+        rest = [it for it in items if it not in first]
+        items[:] = first + rest
     for it in items:
         ray = it.nodeid.startswith("tests/fabric/ray/") or it.get_closest_marker("ray") is not None
         it.add_marker(pytest.mark.xdist_group("ray" if ray else it.nodeid.split("::", 1)[0]))

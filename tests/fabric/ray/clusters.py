@@ -1,8 +1,6 @@
 """A Ray head (2 CPUs) and a second raylet (1 CPU) on this machine, and a control plane
 built on it through compose, shared by the Ray tests that need two nodes
-(test_ray_recovery.py, test_ray_rank_move.py): started once for both (``SHARED``), which
-tests/conftest.py runs one after the other, and stopped after the last test that uses it
-(tests/fabric/ray/conftest.py). Each test makes and deletes clusters of its own names on it.
+(test_ray_recovery.py, test_ray_rank_move.py).
 
 Token authentication is off for this private, loopback-only cluster: the test process
 imported Ray (and read its auth mode) at collection, before any fixture could give it a
@@ -11,8 +9,8 @@ token (docs/ray.md has the token set-up)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,29 +47,3 @@ def built_on(ray_cluster: dict[str, Any]) -> Iterator[Any]:
         yield built
     finally:
         built.plane.stop()
-
-
-class SharedTwoRaylets:
-    """The two-raylet cluster and the plane built on it, started on first use and kept
-    until ``close()``: a later use after a close starts them again."""
-
-    def __init__(self) -> None:
-        self._stack: ExitStack | None = None
-        self._value: tuple[dict[str, Any], Any] | None = None
-
-    def get(self, tmp: Callable[[], Path]) -> tuple[dict[str, Any], Any]:
-        """``(ray_cluster, built)``; ``tmp()`` gives the logs' directory when it starts."""
-        if self._value is None:
-            with ExitStack() as stack:
-                cluster = stack.enter_context(two_raylets(tmp()))
-                built = stack.enter_context(built_on(cluster))
-                self._stack, self._value = stack.pop_all(), (cluster, built)
-        return self._value
-
-    def close(self) -> None:
-        stack, self._stack, self._value = self._stack, None, None
-        if stack is not None:
-            stack.close()
-
-
-SHARED = SharedTwoRaylets()

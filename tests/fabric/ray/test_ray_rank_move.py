@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
 
+from tests.fabric.ray.clusters import built_on, two_raylets  # noqa: E402
 
 JOB = {"model": "debug", "chips": 2, "steps": 100_000, "checkpoint_interval": 0,
        "options": {"seed": 5, "global_batch": 4, "seq_len": 32, "step_delay_s": 0.1}}
@@ -40,14 +41,16 @@ def _until(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
     return got
 
 
-@pytest.fixture
-def ray_cluster(two_raylet_plane: tuple[dict[str, Any], Any]) -> dict[str, Any]:
-    return two_raylet_plane[0]
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with two_raylets(tmp_path_factory.mktemp("raymove")) as cluster:
+        yield cluster
 
 
-@pytest.fixture
-def plane(two_raylet_plane: tuple[dict[str, Any], Any]) -> Any:
-    return two_raylet_plane[1].plane
+@pytest.fixture(scope="module")
+def plane(ray_cluster: dict[str, Any]) -> Iterator[Any]:
+    with built_on(ray_cluster) as built:
+        yield built.plane
 
 
 def _kill_and_move(plane: Any, cluster: str, rank: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ import pytest
 pytestmark = [pytest.mark.ray, pytest.mark.realproc]
 pytest.importorskip("ray")
 
+from tests.fabric.ray.clusters import built_on, two_raylets  # noqa: E402
 
 
 def _until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -35,14 +36,16 @@ def _until(cond: Callable[[], object], timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture
-def ray_cluster(two_raylet_plane: tuple[dict[str, Any], Any]) -> dict[str, Any]:
-    return two_raylet_plane[0]
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with two_raylets(tmp_path_factory.mktemp("raycluster")) as cluster:
+        yield cluster
 
 
-@pytest.fixture
-def parts(two_raylet_plane: tuple[dict[str, Any], Any]) -> Any:
-    return two_raylet_plane[1]
+@pytest.fixture(scope="module")
+def parts(ray_cluster: dict[str, Any]) -> Iterator[Any]:
+    with built_on(ray_cluster) as built:
+        yield built
 
 
 JOB = {"model": "debug", "chips": 2, "checkpoint_interval": 4,
