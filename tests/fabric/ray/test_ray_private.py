@@ -8,6 +8,12 @@ outlive a kill -9 of ``podfleet up`` as on an addressed cluster (real server, Ra
   process of it (GCS, raylet, the ranks' actors) is left, and the record is gone.
 * A head that died while the server was down is replaced at the restart, and the job
   resumes from its checkpoint with the reason on the job.
+* A head that dies while the server serves is started again on the same port, and the
+  job, RECOVERING meanwhile, resumes from its checkpoint.
+
+The three are one job's life on one server's data directory, in one test: each replayed
+the same server start, head start and job start (about 20 s on CI's two cores) as a test
+of its own.
 """
 
 from __future__ import annotations
@@ -98,8 +104,19 @@ def _kill9(p: subprocess.Popen[bytes]) -> None:
     p.wait(30)
 
 
-def test_the_private_head_outlives_a_kill_9_and_goes_with_its_cluster(server: Server) -> None:
+def _restored(c: PodfleetClient, jid: str) -> int:
+    """How many lines of the job's log say a rank was restored from a checkpoint."""
+    return sum("restored step" in ln for ln in _log(c, jid))
+
+
+def test_the_private_head_outlives_a_kill_9_is_replaced_or_restarted_and_goes_with_its_cluster(
+        server: Server) -> None:
+    """One job's life on one data directory, through the three things that happen to a
+    private head (each replayed the same server start, head start and job start when they
+    were tests of their own): a kill -9 of the server, the head dying while the server is
+    down, the head dying while the server serves; then the cluster's deletion."""
     start, c, record = server
+    # 1. The head outlives a kill -9 of the server; the restarted server finds it by its record.
     first, cid, jid = _training(start, c)
     _until(lambda: _step(c, jid) >= 5 and len(_pids(c, cid)) == 2, "the job training")
     rec = json.loads(record.read_text())
@@ -111,7 +128,7 @@ def test_the_private_head_outlives_a_kill_9_and_goes_with_its_cluster(server: Se
     _kill9(first)
     time.sleep(2.0)  # the ranks train on with no server: their actors journal the reports
     assert _alive(int(rec["pid"])) and all(_alive(p) for p in before.values())
-    start()
+    second = start()
     # RUNNING (a periodic checkpoint's CHECKPOINTING can be caught on a loaded machine).
     _until(lambda: _step(c, jid) > at_kill + 5 and c.describe_training_job(jid)["state"] == "RUNNING",
            "the job stepping on, RUNNING, after the restart")
@@ -119,49 +136,45 @@ def test_the_private_head_outlives_a_kill_9_and_goes_with_its_cluster(server: Se
     assert json.loads(record.read_text())["pid"] == rec["pid"]  # the same head, found by its record
     ray_procs = _head_processes(rec)
     assert int(rec["pid"]) in ray_procs and len(ray_procs) >= 3, ray_procs  # ray start, GCS, raylet, ...
-    # Deleting the cluster stops its head with its process group: nothing of Ray is left.
-    c.delete_cluster(cid)
-    _until(lambda: not record.exists(), "the head's record removed", 60)
-    _until(lambda: not _head_processes(rec) and not any(_alive(p) for p in [*ray_procs, *before.values()]),
-           f"no Ray process left (still {_head_processes(rec)})", 60)
-    assert not Path(rec["temp_dir"]).exists()
 
-
-def test_a_head_that_died_with_the_server_down_is_replaced_and_the_job_resumes(server: Server) -> None:
-    start, c, record = server
-    first, cid, jid = _training(start, c)
+    # 2. A head that died while the server was down is replaced at the restart, and the job
+    # resumes from its checkpoint with the reason on the job.
     _until(lambda: int(c.describe_training_job(jid).get("checkpoint_step") or 0) >= 10, "a checkpoint")
-    rec = json.loads(record.read_text())
-    _kill9(first)
+    _kill9(second)
     os.killpg(int(rec["pid"]), signal.SIGKILL)  # the head too, while no server watches it
-    _until(lambda: not _head_processes(rec), "the old head gone", 30)
+    _until(lambda: not _head_processes(rec) and not any(_alive(p) for p in before.values()),
+           "the old head gone, its ranks with it", 30)
     start()
     # The reloaded job reads RUNNING at its old step until the cluster has connected: wait
     # for the reason, then for the gang restored from the checkpoint.
     _until(lambda: any("private Ray head" in ln and "had died while the server was down" in ln
                        for ln in _log(c, jid)), "the reason on the job")
-    _until(lambda: c.describe_training_job(jid)["state"] == "RUNNING"
-           and any("restored step" in ln for ln in _log(c, jid)), "the job resumed on the new head")
-    new = json.loads(record.read_text())
-    assert new["pid"] != rec["pid"] and _alive(int(new["pid"]))
+    _until(lambda: c.describe_training_job(jid)["state"] == "RUNNING" and _restored(c, jid) > 0,
+           "the job resumed on the new head")
+    replaced = json.loads(record.read_text())
+    assert replaced["pid"] != rec["pid"] and _alive(int(replaced["pid"]))
     assert not Path(rec["temp_dir"]).exists()  # the dead head's directory went with it
-    c.delete_cluster(cid)
-    _until(lambda: not _head_processes(new), "no Ray process left", 60)
 
-
-def test_a_head_that_dies_while_serving_is_started_again_and_the_job_recovers(server: Server) -> None:
-    start, c, record = server
-    _first, cid, jid = _training(start, c)
-    _until(lambda: int(c.describe_training_job(jid).get("checkpoint_step") or 0) >= 10, "a checkpoint")
-    rec = json.loads(record.read_text())
-    os.killpg(int(rec["pid"]), signal.SIGKILL)  # the head crashes under the running job
-    # The cluster degrades (the server serves on), the job waits RECOVERING ...
+    # 3. A head that dies while the server serves is started again on the same port: the
+    # cluster degrades (the server serves on), the job waits RECOVERING and recovers.
+    resumed_at = int(c.describe_training_job(jid).get("checkpoint_step") or 0)
+    _until(lambda: int(c.describe_training_job(jid).get("checkpoint_step") or 0) > resumed_at,
+           "a checkpoint on the new head")
+    restores = _restored(c, jid)
+    os.killpg(int(replaced["pid"]), signal.SIGKILL)  # the head crashes under the running job
     _until(lambda: c.describe_training_job(jid)["state"] == "RECOVERING", "the job RECOVERING", 60)
     assert c.healthz()
-    # ... until the fabric has started a new head on the same port and reconnected to it.
-    _until(lambda: c.describe_training_job(jid)["state"] == "RUNNING"
-           and any("restored step" in ln for ln in _log(c, jid)), "the job resumed on the new head", 240)
+    _until(lambda: c.describe_training_job(jid)["state"] == "RUNNING" and _restored(c, jid) > restores,
+           "the job resumed on the restarted head", 240)
     new = json.loads(record.read_text())
-    assert new["pid"] != rec["pid"] and new["port"] == rec["port"] and _alive(int(new["pid"]))
+    assert new["pid"] != replaced["pid"] and new["port"] == replaced["port"] and _alive(int(new["pid"]))
+
+    # Deleting the cluster stops its head with its process group: nothing of Ray is left.
+    ranks, new_procs = _pids(c, cid), _head_processes(new)
+    assert int(new["pid"]) in new_procs and len(new_procs) >= 3, new_procs
     c.delete_cluster(cid)
-    _until(lambda: not _head_processes(new) and not _head_processes(rec), "no Ray process left", 60)
+    _until(lambda: not record.exists(), "the head's record removed", 60)
+    _until(lambda: not _head_processes(new) and not _head_processes(replaced)
+           and not any(_alive(p) for p in [*new_procs, *ranks.values()]),
+           f"no Ray process left (still {_head_processes(new)})", 60)
+    assert not Path(new["temp_dir"]).exists()
