@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from podfleet.fabric.base import Fabric, WorkerPlacement
+from podfleet.fabric.base import ChipState, Fabric, LinkState, WorkerPlacement
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,9 +23,9 @@ class FabricReadout:
     """One cluster's fabric as of timeline time ``at`` (engine thread); read-only afterwards."""
 
     at: float
-    chip_states: Sequence[object]  # as the fabric gave them (a ChipState or its name)
+    chip_states: Sequence[ChipState]  # as the fabric gave them (some give a state's name: read with ChipState(s))
     chip_metrics: Mapping[str, np.ndarray]  # metric -> value per chip (or per chip and core), exact
-    link_states: Sequence[object]
+    link_states: Sequence[LinkState]
     link_metrics: Mapping[str, np.ndarray]
     hosts: Sequence[str] = field(default=())  # where each chip's worker lives (fabrics that say)
 
