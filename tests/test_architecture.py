@@ -506,8 +506,12 @@ def test_the_surface_read_finder_finds_reads() -> None:
 # (tokens, users, reports, the audit routes' port, the leadership lease): wiring, not a read.
 SURFACE_WIRING = {"api/main.py", "api/server.py"}
 # The routes that read the store get it as a narrow port from that wiring (``deps.Audit``,
-# ``deps.StorePing``); the Prometheus collectors read the fabric readouts the engine
-# publishes for a scrape (``control.readout``). No surface reads past the read models.
+# ``deps.StorePing``, ``deps.Users`` for ListUsers/DescribeUser, handed to
+# ``control.users.listing``/``describe`` in place of the plane); the Prometheus collectors
+# read the fabric readouts the engine publishes for a scrape (``control.readout``). The
+# check is textual, over the surface modules' own code: a control function a route hands
+# the whole plane to could still read ``plane.store`` on the API thread, which is why the
+# user reads take the ``UserReader`` port rather than the plane. No surface reads remain.
 
 
 def test_surfaces_read_no_fabric_and_no_store() -> None:
