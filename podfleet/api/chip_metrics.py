@@ -24,15 +24,17 @@ it false) a series' own ``job`` would replace the scrape job's, so ``{job="podfl
     podfleet_link_transmit_bytes_total / _errors_total
     podfleet_job_step / _tokens_per_second / _recovering / _recoveries_total{cluster,cluster_id,job_id}
 
-Read at scrape time; only live clusters and live jobs are exported, so the series of a
-deleted cluster or an ended job disappear at the next scrape.
+Read at scrape time from the fabric readouts the engine publishes for the scrape
+(``control.readout``: the fabric's values, unrounded; a scrape never calls a fabric); only
+live clusters and live jobs are exported, so the series of a deleted cluster or an ended
+job disappear at the next scrape.
 """
 
 from __future__ import annotations
 
 import platform
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,14 +44,17 @@ from prometheus_client.registry import Collector
 import podfleet
 from podfleet.control.hardwareviews import pod_shape
 from podfleet.control.lifecycle import TERMINAL, JobState
+from podfleet.control.readout import EMPTY_READOUT, FabricReadout
 from podfleet.errors import UnknownNameError
-from podfleet.fabric.base import ChipState, LinkState, WorkerPlacement
+from podfleet.fabric.base import ChipState, LinkState
 from podfleet.hardware.specs import get_chip
 from podfleet.hardware.topology import FleetTopology, GridTopology, Topology
 
 if TYPE_CHECKING:
     from podfleet.control.plane import ControlPlane
     from podfleet.control.runtime import ClusterRuntime
+
+Readouts = list[tuple["ClusterRuntime", FabricReadout]]  # ControlPlane.metrics_readouts
 
 CHIP_LABELS = ["cluster", "cluster_id", "chip", "chip_type", "host", "job_id"]
 LINK_LABELS = ["cluster", "cluster_id", "link"]
@@ -168,47 +173,38 @@ class FabricCollector(Collector):
     def __init__(self, plane: ControlPlane, *, per_chip: bool = False) -> None:
         self.plane = plane
         self.per_chip = per_chip
-        self._placement: dict[str, tuple[object, bool]] = {}  # cluster -> (fabric, declares WorkerPlacement)
         self._coords: dict[str, list[tuple[str, str, str]]] = {}  # cluster -> chip coordinate labels
 
-    def _hosts(self, rt: ClusterRuntime) -> Sequence[str]:
-        fab = rt.fabric
-        hit = self._placement.get(rt.id)
-        if hit is None or hit[0] is not fab:
-            hit = self._placement[rt.id] = (fab, isinstance(fab, WorkerPlacement))
-        if hit[1] and isinstance(fab, WorkerPlacement):
-            return fab.chip_hosts()
-        return ()
-
     def collect(self) -> Iterator[Metric]:
+        return self.collect_from(self.plane.metrics_readouts())
+
+    def collect_from(self, readouts: Readouts) -> Iterator[Metric]:
+        """The series of ``readouts`` (one engine read, shared with ``PlaneCollector``)."""
         info = GaugeMetricFamily("podfleet_build_info", "podfleet build: version and Python",
                                  labels=["version", "python"])
         info.add_metric([podfleet.__version__, platform.python_version()], 1.0)
         yield info
-        rts = list(self.plane.clusters.values())
-        for gone in set(self._placement) - {rt.id for rt in rts}:
-            del self._placement[gone]
+        rts = [rt for rt, _ in readouts]
         for gone in set(self._coords) - {rt.id for rt in rts}:
             del self._coords[gone]
         ids = rolled_up_ids(rts, self.per_chip)
-        big = [rt for rt in rts if rt.id in ids]
-        small = [rt for rt in rts if rt not in big]
-        yield from self._chips(small)
-        yield from self._links(small)
-        yield from self._pods(big)
+        read = [(rt, r) for rt, r in readouts if r is not EMPTY_READOUT]  # never read (engine stopped): left out
+        yield from self._chips([(rt, r) for rt, r in read if rt.id not in ids])
+        yield from self._links([(rt, r) for rt, r in read if rt.id not in ids])
+        yield from self._pods([(rt, r) for rt, r in read if rt.id in ids])
         yield from self._jobs()
 
-    def _pods(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
+    def _pods(self, readouts: Readouts) -> Iterator[Metric]:
         fams = {name: GaugeMetricFamily(name, doc, labels=POD_LABELS) for name, doc in POD_SERIES}
-        for rt in rts:
+        for rt, r in readouts:
             topo = rt.topology
             pods, per, _k = pod_shape(topo)  # a torus: one pod of all its chips, in block 0
-            states = rt.fabric.chip_states()[:topo.n_chips]
+            states = r.chip_states[:topo.n_chips]
             up = np.fromiter((ChipState(s) in _UP for s in states), dtype=bool, count=len(states))
             busy = np.zeros(topo.n_chips, dtype=bool)
             held = [c for c in rt.owners if c < topo.n_chips]
             busy[held] = True
-            m = rt.fabric.chip_metrics()
+            m = r.chip_metrics
             u = utilization(m)
             temp = np.asarray(m["temperature_c"], np.float64) if "temperature_c" in m else None
             power = np.asarray(m["power_w"], np.float64) if "power_w" in m else None
@@ -226,7 +222,7 @@ class FabricCollector(Collector):
                 _add(fams[name], labels, values)
         yield from fams.values()
 
-    def _chips(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
+    def _chips(self, readouts: Readouts) -> Iterator[Metric]:
         info = GaugeMetricFamily("podfleet_chip_info", "Where the chip sits: torus coordinates",
                                  labels=[*CHIP_LABELS, "coords", "x", "y", "z"])
         up = GaugeMetricFamily("podfleet_chip_up", "1 unless the chip failed or is isolated", labels=CHIP_LABELS)
@@ -234,9 +230,9 @@ class FabricCollector(Collector):
                                  "Chip utilization (0-1): NeuronCores, GPU, or the worker's CPU", labels=CHIP_LABELS)
         gauges = {name: GaugeMetricFamily(name, doc, labels=CHIP_LABELS) for name, doc, _ in CHIP_GAUGES}
         counters = {name: CounterMetricFamily(name, doc, labels=CHIP_LABELS) for name, doc, _ in CHIP_COUNTERS}
-        for rt in rts:
+        for rt, r in readouts:
             n = rt.topology.n_chips
-            hosts = self._hosts(rt)
+            hosts = r.hosts
             owners = rt.owners
             labels = [[rt.rec.name, rt.id, str(c), rt.topology.chip_type, hosts[c] if c < len(hosts) else _HOST,
                        owners.get(c, "")] for c in range(n)]
@@ -245,9 +241,9 @@ class FabricCollector(Collector):
                 coords = self._coords[rt.id] = coordinates(rt.topology)
             for c, xyz in enumerate(coords):
                 info.add_metric([*labels[c], ",".join(xyz), *xyz], 1.0)
-            for c, s in enumerate(rt.fabric.chip_states()[:n]):
+            for c, s in enumerate(r.chip_states[:n]):
                 up.add_metric(labels[c], 1.0 if ChipState(s) in _UP else 0.0)
-            m = rt.fabric.chip_metrics()
+            m = r.chip_metrics
             _add(util, labels, utilization(m))
             for name, _doc, keys in CHIP_GAUGES:
                 key = next((k for k, _ in keys if k in m), None)
@@ -263,15 +259,15 @@ class FabricCollector(Collector):
         yield from gauges.values()
         yield from counters.values()
 
-    def _links(self, rts: list[ClusterRuntime]) -> Iterator[Metric]:
+    def _links(self, readouts: Readouts) -> Iterator[Metric]:
         up = GaugeMetricFamily("podfleet_link_up", "1 unless the link is down", labels=LINK_LABELS)
         fams = {name: kind(name, doc, labels=LINK_LABELS) for name, doc, _, kind in LINK_SERIES}
-        for rt in rts:
-            states = rt.fabric.link_states()
+        for rt, r in readouts:
+            states = r.link_states
             labels = [[rt.rec.name, rt.id, str(j)] for j in range(len(states))]
             for j, s in enumerate(states):
                 up.add_metric(labels[j], 0.0 if LinkState(s) is LinkState.DOWN else 1.0)
-            lm = rt.fabric.link_metrics()
+            lm = r.link_metrics
             for name, _doc, key, _kind in LINK_SERIES:
                 if key in lm:
                     _add(fams[name], labels, np.asarray(lm[key], np.float64))

@@ -9,6 +9,7 @@ from fastapi import Depends, Path, Query, Request
 
 from podfleet.api.schemas import MAX_CHIP_INDEX
 from podfleet.control.plane import ControlPlane
+from podfleet.control.users import UserReader
 from podfleet.errors import ConflictError
 from podfleet.health.service import HealthService
 from podfleet.recovery.maintenanceservice import MaintenanceService
@@ -46,6 +47,10 @@ async def get_store_ping(request: Request) -> Callable[[], bool]:
     return request.app.state.store_ping
 
 
+async def get_user_reader(request: Request) -> UserReader:
+    return request.app.state.user_reader
+
+
 def _running(svc: S | None, missing: str) -> S:
     """The optional service ``create_app`` was handed, or a 409 saying it is not there
     (a plane started without health monitoring, recovery or rollouts)."""
@@ -73,6 +78,7 @@ async def get_maintenance(request: Request) -> MaintenanceService:
 Plane = Annotated[ControlPlane, Depends(get_plane)]
 Audit = Annotated[AuditLog, Depends(get_audit_log)]
 StorePing = Annotated[Callable[[], bool], Depends(get_store_ping)]  # the database answers now
+Users = Annotated[UserReader, Depends(get_user_reader)]  # ListUsers, DescribeUser
 Health = Annotated[HealthService, Depends(get_health)]
 Recovery = Annotated[RecoveryService, Depends(get_recovery)]
 Firmware = Annotated[FirmwareService, Depends(get_firmware)]

@@ -61,6 +61,7 @@ def create_app(plane: ControlPlane, health_service: HealthService | None = None,
     # The routes reach the store only through these ports (deps.Audit, deps.StorePing).
     app.state.audit_log = plane.store
     app.state.store_ping = plane.store.ping
+    app.state.user_reader = plane.store  # deps.Users
     guard = guard or GuardConfig()
     app.state.denials = DenialLog(guard.denial_window_s)
     # Failed authentications per client address: the guard's and the console sign-in's.

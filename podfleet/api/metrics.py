@@ -12,7 +12,10 @@
     podfleet_queue_wait_seconds{cluster}             (histogram) total time each job spent queued
 
 The scheduler figures are the ones DescribeCluster shows (``ClusterRuntime.sched_metrics``,
-re-computed on the engine thread): a scrape never touches the scheduler itself.
+re-computed on the engine thread): a scrape never touches the scheduler itself. Chip
+states and every per-chip series come from the fabric readouts the engine reads for the
+scrape (``ControlPlane.metrics_readouts``, once per scrape for both collectors): a scrape
+never calls a fabric either.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from podfleet.api.chip_metrics import FabricCollector
+from podfleet.api.chip_metrics import FabricCollector, Readouts
 from podfleet.control.plane import ControlPlane
 
 BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -40,6 +43,9 @@ class PlaneCollector(Collector):
         self.plane = plane
 
     def collect(self) -> Iterator[Metric]:
+        return self.collect_from(self.plane.metrics_readouts())
+
+    def collect_from(self, readouts: Readouts) -> Iterator[Metric]:
         clusters = GaugeMetricFamily("podfleet_clusters", "Live clusters by state", labels=["state"])
         for state, n in sorted(Tally(rt.rec.state for rt in list(self.plane.clusters.values())).items()):
             clusters.add_metric([state], n)
@@ -50,8 +56,8 @@ class PlaneCollector(Collector):
         yield jobs
         chips = GaugeMetricFamily("podfleet_chips", "Chips of live clusters by state", labels=["state"])
         tally: Tally[str] = Tally()
-        for rt in list(self.plane.clusters.values()):
-            tally.update(str(s) for s in rt.fabric.chip_states())
+        for _rt, r in readouts:
+            tally.update(str(s) for s in r.chip_states)
         for state, n in sorted(tally.items()):
             chips.add_metric([state], n)
         yield chips
@@ -113,8 +119,22 @@ class ApiMetrics:
                                 registry=self.registry)
         self.latency = Histogram("podfleet_api_request_duration_seconds", "API request latency",
                                  ["operation"], buckets=BUCKETS_S, registry=self.registry)
-        self.registry.register(PlaneCollector(plane))
-        self.registry.register(FabricCollector(plane, per_chip=per_chip))  # chips, links, jobs of every fabric; build info
+        self.registry.register(ScrapeCollector(plane, per_chip=per_chip))
+
+
+class ScrapeCollector(Collector):
+    """The plane's series, then every fabric's (chips, links, jobs; build info), from one
+    engine read of the fabrics per scrape."""
+
+    def __init__(self, plane: ControlPlane, *, per_chip: bool = False) -> None:
+        self.plane = plane
+        self.planes = PlaneCollector(plane)
+        self.fabrics = FabricCollector(plane, per_chip=per_chip)
+
+    def collect(self) -> Iterator[Metric]:
+        readouts = self.plane.metrics_readouts()
+        yield from self.planes.collect_from(readouts)
+        yield from self.fabrics.collect_from(readouts)
 
 
 class MetricsMiddleware:

@@ -6,6 +6,7 @@ See ``podfleet.control`` for the public API.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import threading
@@ -34,6 +35,7 @@ from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer
 from podfleet.control.priorities import PriorityClasses
 from podfleet.control.queues import QueueCommands
+from podfleet.control.readout import FabricReadout
 from podfleet.control.reservations import ReservationCommands
 from podfleet.control.runtime import ClusterRuntime, HealthSource
 from podfleet.control.scheduling import cluster_spares
@@ -383,6 +385,28 @@ class ControlPlane:
 
     def refresh_hardware(self, ref: str) -> None:
         self.render(self.resolve(ref))
+
+    # How long a scrape waits for the engine to read the fabrics before it exports the
+    # readouts last published (a busy or stopped engine must not hang a scrape).
+    READOUT_WAIT_S = 5.0
+
+    def metrics_readouts(self) -> list[tuple[ClusterRuntime, FabricReadout]]:
+        """Every live cluster with its fabric readout as of now (``control.readout``), for the
+        Prometheus collectors. From an API thread the engine reads the fabrics (one command
+        for all clusters); if it does not answer within ``READOUT_WAIT_S`` the readouts last
+        published are returned. A scrape is the only reader: no tick reads a fabric for it."""
+        if self._on_engine():
+            return self._publish_readouts()
+        if self.engine_running:
+            try:
+                return self.tl.submit(self._publish_readouts).result(timeout=self.READOUT_WAIT_S)
+            except concurrent.futures.TimeoutError:
+                pass
+        return [(rt, rt.readout) for rt in list(self.clusters.values())]
+
+    def _publish_readouts(self) -> list[tuple[ClusterRuntime, FabricReadout]]:
+        t = self.tl.now
+        return [(rt, rt.publish_readout(t)) for rt in list(self.clusters.values())]
 
     def set_cluster_state(self, rt: ClusterRuntime | ConnectingCluster, dst: ClusterState, reason: str = "") -> None:
         rt.transition(dst, reason, self.now(), deployment=rt.deployment)

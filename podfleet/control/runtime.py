@@ -19,6 +19,7 @@ from podfleet.control.clusterrecord import ClusterRecordOwner
 from podfleet.control.lifecycle import ClusterState
 from podfleet.control.logbuf import LogBuffer, rfc3339
 from podfleet.control.owners import ChipOwners
+from podfleet.control.readout import EMPTY_READOUT, FabricReadout, read_fabric
 from podfleet.control.scheduling import (
     chip_utilization,
     new_scheduler,
@@ -137,6 +138,9 @@ class ClusterRuntime(ClusterRecordOwner):
         # so a simulated day without readers costs no JSON.
         self.wanted = False
         self._placement: tuple[WorkerPlacement, ...] | None = None  # the fabric, if it says where workers are
+        # What the Prometheus collectors export (``control.readout``), read on the engine
+        # thread when a scrape asks (``ControlPlane.metrics_readouts``).
+        self.readout: FabricReadout = EMPTY_READOUT
 
     @property
     def id(self) -> str:
@@ -280,12 +284,11 @@ class ClusterRuntime(ClusterRecordOwner):
         if t is not None:
             self.rendered_at = t
         fab = self.fabric
-        if self._placement is None:  # asked once: a runtime protocol's isinstance is not free
-            self._placement = (fab,) if isinstance(fab, WorkerPlacement) else ()
+        placement = self._placed()
         hosts: Sequence[str] = ()
         workers: Mapping[int, Mapping[str, Any]] = {}
-        if self._placement:
-            hosts, workers = self._placement[0].chip_hosts(), self._placement[0].chip_workers()
+        if placement is not None:
+            hosts, workers = placement.chip_hosts(), placement.chip_workers()
         # Columns as of now; chip and link objects are built from them when read
         # (``control.snapshot``): a fleet is read a page or a summary at a time.
         self.snapshot = HardwareSnapshot(
@@ -302,8 +305,21 @@ class ClusterRuntime(ClusterRecordOwner):
             link_states=list(fab.link_states()),
             link_metrics={k: metric_column(v) for k, v in fab.link_metrics().items() if k not in _LINK_SKIP},
             link_health=health.link_health() if health is not None else None,
-            hosts=hosts, workers=workers, placed=bool(self._placement),
+            hosts=hosts, workers=workers, placed=placement is not None,
         )
+
+    def _placed(self) -> WorkerPlacement | None:
+        """The fabric, if it says where workers are (asked once: a runtime protocol's
+        isinstance is not free)."""
+        if self._placement is None:
+            fab = self.fabric
+            self._placement = (fab,) if isinstance(fab, WorkerPlacement) else ()
+        return self._placement[0] if self._placement else None
+
+    def publish_readout(self, t: float) -> FabricReadout:
+        """Read the fabric for the Prometheus collectors (engine thread); ``t``: timeline time."""
+        self.readout = read_fabric(self.fabric, t, self._placed())
+        return self.readout
 
     def _owners_copy(self) -> Mapping[int, str]:
         # Kept while nobody's chips changed: the last snapshot's copy is still right.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import time
+from typing import Protocol
 
 from podfleet.control.logbuf import rfc3339
 from podfleet.control.ports import PlaneCore
@@ -37,8 +38,21 @@ def policies_of(u: UserRecord) -> list[Policy]:
     return [*out, BUILTIN["MFARequired"]]
 
 
+class UserReader(Protocol):
+    """What ListUsers and DescribeUser read of the store (the API's wiring hands the
+    plane's store in as this port; they read no plane)."""
+
+    def get_user(self, name: str) -> UserRecord | None: ...
+
+    def list_users(self) -> list[UserRecord]: ...
+
+
 def _get(plane: PlaneCore, name: str) -> UserRecord:
-    u = plane.store.get_user(name)
+    return _found(plane.store, name)
+
+
+def _found(store: UserReader, name: str) -> UserRecord:
+    u = store.get_user(name)
     if u is None:
         raise NotFoundError(f"user {name!r} does not exist", field="user")
     return u
@@ -174,9 +188,9 @@ def unlock(plane: PlaneCore, name: str, *, actor: str) -> JsonObject:
     return plane.mutation("UnlockUser", actor, name, do, body={"user": name})
 
 
-def listing(plane: PlaneCore) -> list[JsonObject]:
-    return [view(u) for u in plane.store.list_users()]
+def listing(store: UserReader) -> list[JsonObject]:
+    return [view(u) for u in store.list_users()]
 
 
-def describe(plane: PlaneCore, name: str) -> JsonObject:
-    return view(_get(plane, name))
+def describe(store: UserReader, name: str) -> JsonObject:
+    return view(_found(store, name))

@@ -16,7 +16,7 @@ from pydantic import (
 )
 
 from podfleet.api.auth import CurrentPrincipal
-from podfleet.api.deps import Plane
+from podfleet.api.deps import Plane, Users
 from podfleet.api.schemas import MfaEnrolment, Printable, UnlockedUser, User, UserList, keyed_schema
 from podfleet.control import users
 from podfleet.errors import ConflictError
@@ -75,26 +75,26 @@ async def create_user(body: CreateUserRequest, request: Request, plane: Plane, w
 
 
 @router.get("", operation_id="ListUsers", response_model=UserList)
-def list_users(plane: Plane) -> dict[str, Any]:
-    return {"users": users.listing(plane)}
+def list_users(directory: Users) -> dict[str, Any]:
+    return {"users": users.listing(directory)}
 
 
 @router.get("/{user}", operation_id="DescribeUser", response_model=User,
              response_model_exclude_unset=True)
-def describe_user(user: UserName, plane: Plane) -> dict[str, Any]:
-    return users.describe(plane, user)
+def describe_user(user: UserName, directory: Users) -> dict[str, Any]:
+    return users.describe(directory, user)
 
 
 @router.put("/{user}/policies/{policy}", operation_id="PutUserPolicy", response_model=User,
              response_model_exclude_unset=True)
 async def put_user_policy(user: UserName, policy: PolicyRef, request: Request, plane: Plane, who: CurrentPrincipal,
-                          body: Annotated[PolicyDocument | None, Body()] = None) -> dict[str, Any]:
+                          directory: Users, body: Annotated[PolicyDocument | None, Body()] = None) -> dict[str, Any]:
     """Attach the built-in ``policy`` (no body), or set an inline one (the body: a policy
     document of Statements)."""
     # The schema states the document's shape; the engine still parses its meaning.
     document = body.model_dump(exclude_unset=True) if body is not None else None
     if document:
-        users.describe(plane, user)  # an unknown user is a 404 before the document is read, as on the engine
+        users.describe(directory, user)  # an unknown user is a 404 before the document is read, as on the engine
     out = await plane.call(users.put_policy, plane, user, policy, document or None, actor=who.actor)
     request.app.state.users.forget(user)
     return out
