@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
 
+from podfleet.control.chipmap import ChipMap
 from podfleet.fabric.base import ChipState
 from podfleet.states import any_to_any, check_transition
 
@@ -20,25 +21,18 @@ class ChipMode(StrEnum):
 
 MODE_TRANSITIONS: dict[ChipMode, frozenset[ChipMode]] = any_to_any(ChipMode)
 
-class ChipModes(Mapping[int, ChipMode]):
+class ChipModes(ChipMap[ChipMode]):
     """One cluster's chips that are not schedulable (the one writer of modes)."""
 
     def __init__(self, stored: Mapping[str, str] | None = None) -> None:
-        self._modes: dict[int, ChipMode] = {int(c): ChipMode(m) for c, m in (stored or {}).items()
-                                            if ChipMode(m) is not ChipMode.SCHEDULABLE}
-        self.version = 0
-
-    def __getitem__(self, chip: int) -> ChipMode:
-        return self._modes[chip]
+        super().__init__({int(c): ChipMode(m) for c, m in (stored or {}).items()
+                          if ChipMode(m) is not ChipMode.SCHEDULABLE})
 
     def __iter__(self) -> Iterator[int]:
-        return iter(sorted(self._modes))
-
-    def __len__(self) -> int:
-        return len(self._modes)
+        return iter(sorted(self._by_chip))
 
     def mode(self, chip: int) -> ChipMode:
-        return self._modes.get(chip, ChipMode.SCHEDULABLE)
+        return self._by_chip.get(chip, ChipMode.SCHEDULABLE)
 
     def set(self, chip: int, dst: ChipMode) -> ChipMode:
         """Move ``chip`` to ``dst`` (an illegal move raises with a sentence); returns the old mode."""
@@ -47,25 +41,25 @@ class ChipModes(Mapping[int, ChipMode]):
             return src
         check_transition(f"chip {chip}", MODE_TRANSITIONS, src, dst)
         if dst is ChipMode.SCHEDULABLE:
-            del self._modes[chip]
+            del self._by_chip[chip]
         else:
-            self._modes[chip] = dst
+            self._by_chip[chip] = dst
         self.version += 1
         return src
 
     def to_dict(self) -> dict[str, str]:
-        return {str(c): m.value for c, m in sorted(self._modes.items())}
+        return {str(c): m.value for c, m in sorted(self._by_chip.items())}
 
     def listed(self) -> list[int]:
-        return sorted(self._modes)
+        return sorted(self._by_chip)
 
     def chips_in(self, mode: ChipMode) -> list[int]:
         """The chips in ``mode``, sorted (any thread: reads a copy)."""
-        return sorted(c for c, m in self._modes.copy().items() if m is mode)
+        return sorted(c for c, m in self._by_chip.copy().items() if m is mode)
 
     def to_modes(self) -> list[ChipMode]:
         """Every non-schedulable chip's mode (any thread: a copy)."""
-        return list(self._modes.copy().values())
+        return list(self._by_chip.copy().values())
 
 
 UNAVAILABLE = "unavailable"

@@ -8,26 +8,14 @@ this map when ``version`` moved) only reads.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 
+from podfleet.control.chipmap import ChipMap
 from podfleet.errors import ConflictError
 
 
-class ChipOwners(Mapping[int, str]):
-    def __init__(self) -> None:
-        self._by_chip: dict[int, str] = {}
-        self.version = 0  # bumped on every change: readers that derive a copy skip when unchanged
-
-    # --- Mapping (read) -------------------------------------------------------------------
-    def __getitem__(self, chip: int) -> str:
-        return self._by_chip[chip]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(list(self._by_chip))
-
-    def __len__(self) -> int:
-        return len(self._by_chip)
-
+class ChipOwners(ChipMap[str]):
+    # --- reads (``ChipMap`` is the Mapping) ----------------------------------------------------
     def job_count(self) -> int:
         """How many jobs hold chips (one C-level pass, not a Mapping walk)."""
         return len(set(self._by_chip.values()))

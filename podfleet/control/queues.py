@@ -10,33 +10,25 @@ operator defines it; deleting a defined ``default`` makes it unlimited again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from podfleet.control.aftercommit import mutate_then_apply
 from podfleet.control.ids import new_id
+from podfleet.control.namedrecords import NamedCommands
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InfeasibleError, NotFoundError
 from podfleet.scheduler.queues import DEFAULT_QUEUE, QueueSpec
 from podfleet.store.records import QueueRecord
 from podfleet.wire import JsonObject
 
-if TYPE_CHECKING:
-    from podfleet.control.ports import PlanePort
-
 _Change = tuple[ClusterRuntime, QueueRecord, QueueSpec]  # what a create or update writes
 
 
-class QueueCommands:
-    def __init__(self, plane: PlanePort) -> None:
-        self.plane = plane
-        self._records: dict[tuple[str, str], QueueRecord] = {}  # (cluster id, name) -> its record
+class QueueCommands(NamedCommands[QueueRecord]):
+    # --- lifecycle (``NamedCommands.install``) ----------------------------------------------
+    def _persisted(self, rt: ClusterRuntime) -> list[QueueRecord]:
+        return self.plane.store.list_queues(rt.id)
 
-    # --- lifecycle ----------------------------------------------------------------------
-    def install(self, rt: ClusterRuntime) -> None:
-        """Give a (new or reloaded) cluster's scheduler its persisted queues."""
-        for rec in self.plane.store.list_queues(rt.id):
-            rt.scheduler.set_queue(QueueSpec.from_dict(rec.spec))
-            self._records[(rt.id, rec.name)] = rec
+    def _give(self, rt: ClusterRuntime, rec: QueueRecord) -> None:
+        rt.scheduler.set_queue(QueueSpec.from_dict(rec.spec))
 
     def names(self, rt: ClusterRuntime) -> list[str]:
         return sorted(rt.scheduler.queues.specs)

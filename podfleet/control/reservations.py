@@ -13,11 +13,11 @@ memory only after the commit.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from podfleet.control.aftercommit import mutate_then_apply
 from podfleet.control.ids import new_id
 from podfleet.control.logbuf import rfc3339
+from podfleet.control.namedrecords import NamedCommands
 from podfleet.control.runtime import ClusterRuntime
 from podfleet.errors import ConflictError, InfeasibleError, InvalidInputError, NotFoundError
 from podfleet.scheduler.reservations import Reservation
@@ -25,26 +25,19 @@ from podfleet.store.records import ReservationRecord
 from podfleet.timespec import parse_duration, parse_time
 from podfleet.wire import JsonObject
 
-if TYPE_CHECKING:
-    from podfleet.control.ports import PlanePort
-
 _Held = tuple[ClusterRuntime, ReservationRecord]  # a reservation made or deleted, on its cluster
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 PAST_SLACK_S = 60.0  # a start this close behind now (typed a minute ago) is "now"
 
 
-class ReservationCommands:
-    def __init__(self, plane: PlanePort) -> None:
-        self.plane = plane
-        self._records: dict[tuple[str, str], ReservationRecord] = {}  # (cluster id, name) -> its record
+class ReservationCommands(NamedCommands[ReservationRecord]):
+    # --- lifecycle (``NamedCommands.install``) ----------------------------------------------
+    def _persisted(self, rt: ClusterRuntime) -> list[ReservationRecord]:
+        return self.plane.store.list_reservations(rt.id)
 
-    # --- lifecycle ----------------------------------------------------------------------
-    def install(self, rt: ClusterRuntime) -> None:
-        """Give a (new or reloaded) cluster's scheduler its persisted reservations."""
-        for rec in self.plane.store.list_reservations(rt.id):
-            rt.scheduler.set_reservation(self._reservation(rec))
-            self._records[(rt.id, rec.name)] = rec
+    def _give(self, rt: ClusterRuntime, rec: ReservationRecord) -> None:
+        rt.scheduler.set_reservation(self._reservation(rec))
 
     def _reservation(self, rec: ReservationRecord) -> Reservation:
         s = rec.spec
@@ -104,7 +97,7 @@ class ReservationCommands:
     def _record(self, rt: ClusterRuntime, name: str) -> ReservationRecord:
         rec = self._records.get((rt.id, name))
         if rec is None:
-            names = sorted(n for (cid, n) in self._records if cid == rt.id)
+            names = self._named(rt)
             raise NotFoundError(f"reservation {name!r} not found on cluster {rt.rec.name} (reservations: "
                                 f"{', '.join(names) or 'none'})", field="reservation")
         return rec

@@ -127,6 +127,10 @@ class PodfleetClient:
         self.close()
 
     # --- plumbing -------------------------------------------------------------------
+    def _reply(self, model: type[M], method: str, path: str, **kw: Any) -> M:
+        """``method path`` (``_request``), its reply read as ``model`` (``_typed``)."""
+        return _typed(model, self._request(method, path, **kw))
+
     def _request(self, method: str, path: str, **kw: Any) -> Any:
         if "params" in kw:
             kw["params"] = {k: v for k, v in kw["params"].items() if v is not None}
@@ -200,12 +204,12 @@ class PodfleetClient:
         """CreateTrainiumCluster. ``type``: default trn2-ultraserver (custom for fabric local/ray).
         ``fields``: dims, chip_type, chips, hbm_gib, link_bw_gbps, storage_nodes, spares,
         encryption, network_isolation, fabric, ray_address."""
-        return _typed(models.Cluster, self._request("POST", "/v1/clusters", json={"name": name, "type": type, **fields,
-                                                                           "client_token": client_token}))
+        return self._reply(models.Cluster, "POST", "/v1/clusters", json={"name": name, "type": type, **fields,
+                                                                  "client_token": client_token})
 
     def list_clusters(self, *, next_token: str | None = None, max_results: int | None = None) -> models.ClusterList:
-        return _typed(models.ClusterList, self._request("GET", "/v1/clusters", params={"next_token": next_token,
-                                                                                "max_results": max_results}))
+        return self._reply(models.ClusterList, "GET", "/v1/clusters", params={"next_token": next_token,
+                                                                       "max_results": max_results})
 
     def iter_clusters(self) -> Iterator[models.Cluster]:
         token = None
@@ -217,15 +221,15 @@ class PodfleetClient:
                 return
 
     def describe_cluster(self, cluster: str) -> models.Cluster:
-        return _typed(models.Cluster, self._request("GET", f"/v1/clusters/{_seg(cluster)}"))
+        return self._reply(models.Cluster, "GET", f"/v1/clusters/{_seg(cluster)}")
 
     def delete_cluster(self, cluster: str) -> models.Cluster:
-        return _typed(models.Cluster, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}"))
+        return self._reply(models.Cluster, "DELETE", f"/v1/clusters/{_seg(cluster)}")
 
     def rotate_keys(self, cluster: str) -> models.KeyRotation:
         """RotateKeys: add a version to the cluster's checkpoint key ring (admin; a user's
         token needs a fresh code, ``use_mfa``)."""
-        return _typed(models.KeyRotation, self._request("POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate"))
+        return self._reply(models.KeyRotation, "POST", f"/v1/clusters/{_seg(cluster)}/keys/rotate")
 
     def describe_cluster_hardware(self, cluster: str, *, chip: int | None = None, pod: int | None = None,
                                   state: str | None = None, job: str | None = None, limit: int | None = None,
@@ -244,7 +248,7 @@ class PodfleetClient:
         return _typed(shape, body)
 
     def get_cluster_logs(self, cluster: str, *, since: int = 0) -> models.Logs:
-        return _typed(models.Logs, self._request("GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since}))
+        return self._reply(models.Logs, "GET", f"/v1/clusters/{_seg(cluster)}/logs", params={"since": since})
 
     def follow_cluster_logs(self, cluster: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         """GetClusterLogs?follow=true: ('log', line) / ('progress', deployment) / ('end', {...})."""
@@ -256,7 +260,7 @@ class PodfleetClient:
         """InjectFault: a twin fault (chip or link; ``pod-loss`` at a fleet's ``pod``), or
         ``kill-worker`` (rank, job) / ``slow-worker`` (rank, factor, job) on local/ray."""
         body = {"kind": kind, "chip": chip, "link": link, "rank": rank, "job_id": job, "factor": factor, "pod": pod}
-        return _typed(models.FaultOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None}))
+        return self._reply(models.FaultOut, "POST", f"/v1/clusters/{_seg(cluster)}/faults", json={k: v for k, v in body.items() if v is not None})
 
     def kill_worker(self, cluster: str, rank: int, *, job: str | None = None) -> models.FaultOut:
         """InjectFault kind kill-worker (local/ray clusters): SIGKILL one rank's worker."""
@@ -269,21 +273,21 @@ class PodfleetClient:
     # --- chip lifecycle ---------------------------------------------------------------------
     def cordon_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> models.ChipLifecycleOut:
         """CordonChip: no new placement lands on the chip (``reason``: kept in the audit record)."""
-        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
-                             params={"reason": reason}))
+        return self._reply(models.ChipLifecycleOut, "POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/cordon",
+                             params={"reason": reason})
 
     def drain_chip(self, cluster: str, chip: int, *, reason: str | None = None) -> models.ChipLifecycleOut:
         """DrainChip: cordon, and move the chip's rank off through the recovery path."""
-        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
-                             params={"reason": reason}))
+        return self._reply(models.ChipLifecycleOut, "POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/drain",
+                             params={"reason": reason})
 
     def uncordon_chip(self, cluster: str, chip: int) -> models.ChipLifecycleOut:
         """UncordonChip: back to placement."""
-        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon"))
+        return self._reply(models.ChipLifecycleOut, "POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/uncordon")
 
     def repair_chip(self, cluster: str, chip: int) -> models.ChipLifecycleOut:
         """RepairChip: a failed, isolated or degraded chip no job holds back to healthy."""
-        return _typed(models.ChipLifecycleOut, self._request("POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair"))
+        return self._reply(models.ChipLifecycleOut, "POST", f"/v1/clusters/{_seg(cluster)}/chips/{_seg(chip)}/repair")
 
     # --- jobs -------------------------------------------------------------------------------
     def submit_training_job(self, cluster: str, *, model: str | None = None, chips: int,
@@ -291,31 +295,31 @@ class PodfleetClient:
         """SubmitTrainingJob. ``fields``: model_dims, parallelism ("auto" or {tp, pp, dp}),
         steps, checkpoint_interval, priority, team, entrypoint, name, grad_compression, queue,
         after_ok / after_any (job or array ids), array ("0-15%4")."""
-        return _typed(models.Job, self._request("POST", f"/v1/clusters/{_seg(cluster)}/jobs",
-                                         json={"model": model, "chips": chips, **fields, "client_token": client_token}))
+        return self._reply(models.Job, "POST", f"/v1/clusters/{_seg(cluster)}/jobs",
+                                json={"model": model, "chips": chips, **fields, "client_token": client_token})
 
     # --- queues and job arrays --------------------------------------------------------------
     def create_queue(self, cluster: str, name: str, *, nominal: int, **fields: Any) -> models.Queue:
         """CreateQueue. ``fields``: cohort, borrowing_limit, lending_limit, weight, reclaim."""
-        return _typed(models.Queue, self._request("POST", f"/v1/clusters/{_seg(cluster)}/queues", json={
-            "name": name, "nominal": nominal, **{k: v for k, v in fields.items() if v is not None}}))
+        return self._reply(models.Queue, "POST", f"/v1/clusters/{_seg(cluster)}/queues", json={
+            "name": name, "nominal": nominal, **{k: v for k, v in fields.items() if v is not None}})
 
     def list_queues(self, cluster: str) -> models.QueueList:
-        return _typed(models.QueueList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues"))
+        return self._reply(models.QueueList, "GET", f"/v1/clusters/{_seg(cluster)}/queues")
 
     def describe_queue(self, cluster: str, name: str) -> models.Queue:
-        return _typed(models.Queue, self._request("GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}"))
+        return self._reply(models.Queue, "GET", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
 
     def update_queue(self, cluster: str, name: str, **changes: Any) -> models.Queue:
         """UpdateQueue: only the fields given change; a limit given as None is cleared
         (so the body keeps its nulls, unlike other requests)."""
         import json
 
-        return _typed(models.Queue, self._request("PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
-                                           content=json.dumps(changes), headers={"content-type": "application/json"}))
+        return self._reply(models.Queue, "PATCH", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}",
+                                  content=json.dumps(changes), headers={"content-type": "application/json"})
 
     def delete_queue(self, cluster: str, name: str) -> models.DeletedQueue:
-        return _typed(models.DeletedQueue, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}"))
+        return self._reply(models.DeletedQueue, "DELETE", f"/v1/clusters/{_seg(cluster)}/queues/{_seg(name)}")
 
     # --- advance reservations ------------------------------------------------------------------
     def create_reservation(self, cluster: str, *, chips: int, duration: str | float, start: str = "now",
@@ -323,54 +327,54 @@ class PodfleetClient:
         """CreateReservation: ``chips`` held from ``start`` (RFC 3339, now, now+1h) for
         ``duration`` (seconds, 2h, 30m, HH:MM:SS) for ``queue``'s jobs (None: nobody's)."""
         body = {"chips": chips, "duration": duration, "start": start, "queue": queue, "name": name}
-        return _typed(models.Reservation, self._request("POST", f"/v1/clusters/{_seg(cluster)}/reservations",
-                             json={k: v for k, v in body.items() if v is not None}))
+        return self._reply(models.Reservation, "POST", f"/v1/clusters/{_seg(cluster)}/reservations",
+                             json={k: v for k, v in body.items() if v is not None})
 
     def list_reservations(self, cluster: str) -> models.ReservationList:
-        return _typed(models.ReservationList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations"))
+        return self._reply(models.ReservationList, "GET", f"/v1/clusters/{_seg(cluster)}/reservations")
 
     def describe_reservation(self, cluster: str, name: str) -> models.Reservation:
-        return _typed(models.Reservation, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}"))
+        return self._reply(models.Reservation, "GET", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
 
     def delete_reservation(self, cluster: str, name: str) -> models.Reservation:
-        return _typed(models.Reservation, self._request("DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}"))
+        return self._reply(models.Reservation, "DELETE", f"/v1/clusters/{_seg(cluster)}/reservations/{_seg(name)}")
 
     def get_usage(self, *, by: str = "user", since: float | None = None, cluster: str | None = None,
                   bucket: str | None = None) -> models.UsageReport:
         """GetUsage: chip-seconds per user, queue or team; with ``bucket`` (``1m`` ... ``1d``)
         also ``series``, each one's chip-hours per bucket."""
-        return _typed(models.UsageReport, self._request("GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
-                                                         "bucket": bucket}))
+        return self._reply(models.UsageReport, "GET", "/v1/usage", params={"by": by, "since": since, "cluster": cluster,
+                                                "bucket": bucket})
 
     def create_priority_class(self, name: str, value: int, *, preemption: str = "lower") -> models.PriorityClass:
-        return _typed(models.PriorityClass, self._request("POST", "/v1/priority-classes", json={"name": name, "value": value,
-                                                                   "preemption": preemption}))
+        return self._reply(models.PriorityClass, "POST", "/v1/priority-classes", json={"name": name, "value": value,
+                                                          "preemption": preemption})
 
     def list_priority_classes(self) -> models.PriorityClassList:
-        return _typed(models.PriorityClassList, self._request("GET", "/v1/priority-classes"))
+        return self._reply(models.PriorityClassList, "GET", "/v1/priority-classes")
 
     def delete_priority_class(self, name: str) -> models.DeletedPriorityClass:
-        return _typed(models.DeletedPriorityClass, self._request("DELETE", f"/v1/priority-classes/{_seg(name)}"))
+        return self._reply(models.DeletedPriorityClass, "DELETE", f"/v1/priority-classes/{_seg(name)}")
 
     def describe_job_array(self, array_id: str) -> models.JobArray:
-        return _typed(models.JobArray, self._request("GET", f"/v1/job-arrays/{_seg(array_id)}"))
+        return self._reply(models.JobArray, "GET", f"/v1/job-arrays/{_seg(array_id)}")
 
     def stop_job_array(self, array_id: str) -> models.JobArray:
-        return _typed(models.JobArray, self._request("POST", f"/v1/job-arrays/{_seg(array_id)}/stop"))
+        return self._reply(models.JobArray, "POST", f"/v1/job-arrays/{_seg(array_id)}/stop")
 
     def list_training_jobs(self, *, cluster: str | None = None, state: str | None = None,
                            next_token: str | None = None, max_results: int | None = None) -> models.JobList:
-        return _typed(models.JobList, self._request("GET", "/v1/jobs", params={
-            "cluster": cluster, "state": state, "next_token": next_token, "max_results": max_results}))
+        return self._reply(models.JobList, "GET", "/v1/jobs", params={
+            "cluster": cluster, "state": state, "next_token": next_token, "max_results": max_results})
 
     def describe_training_job(self, job_id: str) -> models.Job:
-        return _typed(models.Job, self._request("GET", f"/v1/jobs/{_seg(job_id)}"))
+        return self._reply(models.Job, "GET", f"/v1/jobs/{_seg(job_id)}")
 
     def stop_training_job(self, job_id: str) -> models.Job:
-        return _typed(models.Job, self._request("POST", f"/v1/jobs/{_seg(job_id)}/stop"))
+        return self._reply(models.Job, "POST", f"/v1/jobs/{_seg(job_id)}/stop")
 
     def get_job_logs(self, job_id: str, *, since: int = 0) -> models.Logs:
-        return _typed(models.Logs, self._request("GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since}))
+        return self._reply(models.Logs, "GET", f"/v1/jobs/{_seg(job_id)}/logs", params={"since": since})
 
     def follow_job_logs(self, job_id: str, *, since: int = 0) -> Iterator[tuple[str, Any]]:
         return self._sse(f"/v1/jobs/{_seg(job_id)}/logs", {"follow": "true", "since": since})
@@ -379,38 +383,38 @@ class PodfleetClient:
                         limit: int | None = None) -> models.JobMetricsOut:
         """GetJobMetrics: ``{"job_id", "resolution_s", "points": [{time, step_first, step_last,
         loss, tokens_per_s, step_time_s, *_min, *_max}]}``, oldest first."""
-        return _typed(models.JobMetricsOut, self._request("GET", f"/v1/jobs/{_seg(job_id)}/metrics",
-                             params={"resolution": resolution, "since": since, "limit": limit}))
+        return self._reply(models.JobMetricsOut, "GET", f"/v1/jobs/{_seg(job_id)}/metrics",
+                             params={"resolution": resolution, "since": since, "limit": limit})
 
     # --- planner, audit, system --------------------------------------------------------------
     def plan_parallelism(self, model: str, chips: int, *, chip_type: str = "trn2",
                          topology: str | None = None) -> models.ParallelismPlan:
-        return _typed(models.ParallelismPlan, self._request("POST", "/v1/plan", json={
-            "model": model, "chips": chips, "chip_type": chip_type, "topology": topology}))
+        return self._reply(models.ParallelismPlan, "POST", "/v1/plan", json={
+            "model": model, "chips": chips, "chip_type": chip_type, "topology": topology})
 
     def get_presets(self) -> models.Presets:
         """GetPresets: the model presets and the job and chip state vocabularies, by name."""
-        return _typed(models.Presets, self._request("GET", "/v1/presets"))
+        return self._reply(models.Presets, "GET", "/v1/presets")
 
     def list_audit_events(self, *, next_token: str | None = None, max_results: int | None = None) -> models.AuditList:
-        return _typed(models.AuditList, self._request("GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results}))
+        return self._reply(models.AuditList, "GET", "/v1/audit", params={"next_token": next_token, "max_results": max_results})
 
     def verify_audit_chain(self, *, allow_missing_digests: bool = False) -> models.AuditVerify:
         """VerifyAuditChain; ``allow_missing_digests`` accepts records no digest signs yet."""
-        return _typed(models.AuditVerify, self._request("GET", "/v1/audit/verify",
-                             params={"allow_missing_digests": "true" if allow_missing_digests else None}))
+        return self._reply(models.AuditVerify, "GET", "/v1/audit/verify",
+                             params={"allow_missing_digests": "true" if allow_missing_digests else None})
 
     def create_access_token(self, name: str, role: str) -> models.AccessToken:
-        return _typed(models.AccessToken, self._request("POST", "/v1/tokens", json={"name": name, "role": role}))
+        return self._reply(models.AccessToken, "POST", "/v1/tokens", json={"name": name, "role": role})
 
     def list_access_tokens(self) -> models.AccessTokenList:
-        return _typed(models.AccessTokenList, self._request("GET", "/v1/tokens"))
+        return self._reply(models.AccessTokenList, "GET", "/v1/tokens")
 
     def revoke_access_token(self, token_id: str) -> models.AccessToken:
-        return _typed(models.AccessToken, self._request("DELETE", f"/v1/tokens/{_seg(token_id)}"))
+        return self._reply(models.AccessToken, "DELETE", f"/v1/tokens/{_seg(token_id)}")
 
     def healthz(self) -> models.Liveness:
-        return _typed(models.Liveness, self._request("GET", "/healthz"))
+        return self._reply(models.Liveness, "GET", "/healthz")
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics")
@@ -419,86 +423,86 @@ class PodfleetClient:
     def list_alerts(self, cluster: str, state: str | None = None) -> models.AlertList:
         """ListAlerts: ``{"alerts": [...]}``, optionally only those in ``state``
         (firing, acknowledged, resolved)."""
-        return _typed(models.AlertList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state}))
+        return self._reply(models.AlertList, "GET", f"/v1/clusters/{_seg(cluster)}/alerts", params={"state": state})
 
     def get_telemetry(self, cluster: str, *, metric: str = "temperature_c", scope: str = "chip",
                       range_: str = "realtime", target: int | None = None) -> models.Telemetry:
         """GetTelemetry: one metric over a range (realtime, hour, day, week, quarter), of one
         chip or link (``target``) or the mean."""
-        return _typed(models.Telemetry, self._request("GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
-                             params={"metric": metric, "scope": scope, "range": range_, "target": target}))
+        return self._reply(models.Telemetry, "GET", f"/v1/clusters/{_seg(cluster)}/telemetry",
+                             params={"metric": metric, "scope": scope, "range": range_, "target": target})
 
     def acknowledge_alert(self, alert_id: str) -> models.Alert:
-        return _typed(models.Alert, self._request("POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge"))
+        return self._reply(models.Alert, "POST", f"/v1/alerts/{_seg(alert_id)}/acknowledge")
 
     def list_recoveries(self, cluster: str) -> models.RecoveryList:
         """ListRecoveries: ``{"recoveries": [...]}``, each with its steps."""
-        return _typed(models.RecoveryList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recoveries"))
+        return self._reply(models.RecoveryList, "GET", f"/v1/clusters/{_seg(cluster)}/recoveries")
 
     def start_firmware(self, cluster: str, version: str, *, unit: str = "chip",
                        chips: list[int] | None = None) -> models.FirmwareRollout:
         """StartFirmwareUpdate: a rolling update, ``unit`` (chip or node) at a time, of
         ``chips`` (default: all)."""
-        return _typed(models.FirmwareRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/firmware",
-                             json={"version": version, "unit": unit, "chips": chips}))
+        return self._reply(models.FirmwareRollout, "POST", f"/v1/clusters/{_seg(cluster)}/firmware",
+                             json={"version": version, "unit": unit, "chips": chips})
 
     def list_firmware(self, cluster: str) -> models.FirmwareRolloutList:
         """ListFirmwareUpdates: ``{"rollouts": [...]}``."""
-        return _typed(models.FirmwareRolloutList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware"))
+        return self._reply(models.FirmwareRolloutList, "GET", f"/v1/clusters/{_seg(cluster)}/firmware")
 
     def describe_firmware(self, cluster: str, rollout: str) -> models.FirmwareRollout:
         """DescribeFirmwareUpdate: one rollout's state and progress."""
-        return _typed(models.FirmwareRollout, self._request("GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}"))
+        return self._reply(models.FirmwareRollout, "GET", f"/v1/clusters/{_seg(cluster)}/firmware/{_seg(rollout)}")
 
     def start_maintenance(self, cluster: str, command: str, *, unit: str = "chip", chips: list[int] | None = None,
                           max_failures: int = 1, timeout_s: float = 600.0) -> models.MaintenanceRollout:
         """StartMaintenance (admin; a second factor under MFARequired, ``use_mfa``): run
         ``command`` on each host, ``unit`` (chip or host) at a time, ranks moved away first."""
-        return _typed(models.MaintenanceRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
+        return self._reply(models.MaintenanceRollout, "POST", f"/v1/clusters/{_seg(cluster)}/maintenance",
                              json={"command": command, "unit": unit, "chips": chips, "max_failures": max_failures,
-                                   "timeout_s": timeout_s}))
+                                   "timeout_s": timeout_s})
 
     def list_maintenance(self, cluster: str) -> models.MaintenanceList:
         """ListMaintenance: ``{"rollouts": [...]}``."""
-        return _typed(models.MaintenanceList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance"))
+        return self._reply(models.MaintenanceList, "GET", f"/v1/clusters/{_seg(cluster)}/maintenance")
 
     def describe_maintenance(self, cluster: str, rollout: str) -> models.MaintenanceRollout:
         """DescribeMaintenance: state, progress, failed chips, each host's exit code and output."""
-        return _typed(models.MaintenanceRollout, self._request("GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}"))
+        return self._reply(models.MaintenanceRollout, "GET", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}")
 
     def resume_maintenance(self, cluster: str, rollout: str) -> models.MaintenanceRollout:
         """ResumeMaintenance: go on with a rollout paused after its failures."""
-        return _typed(models.MaintenanceRollout, self._request("POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume"))
+        return self._reply(models.MaintenanceRollout, "POST", f"/v1/clusters/{_seg(cluster)}/maintenance/{_seg(rollout)}/resume")
 
     # --- operations intelligence ----------------------------------------------------------
     def verify_cluster(self, cluster: str, *, max_size_bytes: int | None = None, ops: list[str] | None = None,
                        compute: bool = True, interconnect: bool = True, drill: bool = True,
                        budget_s: float | None = None) -> models.Verification:
         """VerifyCluster: ``{"passed", "status", "checks": [{name, status, figures, evidence}]}``."""
-        return _typed(models.Verification, self._request("POST", f"/v1/clusters/{_seg(cluster)}/verify",
+        return self._reply(models.Verification, "POST", f"/v1/clusters/{_seg(cluster)}/verify",
                              json={"max_size_bytes": max_size_bytes, "ops": ops, "compute": compute,
-                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s}))
+                                   "interconnect": interconnect, "drill": drill, "budget_s": budget_s})
 
     def diagnose_cluster(self, cluster: str) -> models.Diagnosis:
         """DiagnoseCluster: ``{"healthy", "findings": [{kind, chips, links, root_cause, ...}]}``."""
-        return _typed(models.Diagnosis, self._request("GET", f"/v1/clusters/{_seg(cluster)}/diagnosis"))
+        return self._reply(models.Diagnosis, "GET", f"/v1/clusters/{_seg(cluster)}/diagnosis")
 
     def get_recommendations(self, cluster: str) -> models.Recommendations:
         """GetRecommendations: advice proven in rehearsal, ``{"recommendations": [...]}``."""
-        return _typed(models.Recommendations, self._request("GET", f"/v1/clusters/{_seg(cluster)}/recommendations"))
+        return self._reply(models.Recommendations, "GET", f"/v1/clusters/{_seg(cluster)}/recommendations")
 
     def apply_recommendation(self, rec_id: str) -> models.AppliedRecommendation:
         """ApplyRecommendation: carry it out (audited); a stale one is a ConflictError."""
-        return _typed(models.AppliedRecommendation, self._request("POST", f"/v1/recommendations/{_seg(rec_id)}/apply"))
+        return self._reply(models.AppliedRecommendation, "POST", f"/v1/recommendations/{_seg(rec_id)}/apply")
 
     def create_health_report(self, cluster: str, *, period: str = "24h") -> models.HealthReport:
         """CreateHealthReport: generate and archive one; returns the report."""
-        return _typed(models.HealthReport, self._request("POST", f"/v1/clusters/{_seg(cluster)}/reports",
-                                                         json={"period": period}))
+        return self._reply(models.HealthReport, "POST", f"/v1/clusters/{_seg(cluster)}/reports",
+                                                json={"period": period})
 
     def list_health_reports(self, cluster: str) -> models.ReportList:
         """ListHealthReports: ``{"reports": [{id, created_at, period_s, ...}]}``."""
-        return _typed(models.ReportList, self._request("GET", f"/v1/clusters/{_seg(cluster)}/reports"))
+        return self._reply(models.ReportList, "GET", f"/v1/clusters/{_seg(cluster)}/reports")
 
     def get_health_report(self, cluster: str, report_id: str, *, format: str = "json") -> str:
         """GetHealthReport: the archived report's text, JSON or HTML."""
@@ -508,18 +512,18 @@ class PodfleetClient:
 
     def list_guides(self) -> models.GuideList:
         """ListGuides: ``{"guides": [{topic, title}]}``."""
-        return _typed(models.GuideList, self._request("GET", "/v1/kb"))
+        return self._reply(models.GuideList, "GET", "/v1/kb")
 
     def get_guide(self, topic: str) -> models.Guide:
         """GetGuide: ``{topic, title, text}`` (Markdown)."""
-        return _typed(models.Guide, self._request("GET", f"/v1/kb/{_seg(topic)}"))
+        return self._reply(models.Guide, "GET", f"/v1/kb/{_seg(topic)}")
 
     # --- security ---------------------------------------------------------------------
     def upload_code(self, data: bytes) -> models.CodeArtifact:
         """UploadCode: a gzipped tarball of code; returns its ``digest`` and ``ref``
         (``code:<sha256>/``): submit jobs with ``entrypoint=ref + "train.py"``."""
-        return _typed(models.CodeArtifact, self._request("POST", "/v1/code", content=data,
-                                                         headers={"content-type": "application/gzip"}))
+        return self._reply(models.CodeArtifact, "POST", "/v1/code", content=data,
+                                                headers={"content-type": "application/gzip"})
 
     def use_mfa(self, code: str | None) -> None:
         """Send this TOTP (or recovery) code with the following calls (``X-Podfleet-MFA``);
@@ -531,30 +535,29 @@ class PodfleetClient:
 
     def create_user(self, name: str, *, policies: list[str] | None = None) -> models.User:
         """CreateUser: tokens named ``name`` then act with this user's policies."""
-        return _typed(models.User, self._request("POST", "/v1/users", json={"name": name, "policies": policies or []}))
+        return self._reply(models.User, "POST", "/v1/users", json={"name": name, "policies": policies or []})
 
     def list_users(self) -> models.UserList:
-        return _typed(models.UserList, self._request("GET", "/v1/users"))
+        return self._reply(models.UserList, "GET", "/v1/users")
 
     def describe_user(self, name: str) -> models.User:
-        return _typed(models.User, self._request("GET", f"/v1/users/{_seg(name)}"))
+        return self._reply(models.User, "GET", f"/v1/users/{_seg(name)}")
 
     def put_user_policy(self, name: str, policy: str, document: dict[str, Any] | None = None) -> models.User:
         """PutUserPolicy: attach a built-in ``policy`` (no document) or set an inline one."""
         path = f"/v1/users/{_seg(name)}/policies/{_seg(policy)}"
-        return _typed(models.User, self._request("PUT", path) if document is None
-                      else self._request("PUT", path, json=document))
+        return self._reply(models.User, "PUT", path, **({} if document is None else {"json": document}))
 
     def delete_user_policy(self, name: str, policy: str) -> models.User:
-        return _typed(models.User, self._request("DELETE", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}"))
+        return self._reply(models.User, "DELETE", f"/v1/users/{_seg(name)}/policies/{_seg(policy)}")
 
     def enable_mfa(self, name: str) -> models.MfaEnrolment:
         """EnableMfa: ``otpauth_uri`` and ``recovery_codes``, shown once."""
-        return _typed(models.MfaEnrolment, self._request("POST", f"/v1/users/{_seg(name)}/mfa"))
+        return self._reply(models.MfaEnrolment, "POST", f"/v1/users/{_seg(name)}/mfa")
 
     def unlock_user(self, name: str) -> models.UnlockedUser:
         """UnlockUser: clear the user's wrong-MFA-code count and lock (admin)."""
-        return _typed(models.UnlockedUser, self._request("POST", f"/v1/users/{_seg(name)}/unlock"))
+        return self._reply(models.UnlockedUser, "POST", f"/v1/users/{_seg(name)}/unlock")
 
     def push_file(self, path: str) -> models.CodeArtifact:
         """Upload one script alone (``podfleet job submit --entrypoint FILE``); its ``ref``

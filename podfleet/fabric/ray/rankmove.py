@@ -45,48 +45,28 @@ from typing import Any, Protocol
 from podfleet.fabric.base import ChipState, RunState
 from podfleet.fabric.local.rankmove import MECHANISM, rendezvous_doc
 from podfleet.fabric.ray import control, supervisor
-from podfleet.fabric.ray.gang import GangConfig, bundle_selectors, chip_trouble
-from podfleet.fabric.ray.jobs import ExitCause, RankRecord, RayJob, RayState
-from podfleet.fabric.ray.nodes import NodeMap
+from podfleet.fabric.ray.gang import bundle_selectors, chip_trouble
+from podfleet.fabric.ray.jobs import ExitCause, RankRecord, RayJob
 from podfleet.fabric.ray.probe import gcs_unreachable
 from podfleet.fabric.ray.standby import Standbys
+from podfleet.fabric.ray.views import GangFabric, GangRunner
 
 
-class MoveFabric(Protocol):
+class MoveFabric(GangFabric, Protocol):
     """What a move uses of the fabric (``RayFabric``, through ``runner.RunnerHost``)."""
-
-    @property
-    def gang(self) -> GangConfig: ...
 
     @property
     def spares(self) -> tuple[int, ...]: ...
 
     @property
-    def nodes(self) -> NodeMap: ...
-
-    @property
-    def unreachable(self) -> str | None: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
     def gcs(self) -> tuple[str, int] | None: ...
-
-    @property
-    def placement_timeout_s(self) -> float: ...
 
     def chip_states(self) -> list[ChipState]: ...
 
-    def emit(self, kind: str, *, job_id: str | None = None, chip: int | None = None, **detail: Any) -> None: ...
 
-
-class MoveRunner(Protocol):
+class MoveRunner(GangRunner, Protocol):
     """What a move uses of the runner (``runner.JobRunner``), declared here so this module
     never imports the runner that imports it."""
-
-    @property
-    def state(self) -> RayState: ...
 
     @property
     def f(self) -> MoveFabric: ...
@@ -95,8 +75,6 @@ class MoveRunner(Protocol):
     def standbys(self) -> Standbys: ...
 
     def read_nodes(self) -> None: ...
-
-    def actor_class(self) -> Any: ...
 
     def end_gang(self, job: RayJob, blamed: RankRecord | None) -> None: ...
 

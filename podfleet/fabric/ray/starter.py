@@ -17,51 +17,29 @@ import time
 from typing import Any, Protocol
 
 from podfleet.fabric.ray import supervisor, telemetry
-from podfleet.fabric.ray.gang import GangConfig, bundle_selectors
-from podfleet.fabric.ray.jobs import STRATEGIES, TERMINAL, RankRecord, RayJob, RayState, RunState
-from podfleet.fabric.ray.nodes import NodeMap
+from podfleet.fabric.ray.gang import bundle_selectors
+from podfleet.fabric.ray.jobs import STRATEGIES, TERMINAL, RankRecord, RayJob, RunState
+from podfleet.fabric.ray.views import GangFabric, GangRunner
 from podfleet.training.config import WorkerConfig
 
 START_TIMEOUT_S = 120.0  # actor creation + hello on a busy cluster
 PLACEMENT_SLICE_S = 1.0  # how often a gang waiting for its placement group looks at its nodes
 
 
-class StartFabric(Protocol):
+class StartFabric(GangFabric, Protocol):
     """What a start uses of the fabric (``RayFabric``, through ``runner.RunnerHost``)."""
 
     @property
     def resource(self) -> str: ...
 
-    @property
-    def placement_timeout_s(self) -> float: ...
 
-    @property
-    def nodes(self) -> NodeMap: ...
-
-    @property
-    def gang(self) -> GangConfig: ...
-
-    @property
-    def namespace(self) -> str: ...
-
-    @property
-    def unreachable(self) -> str | None: ...
-
-    def emit(self, kind: str, *, job_id: str | None = None, chip: int | None = None, **detail: Any) -> None: ...
-
-
-class StartRunner(Protocol):
+class StartRunner(GangRunner, Protocol):
     """What a start uses of the runner (``runner.JobRunner``)."""
-
-    @property
-    def state(self) -> RayState: ...
 
     @property
     def f(self) -> StartFabric: ...
 
     def stopped(self) -> bool: ...
-
-    def actor_class(self) -> Any: ...
 
     def supervisor_class(self) -> Any: ...
 
