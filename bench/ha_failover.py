@@ -12,7 +12,7 @@ submits of twin jobs with idempotency keys, stops of acknowledged jobs, cluster 
 ``RATE_PER_S`` is the issue's 200/s (``PODFLEET_BENCH_HA_RATE`` sets another), sent from one
 asyncio loop over 64 kept-alive connections; the rate offered is an assumption of the load,
 what came back is a result: ``answered_per_s`` (requests answered with any HTTP status, per
-second of load), ``acked_per_s`` (2xx), ``overload`` (due while 512 were awaiting an answer:
+second of load), ``acked_per_s`` (2xx), ``overload`` (due while 64 were awaiting an answer:
 not sent) and ``requests_unanswered`` (sent, no answer: a server killed or restarting).
 
 Figures (counted from what happened):
@@ -78,7 +78,10 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # is reported beside it (``answered_per_s``): on a shared 2-core machine that is less.
 RATE_PER_S = float(os.environ.get("PODFLEET_BENCH_HA_RATE", "200"))
 CONNECTIONS = 64  # the load generator's kept-alive connections (all servers together)
-MAX_IN_FLIGHT = 512  # requests awaiting an answer; one due beyond this is counted as overload
+# Requests awaiting an answer, one per connection: one due beyond this is counted as overload
+# (not sent). More in flight than connections only queue in the client's pool, past their
+# timeout once the servers fall behind, and no request is answered any sooner.
+MAX_IN_FLIGHT = CONNECTIONS
 MIX = (("read", 0.5), ("submit", 0.3), ("stop", 0.17), ("create", 0.03))
 MAX_CLUSTERS = 3  # cluster creates beyond this are sent as reads (memory of the twin)
 SETTLE_S = 10.0  # after a takeover: time for jobs to be placed again before sampling
