@@ -380,6 +380,10 @@ def run(quick: bool = False) -> dict[str, Any]:
                 proc.wait(timeout=30)
             fleet.procs[lead] = None
             time.sleep(SETTLE_S)
+            # Under a heavy machine load the new leader may itself have lost its lease since
+            # (a renewal starved of CPU past the lease): sample whoever leads now.
+            now_leads = fleet.leader()
+            new = int(now_leads if now_leads is not None else _until(fleet.leader, 120, "a leader after the settle"))
             after = {j["id"]: j for j in _jobs(fleet.ports[new])}
             samples += 1
             double += _double_allocations(list(after.values()))
