@@ -383,7 +383,12 @@ def run(quick: bool = False) -> dict[str, Any]:
             # Under a heavy machine load the new leader may itself have lost its lease since
             # (a renewal starved of CPU past the lease): sample whoever leads now.
             now_leads = fleet.leader()
-            new = int(now_leads if now_leads is not None else _until(fleet.leader, 120, "a leader after the settle"))
+            while now_leads is None and time.monotonic() - t0 < 240:
+                time.sleep(0.5)
+                now_leads = fleet.leader()
+            if now_leads is None:
+                raise RuntimeError(f"no leader after the settle of kill {k}")
+            new = now_leads
             after = {j["id"]: j for j in _jobs(fleet.ports[new])}
             samples += 1
             double += _double_allocations(list(after.values()))
