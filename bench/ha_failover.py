@@ -9,8 +9,11 @@ systemd's ``Restart=always`` would, before the next kill.
 Load (open loop: requests are sent on schedule, whether or not earlier ones answered):
 submits of twin jobs with idempotency keys, stops of acknowledged jobs, cluster creates
 (capped: every cluster is a simulated 64-chip pod the leader keeps in memory), and reads.
-``RATE_PER_S`` is scaled to what a 2-core machine shared with other work carries (the
-issue's goal is 200/s); the figure is an assumption of the load, not a result.
+``RATE_PER_S`` is the issue's 200/s (``PODFLEET_BENCH_HA_RATE`` sets another), sent from one
+asyncio loop over 64 kept-alive connections; the rate offered is an assumption of the load,
+what came back is a result: ``answered_per_s`` (requests answered with any HTTP status, per
+second of load), ``acked_per_s`` (2xx), ``overload`` (due while 64 were awaiting an answer:
+not sent) and ``requests_unanswered`` (sent, no answer: a server killed or restarting).
 
 Figures (counted from what happened):
 * ``acked_writes_lost``: writes answered 2xx whose effect is missing at the end (a job or
@@ -22,6 +25,8 @@ Figures (counted from what happened):
   kill -9 costs at least the rest of the lease: that part is the setting, not a result.
 * ``unavailable_s`` p99 (writes): per kill, from the first write refused or failed after it
   to the next write acknowledged.
+* ``takeover_lease_s`` p50/p99: ``takeover_s`` less the new leader's reload, i.e. the rest
+  of the lease, the follower's detection and its thread start (what a shorter lease cuts).
 * ``reload_s`` p50/p99: each new leader's reload of the store (its log line), and
   ``takeover_specs_warm`` / ``takeover_specs_parsed``: the job specs those reloads took
   from the follower's warm-up (``control.warm``) or had to parse.
@@ -38,6 +43,7 @@ Figures (counted from what happened):
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import random
@@ -68,7 +74,14 @@ DESCRIPTION = ("3 servers on PostgreSQL, mixed open-loop load, the leader killed
 PG_URL = os.environ.get("PODFLEET_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 TOKEN = "bench-ha-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-RATE_PER_S = 20.0  # the issue asks 200/s; this shared 2-core machine carries about this
+# The issue's open-loop rate (PODFLEET_BENCH_HA_RATE overrides it); what the servers answered
+# is reported beside it (``answered_per_s``): on a shared 2-core machine that is less.
+RATE_PER_S = float(os.environ.get("PODFLEET_BENCH_HA_RATE", "200"))
+CONNECTIONS = 64  # the load generator's kept-alive connections (all servers together)
+# Requests awaiting an answer, one per connection: one due beyond this is counted as overload
+# (not sent). More in flight than connections only queue in the client's pool, past their
+# timeout once the servers fall behind, and no request is answered any sooner.
+MAX_IN_FLIGHT = CONNECTIONS
 MIX = (("read", 0.5), ("submit", 0.3), ("stop", 0.17), ("create", 0.03))
 MAX_CLUSTERS = 3  # cluster creates beyond this are sent as reads (memory of the twin)
 SETTLE_S = 10.0  # after a takeover: time for jobs to be placed again before sampling
@@ -129,7 +142,7 @@ def _pick(rng: random.Random) -> str:
     return "read"
 
 
-def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random.Random) -> None:
+async def _send(client: httpx.AsyncClient, fleet: Fleet, load: Load, kind: str, rng: random.Random) -> None:
     # As behind a load balancer that health-checks: only servers that are up get requests
     # (taken out at the kill, back once started; an optimistic balancer, said so in the docs).
     up = [p for i, p in enumerate(fleet.ports) if fleet.procs[i] is not None and i not in fleet.down]
@@ -144,10 +157,10 @@ def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random
     status = 0
     try:
         if kind == "read":
-            status = client.get(f"{base}/v1/jobs", params={"max_results": 50}, headers=AUTH).status_code
+            status = (await client.get(f"{base}/v1/jobs", params={"max_results": 50}, headers=AUTH)).status_code
         elif kind == "submit":
             token = uuid.uuid4().hex
-            r = client.post(f"{base}/v1/clusters/pod-0/jobs", headers=AUTH, json={
+            r = await client.post(f"{base}/v1/clusters/pod-0/jobs", headers=AUTH, json={
                 "name": f"j-{token[:8]}", "model": "debug", "chips": 4, "steps": 10_000_000, "client_token": token})
             status = r.status_code
             if status in (200, 201):
@@ -155,14 +168,14 @@ def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random
                     load.acked_jobs[token] = r.json()["id"]
         elif kind == "stop":
             job = rng.choice(jobs)
-            r = client.post(f"{base}/v1/jobs/{job}/stop", headers=AUTH)
+            r = await client.post(f"{base}/v1/jobs/{job}/stop", headers=AUTH)
             status = r.status_code
             if status == 200:
                 with load.lock:
                     load.acked_stops.add(job)
         else:
             name = f"c-{uuid.uuid4().hex[:8]}"
-            r = client.post(f"{base}/v1/clusters", headers=AUTH, json={
+            r = await client.post(f"{base}/v1/clusters", headers=AUTH, json={
                 "name": name, "type": "trn2-ultraserver", "spares": 2, "client_token": name})
             status = r.status_code
             if status in (200, 201, 202):
@@ -175,37 +188,35 @@ def _send(client: httpx.Client, fleet: Fleet, load: Load, kind: str, rng: random
 
 
 def _drive(fleet: Fleet, load: Load, rate: float, stop: threading.Event, seed: int) -> None:
-    """Open loop: request k goes out at start + k/rate, on a pool of sender threads."""
+    """The load generator's thread: its own event loop (``_drive_async``)."""
+    asyncio.run(_drive_async(fleet, load, rate, stop, seed))
+
+
+async def _drive_async(fleet: Fleet, load: Load, rate: float, stop: threading.Event, seed: int) -> None:
+    """Open loop: request k goes out at start + k/rate, whatever earlier ones did, as a task
+    on one event loop over a pool of ``CONNECTIONS`` kept-alive connections. At most
+    ``MAX_IN_FLIGHT`` wait for an answer; one due beyond that is counted as ``overload``
+    (not sent), so the schedule never slows down to what the servers carry."""
     rng = random.Random(seed)
-    client = httpx.Client(timeout=20)
-    sem = threading.Semaphore(32)
-    start, k = time.monotonic(), 0
-    threads: list[threading.Thread] = []
-
-    def one(kind: str, r: random.Random) -> None:
-        try:
-            _send(client, fleet, load, kind, r)
-        finally:
-            sem.release()
-
-    while not stop.is_set():
-        due = start + k / rate
-        delay = due - time.monotonic()
-        if delay > 0:
-            stop.wait(delay)
-            continue
-        k += 1
-        if not sem.acquire(timeout=0):  # 32 in flight: counted as a refusal, the loop stays open
-            with load.lock:
-                load.results.append((time.monotonic(), "overload", 0))
-            continue
-        t = threading.Thread(target=one, args=(_pick(rng), random.Random(rng.random())), daemon=True)
-        t.start()
-        threads.append(t)
-        threads = [t for t in threads if t.is_alive()]
-    for t in threads:
-        t.join(timeout=30)
-    client.close()
+    limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+    tasks: set[asyncio.Task[None]] = set()
+    async with httpx.AsyncClient(timeout=20, limits=limits) as client:
+        start, k = time.monotonic(), 0
+        while not stop.is_set():
+            delay = start + k / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(min(delay, 0.05))
+                continue
+            k += 1
+            if len(tasks) >= MAX_IN_FLIGHT:
+                with load.lock:
+                    load.results.append((time.monotonic(), "overload", 0))
+                continue
+            task = asyncio.create_task(_send(client, fleet, load, _pick(rng), random.Random(rng.random())))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
 
 
 def _jobs(port: int) -> list[dict[str, Any]]:
@@ -282,6 +293,12 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(s[min(len(s) - 1, round(q * (len(s) - 1)))], 3)
 
 
+def _last_reload(log: Path) -> float:
+    """The newest reload time a server's log names (-1 when none yet)."""
+    found = re.findall(r"store reloaded in ([0-9.]+) s", log.read_text()) if log.exists() else []
+    return float(found[-1]) if found else -1.0
+
+
 def _unavailable(results: list[tuple[float, str, int]], kills: list[float]) -> list[float]:
     spans = []
     writes = sorted((t, s) for t, kind, s in results if kind in ("submit", "stop", "create"))
@@ -313,6 +330,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     takeovers: list[float] = []
     kill_times: list[float] = []
     stale_exits, double, interrupted, redone, samples = 0, 0, 0, 0, 0
+    drive_s = 0.0
+    reload_by_kill: list[float] = []
     reloads: list[float] = []
     specs_warm, specs_parsed = 0, 0
     local_interrupted, local_restores = 0, 0
@@ -324,6 +343,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         sdk = PodfleetClient(f"http://127.0.0.1:{fleet.ports[0]}", TOKEN)
         local_cid, local_jid = _local_job(sdk)
         driver = threading.Thread(target=_drive, args=(fleet, load, rate, stop, 7), daemon=True)
+        drive_t0 = time.monotonic()
         driver.start()
         time.sleep(10 if quick else 20)
         for k in range(kills):
@@ -349,6 +369,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             if new is None:
                 raise RuntimeError(f"no takeover within 120 s after kill {k}")
             takeovers.append(time.monotonic() - t0)
+            reload_by_kill.append(_last_reload(workdir / f"server-{new}.log"))
             if how == signal.SIGSTOP:
                 proc.send_signal(signal.SIGCONT)
                 try:
@@ -359,6 +380,15 @@ def run(quick: bool = False) -> dict[str, Any]:
                 proc.wait(timeout=30)
             fleet.procs[lead] = None
             time.sleep(SETTLE_S)
+            # Under a heavy machine load the new leader may itself have lost its lease since
+            # (a renewal starved of CPU past the lease): sample whoever leads now.
+            now_leads = fleet.leader()
+            while now_leads is None and time.monotonic() - t0 < 240:
+                time.sleep(0.5)
+                now_leads = fleet.leader()
+            if now_leads is None:
+                raise RuntimeError(f"no leader after the settle of kill {k}")
+            new = now_leads
             after = {j["id"]: j for j in _jobs(fleet.ports[new])}
             samples += 1
             double += _double_allocations(list(after.values()))
@@ -394,6 +424,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             fleet.start(lead)  # back as a follower
         stop.set()
         driver.join(timeout=60)
+        drive_s = time.monotonic() - drive_t0
         lead = fleet.leader()
         if lead is None:
             raise RuntimeError("no leader at the end")
@@ -427,6 +458,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         admin.dispose()
         shutil.rmtree(workdir, ignore_errors=True)
     unavailable = _unavailable(load.results, kill_times)
+    lease_parts = [t - r for t, r in zip(takeovers, reload_by_kill, strict=True) if r >= 0]
+    answered = [r for r in load.results if r[2] != 0]
     writes = [r for r in load.results if r[1] in ("submit", "stop", "create")]
     return {
         "acked_writes_lost": lost,
@@ -435,6 +468,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         "takeover_s_p99": _pct(takeovers, 0.99),
         "unavailable_s_p99": _pct(unavailable, 0.99),
         "unavailable_s_p50": _pct(unavailable, 0.5),
+        "takeover_lease_s_p50": _pct(lease_parts, 0.5),
+        "takeover_lease_s_p99": _pct(lease_parts, 0.99),
         "reload_s_p50": _pct(reloads, 0.5),
         "reload_s_p99": _pct(reloads, 0.99),
         "takeover_specs_warm": specs_warm,
@@ -451,12 +486,15 @@ def run(quick: bool = False) -> dict[str, Any]:
         "writes": len(writes),
         "writes_acked": sum(1 for r in writes if 200 <= r[2] < 300),
         "writes_refused_503": sum(1 for r in writes if r[2] == 503),
-        "requests_unanswered": sum(1 for r in load.results if r[2] == 0),
+        "requests_unanswered": sum(1 for r in load.results if r[2] == 0 and r[1] != "overload"),
         "acked_jobs": len(load.acked_jobs),
         "acked_stops": len(load.acked_stops),
         "acked_clusters": len(load.acked_clusters),
         "allocation_samples": samples,
-        "rate_per_s": rate,
+        "rate_per_s": rate,  # offered (open loop): an assumption of the load
+        "answered_per_s": round(len(answered) / drive_s, 1) if drive_s else None,
+        "acked_per_s": round(sum(1 for r in answered if 200 <= r[2] < 300) / drive_s, 1) if drive_s else None,
+        "overload": sum(1 for r in load.results if r[1] == "overload"),
         "load_1m": round(os.getloadavg()[0], 2),  # the machine's load at the end (shared)
         "lease_ttl_s": ttl_s,
         "goal_takeover_s_p99": 5.0,

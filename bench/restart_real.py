@@ -9,8 +9,10 @@ with ``ray start``, 3 CPUs: the gang's detached actors outlive the server). The 
 
 * ``reattach_s``: from the new server's process start to the first step beyond the one
   the job had reached at the kill, read through the API (server start-up included).
-  ``serving_s`` is the part until ``/healthz`` answers (interpreter, imports, store,
-  reload), ``after_serving_s`` the rest (re-attach, replay, the first live step).
+  ``serving_s`` is the part until ``/healthz`` answers (interpreter, imports, store: the
+  server listens before its engine reloads), ``after_serving_s`` the rest (the reload,
+  re-attach, replay, the first live step; ``/v1`` answers 503 ``starting`` until the reload
+  is done, which the SDK retries).
 * ``steps_lost``: steps trained twice: the step at the kill minus the step a worker
   restored from after it (a ``restored step N`` line in the job's log); 0 when no worker
   had to restore, i.e. the gang ran on.

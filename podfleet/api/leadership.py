@@ -17,13 +17,18 @@ The console's pages, ``/healthz``, ``/readyz`` and ``/metrics`` are always this 
 
 ``Sole`` is the leadership of a server that shares its store with nobody (SQLite): it
 always leads, with no term.
+
+A server listens before its engine has reloaded the store (``api.server.run``): until then
+(``Leadership.reloaded`` false) a leader answers ``/v1`` with ``503`` and ``Retry-After``
+(code ``starting``), never from a plane that is still being rebuilt.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import httpx
@@ -58,13 +63,31 @@ class Leadership(Protocol):
         """Whether reads may be answered from this server's memory while it does not lead."""
         ...
 
+    @property
+    def reloaded(self) -> bool:
+        """Whether this server's engine has reloaded the store: a leader answers ``/v1`` only then."""
+        ...
+
     def leader_url(self) -> str | None: ...
+
+
+def _reloaded() -> threading.Event:
+    ready = threading.Event()
+    ready.set()
+    return ready
 
 
 @dataclass
 class Sole:
     holder: str
     term: int | None = None
+    # Set once the engine has reloaded the store (``podfleet up`` listens before that); a
+    # plane built and started by its caller (tests, embedding) is reloaded from the start.
+    ready: threading.Event = field(default_factory=_reloaded)
+
+    @property
+    def reloaded(self) -> bool:
+        return self.ready.is_set()
 
     @property
     def role(self) -> Role:
@@ -107,9 +130,17 @@ class LeaderGate:
         self.client = httpx.AsyncClient(timeout=FORWARD_TIMEOUT_S)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/") \
-                or self.leadership.role == Role.LEADER:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
+            return
+        if self.leadership.role == Role.LEADER:
+            if self.leadership.reloaded:
+                await self.app(scope, receive, send)
+            else:
+                await _answer(send, 503, problem_body(
+                    503, "starting", "this server is starting: it answers once its engine has reloaded the "
+                    f"store (re-attaching to running jobs); nothing was changed, retry in {RETRY_AFTER_S} s", None),
+                    [(b"retry-after", str(RETRY_AFTER_S).encode())])
             return
         if self.leadership.serves_reads:  # the store is out of reach: memory answers reads
             if scope["method"] in ("GET", "HEAD"):

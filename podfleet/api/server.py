@@ -86,6 +86,7 @@ class Server:
     # shares the store with nobody and always leads).
     elector: Elector | None = None
     role: ServingRole | None = None
+    sole: Sole | None = None  # the leadership of a server that shares its store with nobody
     sqlite_lock: IO[str] | None = field(default=None, repr=False)  # held for the process's life
     stopping: threading.Event = field(default_factory=threading.Event)  # set by a clean shutdown
 
@@ -110,6 +111,10 @@ class ServingRole:
     @property
     def serves_reads(self) -> bool:
         return self.serving.is_set() and self.elector.serves_reads
+
+    @property
+    def reloaded(self) -> bool:
+        return self.serving.is_set()
 
     def leader_url(self) -> str | None:
         if self.elector.leads():
@@ -190,7 +195,8 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
         digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain,
                                every_records=settings.audit_digest_every, copies=copies)
     role = ServingRole(elector) if elector is not None else None
-    leadership: Leadership = role if role is not None else Sole(instance_name(settings))
+    # A sole server listens before its engine has reloaded (``run``): ``ready`` is set after.
+    leadership: Leadership = role if role is not None else Sole(instance_name(settings), ready=threading.Event())
     app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware,
                      maintenance=parts.maintenance,
                      leadership=leadership, metrics_per_chip=settings.metrics_per_chip)
@@ -202,7 +208,8 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
     if digests is not None:
         app.state.audit_trail = AuditTrail(digests.directory, signer.public_key(), digests.copies, digests)
     mount_console(app, ApiConsoleAuth())  # the web console at / (the API stays under /v1), through its auth port
-    return Server(app, plane, store, token, from_env, digests, elector, role, lock)
+    return Server(app, plane, store, token, from_env, digests, elector, role,
+                  leadership if isinstance(leadership, Sole) else None, lock)
 
 
 def instance_name(settings: Settings) -> str:
@@ -289,7 +296,12 @@ def ensure_default_cluster(plane: ControlPlane, name: str | None) -> str | None:
 def run(server: Server, host: str, port: int, default_cluster: str | None = None, *,
         tls_cert: str | None = None, tls_key: str | None = None,
         header_timeout_s: float = connections.HEADER_TIMEOUT_S) -> None:
-    """Reload + reconcile, then serve until interrupted."""
+    """Listen, then reload + reconcile, and serve until interrupted.
+
+    The socket is bound first and the engine reloads the store (re-attaching to what runs)
+    on a thread of its own once it is: ``/healthz`` answers from the first moment, while
+    ``/v1`` answers ``503 starting`` and ``/readyz`` not ready until the reload is done
+    (``Leadership.reloaded``), so nothing is ever answered from a half-rebuilt plane."""
     check_tls(tls_cert, tls_key)
     warning = files.exposure_warning(host, tls=bool(tls_cert))
     if warning:
@@ -301,6 +313,15 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         """The engine: reload the store (re-attach to what runs: ``plane.load``), serve."""
         if not once.acquire(blocking=False):
             return  # already leading
+        try:
+            reload_and_serve()
+        except Exception as exc:  # a reload that fails ends the process, as it did before it listened
+            detail = exc.message if isinstance(exc, PodfleetError) else f"{type(exc).__name__}: {exc}"
+            print(f"podfleet: the engine could not reload the store: {detail}", file=sys.stderr, flush=True)
+            log.exception("reload failed")
+            os._exit(1)
+
+    def reload_and_serve() -> None:
         term = server.elector.term if server.elector is not None else None
         if term is not None and isinstance(server.store, Store) and server.elector is not None:
             server.store.use_fence(Fence(server.elector.holder, term))
@@ -316,6 +337,10 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
                   file=sys.stderr, flush=True)
         if server.digests is not None:
             server.digests.start()  # the start-up digest, then one every N records and every interval
+        if leads_now:  # a follower froze its start-up when it began listening
+            quiet_gc()  # what the reload built stays for the process's life: frozen with the imports
+        if server.sole is not None:
+            server.sole.ready.set()
         if server.role is not None:
             server.role.serving.set()
             watch_engine(server)
@@ -325,16 +350,22 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
     warmth = follow_store(server) if elector is not None and not elector.leads() else None
     if elector is not None:
         elector.on_elected = lambda term: takeover(server, term, lead)
-    if elector is None or elector.leads():
-        lead()
-    quiet_gc()
+    leads_now = elector is None or elector.leads()
+
+    def on_listening() -> None:
+        if leads_now:
+            threading.Thread(target=lead, name="podfleet-reload", daemon=True).start()
+        else:
+            threading.Thread(target=quiet_gc, name="podfleet-gc", daemon=True).start()
+
     # uvicorn re-raises SIGTERM after its graceful shutdown; by default that would end the
     # process before the cleanup below (the final audit digest, the store's close).
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.run(server.app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
-                    **connections.options(header_timeout_s=header_timeout_s,
-                                          timeout_graceful_shutdown=GRACEFUL_S))
+        config = uvicorn.Config(server.app, host=host, port=port, ssl_certfile=tls_cert, ssl_keyfile=tls_key,
+                                **connections.options(header_timeout_s=header_timeout_s,
+                                                      timeout_graceful_shutdown=GRACEFUL_S))
+        ListeningServer(config, on_listening).run()
     finally:
         server.stopping.set()
         if warmth is not None:
@@ -343,11 +374,25 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
         with contextlib.suppress(Exception):
             server.plane.tl.submit(pending_denials, server.app).result(timeout=1.0)
         server.plane.stop()
-        if server.digests is not None and (server.role is None or server.role.serving.is_set()):
+        if server.digests is not None and server.app.state.leadership.reloaded:
             server.digests.stop()  # the last digest signs the chain's final head (a leader's)
         if server.elector is not None:
             server.elector.stop()  # a clean stop hands the lease on at once
         server.store.close()
+
+
+class ListeningServer(uvicorn.Server):
+    """uvicorn's server, calling ``on_listening`` (on the event loop: it must not block)
+    once its sockets are bound."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self.on_listening()
 
 
 def follow_store(server: Server) -> Warmth:

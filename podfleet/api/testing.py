@@ -105,7 +105,8 @@ def spawn_url_server(db_url: str, port: int, token: str, *args: str, env: dict[s
                      wait: bool = True) -> subprocess.Popen[bytes]:
     """``spawn_server`` for any store URL (PostgreSQL: several servers on one store, each
     with its own ``port``); ``env`` is added to this process's environment. ``wait``:
-    return once ``/healthz`` answers (a follower answers it too)."""
+    return once ``/healthz`` answers (a follower answers it too) and, on a leader, says its
+    engine has reloaded (not ``starting``)."""
     full = {**os.environ, "PODFLEET_ADMIN_TOKEN": token, **(env or {})}
     err = log.open("ab") if log is not None else subprocess.DEVNULL
     proc = subprocess.Popen(
@@ -121,7 +122,9 @@ def wait_healthz(proc: subprocess.Popen[bytes], port: int, timeout_s: float, log
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+            r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            # A leader listens before its engine has reloaded: ready for /v1 once not starting.
+            if r.status_code == 200 and not r.json().get("starting"):
                 return
         except httpx.HTTPError:
             pass

@@ -10,7 +10,7 @@ from podfleet.cli.named import ClusterArg
 from podfleet.cli.output import OutputFormat, OutputOpt, errors
 from podfleet.cli.remote import TokenOpt, UrlOpt, client
 from podfleet.errors import InvalidInputError
-from podfleet.recovery.firmware import KNOWN_VERSIONS
+from podfleet.hardware.specs import FIRMWARE_VERSIONS as KNOWN_VERSIONS
 from podfleet.sdk import PodfleetClient
 
 app = typer.Typer(help="Rolling firmware updates.", no_args_is_help=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors
-from podfleet.hardware.catalog import get_topology
 
 app = typer.Typer(help="Topologies: shape and figures.", no_args_is_help=True)
 
@@ -16,5 +15,8 @@ def show(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """A topology's chips, dims, links, diameter, average hops and bisection bandwidth."""
+    # numpy and networkx: loaded by this command only, not by every other one's start.
+    from podfleet.hardware.catalog import get_topology
+
     with errors():
         emit(get_topology(name).summary(), output, title=name)

@@ -11,8 +11,6 @@ import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit, errors, stderr
 from podfleet.errors import ConflictError, InvalidInputError
-from podfleet.fabric.factory import check_worker_settings
-from podfleet.security.harden import set_undumpable
 from podfleet.settings import get_settings
 
 
@@ -41,6 +39,8 @@ def up(
     from podfleet.api.demo import DEMO_DB, DEMO_SPEED, start_demo
     from podfleet.api.proxies import parse_trusted_proxies
     from podfleet.api.server import build_server, check_tls, run
+    from podfleet.fabric.factory import check_worker_settings
+    from podfleet.security.harden import set_undumpable
 
     with errors():
         if demo:

@@ -12,7 +12,6 @@ import typer
 
 from podfleet.cli.output import OutputFormat, OutputOpt, emit
 from podfleet.cli.remote import remote_command
-from podfleet.control.accounting import KINDS, to_csv
 from podfleet.errors import InvalidInputError
 from podfleet.sdk import PodfleetClient
 
@@ -59,6 +58,10 @@ def usage(
     output: OutputFormat = OutputOpt,
 ) -> None:
     """Chip-seconds busy, reserved and lost (failures, recovery) per user, queue or team."""
+    # Here, not at the top: ``podfleet.control`` loads the whole plane, which every other
+    # command (``--help`` included) would pay for at start.
+    from podfleet.control.accounting import KINDS, to_csv
+
     out = c.get_usage(by=by.value, since=parse_since(since) if since else None, cluster=cluster)
     if output == OutputFormat.json:
         emit(out, output)

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 
 from podfleet.errors import UnknownNameError
 
+# Firmware versions a rollout can install (the twin's chips run these; ``podfleet firmware update``).
+FIRMWARE_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
+
 GiB = 1024**3
 GB = 10**9
 TB = 10**12

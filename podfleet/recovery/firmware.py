@@ -27,6 +27,7 @@ import simpy
 from podfleet.engine.timeline import Timeline
 from podfleet.errors import ConflictError, InvalidInputError, NotFoundError, UnknownNameError
 from podfleet.fabric.base import ChipState, FabricEvent, FirmwareUpdate
+from podfleet.hardware.specs import FIRMWARE_VERSIONS
 from podfleet.hardware.topology import FleetTopology, Topology
 from podfleet.recovery.context import USABLE, RecoveryFabric
 from podfleet.recovery.orchestrator import RecoveryOrchestrator
@@ -34,7 +35,7 @@ from podfleet.recovery.spares import tp_group, whole_groups
 from podfleet.states import check_transition, transitions
 from podfleet.wire import JsonObject
 
-KNOWN_VERSIONS = ("2.20.0", "2.21.0", "2.22.0", "2.23.0")
+KNOWN_VERSIONS = FIRMWARE_VERSIONS
 UNITS = ("chip", "node")
 NODE_CHIPS = 16
 

@@ -137,7 +137,9 @@ def test_up_prints_the_admin_token_once(tmp_path: Path) -> None:
         while True:
             try:
                 r = httpx.get(f"{info['url']}/v1/clusters", headers={"Authorization": f"Bearer {token}"})
-                break
+                if r.status_code != 503:  # 503 starting: listening, the engine still reloading
+                    break
+                time.sleep(0.1)
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)

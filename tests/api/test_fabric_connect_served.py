@@ -62,7 +62,7 @@ def test_a_ray_address_that_never_answers_blocks_nothing(tmp_path: Path, silent:
             while True:
                 assert proc.poll() is None, err.read_text()
                 try:
-                    if c.get("/healthz").status_code == 200:
+                    if c.get("/readyz").status_code == 200:  # listening and reloaded
                         break
                 except httpx.TransportError:
                     pass

@@ -118,3 +118,17 @@ def test_a_sole_server_says_it_leads_and_is_ready() -> None:
     assert health.json()["role"] == "leader" and ready.status_code == 200 and ready.json()["store"] == "ok"
     assert any(line.startswith("podfleet_leader{server=") and line.endswith(" 1.0")
                for line in metrics.text.splitlines())
+
+
+def test_a_leader_still_reloading_answers_v1_with_503_starting_and_serves_once_reloaded() -> None:
+    import threading
+
+    from podfleet.api.leadership import Sole
+
+    sole = Sole("me:1", ready=threading.Event())
+    gate = LeaderGate(here, sole)
+    r = _get(gate, "/v1/jobs")
+    assert r.status_code == 503 and r.headers["retry-after"] == "1" and r.json()["code"] == "starting"
+    assert _get(gate, "/healthz").text == "answered here"  # liveness answers from the first moment
+    sole.ready.set()
+    assert _get(gate, "/v1/jobs").text == "answered here"

@@ -231,7 +231,7 @@ def test_kill_9_after_more_than_100_records_leaves_a_digest(tmp_path: Path) -> N
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
                     return proc
             except httpx.HTTPError:
                 time.sleep(0.2)

@@ -26,8 +26,10 @@ async def healthz(request: Request) -> dict[str, object]:
     leads = lead.role == Role.LEADER
     out: dict[str, object] = {
         "ok": True, "role": lead.role.value, "instance": lead.holder, "term": lead.term if leads else None,
-        "leader": lead.leader_url(), "clusters": len(plane.clusters) if leads else None,
-        "timeline_s": round(plane.tl.now, 3), "time": rfc3339(time.time()), "speed": plane.tl.speed}
+        "leader": lead.leader_url(), "clusters": len(plane.clusters) if leads and lead.reloaded else None,
+        "timeline_s": round(plane.tl.now, 3), "time": rfc3339(time.time()), "speed": plane.tl.speed,
+        # A leader that listens while its engine reloads the store: /v1 answers 503 until then.
+        "starting": leads and not lead.reloaded}
     twin = twin_time(plane.tl)
     if twin is not None:
         out["twin_time"] = twin
@@ -53,6 +55,8 @@ def readyz(request: Request, store_ping: StorePing) -> JSONResponse:
     store_ok = store_ping()
     leads = lead.role == Role.LEADER
     why = None if store_ok else "the store does not answer"
+    if why is None and leads and not lead.reloaded:
+        why = "starting: the engine is reloading the store"
     if why is None and not leads and lead.leader_url() is None:
         why = "no leader is known yet"
     body = {"ready": why is None, "role": lead.role.value, "store": "ok" if store_ok else "unreachable",

@@ -58,7 +58,7 @@ def test_sigterm_stops_podfleet_up_with_ray_initialised(tmp_path: Path) -> None:
             while True:
                 assert proc.poll() is None, err.read_text()
                 try:
-                    if c.get("/healthz").status_code == 200:
+                    if c.get("/readyz").status_code == 200:  # listening and reloaded
                         break
                 except httpx.TransportError:
                     pass
