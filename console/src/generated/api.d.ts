@@ -1604,7 +1604,7 @@ export interface components {
             rayAddress?: string | null;
             /**
              * Ray Address
-             * @description fabric ray: HOST:6379, ray://HOST:10001 or auto; default PODFLEET_RAY_ADDRESS, else a private local instance
+             * @description fabric ray: HOST:6379, ray://HOST:10001 or auto; default PODFLEET_RAY_ADDRESS, else a private local instance. fabric neuron: the Ray cluster whose nodes with neuron_cores are the Trainium hosts (neuron-ls and neuron-monitor run on each)
              */
             ray_address?: string | null;
             /**
@@ -1634,7 +1634,7 @@ export interface components {
              * @description default trn2-ultraserver; custom (chips worker slots) for fabric local or ray
              */
             type?: ("trn2-ultraserver" | "trn2-node" | "trn1-node" | "custom") | null;
-        } & (unknown & unknown & unknown & unknown);
+        } & (unknown & unknown & unknown & unknown & unknown & unknown);
         /** CreatePriorityClassRequest */
         CreatePriorityClassRequest: {
             /** Name */
