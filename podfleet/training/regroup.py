@@ -110,7 +110,9 @@ def init_group(backend: str, init_method: str, rank: int, world_size: int, timeo
     global _group_sockets
     if rank != 0 and init_method.startswith("tcp://"):
         host, port = init_method.removeprefix("tcp://").rsplit(":", 1)
+        t0 = time.monotonic()
         wait_store(host, int(port), timeout.total_seconds())
+        timeout = max(timedelta(seconds=1), timeout - timedelta(seconds=time.monotonic() - t0))  # one budget
     before = _open_sockets()
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
     store_port = int(init_method.rsplit(":", 1)[1])
