@@ -17,6 +17,13 @@ paths: recoveries by mechanism, ``rank-move`` (the other rank kept its process) 
 own slot once it passes its check). ``survivor_pid_kept``: kills after which the rank
 that was not killed still ran in the same process.
 
+phases_p50_s: where the seconds go, the median over the kills of each phase of the
+fabric's records (``phases_s``, seconds since the kill): ``detected`` (the engine handled
+the exit), ``spawned`` (the replacement assigned), the moved rank's ``started``,
+``joined`` (the new process group), ``built``, ``synced`` (state received), the kept
+rank's ``lost`` (its collective failed), ``released`` (the broken group dropped),
+``rendezvous``, ``joined``, ``synced``, and ``first_step``.
+
 ``--quick`` runs the ``debug`` preset (0.13M parameters), 2 kills (tests/test_benchmarks.py).
 """
 
@@ -83,10 +90,29 @@ def _scenario(plane: Any, name: str, model: str, kills: int) -> dict[str, Any]:
                             "steps_lost": int(rec["steps_lost"] or 0), "mechanism": rec.get("mechanism"),
                             "path": rec.get("path"), "state": rec.get("state"),
                             "kept": before.get(other) is not None and before.get(other) == after.get(other)})
+        recs = list(fab.job_status(jid).recoveries)
         plane.call_sync(plane.jobs.stop, jid, actor="bench")
-        return _summary(samples)
+        return {**_summary(samples), "phases_p50_s": _phases(recs)}
     finally:
         plane.call_sync(plane.delete_cluster, name, actor="bench")
+
+
+def _phases(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each phase of the fabric's move records (``phases_s``: seconds since
+    the kill): the fabric's (detected, spawned, first step), the moved rank's and the
+    kept rank's (started / lost, released, rendezvous, joined, synced)."""
+    got: dict[str, list[float]] = {}
+    for rec in recs:
+        ph = rec.get("phases_s") or {}
+        moved = f"rank{rec.get('rank')}"
+        for key, val in ph.items():
+            if isinstance(val, dict):
+                who = "moved" if key == moved else "kept"
+                for name, t in val.items():
+                    got.setdefault(f"{who}_{name}", []).append(float(t))
+            else:
+                got.setdefault(key, []).append(float(val))
+    return {k: round(float(np.percentile(v, 50)), 3) for k, v in sorted(got.items(), key=lambda kv: np.median(kv[1]))}
 
 
 def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:

@@ -60,6 +60,8 @@ def test_recovery_real_quick_moves_every_killed_rank_through_the_control_plane()
     assert out["survivor_pid_kept"] == 2 and out["failed_recoveries"] == 0 and out["steps_lost_max"] == 0
     assert len(out["kill_to_step_s"]) == 2 and all(t > 0 for t in out["kill_to_step_s"])
     assert out["kill_to_step_s_p99"] >= out["kill_to_step_s_p50"] > 0
+    ph = out["phases_p50_s"]  # where the seconds went, from the fabric's records
+    assert {"detected", "spawned", "moved_joined", "moved_synced", "kept_lost", "kept_synced", "first_step"} <= set(ph)
 def test_ha_failover_counts_unavailability_and_double_allocations() -> None:
     """ha-failover's counting, on hand-made samples (the quick run itself needs PostgreSQL
     and three servers: ``podfleet bench run ha-failover --quick``)."""

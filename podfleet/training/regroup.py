@@ -12,12 +12,14 @@ group is destroyed, never reused.
 
 State: the ranks all-gather the step each holds (-1 for a replacement); the lowest rank
 holding the highest step is the source and broadcasts its model and optimizer state to
-all the others (one flat buffer per dtype, so a 25M-parameter model costs three
-collectives, not thousands). Broadcasting to every rank, not only the new one, also
-covers a survivor that finished one step fewer than another (a peer died inside the
-last all-reduce). Nothing is copied into a rank's model until the whole buffer arrived,
-so a second loss during the transfer leaves every survivor's state intact for the next
-generation.
+all the others (each tensor of 1 MiB or more on its own, sent from and received into the
+tensors themselves; the small rest as one flat buffer per dtype: ~100 collectives for a
+25M-parameter model, not thousands, and no copy of its 300 MB). Broadcasting to every
+rank, not only the new one, also covers a survivor that finished one step fewer than
+another (a peer died inside the last all-reduce). Only a replacement, which holds
+nothing, receives into its own model; nothing is copied into a survivor's model until
+the whole state arrived, so a second loss during the transfer leaves every survivor's
+state intact for the next generation.
 """
 
 from __future__ import annotations
@@ -90,9 +92,27 @@ def _open_sockets() -> set[int]:
     return out
 
 
+def wait_store(addr: str, port: int, timeout_s: float) -> None:
+    """Until rank 0's store accepts connections (or ``timeout_s``): a rank that connects
+    before it listens falls into the store client's retry backoff and joins up to ~0.5 s
+    after the store came up; polling every ``POLL_S`` joins within one poll."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=max(POLL_S, 0.5)):
+                return
+        except OSError:
+            time.sleep(POLL_S)
+
+
 def init_group(backend: str, init_method: str, rank: int, world_size: int, timeout: timedelta) -> None:
     """``dist.init_process_group``, remembering the sockets the new group opened."""
     global _group_sockets
+    if rank != 0 and init_method.startswith("tcp://"):
+        host, port = init_method.removeprefix("tcp://").rsplit(":", 1)
+        t0 = time.monotonic()
+        wait_store(host, int(port), timeout.total_seconds())
+        timeout = max(timedelta(seconds=1), timeout - timedelta(seconds=time.monotonic() - t0))  # one budget
     before = _open_sockets()
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
     store_port = int(init_method.rsplit(":", 1)[1])
@@ -187,16 +207,40 @@ def _placeholders(skel: Any, out: list[tuple[tuple[int, ...], str]]) -> None:
             _placeholders(v, out)
 
 
-def _broadcast_flat(tensors: list[torch.Tensor], shapes: list[tuple[tuple[int, ...], str]], src: int,
-                    device: torch.device) -> list[torch.Tensor]:
-    """Broadcast ``tensors`` (on ``src``; ``shapes`` elsewhere) as one flat buffer per dtype."""
+# A tensor of at least this many bytes is broadcast on its own, straight from the source's
+# tensor into the receiver's; smaller ones share one flat buffer per dtype.
+DIRECT_BYTES = 1 << 20
+
+
+def _broadcast(tensors: list[torch.Tensor], shapes: list[tuple[tuple[int, ...], str]], src: int,
+               device: torch.device, into: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """Broadcast ``tensors`` (on ``src``; ``shapes`` elsewhere): the received tensors, in order.
+
+    Large tensors go one collective each, with no copy on either side: the source sends its
+    own tensor and a receiver receives into ``into[i]`` (its own model's tensor, when it has
+    nothing of its own to keep) or a fresh one. The rest (biases, norms, AdamW's step
+    counters) go as one flat buffer per dtype, so a 25M-parameter model costs ~100
+    collectives, not thousands, and no 300 MB concatenation."""
     is_src = dist.get_rank() == src
-    by_dtype: dict[str, list[int]] = {}
-    for i, (_shape, dt) in enumerate(shapes):
-        by_dtype.setdefault(dt, []).append(i)
     out: list[torch.Tensor | None] = [None] * len(shapes)
-    for dt in sorted(by_dtype):
-        idx = by_dtype[dt]
+    small: dict[str, list[int]] = {}
+    for i, (shape, dt) in enumerate(shapes):
+        dtype = getattr(torch, dt)
+        numel = int(torch.Size(shape).numel())
+        if numel * dtype.itemsize < DIRECT_BYTES:
+            small.setdefault(dt, []).append(i)
+            continue
+        if is_src:
+            t = tensors[i].detach()
+            t = t if t.is_contiguous() and t.device == device else t.contiguous().to(device)
+        else:
+            dst = into[i] if into is not None else None
+            ok = dst is not None and dst.is_contiguous() and tuple(dst.shape) == shape and dst.dtype == dtype
+            t = dst.detach() if ok and dst is not None else torch.empty(shape, dtype=dtype, device=device)
+        dist.broadcast(t, src=src)
+        out[i] = t
+    for dt in sorted(small):
+        idx = small[dt]
         numels = [int(torch.Size(shapes[i][0]).numel()) for i in idx]
         if is_src:
             flat = torch.cat([tensors[i].detach().reshape(-1).to(device) for i in idx])
@@ -211,7 +255,9 @@ def _broadcast_flat(tensors: list[torch.Tensor], shapes: list[tuple[tuple[int, .
 def sync_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int,
                device: torch.device) -> tuple[int, int]:
     """Give every rank the newest state in the gang: (step restored, source rank).
-    ``step`` is what this rank holds (-1: nothing, a replacement). Raises ``NoReplica``."""
+    ``step`` is what this rank holds (-1: nothing, a replacement, which receives the
+    model's weights straight into its own tensors; a survivor receives into fresh ones
+    and copies them only once all arrived). Raises ``NoReplica``."""
     world = dist.get_world_size()
     steps = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(steps, torch.tensor([step], dtype=torch.int64))
@@ -221,16 +267,22 @@ def sync_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: i
         raise NoReplica("no rank of the re-formed gang holds the job's state")
     src = held.index(best)
     mine: list[torch.Tensor] = []
-    skel = _skeleton({"model": model.state_dict(), "optim": optimizer.state_dict()}, mine)
+    own = model.state_dict()
+    skel = _skeleton({"model": own, "optim": optimizer.state_dict()}, mine)
     box: list[Any] = [skel if dist.get_rank() == src else None]
     dist.broadcast_object_list(box, src=src)
     shapes: list[tuple[tuple[int, ...], str]] = []
     _placeholders(box[0], shapes)
-    got = _broadcast_flat(mine, shapes, src, device)
+    into: list[torch.Tensor] | None = None
+    if step < 0 and dist.get_rank() != src:
+        # Nothing here to keep if the transfer breaks: receive the weights in place.
+        into = [own[name] for name in box[0]["model"]] + [torch.empty(0)] * (len(shapes) - len(box[0]["model"]))
+    got = _broadcast(mine, shapes, src, device, into)
     if dist.get_rank() != src:
         full = _fill(box[0], iter(got))
         with torch.no_grad():
-            for name, value in model.state_dict().items():
-                value.copy_(full["model"][name])
+            for name, value in own.items():
+                if full["model"][name].data_ptr() != value.data_ptr():
+                    value.copy_(full["model"][name])
         optimizer.load_state_dict(full["optim"])
     return best, src

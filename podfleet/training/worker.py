@@ -164,6 +164,7 @@ def run_worker(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
 
 
 def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
+    phases = {"started": time.time()}  # a rank move's replacement reports these (``regrouped``)
     _check_inputs(cfg)
     t0 = time.perf_counter()
     import torch
@@ -184,13 +185,14 @@ def _run(cfg: WorkerConfig, reporter: Reporter) -> WorkerResult:
 
         init_group("nccl" if use_cuda else "gloo", f"tcp://{cfg.master_addr}:{cfg.master_port}", cfg.rank,
                    cfg.world_size, timedelta(seconds=60))
+        phases["joined"] = time.time()
         reporter.log(f"startup: process group ready {time.perf_counter() - t0:.2f} s")
     if isinstance(reporter, MessageReporter):
         reporter.send("running")  # the slow imports are done: the fabric may now expect steady heartbeats
     if cfg.entrypoint is not None:
         result = _run_entrypoint(cfg, reporter, kek, device)
     else:
-        result = _run_builtin(cfg, reporter, kek, device)
+        result = _run_builtin(cfg, reporter, kek, device, phases)
     # Only a clean run tears the group down: after a peer died the group is broken and
     # destroying it can block; the process exits right after anyway.
     if result.exit_code == EXIT_OK and cfg.world_size > 1 and dist.is_initialized():
@@ -222,7 +224,8 @@ def _run_entrypoint(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, de
     return WorkerResult(cfg.rank, cfg.steps, None)
 
 
-def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: torch.device) -> WorkerResult:
+def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, device: torch.device,
+                 phases: dict[str, float]) -> WorkerResult:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
@@ -233,8 +236,14 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
     from podfleet.training.loop import LoopState, PeerLost, train
     from podfleet.training.model import build_model
 
-    model = build_model(cfg.model, cfg.seed).to(device)
+    joining = cfg.join and cfg.world_size > 1
+    model = build_model(cfg.model, cfg.seed, init=not (joining and not cfg.resume_from)).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    phases["built"] = time.time()
+    # Everything alive now (torch's modules, the model) lives as long as the process: out of
+    # the collector's sight, a survivor's ``gc.collect`` after a lost peer takes microseconds,
+    # not the ~0.5 s a scan of torch's ~300k objects takes on a loaded host.
+    gc.freeze()
     state = LoopState()
     source = cfg.resume_from or (manifest.latest(cfg.checkpoint_dir) if cfg.resume else None)
     if source:
@@ -247,10 +256,10 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
     start_step = state.step
     backend = "nccl" if device.type == "cuda" else "gloo"
     gen, synced = cfg.generation, False
-    if cfg.join and cfg.world_size > 1:
+    if joining:
         # A replacement for a lost rank: its state comes from the peers that kept theirs.
         try:
-            state.step = _take_state(cfg, reporter, gen, model, optimizer, device, -1)
+            state.step = _take_state(cfg, reporter, gen, model, optimizer, device, -1, phases)
         except Exception as exc:
             from podfleet.training.loop import is_comm_failure
             from podfleet.training.regroup import NoReplica
@@ -258,7 +267,7 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
             if not (is_comm_failure(exc) or isinstance(exc, NoReplica)):
                 raise
             moved = None if isinstance(exc, NoReplica) else _rejoin(cfg, reporter, gen, backend, model, optimizer,
-                                                                      device, -1)
+                                                                      device, -1, {})
             if moved is None:
                 reporter.log(f"replacement rank could not take the gang's state: {str(exc).splitlines()[0][:160]}")
                 return WorkerResult(cfg.rank, 0, None, (), 0, EXIT_PEER_LOST, str(exc), {"kind": "peer-lost"})
@@ -283,6 +292,8 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
         except PeerLost as lost:
             from podfleet.training.regroup import cut_group
 
+            lost_t = time.time()
+
             cut_group()  # first: a peer may be blocked on this rank, not on the dead one
             # Drop every reference to the broken group (the traceback's frames hold the DDP
             # module, whose reducer holds the group): only then does destroying it close its
@@ -292,7 +303,8 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
             gc.collect()
             if cfg.regroup_file and cfg.entrypoint is None:
                 reporter.log(f"{lost}; waiting for the fabric to move the lost rank (generation > {gen})")
-                moved = _rejoin(cfg, reporter, gen, backend, model, optimizer, device, lost.step)
+                moved = _rejoin(cfg, reporter, gen, backend, model, optimizer, device, lost.step,
+                                {"lost": lost_t, "released": time.time()})
                 if moved is not None:
                     gen, state.step = moved
                     synced = True
@@ -322,8 +334,11 @@ def _run_builtin(cfg: WorkerConfig, reporter: Reporter, kek: bytes | None, devic
 
 
 def _take_state(cfg: WorkerConfig, reporter: Reporter, gen: int, model: torch.nn.Module,
-                optimizer: torch.optim.Optimizer, device: torch.device, held: int) -> int:
-    """Join the current group's state transfer (``regroup.sync_state``); the step restored."""
+                optimizer: torch.optim.Optimizer, device: torch.device, held: int,
+                phases: dict[str, float]) -> int:
+    """Join the current group's state transfer (``regroup.sync_state``); the step restored.
+    ``phases``: this rank's wall-clock times of the move so far (``regrouped`` reports them
+    with ``synced``, for the recovery record's breakdown)."""
     from podfleet.training.regroup import sync_state
 
     t0 = time.perf_counter()
@@ -331,12 +346,14 @@ def _take_state(cfg: WorkerConfig, reporter: Reporter, gen: int, model: torch.nn
     took = time.perf_counter() - t0
     reporter.log(f"regroup generation {gen}: state of step {step} from rank {src} in {took:.2f} s")
     if isinstance(reporter, MessageReporter):
-        reporter.send("regrouped", generation=gen, step=step, source_rank=src, restore_s=round(took, 4))
+        reporter.send("regrouped", generation=gen, step=step, source_rank=src, restore_s=round(took, 4),
+                      phases={**phases, "synced": time.time()})
     return step
 
 
 def _rejoin(cfg: WorkerConfig, reporter: Reporter, gen: int, backend: str, model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer, device: torch.device, held: int) -> tuple[int, int] | None:
+            optimizer: torch.optim.Optimizer, device: torch.device, held: int,
+            phases: dict[str, float]) -> tuple[int, int] | None:
     """A survivor: leave the broken group, join the fabric's next rendezvous and share state.
     (generation, step) once the gang trains again; None when no move came in time."""
     from podfleet.training.loop import is_comm_failure
@@ -349,9 +366,11 @@ def _rejoin(cfg: WorkerConfig, reporter: Reporter, gen: int, backend: str, model
         if rdv is None:
             return None
         gen = rdv.generation
+        phases["rendezvous"] = time.time()
         try:
             join_group(cfg, rdv, backend)
-            return gen, _take_state(cfg, reporter, gen, model, optimizer, device, held)
+            phases["joined"] = time.time()
+            return gen, _take_state(cfg, reporter, gen, model, optimizer, device, held, phases)
         except NoReplica:
             return None
         except Exception as exc:  # another rank lost while re-forming: wait for the next generation

@@ -110,7 +110,8 @@ def on_lost(fab: MoveHost, job: LocalJob, wp: WorkerProcess, cause: Cause, msg: 
     old = job.chips[rank]
     if job.recovery is None:
         job.recovery = {"detect_mono": detected_mono, "attempt": job.attempt, "last_step": job.step,
-                        "kill_mono": wp.kill_mono, "rank": rank, "chip": old, "cause": cause.value, "message": msg}
+                        "kill_mono": wp.kill_mono, "rank": rank, "chip": old, "cause": cause.value, "message": msg,
+                        "wall_minus_mono": time.time() - time.monotonic()}
     if job.state is RunState.RUNNING:
         job.set_state(RunState.RECOVERING)
         fab.emit("job-recovering", job_id=job.spec.job_id, rank=rank, cause=cause.value, message=msg,
@@ -126,13 +127,15 @@ def on_lost(fab: MoveHost, job: LocalJob, wp: WorkerProcess, cause: Cause, msg: 
     gen = job.generation
     port = fab.publish_rendezvous(job)
     job.moving = {"rank": rank, "generation": gen, "from": old, "to": new}
+    spawn_mono = time.monotonic()
     new_wp = fab.spawn_rank(job, rank, port=port, join=True)
     rec = job.recovery
     moves = dict(rec.get("moves") or {})
     if new != old:
         moves[str(rank)] = [old, new]
     rec.update(mechanism=MECHANISM, path=path, moves=moves, source="replica", restored_step=job.step,
-               relaunch_mono=time.monotonic(), generation=gen)
+               relaunch_mono=time.monotonic(), generation=gen, spawn_mono=spawn_mono,
+               standby=bool(new_wp.ready))
     job.log.append(f"rank {rank} moves chip {old} -> {new} ({path}): rendezvous generation {gen} on port {port}, "
                    f"pid {new_wp.pid}; the other ranks keep running")
     timeout = job.base_cfg.regroup_timeout_s
@@ -142,6 +145,9 @@ def on_lost(fab: MoveHost, job: LocalJob, wp: WorkerProcess, cause: Cause, msg: 
 
 def on_regrouped(emit: Callable[..., None], job: LocalJob, msg: Message) -> None:
     """A rank reports the re-formed gang shares its state: the move is done (once per generation)."""
+    rec = job.recovery
+    if rec is not None and rec.get("generation") == msg.get("generation") and isinstance(msg.get("phases"), dict):
+        rec.setdefault("rank_phases", {})[str(msg.get("rank"))] = dict(msg["phases"])
     moving = job.moving
     if moving is None or int(msg.get("generation", -1)) != moving["generation"]:
         return
@@ -159,6 +165,27 @@ def on_regrouped(emit: Callable[..., None], job: LocalJob, msg: Message) -> None
                    f"{moving['to']}, state of step {step} from rank {msg.get('source_rank')}")
     emit("job-resumed", job_id=job.spec.job_id, attempt=job.attempt, source="replica", restored_step=step,
              chips=list(job.chips), mechanism=MECHANISM, path=MECHANISM, generation=moving["generation"])
+
+
+def breakdown(rec: dict[str, Any], first_step_mono: float) -> dict[str, Any]:
+    """Where a closed move's seconds went, each phase in seconds since the kill (since the
+    detection when nothing of ours sent the signal): the fabric's own times and each rank's
+    reported ones (worker wall clocks, the same host's)."""
+    off = float(rec.get("wall_minus_mono") or 0.0)
+    kill = rec.get("kill_mono")
+    t0 = float(kill if kill is not None else rec["detect_mono"])
+
+    def since(mono: float) -> float:
+        return round(mono - t0, 4)
+
+    out: dict[str, Any] = {"detected": since(rec["detect_mono"]), "first_step": since(first_step_mono)}
+    if rec.get("spawn_mono") is not None:
+        out["spawn_started"] = since(rec["spawn_mono"])
+    if rec.get("relaunch_mono") is not None:
+        out["spawned"] = since(rec["relaunch_mono"])
+    for rank, phases in sorted((rec.get("rank_phases") or {}).items()):
+        out[f"rank{rank}"] = {k: since(float(v) - off) for k, v in phases.items()}
+    return out
 
 
 def abort(job: LocalJob, why: str) -> None:

@@ -74,6 +74,8 @@ def _on_progress(state: LocalState, emit: Emit, job: LocalJob, wp: WorkerProcess
     rec = job.recovery
     if rec is not None and "relaunch_mono" in rec and step > rec["restored_step"]:
         rec["first_step_mono"] = msg["recv_mono"]
+        if rec.get("mechanism") == rankmove.MECHANISM:
+            rec["phases_s"] = rankmove.breakdown(rec, msg["recv_mono"])
         rec["resume_s"] = msg["recv_mono"] - rec["detect_mono"]
         job.recoveries.append(rec)
         job.recovery = None

@@ -38,6 +38,15 @@ def test_a_killed_rank_of_three_moves_while_the_others_keep_their_processes(tmp_
         [rec] = moved.recoveries
         assert rec["mechanism"] == "rank-move" and rec["path"] == "spare" and rec["moves"] == {"1": [1, 3]}
         assert rec["steps_lost"] == 0 and rec["source"] == "replica"
+        # Where the seconds went: the fabric's times and each rank's, in order.
+        ph = rec["phases_s"]
+        assert 0 <= ph["detected"] <= ph["spawned"] <= ph["first_step"]
+        new = ph["rank1"]
+        skew = 0.01  # the ranks' times are wall clocks, the fabric's monotonic ones
+        assert ph["spawn_started"] - skew <= new["started"] <= new["joined"] <= new["synced"] <= ph["first_step"] + skew
+        for rank in ("rank0", "rank2"):
+            kept = ph[rank]
+            assert kept["lost"] <= kept["released"] <= kept["rendezvous"] <= kept["joined"] <= kept["synced"]
         st = fab.wait("job-3", 180)
         assert st.state is RunState.FINISHED, st.reason
         assert st.attempt == 1 and st.chips == (0, 3, 2)
