@@ -195,8 +195,9 @@ def build_server(settings: Settings, store: StoreProtocol | None = None) -> Serv
         digests = DigestWriter(store.audit_head, Path(where), signer, settings.audit_digest_interval_s, retain,
                                every_records=settings.audit_digest_every, copies=copies)
     role = ServingRole(elector) if elector is not None else None
-    # A sole server listens before its engine has reloaded (``run``): ``ready`` is set after.
-    leadership: Leadership = role if role is not None else Sole(instance_name(settings), ready=threading.Event())
+    # A sole server built here serves from the start: its caller starts the plane (tests,
+    # embedding). ``run`` clears ``ready`` before it listens and sets it once it has reloaded.
+    leadership: Leadership = role if role is not None else Sole(instance_name(settings))
     app = create_app(plane, parts.health, guard_config(settings), recovery=parts.recovery, firmware=parts.firmware,
                      maintenance=parts.maintenance,
                      leadership=leadership, metrics_per_chip=settings.metrics_per_chip)
@@ -346,6 +347,8 @@ def run(server: Server, host: str, port: int, default_cluster: str | None = None
             watch_engine(server)
 
     elector = server.elector
+    if server.sole is not None:
+        server.sole.ready.clear()  # listening before the reload: /v1 answers 503 starting until it is done
     # A follower does the reload's read-only work ahead of its takeover (``control.warm``).
     warmth = follow_store(server) if elector is not None and not elector.leads() else None
     if elector is not None:

@@ -89,7 +89,8 @@ def put_policy(plane: PlaneCore, name: str, policy: str, doc: JsonObject | None,
             u.policies = list(dict.fromkeys([*u.policies, policy]))
         else:
             if policy in BUILTIN:
-                raise InvalidInputError(f"{policy} is a built-in policy name; pick another", field="policy")
+                # The name is taken (by a built-in policy): a conflict, as a second resource of one name is.
+                raise ConflictError(f"{policy} is a built-in policy name; pick another", field="policy")
             parse_policy(policy, doc)  # every field checked before it is stored
             if policy not in u.inline and len(u.inline) >= MAX_INLINE:
                 raise InvalidInputError(f"a user holds at most {MAX_INLINE} inline policies", field="policy")

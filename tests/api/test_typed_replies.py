@@ -181,7 +181,7 @@ def test_apply_recommendation(served: Served) -> None:
 
 def test_healthz_and_readyz(served: Served) -> None:
     hz = served.sdk.healthz()
-    keys = ["ok", "role", "instance", "term", "leader", "clusters", "timeline_s", "time", "speed", "twin_time"]
+    keys = ["ok", "role", "instance", "term", "leader", "clusters", "timeline_s", "time", "speed", "starting", "twin_time"]
     assert _sent(hz, models.Liveness, keys)["term"] is None and hz.role == "leader" and hz.speed == 50.0
     ready = served.raw.get("/readyz").json()
     assert list(ready) == ["ready", "role", "store", "leader"] and models.Readiness.model_validate(ready).ready

@@ -100,7 +100,7 @@ def test_brute_force_locks_and_the_count_survives_a_restart(tmp_path: Path) -> N
     later = now + 3600
     with pytest.raises(AuthError, match="locked"):
         users.check_mfa(plane, "mallory-target", code_at(secret, later), KEY, now=later)
-    assert users.describe(plane, "mallory-target")["mfa_locked"] is True
+    assert users.describe(store, "mallory-target")["mfa_locked"] is True
     out = users.unlock(plane, "mallory-target", actor="tok-1:admin")
     assert out["was_locked"] and not out["mfa_locked"] and out["mfa_failures"] == 0
     users.check_mfa(plane, "mallory-target", code_at(secret, later), KEY, now=later)

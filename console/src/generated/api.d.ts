@@ -2203,6 +2203,12 @@ export interface components {
             role: string;
             /** Speed */
             speed?: number | null;
+            /**
+             * Starting
+             * @description a leader still reloading the store: /v1 answers 503 starting until it is done
+             * @default false
+             */
+            starting: boolean;
             /** Term */
             term?: number | null;
             /** Time */

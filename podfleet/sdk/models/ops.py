@@ -271,6 +271,7 @@ class Liveness(Reply):
     timeline_s: float
     time: str
     speed: float | None = None
+    starting: bool = Field(False, description="a leader still reloading the store: /v1 answers 503 starting until it is done")
     twin_time: str | None = Field(None, description="the twin's clock, on a plane paced at a speed other than 1")
 
 
