@@ -101,7 +101,8 @@ def test_kill_9_of_the_server_leaves_the_job_training(server: Any) -> None:
     start()
     _until(lambda: _step(c, jid) > at_kill + 5, "the job stepping on after the restart")
     job = c.describe_training_job(jid)
-    assert job["state"] == "RUNNING", job
+    # Trained on, not resumed: RUNNING, or CHECKPOINTING at one of its 20-step checkpoints.
+    assert job["state"] in ("RUNNING", "CHECKPOINTING"), job
     # The same processes: nothing restarted (the hardware view refreshes on the telemetry tick).
     _until(lambda: _pids(c, cid) == before, f"pids {before} after the restart (now {_pids(c, cid)})", 30)
     log = _log(c, jid)

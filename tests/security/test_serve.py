@@ -89,7 +89,10 @@ def test_up_serves_tls_and_writes_private_files(tmp_path: Path) -> None:
             try:
                 r = httpx.get(f"https://127.0.0.1:{port}/v1/clusters", verify=str(cert),
                               headers={"Authorization": f"Bearer {TOKEN}"})
-                break
+                if r.status_code != 503:  # 503 starting: listening, the engine still reloading
+                    break
+                assert proc.poll() is None and time.monotonic() < deadline, "podfleet up never finished starting"
+                time.sleep(0.2)
             except httpx.HTTPError:
                 assert proc.poll() is None and time.monotonic() < deadline, "podfleet up did not serve TLS"
                 time.sleep(0.2)
