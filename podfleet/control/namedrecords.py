@@ -4,6 +4,7 @@ which gives a (new or reloaded) cluster's scheduler what the store holds for it.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from podfleet.control.runtime import ClusterRuntime
@@ -20,7 +21,7 @@ class NamedRecord(Protocol):
 R = TypeVar("R", bound=NamedRecord)
 
 
-class NamedCommands(Generic[R]):
+class NamedCommands(ABC, Generic[R]):
     """A noun's commands; its subclass says what the store keeps (``_persisted``) and how
     one record reaches the scheduler (``_give``)."""
 
@@ -34,11 +35,13 @@ class NamedCommands(Generic[R]):
             self._give(rt, rec)
             self._records[(rt.id, rec.name)] = rec
 
+    @abstractmethod
     def _persisted(self, rt: ClusterRuntime) -> list[R]:
-        raise NotImplementedError
+        """What the store keeps for cluster ``rt``."""
 
+    @abstractmethod
     def _give(self, rt: ClusterRuntime, rec: R) -> None:
-        raise NotImplementedError
+        """Hand one record to cluster ``rt``'s scheduler."""
 
     def _named(self, rt: ClusterRuntime) -> list[str]:
         """The names kept for cluster ``rt``, sorted."""

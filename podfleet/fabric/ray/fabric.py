@@ -20,7 +20,6 @@ import dataclasses
 import importlib
 import math
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -65,6 +64,7 @@ from podfleet.fabric.ray.probe import (
     GCS_RECONNECT_TIMEOUT_S,
     gcs_hostport,
     gcs_unreachable,
+    probe_address,
 )
 from podfleet.fabric.ray.runner import JobRunner
 from podfleet.hardware.topology import Topology
@@ -113,26 +113,6 @@ _connection = _Connection()
 # that hangs in ray.init keeps it: later ones give up after CONNECT_WAIT_S with a reason.
 _connect_lock = threading.Lock()
 CONNECT_WAIT_S = 30.0
-# How long the plain TCP check of a HOST:PORT address may take before ray.init, which
-# would otherwise retry a refused or unrouted address for many minutes.
-PROBE_TIMEOUT_S = 5.0
-
-
-def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-    """Refuse at once a Ray address whose port does not accept a TCP connection (``auto``
-    and unparsable addresses are left to ray.init)."""
-    hostport = address.removeprefix("ray://")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        return
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-            pass
-    except OSError as exc:
-        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-        raise InfeasibleError(f"cannot connect to Ray at {address!r}: {why}", field="ray_address") from None
-
-
 def _import_ray() -> Any:
     # Ray's C++ failure-signal handler (read when Ray loads) would take SIGTERM from the
     # control plane's own, uvicorn's graceful shutdown: `podfleet up` then died with SIGABRT

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import socket
 
+from podfleet.errors import InfeasibleError
+
 # How long this process's Ray driver waits for a lost GCS before Ray itself ends the
 # process ("Failed to connect to GCS within 60 seconds ... The program will terminate",
 # Ray's default ``gcs_rpc_server_reconnect_timeout_s``). The control plane must outlive its
@@ -42,3 +44,23 @@ def gcs_unreachable(hostport: tuple[str, int], timeout_s: float = GCS_CHECK_TIME
             return None
     except OSError as exc:
         return "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+
+
+# How long the plain TCP check of a HOST:PORT address may take before ray.init, which
+# would otherwise retry a refused or unrouted address for many minutes.
+PROBE_TIMEOUT_S = 5.0
+
+
+def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse at once a Ray address whose port does not accept a TCP connection (``auto``
+    and unparsable addresses are left to ray.init)."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise InfeasibleError(f"cannot connect to Ray at {address!r}: {why}", field="ray_address") from None
